@@ -1,0 +1,343 @@
+/*
+ * hvd — data-parallel collectives for deep-learning training.
+ *
+ * The stable C API. Compiles as C99 and as C++.
+ *
+ * Conventions
+ *  - Every function returns an hvd_status_t (HVD_OK = 0, positive values are
+ *    not-an-error states such as HVD_IN_PROGRESS, negative values are errors),
+ *    except hvd_status_string() and hvd_last_error(), which return constant text.
+ *  - Values are returned through out-pointers, never on the status channel.
+ *  - When a call fails, hvd_last_error() (per thread, never NULL) describes why.
+ *  - Status numbers, enum values and struct layouts never change once released;
+ *    new params fields are only ever appended.
+ *  - A NULL hvd_context_t means "the default context" (the one hvd_init made).
+ *  - No call blocks forever: waits take a timeout, and the stall inspector
+ *    completes stuck operations with an error naming the missing ranks.
+ */
+#ifndef HVD_H_
+#define HVD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HVD_VERSION_MAJOR 0
+#define HVD_VERSION_MINOR 1
+#define HVD_VERSION_PATCH 0
+#define HVD_VERSION_CODE(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define HVD_VERSION HVD_VERSION_CODE(HVD_VERSION_MAJOR, HVD_VERSION_MINOR, HVD_VERSION_PATCH)
+
+#if defined(__GNUC__) || defined(__clang__)
+#define HVD_API __attribute__((visibility("default")))
+#else
+#define HVD_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes. Numbers are frozen.                                          */
+/* ------------------------------------------------------------------------ */
+typedef enum hvd_status {
+    HVD_OK = 0,
+    HVD_IN_PROGRESS = 1,            /* operation not complete yet (poll)        */
+
+    HVD_ERR_INVALID_ARGUMENT = -1,  /* NULL pointer, bad size, unknown enum...  */
+    HVD_ERR_NOT_INITIALIZED = -2,   /* no default context / destroyed context   */
+    HVD_ERR_NO_MEMORY = -3,
+    HVD_ERR_TIMEOUT = -4,           /* a wait or a peer exceeded its time limit */
+    HVD_ERR_MISMATCH = -5,          /* ranks disagree on dtype, shape, op, root */
+    HVD_ERR_TRANSPORT = -6,         /* the transport failed (peer died, I/O)    */
+    HVD_ERR_UNSUPPORTED = -7,       /* valid request this build cannot serve    */
+    HVD_ERR_NOT_FOUND = -8,         /* transport plugin or library missing      */
+    HVD_ERR_ABORTED = -9,           /* context shut down while op was pending   */
+    HVD_ERR_DUPLICATE_NAME = -10,   /* same tensor name already in flight       */
+    HVD_ERR_VERSION = -11,          /* incompatible versions (plugin, peer)     */
+    HVD_ERR_RENDEZVOUS = -12,       /* could not form the job (store, peers)    */
+    HVD_ERR_INTERNAL = -13          /* a bug in hvd: please report              */
+} hvd_status_t;
+
+/* ------------------------------------------------------------------------ */
+/* Data types, reduction ops, devices. Numbers are frozen.                   */
+/* ------------------------------------------------------------------------ */
+typedef enum hvd_dtype {
+    HVD_UINT8 = 0,
+    HVD_INT8 = 1,
+    HVD_UINT16 = 2,
+    HVD_INT16 = 3,
+    HVD_INT32 = 4,
+    HVD_INT64 = 5,
+    HVD_FLOAT16 = 6,   /* IEEE 754 binary16; reduced in float32 arithmetic   */
+    HVD_BFLOAT16 = 7,  /* bfloat16; reduced in float32 arithmetic            */
+    HVD_FLOAT32 = 8,
+    HVD_FLOAT64 = 9,
+    HVD_BOOL = 10      /* one byte, 0 or 1; MIN = logical and, MAX = or      */
+} hvd_dtype_t;
+
+typedef enum hvd_reduce_op {
+    HVD_SUM = 0,
+    HVD_AVERAGE = 1,   /* sum / size; integers round toward zero             */
+    HVD_MIN = 2,
+    HVD_MAX = 3,
+    HVD_PRODUCT = 4
+} hvd_reduce_op_t;
+
+#define HVD_DEVICE_CPU (-1)
+
+/* A tensor descriptor. The descriptor and its shape array are read during the
+ * *_async call only; the data buffer must stay valid until the operation
+ * completes (or the context is destroyed). */
+typedef struct hvd_tensor {
+    void *data;            /* may be NULL only when the element count is 0     */
+    hvd_dtype_t dtype;
+    int32_t ndim;          /* 0 = scalar (one element); at most HVD_MAX_NDIM  */
+    const int64_t *shape;  /* ndim entries, each >= 0                          */
+    int32_t device;        /* HVD_DEVICE_CPU, or a CUDA device ordinal         */
+    void *stream;          /* device stream the data is ordered on; NULL = default */
+} hvd_tensor_t;
+
+#define HVD_MAX_NDIM 32
+#define HVD_TENSOR_INIT {NULL, HVD_FLOAT32, 0, NULL, HVD_DEVICE_CPU, NULL}
+
+/* ------------------------------------------------------------------------ */
+/* Opaque handles.                                                          */
+/* ------------------------------------------------------------------------ */
+typedef struct hvd_context_s *hvd_context_t;  /* a communicator              */
+typedef struct hvd_handle_s *hvd_handle_t;    /* one pending operation       */
+
+/* ------------------------------------------------------------------------ */
+/* Context parameters: an extensible struct.                                 */
+/*                                                                          */
+/* Start from HVD_PARAMS_INIT, set a field, and set its bit in `mask`. The  */
+/* library reads a field only if its bit is set and the caller's struct     */
+/* (struct_size) is large enough to hold it; unset fields come from HVD_*   */
+/* environment variables, then from defaults. Unknown mask bits are an      */
+/* error (HVD_ERR_UNSUPPORTED), so a newer caller never silently loses a    */
+/* setting on an older library.                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Out-of-band allgather used to bootstrap a context: copy `bytes` bytes from
+ * `send` into every rank's `recv` at offset rank*bytes. Return 0 on success.
+ * Called once or a few times during context creation, from the creating thread. */
+typedef int (*hvd_oob_allgather_fn)(const void *send, void *recv, size_t bytes, void *user);
+
+/* Log sink: level is one of HVD_LOG_*. msg is one line without newline. */
+typedef void (*hvd_log_fn)(int level, const char *msg, void *user);
+
+#define HVD_LOG_ERROR 0
+#define HVD_LOG_WARNING 1
+#define HVD_LOG_INFO 2
+#define HVD_LOG_DEBUG 3
+#define HVD_LOG_TRACE 4
+
+typedef struct hvd_params {
+    size_t struct_size;               /* sizeof(hvd_params_t) of the caller   */
+    uint64_t mask;                    /* HVD_PARAM_* bits of fields set       */
+
+    int32_t rank;                     /* HVD_PARAM_RANK                       */
+    int32_t size;                     /* HVD_PARAM_SIZE                       */
+    int32_t local_rank;               /* HVD_PARAM_LOCAL_RANK                 */
+    int32_t local_size;               /* HVD_PARAM_LOCAL_SIZE                 */
+    int32_t cross_rank;               /* HVD_PARAM_CROSS_RANK                 */
+    int32_t cross_size;               /* HVD_PARAM_CROSS_SIZE                 */
+
+    const char *transport;            /* HVD_PARAM_TRANSPORT: "gloo", "local", ... */
+    const char *rendezvous_addr;      /* HVD_PARAM_RENDEZVOUS_ADDR: "host:port" */
+    const char *secret;               /* HVD_PARAM_SECRET: job secret (hex)   */
+    hvd_oob_allgather_fn oob_allgather; /* HVD_PARAM_OOB                      */
+    void *oob_user;                   /*   (same bit)                         */
+
+    int64_t fusion_threshold_bytes;   /* HVD_PARAM_FUSION_THRESHOLD; 0 = off  */
+    double cycle_time_ms;             /* HVD_PARAM_CYCLE_TIME                 */
+    int32_t cache_capacity;           /* HVD_PARAM_CACHE_CAPACITY; 0 = off    */
+    double stall_warning_s;           /* HVD_PARAM_STALL_WARNING; <= 0 = off  */
+    double stall_shutdown_s;          /* HVD_PARAM_STALL_SHUTDOWN; <= 0 = off */
+    double start_timeout_s;           /* HVD_PARAM_START_TIMEOUT              */
+    const char *timeline_path;        /* HVD_PARAM_TIMELINE: Chrome trace JSON */
+
+    hvd_log_fn log_fn;                /* HVD_PARAM_LOG_FN                     */
+    void *log_user;                   /*   (same bit)                         */
+    int32_t log_level;                /* HVD_PARAM_LOG_LEVEL: HVD_LOG_*       */
+
+    const char *network_interface;    /* HVD_PARAM_NETWORK_INTERFACE          */
+    void *mpi_comm;                   /* HVD_PARAM_MPI_COMM: pointer to an MPI_Comm */
+    double transport_timeout_s;       /* HVD_PARAM_TRANSPORT_TIMEOUT          */
+} hvd_params_t;
+
+#define HVD_PARAM_RANK               (1ULL << 0)
+#define HVD_PARAM_SIZE               (1ULL << 1)
+#define HVD_PARAM_LOCAL_RANK         (1ULL << 2)
+#define HVD_PARAM_LOCAL_SIZE         (1ULL << 3)
+#define HVD_PARAM_CROSS_RANK         (1ULL << 4)
+#define HVD_PARAM_CROSS_SIZE         (1ULL << 5)
+#define HVD_PARAM_TRANSPORT          (1ULL << 6)
+#define HVD_PARAM_RENDEZVOUS_ADDR    (1ULL << 7)
+#define HVD_PARAM_SECRET             (1ULL << 8)
+#define HVD_PARAM_OOB                (1ULL << 9)
+#define HVD_PARAM_FUSION_THRESHOLD   (1ULL << 10)
+#define HVD_PARAM_CYCLE_TIME         (1ULL << 11)
+#define HVD_PARAM_CACHE_CAPACITY     (1ULL << 12)
+#define HVD_PARAM_STALL_WARNING      (1ULL << 13)
+#define HVD_PARAM_STALL_SHUTDOWN     (1ULL << 14)
+#define HVD_PARAM_START_TIMEOUT      (1ULL << 15)
+#define HVD_PARAM_TIMELINE           (1ULL << 16)
+#define HVD_PARAM_LOG_FN             (1ULL << 17)
+#define HVD_PARAM_LOG_LEVEL          (1ULL << 18)
+#define HVD_PARAM_NETWORK_INTERFACE  (1ULL << 19)
+#define HVD_PARAM_MPI_COMM           (1ULL << 20)
+#define HVD_PARAM_TRANSPORT_TIMEOUT  (1ULL << 21)
+#define HVD_PARAM_ALL_               ((1ULL << 22) - 1) /* bits this header knows */
+
+#define HVD_PARAMS_INIT {sizeof(hvd_params_t), 0}
+
+/* ------------------------------------------------------------------------ */
+/* Library.                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Run-time version of the loaded library. Any pointer may be NULL. */
+HVD_API hvd_status_t hvd_version(int *major, int *minor, int *patch);
+
+/* Constant English text for a status code; never NULL (unknown codes too). */
+HVD_API const char *hvd_status_string(hvd_status_t status);
+
+/* The calling thread's last error message; never NULL ("" when none). The
+ * text stays valid until the next failing hvd call on the same thread. */
+HVD_API const char *hvd_last_error(void);
+
+/* Clears the calling thread's last error. */
+HVD_API void hvd_clear_last_error(void);
+
+/* Size in bytes of one element. */
+HVD_API hvd_status_t hvd_dtype_size(hvd_dtype_t dtype, size_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Explicit contexts: any number per process (threads as ranks, sub-jobs).  */
+/* Creation is collective over the ranks of the job.                        */
+/* ------------------------------------------------------------------------ */
+HVD_API hvd_status_t hvd_context_create(const hvd_params_t *params, hvd_context_t *out);
+/* Completes pending operations with HVD_ERR_ABORTED, tells peers, frees all. */
+HVD_API hvd_status_t hvd_context_destroy(hvd_context_t ctx);
+
+HVD_API hvd_status_t hvd_context_rank(hvd_context_t ctx, int *out);
+HVD_API hvd_status_t hvd_context_size(hvd_context_t ctx, int *out);
+HVD_API hvd_status_t hvd_context_local_rank(hvd_context_t ctx, int *out);
+HVD_API hvd_status_t hvd_context_local_size(hvd_context_t ctx, int *out);
+HVD_API hvd_status_t hvd_context_cross_rank(hvd_context_t ctx, int *out);
+HVD_API hvd_status_t hvd_context_cross_size(hvd_context_t ctx, int *out);
+/* Name of the transport in use ("local", "gloo", ...); static storage. */
+HVD_API hvd_status_t hvd_context_transport(hvd_context_t ctx, const char **out);
+
+/* ------------------------------------------------------------------------ */
+/* The default context (Horovod style). hvd_init is reference counted: the  */
+/* first call creates the context, each hvd_shutdown releases one count.    */
+/* params may be NULL (environment and defaults).                           */
+/* ------------------------------------------------------------------------ */
+HVD_API hvd_status_t hvd_init(const hvd_params_t *params);
+HVD_API hvd_status_t hvd_shutdown(void);
+HVD_API hvd_status_t hvd_is_initialized(int *out);
+HVD_API hvd_status_t hvd_default_context(hvd_context_t *out);
+HVD_API hvd_status_t hvd_rank(int *out);
+HVD_API hvd_status_t hvd_size(int *out);
+HVD_API hvd_status_t hvd_local_rank(int *out);
+HVD_API hvd_status_t hvd_local_size(int *out);
+HVD_API hvd_status_t hvd_cross_rank(int *out);
+HVD_API hvd_status_t hvd_cross_size(int *out);
+
+/* ------------------------------------------------------------------------ */
+/* Asynchronous named collectives.                                          */
+/*                                                                          */
+/* Operations are matched across ranks by name (not by call order): ranks   */
+/* may submit in different orders. A name may be reused once its previous  */
+/* operation completed. If ranks disagree on dtype, shape, op or root, the  */
+/* operation completes with HVD_ERR_MISMATCH on every rank and the context  */
+/* stays usable. On success *handle must eventually be released.            */
+/* ------------------------------------------------------------------------ */
+
+/* output: same dtype/shape/device as input; output == input->data is in place.
+ * Result = postscale * reduce_over_ranks(prescale * input), AVERAGE divides the
+ * sum by size. */
+HVD_API hvd_status_t hvd_allreduce_async(hvd_context_t ctx, const char *name,
+                                         const hvd_tensor_t *input, void *output,
+                                         hvd_reduce_op_t op, double prescale,
+                                         double postscale, hvd_handle_t *handle);
+
+/* Several allreduces that are negotiated and fused as one unit: none starts
+ * until all are ready on every rank. One handle covers the whole group. */
+HVD_API hvd_status_t hvd_grouped_allreduce_async(hvd_context_t ctx, int32_t count,
+                                                 const char *const *names,
+                                                 const hvd_tensor_t *inputs,
+                                                 void *const *outputs, hvd_reduce_op_t op,
+                                                 double prescale, double postscale,
+                                                 hvd_handle_t *handle);
+
+/* Concatenates along the first dimension, which may differ between ranks; the
+ * other dimensions must agree. The result is owned by the handle
+ * (hvd_handle_output / hvd_handle_output_shape). */
+HVD_API hvd_status_t hvd_allgather_async(hvd_context_t ctx, const char *name,
+                                         const hvd_tensor_t *input, hvd_handle_t *handle);
+
+/* Copies root's input into every rank's output (output == input->data: in
+ * place). Non-root ranks must pass a tensor of the same dtype and shape. */
+HVD_API hvd_status_t hvd_broadcast_async(hvd_context_t ctx, const char *name,
+                                         const hvd_tensor_t *input, void *output,
+                                         int32_t root, hvd_handle_t *handle);
+
+/* Sends splits[j] rows (first dimension) of input to rank j, in order.
+ * splits: size entries summing to shape[0], or NULL for an even split (shape[0]
+ * must then be divisible by size). The result (rows received, in rank order)
+ * is owned by the handle; hvd_handle_recv_splits tells how many came from whom. */
+HVD_API hvd_status_t hvd_alltoall_async(hvd_context_t ctx, const char *name,
+                                        const hvd_tensor_t *input, const int64_t *splits,
+                                        hvd_handle_t *handle);
+
+/* Reduces across ranks, then rank r keeps its block of rows: the first
+ * dimension is split as evenly as possible, the first (shape[0] % size)
+ * ranks getting one extra row. The result is owned by the handle. */
+HVD_API hvd_status_t hvd_reducescatter_async(hvd_context_t ctx, const char *name,
+                                             const hvd_tensor_t *input, hvd_reduce_op_t op,
+                                             double prescale, double postscale,
+                                             hvd_handle_t *handle);
+
+/* Completes on every rank once all ranks have called it. */
+HVD_API hvd_status_t hvd_barrier_async(hvd_context_t ctx, hvd_handle_t *handle);
+
+/* Blocking conveniences: submit, wait without a limit (the stall inspector
+ * still bounds the wait), release. */
+HVD_API hvd_status_t hvd_allreduce(hvd_context_t ctx, const char *name,
+                                   const hvd_tensor_t *input, void *output, hvd_reduce_op_t op);
+HVD_API hvd_status_t hvd_broadcast(hvd_context_t ctx, const char *name,
+                                   const hvd_tensor_t *input, void *output, int32_t root);
+HVD_API hvd_status_t hvd_barrier(hvd_context_t ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Handles.                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Waits until the operation completes or timeout_s passes (timeout_s < 0:
+ * no limit). Returns the operation's status, or HVD_ERR_TIMEOUT with a message
+ * naming the ranks not yet ready when known; the handle stays valid. */
+HVD_API hvd_status_t hvd_handle_wait(hvd_handle_t handle, double timeout_s);
+
+/* HVD_IN_PROGRESS while pending, then the operation's status. */
+HVD_API hvd_status_t hvd_handle_poll(hvd_handle_t handle);
+
+/* Frees the handle. A pending operation still runs to completion, and its
+ * buffers must stay valid until then. */
+HVD_API hvd_status_t hvd_handle_release(hvd_handle_t handle);
+
+/* For operations whose result the handle owns (allgather, alltoall,
+ * reducescatter): the data, valid until the handle is released. */
+HVD_API hvd_status_t hvd_handle_output(hvd_handle_t handle, const void **data, size_t *bytes);
+/* Result shape: writes up to max_ndim dims into shape and the true ndim. */
+HVD_API hvd_status_t hvd_handle_output_shape(hvd_handle_t handle, int64_t *shape,
+                                             int32_t max_ndim, int32_t *ndim);
+/* Alltoall: rows received from each rank (n must be >= size). */
+HVD_API hvd_status_t hvd_handle_recv_splits(hvd_handle_t handle, int64_t *splits, int32_t n);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HVD_H_ */

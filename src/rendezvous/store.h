@@ -1,0 +1,68 @@
+// The rendezvous key-value store: a small TCP server (hosted by hvdrun, or by
+// rank 0 when there is no launcher) and a client in every rank.
+//
+// Wire format: every message is a frame
+//     u32 length (big endian) | payload (length bytes) | 32-byte HMAC-SHA256
+// where the HMAC is keyed with the job secret and covers a per-connection,
+// per-direction sequence number followed by the payload, so a frame cannot be
+// forged, altered or replayed without the secret. Frames longer than
+// kMaxFrame are rejected and the connection closed. A server never crashes or
+// stalls on malformed input: it drops that connection and serves the others.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hvd::rdv {
+
+using Bytes = std::vector<uint8_t>;
+
+constexpr size_t kMaxFrame = 64u << 20;  // 64 MiB
+
+// A fresh random secret, hex encoded (64 hex chars = 32 bytes).
+std::string NewSecret();
+
+class StoreServer {
+ public:
+  // Binds host:port (port 0 = any free port; host "" or "0.0.0.0" = all
+  // interfaces) and serves in background threads until destroyed.
+  static Result<std::unique_ptr<StoreServer>> Start(const std::string& host, int port,
+                                                    const std::string& secret);
+  virtual ~StoreServer() = default;
+  virtual int port() const = 0;
+  // Number of connections dropped for bad authentication or malformed frames.
+  virtual uint64_t rejected() const = 0;
+  // Direct access for the hosting process (hvdrun's own bookkeeping).
+  virtual void Set(const std::string& key, const Bytes& value) = 0;
+  virtual bool TryGet(const std::string& key, Bytes* value) const = 0;
+};
+
+class StoreClient {
+ public:
+  // Connects to host:port, retrying until timeout_s (the server may start
+  // after the client). The secret must match the server's.
+  static Result<std::unique_ptr<StoreClient>> Connect(const std::string& host, int port,
+                                                      const std::string& secret,
+                                                      double timeout_s);
+  virtual ~StoreClient() = default;
+
+  virtual Status Set(const std::string& key, const Bytes& value) = 0;
+  // Blocks until the key exists or timeout_s passes (HVD_ERR_TIMEOUT naming the key).
+  virtual Result<Bytes> Get(const std::string& key, double timeout_s) = 0;
+  // Atomically adds delta to a 64-bit counter (missing = 0); returns the new value.
+  virtual Result<int64_t> Add(const std::string& key, int64_t delta) = 0;
+  // Which of keys exist now (no waiting).
+  virtual Result<std::vector<bool>> Check(const std::vector<std::string>& keys) = 0;
+  // The local address of this client's connection: an address of this host
+  // that the server (and so, usually, the other ranks) can reach.
+  virtual std::string local_address() const = 0;
+};
+
+// Parses "host:port" (host may be a bracketed IPv6 literal).
+Status ParseHostPort(const std::string& s, std::string* host, int* port);
+
+}  // namespace hvd::rdv

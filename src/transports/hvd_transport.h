@@ -1,0 +1,99 @@
+/*
+ * The transport plugin ABI (C).
+ *
+ * A transport is a shared object libhvd_transport_<name>.so exporting
+ *     const hvd_transport_v1_t *hvd_transport_plugin_v1(void);
+ * The core finds it next to libhvd.so (or in the directories of
+ * HVD_TRANSPORT_PATH), dlopens it, and asks for the newest table version it
+ * knows, falling back to older ones. A plugin never links against libhvd: all
+ * it needs from the core (the rendezvous key-value store, the logger, the
+ * reduction kernels) comes in through hvd_transport_env_v1_t.
+ *
+ * Threading: every entry point of one communicator is called from one thread
+ * at a time (the context's background thread). Entry points are noexcept:
+ * they return an hvd_status_t and keep a message for last_error().
+ *
+ * Data: all buffers are contiguous host memory (device buffers come with a
+ * later table version). Counts are elements for reductions, bytes elsewhere.
+ */
+#ifndef HVD_TRANSPORT_H_
+#define HVD_TRANSPORT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HVD_TRANSPORT_ABI_V1 1
+
+/* dst[i] = dst[i] (op) src[i] for i < count; op is SUM, MIN, MAX or PRODUCT. */
+typedef void (*hvd_reduce_kernel_fn)(void *dst, const void *src, size_t count,
+                                     hvd_dtype_t dtype, hvd_reduce_op_t op);
+
+typedef struct hvd_transport_env_v1 {
+    size_t struct_size;
+    int32_t rank, size;
+    int32_t local_rank, local_size;
+    int32_t cross_rank, cross_size;
+
+    /* Rendezvous store, already scoped to this communicator (keys do not
+     * collide with other communicators). Both return an hvd_status_t. get
+     * blocks until the key exists or timeout_s passes; the value is malloc'd
+     * and the caller frees it with kv_free. */
+    void *kv;
+    int (*kv_set)(void *kv, const char *key, const void *value, size_t len);
+    int (*kv_get)(void *kv, const char *key, void **value, size_t *len, double timeout_s);
+    void (*kv_free)(void *value);
+
+    /* Logging into the core's sink. */
+    void *logger;
+    void (*log)(void *logger, int level, const char *msg);
+
+    /* The core's reduction kernels, so plugins share one implementation. */
+    hvd_reduce_kernel_fn reduce;
+
+    double timeout_s;              /* per-operation limit for peers to answer */
+    double start_timeout_s;        /* limit for connecting to every peer      */
+    const char *network_interface; /* NULL or "" = choose                     */
+    const char *local_address;     /* this host's address as peers reach it   */
+    void *mpi_comm;                /* pointer to an MPI_Comm, or NULL         */
+} hvd_transport_env_v1_t;
+
+typedef struct hvd_transport_v1 {
+    uint32_t abi_version;          /* HVD_TRANSPORT_ABI_V1 */
+    const char *name;
+
+    /* Connects to every peer; on failure returns an error and sets *comm to
+     * NULL after writing a message to err (NUL-terminated, err_len bytes). */
+    int (*init)(const hvd_transport_env_v1_t *env, void **comm, char *err, size_t err_len);
+    void (*finalize)(void *comm);
+
+    /* In-place reduction of count elements; op is SUM, MIN, MAX or PRODUCT
+     * (the core turns AVERAGE and scaling into SUM plus local scaling). */
+    int (*allreduce)(void *comm, void *buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
+    /* recv = concatenation over ranks r of recv_bytes[r] bytes; this rank's
+     * contribution, recv_bytes[rank] bytes, is read from send. */
+    int (*allgatherv)(void *comm, const void *send, void *recv, const size_t *recv_bytes);
+    int (*broadcast)(void *comm, void *buf, size_t bytes, int32_t root);
+    /* send holds size blocks of send_bytes[r] bytes (to rank r, in order);
+     * recv receives size blocks of recv_bytes[r] bytes (from rank r). */
+    int (*alltoallv)(void *comm, const void *send, const size_t *send_bytes, void *recv,
+                     const size_t *recv_bytes);
+    int (*barrier)(void *comm);
+
+    /* Message of the last failing call on comm; never NULL. */
+    const char *(*last_error)(void *comm);
+} hvd_transport_v1_t;
+
+typedef const hvd_transport_v1_t *(*hvd_transport_plugin_v1_fn)(void);
+#define HVD_TRANSPORT_PLUGIN_V1_SYMBOL "hvd_transport_plugin_v1"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HVD_TRANSPORT_H_ */
