@@ -1,0 +1,95 @@
+// What a user call enqueues, and the shared state behind an hvd_handle_t.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "hvd.h"
+
+namespace hvd {
+
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+};
+const char* OpTypeName(OpType t);
+
+// One tensor of a request. Pointers are the user's; they must stay valid until
+// the handle completes.
+struct TensorSpec {
+  std::string name;
+  hvd_dtype_t dtype = HVD_FLOAT32;
+  std::vector<int64_t> shape;
+  int32_t device = HVD_DEVICE_CPU;
+  void* stream = nullptr;
+  const void* input = nullptr;
+  void* output = nullptr;  // allreduce/broadcast only; the handle owns other results
+
+  int64_t NumElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+class Handle;
+
+// One user call: a single tensor, or a group (grouped allreduce) that is
+// negotiated and fused as a unit. Arguments are validated by the C shim
+// before they get here (dtype, op, shapes, pointers, root in range).
+struct OpRequest {
+  OpType type = OpType::kAllreduce;
+  hvd_reduce_op_t reduce_op = HVD_SUM;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  std::vector<int64_t> splits;    // alltoall: rows to each rank; empty = even
+  std::vector<TensorSpec> tensors;  // >= 1; barrier: one tensor of 0 elements
+  std::shared_ptr<Handle> handle;
+};
+
+// Completion state shared by the user's handle and the core. Thread-safe.
+class Handle {
+ public:
+  explicit Handle(std::string description) : description_(std::move(description)) {}
+
+  // First call wins; later calls are ignored.
+  void Complete(Status status);
+  bool done() const;
+  // The operation's status once done; HVD_ERR_TIMEOUT (naming what it waits
+  // for) if timeout_s (>= 0) passes first.
+  Status Wait(double timeout_s) const;
+  Status status() const;  // HVD_IN_PROGRESS status while pending
+
+  // What the core knows about who has not submitted yet (for timeout messages).
+  void SetWaitingOn(std::string text);
+
+  const std::string& description() const { return description_; }
+
+  // Results owned by the handle (allgather, alltoall, reducescatter). Written
+  // by the core before Complete(), read by the user after; Complete's mutex
+  // orders the two.
+  std::vector<uint8_t> output;
+  std::vector<int64_t> output_shape;
+  std::vector<int64_t> recv_splits;
+
+ private:
+  std::string description_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+  std::string waiting_on_;
+};
+
+}  // namespace hvd
