@@ -56,6 +56,7 @@ struct OpRequest {
   std::vector<int64_t> splits;    // alltoall: rows to each rank; empty = even
   std::vector<TensorSpec> tensors;  // >= 1; barrier: one tensor of 0 elements
   std::shared_ptr<Handle> handle;
+  std::chrono::steady_clock::time_point enqueued;  // set by the core
 };
 
 // Completion state shared by the user's handle and the core. Thread-safe.

@@ -1,0 +1,412 @@
+#include "core/config.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/logging.h"
+
+namespace hvd {
+
+EnvLookup ProcessEnv() {
+  return [](const char* name) -> const char* { return std::getenv(name); };
+}
+
+namespace {
+
+// Reads a field only if its mask bit is set and the caller's struct holds it.
+class ParamReader {
+ public:
+  explicit ParamReader(const hvd_params_t* p) : p_(p) {}
+
+  template <typename T>
+  Result<bool> Get(uint64_t bit, size_t offset, const T& field, T* out, const char* name) const {
+    if (p_ == nullptr || (p_->mask & bit) == 0) return false;
+    if (offset + sizeof(T) > p_->struct_size) {
+      return InvalidArgument(std::string("params.mask sets ") + name +
+                             " but params.struct_size (" + std::to_string(p_->struct_size) +
+                             ") does not cover that field");
+    }
+    *out = field;
+    return true;
+  }
+
+ private:
+  const hvd_params_t* p_;
+};
+
+#define HVD_PARAM_FIELD(reader, bit, field, out) \
+  (reader).Get((bit), offsetof(hvd_params_t, field), params->field, (out), #field)
+
+Status ParseInt(const char* name, const char* text, int64_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0') {
+    return InvalidArgument(std::string(name) + "='" + text + "' is not an integer");
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+Status ParseDouble(const char* name, const char* text, double* out) {
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text, &end);
+  if (errno != 0 || end == text || *end != '\0' || !std::isfinite(v)) {
+    return InvalidArgument(std::string(name) + "='" + text + "' is not a number");
+  }
+  *out = v;
+  return Status::Ok();
+}
+
+// Returns true if the variable is set (and parsed).
+Result<bool> EnvInt(const EnvLookup& env, const char* name, int64_t* out) {
+  const char* v = env(name);
+  if (v == nullptr || *v == '\0') return false;
+  HVD_CHECK(ParseInt(name, v, out));
+  return true;
+}
+
+Result<bool> EnvDouble(const EnvLookup& env, const char* name, double* out) {
+  const char* v = env(name);
+  if (v == nullptr || *v == '\0') return false;
+  HVD_CHECK(ParseDouble(name, v, out));
+  return true;
+}
+
+std::string EnvStr(const EnvLookup& env, const char* name) {
+  const char* v = env(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+// A launcher's view of the topology. Any of the fields may be missing (-1).
+struct Topology {
+  int64_t rank = -1, size = -1, local_rank = -1, local_size = -1, cross_rank = -1,
+          cross_size = -1;
+};
+
+// Tries one launcher: rank and size variables are required, the rest optional.
+Result<bool> ReadLauncher(const EnvLookup& env, const char* rank_var, const char* size_var,
+                          const char* local_rank_var, const char* local_size_var,
+                          const char* cross_rank_var, const char* cross_size_var, Topology* t) {
+  HVD_ASSIGN_OR_RETURN(bool has_rank, EnvInt(env, rank_var, &t->rank));
+  HVD_ASSIGN_OR_RETURN(bool has_size, EnvInt(env, size_var, &t->size));
+  if (!has_rank || !has_size) return false;
+  if (local_rank_var) HVD_CHECK(EnvInt(env, local_rank_var, &t->local_rank).status());
+  if (local_size_var) HVD_CHECK(EnvInt(env, local_size_var, &t->local_size).status());
+  if (cross_rank_var) HVD_CHECK(EnvInt(env, cross_rank_var, &t->cross_rank).status());
+  if (cross_size_var) HVD_CHECK(EnvInt(env, cross_size_var, &t->cross_size).status());
+  return true;
+}
+
+// Slurm's SLURM_TASKS_PER_NODE looks like "2(x3),1": tasks per node, in node
+// order. Returns the count for node index `node`, or -1.
+int64_t SlurmTasksOnNode(const std::string& spec, int64_t node) {
+  std::stringstream ss(spec);
+  std::string item;
+  int64_t index = 0;
+  while (std::getline(ss, item, ',')) {
+    int64_t tasks = std::atoll(item.c_str());
+    int64_t repeat = 1;
+    size_t x = item.find("(x");
+    if (x != std::string::npos) repeat = std::atoll(item.c_str() + x + 2);
+    if (node < index + repeat) return tasks;
+    index += repeat;
+  }
+  return -1;
+}
+
+Status ResolveTopology(const hvd_params_t* params, const EnvLookup& env, Config* c) {
+  Topology t;
+  std::string source;
+
+  ParamReader r(params);
+  int32_t v = 0;
+  HVD_ASSIGN_OR_RETURN(bool p_rank, HVD_PARAM_FIELD(r, HVD_PARAM_RANK, rank, &v));
+  if (p_rank) t.rank = v;
+  HVD_ASSIGN_OR_RETURN(bool p_size, HVD_PARAM_FIELD(r, HVD_PARAM_SIZE, size, &v));
+  if (p_size) t.size = v;
+  if (p_rank != p_size) {
+    return InvalidArgument("params: set both rank and size, or neither");
+  }
+  if (p_rank) source = "params";
+
+  bool found = p_rank;
+  if (!found) {
+    HVD_ASSIGN_OR_RETURN(found, ReadLauncher(env, "HVD_RANK", "HVD_SIZE", "HVD_LOCAL_RANK",
+                                             "HVD_LOCAL_SIZE", "HVD_CROSS_RANK",
+                                             "HVD_CROSS_SIZE", &t));
+    if (found) source = "hvdrun";
+  }
+  if (!found) {
+    HVD_ASSIGN_OR_RETURN(found, ReadLauncher(env, "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                             "LOCAL_WORLD_SIZE", "GROUP_RANK", nullptr, &t));
+    if (found) {
+      source = "torchrun";
+      if (t.cross_rank >= 0 && t.local_size > 0 && t.size % t.local_size == 0) {
+        t.cross_size = t.size / t.local_size;
+      } else {
+        t.cross_rank = -1;
+      }
+    }
+  }
+  if (!found) {
+    HVD_ASSIGN_OR_RETURN(found, ReadLauncher(env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                             "OMPI_COMM_WORLD_LOCAL_RANK",
+                                             "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr, &t));
+    if (found) source = "mpi";
+  }
+  if (!found) {
+    HVD_ASSIGN_OR_RETURN(found, ReadLauncher(env, "PMIX_RANK", "PMIX_SIZE", "PMIX_LOCAL_RANK",
+                                             "PMIX_LOCAL_SIZE", nullptr, nullptr, &t));
+    if (!found) {
+      HVD_ASSIGN_OR_RETURN(found, ReadLauncher(env, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+                                               "MPI_LOCALNRANKS", nullptr, nullptr, &t));
+    }
+    if (found) source = "pmi";
+  }
+  if (!found) {
+    HVD_ASSIGN_OR_RETURN(found, ReadLauncher(env, "SLURM_PROCID", "SLURM_NTASKS",
+                                             "SLURM_LOCALID", nullptr, "SLURM_NODEID",
+                                             "SLURM_NNODES", &t));
+    if (found) {
+      source = "slurm";
+      std::string per_node = EnvStr(env, "SLURM_STEP_TASKS_PER_NODE");
+      if (per_node.empty()) per_node = EnvStr(env, "SLURM_TASKS_PER_NODE");
+      if (!per_node.empty() && t.cross_rank >= 0) {
+        t.local_size = SlurmTasksOnNode(per_node, t.cross_rank);
+      }
+      // Cross rank (index among ranks with the same local rank) equals the
+      // node index only when every node runs the same number of tasks.
+      if (t.cross_size > 0 && t.size != t.cross_size * t.local_size) {
+        t.cross_rank = t.cross_size = -1;
+      }
+    }
+  }
+
+  if (!found) {
+    t = Topology{0, 1, 0, 1, 0, 1};
+    source = "none";
+  }
+
+  // Explicit local/cross params override whatever the launcher said.
+  HVD_ASSIGN_OR_RETURN(bool p, HVD_PARAM_FIELD(r, HVD_PARAM_LOCAL_RANK, local_rank, &v));
+  if (p) t.local_rank = v;
+  HVD_ASSIGN_OR_RETURN(p, HVD_PARAM_FIELD(r, HVD_PARAM_LOCAL_SIZE, local_size, &v));
+  if (p) t.local_size = v;
+  HVD_ASSIGN_OR_RETURN(p, HVD_PARAM_FIELD(r, HVD_PARAM_CROSS_RANK, cross_rank, &v));
+  if (p) t.cross_rank = v;
+  HVD_ASSIGN_OR_RETURN(p, HVD_PARAM_FIELD(r, HVD_PARAM_CROSS_SIZE, cross_size, &v));
+  if (p) t.cross_size = v;
+
+  if (t.size < 1 || t.size > (1 << 24)) {
+    return InvalidArgument("size " + std::to_string(t.size) + " (from " + source +
+                           ") must be between 1 and 16777216");
+  }
+  if (t.rank < 0 || t.rank >= t.size) {
+    return InvalidArgument("rank " + std::to_string(t.rank) + " (from " + source +
+                           ") is outside [0, " + std::to_string(t.size) + ")");
+  }
+  if (t.size == 1) t = Topology{0, 1, 0, 1, 0, 1};
+  bool local_ok = t.local_size >= 1 && t.local_rank >= 0 && t.local_rank < t.local_size &&
+                  t.local_size <= t.size;
+  if (!local_ok) t.local_rank = t.local_size = -1;
+  bool cross_ok = t.cross_size >= 1 && t.cross_rank >= 0 && t.cross_rank < t.cross_size;
+  if (!cross_ok) t.cross_rank = t.cross_size = -1;
+
+  c->rank = static_cast<int>(t.rank);
+  c->size = static_cast<int>(t.size);
+  c->local_rank = static_cast<int>(t.local_rank);
+  c->local_size = static_cast<int>(t.local_size);
+  c->cross_rank = static_cast<int>(t.cross_rank);
+  c->cross_size = static_cast<int>(t.cross_size);
+  c->rank_source = source;
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string Config::ToString() const {
+  std::ostringstream os;
+  os << "rank=" << rank << " size=" << size << " local_rank=" << local_rank
+     << " local_size=" << local_size << " cross_rank=" << cross_rank
+     << " cross_size=" << cross_size << " rank_source=" << rank_source
+     << " transport=" << (transport.empty() ? "(auto)" : transport)
+     << " rendezvous=" << (rendezvous_addr.empty() ? "(none)" : rendezvous_addr)
+     << (host_store ? " (hosted here)" : "") << " oob=" << (oob_allgather ? "yes" : "no")
+     << " secret=" << (secret.empty() ? "(none)" : "(set)")
+     << " network_interface=" << (network_interface.empty() ? "(auto)" : network_interface)
+     << " fusion_threshold=" << fusion_threshold << " cycle_time_ms=" << cycle_time_ms
+     << " cache_capacity=" << cache_capacity << " stall_warning_s=" << stall_warning_s
+     << " stall_shutdown_s=" << stall_shutdown_s << " start_timeout_s=" << start_timeout_s
+     << " transport_timeout_s=" << transport_timeout_s
+     << " timeline=" << (timeline_path.empty() ? "(off)" : timeline_path)
+     << " log_level=" << LogLevelName(log_level);
+  return os.str();
+}
+
+Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
+  Config c;
+  if (params != nullptr) {
+    if (params->struct_size < offsetof(hvd_params_t, rank)) {
+      return InvalidArgument("params.struct_size (" + std::to_string(params->struct_size) +
+                             ") is too small: initialise params with HVD_PARAMS_INIT");
+    }
+    uint64_t unknown = params->mask & ~static_cast<uint64_t>(HVD_PARAM_ALL_);
+    if (unknown != 0) {
+      std::ostringstream os;
+      os << "params.mask has bits this library (version " << HVD_VERSION_MAJOR << "."
+         << HVD_VERSION_MINOR << "." << HVD_VERSION_PATCH << ") does not know: 0x" << std::hex
+         << unknown;
+      return Error(HVD_ERR_UNSUPPORTED, os.str());
+    }
+  }
+  HVD_CHECK(ResolveTopology(params, env, &c));
+
+  ParamReader r(params);
+  const char* s = nullptr;
+  int64_t i64 = 0;
+  int32_t i32 = 0;
+  double d = 0;
+  bool set = false;
+
+  // Strings: params, then environment.
+  auto str_setting = [&](uint64_t bit, size_t offset, const char* const& field, const char* name,
+                         const char* env_name, std::string* out) -> Status {
+    HVD_ASSIGN_OR_RETURN(bool have, r.Get(bit, offset, field, &s, name));
+    if (have) {
+      *out = s == nullptr ? "" : s;
+    } else if (env_name != nullptr) {
+      *out = EnvStr(env, env_name);
+    }
+    return Status::Ok();
+  };
+  static const char* kNull = nullptr;
+
+#define HVD_STR(bit, field, env_name, out)                                                   \
+  HVD_CHECK(str_setting((bit), offsetof(hvd_params_t, field),                                \
+                        params != nullptr ? params->field : kNull, #field, (env_name), (out)))
+
+  HVD_STR(HVD_PARAM_TRANSPORT, transport, "HVD_TRANSPORT", &c.transport);
+  HVD_STR(HVD_PARAM_RENDEZVOUS_ADDR, rendezvous_addr, "HVD_RENDEZVOUS_ADDR", &c.rendezvous_addr);
+  HVD_STR(HVD_PARAM_SECRET, secret, "HVD_SECRET", &c.secret);
+  HVD_STR(HVD_PARAM_TIMELINE, timeline_path, "HVD_TIMELINE", &c.timeline_path);
+  HVD_STR(HVD_PARAM_NETWORK_INTERFACE, network_interface, "HVD_NETWORK_INTERFACE",
+          &c.network_interface);
+#undef HVD_STR
+
+  // torchrun style: MASTER_ADDR/MASTER_PORT name a store that rank 0 hosts.
+  if (c.rendezvous_addr.empty() && c.size > 1) {
+    std::string addr = EnvStr(env, "MASTER_ADDR");
+    std::string port = EnvStr(env, "MASTER_PORT");
+    if (!addr.empty() && !port.empty()) {
+      c.rendezvous_addr = (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + port;
+      c.host_store = (c.rank == 0);
+    }
+  }
+
+  if (params != nullptr) {
+    HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_OOB, oob_allgather, &c.oob_allgather));
+    if (set) {
+      c.oob_user = params->oob_user;
+      if (c.oob_allgather == nullptr) return InvalidArgument("params.oob_allgather is NULL");
+    }
+    HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_LOG_FN, log_fn, &c.log_fn));
+    if (set) c.log_user = params->log_user;
+    void* comm = nullptr;
+    HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_MPI_COMM, mpi_comm, &comm));
+    if (set) c.mpi_comm = comm;
+  }
+
+  // Numbers: params, then environment, then the default already in c.
+  HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_FUSION_THRESHOLD, fusion_threshold_bytes, &i64));
+  if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvInt(env, "HVD_FUSION_THRESHOLD", &i64)); }
+  if (set) {
+    if (i64 < 0) return InvalidArgument("fusion threshold must be >= 0 bytes");
+    c.fusion_threshold = i64;
+  }
+  HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_CYCLE_TIME, cycle_time_ms, &d));
+  if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvDouble(env, "HVD_CYCLE_TIME", &d)); }
+  if (set) {
+    if (!(d >= 0 && d <= 10000)) return InvalidArgument("cycle time must be in [0, 10000] ms");
+    c.cycle_time_ms = d;
+  }
+  HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_CACHE_CAPACITY, cache_capacity, &i32));
+  if (set) {
+    i64 = i32;
+  } else {
+    HVD_ASSIGN_OR_RETURN(set, EnvInt(env, "HVD_CACHE_CAPACITY", &i64));
+  }
+  if (set) {
+    if (i64 < 0 || i64 > (1 << 20)) return InvalidArgument("cache capacity must be in [0, 1048576]");
+    c.cache_capacity = static_cast<int>(i64);
+  }
+
+  struct Seconds {
+    uint64_t bit;
+    size_t offset;
+    const double* field;
+    const char* name;
+    const char* env_name;
+    double* out;
+    bool allow_off;
+  };
+  const double kZero = 0;
+  const Seconds seconds[] = {
+      {HVD_PARAM_STALL_WARNING, offsetof(hvd_params_t, stall_warning_s),
+       params ? &params->stall_warning_s : &kZero, "stall_warning_s", "HVD_STALL_WARNING_TIME",
+       &c.stall_warning_s, true},
+      {HVD_PARAM_STALL_SHUTDOWN, offsetof(hvd_params_t, stall_shutdown_s),
+       params ? &params->stall_shutdown_s : &kZero, "stall_shutdown_s", "HVD_STALL_SHUTDOWN_TIME",
+       &c.stall_shutdown_s, true},
+      {HVD_PARAM_START_TIMEOUT, offsetof(hvd_params_t, start_timeout_s),
+       params ? &params->start_timeout_s : &kZero, "start_timeout_s", "HVD_START_TIMEOUT",
+       &c.start_timeout_s, false},
+      {HVD_PARAM_TRANSPORT_TIMEOUT, offsetof(hvd_params_t, transport_timeout_s),
+       params ? &params->transport_timeout_s : &kZero, "transport_timeout_s",
+       "HVD_TRANSPORT_TIMEOUT", &c.transport_timeout_s, false},
+  };
+  for (const Seconds& sec : seconds) {
+    HVD_ASSIGN_OR_RETURN(set, r.Get(sec.bit, sec.offset, *sec.field, &d, sec.name));
+    if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvDouble(env, sec.env_name, &d)); }
+    if (!set) continue;
+    if (!sec.allow_off && !(d > 0)) {
+      return InvalidArgument(std::string(sec.name) + " must be > 0 seconds");
+    }
+    *sec.out = d;
+  }
+
+  HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_LOG_LEVEL, log_level, &i32));
+  if (set) {
+    if (i32 < HVD_LOG_ERROR || i32 > HVD_LOG_TRACE) {
+      return InvalidArgument("log_level must be one of HVD_LOG_ERROR..HVD_LOG_TRACE");
+    }
+    c.log_level = i32;
+  } else {
+    std::string lv = EnvStr(env, "HVD_LOG_LEVEL");
+    if (!lv.empty()) {
+      int level = ParseLogLevel(lv);
+      if (level < 0) {
+        return InvalidArgument("HVD_LOG_LEVEL='" + lv + "' is not one of error, warning, info, debug, trace");
+      }
+      c.log_level = level;
+    }
+  }
+
+  c.transport_path = EnvStr(env, "HVD_TRANSPORT_PATH");
+  c.hostname = EnvStr(env, "HVD_HOSTNAME");
+  if (c.hostname.empty()) {
+    char buf[256] = {0};
+    if (gethostname(buf, sizeof(buf) - 1) == 0) c.hostname = buf;
+    if (c.hostname.empty()) c.hostname = "localhost";
+  }
+  return c;
+}
+
+}  // namespace hvd

@@ -1,0 +1,67 @@
+// Configuration, resolved once per context: explicit params first, then the
+// environment (HVD_* variables and the launchers' own: hvdrun, torchrun, Open
+// MPI, PMI/PMIx, Slurm), then defaults. Nothing else in the library reads the
+// environment.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+#include "hvd.h"
+
+namespace hvd {
+
+// Looks up an environment variable; returns nullptr when unset. Injected so
+// tests can simulate launchers without touching the process environment.
+using EnvLookup = std::function<const char*(const char*)>;
+EnvLookup ProcessEnv();
+
+struct Config {
+  // Topology. -1 = unknown (local_* and cross_* are then derived from host
+  // names exchanged at rendezvous).
+  int rank = 0;
+  int size = 1;
+  int local_rank = -1;
+  int local_size = -1;
+  int cross_rank = -1;
+  int cross_size = -1;
+  std::string rank_source = "none";  // params | hvdrun | torchrun | mpi | pmi | slurm | none
+
+  // Bootstrap.
+  std::string transport;        // "" = choose
+  std::string transport_path;   // extra plugin folders (HVD_TRANSPORT_PATH, ':'-separated)
+  std::string rendezvous_addr;  // host:port of a store to join
+  bool host_store = false;      // this rank hosts the store at rendezvous_addr (torchrun style)
+  std::string secret;           // hex
+  hvd_oob_allgather_fn oob_allgather = nullptr;
+  void* oob_user = nullptr;
+  std::string network_interface;
+  std::string hostname;
+  void* mpi_comm = nullptr;
+
+  // Engine.
+  int64_t fusion_threshold = 128ll << 20;
+  double cycle_time_ms = 1.0;
+  int cache_capacity = 1024;
+  double stall_warning_s = 60.0;
+  double stall_shutdown_s = 300.0;
+  double start_timeout_s = 60.0;
+  double transport_timeout_s = 120.0;
+  std::string timeline_path;
+
+  // Logging.
+  int log_level = HVD_LOG_WARNING;
+  hvd_log_fn log_fn = nullptr;
+  void* log_user = nullptr;
+
+  // One line per setting, for HVD_LOG_LEVEL=debug.
+  std::string ToString() const;
+};
+
+// Validates the params struct (struct_size, mask bits) and resolves every
+// setting. params may be NULL.
+Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env);
+
+}  // namespace hvd

@@ -1,0 +1,789 @@
+// The context: bootstrap (rendezvous, topology, transport) and the background
+// loop (negotiate, fuse, run, complete).
+#include "core/context.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+#include "common/kernels.h"
+#include "common/netif.h"
+#include "core/config.h"
+#include "core/controller.h"
+#include "core/logging.h"
+#include "core/timeline.h"
+#include "core/transport_loader.h"
+#include "rendezvous/store.h"
+
+namespace hvd {
+
+namespace {
+
+// ---- the rendezvous store as the plugin env sees it ----------------------
+
+struct KvScope {
+  rdv::StoreClient* client = nullptr;
+  std::string prefix;
+};
+
+int KvSet(void* kv, const char* key, const void* value, size_t len) {
+  auto* s = static_cast<KvScope*>(kv);
+  const auto* p = static_cast<const uint8_t*>(value);
+  Status st = s->client->Set(s->prefix + key, rdv::Bytes(p, p + len));
+  return st.code();
+}
+
+int KvGet(void* kv, const char* key, void** value, size_t* len, double timeout_s) {
+  auto* s = static_cast<KvScope*>(kv);
+  auto r = s->client->Get(s->prefix + key, timeout_s);
+  if (!r.ok()) return r.status().code();
+  *len = r->size();
+  *value = std::malloc(r->empty() ? 1 : r->size());
+  if (*value == nullptr) return HVD_ERR_NO_MEMORY;
+  if (!r->empty()) std::memcpy(*value, r->data(), r->size());
+  return HVD_OK;
+}
+
+void KvFree(void* value) { std::free(value); }
+
+// A persistent, pre-faulted byte buffer that only grows.
+class FusionBuffer {
+ public:
+  uint8_t* Reserve(size_t bytes) {
+    if (bytes > cap_) {
+      size_t cap = std::max(bytes, cap_ * 2);
+      void* p = nullptr;
+      if (posix_memalign(&p, 64, cap == 0 ? 64 : cap) != 0) return nullptr;
+      std::memset(p, 0, cap);  // fault the pages in once, off the steady-state path
+      std::free(data_);
+      data_ = static_cast<uint8_t*>(p);
+      cap_ = cap;
+    }
+    return data_;
+  }
+  ~FusionBuffer() { std::free(data_); }
+  size_t capacity() const { return cap_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t cap_ = 0;
+};
+
+}  // namespace
+
+// ---- ContextImpl ---------------------------------------------------------
+
+class ContextImpl : public ControlPlane {
+ public:
+  explicit ContextImpl(Config cfg)
+      : cfg_(std::move(cfg)),
+        log_(cfg_.log_level, cfg_.log_fn, cfg_.log_user),
+        controller_(cfg_.rank, cfg_.size, cfg_.cache_capacity,
+                    StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_) {
+    log_.set_rank(cfg_.rank);
+  }
+
+  ~ContextImpl() override {
+    Shutdown();
+    transport_.reset();
+    client_.reset();
+    server_.reset();
+  }
+
+  Status Start();
+  Result<std::shared_ptr<Handle>> Enqueue(OpRequest req);
+  void Shutdown();
+
+  const Config& cfg() const { return cfg_; }
+  const char* transport_name() const { return transport_ ? transport_->name() : "none"; }
+
+  // ControlPlane
+  Status AllreduceMinU8(uint8_t* buf, size_t n) override {
+    return transport_->Allreduce(buf, n, HVD_UINT8, HVD_MIN);
+  }
+  Status AllgatherBytes(const std::vector<uint8_t>& mine,
+                        std::vector<std::vector<uint8_t>>* all) override;
+
+ private:
+  Status Rendezvous();
+  Status ResolveLocalTopology();
+  std::string ChooseTransport() const;
+  void Loop();
+  void Cycle();
+  void Execute(std::vector<Response>& responses);
+  Status RunAllreduceBatch(std::vector<OpRequest*>& batch);
+  Status RunOne(OpRequest& req, const Response& resp);
+  void Finish(OpRequest& req, Status status);
+  void FailEverything(const Status& why);
+
+  Config cfg_;
+  Logger log_;
+  Controller controller_;
+  std::unique_ptr<rdv::StoreServer> server_;
+  std::unique_ptr<rdv::StoreClient> client_;
+  KvScope kv_;
+  std::unique_ptr<Transport> transport_;
+  Timeline timeline_;
+  FusionBuffer fusion_;
+
+  // Shared with user threads (guarded by mu_).
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<OpRequest> queue_;
+  std::unordered_set<std::string> inflight_;
+  uint64_t barrier_count_ = 0;
+  bool shutdown_requested_ = false;
+  bool stopped_ = false;  // the loop has exited; enqueue fails with stop_reason_
+  Status stop_reason_;
+  std::thread thread_;
+  std::once_flag shutdown_once_;
+
+  // Background thread only.
+  std::vector<uint64_t> lens_;
+  std::vector<size_t> len_bytes_;
+  std::vector<uint8_t> gather_buf_;
+  std::vector<Response> responses_;
+};
+
+Status ContextImpl::AllgatherBytes(const std::vector<uint8_t>& mine,
+                                   std::vector<std::vector<uint8_t>>* all) {
+  const int n = cfg_.size;
+  lens_.assign(static_cast<size_t>(n), 0);
+  len_bytes_.assign(static_cast<size_t>(n), sizeof(uint64_t));
+  uint64_t my_len = mine.size();
+  HVD_CHECK(transport_->Allgatherv(&my_len, lens_.data(), len_bytes_.data()));
+  size_t total = 0;
+  for (int r = 0; r < n; ++r) {
+    len_bytes_[r] = static_cast<size_t>(lens_[r]);
+    total += len_bytes_[r];
+  }
+  gather_buf_.resize(std::max<size_t>(total, 1));
+  HVD_CHECK(transport_->Allgatherv(mine.data(), gather_buf_.data(), len_bytes_.data()));
+  all->resize(static_cast<size_t>(n));
+  size_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    (*all)[r].assign(gather_buf_.begin() + static_cast<std::ptrdiff_t>(off),
+                     gather_buf_.begin() + static_cast<std::ptrdiff_t>(off + len_bytes_[r]));
+    off += len_bytes_[r];
+  }
+  return Status::Ok();
+}
+
+std::string ContextImpl::ChooseTransport() const {
+  if (cfg_.size == 1) return "local";
+  if (!cfg_.transport.empty()) return cfg_.transport;
+  // Launched by mpirun with no other way to meet: the MPI transport needs none.
+  if (cfg_.rank_source == "mpi" && cfg_.rendezvous_addr.empty() && cfg_.oob_allgather == nullptr &&
+      Transport::Available("mpi", cfg_.transport_path)) {
+    return "mpi";
+  }
+  return "gloo";
+}
+
+Status ContextImpl::Rendezvous() {
+  const double timeout = cfg_.start_timeout_s;
+  std::string host;
+  int port = 0;
+  std::string secret = cfg_.secret;
+
+  if (cfg_.oob_allgather != nullptr) {
+    // Rank 0 hosts a store; everyone learns where through the callback.
+    constexpr size_t kBlob = 256;
+    struct Blob {
+      char addr[64];
+      char port[16];
+      char secret[128];
+    };
+    static_assert(sizeof(Blob) <= kBlob, "blob");
+    std::vector<uint8_t> send(kBlob, 0), recv(kBlob * static_cast<size_t>(cfg_.size), 0);
+    if (cfg_.rank == 0) {
+      if (secret.empty()) secret = rdv::NewSecret();
+      std::string addr = cfg_.network_interface.empty()
+                             ? (cfg_.local_size == cfg_.size ? std::string("127.0.0.1")
+                                                             : DefaultHostAddress())
+                             : InterfaceAddress(cfg_.network_interface);
+      if (addr.empty()) {
+        return Error(HVD_ERR_RENDEZVOUS,
+                     "network interface '" + cfg_.network_interface + "' has no IPv4 address");
+      }
+      HVD_ASSIGN_OR_RETURN(server_, rdv::StoreServer::Start("", 0, secret));
+      Blob b{};
+      std::snprintf(b.addr, sizeof(b.addr), "%s", addr.c_str());
+      std::snprintf(b.port, sizeof(b.port), "%d", server_->port());
+      std::snprintf(b.secret, sizeof(b.secret), "%s", secret.c_str());
+      std::memcpy(send.data(), &b, sizeof(b));
+    }
+    int rc = cfg_.oob_allgather(send.data(), recv.data(), kBlob, cfg_.oob_user);
+    if (rc != 0) {
+      return Error(HVD_ERR_RENDEZVOUS,
+                   "the out-of-band allgather callback failed (returned " + std::to_string(rc) + ")");
+    }
+    Blob b{};
+    std::memcpy(&b, recv.data(), sizeof(b));
+    b.addr[sizeof(b.addr) - 1] = b.port[sizeof(b.port) - 1] = b.secret[sizeof(b.secret) - 1] = 0;
+    host = cfg_.rank == 0 ? "127.0.0.1" : b.addr;
+    port = std::atoi(b.port);
+    secret = b.secret;
+    if (port <= 0) {
+      return Error(HVD_ERR_RENDEZVOUS,
+                   "the out-of-band allgather did not deliver rank 0's store address (is the "
+                   "callback copying rank r's bytes to offset r * bytes?)");
+    }
+  } else if (!cfg_.rendezvous_addr.empty()) {
+    HVD_CHECK(rdv::ParseHostPort(cfg_.rendezvous_addr, &host, &port)
+                  .Wrap("rendezvous address '" + cfg_.rendezvous_addr + "'"));
+    if (cfg_.host_store) {
+      HVD_ASSIGN_OR_RETURN(server_, rdv::StoreServer::Start("", port, secret));
+      host = "127.0.0.1";
+    }
+    if (secret.empty()) {
+      HVD_LOG(log_, HVD_LOG_INFO,
+              "no HVD_SECRET: the rendezvous store at " << cfg_.rendezvous_addr
+                                                        << " is not authenticated");
+    }
+  } else {
+    return Error(HVD_ERR_RENDEZVOUS,
+                 "this is rank " + std::to_string(cfg_.rank) + " of " + std::to_string(cfg_.size) +
+                     " (from " + cfg_.rank_source +
+                     ") but there is no way to find the other ranks: launch with hvdrun, set "
+                     "HVD_RENDEZVOUS_ADDR (and HVD_SECRET) or MASTER_ADDR/MASTER_PORT, pass "
+                     "params.oob_allgather, or use the mpi transport under mpirun");
+  }
+
+  HVD_ASSIGN_OR_RETURN(client_, rdv::StoreClient::Connect(host, port, secret, timeout));
+
+  // Keys of this communicator live under a prefix that differs for each
+  // context a rank creates, so a second hvd_init in the same job never reads
+  // the first one's keys.
+  HVD_ASSIGN_OR_RETURN(int64_t generation,
+                       client_->Add("hvd/generation/" + std::to_string(cfg_.rank), 1));
+  kv_.client = client_.get();
+  kv_.prefix = "hvd/" + std::to_string(generation) + "/";
+  // Tells a launcher this rank is up.
+  HVD_CHECK(client_->Set("ready/" + std::to_string(cfg_.rank),
+                         rdv::Bytes(cfg_.hostname.begin(), cfg_.hostname.end())));
+  return Status::Ok();
+}
+
+// Fills local/cross rank and size from every rank's host name when the
+// launcher did not say.
+Status ContextImpl::ResolveLocalTopology() {
+  if (cfg_.local_rank >= 0 && cfg_.cross_rank >= 0) return Status::Ok();
+  const std::string& me = cfg_.hostname;
+  HVD_CHECK(client_->Set(kv_.prefix + "host/" + std::to_string(cfg_.rank),
+                         rdv::Bytes(me.begin(), me.end())));
+  std::vector<std::string> hosts(static_cast<size_t>(cfg_.size));
+  auto deadline = Clock::now() + std::chrono::duration<double>(cfg_.start_timeout_s);
+  for (int r = 0; r < cfg_.size; ++r) {
+    double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    auto v = client_->Get(kv_.prefix + "host/" + std::to_string(r), std::max(left, 0.001));
+    if (!v.ok()) {
+      if (v.status().code() != HVD_ERR_TIMEOUT) return v.status();
+      std::vector<std::string> keys;
+      for (int q = 0; q < cfg_.size; ++q) keys.push_back(kv_.prefix + "host/" + std::to_string(q));
+      auto have = client_->Check(keys);
+      std::string missing;
+      if (have.ok()) {
+        for (int q = 0; q < cfg_.size; ++q) {
+          if (!(*have)[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        }
+      }
+      return Error(HVD_ERR_TIMEOUT, "ranks [" + missing + "] did not join within " +
+                                        std::to_string(cfg_.start_timeout_s) +
+                                        " s (start timeout; HVD_START_TIMEOUT)");
+    }
+    hosts[r].assign(v->begin(), v->end());
+  }
+  int local_rank = 0, local_size = 0;
+  for (int r = 0; r < cfg_.size; ++r) {
+    if (hosts[r] == me) {
+      if (r < cfg_.rank) ++local_rank;
+      ++local_size;
+    }
+  }
+  // Cross communicator: one rank per host with the same local rank.
+  std::vector<std::string> seen;
+  std::unordered_map<std::string, int> counter;
+  int cross_rank = -1;
+  for (int r = 0; r < cfg_.size; ++r) {
+    int lr = counter[hosts[r]]++;
+    if (lr != local_rank) continue;
+    if (r == cfg_.rank) cross_rank = static_cast<int>(seen.size());
+    seen.push_back(hosts[r]);
+  }
+  if (cfg_.local_rank < 0) {
+    cfg_.local_rank = local_rank;
+    cfg_.local_size = local_size;
+  }
+  if (cfg_.cross_rank < 0) {
+    cfg_.cross_rank = cross_rank;
+    cfg_.cross_size = static_cast<int>(seen.size());
+  }
+  return Status::Ok();
+}
+
+Status ContextImpl::Start() {
+  HVD_LOG(log_, HVD_LOG_DEBUG, "config: " << cfg_.ToString());
+  std::string transport = ChooseTransport();
+  if (cfg_.size > 1 && transport != "mpi") {
+    HVD_CHECK(Rendezvous());
+    HVD_CHECK(ResolveLocalTopology());
+  }
+  HVD_LOG(log_, HVD_LOG_DEBUG, "rank " << cfg_.rank << "/" << cfg_.size << " local "
+                                       << cfg_.local_rank << "/" << cfg_.local_size << " cross "
+                                       << cfg_.cross_rank << "/" << cfg_.cross_size << " from "
+                                       << cfg_.rank_source << "; transport " << transport);
+
+  hvd_transport_env_v1_t env{};
+  env.struct_size = sizeof(env);
+  env.rank = cfg_.rank;
+  env.size = cfg_.size;
+  env.local_rank = cfg_.local_rank;
+  env.local_size = cfg_.local_size;
+  env.cross_rank = cfg_.cross_rank;
+  env.cross_size = cfg_.cross_size;
+  if (client_) {
+    env.kv = &kv_;
+    env.kv_set = KvSet;
+    env.kv_get = KvGet;
+    env.kv_free = KvFree;
+  }
+  env.logger = &log_;
+  env.log = Logger::PluginLog;
+  env.reduce = hvd_reduce_kernel;
+  env.timeout_s = cfg_.transport_timeout_s;
+  env.start_timeout_s = cfg_.start_timeout_s;
+  env.network_interface = cfg_.network_interface.c_str();
+  std::string local_address = client_ ? client_->local_address() : "";
+  env.local_address = local_address.c_str();
+  env.mpi_comm = cfg_.mpi_comm;
+  HVD_ASSIGN_OR_RETURN(transport_, Transport::Open(transport, cfg_.transport_path, env, &log_));
+
+  if (!cfg_.timeline_path.empty() && cfg_.rank == 0) HVD_CHECK(timeline_.Open(cfg_.timeline_path));
+  if (cfg_.fusion_threshold > 0) {
+    // Fault the fusion buffer in now rather than during the first steps.
+    size_t initial = static_cast<size_t>(std::min<int64_t>(cfg_.fusion_threshold, 64ll << 20));
+    if (fusion_.Reserve(initial) == nullptr) return Error(HVD_ERR_NO_MEMORY, "fusion buffer");
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(OpRequest req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_ || shutdown_requested_) {
+    return stopped_ && !stop_reason_.ok()
+               ? stop_reason_
+               : Error(HVD_ERR_ABORTED, "the context has been shut down");
+  }
+  if (req.type == OpType::kBarrier) {
+    req.tensors.front().name = "barrier#" + std::to_string(barrier_count_++);
+  }
+  for (size_t i = 0; i < req.tensors.size(); ++i) {
+    if (inflight_.count(req.tensors[i].name) != 0) {
+      for (size_t j = 0; j < i; ++j) inflight_.erase(req.tensors[j].name);
+      return Error(HVD_ERR_DUPLICATE_NAME,
+                   "an operation on '" + req.tensors[i].name +
+                       "' is already in flight; wait for it before reusing the name");
+    }
+    inflight_.insert(req.tensors[i].name);
+  }
+  std::shared_ptr<Handle> h = req.handle;
+  req.enqueued = Clock::now();
+  queue_.push_back(std::move(req));
+  cv_.notify_one();
+  return h;
+}
+
+void ContextImpl::Finish(OpRequest& req, Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const TensorSpec& t : req.tensors) inflight_.erase(t.name);
+  }
+  if (!status.ok() && status.code() != HVD_ERR_ABORTED) {
+    HVD_LOG(log_, HVD_LOG_DEBUG, req.handle->description() << " failed: " << status.message());
+  }
+  req.handle->Complete(std::move(status));
+}
+
+void ContextImpl::FailEverything(const Status& why) {
+  std::deque<OpRequest> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_) stop_reason_ = why;  // keep the first reason
+    stopped_ = true;
+    queued.swap(queue_);
+  }
+  for (OpRequest& r : controller_.TakeAll()) Finish(r, why);
+  for (OpRequest& r : queued) Finish(r, why);
+}
+
+void ContextImpl::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shutdown_requested_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    FailEverything(Error(HVD_ERR_ABORTED, "the context has been shut down"));
+    timeline_.Close();
+  });
+}
+
+void ContextImpl::Loop() {
+  const auto cycle = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(cfg_.cycle_time_ms));
+  auto next = Clock::now();
+  std::deque<OpRequest> batch;
+  while (true) {
+    bool shutting_down;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_until(lock, next, [this] { return shutdown_requested_; });
+      shutting_down = shutdown_requested_;
+      batch.swap(queue_);
+    }
+    auto now = Clock::now();
+    next = now + cycle;
+    for (OpRequest& r : batch) controller_.Add(std::move(r), now);
+    batch.clear();
+
+    bool shutdown = false;
+    Status s = controller_.Cycle(this, shutting_down, now, &responses_, &shutdown);
+    if (!s.ok()) {
+      HVD_LOG(log_, HVD_LOG_ERROR, s.message());
+      FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
+      return;
+    }
+    if (shutdown) {
+      FailEverything(Error(HVD_ERR_ABORTED,
+                           shutting_down ? "the context has been shut down"
+                                         : "another rank shut down its context"));
+      return;
+    }
+    if (!responses_.empty()) {
+      Execute(responses_);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+    }
+  }
+}
+
+// Groups allreduces into fusion batches (same dtype, op, scaling and device,
+// at most the fusion threshold of bytes), keeping every other operation in
+// response order. All ranks hold the same responses, so all build the same
+// batches in the same order.
+void ContextImpl::Execute(std::vector<Response>& responses) {
+  struct Unit {
+    std::vector<OpRequest*> batch;  // allreduce batch
+    OpRequest* single = nullptr;
+    const Response* resp = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<OpRequest> reqs(responses.size());
+  std::vector<bool> have(responses.size(), false);
+  std::vector<Unit> units;
+  struct OpenBatch {
+    size_t unit;
+    hvd_dtype_t dtype;
+    hvd_reduce_op_t op;
+    double pre, post;
+    bool cpu;
+  };
+  std::vector<OpenBatch> open;
+  const size_t threshold = static_cast<size_t>(cfg_.fusion_threshold);
+  auto now = Clock::now();
+
+  for (size_t i = 0; i < responses.size(); ++i) {
+    Response& resp = responses[i];
+    have[i] = controller_.Take(resp.key, &reqs[i]);
+    if (!have[i]) continue;  // e.g. a stall error for a request this rank never made
+    OpRequest& req = reqs[i];
+    if (timeline_.enabled()) {
+      timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
+    }
+    if (!resp.error.ok()) {
+      Finish(req, resp.error);
+      continue;
+    }
+    if (req.type != OpType::kAllreduce) {
+      Unit u;
+      u.single = &req;
+      u.resp = &resp;
+      units.push_back(u);
+      continue;
+    }
+    size_t bytes = 0;
+    for (const TensorSpec& t : req.tensors) {
+      bytes += static_cast<size_t>(t.NumElements()) * DtypeSize(t.dtype);
+    }
+    const TensorSpec& t0 = req.tensors.front();
+    OpenBatch* match = nullptr;
+    for (OpenBatch& b : open) {
+      if (b.dtype == t0.dtype && b.op == req.reduce_op && b.pre == req.prescale &&
+          b.post == req.postscale && b.cpu == (t0.device == HVD_DEVICE_CPU)) {
+        match = &b;
+        break;
+      }
+    }
+    if (match != nullptr && threshold > 0 && units[match->unit].bytes + bytes <= threshold) {
+      units[match->unit].batch.push_back(&req);
+      units[match->unit].bytes += bytes;
+      continue;
+    }
+    Unit u;
+    u.batch.push_back(&req);
+    u.bytes = bytes;
+    units.push_back(u);
+    OpenBatch ob{units.size() - 1, t0.dtype, req.reduce_op, req.prescale, req.postscale,
+                 t0.device == HVD_DEVICE_CPU};
+    if (match != nullptr) {
+      *match = ob;
+    } else {
+      open.push_back(ob);
+    }
+  }
+
+  for (size_t k = 0; k < units.size(); ++k) {
+    Unit& u = units[k];
+    Status s = u.single != nullptr ? RunOne(*u.single, *u.resp) : RunAllreduceBatch(u.batch);
+    if (u.single != nullptr) {
+      Finish(*u.single, s);
+    } else {
+      for (OpRequest* r : u.batch) Finish(*r, s);
+    }
+    if (!s.ok() && s.code() != HVD_ERR_MISMATCH && s.code() != HVD_ERR_INVALID_ARGUMENT) {
+      // The transport failed: peers are gone or out of step.
+      Status broken(s.code(), "the context can no longer communicate: " + s.message());
+      HVD_LOG(log_, HVD_LOG_ERROR, broken.message());
+      for (size_t j = k + 1; j < units.size(); ++j) {
+        if (units[j].single != nullptr) Finish(*units[j].single, broken);
+        for (OpRequest* r : units[j].batch) Finish(*r, broken);
+      }
+      FailEverything(broken);
+      return;
+    }
+  }
+  timeline_.Flush();
+}
+
+namespace {
+
+// Result = post-op scaling of a reduced buffer (AVERAGE, postscale) while
+// copying src -> dst (dst may equal src).
+void Finalize(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op,
+              double postscale, int size) {
+  if (op == HVD_AVERAGE && !IsFloatingDtype(dtype)) {
+    if (dst != src) std::memcpy(dst, src, count * DtypeSize(dtype));
+    DivideInPlace(dst, count, dtype, size);
+    ScaleInPlace(dst, count, dtype, postscale);
+    return;
+  }
+  double f = postscale;
+  if (op == HVD_AVERAGE) f /= size;
+  if (dst == src) {
+    ScaleInPlace(dst, count, dtype, f);
+  } else {
+    ScaleCopy(dst, src, count, dtype, f);
+  }
+}
+
+// dst = src * prescale (dst may equal src).
+void Prepare(void* dst, const void* src, size_t count, hvd_dtype_t dtype, double prescale) {
+  if (dst == src) {
+    ScaleInPlace(dst, count, dtype, prescale);
+  } else if (count > 0) {
+    ScaleCopy(dst, src, count, dtype, prescale);
+  }
+}
+
+hvd_reduce_op_t TransportOp(hvd_reduce_op_t op) { return op == HVD_AVERAGE ? HVD_SUM : op; }
+
+}  // namespace
+
+Status ContextImpl::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
+  const OpRequest& first = *batch.front();
+  const hvd_dtype_t dtype = first.tensors.front().dtype;
+  const size_t esize = DtypeSize(dtype);
+  const hvd_reduce_op_t op = first.reduce_op;
+  auto t0 = Clock::now();
+
+  size_t total = 0;
+  size_t ntensors = 0;
+  for (OpRequest* r : batch) {
+    for (const TensorSpec& t : r->tensors) {
+      total += static_cast<size_t>(t.NumElements());
+      ++ntensors;
+    }
+  }
+
+  if (ntensors == 1) {
+    // Unfused: reduce straight in the caller's output buffer.
+    TensorSpec& t = batch.front()->tensors.front();
+    size_t n = static_cast<size_t>(t.NumElements());
+    Prepare(t.output, t.input, n, dtype, first.prescale);
+    HVD_CHECK(transport_->Allreduce(t.output, n, dtype, TransportOp(op)));
+    Finalize(t.output, t.output, n, dtype, op, first.postscale, cfg_.size);
+    if (timeline_.enabled()) {
+      timeline_.Span(t.name, "ALLREDUCE", t0, Clock::now(),
+                     "{\"bytes\":" + std::to_string(n * esize) + "}");
+    }
+    return Status::Ok();
+  }
+
+  uint8_t* buf = fusion_.Reserve(total * esize);
+  if (buf == nullptr) return Error(HVD_ERR_NO_MEMORY, "cannot grow the fusion buffer");
+  size_t off = 0;
+  for (OpRequest* r : batch) {
+    for (const TensorSpec& t : r->tensors) {
+      size_t n = static_cast<size_t>(t.NumElements());
+      Prepare(buf + off, t.input, n, dtype, first.prescale);
+      off += n * esize;
+    }
+  }
+  auto t1 = Clock::now();
+  HVD_CHECK(transport_->Allreduce(buf, total, dtype, TransportOp(op)));
+  auto t2 = Clock::now();
+  off = 0;
+  for (OpRequest* r : batch) {
+    for (TensorSpec& t : r->tensors) {
+      size_t n = static_cast<size_t>(t.NumElements());
+      Finalize(t.output, buf + off, n, dtype, op, first.postscale, cfg_.size);
+      off += n * esize;
+    }
+  }
+  if (timeline_.enabled()) {
+    auto t3 = Clock::now();
+    std::string args = "{\"fused_tensors\":" + std::to_string(ntensors) +
+                       ",\"bytes\":" + std::to_string(total * esize) + "}";
+    for (OpRequest* r : batch) {
+      for (const TensorSpec& t : r->tensors) {
+        timeline_.Span(t.name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
+        timeline_.Span(t.name, "ALLREDUCE", t1, t2, args);
+        timeline_.Span(t.name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
+  const int n = cfg_.size;
+  const int me = cfg_.rank;
+  auto t0 = Clock::now();
+  Handle& h = *req.handle;
+  TensorSpec& t = req.tensors.front();
+  const size_t esize = DtypeSize(t.dtype);
+  // Bytes of one row (everything but the first dimension).
+  size_t row = esize;
+  for (size_t d = 1; d < t.shape.size(); ++d) row *= static_cast<size_t>(t.shape[d]);
+
+  switch (req.type) {
+    case OpType::kBroadcast: {
+      size_t bytes = static_cast<size_t>(t.NumElements()) * esize;
+      if (me == req.root && t.output != t.input && bytes > 0) std::memcpy(t.output, t.input, bytes);
+      HVD_CHECK(transport_->Broadcast(t.output, bytes, req.root));
+      break;
+    }
+    case OpType::kAllgather: {
+      std::vector<size_t> recv(static_cast<size_t>(n));
+      int64_t rows = 0;
+      size_t total = 0;
+      for (int r = 0; r < n; ++r) {
+        int64_t rr = resp.all[r].shapes[0][0];
+        recv[r] = static_cast<size_t>(rr) * row;
+        rows += rr;
+        total += recv[r];
+      }
+      h.output.resize(total);
+      HVD_CHECK(transport_->Allgatherv(t.input, h.output.data(), recv.data()));
+      h.output_shape = t.shape;
+      h.output_shape[0] = rows;
+      break;
+    }
+    case OpType::kAlltoall: {
+      std::vector<size_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
+      h.recv_splits.assign(static_cast<size_t>(n), 0);
+      int64_t rows = 0;
+      size_t total = 0;
+      for (int r = 0; r < n; ++r) {
+        send[r] = static_cast<size_t>(req.splits[r]) * row;
+        int64_t from_r = resp.all[r].splits[me];
+        h.recv_splits[r] = from_r;
+        recv[r] = static_cast<size_t>(from_r) * row;
+        rows += from_r;
+        total += recv[r];
+      }
+      h.output.resize(total);
+      HVD_CHECK(transport_->Alltoallv(t.input, send.data(), h.output.data(), recv.data()));
+      h.output_shape = t.shape;
+      h.output_shape[0] = rows;
+      break;
+    }
+    case OpType::kReducescatter: {
+      const size_t count = static_cast<size_t>(t.NumElements());
+      const int64_t rows = t.shape[0];
+      const int64_t base = rows / n, extra = rows % n;
+      const int64_t my_rows = base + (me < extra ? 1 : 0);
+      const int64_t first_row = me * base + std::min<int64_t>(me, extra);
+      uint8_t* buf = fusion_.Reserve(count * esize);
+      if (buf == nullptr) return Error(HVD_ERR_NO_MEMORY, "cannot grow the scratch buffer");
+      Prepare(buf, t.input, count, t.dtype, req.prescale);
+      HVD_CHECK(transport_->Allreduce(buf, count, t.dtype, TransportOp(req.reduce_op)));
+      const size_t row_elems = row / esize;
+      h.output.resize(static_cast<size_t>(my_rows) * row);
+      Finalize(h.output.data(), buf + static_cast<size_t>(first_row) * row,
+               static_cast<size_t>(my_rows) * row_elems, t.dtype, req.reduce_op, req.postscale, n);
+      h.output_shape = t.shape;
+      h.output_shape[0] = my_rows;
+      break;
+    }
+    case OpType::kBarrier:
+      HVD_CHECK(transport_->Barrier());
+      break;
+    case OpType::kAllreduce:
+      return Error(HVD_ERR_INTERNAL, "allreduce routed outside the fusion path");
+  }
+  if (timeline_.enabled()) {
+    timeline_.Span(t.name, OpTypeName(req.type), t0, Clock::now());
+  }
+  return Status::Ok();
+}
+
+// ---- Context -------------------------------------------------------------
+
+Context::Context(std::unique_ptr<ContextImpl> impl) : impl_(std::move(impl)) {}
+Context::~Context() { Shutdown(); }
+
+Result<std::unique_ptr<Context>> Context::Create(const hvd_params_t* params) {
+  HVD_ASSIGN_OR_RETURN(Config cfg, ResolveConfig(params, ProcessEnv()));
+  auto impl = std::make_unique<ContextImpl>(std::move(cfg));
+  HVD_CHECK(impl->Start());
+  return std::unique_ptr<Context>(new Context(std::move(impl)));
+}
+
+int Context::rank() const { return impl_->cfg().rank; }
+int Context::size() const { return impl_->cfg().size; }
+int Context::local_rank() const { return impl_->cfg().local_rank; }
+int Context::local_size() const { return impl_->cfg().local_size; }
+int Context::cross_rank() const { return impl_->cfg().cross_rank; }
+int Context::cross_size() const { return impl_->cfg().cross_size; }
+const char* Context::transport_name() const { return impl_->transport_name(); }
+
+Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest request) {
+  if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");
+  if (request.tensors.empty()) return Error(HVD_ERR_INTERNAL, "request without tensors");
+  return impl_->Enqueue(std::move(request));
+}
+
+void Context::Shutdown() {
+  if (impl_) impl_->Shutdown();
+}
+
+}  // namespace hvd

@@ -1,0 +1,345 @@
+#include "core/controller.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "common/kernels.h"
+
+namespace hvd {
+
+namespace {
+constexpr size_t kHeader = 4;
+constexpr int kMaxStallKeysLogged = 20;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+// ---- ResponseCache -------------------------------------------------------
+
+int ResponseCache::Lookup(const std::string& key, const RequestDesc& desc, int rank) const {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return -1;
+  const Slot& s = slots_[it->second];
+  return s.all[rank] == desc ? it->second : -1;
+}
+
+bool ResponseCache::Holds(int slot, const std::string& key) const {
+  return slot >= 0 && slot < capacity() && slots_[slot].valid && slots_[slot].key == key;
+}
+
+int ResponseCache::Insert(const std::string& key, std::vector<RequestDesc> all, uint64_t tick) {
+  if (slots_.empty()) return -1;
+  Invalidate(key);
+  int chosen = -1;
+  for (int i = 0; i < capacity(); ++i) {
+    if (!slots_[i].valid) {
+      chosen = i;
+      break;
+    }
+  }
+  if (chosen < 0) {  // evict the least recently used; ties go to the lowest slot
+    chosen = 0;
+    for (int i = 1; i < capacity(); ++i) {
+      if (slots_[i].last_used < slots_[chosen].last_used) chosen = i;
+    }
+    by_key_.erase(slots_[chosen].key);
+    ++evictions_;
+  }
+  Slot& s = slots_[chosen];
+  s.valid = true;
+  s.key = key;
+  s.all = std::move(all);
+  s.last_used = tick;
+  by_key_[key] = chosen;
+  return chosen;
+}
+
+void ResponseCache::Invalidate(const std::string& key) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return;
+  Slot& s = slots_[it->second];
+  s.valid = false;
+  s.key.clear();
+  s.all.clear();
+  by_key_.erase(it);
+}
+
+// ---- Controller ----------------------------------------------------------
+
+Controller::Controller(int rank, int size, int cache_capacity, StallConfig stall, Logger* log)
+    : rank_(rank),
+      size_(size),
+      stall_(stall),
+      log_(log),
+      cache_(cache_capacity),
+      ctrl_(kHeader + static_cast<size_t>(cache_capacity)),
+      last_stall_report_(Clock::now()) {}
+
+void Controller::Add(OpRequest req, Clock::time_point now) {
+  if (req.type == OpType::kAlltoall && req.splits.empty()) {
+    int64_t rows = req.tensors.front().shape.empty() ? 1 : req.tensors.front().shape[0];
+    req.splits.assign(static_cast<size_t>(size_), rows / size_);
+  }
+  Entry e;
+  e.desc = DescFromRequest(req);
+  e.req = std::move(req);
+  e.enqueued = now;
+  std::string key = e.desc.key;
+  pending_.emplace(std::move(key), std::move(e));
+}
+
+std::string Controller::RankList(const std::vector<int>& ranks) const {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  os << "]";
+  return os.str();
+}
+
+Status Controller::Validate(const std::vector<RequestDesc>& all) const {
+  const RequestDesc& a = all[0];
+  for (int r = 1; r < size_; ++r) {
+    const RequestDesc& b = all[r];
+    const char* what = nullptr;
+    if (a.type != b.type) {
+      what = "operation";
+    } else if (a.names != b.names) {
+      what = "group members";
+    } else if (a.type != OpType::kBarrier && a.dtype != b.dtype) {
+      what = "dtype";
+    } else if ((a.device == HVD_DEVICE_CPU) != (b.device == HVD_DEVICE_CPU)) {
+      what = "device kind";
+    } else if ((a.type == OpType::kAllreduce || a.type == OpType::kReducescatter) &&
+               (a.reduce_op != b.reduce_op || std::memcmp(&a.prescale, &b.prescale, 8) != 0 ||
+                std::memcmp(&a.postscale, &b.postscale, 8) != 0)) {
+      what = "reduction op or scale factors";
+    } else if (a.type == OpType::kBroadcast && a.root != b.root) {
+      what = "root rank";
+    } else {
+      for (size_t t = 0; t < a.shapes.size() && what == nullptr; ++t) {
+        const auto& sa = a.shapes[t];
+        const auto& sb = b.shapes[t];
+        if (a.type == OpType::kAllgather || a.type == OpType::kAlltoall) {
+          if (sa.size() != sb.size() || !std::equal(sa.begin() + (sa.empty() ? 0 : 1), sa.end(),
+                                                    sb.begin() + (sb.empty() ? 0 : 1))) {
+            what = "shape (all dimensions but the first must agree)";
+          }
+        } else if (a.type != OpType::kBarrier && sa != sb) {
+          what = "shape";
+        }
+      }
+    }
+    if (what == nullptr && a.type == OpType::kAlltoall &&
+        (a.splits.size() != static_cast<size_t>(size_) ||
+         b.splits.size() != static_cast<size_t>(size_))) {
+      what = "splits";
+    }
+    if (what != nullptr) {
+      return Error(HVD_ERR_MISMATCH, std::string("ranks disagree on the ") + what + " of '" +
+                                         a.key + "': rank 0 submitted " + a.Describe() +
+                                         ", rank " + std::to_string(r) + " submitted " +
+                                         b.Describe());
+    }
+  }
+  return Status::Ok();
+}
+
+Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point now,
+                         std::vector<Response>* out, bool* shutdown) {
+  ++tick_;
+  out->clear();
+  *shutdown = false;
+
+  // 1. Local state: find cache slots for new requests; drop stale slots.
+  bool has_new = false;
+  bool want_stall = false;
+  std::fill(ctrl_.begin(), ctrl_.end(), 0);
+  for (auto& [key, e] : pending_) {
+    if (e.state == State::kCached && !cache_.Holds(e.slot, key)) {
+      e.state = State::kNew;
+      e.slot = -1;
+    }
+    if (e.state == State::kNew && e.desc.type != OpType::kBarrier) {
+      int slot = cache_.Lookup(key, e.desc, rank_);
+      if (slot >= 0) {
+        e.state = State::kCached;
+        e.slot = slot;
+      }
+    }
+    if (e.state == State::kNew) has_new = true;
+    if (e.state == State::kCached) ctrl_[kHeader + e.slot] = 1;
+    double age = Seconds(now - e.enqueued);
+    if ((stall_.warning_s > 0 && age >= stall_.warning_s &&
+         Seconds(now - last_stall_report_) >= stall_.warning_s) ||
+        (stall_.shutdown_s > 0 && age >= stall_.shutdown_s)) {
+      want_stall = true;
+    }
+  }
+  ctrl_[0] = has_new ? 0 : 1;
+  ctrl_[1] = shutting_down ? 0 : 1;
+  ctrl_[2] = want_stall ? 0 : 1;
+  ctrl_[3] = 1;
+
+  HVD_CHECK(cp->AllreduceMinU8(ctrl_.data(), ctrl_.size()).Wrap("negotiation"));
+
+  if (ctrl_[1] == 0) {
+    *shutdown = true;
+    return Status::Ok();
+  }
+
+  // 2. Requests every rank has in the cache: ready now, in slot order.
+  for (int s = 0; s < cache_.capacity(); ++s) {
+    if (ctrl_[kHeader + s] == 0) continue;
+    cache_.Touch(s, tick_);
+    Response r;
+    r.key = cache_.KeyOf(s);
+    r.all = cache_.Get(s);
+    out->push_back(std::move(r));
+  }
+  for (const Response& r : *out) {
+    // Leave the entries in pending_ for Take(); mark them so they are not
+    // announced again.
+    auto it = pending_.find(r.key);
+    if (it != pending_.end()) it->second.state = State::kAnnounced;
+  }
+
+  bool full = ctrl_[0] == 0;
+  bool stall_round = ctrl_[2] == 0;
+  if (!full && !stall_round) return Status::Ok();
+
+  // 3. Full round: everyone's new descriptors (and, on request, stall reports).
+  ++full_rounds_;
+  RankMessage mine;
+  for (auto& [key, e] : pending_) {
+    if (e.state == State::kNew) {
+      mine.requests.push_back(e.desc);
+      e.state = State::kAnnounced;
+    }
+  }
+  if (stall_round) {
+    mine.stall_report = true;
+    for (auto& [key, e] : pending_) {
+      mine.pending.push_back(key);
+      if (stall_.shutdown_s > 0 && Seconds(now - e.enqueued) >= stall_.shutdown_s) {
+        mine.expired.push_back(key);
+      }
+    }
+    last_stall_report_ = now;
+  }
+  ByteWriter w;
+  EncodeRankMessage(mine, &w);
+  std::vector<std::vector<uint8_t>> all;
+  HVD_CHECK(cp->AllgatherBytes(w.bytes(), &all).Wrap("negotiation"));
+
+  std::vector<RankMessage> msgs(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    HVD_CHECK(DecodeRankMessage(all[r].data(), all[r].size(), &msgs[r])
+                  .Wrap("message from rank " + std::to_string(r)));
+  }
+
+  // 3a. Announcements, in rank order. A full announcement of a cached key
+  // means that rank's request changed: the slot is dropped everywhere and
+  // ranks holding it re-announce in full next cycle.
+  for (int r = 0; r < size_; ++r) {
+    for (RequestDesc& d : msgs[r].requests) {
+      cache_.Invalidate(d.key);
+      TableRow& row = table_[d.key];
+      if (row.descs.empty()) {
+        row.descs.resize(static_cast<size_t>(size_));
+        row.have.assign(static_cast<size_t>(size_), false);
+      }
+      if (row.have[r]) continue;  // cannot happen with well-behaved peers
+      row.have[r] = true;
+      row.descs[r] = std::move(d);
+      if (++row.count == size_) {
+        Response resp;
+        resp.key = row.descs[0].key;
+        resp.error = Validate(row.descs);
+        if (resp.error.ok()) {
+          resp.all = row.descs;
+          if (resp.all[0].type != OpType::kBarrier) cache_.Insert(resp.key, row.descs, tick_);
+        }
+        out->push_back(std::move(resp));
+        table_.erase(row.descs[0].key);
+      }
+    }
+  }
+
+  // 3b. Stall report: who is missing what; expire what waited too long.
+  if (stall_round) {
+    std::map<std::string, std::vector<int>> holders;
+    std::set<std::string> expired;
+    for (int r = 0; r < size_; ++r) {
+      for (const auto& k : msgs[r].pending) holders[k].push_back(r);
+      for (const auto& k : msgs[r].expired) expired.insert(k);
+    }
+    std::ostringstream report;
+    int listed = 0;
+    std::set<std::string> responded;
+    for (const Response& r : *out) responded.insert(r.key);
+    for (const auto& [key, ranks] : holders) {
+      if (responded.count(key) != 0) continue;
+      std::vector<int> missing;
+      for (int r = 0, i = 0; r < size_; ++r) {
+        if (i < static_cast<int>(ranks.size()) && ranks[i] == r) {
+          ++i;
+        } else {
+          missing.push_back(r);
+        }
+      }
+      auto it = pending_.find(key);
+      if (!missing.empty()) {
+        std::string text = "ranks " + RankList(missing) + " have not submitted '" + key + "'";
+        if (it != pending_.end()) it->second.req.handle->SetWaitingOn(text);
+        if (listed < kMaxStallKeysLogged) {
+          report << "\n  '" << key << "': submitted by ranks " << RankList(ranks)
+                 << ", missing ranks " << RankList(missing);
+        }
+        ++listed;
+      }
+      if (expired.count(key) != 0) {
+        Response resp;
+        resp.key = key;
+        std::ostringstream msg;
+        msg << "'" << key << "' stalled for more than " << stall_.shutdown_s << " s: ";
+        if (missing.empty()) {
+          msg << "every rank submitted it but negotiation did not complete";
+        } else {
+          msg << "ranks " << RankList(missing) << " never submitted it (ranks " << RankList(ranks)
+              << " did)";
+        }
+        resp.error = Error(HVD_ERR_TIMEOUT, msg.str());
+        table_.erase(key);
+        cache_.Invalidate(key);
+        out->push_back(std::move(resp));
+      }
+    }
+    if (listed > 0 && rank_ == 0) {
+      HVD_LOG(*log_, HVD_LOG_WARNING,
+              "stall: " << listed << " operation(s) are waiting on other ranks "
+                        "(a rank may have skipped a collective or submitted a different name)"
+                        << report.str() << (listed > kMaxStallKeysLogged ? "\n  ..." : ""));
+    }
+  }
+  return Status::Ok();
+}
+
+bool Controller::Take(const std::string& key, OpRequest* req) {
+  auto it = pending_.find(key);
+  if (it == pending_.end()) return false;
+  *req = std::move(it->second.req);
+  pending_.erase(it);
+  return true;
+}
+
+std::vector<OpRequest> Controller::TakeAll() {
+  std::vector<OpRequest> v;
+  for (auto& [key, e] : pending_) v.push_back(std::move(e.req));
+  pending_.clear();
+  table_.clear();
+  return v;
+}
+
+}  // namespace hvd

@@ -1,0 +1,138 @@
+// Negotiation: which named requests are ready on every rank, in one order
+// that every rank computes identically.
+//
+// Every cycle each rank contributes to one small allreduce (MIN over bytes):
+//   [0] 0 if this rank has requests the cache cannot describe (a full round follows)
+//   [1] 0 if this rank is shutting down
+//   [2] 0 if this rank asks for a stall report
+//   [3] reserved
+//   [4 + s] 1 if this rank has a pending request that matches cache slot s
+// A slot whose byte survives the MIN is ready everywhere: steady-state steps,
+// where every request was seen before, cost this one allreduce and nothing
+// else. Otherwise a full round allgathers each rank's new request
+// descriptors; every rank applies the same messages in rank order to the same
+// table and cache, so all ranks derive the same responses, the same cache
+// slots and the same evictions without a coordinator.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "core/logging.h"
+#include "core/message.h"
+#include "core/request.h"
+
+namespace hvd {
+
+using Clock = std::chrono::steady_clock;
+
+// The two control-plane collectives negotiation needs.
+class ControlPlane {
+ public:
+  virtual ~ControlPlane() = default;
+  virtual Status AllreduceMinU8(uint8_t* buf, size_t n) = 0;
+  // all[r] = rank r's bytes.
+  virtual Status AllgatherBytes(const std::vector<uint8_t>& mine,
+                                std::vector<std::vector<uint8_t>>* all) = 0;
+};
+
+struct Response {
+  std::string key;
+  Status error;                  // not ok: complete the request with this error
+  std::vector<RequestDesc> all;  // every rank's descriptor (empty for errors)
+};
+
+// A deterministic LRU of negotiated requests (same content on every rank).
+class ResponseCache {
+ public:
+  explicit ResponseCache(int capacity) : slots_(static_cast<size_t>(capacity)) {}
+  int capacity() const { return static_cast<int>(slots_.size()); }
+  // Slot holding key with this rank's descriptor equal to desc, or -1.
+  int Lookup(const std::string& key, const RequestDesc& desc, int rank) const;
+  bool Holds(int slot, const std::string& key) const;
+  const std::vector<RequestDesc>& Get(int slot) const { return slots_[slot].all; }
+  const std::string& KeyOf(int slot) const { return slots_[slot].key; }
+  void Touch(int slot, uint64_t tick) { slots_[slot].last_used = tick; }
+  int Insert(const std::string& key, std::vector<RequestDesc> all, uint64_t tick);
+  void Invalidate(const std::string& key);
+  size_t used() const { return by_key_.size(); }
+  uint64_t evictions() const { return evictions_; }
+
+ private:
+  struct Slot {
+    bool valid = false;
+    std::string key;
+    std::vector<RequestDesc> all;
+    uint64_t last_used = 0;
+  };
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, int> by_key_;
+  uint64_t evictions_ = 0;
+};
+
+struct StallConfig {
+  double warning_s = 60;   // <= 0: off
+  double shutdown_s = 300; // <= 0: off
+};
+
+class Controller {
+ public:
+  Controller(int rank, int size, int cache_capacity, StallConfig stall, Logger* log);
+
+  // Takes a new local request (its key must not be pending).
+  void Add(OpRequest req, Clock::time_point now);
+
+  // One negotiation cycle. Fills `out` with the responses, in the same order
+  // on every rank, and sets *shutdown when any rank is shutting down.
+  Status Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point now,
+               std::vector<Response>* out, bool* shutdown);
+
+  // The local request behind a response; false if this rank has none (e.g.
+  // a stall error for a request this rank never made).
+  bool Take(const std::string& key, OpRequest* req);
+
+  // Removes and returns every pending request (shutdown, broken transport).
+  std::vector<OpRequest> TakeAll();
+
+  size_t pending() const { return pending_.size(); }
+  const ResponseCache& cache() const { return cache_; }
+  uint64_t full_rounds() const { return full_rounds_; }
+  uint64_t cycles() const { return tick_; }
+
+ private:
+  enum class State { kNew, kCached, kAnnounced };
+  struct Entry {
+    OpRequest req;
+    RequestDesc desc;
+    State state = State::kNew;
+    int slot = -1;
+    Clock::time_point enqueued;
+  };
+  struct TableRow {
+    std::vector<RequestDesc> descs;  // by rank
+    std::vector<bool> have;
+    int count = 0;
+  };
+
+  Status Validate(const std::vector<RequestDesc>& all) const;
+  std::string RankList(const std::vector<int>& ranks) const;
+
+  int rank_, size_;
+  StallConfig stall_;
+  Logger* log_;
+  ResponseCache cache_;
+  std::map<std::string, Entry> pending_;
+  std::unordered_map<std::string, TableRow> table_;
+  std::vector<uint8_t> ctrl_;
+  uint64_t tick_ = 0;
+  uint64_t full_rounds_ = 0;
+  Clock::time_point last_stall_report_;
+};
+
+}  // namespace hvd

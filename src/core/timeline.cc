@@ -1,0 +1,76 @@
+#include "core/timeline.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace hvd {
+
+namespace {
+std::string JsonEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof(b), "\\u%04x", c);
+      o += b;
+    } else {
+      o += c;
+    }
+  }
+  return o;
+}
+}  // namespace
+
+Status Timeline::Open(const std::string& path) {
+  Close();
+  file_ = std::fopen(path.c_str(), "w");
+  if (file_ == nullptr) {
+    return Error(HVD_ERR_INVALID_ARGUMENT,
+                 "cannot write the timeline to '" + path + "': " + std::strerror(errno));
+  }
+  origin_ = std::chrono::steady_clock::now();
+  std::fputs("[\n", file_);
+  first_ = true;
+  return Status::Ok();
+}
+
+double Timeline::Micros(TimePoint t) const {
+  return std::chrono::duration<double, std::micro>(t - origin_).count();
+}
+
+int Timeline::Row(const std::string& tensor) {
+  auto it = rows_.find(tensor);
+  if (it != rows_.end()) return it->second;
+  int row = static_cast<int>(rows_.size()) + 1;
+  rows_[tensor] = row;
+  std::fprintf(file_, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+               first_ ? "" : ",\n", row, JsonEscape(tensor).c_str());
+  first_ = false;
+  return row;
+}
+
+void Timeline::Span(const std::string& tensor, const char* phase, TimePoint begin, TimePoint end,
+                    const std::string& args_json) {
+  if (file_ == nullptr) return;
+  int row = Row(tensor);
+  std::fprintf(file_, ",\n{\"name\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f%s%s%s}",
+               phase, row, Micros(begin), Micros(end) - Micros(begin),
+               args_json.empty() ? "" : ",\"args\":", args_json.c_str(), "");
+}
+
+void Timeline::Flush() {
+  if (file_ != nullptr) std::fflush(file_);
+}
+
+void Timeline::Close() {
+  if (file_ == nullptr) return;
+  std::fputs("\n]\n", file_);
+  std::fclose(file_);
+  file_ = nullptr;
+  rows_.clear();
+}
+
+}  // namespace hvd

@@ -1,0 +1,39 @@
+// Chrome trace (chrome://tracing, Perfetto) of what the background thread
+// did: one row per tensor name, spans for negotiation and for each phase of
+// the operation. Written by the background thread only; rank 0 writes it.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <unordered_map>
+
+#include "common/status.h"
+
+namespace hvd {
+
+class Timeline {
+ public:
+  Timeline() = default;
+  ~Timeline() { Close(); }
+  Status Open(const std::string& path);
+  bool enabled() const { return file_ != nullptr; }
+
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // A complete span on the row of `tensor`.
+  void Span(const std::string& tensor, const char* phase, TimePoint begin, TimePoint end,
+            const std::string& args_json = "");
+  void Flush();
+  void Close();
+
+ private:
+  int Row(const std::string& tensor);
+  double Micros(TimePoint t) const;
+
+  std::FILE* file_ = nullptr;
+  TimePoint origin_;
+  std::unordered_map<std::string, int> rows_;
+  bool first_ = true;
+};
+
+}  // namespace hvd

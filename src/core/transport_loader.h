@@ -1,0 +1,47 @@
+// Finds, loads and wraps a transport: built-in tables first (the single-rank
+// "local" transport, and whatever the static library compiled in), then
+// libhvd_transport_<name>.so in the HVD_TRANSPORT_PATH folders and next to
+// libhvd.so itself.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "core/logging.h"
+#include "transports/hvd_transport.h"
+
+namespace hvd {
+
+class Transport {
+ public:
+  // Loads `name` and connects (table->init). search_path: ':'-separated folders.
+  static Result<std::unique_ptr<Transport>> Open(const std::string& name,
+                                                 const std::string& search_path,
+                                                 const hvd_transport_env_v1_t& env, Logger* log);
+  // True if a table for `name` can be found (does not connect).
+  static bool Available(const std::string& name, const std::string& search_path);
+
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  const char* name() const { return table_->name; }
+
+  Status Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
+  Status Allgatherv(const void* send, void* recv, const size_t* recv_bytes);
+  Status Broadcast(void* buf, size_t bytes, int root);
+  Status Alltoallv(const void* send, const size_t* send_bytes, void* recv, const size_t* recv_bytes);
+  Status Barrier();
+
+ private:
+  Transport() = default;
+  Status Check(int rc, const char* what);
+
+  const hvd_transport_v1_t* table_ = nullptr;
+  void* dl_ = nullptr;
+  void* comm_ = nullptr;
+};
+
+}  // namespace hvd

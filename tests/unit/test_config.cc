@@ -1,0 +1,202 @@
+// Configuration: params, HVD_* environment, launcher environments, defaults.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/config.h"
+
+namespace hvd {
+namespace {
+
+EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+Config MustResolve(const hvd_params_t* p, std::map<std::string, std::string> env) {
+  auto r = ResolveConfig(p, FakeEnv(std::move(env)));
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r.value() : Config{};
+}
+
+TEST(Config, NoLauncherIsAWorldOfOne) {
+  Config c = MustResolve(nullptr, {});
+  EXPECT_EQ(c.rank, 0);
+  EXPECT_EQ(c.size, 1);
+  EXPECT_EQ(c.local_rank, 0);
+  EXPECT_EQ(c.local_size, 1);
+  EXPECT_EQ(c.cross_size, 1);
+  EXPECT_EQ(c.rank_source, "none");
+  EXPECT_EQ(c.fusion_threshold, 128ll << 20);
+  EXPECT_DOUBLE_EQ(c.cycle_time_ms, 1.0);
+  EXPECT_EQ(c.cache_capacity, 1024);
+  EXPECT_DOUBLE_EQ(c.stall_warning_s, 60.0);
+  EXPECT_DOUBLE_EQ(c.stall_shutdown_s, 300.0);
+}
+
+TEST(Config, Hvdrun) {
+  Config c = MustResolve(nullptr, {{"HVD_RANK", "3"}, {"HVD_SIZE", "4"}, {"HVD_LOCAL_RANK", "1"},
+                                   {"HVD_LOCAL_SIZE", "2"}, {"HVD_CROSS_RANK", "1"},
+                                   {"HVD_CROSS_SIZE", "2"}, {"HVD_RENDEZVOUS_ADDR", "10.0.0.1:99"},
+                                   {"HVD_SECRET", "abcd"}, {"RANK", "0"}, {"WORLD_SIZE", "9"}});
+  EXPECT_EQ(c.rank_source, "hvdrun");
+  EXPECT_EQ(c.rank, 3);
+  EXPECT_EQ(c.size, 4);
+  EXPECT_EQ(c.local_rank, 1);
+  EXPECT_EQ(c.local_size, 2);
+  EXPECT_EQ(c.cross_rank, 1);
+  EXPECT_EQ(c.cross_size, 2);
+  EXPECT_EQ(c.rendezvous_addr, "10.0.0.1:99");
+  EXPECT_EQ(c.secret, "abcd");
+  EXPECT_FALSE(c.host_store);
+}
+
+TEST(Config, Torchrun) {
+  Config c = MustResolve(nullptr, {{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                                   {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "1"},
+                                   {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(c.rank_source, "torchrun");
+  EXPECT_EQ(c.rank, 5);
+  EXPECT_EQ(c.size, 8);
+  EXPECT_EQ(c.local_rank, 1);
+  EXPECT_EQ(c.local_size, 4);
+  EXPECT_EQ(c.cross_rank, 1);
+  EXPECT_EQ(c.cross_size, 2);
+  EXPECT_EQ(c.rendezvous_addr, "node0:29500");
+  EXPECT_FALSE(c.host_store);
+  Config c0 = MustResolve(nullptr, {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "::1"},
+                                    {"MASTER_PORT", "1234"}});
+  EXPECT_TRUE(c0.host_store);
+  EXPECT_EQ(c0.rendezvous_addr, "[::1]:1234");
+}
+
+TEST(Config, OpenMpi) {
+  Config c = MustResolve(nullptr, {{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"},
+                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
+  EXPECT_EQ(c.rank_source, "mpi");
+  EXPECT_EQ(c.rank, 2);
+  EXPECT_EQ(c.size, 3);
+  EXPECT_EQ(c.local_rank, 0);
+  EXPECT_EQ(c.local_size, 1);
+  EXPECT_EQ(c.cross_rank, -1);  // derived at rendezvous from host names
+}
+
+TEST(Config, PmiAndPmix) {
+  Config c = MustResolve(nullptr, {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}});
+  EXPECT_EQ(c.rank_source, "pmi");
+  EXPECT_EQ(c.rank, 1);
+  EXPECT_EQ(c.size, 2);
+  Config x = MustResolve(nullptr, {{"PMIX_RANK", "3"}, {"PMIX_SIZE", "4"}});
+  EXPECT_EQ(x.rank_source, "pmi");
+  EXPECT_EQ(x.rank, 3);
+}
+
+TEST(Config, Slurm) {
+  Config c = MustResolve(nullptr, {{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"},
+                                   {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+                                   {"SLURM_NNODES", "3"}, {"SLURM_TASKS_PER_NODE", "2(x3)"}});
+  EXPECT_EQ(c.rank_source, "slurm");
+  EXPECT_EQ(c.rank, 5);
+  EXPECT_EQ(c.size, 6);
+  EXPECT_EQ(c.local_rank, 1);
+  EXPECT_EQ(c.local_size, 2);
+  EXPECT_EQ(c.cross_rank, 2);
+  EXPECT_EQ(c.cross_size, 3);
+  // Uneven nodes: the cross communicator is derived later instead.
+  Config u = MustResolve(nullptr, {{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "3"},
+                                   {"SLURM_LOCALID", "0"}, {"SLURM_NODEID", "1"},
+                                   {"SLURM_NNODES", "2"}, {"SLURM_TASKS_PER_NODE", "2,1"}});
+  EXPECT_EQ(u.local_size, 1);
+  EXPECT_EQ(u.cross_rank, -1);
+}
+
+TEST(Config, PrecedenceHvdrunOverTorchrunOverMpiOverSlurm) {
+  EXPECT_EQ(MustResolve(nullptr, {{"RANK", "1"}, {"WORLD_SIZE", "2"},
+                                  {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}})
+                .rank_source,
+            "torchrun");
+  EXPECT_EQ(MustResolve(nullptr, {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                  {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}})
+                .rank_source,
+            "mpi");
+}
+
+TEST(Config, ParamsWinOverEnvironment) {
+  hvd_params_t p = HVD_PARAMS_INIT;
+  p.rank = 1;
+  p.size = 2;
+  p.cycle_time_ms = 7.5;
+  p.fusion_threshold_bytes = 0;
+  p.mask = HVD_PARAM_RANK | HVD_PARAM_SIZE | HVD_PARAM_CYCLE_TIME | HVD_PARAM_FUSION_THRESHOLD;
+  Config c = MustResolve(&p, {{"HVD_RANK", "0"}, {"HVD_SIZE", "4"}, {"HVD_CYCLE_TIME", "3"},
+                              {"HVD_CACHE_CAPACITY", "17"}});
+  EXPECT_EQ(c.rank_source, "params");
+  EXPECT_EQ(c.rank, 1);
+  EXPECT_EQ(c.size, 2);
+  EXPECT_DOUBLE_EQ(c.cycle_time_ms, 7.5);
+  EXPECT_EQ(c.fusion_threshold, 0);
+  EXPECT_EQ(c.cache_capacity, 17);  // not in params: from the environment
+}
+
+TEST(Config, EnvironmentKnobs) {
+  Config c = MustResolve(nullptr, {{"HVD_FUSION_THRESHOLD", "1048576"}, {"HVD_CYCLE_TIME", "2.5"},
+                                   {"HVD_CACHE_CAPACITY", "0"}, {"HVD_STALL_WARNING_TIME", "5"},
+                                   {"HVD_STALL_SHUTDOWN_TIME", "0"}, {"HVD_LOG_LEVEL", "debug"},
+                                   {"HVD_TIMELINE", "/tmp/t.json"}, {"HVD_TRANSPORT", "gloo"}});
+  EXPECT_EQ(c.fusion_threshold, 1048576);
+  EXPECT_DOUBLE_EQ(c.cycle_time_ms, 2.5);
+  EXPECT_EQ(c.cache_capacity, 0);
+  EXPECT_DOUBLE_EQ(c.stall_warning_s, 5);
+  EXPECT_DOUBLE_EQ(c.stall_shutdown_s, 0);
+  EXPECT_EQ(c.log_level, HVD_LOG_DEBUG);
+  EXPECT_EQ(c.timeline_path, "/tmp/t.json");
+  EXPECT_EQ(c.transport, "gloo");
+  EXPECT_NE(c.ToString().find("cycle_time_ms=2.5"), std::string::npos);
+}
+
+TEST(Config, BadValuesAreClearErrors) {
+  auto bad = [](std::map<std::string, std::string> env, const char* needle) {
+    auto r = ResolveConfig(nullptr, FakeEnv(std::move(env)));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  bad({{"HVD_CYCLE_TIME", "fast"}}, "HVD_CYCLE_TIME");
+  bad({{"HVD_FUSION_THRESHOLD", "-1"}}, "fusion threshold");
+  bad({{"HVD_LOG_LEVEL", "loud"}}, "HVD_LOG_LEVEL");
+  bad({{"HVD_RANK", "4"}, {"HVD_SIZE", "4"}}, "rank 4");
+  bad({{"HVD_RANK", "x"}, {"HVD_SIZE", "4"}}, "HVD_RANK");
+  bad({{"HVD_START_TIMEOUT", "0"}}, "start_timeout_s");
+}
+
+TEST(Config, ParamsStructVersioning) {
+  hvd_params_t p = HVD_PARAMS_INIT;
+  p.mask = 1ULL << 60;
+  auto r = ResolveConfig(&p, FakeEnv({}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), HVD_ERR_UNSUPPORTED);
+
+  // An older caller whose struct ends before cycle_time_ms.
+  hvd_params_t old = HVD_PARAMS_INIT;
+  old.struct_size = offsetof(hvd_params_t, cycle_time_ms);
+  old.fusion_threshold_bytes = 4096;
+  old.mask = HVD_PARAM_FUSION_THRESHOLD;
+  Config c = MustResolve(&old, {});
+  EXPECT_EQ(c.fusion_threshold, 4096);
+  old.mask |= HVD_PARAM_CYCLE_TIME;  // claims a field its struct does not have
+  auto r2 = ResolveConfig(&old, FakeEnv({}));
+  ASSERT_FALSE(r2.ok());
+  EXPECT_EQ(r2.status().code(), HVD_ERR_INVALID_ARGUMENT);
+
+  hvd_params_t half = HVD_PARAMS_INIT;
+  half.rank = 0;
+  half.mask = HVD_PARAM_RANK;  // rank without size
+  EXPECT_FALSE(ResolveConfig(&half, FakeEnv({})).ok());
+}
+
+}  // namespace
+}  // namespace hvd

@@ -1,0 +1,225 @@
+// Negotiation: ordering, response cache, mismatches and stalls, with ranks as
+// threads over in-memory collectives.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "core/controller.h"
+#include "fake_fabric.h"
+
+namespace hvd {
+namespace {
+
+OpRequest MakeAllreduce(const std::string& name, std::vector<int64_t> shape,
+                        hvd_dtype_t dtype = HVD_FLOAT32) {
+  OpRequest r;
+  r.type = OpType::kAllreduce;
+  r.reduce_op = HVD_SUM;
+  TensorSpec t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  r.tensors.push_back(t);
+  r.handle = std::make_shared<Handle>("allreduce '" + name + "'");
+  return r;
+}
+
+// Per rank: the sequence of (key, ok) responses over all cycles.
+using Trace = std::vector<std::pair<std::string, hvd_status_t>>;
+
+struct Harness {
+  int n;
+  int cache;
+  StallConfig stall{0, 0};
+  test::Fabric fabric;
+  std::vector<Logger> logs;
+  std::vector<std::unique_ptr<Controller>> ctl;
+  std::vector<std::unique_ptr<test::FakeControlPlane>> cps;
+  std::vector<Trace> traces;
+
+  Harness(int n_, int cache_, StallConfig st = {0, 0})
+      : n(n_), cache(cache_), stall(st), fabric(n_), logs(n_, Logger(HVD_LOG_ERROR, nullptr, nullptr)),
+        traces(n_) {
+    for (int r = 0; r < n; ++r) {
+      ctl.push_back(std::make_unique<Controller>(r, n, cache, stall, &logs[r]));
+      cps.push_back(std::make_unique<test::FakeControlPlane>(&fabric, r));
+    }
+  }
+
+  // Runs `cycles` cycles on every rank; before cycle c, rank r adds
+  // submissions[r][c] (if any).
+  void Run(int cycles, const std::vector<std::vector<std::vector<OpRequest>>>& submissions) {
+    std::vector<std::thread> th;
+    for (int r = 0; r < n; ++r) {
+      th.emplace_back([&, r] {
+        for (int c = 0; c < cycles; ++c) {
+          if (r < static_cast<int>(submissions.size()) &&
+              c < static_cast<int>(submissions[r].size())) {
+            for (const OpRequest& q : submissions[r][c]) ctl[r]->Add(q, Clock::now());
+          }
+          std::vector<Response> out;
+          bool shutdown = false;
+          Status s = ctl[r]->Cycle(cps[r].get(), false, Clock::now(), &out, &shutdown);
+          ASSERT_TRUE(s.ok()) << s.message();
+          for (const Response& resp : out) {
+            traces[r].push_back({resp.key, resp.error.code()});
+            OpRequest req;
+            if (ctl[r]->Take(resp.key, &req)) req.handle->Complete(resp.error);
+          }
+        }
+      });
+    }
+    for (auto& t : th) t.join();
+  }
+};
+
+TEST(Controller, SameOrderOnEveryRankDespiteShuffledSubmission) {
+  for (int n : {2, 3, 4, 8}) {
+    Harness h(n, 64);
+    std::vector<std::vector<std::vector<OpRequest>>> subs(n);
+    std::mt19937 rng(42);
+    for (int r = 0; r < n; ++r) {
+      std::vector<int> idx(40);
+      for (int i = 0; i < 40; ++i) idx[i] = i;
+      std::shuffle(idx.begin(), idx.end(), rng);
+      subs[r].resize(5);
+      // Spread the 40 names over 5 cycles in a rank-specific order.
+      for (int i = 0; i < 40; ++i) {
+        subs[r][i % 5].push_back(MakeAllreduce("t" + std::to_string(idx[i]), {3, 2}));
+      }
+    }
+    h.Run(8, subs);
+    ASSERT_EQ(h.traces[0].size(), 40u) << "n=" << n;
+    std::set<std::string> names;
+    for (const auto& e : h.traces[0]) {
+      names.insert(e.first);
+      EXPECT_EQ(e.second, HVD_OK);
+    }
+    EXPECT_EQ(names.size(), 40u);
+    for (int r = 1; r < n; ++r) EXPECT_EQ(h.traces[r], h.traces[0]) << "rank " << r << " n=" << n;
+  }
+}
+
+TEST(Controller, SteadyStateUsesTheCacheOnly) {
+  Harness h(3, 16);
+  auto step = [&](int tag) {
+    std::vector<std::vector<std::vector<OpRequest>>> subs(3);
+    for (int r = 0; r < 3; ++r) {
+      subs[r].resize(1);
+      for (int i = 0; i < 5; ++i) {
+        int k = (i + r * 2) % 5;  // a different order on every rank
+        subs[r][0].push_back(MakeAllreduce("g" + std::to_string(k), {k + 1}));
+      }
+    }
+    (void)tag;
+    h.Run(2, subs);
+  };
+  step(0);
+  uint64_t full_after_first = h.ctl[0]->full_rounds();
+  EXPECT_GE(full_after_first, 1u);
+  EXPECT_EQ(h.ctl[0]->cache().used(), 5u);
+  for (int s = 1; s < 4; ++s) step(s);
+  EXPECT_EQ(h.ctl[0]->full_rounds(), full_after_first) << "cached steps must skip the full round";
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(h.traces[r].size(), 20u);
+    EXPECT_EQ(h.traces[r], h.traces[0]);
+  }
+}
+
+TEST(Controller, ShapeChangeOnOneRankIsAMismatchOnAllAndTheCacheRecovers) {
+  Harness h(2, 8);
+  std::vector<std::vector<std::vector<OpRequest>>> subs(2);
+  subs[0] = {{MakeAllreduce("w", {4})}};
+  subs[1] = {{MakeAllreduce("w", {4})}};
+  h.Run(2, subs);  // negotiated and cached
+  subs[0] = {{MakeAllreduce("w", {4})}};
+  subs[1] = {{MakeAllreduce("w", {5})}};  // rank 1 changed shape
+  h.Run(4, subs);
+  ASSERT_EQ(h.traces[0].size(), 2u);
+  EXPECT_EQ(h.traces[0][1].second, HVD_ERR_MISMATCH);
+  EXPECT_EQ(h.traces[1][1].second, HVD_ERR_MISMATCH);
+  subs[0] = {{MakeAllreduce("w", {5})}};
+  subs[1] = {{MakeAllreduce("w", {5})}};
+  h.Run(3, subs);
+  ASSERT_EQ(h.traces[0].size(), 3u);
+  EXPECT_EQ(h.traces[0][2].second, HVD_OK);
+  EXPECT_EQ(h.traces[1], h.traces[0]);
+}
+
+TEST(Controller, DtypeMismatchNamesBothRanks) {
+  Harness h(2, 0);
+  std::vector<std::vector<std::vector<OpRequest>>> subs(2);
+  subs[0] = {{MakeAllreduce("x", {2}, HVD_FLOAT32)}};
+  subs[1] = {{MakeAllreduce("x", {2}, HVD_INT32)}};
+  std::vector<std::shared_ptr<Handle>> handles = {subs[0][0][0].handle, subs[1][0][0].handle};
+  h.Run(2, subs);
+  for (auto& hd : handles) {
+    Status s = hd->status();
+    EXPECT_EQ(s.code(), HVD_ERR_MISMATCH);
+    EXPECT_NE(s.message().find("dtype"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("float32"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("int32"), std::string::npos) << s.message();
+  }
+}
+
+TEST(Controller, SmallCacheEvictsDeterministically) {
+  Harness h(2, 2);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::vector<std::vector<OpRequest>>> subs(2);
+    for (int r = 0; r < 2; ++r) {
+      subs[r].resize(1);
+      for (int i = 0; i < 5; ++i) {
+        subs[r][0].push_back(MakeAllreduce("e" + std::to_string(r ? 4 - i : i), {2}));
+      }
+    }
+    h.Run(3, subs);
+  }
+  EXPECT_EQ(h.traces[0].size(), 20u);
+  EXPECT_EQ(h.traces[1], h.traces[0]);
+  EXPECT_LE(h.ctl[0]->cache().used(), 2u);
+  EXPECT_GT(h.ctl[0]->cache().evictions(), 0u);
+  EXPECT_EQ(h.ctl[0]->cache().evictions(), h.ctl[1]->cache().evictions());
+}
+
+TEST(Controller, StalledTensorErrorsNamingTheMissingRank) {
+  Harness h(3, 4, StallConfig{0.05, 0.2});
+  std::vector<std::vector<std::vector<OpRequest>>> subs(3);
+  subs[0] = {{MakeAllreduce("late", {1})}};
+  subs[1] = {{MakeAllreduce("late", {1})}};
+  subs[2] = {{}};  // rank 2 never submits "late"
+  auto handle0 = subs[0][0][0].handle;
+  auto handle1 = subs[1][0][0].handle;
+  // Every rank runs the same number of cycles (collectives stay matched),
+  // 5 ms apart: about 0.6 s, three times the stall shutdown time.
+  std::vector<std::thread> th;
+  for (int r = 0; r < 3; ++r) {
+    th.emplace_back([&, r] {
+      for (int c = 0; c < 120; ++c) {
+        if (c == 0) {
+          for (const OpRequest& q : subs[r][0]) h.ctl[r]->Add(q, Clock::now());
+        }
+        std::vector<Response> out;
+        bool sd = false;
+        ASSERT_TRUE(h.ctl[r]->Cycle(h.cps[r].get(), false, Clock::now(), &out, &sd).ok());
+        for (const Response& resp : out) {
+          OpRequest req;
+          if (h.ctl[r]->Take(resp.key, &req)) req.handle->Complete(resp.error);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (auto& hd : {handle0, handle1}) {
+    Status s = hd->status();
+    EXPECT_EQ(s.code(), HVD_ERR_TIMEOUT) << s.message();
+    EXPECT_NE(s.message().find("ranks [2] never submitted"), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(h.ctl[0]->pending(), 0u);
+}
+
+}  // namespace
+}  // namespace hvd
