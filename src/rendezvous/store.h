@@ -8,6 +8,12 @@
 // forged, altered or replayed without the secret. Frames longer than
 // kMaxFrame are rejected and the connection closed. A server never crashes or
 // stalls on malformed input: it drops that connection and serves the others.
+//
+// Sequence numbers count from 0 on each connection; in the server-to-client
+// direction the top bit is set, so a reply cannot be reflected back as a
+// request. The payload encoding (commands, replies) is documented at the top
+// of store.cc. Every client wait is bounded; a client is thread-safe but
+// serves one request at a time (a blocking Get holds its connection).
 #pragma once
 
 #include <cstdint>
@@ -23,7 +29,8 @@ using Bytes = std::vector<uint8_t>;
 
 constexpr size_t kMaxFrame = 64u << 20;  // 64 MiB
 
-// A fresh random secret, hex encoded (64 hex chars = 32 bytes).
+// A fresh random secret, hex encoded (64 hex chars = 32 bytes). Returns ""
+// if the system's random generator fails; Start and Connect reject "".
 std::string NewSecret();
 
 class StoreServer {
