@@ -228,6 +228,9 @@ HVD_API hvd_status_t hvd_context_cross_rank(hvd_context_t ctx, int *out);
 HVD_API hvd_status_t hvd_context_cross_size(hvd_context_t ctx, int *out);
 /* Name of the transport in use ("local", "gloo", ...); static storage. */
 HVD_API hvd_status_t hvd_context_transport(hvd_context_t ctx, const char **out);
+/* 1 if the context's transport is MPI and MPI runs at MPI_THREAD_MULTIPLE,
+ * else 0; HVD_ERR_UNSUPPORTED if the transport is not MPI. */
+HVD_API hvd_status_t hvd_mpi_threads_supported(hvd_context_t ctx, int *out);
 
 /* ------------------------------------------------------------------------ */
 /* The default context (Horovod style). hvd_init is reference counted: the  */
@@ -302,6 +305,12 @@ HVD_API hvd_status_t hvd_reducescatter_async(hvd_context_t ctx, const char *name
 
 /* Completes on every rank once all ranks have called it. */
 HVD_API hvd_status_t hvd_barrier_async(hvd_context_t ctx, hvd_handle_t *handle);
+
+/* Marks this rank as out of data (uneven inputs). Until every rank has
+ * joined, a joined rank takes part in the other ranks' allreduces with zeros
+ * (AVERAGE still divides by size) and its other collectives fail with
+ * HVD_ERR_UNSUPPORTED. The handle completes once every rank has joined. */
+HVD_API hvd_status_t hvd_join_async(hvd_context_t ctx, hvd_handle_t *handle);
 
 /* Blocking conveniences: submit, wait without a limit (the stall inspector
  * still bounds the wait), release. */

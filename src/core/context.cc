@@ -237,14 +237,17 @@ Status ContextImpl::Rendezvous() {
   } else if (!cfg_.rendezvous_addr.empty()) {
     HVD_CHECK(rdv::ParseHostPort(cfg_.rendezvous_addr, &host, &port)
                   .Wrap("rendezvous address '" + cfg_.rendezvous_addr + "'"));
-    if (cfg_.host_store) {
-      HVD_ASSIGN_OR_RETURN(server_, rdv::StoreServer::Start("", port, secret));
-      host = "127.0.0.1";
-    }
     if (secret.empty()) {
+      // torchrun-style launches carry no secret: every rank uses the same
+      // well-known key, which checks integrity but does not authenticate.
+      secret = "6876642d6e6f2d736563726574";  // hex of "hvd-no-secret"
       HVD_LOG(log_, HVD_LOG_INFO,
               "no HVD_SECRET: the rendezvous store at " << cfg_.rendezvous_addr
                                                         << " is not authenticated");
+    }
+    if (cfg_.host_store) {
+      HVD_ASSIGN_OR_RETURN(server_, rdv::StoreServer::Start("", port, secret));
+      host = "127.0.0.1";
     }
   } else {
     return Error(HVD_ERR_RENDEZVOUS,

@@ -87,6 +87,11 @@ typedef struct hvd_transport_v1 {
 
     /* Message of the last failing call on comm; never NULL. */
     const char *(*last_error)(void *comm);
+
+    /* Optional (may be NULL): answers a named integer property, e.g.
+     * "mpi_thread_level" (the MPI_THREAD_* level provided). Returns
+     * HVD_ERR_UNSUPPORTED for unknown keys. */
+    int (*query)(void *comm, const char *key, int64_t *value);
 } hvd_transport_v1_t;
 
 typedef const hvd_transport_v1_t *(*hvd_transport_plugin_v1_fn)(void);
