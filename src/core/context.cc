@@ -82,9 +82,7 @@ class ContextImpl : public ControlPlane {
  public:
   explicit ContextImpl(Config cfg)
       : cfg_(std::move(cfg)),
-        log_(cfg_.log_level, cfg_.log_fn, cfg_.log_user),
-        controller_(cfg_.rank, cfg_.size, cfg_.cache_capacity,
-                    StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_) {
+        log_(cfg_.log_level, cfg_.log_fn, cfg_.log_user) {
     log_.set_rank(cfg_.rank);
   }
 
@@ -100,6 +98,10 @@ class ContextImpl : public ControlPlane {
   void Shutdown();
 
   const Config& cfg() const { return cfg_; }
+  Result<int64_t> Query(const std::string& key) const {
+    if (!transport_) return Error(HVD_ERR_NOT_INITIALIZED, "no transport");
+    return transport_->Query(key);
+  }
   const char* transport_name() const { return transport_ ? transport_->name() : "none"; }
 
   // ControlPlane
@@ -123,7 +125,7 @@ class ContextImpl : public ControlPlane {
 
   Config cfg_;
   Logger log_;
-  Controller controller_;
+  std::unique_ptr<Controller> controller_;  // made once the topology is final
   std::unique_ptr<rdv::StoreServer> server_;
   std::unique_ptr<rdv::StoreClient> client_;
   KvScope kv_;
@@ -175,6 +177,9 @@ Status ContextImpl::AllgatherBytes(const std::vector<uint8_t>& mine,
 }
 
 std::string ContextImpl::ChooseTransport() const {
+  // An MPI communicator, or MPI asked for by name: the MPI transport, which
+  // needs no rendezvous and defines rank and size itself.
+  if (cfg_.mpi_comm != nullptr || cfg_.transport == "mpi") return "mpi";
   if (cfg_.size == 1) return "local";
   if (!cfg_.transport.empty()) return cfg_.transport;
   // Launched by mpirun with no other way to meet: the MPI transport needs none.
@@ -366,6 +371,22 @@ Status ContextImpl::Start() {
   env.local_address = local_address.c_str();
   env.mpi_comm = cfg_.mpi_comm;
   HVD_ASSIGN_OR_RETURN(transport_, Transport::Open(transport, cfg_.transport_path, env, &log_));
+  // A transport that owns its communicator (MPI) has the last word on the
+  // topology: a sub-communicator's rank differs from the launcher's.
+  struct {
+    const char* key;
+    int* field;
+  } topo[] = {{"rank", &cfg_.rank},           {"size", &cfg_.size},
+              {"local_rank", &cfg_.local_rank}, {"local_size", &cfg_.local_size},
+              {"cross_rank", &cfg_.cross_rank}, {"cross_size", &cfg_.cross_size}};
+  for (auto& t : topo) {
+    auto v = transport_->Query(t.key);
+    if (v.ok()) *t.field = static_cast<int>(*v);
+  }
+  log_.set_rank(cfg_.rank);
+  controller_ = std::make_unique<Controller>(
+      cfg_.rank, cfg_.size, cfg_.cache_capacity,
+      StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
 
   if (!cfg_.timeline_path.empty() && cfg_.rank == 0) HVD_CHECK(timeline_.Open(cfg_.timeline_path));
   if (cfg_.fusion_threshold > 0) {
@@ -386,6 +407,8 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(OpRequest req) {
   }
   if (req.type == OpType::kBarrier) {
     req.tensors.front().name = "barrier#" + std::to_string(barrier_count_++);
+  } else if (req.type == OpType::kJoin) {
+    req.tensors.front().name = "join";
   }
   for (size_t i = 0; i < req.tensors.size(); ++i) {
     if (inflight_.count(req.tensors[i].name) != 0) {
@@ -422,7 +445,7 @@ void ContextImpl::FailEverything(const Status& why) {
     stopped_ = true;
     queued.swap(queue_);
   }
-  for (OpRequest& r : controller_.TakeAll()) Finish(r, why);
+  for (OpRequest& r : (controller_ ? controller_->TakeAll() : std::vector<OpRequest>())) Finish(r, why);
   for (OpRequest& r : queued) Finish(r, why);
 }
 
@@ -454,11 +477,11 @@ void ContextImpl::Loop() {
     }
     auto now = Clock::now();
     next = now + cycle;
-    for (OpRequest& r : batch) controller_.Add(std::move(r), now);
+    for (OpRequest& r : batch) controller_->Add(std::move(r), now);
     batch.clear();
 
     bool shutdown = false;
-    Status s = controller_.Cycle(this, shutting_down, now, &responses_, &shutdown);
+    Status s = controller_->Cycle(this, shutting_down, now, &responses_, &shutdown);
     if (!s.ok()) {
       HVD_LOG(log_, HVD_LOG_ERROR, s.message());
       FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
@@ -500,12 +523,37 @@ void ContextImpl::Execute(std::vector<Response>& responses) {
     bool cpu;
   };
   std::vector<OpenBatch> open;
+  std::deque<std::vector<uint8_t>> zeros;  // buffers of a joined rank's stand-in tensors
   const size_t threshold = static_cast<size_t>(cfg_.fusion_threshold);
   auto now = Clock::now();
 
   for (size_t i = 0; i < responses.size(); ++i) {
     Response& resp = responses[i];
-    have[i] = controller_.Take(resp.key, &reqs[i]);
+    have[i] = controller_->Take(resp.key, &reqs[i]);
+    if (!have[i] && resp.error.ok() && !resp.all.empty() &&
+        resp.all[0].type == OpType::kAllreduce &&
+        std::find(resp.joined.begin(), resp.joined.end(), cfg_.rank) != resp.joined.end()) {
+      // This rank has joined: it contributes zeros of the same shape and
+      // throws the result away.
+      const RequestDesc& d = resp.all[cfg_.rank];
+      OpRequest& ph = reqs[i];
+      ph.type = OpType::kAllreduce;
+      ph.reduce_op = d.reduce_op;
+      ph.prescale = d.prescale;
+      ph.postscale = d.postscale;
+      for (size_t k = 0; k < d.names.size(); ++k) {
+        TensorSpec t;
+        t.name = d.names[k];
+        t.dtype = d.dtype;
+        t.shape = d.shapes[k];
+        zeros.emplace_back(static_cast<size_t>(t.NumElements()) * DtypeSize(d.dtype), 0);
+        t.input = t.output = zeros.back().data();
+        ph.tensors.push_back(std::move(t));
+      }
+      ph.handle = std::make_shared<Handle>("zeros for allreduce '" + resp.key + "' (joined)");
+      ph.enqueued = now;
+      have[i] = true;
+    }
     if (!have[i]) continue;  // e.g. a stall error for a request this rank never made
     OpRequest& req = reqs[i];
     if (timeline_.enabled()) {
@@ -750,6 +798,8 @@ Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
     case OpType::kBarrier:
       HVD_CHECK(transport_->Barrier());
       break;
+    case OpType::kJoin:
+      break;  // negotiation did the work: every rank has joined
     case OpType::kAllreduce:
       return Error(HVD_ERR_INTERNAL, "allreduce routed outside the fusion path");
   }
@@ -778,6 +828,7 @@ int Context::local_size() const { return impl_->cfg().local_size; }
 int Context::cross_rank() const { return impl_->cfg().cross_rank; }
 int Context::cross_size() const { return impl_->cfg().cross_size; }
 const char* Context::transport_name() const { return impl_->transport_name(); }
+Result<int64_t> Context::Query(const std::string& key) const { return impl_->Query(key); }
 
 Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest request) {
   if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");

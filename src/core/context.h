@@ -28,8 +28,12 @@ class Context {
   int cross_rank() const;
   int cross_size() const;
   const char* transport_name() const;
+  // A named integer property of the transport ("mpi_thread_level", ...);
+  // HVD_ERR_UNSUPPORTED when the transport does not know it.
+  Result<int64_t> Query(const std::string& key) const;
 
-  // Queues a request and returns at once. Fails immediately (no handle) if the
+  // Queues a request and returns at once. OpType::kBarrier and kJoin get
+  // their names here (callers leave them empty). Fails immediately (no handle) if the
   // context is shut down or broken, or a tensor name is already in flight.
   Result<std::shared_ptr<Handle>> Enqueue(OpRequest request);
 

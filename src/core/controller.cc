@@ -74,6 +74,7 @@ Controller::Controller(int rank, int size, int cache_capacity, StallConfig stall
       stall_(stall),
       log_(log),
       cache_(cache_capacity),
+      joined_(static_cast<size_t>(size), false),
       ctrl_(kHeader + static_cast<size_t>(cache_capacity)),
       last_stall_report_(Clock::now()) {}
 
@@ -177,6 +178,10 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
       want_stall = true;
     }
   }
+  if (joined_[rank_]) {
+    // A joined rank takes part in whatever the others are ready for.
+    std::fill(ctrl_.begin() + kHeader, ctrl_.end(), 1);
+  }
   ctrl_[0] = has_new ? 0 : 1;
   ctrl_[1] = shutting_down ? 0 : 1;
   ctrl_[2] = want_stall ? 0 : 1;
@@ -196,6 +201,9 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
     Response r;
     r.key = cache_.KeyOf(s);
     r.all = cache_.Get(s);
+    for (int q = 0; q < size_; ++q) {
+      if (joined_[q]) r.joined.push_back(q);
+    }
     out->push_back(std::move(r));
   }
   for (const Response& r : *out) {
@@ -245,7 +253,9 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
   for (int r = 0; r < size_; ++r) {
     for (RequestDesc& d : msgs[r].requests) {
       cache_.Invalidate(d.key);
-      TableRow& row = table_[d.key];
+      const std::string key = d.key;
+      const bool is_join = d.type == OpType::kJoin;
+      TableRow& row = table_[key];
       if (row.descs.empty()) {
         row.descs.resize(static_cast<size_t>(size_));
         row.have.assign(static_cast<size_t>(size_), false);
@@ -253,16 +263,16 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
       if (row.have[r]) continue;  // cannot happen with well-behaved peers
       row.have[r] = true;
       row.descs[r] = std::move(d);
-      if (++row.count == size_) {
-        Response resp;
-        resp.key = row.descs[0].key;
-        resp.error = Validate(row.descs);
-        if (resp.error.ok()) {
-          resp.all = row.descs;
-          if (resp.all[0].type != OpType::kBarrier) cache_.Insert(resp.key, row.descs, tick_);
-        }
-        out->push_back(std::move(resp));
-        table_.erase(row.descs[0].key);
+      ++row.count;
+      if (is_join && !joined_[r]) {
+        joined_[r] = true;
+        // Rows that waited only for this rank may be complete now (in key
+        // order, the same on every rank).
+        std::vector<std::string> keys;
+        for (const auto& kv : table_) keys.push_back(kv.first);
+        for (const std::string& k : keys) TryComplete(k, out);
+      } else {
+        TryComplete(key, out);
       }
     }
   }
@@ -324,6 +334,49 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
     }
   }
   return Status::Ok();
+}
+
+bool Controller::TryComplete(const std::string& key, std::vector<Response>* out) {
+  auto it = table_.find(key);
+  if (it == table_.end()) return false;
+  TableRow& row = it->second;
+  int first = -1;
+  std::vector<int> absent;
+  for (int q = 0; q < size_; ++q) {
+    if (row.have[q]) {
+      if (first < 0) first = q;
+    } else if (joined_[q]) {
+      absent.push_back(q);
+    } else {
+      return false;  // still waiting for a rank that has not joined
+    }
+  }
+  const OpType type = row.descs[first].type;
+  if (type == OpType::kJoin && row.count != size_) return false;
+
+  Response resp;
+  resp.key = key;
+  resp.joined = absent;
+  if (!absent.empty() && type != OpType::kAllreduce) {
+    std::vector<int> ranks(absent.begin(), absent.end());
+    resp.error = Error(HVD_ERR_UNSUPPORTED,
+                       std::string(OpTypeName(type)) + " '" + key + "' cannot run while ranks " +
+                           RankList(ranks) + " have joined (only allreduce takes zeros from "
+                           "joined ranks)");
+  } else {
+    for (int q : absent) row.descs[q] = row.descs[first];  // zeros of the same shape
+    resp.error = Validate(row.descs);
+  }
+  if (resp.error.ok()) {
+    resp.all = row.descs;
+    if (type != OpType::kBarrier && type != OpType::kJoin && absent.empty()) {
+      cache_.Insert(key, row.descs, tick_);
+    }
+  }
+  out->push_back(std::move(resp));
+  table_.erase(it);
+  if (type == OpType::kJoin) std::fill(joined_.begin(), joined_.end(), false);
+  return true;
 }
 
 bool Controller::Take(const std::string& key, OpRequest* req) {

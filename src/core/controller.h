@@ -46,6 +46,9 @@ struct Response {
   std::string key;
   Status error;                  // not ok: complete the request with this error
   std::vector<RequestDesc> all;  // every rank's descriptor (empty for errors)
+  // Ranks that had joined (hvd_join) instead of submitting: they take part
+  // with zeros of the same shape.
+  std::vector<int> joined;
 };
 
 // A deterministic LRU of negotiated requests (same content on every rank).
@@ -104,6 +107,7 @@ class Controller {
   const ResponseCache& cache() const { return cache_; }
   uint64_t full_rounds() const { return full_rounds_; }
   uint64_t cycles() const { return tick_; }
+  bool joined(int rank) const { return joined_[rank]; }
 
  private:
   enum class State { kNew, kCached, kAnnounced };
@@ -121,6 +125,8 @@ class Controller {
   };
 
   Status Validate(const std::vector<RequestDesc>& all) const;
+  // Completes a table row if every rank either announced it or has joined.
+  bool TryComplete(const std::string& key, std::vector<Response>* out);
   std::string RankList(const std::vector<int>& ranks) const;
 
   int rank_, size_;
@@ -128,7 +134,8 @@ class Controller {
   Logger* log_;
   ResponseCache cache_;
   std::map<std::string, Entry> pending_;
-  std::unordered_map<std::string, TableRow> table_;
+  std::map<std::string, TableRow> table_;
+  std::vector<bool> joined_;  // ranks whose join was announced, until all join
   std::vector<uint8_t> ctrl_;
   uint64_t tick_ = 0;
   uint64_t full_rounds_ = 0;

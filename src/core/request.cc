@@ -12,6 +12,7 @@ const char* OpTypeName(OpType t) {
     case OpType::kAlltoall: return "alltoall";
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
+    case OpType::kJoin: return "join";
   }
   return "unknown";
 }

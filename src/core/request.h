@@ -21,6 +21,7 @@ enum class OpType : uint8_t {
   kAlltoall = 3,
   kReducescatter = 4,
   kBarrier = 5,
+  kJoin = 6,
 };
 const char* OpTypeName(OpType t);
 

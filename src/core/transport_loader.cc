@@ -156,4 +156,13 @@ Status Transport::Alltoallv(const void* send, const size_t* send_bytes, void* re
 }
 Status Transport::Barrier() { return Check(table_->barrier(comm_), "barrier"); }
 
+Result<int64_t> Transport::Query(const std::string& key) const {
+  int64_t v = 0;
+  if (table_->query == nullptr || table_->query(comm_, key.c_str(), &v) != HVD_OK) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 std::string("the ") + table_->name + " transport does not report '" + key + "'");
+  }
+  return v;
+}
+
 }  // namespace hvd

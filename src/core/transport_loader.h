@@ -34,6 +34,7 @@ class Transport {
   Status Broadcast(void* buf, size_t bytes, int root);
   Status Alltoallv(const void* send, const size_t* send_bytes, void* recv, const size_t* recv_bytes);
   Status Barrier();
+  Result<int64_t> Query(const std::string& key) const;
 
  private:
   Transport() = default;

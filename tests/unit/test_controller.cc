@@ -221,5 +221,53 @@ TEST(Controller, StalledTensorErrorsNamingTheMissingRank) {
   EXPECT_EQ(h.ctl[0]->pending(), 0u);
 }
 
+OpRequest MakeJoin() {
+  OpRequest r;
+  r.type = OpType::kJoin;
+  TensorSpec t;
+  t.name = "join";
+  r.tensors.push_back(t);
+  r.handle = std::make_shared<Handle>("join");
+  return r;
+}
+
+TEST(Controller, JoinedRankStandsInForAllreduceUntilEveryoneJoins) {
+  Harness h(3, 8);
+  // Step 1 on all ranks: "a" gets cached.
+  std::vector<std::vector<std::vector<OpRequest>>> subs(3);
+  for (int r = 0; r < 3; ++r) subs[r] = {{MakeAllreduce("a", {2})}};
+  h.Run(2, subs);
+  // Rank 2 runs out of data and joins; ranks 0 and 1 go on with "a" (cached)
+  // and "b" (new), then a broadcast (not allowed while a rank has joined).
+  OpRequest bcast = MakeAllreduce("c", {2});
+  bcast.type = OpType::kBroadcast;
+  OpRequest bcast1 = bcast;
+  bcast1.handle = std::make_shared<Handle>("c");
+  OpRequest join2 = MakeJoin();
+  subs[0] = {{}, {MakeAllreduce("a", {2}), MakeAllreduce("b", {3})}, {bcast}};
+  subs[1] = {{}, {MakeAllreduce("b", {3}), MakeAllreduce("a", {2})}, {bcast1}};
+  subs[2] = {{join2}};
+  h.Run(5, subs);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(h.traces[r].size(), 4u) << "rank " << r;
+    EXPECT_EQ(h.traces[r], h.traces[0]);
+  }
+  EXPECT_FALSE(join2.handle->done());
+  EXPECT_EQ(bcast.handle->status().code(), HVD_ERR_UNSUPPORTED);
+  EXPECT_NE(bcast.handle->status().message().find("ranks [2]"), std::string::npos);
+  EXPECT_TRUE(h.ctl[0]->joined(2));
+  // Now ranks 0 and 1 join too: the join completes everywhere.
+  OpRequest j0 = MakeJoin(), j1 = MakeJoin();
+  subs[0] = {{j0}};
+  subs[1] = {{j1}};
+  subs[2] = {{}};
+  h.Run(3, subs);
+  EXPECT_EQ(j0.handle->status().code(), HVD_OK);
+  EXPECT_EQ(j1.handle->status().code(), HVD_OK);
+  EXPECT_EQ(join2.handle->status().code(), HVD_OK);
+  EXPECT_FALSE(h.ctl[0]->joined(2));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(h.traces[r], h.traces[0]);
+}
+
 }  // namespace
 }  // namespace hvd

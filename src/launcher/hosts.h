@@ -1,0 +1,62 @@
+// Host lists, the rank plan, and which addresses belong to this machine.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hvd::launcher {
+
+struct HostSlots {
+  std::string host;
+  int slots = 1;
+};
+
+// "-H a:2,b,[fe80::1]:4" (slots default to 1).
+Result<std::vector<HostSlots>> ParseHostList(const std::string& spec);
+
+// A hostfile: one host a line, "host", "host:N" or "host slots=N"; blank lines
+// and text after '#' are ignored.
+Result<std::vector<HostSlots>> ParseHostfile(const std::string& path);
+
+// One rank's place in the job.
+struct RankSlot {
+  int rank = 0;
+  int host_index = 0;  // into Plan::hosts
+  int local_rank = 0;
+  int local_size = 0;
+  int cross_rank = 0;  // index of this host among hosts holding this local rank
+  int cross_size = 0;  // number of hosts holding this local rank
+};
+
+struct Plan {
+  std::vector<HostSlots> hosts;  // only hosts that received ranks, in list order
+  std::vector<RankSlot> ranks;   // indexed by rank
+  int size = 0;
+};
+
+// Fills hosts in list order, each up to its slots. Fails when np exceeds the
+// total number of slots.
+Result<Plan> BuildPlan(const std::vector<HostSlots>& hosts, int np);
+
+// True for names and addresses of this machine: "localhost", loopback
+// addresses, this machine's host name (full or short) and the addresses of its
+// interfaces, and names that resolve to any of those.
+bool IsLocalHost(const std::string& host);
+
+// True when host is a loopback name or address (localhost, 127.x, ::1).
+bool IsLoopbackHost(const std::string& host);
+
+// The address (IPv4 preferred) of the named interface.
+Result<std::string> InterfaceAddress(const std::string& ifname);
+
+// The first interface that is up, not loopback and not a bridge or a virtual
+// pair (docker*, br-*, virbr*, veth*); its IPv4 address, or a global IPv6 one.
+// On success *ifname is set to the interface's name.
+Result<std::string> DefaultAddress(std::string* ifname);
+
+// "host:port", with IPv6 literals bracketed.
+std::string JoinHostPort(const std::string& host, int port);
+
+}  // namespace hvd::launcher

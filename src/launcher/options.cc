@@ -1,0 +1,414 @@
+#include "launcher/options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <sstream>
+
+namespace hvd::launcher {
+namespace {
+
+bool ParseInt(const std::string& s, long lo, long hi, int* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool ParseNonNegative(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || *end != '\0' || !std::isfinite(v) || v < 0) return false;
+  *out = v;
+  return true;
+}
+
+bool ValidEnvName(const std::string& s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool ValidName(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return s[0] != '-';
+}
+
+bool Truthy(const char* v) {
+  if (v == nullptr) return false;
+  std::string s = v;
+  return s == "1" || s == "true" || s == "yes" || s == "on" || s == "TRUE" || s == "YES";
+}
+
+// A flag: its spellings, whether it takes a value, and what it does with it.
+// The handler returns an error text, empty on success.
+struct Flag {
+  std::vector<std::string> names;
+  bool takes_value;
+  std::function<std::string(const std::string& value)> apply;
+};
+
+}  // namespace
+
+std::string UsageText() {
+  return R"(usage: hvdrun [options] [--] command [args...]
+
+Starts N copies of command as the ranks of one hvd job, on this machine and/or
+on remote hosts over ssh, hosts the job's rendezvous store, forwards every
+rank's output, and stops the whole job as soon as one rank fails.
+
+Job size and placement:
+  -np, --num-proc N           number of ranks (default: the total slots of -H or
+                              --hostfile; required without them)
+  -H, --hosts LIST            host1:slots,host2:slots,... (slots default to 1);
+                              ranks fill the hosts in order. Default: localhost:N
+  --hostfile FILE             one host a line: "host", "host:N" or "host slots=N"
+
+torchrun-style launch (one hvdrun per node; no ssh):
+  --nproc-per-node N          ranks started by this hvdrun
+  --nnodes M                  number of nodes (default 1)
+  --node-rank R               this node's index, 0..M-1 (default 0); ranks are
+                              R*N .. R*N+N-1 and node 0 hosts the store
+  --master-addr ADDR          node 0's address (required when M > 1)
+  --master-port PORT          the store's port on node 0 (default 29500 when
+                              M > 1, else any free port)
+                              With M > 1 every node must have the same
+                              HVD_SECRET (64 hex digits) in its environment.
+
+Settings passed to every rank (as environment variables):
+  --transport NAME            HVD_TRANSPORT (gloo, mpi, local, ...)
+  --network-interface IF      HVD_NETWORK_INTERFACE; also where the store listens
+                              when there are remote hosts
+  --timeline-filename FILE    HVD_TIMELINE
+  --fusion-threshold-mb M     HVD_FUSION_THRESHOLD (in bytes: M * 1048576)
+  --cycle-time-ms T           HVD_CYCLE_TIME (milliseconds)
+  --start-timeout S           HVD_START_TIMEOUT; also how long hvdrun waits for
+                              every running rank to connect to the store
+                              (default 60, or $HVD_START_TIMEOUT; 0 = no limit)
+  -x, --env NAME[=VALUE]      also set NAME for every rank (its value here when
+                              no VALUE is given); may be repeated
+
+Remote hosts:
+  -p, --ssh-port PORT         ssh port
+  -i, --ssh-identity-file F   ssh private key
+
+Behaviour:
+  --tag-output                prefix every output line with "[rank]<stdout>: " or
+                              "[rank]<stderr>: "
+  --grace-period S            seconds between SIGTERM and SIGKILL when stopping
+                              the job (default 5, or $HVD_LAUNCHER_GRACE)
+  -v, --verbose               log the host plan, the rendezvous address and every
+                              rank's start, connection and exit on stderr
+  -h, --help                  show this text
+  --version                   show hvdrun's version
+
+Every rank gets HVD_RANK, HVD_SIZE, HVD_LOCAL_RANK, HVD_LOCAL_SIZE,
+HVD_CROSS_RANK, HVD_CROSS_SIZE, HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_HOSTNAME,
+and RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE.
+
+Exit status: 0 when every rank exits 0; the first failing rank's exit code
+(128+signal when it was killed by a signal); 128+signal when hvdrun itself
+is interrupted; 1 when a rank did not connect within the start timeout or the
+launcher could not start the job; 2 for usage errors.
+)";
+}
+
+ParseResult ParseArgs(int argc, char** argv) {
+  ParseResult res;
+  Options& o = res.options;
+  std::string hosts_arg, hostfile_arg;
+  bool np_given = false;
+  bool nnodes_given = false, node_rank_given = false, master_port_given = false;
+
+  // Defaults from the environment.
+  if (const char* v = std::getenv("HVD_START_TIMEOUT"); v != nullptr && *v != '\0') {
+    if (!ParseNonNegative(v, &o.start_timeout_s)) {
+      res.error = std::string("bad HVD_START_TIMEOUT '") + v + "' (seconds expected)";
+      return res;
+    }
+    o.start_timeout_given = true;
+    o.start_timeout_text = v;
+  }
+  if (const char* v = std::getenv("HVD_LAUNCHER_GRACE"); v != nullptr && *v != '\0') {
+    if (!ParseNonNegative(v, &o.grace_s)) {
+      res.error = std::string("bad HVD_LAUNCHER_GRACE '") + v + "' (seconds expected)";
+      return res;
+    }
+  }
+  o.force_ssh = Truthy(std::getenv("HVD_LAUNCHER_FORCE_SSH"));
+  if (const char* v = std::getenv("HVD_LAUNCHER_SSH"); v != nullptr && *v != '\0') o.ssh_program = v;
+  if (const char* v = std::getenv("HVD_LAUNCHER_SSH_ARGS"); v != nullptr) {
+    std::stringstream ss(v);
+    std::string w;
+    while (ss >> w) o.ssh_extra_args.push_back(w);
+  }
+
+  auto positive_int = [](const char* what, int* out, long hi = 1000000) {
+    return [what, out, hi](const std::string& v) -> std::string {
+      if (!ParseInt(v, 1, hi, out)) return std::string("bad ") + what + " '" + v + "'";
+      return "";
+    };
+  };
+
+  std::vector<Flag> flags = {
+      {{"-np", "--num-proc", "-n"}, true,
+       [&](const std::string& v) {
+         np_given = true;
+         return positive_int("-np", &o.np)(v);
+       }},
+      {{"-H", "--hosts"}, true, [&](const std::string& v) { hosts_arg = v; return std::string(); }},
+      {{"--hostfile", "-hostfile"}, true,
+       [&](const std::string& v) { hostfile_arg = v; return std::string(); }},
+      {{"--transport"}, true,
+       [&](const std::string& v) {
+         if (!ValidName(v)) return "bad transport name '" + v + "'";
+         o.transport = v;
+         return std::string();
+       }},
+      {{"--network-interface"}, true,
+       [&](const std::string& v) {
+         if (!ValidName(v)) return "bad network interface name '" + v + "'";
+         o.network_interface = v;
+         return std::string();
+       }},
+      {{"--start-timeout"}, true,
+       [&](const std::string& v) {
+         if (!ParseNonNegative(v, &o.start_timeout_s)) return "bad --start-timeout '" + v + "'";
+         o.start_timeout_given = true;
+         o.start_timeout_text = v;
+         return std::string();
+       }},
+      {{"--grace-period"}, true,
+       [&](const std::string& v) {
+         if (!ParseNonNegative(v, &o.grace_s)) return "bad --grace-period '" + v + "'";
+         return std::string();
+       }},
+      {{"--timeline-filename"}, true,
+       [&](const std::string& v) {
+         if (v.empty()) return std::string("empty --timeline-filename");
+         o.timeline_filename = v;
+         return std::string();
+       }},
+      {{"--fusion-threshold-mb"}, true,
+       [&](const std::string& v) {
+         double mb;
+         if (!ParseNonNegative(v, &mb) || mb > 1e6) return "bad --fusion-threshold-mb '" + v + "'";
+         o.fusion_threshold_bytes = std::llround(mb * 1048576.0);
+         return std::string();
+       }},
+      {{"--cycle-time-ms"}, true,
+       [&](const std::string& v) {
+         double ms;
+         if (!ParseNonNegative(v, &ms) || ms <= 0) return "bad --cycle-time-ms '" + v + "'";
+         o.cycle_time_ms = v;
+         return std::string();
+       }},
+      {{"-p", "--ssh-port"}, true, positive_int("--ssh-port", &o.ssh_port, 65535)},
+      {{"-i", "--ssh-identity-file"}, true,
+       [&](const std::string& v) {
+         if (v.empty()) return std::string("empty --ssh-identity-file");
+         o.ssh_identity = v;
+         return std::string();
+       }},
+      {{"--nproc-per-node", "--nproc_per_node"}, true,
+       [&](const std::string& v) {
+         o.torchrun_style = true;
+         return positive_int("--nproc-per-node", &o.nproc_per_node)(v);
+       }},
+      {{"--nnodes"}, true,
+       [&](const std::string& v) {
+         o.torchrun_style = true;
+         nnodes_given = true;
+         return positive_int("--nnodes", &o.nnodes)(v);
+       }},
+      {{"--node-rank", "--node_rank"}, true,
+       [&](const std::string& v) {
+         o.torchrun_style = true;
+         node_rank_given = true;
+         if (!ParseInt(v, 0, 1000000, &o.node_rank)) return "bad --node-rank '" + v + "'";
+         return std::string();
+       }},
+      {{"--master-addr", "--master_addr"}, true,
+       [&](const std::string& v) {
+         o.torchrun_style = true;
+         if (v.empty() || v[0] == '-') return "bad --master-addr '" + v + "'";
+         o.master_addr = v;
+         return std::string();
+       }},
+      {{"--master-port", "--master_port"}, true,
+       [&](const std::string& v) {
+         o.torchrun_style = true;
+         master_port_given = true;
+         return positive_int("--master-port", &o.master_port, 65535)(v);
+       }},
+      {{"-x", "--env"}, true,
+       [&](const std::string& v) {
+         size_t eq = v.find('=');
+         std::string name = v.substr(0, eq);
+         if (!ValidEnvName(name)) return "bad variable name in -x '" + v + "'";
+         if (eq != std::string::npos) {
+           o.extra_env.emplace_back(name, v.substr(eq + 1));
+         } else {
+           const char* cur = std::getenv(name.c_str());
+           if (cur == nullptr) return "-x " + name + ": not set in hvdrun's environment";
+           o.extra_env.emplace_back(name, cur);
+         }
+         return std::string();
+       }},
+      {{"--tag-output"}, false, [&](const std::string&) { o.tag_output = true; return std::string(); }},
+      {{"-v", "--verbose"}, false, [&](const std::string&) { o.verbose = true; return std::string(); }},
+  };
+
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.empty() || arg[0] != '-') break;  // the command starts here
+    if (arg == "-h" || arg == "--help") {
+      res.outcome = ParseOutcome::kHelp;
+      return res;
+    }
+    if (arg == "--version") {
+      res.outcome = ParseOutcome::kVersion;
+      return res;
+    }
+    std::string name = arg, value;
+    bool has_inline = false;
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_inline = true;
+    }
+    const Flag* flag = nullptr;
+    for (const auto& f : flags) {
+      for (const auto& n : f.names) {
+        if (n == name) flag = &f;
+      }
+    }
+    if (flag == nullptr) {
+      res.error = "unknown option '" + arg + "'";
+      return res;
+    }
+    if (flag->takes_value && !has_inline) {
+      if (i + 1 >= argc) {
+        res.error = "option " + name + " needs a value";
+        return res;
+      }
+      value = argv[++i];
+    } else if (!flag->takes_value && has_inline) {
+      res.error = "option " + name + " takes no value";
+      return res;
+    }
+    std::string err = flag->apply(value);
+    if (!err.empty()) {
+      res.error = err;
+      return res;
+    }
+  }
+  for (; i < argc; ++i) o.command.push_back(argv[i]);
+
+  // Consistency.
+  if (o.command.empty()) {
+    res.error = "no command given";
+    return res;
+  }
+  if (!hosts_arg.empty() && !hostfile_arg.empty()) {
+    res.error = "-H and --hostfile cannot be used together";
+    return res;
+  }
+  if (!hosts_arg.empty()) {
+    auto h = ParseHostList(hosts_arg);
+    if (!h.ok()) {
+      res.error = h.status().message();
+      return res;
+    }
+    o.hosts = std::move(h).value();
+    o.hosts_given = true;
+  } else if (!hostfile_arg.empty()) {
+    auto h = ParseHostfile(hostfile_arg);
+    if (!h.ok()) {
+      res.error = h.status().message();
+      return res;
+    }
+    o.hosts = std::move(h).value();
+    o.hosts_given = true;
+  }
+
+  if (o.torchrun_style) {
+    if (o.hosts_given) {
+      res.error = "-H/--hostfile cannot be combined with torchrun-style options";
+      return res;
+    }
+    if (o.nproc_per_node == 0) {
+      if (np_given && o.nnodes == 1) {
+        o.nproc_per_node = o.np;
+      } else {
+        res.error = "--nproc-per-node is required with torchrun-style options";
+        return res;
+      }
+    }
+    if (o.node_rank >= o.nnodes) {
+      res.error = "--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
+                  std::to_string(o.nnodes);
+      return res;
+    }
+    if (np_given && o.np != o.nproc_per_node * o.nnodes) {
+      res.error = "-np " + std::to_string(o.np) + " differs from --nnodes x --nproc-per-node (" +
+                  std::to_string(o.nproc_per_node * o.nnodes) + ")";
+      return res;
+    }
+    o.np = o.nproc_per_node * o.nnodes;
+    if (o.nnodes > 1) {
+      if (o.master_addr.empty()) {
+        res.error = "--master-addr is required when --nnodes is above 1";
+        return res;
+      }
+      if (!master_port_given) o.master_port = 29500;
+      const char* secret = std::getenv("HVD_SECRET");
+      std::string s = secret ? secret : "";
+      bool hex = s.size() == 64;
+      for (char c : s) hex = hex && std::strchr("0123456789abcdefABCDEF", c) != nullptr;
+      if (!hex) {
+        res.error = "with --nnodes above 1 every node needs the same HVD_SECRET (64 hex digits) "
+                    "in its environment, e.g. from: openssl rand -hex 32";
+        return res;
+      }
+    }
+    (void)nnodes_given;
+    (void)node_rank_given;
+  } else {
+    if (!np_given) {
+      if (!o.hosts_given) {
+        res.error = "-np is required (or -H/--hostfile to take it from the slots)";
+        return res;
+      }
+      long total = 0;
+      for (const auto& h : o.hosts) total += h.slots;
+      o.np = static_cast<int>(total);
+    }
+    if (!o.hosts_given) o.hosts = {{"localhost", o.np}};
+  }
+  res.outcome = ParseOutcome::kRun;
+  return res;
+}
+
+}  // namespace hvd::launcher

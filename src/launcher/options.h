@@ -1,0 +1,66 @@
+// hvdrun's command line and the environment variables it reads: everything
+// the launcher is configured by is resolved here, once.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launcher/hosts.h"
+
+namespace hvd::launcher {
+
+struct Options {
+  int np = 0;                       // 0 = not given
+  std::vector<HostSlots> hosts;     // from -H or --hostfile; empty = localhost:np
+  bool hosts_given = false;
+
+  std::string transport;            // HVD_TRANSPORT
+  std::string network_interface;    // HVD_NETWORK_INTERFACE, and the store's address
+  std::string timeline_filename;    // HVD_TIMELINE
+  std::optional<long long> fusion_threshold_bytes;  // HVD_FUSION_THRESHOLD
+  std::optional<std::string> cycle_time_ms;         // HVD_CYCLE_TIME
+  double start_timeout_s = 60;      // 0 = no start timeout
+  bool start_timeout_given = false; // exported as HVD_START_TIMEOUT when given
+  std::string start_timeout_text;
+  double grace_s = 5;               // SIGTERM -> SIGKILL delay when stopping
+
+  bool verbose = false;
+  bool tag_output = false;
+
+  int ssh_port = 0;                 // 0 = ssh's default
+  std::string ssh_identity;
+  std::string ssh_program = "ssh";  // HVD_LAUNCHER_SSH (tests)
+  std::vector<std::string> ssh_extra_args;  // HVD_LAUNCHER_SSH_ARGS
+  bool force_ssh = false;           // HVD_LAUNCHER_FORCE_SSH=1: every host over ssh
+
+  // torchrun-style launch: this hvdrun starts only this node's ranks.
+  bool torchrun_style = false;
+  int nproc_per_node = 0;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+
+  std::vector<std::pair<std::string, std::string>> extra_env;  // -x NAME[=VALUE]
+  std::vector<std::string> command;
+};
+
+enum class ParseOutcome { kRun, kHelp, kVersion, kUsageError };
+
+struct ParseResult {
+  ParseOutcome outcome = ParseOutcome::kUsageError;
+  Options options;
+  std::string error;  // for kUsageError
+};
+
+// Parses argv (argv[0] is the program). Reads HVD_START_TIMEOUT,
+// HVD_LAUNCHER_GRACE, HVD_LAUNCHER_FORCE_SSH, HVD_LAUNCHER_SSH and
+// HVD_LAUNCHER_SSH_ARGS from the environment as defaults.
+ParseResult ParseArgs(int argc, char** argv);
+
+// The --help text.
+std::string UsageText();
+
+}  // namespace hvd::launcher

@@ -1,0 +1,89 @@
+#include "launcher/remote.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace hvd::launcher {
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  return out;
+}
+
+std::string RemoteScript(const RemoteSpec& spec) {
+  // "--" first: env takes no option from what follows (the assignments and
+  // then the command, even one starting with '-').
+  std::string cmd = "env --";
+  for (const auto& kv : spec.env) cmd += " " + ShellQuote(kv.first + "=" + kv.second);
+  for (const auto& a : spec.command) cmd += " " + ShellQuote(a);
+
+  long grace = std::lround(std::ceil(spec.grace_s));
+  // One line, steps joined with "; " (or ended by "&"), so that any login
+  // shell passes it to sh intact.
+  std::vector<std::string> steps = {
+      // fd 3 = the pipe from hvdrun; fd 0 = /dev/null for the command.
+      "exec 3<&0 </dev/null",
+      "IFS= read -r HVD_SECRET <&3 || exit 1",
+      "export HVD_SECRET",
+      "cd " + ShellQuote(spec.cwd) + " || { echo \"hvdrun: cannot cd to \"" +
+          ShellQuote(spec.cwd) + "\" on $(uname -n)\" >&2; exit 1; }",
+      "if command -v setsid >/dev/null 2>&1; then setsid " + cmd + " 3<&- & else " + cmd +
+          " 3<&- & fi",
+      "hvd_pid=$!",
+      // The watcher: EOF on fd 3 means ssh is gone. Then SIGTERM to the
+      // command's group, and SIGKILL once the grace period is over if the
+      // group still exists. It sleeps in 1 s steps, so when it is killed
+      // below, what it leaves behind is at most a 1 s sleep.
+      "{ while IFS= read -r hvd_line; do :; done; kill -TERM -$hvd_pid $hvd_pid 2>/dev/null; "
+      "hvd_i=0; while [ $hvd_i -lt " + std::to_string(grace) +
+          " ] && { kill -0 -$hvd_pid || kill -0 $hvd_pid; } 2>/dev/null; do sleep 1; hvd_i=$((hvd_i+1)); done; "
+          "kill -KILL -$hvd_pid $hvd_pid 2>/dev/null; } <&3 >/dev/null 2>&1 & hvd_watch=$!",
+      // From here on this shell writes nothing: with ssh gone its stderr is a
+      // broken pipe, and a "Terminated" notice from wait would kill it with
+      // SIGPIPE before it could clean up.
+      "exec 3<&- 2>/dev/null",
+      "wait $hvd_pid",
+      "hvd_rc=$?",
+      "kill $hvd_watch",
+      "wait $hvd_watch",
+      "exit $hvd_rc",
+  };
+  std::string s;
+  for (size_t i = 0; i < steps.size(); ++i) s += (i ? "; " : "") + steps[i];
+  return s;
+}
+
+std::vector<std::string> SshArgv(const RemoteSpec& spec) {
+  // LogLevel=ERROR: no "Permanently added ... to the list of known hosts"
+  // line per rank; errors (refused keys, unreachable hosts) still show.
+  std::vector<std::string> argv = {spec.ssh_program, "-o", "BatchMode=yes", "-o",
+                                   "StrictHostKeyChecking=accept-new", "-o", "LogLevel=ERROR"};
+  if (spec.connect_timeout_s > 0) {
+    argv.push_back("-o");
+    argv.push_back("ConnectTimeout=" +
+                   std::to_string(std::max(1L, std::lround(std::ceil(spec.connect_timeout_s)))));
+  }
+  if (spec.port > 0) {
+    argv.push_back("-p");
+    argv.push_back(std::to_string(spec.port));
+  }
+  if (!spec.identity.empty()) {
+    argv.push_back("-i");
+    argv.push_back(spec.identity);
+  }
+  for (const auto& a : spec.extra_args) argv.push_back(a);
+  argv.push_back("--");  // the host can never be taken for an option
+  argv.push_back(spec.host);
+  argv.push_back("exec sh -c " + ShellQuote(RemoteScript(spec)));
+  return argv;
+}
+
+}  // namespace hvd::launcher

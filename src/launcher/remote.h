@@ -1,0 +1,47 @@
+// Starting a rank on a remote host through ssh.
+//
+// hvdrun runs, for every remote rank:
+//     ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new -o LogLevel=ERROR [-p P] [-i F]
+//         -- host "exec sh -c '<script>'"
+// with ssh's standard input a pipe that hvdrun keeps open for the life of the
+// job. hvdrun writes the job secret as the first line on that pipe (so it never
+// appears on a command line, where `ps` would show it), then nothing more. The
+// script reads the secret, cd's to hvdrun's working directory, starts the
+// command in a session of its own (setsid, where available), and watches its
+// standard input: when ssh goes away (hvdrun stopped the job, hvdrun died, the
+// connection broke) the remote sshd closes that input, and the watcher sends
+// SIGTERM to the command's process group, then SIGKILL after the grace period.
+// So no -tt (a pseudo-terminal would mangle output and signals) is needed for
+// remote ranks to die with their ssh client.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hvd::launcher {
+
+// Quotes s for a POSIX shell: 'it'\''s'.
+std::string ShellQuote(const std::string& s);
+
+struct RemoteSpec {
+  std::string host;
+  int port = 0;                        // 0: ssh's default
+  std::string identity;                // "": ssh's default keys
+  std::string ssh_program = "ssh";
+  std::vector<std::string> extra_args;  // inserted before the host
+  std::string cwd;
+  std::vector<std::pair<std::string, std::string>> env;  // set for the command
+  std::vector<std::string> command;
+  double grace_s = 5;
+  double connect_timeout_s = 0;        // 0: ssh's default
+};
+
+// The shell script run on the remote host (see above). It expects the secret
+// as the first line of its standard input and exports it as HVD_SECRET.
+std::string RemoteScript(const RemoteSpec& spec);
+
+// The ssh client's argv.
+std::vector<std::string> SshArgv(const RemoteSpec& spec);
+
+}  // namespace hvd::launcher
