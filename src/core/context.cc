@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <unordered_set>
 
@@ -301,9 +302,10 @@ Status ContextImpl::ResolveLocalTopology() {
           if (!(*have)[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
         }
       }
-      return Error(HVD_ERR_TIMEOUT, "ranks [" + missing + "] did not join within " +
-                                        std::to_string(cfg_.start_timeout_s) +
-                                        " s (start timeout; HVD_START_TIMEOUT)");
+      std::ostringstream msg;
+      msg << "ranks [" << missing << "] did not join within " << cfg_.start_timeout_s
+          << " s (start timeout; HVD_START_TIMEOUT)";
+      return Error(HVD_ERR_TIMEOUT, msg.str());
     }
     hosts[r].assign(v->begin(), v->end());
   }

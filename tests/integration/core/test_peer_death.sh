@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# hvdrun -np 2: rank 1 exits 3 mid-job. Expect: rank 0's pending handle fails
+# with an error within seconds, hvdrun exits 3 naming rank 1.
+set -u
+hvdrun=$1; prog=$2
+out=$(mktemp)
+start=$(date +%s)
+timeout 60 "$hvdrun" -np 2 --grace-period 10 "$prog" >"$out" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+cat "$out"
+fail() { echo "FAIL: $*"; rm -f "$out"; exit 1; }
+[ "$rc" -eq 3 ] || fail "hvdrun exited $rc, expected 3"
+grep -q "rank 1" "$out" || fail "hvdrun did not name rank 1"
+grep -q "rank 0: pending handle finished after" "$out" || fail "rank 0 never reported its handle"
+grep "rank 0: pending handle" "$out" | grep -qE "transport failure|aborted" || fail "rank 0's handle did not fail with a transport error"
+grep -q "rank 0: next allreduce: transport failure" "$out" || fail "the broken context accepted new work"
+[ "$took" -lt 30 ] || fail "took ${took}s"
+rm -f "$out"
+echo "PASS (${took}s)"
