@@ -190,7 +190,10 @@ typedef struct hvd_params {
 #define HVD_PARAM_TRANSPORT_TIMEOUT  (1ULL << 21)
 #define HVD_PARAM_ALL_               ((1ULL << 22) - 1) /* bits this header knows */
 
-#define HVD_PARAMS_INIT {sizeof(hvd_params_t), 0}
+/* Every field listed, so user code builds cleanly with -Wextra -Werror. */
+#define HVD_PARAMS_INIT                                                              \
+    {sizeof(hvd_params_t), 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, 0.0, 0, \
+     0.0, 0.0, 0.0, NULL, NULL, NULL, 0, NULL, NULL, 0.0}
 
 /* ------------------------------------------------------------------------ */
 /* Library.                                                                 */
@@ -219,6 +222,8 @@ HVD_API hvd_status_t hvd_dtype_size(hvd_dtype_t dtype, size_t *out);
 HVD_API hvd_status_t hvd_context_create(const hvd_params_t *params, hvd_context_t *out);
 /* Completes pending operations with HVD_ERR_ABORTED, tells peers, frees all. */
 HVD_API hvd_status_t hvd_context_destroy(hvd_context_t ctx);
+/* Using a destroyed context is a caller error; hvd detects it on a best-effort
+ * basis (HVD_ERR_NOT_INITIALIZED or HVD_ERR_INVALID_ARGUMENT). */
 
 HVD_API hvd_status_t hvd_context_rank(hvd_context_t ctx, int *out);
 HVD_API hvd_status_t hvd_context_size(hvd_context_t ctx, int *out);
@@ -237,7 +242,7 @@ HVD_API hvd_status_t hvd_mpi_threads_supported(hvd_context_t ctx, int *out);
 /* first call creates the context, each hvd_shutdown releases one count.    */
 /* params may be NULL (environment and defaults).                           */
 /* ------------------------------------------------------------------------ */
-HVD_API hvd_status_t hvd_init(const hvd_params_t *params);
+HVD_API hvd_status_t hvd_init(const hvd_params_t *params); /* later calls ignore params */
 HVD_API hvd_status_t hvd_shutdown(void);
 HVD_API hvd_status_t hvd_is_initialized(int *out);
 HVD_API hvd_status_t hvd_default_context(hvd_context_t *out);
@@ -342,7 +347,8 @@ HVD_API hvd_status_t hvd_handle_output(hvd_handle_t handle, const void **data, s
 /* Result shape: writes up to max_ndim dims into shape and the true ndim. */
 HVD_API hvd_status_t hvd_handle_output_shape(hvd_handle_t handle, int64_t *shape,
                                              int32_t max_ndim, int32_t *ndim);
-/* Alltoall: rows received from each rank (n must be >= size). */
+/* Alltoall: rows received from each rank (n must be >= size; entries past
+ * size are set to 0). */
 HVD_API hvd_status_t hvd_handle_recv_splits(hvd_handle_t handle, int64_t *splits, int32_t n);
 
 #ifdef __cplusplus

@@ -24,15 +24,17 @@ class ParamReader {
  public:
   explicit ParamReader(const hvd_params_t* p) : p_(p) {}
 
+  // `field` points into the caller's struct; it is read only after the mask
+  // and struct_size checks, so an older (smaller) struct is never overread.
   template <typename T>
-  Result<bool> Get(uint64_t bit, size_t offset, const T& field, T* out, const char* name) const {
+  Result<bool> Get(uint64_t bit, size_t offset, const T* field, T* out, const char* name) const {
     if (p_ == nullptr || (p_->mask & bit) == 0) return false;
     if (offset + sizeof(T) > p_->struct_size) {
       return InvalidArgument(std::string("params.mask sets ") + name +
                              " but params.struct_size (" + std::to_string(p_->struct_size) +
                              ") does not cover that field");
     }
-    *out = field;
+    *out = *field;
     return true;
   }
 
@@ -41,7 +43,7 @@ class ParamReader {
 };
 
 #define HVD_PARAM_FIELD(reader, bit, field, out) \
-  (reader).Get((bit), offsetof(hvd_params_t, field), params->field, (out), #field)
+  (reader).Get((bit), offsetof(hvd_params_t, field), &params->field, (out), #field)
 
 Status ParseInt(const char* name, const char* text, int64_t* out) {
   errno = 0;
@@ -253,6 +255,9 @@ std::string Config::ToString() const {
 
 Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
   Config c;
+  // No params: read nothing from an empty struct (no field access through NULL).
+  hvd_params_t none = HVD_PARAMS_INIT;
+  if (params == nullptr) params = &none;
   if (params != nullptr) {
     if (params->struct_size < offsetof(hvd_params_t, rank)) {
       return InvalidArgument("params.struct_size (" + std::to_string(params->struct_size) +
@@ -277,7 +282,7 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
   bool set = false;
 
   // Strings: params, then environment.
-  auto str_setting = [&](uint64_t bit, size_t offset, const char* const& field, const char* name,
+  auto str_setting = [&](uint64_t bit, size_t offset, const char* const* field, const char* name,
                          const char* env_name, std::string* out) -> Status {
     HVD_ASSIGN_OR_RETURN(bool have, r.Get(bit, offset, field, &s, name));
     if (have) {
@@ -287,11 +292,10 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     }
     return Status::Ok();
   };
-  static const char* kNull = nullptr;
 
 #define HVD_STR(bit, field, env_name, out)                                                   \
   HVD_CHECK(str_setting((bit), offsetof(hvd_params_t, field),                                \
-                        params != nullptr ? params->field : kNull, #field, (env_name), (out)))
+                        &params->field, #field, (env_name), (out)))
 
   HVD_STR(HVD_PARAM_TRANSPORT, transport, "HVD_TRANSPORT", &c.transport);
   HVD_STR(HVD_PARAM_RENDEZVOUS_ADDR, rendezvous_addr, "HVD_RENDEZVOUS_ADDR", &c.rendezvous_addr);
@@ -357,23 +361,22 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     double* out;
     bool allow_off;
   };
-  const double kZero = 0;
   const Seconds seconds[] = {
       {HVD_PARAM_STALL_WARNING, offsetof(hvd_params_t, stall_warning_s),
-       params ? &params->stall_warning_s : &kZero, "stall_warning_s", "HVD_STALL_WARNING_TIME",
+       &params->stall_warning_s, "stall_warning_s", "HVD_STALL_WARNING_TIME",
        &c.stall_warning_s, true},
       {HVD_PARAM_STALL_SHUTDOWN, offsetof(hvd_params_t, stall_shutdown_s),
-       params ? &params->stall_shutdown_s : &kZero, "stall_shutdown_s", "HVD_STALL_SHUTDOWN_TIME",
+       &params->stall_shutdown_s, "stall_shutdown_s", "HVD_STALL_SHUTDOWN_TIME",
        &c.stall_shutdown_s, true},
       {HVD_PARAM_START_TIMEOUT, offsetof(hvd_params_t, start_timeout_s),
-       params ? &params->start_timeout_s : &kZero, "start_timeout_s", "HVD_START_TIMEOUT",
+       &params->start_timeout_s, "start_timeout_s", "HVD_START_TIMEOUT",
        &c.start_timeout_s, false},
       {HVD_PARAM_TRANSPORT_TIMEOUT, offsetof(hvd_params_t, transport_timeout_s),
-       params ? &params->transport_timeout_s : &kZero, "transport_timeout_s",
+       &params->transport_timeout_s, "transport_timeout_s",
        "HVD_TRANSPORT_TIMEOUT", &c.transport_timeout_s, false},
   };
   for (const Seconds& sec : seconds) {
-    HVD_ASSIGN_OR_RETURN(set, r.Get(sec.bit, sec.offset, *sec.field, &d, sec.name));
+    HVD_ASSIGN_OR_RETURN(set, r.Get(sec.bit, sec.offset, sec.field, &d, sec.name));
     if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvDouble(env, sec.env_name, &d)); }
     if (!set) continue;
     if (!sec.allow_off && !(d > 0)) {

@@ -48,6 +48,7 @@ const char* LocalLastError(void*) noexcept { return ""; }
 const hvd_transport_v1_t kLocalTable = {
     HVD_TRANSPORT_ABI_V1, "local",        LocalInit,      LocalFinalize, LocalAllreduce,
     LocalAllgatherv,      LocalBroadcast, LocalAlltoallv, LocalBarrier,  LocalLastError,
+    nullptr,  // query: nothing to report
 };
 
 }  // namespace

@@ -1,0 +1,1132 @@
+// The C boundary: every function declared in include/hvd.h.
+//
+// Each status-returning extern "C" body runs between HVD_API_BEGIN() and
+// HVD_API_END(), which turn any exception into a status code plus the
+// thread's last-error text, so no exception ever crosses the ABI. Internals
+// return hvd::Status / hvd::Result; this file validates every argument before
+// anything is queued, builds the hvd::OpRequest, and maps Status values to
+// hvd_status_t.
+//
+// Last error (libgit2 style): a failing call stores its message in the calling
+// thread's buffer; a successful call does NOT clear it. Read hvd_last_error()
+// right after a call returned a negative status, or call
+// hvd_clear_last_error() first. Positive statuses (HVD_IN_PROGRESS) are not
+// errors and leave the buffer alone too.
+//
+// The only process-global state in the library is the default context below
+// (hvd_init / hvd_shutdown): a pointer and a reference count under a mutex.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "common/kernels.h"
+#include "common/status.h"
+#include "core/context.h"
+#include "core/request.h"
+#include "hvd.h"
+
+namespace {
+
+constexpr uint64_t kContextMagic = 0x6876642d63747831ULL;  // "hvd-ctx1"
+constexpr uint64_t kHandleMagic = 0x6876642d686e6431ULL;   // "hvd-hnd1"
+constexpr uint64_t kDeadMagic = 0xdeadc0dedeadc0deULL;     // written on destroy/release
+
+constexpr size_t kMaxNameBytes = 1024;
+
+}  // namespace
+
+// The opaque types of hvd.h. The magic number comes first and is poisoned
+// when the object is destroyed, so a destroyed or foreign pointer is usually
+// caught with an error instead of a crash. "Usually": reading freed memory is
+// undefined behaviour, and the allocator may have reused it; the check is a
+// diagnostic aid, not a guarantee.
+struct hvd_context_s {
+  uint64_t magic = kContextMagic;
+  std::unique_ptr<hvd::Context> impl;
+};
+
+struct hvd_handle_s {
+  uint64_t magic = kHandleMagic;
+  std::shared_ptr<hvd::Handle> impl;
+  hvd::OpType type = hvd::OpType::kAllreduce;
+  int32_t size = 1;  // the context's size when the op was submitted (recv_splits)
+};
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Last error.
+// ---------------------------------------------------------------------------
+
+thread_local std::string t_last_error;
+
+const char* StatusText(hvd_status_t status) noexcept {
+  switch (status) {
+    case HVD_OK: return "success";
+    case HVD_IN_PROGRESS: return "operation in progress";
+    case HVD_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case HVD_ERR_NOT_INITIALIZED: return "not initialized (no default context, or context destroyed)";
+    case HVD_ERR_NO_MEMORY: return "out of memory";
+    case HVD_ERR_TIMEOUT: return "timed out";
+    case HVD_ERR_MISMATCH: return "ranks disagree on the operation (dtype, shape, op or root)";
+    case HVD_ERR_TRANSPORT: return "transport failure";
+    case HVD_ERR_UNSUPPORTED: return "unsupported by this build";
+    case HVD_ERR_NOT_FOUND: return "not found (transport plugin or library missing)";
+    case HVD_ERR_ABORTED: return "aborted (context shut down while the operation was pending)";
+    case HVD_ERR_DUPLICATE_NAME: return "a tensor of the same name is already in flight";
+    case HVD_ERR_VERSION: return "incompatible versions";
+    case HVD_ERR_RENDEZVOUS: return "rendezvous failed (could not form the job)";
+    case HVD_ERR_INTERNAL: return "internal error in hvd (please report)";
+  }
+  return "unknown status";
+}
+
+// Never throws: on allocation failure the message degrades to a constant that
+// fits the string's inline buffer.
+void SetLastError(const char* msg) noexcept {
+  try {
+    t_last_error.assign(msg);
+  } catch (...) {
+    t_last_error.clear();
+    t_last_error.append("out of memory");  // 13 bytes: no allocation (SSO)
+  }
+}
+
+hvd_status_t Fail(hvd_status_t code, const char* msg) noexcept {
+  SetLastError(msg != nullptr && msg[0] != '\0' ? msg : StatusText(code));
+  return code;
+}
+
+// Maps an internal Status to the return code; errors set the last error.
+hvd_status_t Report(const hvd::Status& s) noexcept {
+  const hvd_status_t code = s.code();
+  if (code < 0) return Fail(code, s.message().c_str());
+  return code;
+}
+
+hvd_status_t FailException(const char* fn, hvd_status_t code, const char* what) noexcept {
+  try {
+    std::string msg = std::string(fn) + ": " +
+                      (code == HVD_ERR_NO_MEMORY ? "out of resources: " : "internal error: ") +
+                      (what != nullptr ? what : "unknown exception");
+    if (code == HVD_ERR_INTERNAL) msg += " (a bug in hvd: please report it)";
+    return Fail(code, msg.c_str());
+  } catch (...) {
+    return Fail(code, StatusText(code));
+  }
+}
+
+// std::system_error from thread or mutex creation means the process ran out
+// of a resource; anything else escaping the internals is a bug.
+hvd_status_t FailSystemError(const char* fn, const std::system_error& e) noexcept {
+  const std::error_code& ec = e.code();
+  const bool resources = ec == std::errc::resource_unavailable_try_again ||
+                         ec == std::errc::not_enough_memory ||
+                         ec == std::errc::too_many_files_open;
+  return FailException(fn, resources ? HVD_ERR_NO_MEMORY : HVD_ERR_INTERNAL, e.what());
+}
+
+}  // namespace
+
+// The exception wall. The body between the two macros must return an
+// hvd_status_t on every path.
+#define HVD_API_BEGIN() try {
+#define HVD_API_END()                                             \
+  }                                                               \
+  catch (const std::bad_alloc&) {                                 \
+    return Fail(HVD_ERR_NO_MEMORY, "out of memory");              \
+  }                                                               \
+  catch (const std::system_error& e) {                            \
+    return FailSystemError(__func__, e);                          \
+  }                                                               \
+  catch (const std::exception& e) {                               \
+    return FailException(__func__, HVD_ERR_INTERNAL, e.what());   \
+  }                                                               \
+  catch (...) {                                                   \
+    return FailException(__func__, HVD_ERR_INTERNAL, nullptr);    \
+  }
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// Small helpers.
+// ---------------------------------------------------------------------------
+
+// The integer a C caller put in an enum-typed argument or field. C allows
+// any int there (dtype 99); in C++ loading an out-of-range value as the enum
+// type is undefined, so the bits are copied out instead.
+template <typename E>
+int RawEnum(const E& e) {
+  static_assert(std::is_enum<E>::value, "enum types only");
+  std::underlying_type_t<E> v;
+  std::memcpy(&v, &e, sizeof(v));
+  return static_cast<int>(v);
+}
+
+template <typename... Args>
+std::string Cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+hvd::Status Invalid(const char* fn, const std::string& msg) {
+  return hvd::Status(HVD_ERR_INVALID_ARGUMENT, Cat(fn, ": ", msg));
+}
+
+// " (tensor 'name')" for messages; empty when the name itself is unusable.
+std::string TensorTag(const char* name) {
+  if (name == nullptr || name[0] == '\0' || strnlen(name, kMaxNameBytes + 1) > kMaxNameBytes) {
+    return std::string();
+  }
+  return Cat(" (tensor '", name, "')");
+}
+
+// ---------------------------------------------------------------------------
+// The default context.
+// ---------------------------------------------------------------------------
+
+struct DefaultContext {
+  // Serialises hvd_init and hvd_shutdown; held across Context::Create (a
+  // collective that may take long) and across destruction, so a concurrent
+  // hvd_init waits and then counts instead of creating a second context.
+  std::mutex lifecycle_mu;
+  // Guards ctx and refs; held only briefly, never across a collective, so a
+  // log callback that calls hvd_rank() during creation cannot deadlock.
+  std::mutex mu;
+  hvd_context_s* ctx = nullptr;
+  int64_t refs = 0;
+};
+
+// Never destroyed: calls during static destruction (atexit handlers, other
+// libraries' destructors) still find a valid mutex. A default context still
+// initialised at exit is not torn down; call hvd_shutdown.
+DefaultContext& Default() {
+  static DefaultContext* d = new DefaultContext();
+  return *d;
+}
+
+// NULL means the default context. The returned pointer is valid until the
+// context is destroyed; hvd_shutdown must not race with other threads' calls
+// on the default context (as in Horovod).
+hvd::Status ResolveContext(const char* fn, hvd_context_t ctx, hvd_context_s** out) {
+  if (ctx == nullptr) {
+    DefaultContext& d = Default();
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (d.ctx == nullptr) {
+      return hvd::Status(HVD_ERR_NOT_INITIALIZED,
+                         Cat(fn, ": ctx is NULL (the default context) and hvd_init has not been "
+                                 "called; call hvd_init first or pass a context from "
+                                 "hvd_context_create"));
+    }
+    *out = d.ctx;
+    return hvd::Status::Ok();
+  }
+  if (ctx->magic == kDeadMagic) {
+    return hvd::Status(HVD_ERR_NOT_INITIALIZED,
+                       Cat(fn, ": ctx was destroyed (hvd_context_destroy or hvd_shutdown)"));
+  }
+  if (ctx->magic != kContextMagic || !ctx->impl) {
+    return Invalid(fn, "ctx is not a valid hvd_context_t (a destroyed context, or a pointer not "
+                       "made by hvd_context_create / hvd_default_context)");
+  }
+  *out = ctx;
+  return hvd::Status::Ok();
+}
+
+hvd::Status CheckHandle(const char* fn, hvd_handle_t h) {
+  if (h == nullptr) return Invalid(fn, "handle is NULL");
+  if (h->magic == kDeadMagic) return Invalid(fn, "handle was already released");
+  if (h->magic != kHandleMagic || !h->impl) {
+    return Invalid(fn, "handle is not a valid hvd_handle_t (released, or not made by an "
+                       "hvd_*_async call)");
+  }
+  return hvd::Status::Ok();
+}
+
+// The op's failure, naming the op when the core's message does not already.
+hvd::Status OpError(const hvd::Handle& h, const hvd::Status& s) {
+  if (s.ok() || s.message().find(h.description()) != std::string::npos) return s;
+  return s.Wrap(h.description());
+}
+
+// ---------------------------------------------------------------------------
+// Argument validation. Every message names the function, the argument and,
+// when known, the tensor.
+// ---------------------------------------------------------------------------
+
+hvd::Status ValidateName(const char* fn, const char* arg, const char* name) {
+  if (name == nullptr) return Invalid(fn, Cat(arg, " is NULL"));
+  const size_t len = strnlen(name, kMaxNameBytes + 1);
+  if (len == 0) return Invalid(fn, Cat(arg, " is empty: every tensor needs a name"));
+  if (len > kMaxNameBytes) {
+    return Invalid(fn, Cat(arg, " is longer than ", kMaxNameBytes, " bytes ('",
+                           std::string(name, 40), "...')"));
+  }
+  return hvd::Status::Ok();
+}
+
+hvd::Status ValidateReduceOp(const char* fn, const std::string& tag, int op, int dtype,
+                             double prescale, double postscale) {
+  if (op < HVD_SUM || op > HVD_PRODUCT) {
+    return Invalid(fn, Cat("op ", op, " is not a valid hvd_reduce_op_t", tag));
+  }
+  if (op == HVD_AVERAGE && dtype == HVD_BOOL) {
+    return hvd::Status(HVD_ERR_UNSUPPORTED,
+                       Cat(fn, ": HVD_AVERAGE is not defined for HVD_BOOL", tag,
+                           "; use HVD_MIN (logical and) or HVD_MAX (logical or)"));
+  }
+  if (!std::isfinite(prescale)) {
+    return Invalid(fn, Cat("prescale is not finite (", prescale, ")", tag));
+  }
+  if (!std::isfinite(postscale)) {
+    return Invalid(fn, Cat("postscale is not finite (", postscale, ")", tag));
+  }
+  return hvd::Status::Ok();
+}
+
+hvd::Status CheckDeviceSupported(const char* fn, const char* arg, const std::string& tag,
+                                 int32_t device) {
+  if (device == HVD_DEVICE_CPU) return hvd::Status::Ok();
+  if (device < HVD_DEVICE_CPU) {
+    return Invalid(fn, Cat(arg, "->device is ", device,
+                           ": neither HVD_DEVICE_CPU (-1) nor a CUDA device ordinal", tag));
+  }
+  return hvd::Status(HVD_ERR_UNSUPPORTED,
+                     Cat(fn, ": ", arg, "->device is CUDA device ", device, tag,
+                         ": CUDA buffers need the NCCL transport, which this context does not "
+                         "have; pass host memory with device = HVD_DEVICE_CPU"));
+}
+
+// Checks one tensor descriptor and fills spec (without the name). The device
+// is range-checked here; whether it is supported is checked by the caller
+// (CheckDeviceSupported) so that groups can first report inconsistent
+// devices.
+hvd::Status ValidateTensor(const char* fn, const char* arg, const std::string& tag,
+                           const hvd_tensor_t* t, hvd::TensorSpec* spec) {
+  if (t == nullptr) return Invalid(fn, Cat(arg, " is NULL", tag));
+  const int dtype = RawEnum(t->dtype);
+  if (!hvd::IsValidDtype(dtype)) {
+    return Invalid(fn, Cat(arg, "->dtype ", dtype, " is not a valid hvd_dtype_t", tag));
+  }
+  if (t->ndim < 0 || t->ndim > HVD_MAX_NDIM) {
+    return Invalid(fn, Cat(arg, "->ndim is ", t->ndim, ", must be 0..", HVD_MAX_NDIM, tag));
+  }
+  if (t->ndim > 0 && t->shape == nullptr) {
+    return Invalid(fn, Cat(arg, "->shape is NULL but ndim is ", t->ndim, tag));
+  }
+  const int64_t elem_size = static_cast<int64_t>(hvd::DtypeSize(dtype));
+  const int64_t max_elements = std::numeric_limits<int64_t>::max() / elem_size;
+  std::vector<int64_t> shape(static_cast<size_t>(t->ndim));
+  int64_t elements = 1;
+  bool overflow = false;
+  for (int32_t i = 0; i < t->ndim; ++i) {
+    const int64_t d = t->shape[i];
+    if (d < 0) {
+      return Invalid(fn, Cat(arg, "->shape[", i, "] is ", d, ", must be >= 0", tag));
+    }
+    shape[static_cast<size_t>(i)] = d;
+    if (d == 0) {
+      elements = 0;
+    } else if (elements != 0) {
+      if (elements > max_elements / d) overflow = true;
+      else elements *= d;
+    }
+  }
+  if (overflow && elements != 0) {
+    return Invalid(fn, Cat(arg, "->shape describes more bytes than fit in 64 bits", tag));
+  }
+  if (static_cast<uint64_t>(elements) * static_cast<uint64_t>(elem_size) >
+      static_cast<uint64_t>(std::numeric_limits<size_t>::max())) {
+    return Invalid(fn, Cat(arg, "->shape describes more bytes than this machine can address", tag));
+  }
+  if (t->device < HVD_DEVICE_CPU) {
+    return CheckDeviceSupported(fn, arg, tag, t->device);
+  }
+  if (t->data == nullptr && elements != 0) {
+    return Invalid(fn, Cat(arg, "->data is NULL but the tensor has ", elements, " elements", tag));
+  }
+  spec->dtype = t->dtype;
+  spec->shape = std::move(shape);
+  spec->device = t->device;
+  spec->stream = t->stream;
+  spec->input = t->data;
+  return hvd::Status::Ok();
+}
+
+int64_t ByteSize(const hvd::TensorSpec& spec) {
+  return spec.NumElements() * static_cast<int64_t>(hvd::DtypeSize(spec.dtype));
+}
+
+// output for ops that write into the caller's buffer: non-NULL unless empty,
+// and either the input itself (in place) or not overlapping it.
+hvd::Status ValidateOutput(const char* fn, const char* arg, const std::string& tag,
+                           void* output, hvd::TensorSpec* spec) {
+  const int64_t bytes = ByteSize(*spec);
+  if (output == nullptr && bytes != 0) {
+    return Invalid(fn, Cat(arg, " is NULL but the tensor has ", spec->NumElements(),
+                           " elements", tag));
+  }
+  if (output != nullptr && spec->input != nullptr && output != spec->input && bytes != 0) {
+    const uintptr_t in = reinterpret_cast<uintptr_t>(spec->input);
+    const uintptr_t out = reinterpret_cast<uintptr_t>(output);
+    const uintptr_t n = static_cast<uintptr_t>(bytes);
+    if (in < out + n && out < in + n) {
+      return Invalid(fn, Cat(arg, " partially overlaps the input buffer", tag,
+                             "; pass output == input->data for an in-place operation"));
+    }
+  }
+  spec->output = output;
+  return hvd::Status::Ok();
+}
+
+// One single-tensor operation, validated and ready to enqueue.
+struct Prepared {
+  hvd_context_s* ctx = nullptr;
+  hvd::OpRequest request;
+  std::string description;
+};
+
+// Name, context and the input descriptor, common to every single-tensor op.
+hvd::Status PrepareSingle(const char* fn, hvd_context_t ctx, const char* name,
+                          const hvd_tensor_t* input, hvd::OpType type, Prepared* p) {
+  HVD_CHECK(ValidateName(fn, "name", name));
+  const std::string tag = TensorTag(name);
+  HVD_CHECK(ResolveContext(fn, ctx, &p->ctx));
+  hvd::TensorSpec spec;
+  HVD_CHECK(ValidateTensor(fn, "input", tag, input, &spec));
+  HVD_CHECK(CheckDeviceSupported(fn, "input", tag, input->device));
+  spec.name = name;
+  p->request.type = type;
+  p->request.tensors.push_back(std::move(spec));
+  p->description = Cat(hvd::OpTypeName(type), " '", name, "'");
+  return hvd::Status::Ok();
+}
+
+hvd::Status RequireRows(const char* fn, const std::string& tag, const hvd::TensorSpec& spec) {
+  if (spec.shape.empty()) {
+    return Invalid(fn, Cat("input->ndim is 0, must be >= 1: this operation splits or joins "
+                           "along the first dimension", tag));
+  }
+  return hvd::Status::Ok();
+}
+
+hvd::Status PrepareAllreduce(const char* fn, hvd_context_t ctx, const char* name,
+                             const hvd_tensor_t* input, void* output, hvd_reduce_op_t op,
+                             double prescale, double postscale, Prepared* p) {
+  HVD_CHECK(PrepareSingle(fn, ctx, name, input, hvd::OpType::kAllreduce, p));
+  const std::string tag = TensorTag(name);
+  hvd::TensorSpec& spec = p->request.tensors[0];
+  HVD_CHECK(ValidateReduceOp(fn, tag, RawEnum(op), static_cast<int>(spec.dtype), prescale,
+                             postscale));
+  HVD_CHECK(ValidateOutput(fn, "output", tag, output, &spec));
+  p->request.reduce_op = op;
+  p->request.prescale = prescale;
+  p->request.postscale = postscale;
+  return hvd::Status::Ok();
+}
+
+hvd::Status PrepareBroadcast(const char* fn, hvd_context_t ctx, const char* name,
+                             const hvd_tensor_t* input, void* output, int32_t root,
+                             Prepared* p) {
+  HVD_CHECK(PrepareSingle(fn, ctx, name, input, hvd::OpType::kBroadcast, p));
+  const std::string tag = TensorTag(name);
+  hvd::TensorSpec& spec = p->request.tensors[0];
+  HVD_CHECK(ValidateOutput(fn, "output", tag, output, &spec));
+  const int size = p->ctx->impl->size();
+  if (root < 0 || root >= size) {
+    return Invalid(fn, Cat("root is ", root, ", must be in [0, ", size, ")", tag));
+  }
+  p->request.root = root;
+  return hvd::Status::Ok();
+}
+
+hvd::Status PrepareBarrier(const char* fn, hvd_context_t ctx, Prepared* p) {
+  HVD_CHECK(ResolveContext(fn, ctx, &p->ctx));
+  // One empty tensor; its name stays empty: the core assigns barrier names.
+  hvd::TensorSpec spec;
+  spec.dtype = HVD_UINT8;
+  spec.shape = {0};
+  p->request.type = hvd::OpType::kBarrier;
+  p->request.tensors.push_back(std::move(spec));
+  p->description = "barrier";
+  return hvd::Status::Ok();
+}
+
+// Queues a prepared request and wraps its handle.
+hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
+  // Allocate everything that can fail before the op is queued, so that no
+  // queued op is left without a handle.
+  auto handle = std::make_shared<hvd::Handle>(std::move(p->description));
+  auto wrapper = std::make_unique<hvd_handle_s>();
+  wrapper->type = p->request.type;
+  wrapper->size = static_cast<int32_t>(p->ctx->impl->size());
+  p->request.handle = handle;
+  auto r = p->ctx->impl->Enqueue(std::move(p->request));
+  if (!r.ok()) return Report(r.status());
+  wrapper->impl = r.value() ? std::move(r).value() : std::move(handle);
+  *out = wrapper.release();
+  return HVD_OK;
+}
+
+// Blocking form: queue, wait without a limit, drop the handle.
+hvd_status_t SubmitAndWait(Prepared* p) {
+  auto handle = std::make_shared<hvd::Handle>(std::move(p->description));
+  p->request.handle = handle;
+  auto r = p->ctx->impl->Enqueue(std::move(p->request));
+  if (!r.ok()) return Report(r.status());
+  std::shared_ptr<hvd::Handle> h = r.value() ? std::move(r).value() : std::move(handle);
+  const hvd::Status s = h->Wait(-1.0);
+  return Report(OpError(*h, s));
+}
+
+hvd::Status CheckOutPointer(const char* fn, const char* arg, const void* p) {
+  if (p == nullptr) return Invalid(fn, Cat(arg, " is NULL"));
+  return hvd::Status::Ok();
+}
+
+template <typename Getter>
+hvd_status_t GetInt(const char* fn, hvd_context_t ctx, int* out, Getter get) {
+  hvd::Status s = CheckOutPointer(fn, "out", out);
+  if (!s.ok()) return Report(s);
+  hvd_context_s* c = nullptr;
+  s = ResolveContext(fn, ctx, &c);
+  if (!s.ok()) return Report(s);
+  *out = get(*c->impl);
+  return HVD_OK;
+}
+
+// For results the handle owns: checks the op kind and completion.
+hvd::Status RequireOwnedResult(const char* fn, hvd_handle_t h) {
+  HVD_CHECK(CheckHandle(fn, h));
+  if (h->type != hvd::OpType::kAllgather && h->type != hvd::OpType::kAlltoall &&
+      h->type != hvd::OpType::kReducescatter) {
+    return Invalid(fn, Cat("handle is for ", h->impl->description(),
+                           ", which writes into the caller's buffer; only allgather, alltoall "
+                           "and reducescatter results are owned by the handle"));
+  }
+  hvd::Status s = h->impl->status();
+  if (s.code() == HVD_IN_PROGRESS) return hvd::Status(HVD_IN_PROGRESS, "");
+  return OpError(*h->impl, s);
+}
+
+}  // namespace
+
+// ===========================================================================
+// Library.
+// ===========================================================================
+
+extern "C" {
+
+hvd_status_t hvd_version(int* major, int* minor, int* patch) {
+  HVD_API_BEGIN();
+  if (major != nullptr) *major = HVD_VERSION_MAJOR;
+  if (minor != nullptr) *minor = HVD_VERSION_MINOR;
+  if (patch != nullptr) *patch = HVD_VERSION_PATCH;
+  return HVD_OK;
+  HVD_API_END();
+}
+
+// The three functions below allocate nothing and cannot throw, so they need
+// no exception wall.
+const char* hvd_status_string(hvd_status_t status) {
+  const int code = RawEnum(status);
+  if (code < HVD_ERR_INTERNAL || code > HVD_IN_PROGRESS) return "unknown status";
+  return StatusText(static_cast<hvd_status_t>(code));
+}
+
+const char* hvd_last_error(void) { return t_last_error.c_str(); }
+
+void hvd_clear_last_error(void) { t_last_error.clear(); }
+
+hvd_status_t hvd_dtype_size(hvd_dtype_t dtype, size_t* out) {
+  HVD_API_BEGIN();
+  if (out == nullptr) return Report(Invalid(__func__, "out is NULL"));
+  const int d = RawEnum(dtype);
+  if (!hvd::IsValidDtype(d)) {
+    return Report(Invalid(__func__, Cat("dtype ", d, " is not a valid hvd_dtype_t")));
+  }
+  *out = hvd::DtypeSize(d);
+  return HVD_OK;
+  HVD_API_END();
+}
+
+// ===========================================================================
+// Explicit contexts.
+// ===========================================================================
+
+hvd_status_t hvd_context_create(const hvd_params_t* params, hvd_context_t* out) {
+  HVD_API_BEGIN();
+  if (out == nullptr) return Report(Invalid(__func__, "out is NULL"));
+  *out = nullptr;
+  auto wrapper = std::make_unique<hvd_context_s>();  // before the collective
+  auto r = hvd::Context::Create(params);
+  if (!r.ok()) return Report(r.status().Wrap("hvd_context_create"));
+  wrapper->impl = std::move(r).value();
+  if (!wrapper->impl) return Fail(HVD_ERR_INTERNAL, "hvd_context_create: Create returned NULL");
+  *out = wrapper.release();
+  return HVD_OK;
+  HVD_API_END();
+}
+
+// NULL is refused rather than read as "the default context": the default
+// context is released only through hvd_shutdown (it is reference counted).
+hvd_status_t hvd_context_destroy(hvd_context_t ctx) {
+  HVD_API_BEGIN();
+  if (ctx == nullptr) {
+    return Report(Invalid(__func__, "ctx is NULL; the default context is released with "
+                                    "hvd_shutdown, not hvd_context_destroy"));
+  }
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, ctx, &c);
+  if (!s.ok()) return Report(s);
+  {
+    DefaultContext& d = Default();
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (d.ctx == c) {
+      return Report(Invalid(__func__, "ctx is the default context (from hvd_init); release it "
+                                      "with hvd_shutdown"));
+    }
+  }
+  c->magic = kDeadMagic;
+  std::unique_ptr<hvd::Context> impl = std::move(c->impl);
+  delete c;
+  impl->Shutdown();  // pending ops complete with HVD_ERR_ABORTED; peers are told
+  impl.reset();
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_rank(hvd_context_t ctx, int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.rank(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_size(hvd_context_t ctx, int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.size(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_local_rank(hvd_context_t ctx, int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.local_rank(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_local_size(hvd_context_t ctx, int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.local_size(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_cross_rank(hvd_context_t ctx, int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.cross_rank(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_cross_size(hvd_context_t ctx, int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.cross_size(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_transport(hvd_context_t ctx, const char** out) {
+  HVD_API_BEGIN();
+  if (out == nullptr) return Report(Invalid(__func__, "out is NULL"));
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, ctx, &c);
+  if (!s.ok()) return Report(s);
+  const char* name = c->impl->transport_name();
+  *out = name != nullptr ? name : "";
+  return HVD_OK;
+  HVD_API_END();
+}
+
+// The core does not expose transport queries yet (needs e.g.
+// Result<int64_t> Context::QueryTransport(const char* key) over the plugin's
+// optional `query` entry); until it does, an MPI context answers
+// HVD_ERR_UNSUPPORTED too, with a message saying why.
+hvd_status_t hvd_mpi_threads_supported(hvd_context_t ctx, int* out) {
+  HVD_API_BEGIN();
+  if (out == nullptr) return Report(Invalid(__func__, "out is NULL"));
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, ctx, &c);
+  if (!s.ok()) return Report(s);
+  const char* name = c->impl->transport_name();
+  if (name == nullptr || std::strcmp(name, "mpi") != 0) {
+    return Report(hvd::Status(HVD_ERR_UNSUPPORTED,
+                              Cat(__func__, ": the context's transport is '",
+                                  name != nullptr ? name : "", "', not 'mpi'")));
+  }
+  auto level = c->impl->Query("mpi_thread_level");
+  if (!level.ok()) return Report(level.status());
+  constexpr int64_t kMpiThreadMultiple = 3;  // MPI_THREAD_MULTIPLE in every MPI ABI we load
+  *out = level.value() >= kMpiThreadMultiple ? 1 : 0;
+  return HVD_OK;
+  HVD_API_END();
+}
+
+// ===========================================================================
+// The default context.
+// ===========================================================================
+
+// The first call creates the context from params; later calls only count, and
+// their params are ignored (the context already exists).
+hvd_status_t hvd_init(const hvd_params_t* params) {
+  HVD_API_BEGIN();
+  DefaultContext& d = Default();
+  std::lock_guard<std::mutex> lifecycle(d.lifecycle_mu);
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (d.refs > 0) {
+      ++d.refs;
+      return HVD_OK;
+    }
+  }
+  auto wrapper = std::make_unique<hvd_context_s>();
+  auto r = hvd::Context::Create(params);
+  if (!r.ok()) return Report(r.status().Wrap("hvd_init"));
+  wrapper->impl = std::move(r).value();
+  if (!wrapper->impl) return Fail(HVD_ERR_INTERNAL, "hvd_init: Create returned NULL");
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.ctx = wrapper.release();
+  d.refs = 1;
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_shutdown(void) {
+  HVD_API_BEGIN();
+  DefaultContext& d = Default();
+  std::lock_guard<std::mutex> lifecycle(d.lifecycle_mu);
+  hvd_context_s* dying = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (d.refs == 0) {
+      return Report(hvd::Status(HVD_ERR_NOT_INITIALIZED,
+                                "hvd_shutdown: not initialized (hvd_init was not called, or "
+                                "every hvd_init was already matched by an hvd_shutdown)"));
+    }
+    if (--d.refs > 0) return HVD_OK;
+    dying = d.ctx;
+    d.ctx = nullptr;
+  }
+  // Destroyed outside d.mu: the context's shutdown may log through a user
+  // callback that calls back into hvd.
+  dying->magic = kDeadMagic;
+  std::unique_ptr<hvd::Context> impl = std::move(dying->impl);
+  delete dying;
+  impl->Shutdown();
+  impl.reset();
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_is_initialized(int* out) {
+  HVD_API_BEGIN();
+  if (out == nullptr) return Report(Invalid(__func__, "out is NULL"));
+  DefaultContext& d = Default();
+  std::lock_guard<std::mutex> lock(d.mu);
+  *out = d.refs > 0 ? 1 : 0;
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_default_context(hvd_context_t* out) {
+  HVD_API_BEGIN();
+  if (out == nullptr) return Report(Invalid(__func__, "out is NULL"));
+  *out = nullptr;
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, nullptr, &c);
+  if (!s.ok()) return Report(s);
+  *out = c;
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_rank(int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.rank(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_size(int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.size(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_local_rank(int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.local_rank(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_local_size(int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.local_size(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_cross_rank(int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.cross_rank(); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_cross_size(int* out) {
+  HVD_API_BEGIN();
+  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.cross_size(); });
+  HVD_API_END();
+}
+
+// ===========================================================================
+// Asynchronous collectives.
+// ===========================================================================
+
+hvd_status_t hvd_allreduce_async(hvd_context_t ctx, const char* name, const hvd_tensor_t* input,
+                                 void* output, hvd_reduce_op_t op, double prescale,
+                                 double postscale, hvd_handle_t* handle) {
+  HVD_API_BEGIN();
+  if (handle == nullptr) return Report(Invalid(__func__, Cat("handle is NULL", TensorTag(name))));
+  *handle = nullptr;
+  Prepared p;
+  hvd::Status s = PrepareAllreduce(__func__, ctx, name, input, output, op, prescale, postscale, &p);
+  if (!s.ok()) return Report(s);
+  return Submit(&p, handle);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_grouped_allreduce_async(hvd_context_t ctx, int32_t count,
+                                         const char* const* names, const hvd_tensor_t* inputs,
+                                         void* const* outputs, hvd_reduce_op_t op,
+                                         double prescale, double postscale,
+                                         hvd_handle_t* handle) {
+  HVD_API_BEGIN();
+  const char* fn = __func__;
+  if (handle == nullptr) return Report(Invalid(fn, "handle is NULL"));
+  *handle = nullptr;
+  if (count < 1) return Report(Invalid(fn, Cat("count is ", count, ", must be >= 1")));
+  if (names == nullptr) return Report(Invalid(fn, "names is NULL"));
+  if (inputs == nullptr) return Report(Invalid(fn, "inputs is NULL"));
+  if (outputs == nullptr) return Report(Invalid(fn, "outputs is NULL"));
+
+  Prepared p;
+  hvd::Status s;
+  std::unordered_set<std::string> seen;
+  for (int32_t i = 0; i < count; ++i) {
+    const std::string arg = Cat("names[", i, "]");
+    s = ValidateName(fn, arg.c_str(), names[i]);
+    if (!s.ok()) return Report(s);
+    if (!seen.insert(names[i]).second) {
+      return Report(Invalid(fn, Cat(arg, " '", names[i], "' appears twice in the group: "
+                                    "names must be distinct")));
+    }
+  }
+  s = ResolveContext(fn, ctx, &p.ctx);
+  if (!s.ok()) return Report(s);
+
+  p.request.tensors.reserve(static_cast<size_t>(count));
+  for (int32_t i = 0; i < count; ++i) {
+    const std::string tag = TensorTag(names[i]);
+    const std::string in_arg = Cat("inputs[", i, "]");
+    const std::string out_arg = Cat("outputs[", i, "]");
+    hvd::TensorSpec spec;
+    s = ValidateTensor(fn, in_arg.c_str(), tag, &inputs[i], &spec);
+    if (!s.ok()) return Report(s);
+    if (i > 0 && inputs[i].dtype != inputs[0].dtype) {
+      return Report(Invalid(fn, Cat(in_arg, "->dtype is ", hvd::DtypeName(inputs[i].dtype),
+                                    " but inputs[0] ('", names[0], "') is ",
+                                    hvd::DtypeName(inputs[0].dtype), tag,
+                                    ": a group must share one dtype")));
+    }
+    if (i > 0 && inputs[i].device != inputs[0].device) {
+      return Report(Invalid(fn, Cat(in_arg, "->device is ", inputs[i].device,
+                                    " but inputs[0] ('", names[0], "') is on ",
+                                    inputs[0].device, tag, ": a group must share one device")));
+    }
+    s = CheckDeviceSupported(fn, in_arg.c_str(), tag, inputs[i].device);
+    if (!s.ok()) return Report(s);
+    s = ValidateOutput(fn, out_arg.c_str(), tag, outputs[i], &spec);
+    if (!s.ok()) return Report(s);
+    spec.name = names[i];
+    p.request.tensors.push_back(std::move(spec));
+  }
+  s = ValidateReduceOp(fn, TensorTag(names[0]), RawEnum(op), static_cast<int>(inputs[0].dtype),
+                       prescale, postscale);
+  if (!s.ok()) return Report(s);
+
+  p.request.type = hvd::OpType::kAllreduce;
+  p.request.reduce_op = op;
+  p.request.prescale = prescale;
+  p.request.postscale = postscale;
+  p.description = count == 1 ? Cat("grouped allreduce '", names[0], "'")
+                             : Cat("grouped allreduce '", names[0], "' (+", count - 1, " more)");
+  return Submit(&p, handle);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_allgather_async(hvd_context_t ctx, const char* name, const hvd_tensor_t* input,
+                                 hvd_handle_t* handle) {
+  HVD_API_BEGIN();
+  if (handle == nullptr) return Report(Invalid(__func__, Cat("handle is NULL", TensorTag(name))));
+  *handle = nullptr;
+  Prepared p;
+  hvd::Status s = PrepareSingle(__func__, ctx, name, input, hvd::OpType::kAllgather, &p);
+  if (s.ok()) s = RequireRows(__func__, TensorTag(name), p.request.tensors[0]);
+  if (!s.ok()) return Report(s);
+  return Submit(&p, handle);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_broadcast_async(hvd_context_t ctx, const char* name, const hvd_tensor_t* input,
+                                 void* output, int32_t root, hvd_handle_t* handle) {
+  HVD_API_BEGIN();
+  if (handle == nullptr) return Report(Invalid(__func__, Cat("handle is NULL", TensorTag(name))));
+  *handle = nullptr;
+  Prepared p;
+  hvd::Status s = PrepareBroadcast(__func__, ctx, name, input, output, root, &p);
+  if (!s.ok()) return Report(s);
+  return Submit(&p, handle);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_alltoall_async(hvd_context_t ctx, const char* name, const hvd_tensor_t* input,
+                                const int64_t* splits, hvd_handle_t* handle) {
+  HVD_API_BEGIN();
+  const char* fn = __func__;
+  const std::string tag = TensorTag(name);
+  if (handle == nullptr) return Report(Invalid(fn, Cat("handle is NULL", tag)));
+  *handle = nullptr;
+  Prepared p;
+  hvd::Status s = PrepareSingle(fn, ctx, name, input, hvd::OpType::kAlltoall, &p);
+  if (s.ok()) s = RequireRows(fn, tag, p.request.tensors[0]);
+  if (!s.ok()) return Report(s);
+  const int size = p.ctx->impl->size();
+  const int64_t rows = p.request.tensors[0].shape[0];
+  if (splits == nullptr) {
+    if (rows % size != 0) {
+      return Report(Invalid(fn, Cat("splits is NULL (even split) but input->shape[0] = ", rows,
+                                    " is not divisible by the context size ", size, tag)));
+    }
+  } else {
+    int64_t sum = 0;
+    for (int j = 0; j < size; ++j) {
+      if (splits[j] < 0) {
+        return Report(Invalid(fn, Cat("splits[", j, "] is ", splits[j], ", must be >= 0", tag)));
+      }
+      if (splits[j] > rows - sum) {
+        return Report(Invalid(fn, Cat("splits[0..", j, "] already sum to more than "
+                                      "input->shape[0] = ", rows, tag)));
+      }
+      sum += splits[j];
+    }
+    if (sum != rows) {
+      return Report(Invalid(fn, Cat("splits (", size, " entries, one per rank) sum to ", sum,
+                                    ", must equal input->shape[0] = ", rows, tag)));
+    }
+    p.request.splits.assign(splits, splits + size);
+  }
+  return Submit(&p, handle);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_reducescatter_async(hvd_context_t ctx, const char* name,
+                                     const hvd_tensor_t* input, hvd_reduce_op_t op,
+                                     double prescale, double postscale, hvd_handle_t* handle) {
+  HVD_API_BEGIN();
+  const char* fn = __func__;
+  const std::string tag = TensorTag(name);
+  if (handle == nullptr) return Report(Invalid(fn, Cat("handle is NULL", tag)));
+  *handle = nullptr;
+  Prepared p;
+  hvd::Status s = PrepareSingle(fn, ctx, name, input, hvd::OpType::kReducescatter, &p);
+  if (s.ok()) s = RequireRows(fn, tag, p.request.tensors[0]);
+  if (s.ok()) {
+    s = ValidateReduceOp(fn, tag, RawEnum(op), static_cast<int>(p.request.tensors[0].dtype),
+                         prescale, postscale);
+  }
+  if (!s.ok()) return Report(s);
+  p.request.reduce_op = op;
+  p.request.prescale = prescale;
+  p.request.postscale = postscale;
+  return Submit(&p, handle);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_barrier_async(hvd_context_t ctx, hvd_handle_t* handle) {
+  HVD_API_BEGIN();
+  if (handle == nullptr) return Report(Invalid(__func__, "handle is NULL"));
+  *handle = nullptr;
+  Prepared p;
+  hvd::Status s = PrepareBarrier(__func__, ctx, &p);
+  if (!s.ok()) return Report(s);
+  return Submit(&p, handle);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_join_async(hvd_context_t ctx, hvd_handle_t* handle) {
+  HVD_API_BEGIN();
+  if (handle == nullptr) return Report(Invalid(__func__, "handle is NULL"));
+  *handle = nullptr;
+  Prepared p;
+  hvd::Status s = PrepareBarrier(__func__, ctx, &p);  // same shape: one empty tensor
+  if (!s.ok()) return Report(s);
+  p.request.type = hvd::OpType::kJoin;
+  p.description = "join";
+  return Submit(&p, handle);
+  HVD_API_END();
+}
+
+// ===========================================================================
+// Blocking conveniences.
+// ===========================================================================
+
+hvd_status_t hvd_allreduce(hvd_context_t ctx, const char* name, const hvd_tensor_t* input,
+                           void* output, hvd_reduce_op_t op) {
+  HVD_API_BEGIN();
+  Prepared p;
+  hvd::Status s = PrepareAllreduce(__func__, ctx, name, input, output, op, 1.0, 1.0, &p);
+  if (!s.ok()) return Report(s);
+  return SubmitAndWait(&p);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_broadcast(hvd_context_t ctx, const char* name, const hvd_tensor_t* input,
+                           void* output, int32_t root) {
+  HVD_API_BEGIN();
+  Prepared p;
+  hvd::Status s = PrepareBroadcast(__func__, ctx, name, input, output, root, &p);
+  if (!s.ok()) return Report(s);
+  return SubmitAndWait(&p);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_barrier(hvd_context_t ctx) {
+  HVD_API_BEGIN();
+  Prepared p;
+  hvd::Status s = PrepareBarrier(__func__, ctx, &p);
+  if (!s.ok()) return Report(s);
+  return SubmitAndWait(&p);
+  HVD_API_END();
+}
+
+// ===========================================================================
+// Handles.
+// ===========================================================================
+
+hvd_status_t hvd_handle_wait(hvd_handle_t handle, double timeout_s) {
+  HVD_API_BEGIN();
+  hvd::Status s = CheckHandle(__func__, handle);
+  if (!s.ok()) return Report(s);
+  if (std::isnan(timeout_s)) return Report(Invalid(__func__, "timeout_s is NaN"));
+  // Negative, infinite or absurdly long (> ~30 years) all mean "no limit";
+  // the cap keeps the core's duration arithmetic from overflowing.
+  if (timeout_s < 0 || timeout_s > 1e9) timeout_s = -1.0;
+  s = handle->impl->Wait(timeout_s);
+  return Report(OpError(*handle->impl, s));
+  HVD_API_END();
+}
+
+hvd_status_t hvd_handle_poll(hvd_handle_t handle) {
+  HVD_API_BEGIN();
+  hvd::Status s = CheckHandle(__func__, handle);
+  if (!s.ok()) return Report(s);
+  s = handle->impl->status();
+  if (s.code() == HVD_IN_PROGRESS) return HVD_IN_PROGRESS;
+  return Report(OpError(*handle->impl, s));
+  HVD_API_END();
+}
+
+hvd_status_t hvd_handle_release(hvd_handle_t handle) {
+  HVD_API_BEGIN();
+  hvd::Status s = CheckHandle(__func__, handle);
+  if (!s.ok()) return Report(s);
+  handle->magic = kDeadMagic;
+  delete handle;  // a pending op keeps its own reference to the shared state
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_handle_output(hvd_handle_t handle, const void** data, size_t* bytes) {
+  HVD_API_BEGIN();
+  if (data != nullptr) *data = nullptr;
+  if (bytes != nullptr) *bytes = 0;
+  hvd::Status s = CheckHandle(__func__, handle);
+  if (s.ok() && data == nullptr) s = Invalid(__func__, "data is NULL");
+  if (s.ok() && bytes == nullptr) s = Invalid(__func__, "bytes is NULL");
+  if (s.ok()) s = RequireOwnedResult(__func__, handle);
+  if (!s.ok()) return Report(s);
+  const std::vector<uint8_t>& out = handle->impl->output;
+  *data = out.data();
+  *bytes = out.size();
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_handle_output_shape(hvd_handle_t handle, int64_t* shape, int32_t max_ndim,
+                                     int32_t* ndim) {
+  HVD_API_BEGIN();
+  hvd::Status s = CheckHandle(__func__, handle);
+  if (s.ok() && ndim == nullptr) s = Invalid(__func__, "ndim is NULL");
+  if (s.ok() && max_ndim < 0) s = Invalid(__func__, Cat("max_ndim is ", max_ndim, ", must be >= 0"));
+  if (s.ok() && shape == nullptr && max_ndim > 0) {
+    s = Invalid(__func__, Cat("shape is NULL but max_ndim is ", max_ndim));
+  }
+  if (s.ok()) s = RequireOwnedResult(__func__, handle);
+  if (!s.ok()) return Report(s);
+  const std::vector<int64_t>& dims = handle->impl->output_shape;
+  const size_t n = dims.size() < static_cast<size_t>(max_ndim) ? dims.size()
+                                                               : static_cast<size_t>(max_ndim);
+  for (size_t i = 0; i < n; ++i) shape[i] = dims[i];
+  *ndim = static_cast<int32_t>(dims.size());
+  return HVD_OK;
+  HVD_API_END();
+}
+
+// Writes size entries; entries past size (n > size) are set to 0.
+hvd_status_t hvd_handle_recv_splits(hvd_handle_t handle, int64_t* splits, int32_t n) {
+  HVD_API_BEGIN();
+  const char* fn = __func__;
+  hvd::Status s = CheckHandle(fn, handle);
+  if (s.ok() && splits == nullptr) s = Invalid(fn, "splits is NULL");
+  if (s.ok() && handle->type != hvd::OpType::kAlltoall) {
+    s = Invalid(fn, Cat("handle is for ", handle->impl->description(),
+                        "; receive splits exist only for alltoall"));
+  }
+  if (s.ok() && n < handle->size) {
+    s = Invalid(fn, Cat("n is ", n, ", must be >= the context size ", handle->size));
+  }
+  if (s.ok()) s = RequireOwnedResult(fn, handle);
+  if (!s.ok()) return Report(s);
+  const std::vector<int64_t>& got = handle->impl->recv_splits;
+  if (got.size() != static_cast<size_t>(handle->size)) {
+    return Fail(HVD_ERR_INTERNAL,
+                Cat(fn, ": ", handle->impl->description(), " completed with ", got.size(),
+                    " receive splits for ", handle->size, " ranks (a bug in hvd: please report)")
+                    .c_str());
+  }
+  for (int32_t j = 0; j < n; ++j) {
+    splits[j] = j < handle->size ? got[static_cast<size_t>(j)] : 0;
+  }
+  return HVD_OK;
+  HVD_API_END();
+}
+
+}  // extern "C"
