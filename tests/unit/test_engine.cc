@@ -458,6 +458,32 @@ TEST(Engine, CacheDisabledStillCorrect) {
       });
 }
 
+TEST(Engine, JoinLetsRanksWithLessDataFinishEarly) {
+  RunRanks(3, [](hvd_context_t ctx, int rank) {
+    // Rank r has 2 + 2r batches: rank 0 runs out first, rank 2 last.
+    const int batches = 2 + 2 * rank;
+    std::vector<float> g(6);
+    int64_t s[1] = {6};
+    hvd_tensor_t t = {g.data(), HVD_FLOAT32, 1, s, HVD_DEVICE_CPU, nullptr};
+    for (int b = 0; b < batches; ++b) {
+      std::fill(g.begin(), g.end(), static_cast<float>(rank + 1));
+      ASSERT_EQ(hvd_allreduce(ctx, "grad", &t, g.data(), HVD_SUM), HVD_OK) << hvd_last_error();
+      // Ranks that still have data at step b: those with 2 + 2r > b.
+      float want = 0;
+      for (int q = 0; q < 3; ++q) want += (2 + 2 * q > b) ? static_cast<float>(q + 1) : 0.0f;
+      ASSERT_EQ(g[0], want) << "rank " << rank << " step " << b;
+    }
+    hvd_handle_t h;
+    ASSERT_EQ(hvd_join_async(ctx, &h), HVD_OK) << hvd_last_error();
+    ASSERT_EQ(hvd_handle_wait(h, 30), HVD_OK) << hvd_last_error();
+    hvd_handle_release(h);
+    // After everyone joined, the context works as before.
+    std::fill(g.begin(), g.end(), 1.0f);
+    ASSERT_EQ(hvd_allreduce(ctx, "after", &t, g.data(), HVD_SUM), HVD_OK) << hvd_last_error();
+    EXPECT_EQ(g[0], 3.0f);
+  });
+}
+
 TEST(Engine, WorldOfOneNeedsNoNetwork) {
   hvd_params_t p = HVD_PARAMS_INIT;
   p.rank = 0;
