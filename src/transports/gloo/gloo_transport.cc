@@ -1,0 +1,883 @@
+// The Gloo transport: hvd_transport_v1_t over Gloo's TCP transport.
+//
+// Built twice from this one file:
+//  - as the plugin libhvd_transport_gloo.so, which exports only
+//    hvd_transport_plugin_v1 (the core dlopens it);
+//  - into the static core library with HVD_BUILTIN_GLOO=1, where the core
+//    calls hvd_gloo_transport_table() directly and no plugin symbol exists.
+//
+// Rendezvous. Gloo's own keys go through a gloo::rendezvous::Store adapter
+// over the core's key-value callbacks, under the prefix "gloo/". Before
+// Gloo's full-mesh connect, every rank publishes "joined/<rank>" and waits
+// for everyone else's, so a rank that never starts is reported by number
+// (HVD_ERR_RENDEZVOUS) instead of as an anonymous Gloo connect timeout.
+//
+// Allreduce. Written here over Gloo's unbound buffers (point-to-point send and
+// recv with completion counting) instead of calling gloo::allreduce or the
+// legacy algorithm classes, because:
+//  - gloo::allreduce allocates a scratch segment (up to 2 MiB) on every call;
+//    fresh pages cost ~10 us per 4 KiB here, and the core calls allreduce
+//    every cycle on its fusion buffer;
+//  - the legacy AllreduceRing* / HalvingDoubling classes bind to one buffer
+//    and one int count and allocate full-size inboxes when built, and building
+//    them consumes context slots, so a per-(pointer, count) cache can diverge
+//    between ranks (a hit on one rank, a miss on another) and deadlock.
+// Two algorithms, chosen from the byte count alone (so every rank chooses the
+// same one):
+//  - direct (small messages): every rank sends its buffer to every other rank
+//    and reduces all contributions in rank order (one network latency);
+//  - ring (large): reduce-scatter then allgather around the ring, each part
+//    cut into segments of at most kSegmentBytes, with two receives and two
+//    sends in flight so the network and the reduction overlap.
+// All scratch memory is allocated and touched once at init; the steady state
+// allocates nothing proportional to the data. Measurements are in the commit
+// report (see docs/ when written).
+//
+// SIGPIPE. Gloo writes to its sockets with writev(2), so a peer that went
+// away raises SIGPIPE, whose default action kills the whole process. The
+// plugin blocks SIGPIPE in the calling thread for the duration of every entry
+// point (discarding one that became pending meanwhile; EPIPE still surfaces
+// as an error), and Gloo's event-loop thread inherits a blocked SIGPIPE from
+// init. The process-wide disposition is left alone.
+//
+// Errors. Every entry point is noexcept and catches everything. Any failure
+// of a collective leaves Gloo's context in an undefined state (a timeout makes
+// Gloo close every pair), so the communicator is then marked broken: its
+// connections are closed at once (peers blocked on us fail fast instead of
+// waiting for their own timeout) and later calls fail with the first error.
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <gloo/allgatherv.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "common/kernels.h"
+#include "transports/hvd_transport.h"
+
+// Tuning constants (compile-time; see the measurements in the report).
+#ifndef HVD_GLOO_SEGMENT_BYTES
+#define HVD_GLOO_SEGMENT_BYTES (1024u * 1024u)
+#endif
+#ifndef HVD_GLOO_DIRECT_FANOUT_BYTES
+#define HVD_GLOO_DIRECT_FANOUT_BYTES (64u * 1024u)
+#endif
+
+namespace hvd {
+namespace gloo_transport {
+namespace {
+
+using Millis = std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Ring pipeline unit (Gloo's own allreduce uses the same 1 MiB cap).
+constexpr size_t kSegmentBytes = HVD_GLOO_SEGMENT_BYTES;
+// The direct algorithm sends (size - 1) copies of the buffer; it is used while
+// that fan-out stays within this many bytes, i.e. up to 64 KiB with 2 ranks,
+// 21 KiB with 4, 9 KiB with 8 (where one round trip beats 2(P-1) ring steps).
+constexpr size_t kDirectFanoutBytes = HVD_GLOO_DIRECT_FANOUT_BYTES;
+// One pass of the ring handles at most this many elements (the rest of the
+// buffer goes in further passes), so no count ever nears INT_MAX anywhere.
+constexpr size_t kMaxPassElements = size_t{1} << 30;
+// Our own slots: the high byte differs from every gloo::Slot prefix (1..8).
+constexpr uint64_t kSlotRing = uint64_t{0xA1} << 56;
+constexpr uint64_t kSlotDirect = uint64_t{0xA2} << 56;
+constexpr const char* kGlooKeyPrefix = "gloo/";
+// "No limit" for Gloo waits (Gloo treats 0 ms as an immediate timeout).
+constexpr Millis kForever = std::chrono::hours(24 * 365);
+constexpr size_t kUbCacheSize = 4;
+
+// Thrown by the store adapter; init maps it to HVD_ERR_RENDEZVOUS.
+struct StoreError : std::runtime_error {
+  StoreError(int code, const std::string& msg) : std::runtime_error(msg), code(code) {}
+  int code;
+};
+
+Millis ToMillis(double seconds) {
+  if (!(seconds > 0)) return kForever;
+  if (seconds > 3.0e7) return kForever;
+  return Millis(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000.0)));
+}
+
+double SecondsLeft(Clock::time_point deadline) {
+  const double s = std::chrono::duration<double>(deadline - Clock::now()).count();
+  return s > 0 ? s : 0.0;
+}
+
+// ---------------------------------------------------------------------------
+// gloo::rendezvous::Store over the core's key-value callbacks. Every wait is
+// bounded by the adapter's deadline (the start timeout), whatever Gloo asks.
+class KvStore : public gloo::rendezvous::Store {
+ public:
+  KvStore(const hvd_transport_env_v1_t& env, Clock::time_point deadline)
+      : env_(env), deadline_(deadline) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const std::string k = kGlooKeyPrefix + key;
+    const int st = env_.kv_set(env_.kv, k.c_str(), data.data(), data.size());
+    if (st != HVD_OK) {
+      throw StoreError(st, "rendezvous store: cannot set '" + k + "' (status " +
+                               std::to_string(st) + ")");
+    }
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    const std::string k = kGlooKeyPrefix + key;
+    void* value = nullptr;
+    size_t len = 0;
+    const int st = env_.kv_get(env_.kv, k.c_str(), &value, &len, SecondsLeft(deadline_));
+    if (st != HVD_OK) {
+      throw StoreError(st, "rendezvous store: key '" + k + "' not available (status " +
+                               std::to_string(st) + ")");
+    }
+    std::vector<char> out(static_cast<char*>(value), static_cast<char*>(value) + len);
+    if (value != nullptr) env_.kv_free(value);
+    return out;
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kForever); }
+
+  void wait(const std::vector<std::string>& keys, const Millis& timeout) override {
+    const auto deadline = std::min(deadline_, Clock::now() + std::min(timeout, kForever));
+    for (const auto& key : keys) {
+      const std::string k = kGlooKeyPrefix + key;
+      void* value = nullptr;
+      size_t len = 0;
+      const int st = env_.kv_get(env_.kv, k.c_str(), &value, &len, SecondsLeft(deadline));
+      if (st != HVD_OK) {
+        throw StoreError(st, "rendezvous store: timed out waiting for '" + k + "' (status " +
+                                 std::to_string(st) + ")");
+      }
+      if (value != nullptr) env_.kv_free(value);
+    }
+  }
+
+ private:
+  const hvd_transport_env_v1_t& env_;
+  Clock::time_point deadline_;
+};
+
+// 64-byte aligned, zero-filled (so touched) memory that lives as long as the
+// communicator.
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using AlignedBytes = std::unique_ptr<uint8_t[], AlignedFree>;
+
+AlignedBytes AllocTouched(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return AlignedBytes(p);
+}
+
+struct Comm {
+  hvd_transport_env_v1_t env{};  // copy; string fields are not used after init
+  int rank = 0;
+  int size = 1;
+  Millis timeout{kForever};
+  hvd_reduce_kernel_fn reduce = nullptr;
+
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+
+  // Ring: two segments. Direct: one slot of direct_max bytes per rank.
+  size_t direct_max = 0;  // largest buffer (bytes) the direct algorithm takes
+  AlignedBytes ring_scratch;
+  AlignedBytes direct_scratch;
+  std::unique_ptr<gloo::transport::UnboundBuffer> ring_ub;
+  std::unique_ptr<gloo::transport::UnboundBuffer> direct_ub;
+
+  // Unbound buffers over caller memory, by pointer (the fusion buffer hits
+  // every time). A buffer covers [ptr, ptr + bytes) and serves any call on
+  // that pointer up to that size. Creating one allocates only a small object.
+  struct UbEntry {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    uint64_t last_use = 0;
+    std::unique_ptr<gloo::transport::UnboundBuffer> ub;
+  };
+  std::array<UbEntry, kUbCacheSize> ub_cache;
+  uint64_t use_clock = 0;
+
+  bool broken = false;
+  std::string last_error;
+
+  void Log(int level, const std::string& msg) const {
+    if (env.log != nullptr) env.log(env.logger, level, msg.c_str());
+  }
+
+  gloo::transport::UnboundBuffer* UserBuffer(void* ptr, size_t bytes) {
+    ++use_clock;
+    UbEntry* victim = &ub_cache[0];
+    for (auto& e : ub_cache) {
+      if (e.ub && e.ptr == ptr && e.bytes >= bytes) {
+        e.last_use = use_clock;
+        return e.ub.get();
+      }
+    }
+    for (auto& e : ub_cache) {
+      if (e.ub && e.ptr == ptr) {  // same pointer, grown: replace in place
+        victim = &e;
+        break;
+      }
+      if (!e.ub) {
+        victim = &e;
+        break;
+      }
+      if (e.last_use < victim->last_use) victim = &e;
+    }
+    victim->ub.reset();
+    victim->ub = ctx->createUnboundBuffer(ptr, bytes);
+    victim->ptr = ptr;
+    victim->bytes = bytes;
+    victim->last_use = use_clock;
+    return victim->ub.get();
+  }
+
+  // Drops every unbound buffer (none may have an operation pending).
+  void DropBuffers() {
+    for (auto& e : ub_cache) {
+      e.ub.reset();
+      e.ptr = nullptr;
+      e.bytes = 0;
+    }
+    ring_ub.reset();
+    direct_ub.reset();
+  }
+
+  // After a failure: close every connection first (so no peer can still write
+  // into a buffer a receive was posted on), then drop the buffers.
+  void Break() {
+    if (broken) return;
+    broken = true;
+    try {
+      if (ctx) ctx->closeConnections();
+    } catch (...) {
+    }
+    DropBuffers();
+  }
+};
+
+// Blocks SIGPIPE in this thread while alive; see the note at the top.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    active_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0 && !sigismember(&old_, SIGPIPE);
+  }
+  ~SigpipeBlock() {
+    if (!active_) return;  // the caller blocks SIGPIPE itself: leave its state alone
+    sigset_t pending;
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) {
+      const struct timespec zero = {0, 0};
+      (void)sigtimedwait(&pipe_, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool active_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Error wall.
+
+bool LooksLikeTimeout(const char* what) {
+  std::string s(what != nullptr ? what : "");
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s.find("timed out") != std::string::npos || s.find("timeout") != std::string::npos;
+}
+
+template <typename F>
+int Guarded(void* handle, const char* op, F&& body) noexcept {
+  Comm* c = static_cast<Comm*>(handle);
+  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  if (c->broken) {
+    // Keep the first failure's text: it says what went wrong.
+    if (c->last_error.find("(communicator unusable") == std::string::npos) {
+      c->last_error += " (communicator unusable after this failure)";
+    }
+    return HVD_ERR_TRANSPORT;
+  }
+  SigpipeBlock no_sigpipe;
+  int status = HVD_OK;
+  try {
+    status = body(*c);
+    return status;
+  } catch (const StoreError& e) {
+    c->last_error = std::string("gloo ") + op + ": " + e.what();
+    status = HVD_ERR_RENDEZVOUS;
+  } catch (const gloo::IoException& e) {
+    c->last_error = std::string("gloo ") + op + ": " + e.what();
+    status = LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
+  } catch (const gloo::EnforceNotMet& e) {
+    c->last_error = std::string("gloo ") + op + ": " + e.what();
+    status = HVD_ERR_TRANSPORT;
+  } catch (const gloo::Exception& e) {
+    c->last_error = std::string("gloo ") + op + ": " + e.what();
+    status = LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
+  } catch (const std::bad_alloc&) {
+    c->last_error = std::string("gloo ") + op + ": out of memory";
+    status = HVD_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    c->last_error = std::string("gloo ") + op + ": " + e.what();
+    status = HVD_ERR_TRANSPORT;
+  } catch (...) {
+    c->last_error = std::string("gloo ") + op + ": unknown exception";
+    status = HVD_ERR_TRANSPORT;
+  }
+  try {
+    c->Log(HVD_LOG_ERROR, c->last_error);
+  } catch (...) {
+  }
+  c->Break();
+  return status;
+}
+
+// ---------------------------------------------------------------------------
+// Allreduce.
+
+// The ring's division of n elements: P parts (the first n % P one element
+// longer), each cut into K segments of at most seg elements.
+struct RingPlan {
+  size_t n, P, K, seg;
+  size_t PartStart(size_t p) const { return p * (n / P) + std::min(p, n % P); }
+  size_t PartLen(size_t p) const { return n / P + (p < n % P ? 1 : 0); }
+  // Element range [*off, *off + return) of segment k of part p (may be empty).
+  size_t Seg(size_t p, size_t k, size_t* off) const {
+    const size_t plen = PartLen(p);
+    const size_t begin = std::min(plen, k * seg);
+    *off = PartStart(p) + begin;
+    return std::min(seg, plen - begin);
+  }
+};
+
+void RingPass(Comm& c, uint8_t* base, gloo::transport::UnboundBuffer* ub, size_t ub_off,
+              size_t n, size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  const size_t P = static_cast<size_t>(c.size);
+  const size_t r = static_cast<size_t>(c.rank);
+  const int right = static_cast<int>((r + 1) % P);
+  const int left = static_cast<int>((r + P - 1) % P);
+  const size_t seg_max = kSegmentBytes / es;
+  const size_t max_part = (n + P - 1) / P;
+  const size_t K = std::max<size_t>(1, (max_part + seg_max - 1) / seg_max);
+  const RingPlan plan{n, P, K, (max_part + K - 1) / K};
+  const size_t T = (P - 1) * K;  // transfers per phase
+  gloo::transport::UnboundBuffer* scratch = c.ring_ub.get();
+  uint8_t* scratch_ptr = c.ring_scratch.get();
+  const auto to = c.timeout;
+
+  // Phase 1, reduce-scatter. Transfer t = s*K + k: send segment k of part
+  // (r - s), receive segment k of part (r - s - 1) into scratch slot t % 2
+  // and reduce it in. Sending segment k of part (r - s) for s > 0 needs the
+  // reduction of transfer t - K, always finished before t is posted.
+  auto rs_send = [&](size_t t, size_t* off) {
+    return plan.Seg((r + P - t / K) % P, t % K, off);
+  };
+  auto rs_recv = [&](size_t t, size_t* off) {
+    return plan.Seg((r + 2 * P - t / K - 1) % P, t % K, off);
+  };
+  auto rs_post_recv = [&](size_t t) {
+    size_t off;
+    const size_t len = rs_recv(t, &off);
+    if (len) scratch->recv(left, kSlotRing, (t & 1) * kSegmentBytes, len * es);
+  };
+  auto rs_post_send = [&](size_t t) {
+    size_t off;
+    const size_t len = rs_send(t, &off);
+    if (len) ub->send(right, kSlotRing, ub_off + off * es, len * es);
+  };
+  rs_post_recv(0);
+  rs_post_send(0);
+  for (size_t t = 0; t < T; ++t) {
+    if (t + 1 < T) rs_post_recv(t + 1);
+    size_t off;
+    size_t len = rs_recv(t, &off);
+    if (len) {
+      scratch->waitRecv(to);
+      c.reduce(base + off * es, scratch_ptr + (t & 1) * kSegmentBytes, len, dtype, op);
+    }
+    if (t + 1 < T) rs_post_send(t + 1);
+    len = rs_send(t, &off);
+    if (len) ub->waitSend(to);
+  }
+
+  // Phase 2, allgather. Transfer t = s*K + k: send segment k of part
+  // (r + 1 - s) (complete after phase 1, or received at t - K), receive
+  // segment k of part (r - s) straight into place.
+  auto ag_send = [&](size_t t, size_t* off) {
+    return plan.Seg((r + 1 + P - t / K) % P, t % K, off);
+  };
+  auto ag_recv = [&](size_t t, size_t* off) {
+    return plan.Seg((r + P - t / K) % P, t % K, off);
+  };
+  auto ag_post_recv = [&](size_t t) {
+    size_t off;
+    const size_t len = ag_recv(t, &off);
+    if (len) ub->recv(left, kSlotRing, ub_off + off * es, len * es);
+  };
+  auto ag_post_send = [&](size_t t) {
+    size_t off;
+    const size_t len = ag_send(t, &off);
+    if (len) ub->send(right, kSlotRing, ub_off + off * es, len * es);
+  };
+  ag_post_recv(0);
+  ag_post_send(0);
+  for (size_t t = 0; t < T; ++t) {
+    if (t + 1 < T) ag_post_recv(t + 1);
+    size_t off;
+    size_t len = ag_recv(t, &off);
+    if (len) ub->waitRecv(to);
+    if (t + 1 < T) ag_post_send(t + 1);
+    len = ag_send(t, &off);
+    if (len) ub->waitSend(to);
+  }
+}
+
+// Small buffers: everyone sends everything to everyone; every rank then
+// reduces the P contributions in rank order, so all ranks get the same bits.
+void DirectAllreduce(Comm& c, uint8_t* buf, gloo::transport::UnboundBuffer* ub, size_t n,
+                     size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  const int P = c.size;
+  const size_t bytes = n * es;
+  uint8_t* slots = c.direct_scratch.get();
+  const size_t stride = c.direct_max;
+  for (int j = 0; j < P; ++j) {
+    if (j != c.rank) c.direct_ub->recv(j, kSlotDirect, static_cast<size_t>(j) * stride, bytes);
+  }
+  for (int i = 1; i < P; ++i) ub->send((c.rank + i) % P, kSlotDirect, 0, bytes);
+  for (int i = 1; i < P; ++i) c.direct_ub->waitRecv(c.timeout);
+  for (int i = 1; i < P; ++i) ub->waitSend(c.timeout);
+  std::memcpy(slots + static_cast<size_t>(c.rank) * stride, buf, bytes);
+  std::memcpy(buf, slots, bytes);
+  for (int j = 1; j < P; ++j) {
+    c.reduce(buf, slots + static_cast<size_t>(j) * stride, n, dtype, op);
+  }
+}
+
+int DoAllreduce(Comm& c, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  const size_t es = DtypeSize(dtype);
+  if (es == 0) {
+    c.last_error = "gloo allreduce: invalid dtype " + std::to_string(static_cast<int>(dtype));
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (op != HVD_SUM && op != HVD_MIN && op != HVD_MAX && op != HVD_PRODUCT) {
+    c.last_error = std::string("gloo allreduce: unsupported op ") + ReduceOpName(op) +
+                   " (the core turns AVERAGE into SUM)";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (count == 0 || c.size == 1) return HVD_OK;
+  if (buf == nullptr) {
+    c.last_error = "gloo allreduce: NULL buffer";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (count > SIZE_MAX / es) {
+    c.last_error = "gloo allreduce: byte count overflows size_t";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  const size_t bytes = count * es;
+  gloo::transport::UnboundBuffer* ub = c.UserBuffer(buf, bytes);
+  uint8_t* base = static_cast<uint8_t*>(buf);
+  if (bytes <= c.direct_max) {
+    DirectAllreduce(c, base, ub, count, es, dtype, op);
+    return HVD_OK;
+  }
+  for (size_t done = 0; done < count; done += kMaxPassElements) {
+    const size_t n = std::min(kMaxPassElements, count - done);
+    RingPass(c, base + done * es, ub, done * es, n, es, dtype, op);
+  }
+  return HVD_OK;
+}
+
+// ---------------------------------------------------------------------------
+// Entry points.
+
+std::string JoinRanks(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s + "]";
+}
+
+void WriteErr(char* err, size_t err_len, const std::string& msg) {
+  if (err == nullptr || err_len == 0) return;
+  const size_t n = std::min(err_len - 1, msg.size());
+  std::memcpy(err, msg.data(), n);
+  err[n] = '\0';
+}
+
+int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
+             std::string* msg) {
+  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
+    *msg = "gloo init: missing or too small environment table";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  auto c = std::make_unique<Comm>();
+  std::memcpy(&c->env, env_in, std::min(env_in->struct_size, sizeof(c->env)));
+  const hvd_transport_env_v1_t& env = c->env;
+  if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
+    *msg = "gloo init: bad rank " + std::to_string(env.rank) + " of size " +
+           std::to_string(env.size);
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (env.size > 1 && (env.kv_set == nullptr || env.kv_get == nullptr || env.kv_free == nullptr)) {
+    *msg = "gloo init: no rendezvous store callbacks";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  c->rank = env.rank;
+  c->size = env.size;
+  c->timeout = ToMillis(env.timeout_s);
+  c->reduce = env.reduce != nullptr ? env.reduce : &hvd_reduce_kernel;
+
+  // Persistent scratch, touched now so no collective pays for first use.
+  c->ring_scratch = AllocTouched(2 * kSegmentBytes);
+  if (c->size > 1) {
+    // Rounded down to 64 bytes so every slot stays aligned; at most ~128 KiB.
+    c->direct_max = kDirectFanoutBytes / static_cast<size_t>(c->size - 1) / 64 * 64;
+    if (c->direct_max > 0) {
+      c->direct_scratch = AllocTouched(static_cast<size_t>(c->size) * c->direct_max);
+    }
+  }
+
+  // TCP device address.
+  gloo::transport::tcp::attr attr;
+  std::string where;
+  if (env.network_interface != nullptr && env.network_interface[0] != '\0') {
+    attr.iface = env.network_interface;
+    where = "interface " + attr.iface;
+  } else if (env.local_address != nullptr && env.local_address[0] != '\0') {
+    attr.hostname = env.local_address;
+    where = "address " + attr.hostname;
+  } else if (env.local_size == env.size) {
+    attr.hostname = "127.0.0.1";
+    where = "address 127.0.0.1 (single host)";
+  } else {
+    char host[256] = {0};
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+      *msg = "gloo init: gethostname failed and no interface or address was given";
+      return HVD_ERR_TRANSPORT;
+    }
+    attr.hostname = host;
+    where = "host name " + attr.hostname;
+  }
+
+  const double start_s = env.start_timeout_s > 0 ? env.start_timeout_s : 30.0;
+  if (c->size == 1) {
+    *out = std::move(c);
+    return HVD_OK;
+  }
+
+  try {
+    c->device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    *msg = "gloo init: cannot create a TCP device on " + where + ": " + e.what();
+    return HVD_ERR_TRANSPORT;
+  }
+
+  // Join: publish ours, wait for everyone else's within the start timeout.
+  {
+    const std::string mine = "joined/" + std::to_string(c->rank);
+    const char one = '1';
+    int st = env.kv_set(env.kv, mine.c_str(), &one, 1);
+    if (st != HVD_OK) {
+      *msg = "gloo init: rendezvous store refused key '" + mine + "' (status " +
+             std::to_string(st) + ")";
+      return HVD_ERR_RENDEZVOUS;
+    }
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(start_s));
+    std::vector<int> missing;
+    int other_status = HVD_OK;
+    for (int j = 0; j < c->size; ++j) {
+      if (j == c->rank) continue;
+      const std::string key = "joined/" + std::to_string(j);
+      void* value = nullptr;
+      size_t len = 0;
+      st = env.kv_get(env.kv, key.c_str(), &value, &len, SecondsLeft(deadline));
+      if (st == HVD_OK) {
+        if (value != nullptr) env.kv_free(value);
+      } else {
+        missing.push_back(j);
+        if (st != HVD_ERR_TIMEOUT) other_status = st;
+      }
+    }
+    if (!missing.empty()) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", start_s);
+      *msg = "gloo init: rank " + std::to_string(c->rank) + ": ranks " + JoinRanks(missing) +
+             " did not join within the start timeout (" + secs + " s)";
+      if (other_status != HVD_OK) {
+        *msg += "; the rendezvous store also failed (status " + std::to_string(other_status) + ")";
+      }
+      return HVD_ERR_RENDEZVOUS;
+    }
+  }
+
+  // Full mesh. Everyone has joined, so this normally takes milliseconds. Gloo
+  // waits up to 5x the context timeout for a pair to connect, hence the /5.
+  const auto connect_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(start_s));
+  KvStore store(env, connect_deadline);
+  c->ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->size);
+  c->ctx->setTimeout(std::max(Millis(200), ToMillis(start_s / 5.0)));
+  try {
+    c->ctx->connectFullMesh(store, c->device);
+  } catch (const StoreError& e) {
+    *msg = std::string("gloo init: connecting the full mesh: ") + e.what();
+    return HVD_ERR_RENDEZVOUS;
+  } catch (const std::exception& e) {
+    *msg = std::string("gloo init: connecting the full mesh over ") + where + ": " + e.what();
+    return LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
+  }
+  c->ctx->setTimeout(c->timeout);
+  c->ring_ub = c->ctx->createUnboundBuffer(c->ring_scratch.get(), 2 * kSegmentBytes);
+  if (c->direct_scratch) {
+    c->direct_ub = c->ctx->createUnboundBuffer(c->direct_scratch.get(),
+                                               static_cast<size_t>(c->size) * c->direct_max);
+  }
+  c->Log(HVD_LOG_DEBUG, "gloo: rank " + std::to_string(c->rank) + " of " +
+                            std::to_string(c->size) + " connected over " + where + " (" +
+                            c->device->str() + ")");
+  *out = std::move(c);
+  return HVD_OK;
+}
+
+int Init(const hvd_transport_env_v1_t* env, void** comm, char* err, size_t err_len) noexcept {
+  if (comm == nullptr) {
+    WriteErr(err, err_len, "gloo init: comm is NULL");
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  *comm = nullptr;
+  // Also makes Gloo's event-loop thread, started below, inherit the block.
+  SigpipeBlock no_sigpipe;
+  std::string msg;
+  int status = HVD_ERR_INTERNAL;
+  try {
+    std::unique_ptr<Comm> c;
+    status = InitImpl(env, &c, &msg);
+    if (status == HVD_OK) {
+      *comm = c.release();
+      return HVD_OK;
+    }
+  } catch (const StoreError& e) {
+    msg = std::string("gloo init: ") + e.what();
+    status = HVD_ERR_RENDEZVOUS;
+  } catch (const std::bad_alloc&) {
+    msg = "gloo init: out of memory";
+    status = HVD_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    msg = std::string("gloo init: ") + e.what();
+    status = LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
+  } catch (...) {
+    msg = "gloo init: unknown exception";
+    status = HVD_ERR_TRANSPORT;
+  }
+  try {
+    if (env != nullptr && env->log != nullptr) env->log(env->logger, HVD_LOG_ERROR, msg.c_str());
+  } catch (...) {
+  }
+  WriteErr(err, err_len, msg);
+  return status;
+}
+
+void Finalize(void* comm) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return;
+  SigpipeBlock no_sigpipe;
+  try {
+    // No operation is pending (the caller serialises calls), so buffers go
+    // first, then the pairs (a soft close: peers see end-of-stream), then the
+    // device and its event-loop thread.
+    c->DropBuffers();
+    c->ctx.reset();
+    c->device.reset();
+  } catch (...) {
+  }
+  delete c;
+}
+
+int Allreduce(void* comm, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) noexcept {
+  return Guarded(comm, "allreduce",
+                 [&](Comm& c) { return DoAllreduce(c, buf, count, dtype, op); });
+}
+
+int Allgatherv(void* comm, const void* send, void* recv, const size_t* recv_bytes) noexcept {
+  return Guarded(comm, "allgatherv", [&](Comm& c) -> int {
+    if (recv_bytes == nullptr) {
+      c.last_error = "gloo allgatherv: recv_bytes is NULL";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    size_t total = 0;
+    for (int r = 0; r < c.size; ++r) total += recv_bytes[r];
+    if (total == 0) return HVD_OK;
+    const size_t mine = recv_bytes[c.rank];
+    if (recv == nullptr || (mine > 0 && send == nullptr)) {
+      c.last_error = "gloo allgatherv: NULL buffer";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    size_t my_off = 0;
+    for (int r = 0; r < c.rank; ++r) my_off += recv_bytes[r];
+    uint8_t* out = static_cast<uint8_t*>(recv);
+    if (c.size == 1) {
+      if (mine && out + my_off != send) std::memmove(out + my_off, send, mine);
+      return HVD_OK;
+    }
+    gloo::AllgathervOptions opts(c.ctx);
+    // In place when send already sits at this rank's offset; otherwise Gloo
+    // copies it there first.
+    if (mine > 0 && out + my_off != send) {
+      opts.setInput(static_cast<uint8_t*>(const_cast<void*>(send)), mine);
+    }
+    std::vector<size_t> counts(recv_bytes, recv_bytes + c.size);
+    opts.setOutput(out, std::move(counts));
+    opts.setTimeout(c.timeout);
+    gloo::allgatherv(opts);
+    return HVD_OK;
+  });
+}
+
+int Broadcast(void* comm, void* buf, size_t bytes, int32_t root) noexcept {
+  return Guarded(comm, "broadcast", [&](Comm& c) -> int {
+    if (root < 0 || root >= c.size) {
+      c.last_error = "gloo broadcast: root " + std::to_string(root) + " out of range";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    if (bytes == 0 || c.size == 1) return HVD_OK;
+    if (buf == nullptr) {
+      c.last_error = "gloo broadcast: NULL buffer";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    gloo::BroadcastOptions opts(c.ctx);
+    opts.setOutput(static_cast<uint8_t*>(buf), bytes);
+    opts.setRoot(root);
+    opts.setTimeout(c.timeout);
+    gloo::broadcast(opts);
+    return HVD_OK;
+  });
+}
+
+int Alltoallv(void* comm, const void* send, const size_t* send_bytes, void* recv,
+              const size_t* recv_bytes) noexcept {
+  return Guarded(comm, "alltoallv", [&](Comm& c) -> int {
+    if (send_bytes == nullptr || recv_bytes == nullptr) {
+      c.last_error = "gloo alltoallv: byte counts are NULL";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    if (send_bytes[c.rank] != recv_bytes[c.rank]) {
+      c.last_error = "gloo alltoallv: this rank sends " + std::to_string(send_bytes[c.rank]) +
+                     " bytes to itself but expects " + std::to_string(recv_bytes[c.rank]);
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    std::vector<int64_t> in(c.size), outc(c.size);
+    size_t in_total = 0, out_total = 0;
+    for (int r = 0; r < c.size; ++r) {
+      in[r] = static_cast<int64_t>(send_bytes[r]);
+      outc[r] = static_cast<int64_t>(recv_bytes[r]);
+      in_total += send_bytes[r];
+      out_total += recv_bytes[r];
+    }
+    if ((in_total > 0 && send == nullptr) || (out_total > 0 && recv == nullptr)) {
+      c.last_error = "gloo alltoallv: NULL buffer";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    if (c.size == 1) {
+      if (in_total) std::memmove(recv, send, in_total);
+      return HVD_OK;
+    }
+    // Zero-byte sides still need a pointer for Gloo's bookkeeping.
+    static uint8_t dummy;
+    uint8_t* sp = send ? static_cast<uint8_t*>(const_cast<void*>(send)) : &dummy;
+    uint8_t* rp = recv ? static_cast<uint8_t*>(recv) : &dummy;
+    gloo::AlltoallvOptions opts(c.ctx);
+    opts.setInput(sp, std::move(in));
+    opts.setOutput(rp, std::move(outc));
+    opts.setTimeout(c.timeout);
+    gloo::alltoallv(opts);
+    return HVD_OK;
+  });
+}
+
+int Barrier(void* comm) noexcept {
+  return Guarded(comm, "barrier", [&](Comm& c) -> int {
+    if (c.size == 1) return HVD_OK;
+    gloo::BarrierOptions opts(c.ctx);
+    opts.setTimeout(c.timeout);
+    gloo::barrier(opts);
+    return HVD_OK;
+  });
+}
+
+// No properties yet; the slot exists so the core can ask without knowing
+// which transport it loaded.
+int Query(void* comm, const char* key, int64_t* value) noexcept {
+  (void)comm;
+  (void)key;
+  (void)value;
+  return HVD_ERR_UNSUPPORTED;
+}
+
+const char* LastError(void* comm) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return "gloo: no communicator";
+  return c->last_error.c_str();
+}
+
+const hvd_transport_v1_t kTable = {
+    HVD_TRANSPORT_ABI_V1,
+    "gloo",
+    &Init,
+    &Finalize,
+    &Allreduce,
+    &Allgatherv,
+    &Broadcast,
+    &Alltoallv,
+    &Barrier,
+    &LastError,
+    &Query,
+};
+
+}  // namespace
+}  // namespace gloo_transport
+}  // namespace hvd
+
+extern "C" const hvd_transport_v1_t* hvd_gloo_transport_table(void) {
+  return &hvd::gloo_transport::kTable;
+}
+
+#ifndef HVD_BUILTIN_GLOO
+extern "C" __attribute__((visibility("default"))) const hvd_transport_v1_t*
+hvd_transport_plugin_v1(void) {
+  return &hvd::gloo_transport::kTable;
+}
+#endif
