@@ -6,15 +6,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(core)
+[ ${#groups[@]} -gt 0 ] || groups=(all)
 
 apt_core=(cmake g++ make libgloo-dev libgtest-dev libcmocka-dev libssl-dev openmpi-bin
           libopenmpi-dev openssh-server openssh-client binutils procps python3)
 
 apt_want=()
+want_python=0
 for g in "${groups[@]}"; do
   case "$g" in
     core) apt_want+=("${apt_core[@]}") ;;
+    python) apt_want+=("${apt_core[@]}"); want_python=1 ;;
+    all) apt_want+=("${apt_core[@]}"); want_python=1 ;;
     *) echo "install-deps: unknown group '$g'" >&2; exit 2 ;;
   esac
 done
@@ -29,5 +32,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "$want_python" -eq 1 ]; then
+  # pip skips what is already installed at a satisfying version.
+  python3 -m pip install -q --disable-pip-version-check -r bindings/python/requirements-test.txt
+  # torch: PyPI's Linux wheel (with its CUDA wheels) unless torch already imports.
+  if ! python3 -c "import torch" >/dev/null 2>&1; then
+    echo "install-deps: pip install torch (large: CUDA wheels come with it)"
+    python3 -m pip install -q --disable-pip-version-check torch
+  fi
 fi
 echo "install-deps: ${groups[*]}: ready"

@@ -1,25 +1,48 @@
 #!/usr/bin/env bash
-# Installs, builds, and runs every test suite. Prints one closing line
-# "N passed, N failed" over all suites and exits non-zero on any failure.
+# Installs, builds, and runs every test suite: ctest (GoogleTest units, CMocka
+# ABI tests, multi-process integration suites), then the language SDKs' own
+# runners. Prints one closing line "suites: N passed, N failed" over all of
+# them and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh core || exit 1
+root=$PWD
+scripts/install-deps.sh all || { echo "install failed"; exit 1; }
 scripts/build.sh >/dev/null || { echo "build failed"; exit 1; }
+export HVD_LIBRARY_PATH=$root/build/lib HVD_HVDRUN=$root/build/bin/hvdrun
 
 passed=0
 failed=0
+skipped=0
+count() {  # count NAME PASSED FAILED [SKIPPED]
+  echo "== $1: $2 passed, $3 failed${4:+, $4 skipped}"
+  passed=$((passed + $2)); failed=$((failed + $3)); skipped=$((skipped + ${4:-0}))
+}
 log=$(mktemp)
-# ctest: unit (GoogleTest), capi (CMocka), integration (multi-process).
+trap 'rm -f "$log"' EXIT
+
+# 1. ctest
 (cd build && ctest --output-on-failure -j2 --timeout 900) 2>&1 | tee "$log"
 summary=$(grep -E "tests passed, [0-9]+ tests failed out of" "$log" | tail -1)
 if [ -z "$summary" ]; then
-  echo "ctest printed no summary"; failed=$((failed + 1))
+  count ctest 0 1
 else
   total=$(echo "$summary" | sed -E 's/.*out of ([0-9]+).*/\1/')
   nfail=$(echo "$summary" | sed -E 's/.*, ([0-9]+) tests failed.*/\1/')
-  [ "$total" -gt 0 ] || { echo "ctest ran no test"; nfail=1; }
-  passed=$((passed + total - nfail)); failed=$((failed + nfail))
+  nskip=$(grep -cE "\*\*\*Skipped|Not Run" "$log" || true)
+  [ "$total" -gt 0 ] || nfail=1
+  count ctest $((total - nfail - nskip)) "$nfail" "$nskip"
 fi
-rm -f "$log"
-echo "suites: ${passed} passed, ${failed} failed"
+
+# 2. Python SDK (pytest; exit 5 = no tests is a failure)
+bindings/python/tests/run_tests.sh -q -p no:cacheprovider 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+line=$(grep -E "^(=+ )?[0-9]+ (passed|failed)" "$log" | tail -1)
+p=$(echo "$line" | grep -oE "[0-9]+ passed" | grep -oE "[0-9]+" || echo 0)
+f=0
+for n in $(echo "$line" | grep -oE "[0-9]+ (failed|errors?)" | grep -oE "^[0-9]+"); do f=$((f + n)); done
+s=$(echo "$line" | grep -oE "[0-9]+ skipped" | grep -oE "[0-9]+" || echo 0)
+[ "$rc" -eq 0 ] || [ "${f:-0}" -gt 0 ] || f=1
+count pytest "${p:-0}" "${f:-0}" "${s:-0}"
+
+echo "suites: ${passed} passed, ${failed} failed, ${skipped} skipped"
 [ "$failed" -eq 0 ]

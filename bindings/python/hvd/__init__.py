@@ -1,0 +1,202 @@
+"""hvd: data-parallel collectives for deep learning (Horovod-style API).
+
+    import hvd
+    hvd.init()                       # hvdrun, torchrun, mpirun, Slurm -- or a world of one
+    avg = hvd.allreduce(grad)        # numpy; hvd.torch / hvd.tensorflow / hvd.keras for frameworks
+    hvd.shutdown()
+
+Only numpy is required; ``hvd.torch`` needs torch and ``hvd.tensorflow`` /
+``hvd.keras`` need TensorFlow. The C library (libhvd.so) is loaded on first use
+from HVD_LIBRARY_PATH, the package folder, the repository's build trees or the
+system loader.
+"""
+
+from __future__ import annotations
+
+import atexit as _atexit
+import threading as _threading
+
+from . import _c_api
+from . import _ops
+from ._api import (  # noqa: F401
+    DEFAULT as _DEFAULT,
+    Average,
+    Collectives as _Collectives,
+    Context,
+    Max,
+    Min,
+    Product,
+    Sum,
+    build_params as _build_params,
+)
+from ._c_api import (  # noqa: F401
+    AbortedError,
+    DuplicateNameError,
+    HvdError,
+    HvdMemoryError,
+    HvdTimeoutError,
+    InternalError,
+    InvalidArgumentError,
+    LibraryNotFoundError,
+    MismatchError,
+    NotFoundError,
+    NotInitializedError,
+    RendezvousError,
+    TransportError,
+    UnsupportedError,
+    VersionError,
+)
+from ._ops import Handle, PerformanceWarning, poll, synchronize  # noqa: F401
+
+__version__ = "0.1.0"
+
+_lifecycle = _threading.Lock()
+_init_refs = 0  # hvd.init() calls not yet matched by shutdown(), this process
+_keepalive = []  # callbacks and communicators passed to init, per reference
+
+
+def init(comm=None, **params):
+    """Creates (or, if one exists, counts another reference to) the default context.
+
+    comm: an mpi4py communicator (MPI transport on that communicator; rank and size
+    come from it, so ``MPI.COMM_WORLD.Split(...)`` works).
+    params: any hvd_params_t setting -- rank, size, local_rank, local_size, cross_rank,
+    cross_size, transport, rendezvous_addr, secret, fusion_threshold_bytes, cycle_time_ms,
+    cache_capacity, stall_warning_s, stall_shutdown_s, start_timeout_s, timeline_path,
+    log_level (int or 'error'..'trace'), network_interface, transport_timeout_s,
+    oob_allgather (callable(bytes) -> bytes of all ranks), log_fn (callable(level, msg)).
+    Unset settings come from HVD_* environment variables and the launcher's variables.
+
+    Like hvd_init, init is reference counted: each call needs a shutdown()."""
+    global _init_refs
+    p, keep = _build_params(comm, params)
+    with _lifecycle:
+        was = is_initialized()
+        _c_api.call("hvd_init", _c_api.ctypes.byref(p))
+        _init_refs += 1
+        _keepalive.append(keep)
+        if not was:
+            _DEFAULT._namer.reset()
+
+
+def shutdown():
+    """Releases one init() reference; the last one destroys the default context
+    (pending operations complete with AbortedError)."""
+    global _init_refs
+    with _lifecycle:
+        _c_api.call("hvd_shutdown")
+        _init_refs = max(0, _init_refs - 1)
+        last = not is_initialized()
+        if last:
+            _ops.reap_orphans(wait=True)
+            _keepalive.clear()
+
+
+@_atexit.register
+def _shutdown_at_exit():
+    # The library does not tear down a default context left at exit; do it, so
+    # the background thread stops before the interpreter does.
+    global _init_refs
+    with _lifecycle:
+        while _init_refs > 0:
+            _init_refs -= 1
+            try:
+                _c_api.lib().hvd_shutdown()
+            except Exception:
+                break
+
+
+def is_initialized() -> bool:
+    out = _c_api.ctypes.c_int(0)
+    _c_api.call("hvd_is_initialized", _c_api.ctypes.byref(out))
+    return bool(out.value)
+
+
+def rank() -> int:
+    """This process's rank in the default context."""
+    return _c_api.get_int("hvd_rank")
+
+
+def size() -> int:
+    return _c_api.get_int("hvd_size")
+
+
+def local_rank() -> int:
+    """Rank among the processes on this host."""
+    return _c_api.get_int("hvd_local_rank")
+
+
+def local_size() -> int:
+    return _c_api.get_int("hvd_local_size")
+
+
+def cross_rank() -> int:
+    """Index among the ranks that share this rank's local rank (one per host)."""
+    return _c_api.get_int("hvd_cross_rank")
+
+
+def cross_size() -> int:
+    return _c_api.get_int("hvd_cross_size")
+
+
+def transport() -> str:
+    """Name of the default context's transport ("local", "gloo", "mpi", ...)."""
+    out = _c_api.ctypes.c_char_p()
+    _c_api.call("hvd_context_transport", None, _c_api.ctypes.byref(out))
+    return out.value.decode() if out.value else ""
+
+
+def mpi_threads_supported() -> bool:
+    """True if the default context runs on MPI at MPI_THREAD_MULTIPLE.
+    Raises UnsupportedError when its transport is not MPI."""
+    return bool(_c_api.get_int("hvd_mpi_threads_supported", None))
+
+
+def library_path() -> str:
+    """The libhvd.so this package loaded."""
+    return _c_api.library_path()
+
+
+def library_version():
+    """(major, minor, patch) of the loaded libhvd.so."""
+    return _c_api.library_version()
+
+
+_np = _Collectives(_DEFAULT, __import__("hvd._numpy", fromlist=["NUMPY"]).NUMPY)
+
+allreduce = _np.allreduce
+allreduce_async = _np.allreduce_async
+allreduce_ = _np.allreduce_
+allreduce_async_ = _np.allreduce_async_
+grouped_allreduce = _np.grouped_allreduce
+grouped_allreduce_async = _np.grouped_allreduce_async
+grouped_allreduce_ = _np.grouped_allreduce_
+grouped_allreduce_async_ = _np.grouped_allreduce_async_
+allgather = _np.allgather
+allgather_async = _np.allgather_async
+broadcast = _np.broadcast
+broadcast_async = _np.broadcast_async
+broadcast_ = _np.broadcast_
+broadcast_async_ = _np.broadcast_async_
+alltoall = _np.alltoall
+alltoall_async = _np.alltoall_async
+reducescatter = _np.reducescatter
+reducescatter_async = _np.reducescatter_async
+barrier = _np.barrier
+barrier_async = _np.barrier_async
+join = _np.join
+join_async = _np.join_async
+broadcast_object = _np.broadcast_object
+allgather_object = _np.allgather_object
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "transport", "mpi_threads_supported", "library_path",
+    "library_version", "Sum", "Average", "Min", "Max", "Product", "Handle", "synchronize",
+    "poll", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_async",
+    "broadcast_", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "barrier", "barrier_async", "join", "join_async",
+    "broadcast_object", "allgather_object", "Context", "HvdError", "PerformanceWarning",
+]

@@ -1,0 +1,463 @@
+"""Framework-neutral machinery under every frontend: handles, naming, and the
+collectives written once over an *adapter* that maps a framework's arrays to
+(pointer, dtype, shape) and back (numpy here, torch in hvd.torch).
+
+Memory rules (hvd.h): the hvd_tensor_t descriptor is read during the *_async
+call only, but the data buffers must stay valid until the operation
+completes. A Handle therefore keeps every buffer it handed to the library
+alive until the operation is over -- even when the caller drops the Handle
+early (it then moves to an orphan list that is reaped as operations finish).
+Results the library owns (allgather, alltoall, reducescatter) are not copied:
+the returned array points into the handle's memory and releases the handle
+when the array is garbage collected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import sys
+import threading
+import time
+import warnings
+from ctypes import byref, c_char_p, c_int32, c_int64, c_size_t, c_void_p
+
+from . import _c_api as C
+
+# How long one hvd_handle_wait call may block before control returns to
+# Python (so Ctrl-C and timeouts are honoured); the op itself is not delayed.
+_WAIT_SLICE_S = 0.5
+
+
+class PerformanceWarning(UserWarning):
+    """An input had to be copied (non-contiguous, or not in native byte order)."""
+
+
+# ---------------------------------------------------------------------------
+# Buffers as the C library sees them.
+# ---------------------------------------------------------------------------
+
+
+class Buf:
+    """One contiguous host buffer handed to the library.
+
+    ptr/dtype/shape describe the memory; ``contig`` is the object that owns
+    it (kept alive while the op runs); ``orig`` is what the caller passed
+    (differs from contig when a copy was needed: in-place ops write back)."""
+
+    __slots__ = ("ptr", "dtype", "shape", "contig", "orig", "copied", "nbytes")
+
+    def __init__(self, ptr, dtype, shape, contig, orig, copied, nbytes):
+        self.ptr = ptr
+        self.dtype = dtype
+        self.shape = tuple(int(d) for d in shape)
+        self.contig = contig
+        self.orig = orig
+        self.copied = copied
+        self.nbytes = nbytes
+
+    def descriptor(self):
+        """(HvdTensor, shape array): both must live until the C call returns."""
+        ndim = len(self.shape)
+        if ndim > C.HVD_MAX_NDIM:
+            raise ValueError(f"hvd: tensors may have at most {C.HVD_MAX_NDIM} dimensions, "
+                             f"got {ndim}")
+        shape_arr = (c_int64 * max(ndim, 1))(*self.shape)
+        t = C.HvdTensor()
+        t.data = self.ptr or None
+        t.dtype = self.dtype
+        t.ndim = ndim
+        t.shape = ctypes.cast(shape_arr, ctypes.POINTER(c_int64))
+        t.device = C.HVD_DEVICE_CPU
+        t.stream = None
+        return t, shape_arr
+
+
+_PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
+
+
+def warn_copy(what, reason):
+    # Point the warning at the caller's line, outside this package.
+    level, f = 2, sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE_DIR):
+        level += 1
+        f = f.f_back
+    warnings.warn(
+        f"hvd: {what} is {reason}; it is copied once into a contiguous buffer for this "
+        "operation (pass a C-contiguous array in native byte order to avoid the copy)",
+        PerformanceWarning, stacklevel=level)
+
+
+class HandleMemory:
+    """Memory owned by a completed hvd handle; releases the handle when
+    collected. Exposes the bytes through the numpy array interface."""
+
+    __slots__ = ("_raw", "_ptr", "_nbytes", "__weakref__")
+
+    def __init__(self, raw, ptr, nbytes):
+        self._raw = raw
+        self._ptr = ptr
+        self._nbytes = nbytes
+
+    @property
+    def __array_interface__(self):
+        return {"shape": (self._nbytes,), "typestr": "|u1", "data": (self._ptr, False),
+                "version": 3}
+
+    def __del__(self):
+        raw, self._raw = self._raw, None
+        if raw:
+            try:
+                C.lib().hvd_handle_release(raw)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+# ---------------------------------------------------------------------------
+# Handles.
+# ---------------------------------------------------------------------------
+
+_orphans_lock = threading.Lock()
+_orphans = []  # (raw handle, keep-alive objects) of dropped, still-running ops
+
+
+def reap_orphans(wait=False):
+    """Releases dropped handles whose operation finished (all, after waiting,
+    when wait=True: used at shutdown, after pending ops were aborted)."""
+    with _orphans_lock:
+        if not _orphans:
+            return
+        pending = list(_orphans)
+        _orphans.clear()
+    keep = []
+    lib = C.lib()
+    for raw, objs in pending:
+        if wait:
+            lib.hvd_handle_wait(raw, -1.0)
+        if lib.hvd_handle_poll(raw) == C.HVD_IN_PROGRESS:
+            keep.append((raw, objs))
+        else:
+            lib.hvd_handle_release(raw)
+    if keep:
+        with _orphans_lock:
+            _orphans.extend(keep)
+
+
+class Handle:
+    """A pending collective. ``synchronize(handle)`` (or ``handle.wait()``)
+    waits and returns its result; ``poll(handle)`` tells whether it is done.
+
+    The handle keeps the operation's buffers alive until it completes."""
+
+    __slots__ = ("_raw", "_keep", "_finish", "_state", "_result", "_error", "_what", "_lock")
+
+    def __init__(self, raw, keep, finish, what):
+        self._raw = raw
+        self._keep = keep
+        self._finish = finish
+        self._state = 0  # 0 pending, 1 done ok, 2 failed
+        self._result = None
+        self._error = None
+        self._what = what
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        state = ("pending", "done", "failed")[self._state]
+        return f"<hvd.Handle {self._what} {state}>"
+
+    def poll(self) -> bool:
+        """True once the operation completed (successfully or not)."""
+        if self._state:
+            return True
+        return C.lib().hvd_handle_poll(self._raw) != C.HVD_IN_PROGRESS
+
+    def wait(self, timeout=None):
+        """Waits for completion and returns the result; raises the op's error.
+        timeout (seconds) raises HvdTimeoutError and leaves the handle usable."""
+        with self._lock:
+            if self._state == 0:
+                self._wait_raw(timeout)
+            if self._state == 2:
+                raise self._error
+            return self._result
+
+    def _wait_raw(self, timeout):
+        lib = C.lib()
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        while True:
+            slice_s = _WAIT_SLICE_S
+            if deadline is not None:
+                slice_s = max(0.0, min(slice_s, deadline - time.monotonic()))
+            st = lib.hvd_handle_wait(self._raw, slice_s)
+            if st == C.HVD_ERR_TIMEOUT and lib.hvd_handle_poll(self._raw) == C.HVD_IN_PROGRESS:
+                # Our wait slice ran out, not the operation.
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise C.HvdTimeoutError(
+                        C.HVD_ERR_TIMEOUT,
+                        f"{self._what} did not complete within {timeout} s (still pending; "
+                        "wait again or synchronize)")
+                continue
+            break
+        raw, self._raw = self._raw, None
+        try:
+            if st < 0:
+                self._error = C.make_error(st, C.last_error() or C.status_string(st))
+                self._state = 2
+                return
+            try:
+                result, transferred = self._finish(raw)
+            except BaseException as e:  # noqa: B902 - recorded and re-raised by wait()
+                self._error, self._state, transferred = e, 2, False
+                return
+            self._result, self._state = result, 1
+            if transferred:
+                raw = None  # the result owns the handle now (HandleMemory)
+        finally:
+            self._keep = None
+            self._finish = None
+            if raw:
+                lib.hvd_handle_release(raw)
+
+    def __del__(self):
+        raw = getattr(self, "_raw", None)
+        if not raw:
+            return
+        try:
+            lib = C.lib()
+            if lib.hvd_handle_poll(raw) == C.HVD_IN_PROGRESS:
+                with _orphans_lock:
+                    _orphans.append((raw, self._keep))
+            else:
+                lib.hvd_handle_release(raw)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def synchronize(handle):
+    """Waits for an async operation and returns its result (raises its error)."""
+    if not isinstance(handle, Handle):
+        raise TypeError(f"hvd.synchronize: expected an hvd Handle, got {type(handle).__name__}")
+    return handle.wait()
+
+
+def poll(handle) -> bool:
+    """True if the async operation has completed (synchronize() then returns at once)."""
+    if not isinstance(handle, Handle):
+        raise TypeError(f"hvd.poll: expected an hvd Handle, got {type(handle).__name__}")
+    return handle.poll()
+
+
+# ---------------------------------------------------------------------------
+# Names: deterministic across ranks (a per-op counter per context), as long
+# as the ranks issue their unnamed operations in the same order -- which
+# unnamed operations require anyway.
+# ---------------------------------------------------------------------------
+
+
+class Namer:
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counters = {}
+
+    def reset(self):
+        with self._lock:
+            self._counters.clear()
+
+    def __call__(self, op, name=None):
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"hvd: name must be a non-empty str, got {name!r}")
+            return name
+        with self._lock:
+            c = self._counters.setdefault(op, itertools.count())
+            return f"{op}.noname.{next(c)}"
+
+
+# ---------------------------------------------------------------------------
+# The collectives, over an adapter.
+#
+# An adapter provides:
+#   buf(x, what, writable) -> Buf          (copies once if it must, warns)
+#   empty(buf) -> (obj, ptr)                 output like buf
+#   owned(mem: HandleMemory|None, buf, shape) -> obj   wraps handle-owned memory
+#   writeback(buf, result)                  for in-place ops on copied input
+#   splits(x) -> list[int]                  alltoall splits as ints
+#   make_splits(np_int64_array) -> obj      received splits in the framework's type
+# ---------------------------------------------------------------------------
+
+_VALID_OPS = {C.HVD_SUM, C.HVD_AVERAGE, C.HVD_MIN, C.HVD_MAX, C.HVD_PRODUCT}
+
+
+def check_op(op):
+    try:
+        o = int(op)
+    except (TypeError, ValueError):
+        o = None
+    if o not in _VALID_OPS or isinstance(op, bool):
+        raise ValueError(f"hvd: op must be one of hvd.Sum, Average, Min, Max, Product; got {op!r}")
+    return o
+
+
+def _submit(fn_name, *args):
+    """Calls an *_async function; returns the raw handle."""
+    reap_orphans()
+    h = c_void_p()
+    C.call(fn_name, *args, byref(h))
+    return h.value
+
+
+def _encode(name):
+    return name.encode("utf-8")
+
+
+def allreduce_async(ctx, ad, x, op, name, prescale, postscale, inplace):
+    op = check_op(op)
+    buf = ad.buf(x, "allreduce input", writable=inplace)
+    if inplace:
+        out, out_ptr = buf.contig, buf.ptr
+    else:
+        out, out_ptr = ad.empty(buf)
+    desc, shape_arr = buf.descriptor()
+    raw = _submit("hvd_allreduce_async", ctx, _encode(name), byref(desc), out_ptr or None, op,
+                  float(prescale), float(postscale))
+
+    def finish(_raw):
+        if inplace and buf.copied:
+            ad.writeback(buf, buf.contig)
+            return buf.orig, False
+        return (buf.orig if inplace else out), False
+
+    return Handle(raw, (buf, out), finish, f"allreduce '{name}'")
+
+
+def grouped_allreduce_async(ctx, ad, xs, op, name, prescale, postscale, inplace):
+    op = check_op(op)
+    xs = list(xs)
+    if not xs:
+        raise ValueError("hvd: grouped_allreduce needs at least one tensor")
+    bufs = [ad.buf(x, f"grouped_allreduce input {i}", writable=inplace) for i, x in enumerate(xs)]
+    outs = []
+    out_ptrs = []
+    for b in bufs:
+        if inplace:
+            outs.append(b.contig)
+            out_ptrs.append(b.ptr)
+        else:
+            o, p = ad.empty(b)
+            outs.append(o)
+            out_ptrs.append(p)
+    n = len(bufs)
+    names = [_encode(f"{name}.{i}") for i in range(n)]
+    names_arr = (c_char_p * n)(*names)
+    descs = (C.HvdTensor * n)()
+    shapes = []
+    for i, b in enumerate(bufs):
+        d, s = b.descriptor()
+        descs[i] = d
+        shapes.append(s)
+    outs_arr = (c_void_p * n)(*[p or None for p in out_ptrs])
+    raw = _submit("hvd_grouped_allreduce_async", ctx, n, names_arr, descs, outs_arr, op,
+                  float(prescale), float(postscale))
+
+    def finish(_raw):
+        if inplace:
+            for b in bufs:
+                if b.copied:
+                    ad.writeback(b, b.contig)
+            return [b.orig for b in bufs], False
+        return outs, False
+
+    return Handle(raw, (bufs, outs), finish, f"grouped allreduce '{name}'")
+
+
+def broadcast_async(ctx, ad, x, root, name, inplace):
+    buf = ad.buf(x, "broadcast input", writable=inplace)
+    if inplace:
+        out, out_ptr = buf.contig, buf.ptr
+    else:
+        out, out_ptr = ad.empty(buf)
+    desc, shape_arr = buf.descriptor()
+    raw = _submit("hvd_broadcast_async", ctx, _encode(name), byref(desc), out_ptr or None,
+                  int(root))
+
+    def finish(_raw):
+        if inplace and buf.copied:
+            ad.writeback(buf, buf.contig)
+            return buf.orig, False
+        return (buf.orig if inplace else out), False
+
+    return Handle(raw, (buf, out), finish, f"broadcast '{name}'")
+
+
+def _owned_result(raw, ad, buf):
+    """(result object, transferred) for ops whose result the handle owns."""
+    lib = C.lib()
+    ndim = c_int32(0)
+    dims = (c_int64 * C.HVD_MAX_NDIM)()
+    C.check_call(lib.hvd_handle_output_shape(raw, dims, C.HVD_MAX_NDIM, byref(ndim)))
+    shape = tuple(dims[i] for i in range(ndim.value))
+    data = c_void_p()
+    nbytes = c_size_t(0)
+    C.check_call(lib.hvd_handle_output(raw, byref(data), byref(nbytes)))
+    if not data.value or nbytes.value == 0:
+        return ad.owned(None, buf, shape), False
+    mem = HandleMemory(raw, data.value, nbytes.value)
+    return ad.owned(mem, buf, shape), True
+
+
+def _require_rows(buf, what):
+    if len(buf.shape) == 0:
+        raise ValueError(f"hvd: {what} needs a tensor with at least one dimension (it splits or "
+                         "joins along the first); got a scalar")
+
+
+def allgather_async(ctx, ad, x, name):
+    buf = ad.buf(x, "allgather input", writable=False)
+    _require_rows(buf, "allgather")
+    desc, shape_arr = buf.descriptor()
+    raw = _submit("hvd_allgather_async", ctx, _encode(name), byref(desc))
+    return Handle(raw, (buf,), lambda r: _owned_result(r, ad, buf), f"allgather '{name}'")
+
+
+def reducescatter_async(ctx, ad, x, op, name, prescale, postscale):
+    op = check_op(op)
+    buf = ad.buf(x, "reducescatter input", writable=False)
+    _require_rows(buf, "reducescatter")
+    desc, shape_arr = buf.descriptor()
+    raw = _submit("hvd_reducescatter_async", ctx, _encode(name), byref(desc), op,
+                  float(prescale), float(postscale))
+    return Handle(raw, (buf,), lambda r: _owned_result(r, ad, buf), f"reducescatter '{name}'")
+
+
+def alltoall_async(ctx, ad, x, splits, name, world_size):
+    buf = ad.buf(x, "alltoall input", writable=False)
+    _require_rows(buf, "alltoall")
+    splits_arr = None
+    if splits is not None:
+        s = ad.splits(splits)
+        if len(s) != world_size:
+            raise ValueError(f"hvd: alltoall splits has {len(s)} entries, need one per rank "
+                             f"({world_size})")
+        splits_arr = (c_int64 * world_size)(*s)
+    desc, shape_arr = buf.descriptor()
+    raw = _submit("hvd_alltoall_async", ctx, _encode(name), byref(desc), splits_arr)
+
+    def finish(r):
+        recv = (c_int64 * world_size)()
+        C.check_call(C.lib().hvd_handle_recv_splits(r, recv, world_size))
+        out, transferred = _owned_result(r, ad, buf)
+        if splits is None:
+            return out, transferred
+        return (out, ad.make_splits(list(recv))), transferred
+
+    return Handle(raw, (buf, splits_arr), finish, f"alltoall '{name}'")
+
+
+def barrier_async(ctx):
+    raw = _submit("hvd_barrier_async", ctx)
+    return Handle(raw, (), lambda r: (None, False), "barrier")
+
+
+def join_async(ctx):
+    raw = _submit("hvd_join_async", ctx)
+    return Handle(raw, (), lambda r: (None, False), "join")

@@ -1,0 +1,291 @@
+"""hvd.tensorflow: the hvd collectives on TensorFlow 2 tensors, and
+DistributedGradientTape.
+
+    import hvd.tensorflow as hvd
+    hvd.init()
+    with tf.GradientTape() as tape:
+        loss = ...
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+
+Tensors travel through numpy: eagerly, ``tensor.numpy()`` goes to the numpy
+API and the result comes back with ``tf.convert_to_tensor``; inside a
+``tf.function`` the same code runs in a ``tf.py_function`` (so an XLA-compiled
+function cannot contain hvd ops: compile Keras models with jit_compile=False).
+"""
+
+from __future__ import annotations
+
+try:
+    import tensorflow as tf
+except ImportError as _e:  # pragma: no cover - exercised by a subprocess test
+    raise ImportError(
+        "hvd.tensorflow needs TensorFlow 2, which is not installed (pip install tensorflow-cpu); "
+        "the numpy API in `import hvd` works without it") from _e
+
+import numpy as np
+
+import hvd as _hvd
+from . import _ops
+from ._api import DEFAULT as _DEFAULT
+from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a drop-in)
+    Average,
+    HvdError,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather_object,
+    barrier,
+    broadcast_object,
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    join,
+    local_rank,
+    local_size,
+    mpi_threads_supported,
+    rank,
+    shutdown,
+    size,
+    transport,
+)
+
+
+def _name(op, name):
+    # Resolved once, in Python (at trace time inside tf.function): the same
+    # name on every rank and at every execution of the traced graph.
+    return _DEFAULT._namer(op, name)
+
+
+def _to_numpy(t):
+    if isinstance(t, np.ndarray):
+        return t
+    if isinstance(t, tf.IndexedSlices):
+        t = tf.convert_to_tensor(t)
+    return np.asarray(t.numpy() if hasattr(t, "numpy") else t)
+
+
+def _run(fn, inputs, touts, shapes):
+    """Runs fn(list of numpy arrays) -> list of numpy arrays, eagerly or as a
+    tf.py_function inside a graph."""
+    if tf.executing_eagerly():
+        outs = fn([_to_numpy(x) for x in inputs])
+        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, touts)]
+
+    def body(*args):
+        return fn([a.numpy() for a in args])
+
+    outs = tf.py_function(func=body, inp=list(inputs), Tout=list(touts))
+    if not isinstance(outs, (list, tuple)):
+        outs = [outs]
+    for o, s in zip(outs, shapes):
+        if s is not None:
+            o.set_shape(s)
+    return list(outs)
+
+
+def _op_of(op, average):
+    if op is not None:
+        return op
+    if average is None:
+        return Average
+    return Average if average else Sum
+
+
+def _allreduce_raw(tensor, op, name, prescale, postscale):
+    tensor = tf.convert_to_tensor(tensor)
+    return _run(lambda a: [_hvd.allreduce(a[0], name=name, op=op, prescale_factor=prescale,
+                                          postscale_factor=postscale)],
+                [tensor], [tensor.dtype], [tensor.shape])[0]
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0):
+    """Reduces over all ranks (default op Average); differentiable for Sum and Average."""
+    op = _ops.check_op(_op_of(op, average))
+    name = _name("allreduce", name)
+    if isinstance(tensor, tf.IndexedSlices):
+        tensor = tf.convert_to_tensor(tensor)
+    if op not in (Sum, Average):
+        return _allreduce_raw(tensor, op, name, prescale_factor, postscale_factor)
+
+    @tf.custom_gradient
+    def _fn(x):
+        y = _allreduce_raw(x, op, name, prescale_factor, postscale_factor)
+
+        def grad(dy):
+            return _allreduce_raw(dy, op, name + ".grad", prescale_factor, postscale_factor)
+
+        return y, grad
+
+    return _fn(tf.convert_to_tensor(tensor))
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0):
+    """Allreduces a list of tensors as one fused unit (all of one dtype)."""
+    op = _ops.check_op(_op_of(op, average))
+    name = _name("grouped_allreduce", name)
+    ts = [tf.convert_to_tensor(t) for t in tensors]
+    return _run(lambda a: _hvd.grouped_allreduce(a, name=name, op=op,
+                                                 prescale_factor=prescale_factor,
+                                                 postscale_factor=postscale_factor),
+                ts, [t.dtype for t in ts], [t.shape for t in ts])
+
+
+def allgather(tensor, name=None):
+    name = _name("allgather", name)
+    t = tf.convert_to_tensor(tensor)
+    shape = tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
+    return _run(lambda a: [_hvd.allgather(a[0], name=name)], [t], [t.dtype], [shape])[0]
+
+
+def broadcast(tensor, root_rank, name=None):
+    name = _name("broadcast", name)
+    t = tf.convert_to_tensor(tensor)
+    return _run(lambda a: [_hvd.broadcast(a[0], root_rank, name=name)], [t], [t.dtype],
+                [t.shape])[0]
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Like hvd.alltoall; with splits given returns (tensor, received_splits)."""
+    name = _name("alltoall", name)
+    t = tf.convert_to_tensor(tensor)
+    shape = tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
+    if splits is None:
+        return _run(lambda a: [_hvd.alltoall(a[0], name=name)], [t], [t.dtype], [shape])[0]
+    s = tf.cast(tf.convert_to_tensor(splits), tf.int64)
+
+    def fn(a):
+        out, recv = _hvd.alltoall(a[0], splits=a[1], name=name)
+        return [out, recv]
+
+    out, recv = _run(fn, [t, s], [t.dtype, tf.int64], [shape, tf.TensorShape([None])])
+    return out, recv
+
+
+def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    op = _ops.check_op(_op_of(op, None))
+    name = _name("reducescatter", name)
+    t = tf.convert_to_tensor(tensor)
+    shape = tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
+    return _run(lambda a: [_hvd.reducescatter(a[0], name=name, op=op,
+                                              prescale_factor=prescale_factor,
+                                              postscale_factor=postscale_factor)],
+                [t], [t.dtype], [shape])[0]
+
+
+def broadcast_variables(variables, root_rank=0, name="broadcast_variables"):
+    """Assigns root's value to every variable (in list order, which must match across ranks)."""
+    variables = list(variables)
+    if not variables:
+        return
+    arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]
+    handles = [_hvd.broadcast_async_(a, root_rank, name=f"{name}.{i}")
+               for i, a in enumerate(arrays)]
+    for v, a, h in zip(variables, arrays, handles):
+        h.wait()
+        v.assign(a)
+
+
+# ---------------------------------------------------------------------------
+# Gradient compression.
+# ---------------------------------------------------------------------------
+
+
+class NoneCompressor:
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class FP16Compressor:
+    """Floating-point gradients travel as float16."""
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
+            return tf.cast(tensor, tf.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tf.cast(tensor, ctx)
+
+
+class Compression:
+    none = NoneCompressor
+    fp16 = FP16Compressor
+
+
+def allreduce_gradients(grads, op=Average, compression=Compression.none,
+                        gradient_predivide_factor=1.0, name="gradients"):
+    """Averages a list of gradients (None entries stay None) as one grouped
+    allreduce per dtype. Shared by DistributedGradientTape and hvd.keras."""
+    op = _ops.check_op(op)
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("hvd.tensorflow: gradient_predivide_factor needs op=Average")
+    pre, post = 1.0, 1.0
+    if op == Average and gradient_predivide_factor != 1.0:
+        pre, post = 1.0 / gradient_predivide_factor, gradient_predivide_factor
+    grads = list(grads)
+    idx, sent, ctxs = [], [], []
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        if isinstance(g, tf.IndexedSlices):
+            g = tf.convert_to_tensor(g)  # sparse gradients are reduced densely
+        c, cctx = compression.compress(tf.convert_to_tensor(g))
+        idx.append(i)
+        sent.append(c)
+        ctxs.append(cctx)
+    out = list(grads)
+    by_dtype = {}
+    for k, t in enumerate(sent):
+        by_dtype.setdefault(t.dtype.name, []).append(k)
+    for dname in sorted(by_dtype):
+        ks = by_dtype[dname]
+        reduced = grouped_allreduce([sent[k] for k in ks], name=f"{name}.{dname}", op=op,
+                                    prescale_factor=pre, postscale_factor=post)
+        for k, r in zip(ks, reduced):
+            out[idx[k]] = compression.decompress(r, ctxs[k])
+    return out
+
+
+class DistributedGradientTape:
+    """Wraps a tf.GradientTape: gradient() returns gradients averaged (op) over
+    all ranks. Every other attribute is the wrapped tape's."""
+
+    def __init__(self, gradtape, compression=Compression.none, op=Average,
+                 gradient_predivide_factor=1.0, name="DistributedGradientTape"):
+        self._tape = gradtape
+        self._compression = compression
+        self._op = _ops.check_op(op)
+        self._predivide = gradient_predivide_factor
+        self._name = name
+
+    def gradient(self, target, sources, output_gradients=None, **kwargs):
+        grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
+        flat = tf.nest.flatten(grads) if tf.nest.is_nested(grads) else [grads]
+        reduced = allreduce_gradients(flat, op=self._op, compression=self._compression,
+                                      gradient_predivide_factor=self._predivide,
+                                      name=self._name)
+        if tf.nest.is_nested(grads):
+            return tf.nest.pack_sequence_as(grads, reduced)
+        return reduced[0]
+
+    def __getattr__(self, item):
+        return getattr(self._tape, item)
+
+    def __enter__(self):
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._tape.__exit__(*exc)

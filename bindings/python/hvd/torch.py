@@ -1,0 +1,433 @@
+"""hvd.torch: the hvd collectives on torch tensors, and DistributedOptimizer.
+
+    import hvd.torch as hvd
+    hvd.init()
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+
+CPU tensors are passed to the library zero-copy (data_ptr); non-contiguous
+tensors are copied once (PerformanceWarning). CUDA tensors are refused with
+UnsupportedError until a GPU transport exists: move them with ``.cpu()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+try:
+    import torch
+except ImportError as _e:  # pragma: no cover - exercised by a subprocess test
+    raise ImportError(
+        "hvd.torch needs PyTorch, which is not installed (pip install torch); the numpy API "
+        "in `import hvd` works without it") from _e
+
+import numpy as np
+
+from . import _c_api as C
+from . import _ops
+from ._api import DEFAULT as _DEFAULT
+from ._api import Collectives as _Collectives
+from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop-in)
+    Average,
+    Context,
+    Handle,
+    HvdError,
+    Max,
+    Min,
+    PerformanceWarning,
+    Product,
+    Sum,
+    cross_rank,
+    cross_size,
+    init,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_threads_supported,
+    poll,
+    rank,
+    shutdown,
+    size,
+    synchronize,
+    transport,
+)
+
+_TO_HVD = {
+    torch.uint8: C.HVD_UINT8,
+    torch.int8: C.HVD_INT8,
+    torch.int16: C.HVD_INT16,
+    torch.int32: C.HVD_INT32,
+    torch.int64: C.HVD_INT64,
+    torch.float16: C.HVD_FLOAT16,
+    torch.bfloat16: C.HVD_BFLOAT16,
+    torch.float32: C.HVD_FLOAT32,
+    torch.float64: C.HVD_FLOAT64,
+    torch.bool: C.HVD_BOOL,
+}
+if hasattr(torch, "uint16"):
+    _TO_HVD[torch.uint16] = C.HVD_UINT16
+
+SUPPORTED_DTYPES = tuple(_TO_HVD)
+
+
+class TorchAdapter:
+    name = "torch"
+
+    def buf(self, x, what, writable):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"hvd.torch: {what} must be a torch.Tensor, got {type(x).__name__} "
+                            "(use `import hvd` for numpy arrays)")
+        if x.device.type != "cpu":
+            raise C.UnsupportedError(
+                C.HVD_ERR_UNSUPPORTED,
+                f"hvd.torch: {what} is on {x.device}; this hvd build moves host memory only "
+                "(no GPU transport yet): pass tensor.cpu() and copy the result back")
+        if x.is_sparse or x.layout != torch.strided:
+            raise TypeError(f"hvd.torch: {what} has layout {x.layout}; only dense (strided) "
+                            "tensors are supported (use .to_dense())")
+        code = _TO_HVD.get(x.dtype)
+        if code is None:
+            names = ", ".join(str(d).replace("torch.", "") for d in _TO_HVD)
+            raise TypeError(f"hvd.torch: dtype {x.dtype} is not supported; supported: {names}")
+        t = x.detach()
+        copied = False
+        if not t.is_contiguous():
+            _ops.warn_copy(what, f"not contiguous (strides {tuple(t.stride())}, shape "
+                                 f"{tuple(t.shape)})")
+            t = t.contiguous()
+            copied = True
+        n = t.numel()
+        return _ops.Buf(t.data_ptr() if n else 0, code, t.shape, t, x, copied,
+                        n * t.element_size())
+
+    def empty(self, buf):
+        out = torch.empty(buf.shape, dtype=buf.contig.dtype)
+        return out, (out.data_ptr() if out.numel() else 0)
+
+    def owned(self, mem, buf, shape):
+        dt = buf.contig.dtype
+        if mem is None:
+            return torch.empty(shape, dtype=dt)
+        raw = torch.from_numpy(np.asarray(mem))  # shares the handle's memory
+        return raw.view(dt).reshape(shape)
+
+    def writeback(self, buf, result):
+        with torch.no_grad():
+            buf.orig.copy_(result)
+
+    def splits(self, s):
+        if isinstance(s, torch.Tensor):
+            s = s.tolist()
+        return [int(v) for v in s]
+
+    def make_splits(self, values):
+        return torch.tensor(values, dtype=torch.int64)
+
+
+TORCH = TorchAdapter()
+_t = _Collectives(_DEFAULT, TORCH)
+
+allreduce_async = _t.allreduce_async
+allreduce_ = _t.allreduce_
+allreduce_async_ = _t.allreduce_async_
+grouped_allreduce = _t.grouped_allreduce
+grouped_allreduce_async = _t.grouped_allreduce_async
+grouped_allreduce_ = _t.grouped_allreduce_
+grouped_allreduce_async_ = _t.grouped_allreduce_async_
+allgather = _t.allgather
+allgather_async = _t.allgather_async
+broadcast = _t.broadcast
+broadcast_async = _t.broadcast_async
+broadcast_ = _t.broadcast_
+broadcast_async_ = _t.broadcast_async_
+alltoall = _t.alltoall
+alltoall_async = _t.alltoall_async
+reducescatter = _t.reducescatter
+reducescatter_async = _t.reducescatter_async
+barrier = _t.barrier
+join = _t.join
+broadcast_object = _t.broadcast_object
+allgather_object = _t.allgather_object
+
+
+class _AllreduceFn(torch.autograd.Function):
+    """allreduce as an autograd op: the gradient of an allreduce is the
+    allreduce (same op) of the incoming gradients."""
+
+    @staticmethod
+    def forward(ctx, tensor, op, name, prescale, postscale):
+        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, prescale, postscale
+        return _t.allreduce(tensor, name=name, op=op, prescale_factor=prescale,
+                            postscale_factor=postscale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _t.allreduce(grad.contiguous(), name=f"{ctx.name}.grad", op=ctx.op,
+                         prescale_factor=ctx.pre, postscale_factor=ctx.post)
+        return g, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0):
+    """Reduces tensor over all ranks (default op Average) into a new tensor;
+    differentiable when tensor requires grad (ops Sum and Average)."""
+    if torch.is_grad_enabled() and isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+        o = _ops.check_op(_resolve(op, average))
+        if o in (Sum, Average):
+            return _AllreduceFn.apply(tensor, o, _DEFAULT._namer("allreduce", name),
+                                      prescale_factor, postscale_factor)
+    return _t.allreduce(tensor, average, name, op, prescale_factor, postscale_factor)
+
+
+def _resolve(op, average):
+    if op is not None:
+        return op
+    if average is None:
+        return Average
+    return Average if average else Sum
+
+
+# ---------------------------------------------------------------------------
+# Gradient compression.
+# ---------------------------------------------------------------------------
+
+
+class Compressor:
+    """compress(tensor) -> (tensor_to_send, ctx); decompress(tensor, ctx) -> tensor."""
+
+    @staticmethod
+    def compress(tensor):
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Sends floating-point gradients as float16 (half the bytes); the sum is
+    computed in float32 by the library and cast back to the original dtype."""
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
+            return tensor.to(torch.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tensor.to(ctx)
+
+
+class Compression:
+    none = NoneCompressor
+    fp16 = FP16Compressor
+
+
+# ---------------------------------------------------------------------------
+# DistributedOptimizer.
+# ---------------------------------------------------------------------------
+
+
+class _DistributedOptimizer:
+    """Methods mixed into a subclass of the wrapped optimizer's class."""
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._op = _ops.check_op(op)
+        if backward_passes_per_step < 1:
+            raise ValueError("hvd.torch.DistributedOptimizer: backward_passes_per_step must be "
+                             ">= 1")
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        if gradient_predivide_factor != 1.0 and self._op != Average:
+            raise ValueError("hvd.torch.DistributedOptimizer: gradient_predivide_factor needs "
+                             "op=Average")
+        self._predivide = float(gradient_predivide_factor)
+
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            for item in named:
+                if not (isinstance(item, tuple) and len(item) == 2):
+                    raise ValueError("hvd.torch.DistributedOptimizer: named_parameters must be "
+                                     "(name, parameter) pairs, e.g. model.named_parameters()")
+            names = [n for n, _ in named]
+            dup = {n for n in names if names.count(n) > 1}
+            if dup:
+                raise ValueError(f"hvd.torch.DistributedOptimizer: duplicate parameter names "
+                                 f"{sorted(dup)}")
+            by_id = {id(p): n for n, p in named}
+            missing = [i for i, p in enumerate(all_params) if id(p) not in by_id]
+            if missing:
+                raise ValueError(
+                    "hvd.torch.DistributedOptimizer: named_parameters does not cover every "
+                    f"parameter of the optimizer ({len(missing)} missing); pass "
+                    "model.named_parameters() of the model the optimizer trains")
+            self._names = {p: by_id[id(p)] for p in all_params}
+        else:
+            self._names = {p: f"noname.{i}" for i, p in enumerate(all_params)}
+
+        self._handles = {}  # param -> (Handle, compressed tensor, ctx)
+        self._passes = {}  # param -> backward passes since the last synchronize
+        self._requires_update = [p for p in all_params if p.requires_grad]
+        self._hooks = []
+        self._synchronized = False
+        self._should_synchronize = True
+        # Also in a world of one: the same code path everywhere.
+        self._register_hooks()
+
+    # -- hooks ------------------------------------------------------------------------
+    def _register_hooks(self):
+        for p in self._requires_update:
+            self._passes[p] = 0
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook()))
+            else:  # torch < 2.1: hook the gradient accumulator node
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                hook = self._make_hook()
+                self._hooks.append(acc.register_hook(lambda *_, p=p, h=hook: h(p)))
+                self._hooks.append(acc)  # keep the node alive
+
+    def _make_hook(self):
+        def hook(p):
+            if p in self._handles:
+                raise AssertionError(
+                    "hvd.torch.DistributedOptimizer: gradients were computed more than "
+                    f"backward_passes_per_step ({self.backward_passes_per_step}) times before "
+                    "step() or synchronize(); raise backward_passes_per_step to accumulate")
+            self._passes[p] += 1
+            if self._passes[p] == self.backward_passes_per_step:
+                self._handles[p] = self._allreduce_grad_async(p)
+        return hook
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # Unused in this step's graph: still take part, with zeros, so every
+            # rank submits the same names.
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        grad = p.grad
+        if grad.is_sparse:
+            raise TypeError("hvd.torch.DistributedOptimizer: sparse gradients are not supported; "
+                            "use dense embeddings (sparse=False)")
+        compressed, cctx = self._compression.compress(grad)
+        prescale, postscale = 1.0, 1.0
+        if self._op == Average and self._predivide != 1.0:
+            prescale, postscale = 1.0 / self._predivide, self._predivide
+        handle = _t.allreduce_async_(compressed, name=f"DistributedOptimizer.{self._names[p]}",
+                                     op=self._op, prescale_factor=prescale,
+                                     postscale_factor=postscale)
+        return handle, compressed, cctx
+
+    # -- public -----------------------------------------------------------------------
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those whose hook did
+        not fire, e.g. parameters unused this step) and writes the results to .grad."""
+        for p in self._requires_update:
+            if p not in self._handles:
+                self._handles[p] = self._allreduce_grad_async(p)
+        try:
+            for p, (handle, compressed, cctx) in self._handles.items():
+                handle.wait()
+                if compressed is not p.grad:
+                    with torch.no_grad():
+                        p.grad.copy_(self._compression.decompress(compressed, cctx))
+        finally:
+            self._handles.clear()
+            for p in self._passes:
+                self._passes[p] = 0
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For `optimizer.synchronize(); (clip gradients); with optimizer.skip_synchronize():
+        optimizer.step()`."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("hvd.torch.DistributedOptimizer: step() after synchronize() "
+                              "without skip_synchronize(): gradients are allreduced twice",
+                              stacklevel=2)
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError(
+                "hvd.torch.DistributedOptimizer: zero_grad() was called after backward() but "
+                "before step() or synchronize(): the pending allreduces would be lost")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0):
+    """Wraps a torch optimizer so that step() applies the gradients averaged
+    (op) over all ranks. Each gradient's allreduce starts from a hook as soon
+    as autograd has accumulated it (after `backward_passes_per_step` backward
+    passes), so communication overlaps the rest of backward; step() waits.
+
+    The result is an instance of a subclass of optimizer's class built from
+    its param_groups (wrap before training: existing state is carried over)."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("hvd.torch.DistributedOptimizer: expected a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
+    methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
+               if k not in ("__dict__", "__weakref__")}
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
+    opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+              op, gradient_predivide_factor)
+    opt.state.update(optimizer.state)
+    return opt
+
+
+# ---------------------------------------------------------------------------
+# Broadcasting model and optimizer state.
+# ---------------------------------------------------------------------------
+
+
+def broadcast_parameters(params, root_rank=0, prefix="broadcast_parameters"):
+    """Overwrites every tensor in params with root's, in place.
+    params: a state_dict (name -> tensor) or (name, tensor) pairs (named_parameters())."""
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+    handles = []
+    for name, p in items:
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"hvd.torch.broadcast_parameters: {name!r} is a "
+                            f"{type(p).__name__}, not a tensor")
+        handles.append(broadcast_async_(p, root_rank, name=f"{prefix}.{name}"))
+    for h in handles:
+        h.wait()
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_state"):
+    """Makes every rank's optimizer state (per-parameter state and
+    hyperparameters such as lr) equal to root's."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("hvd.torch.broadcast_optimizer_state: expected a torch.optim.Optimizer")
+    state = optimizer.state_dict() if rank() == root_rank else None
+    state = broadcast_object(state, root_rank, name=name)
+    if rank() != root_rank:
+        optimizer.load_state_dict(state)

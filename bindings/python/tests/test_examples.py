@@ -1,0 +1,43 @@
+"""The examples run alone and under hvdrun (shortened) and report accuracy."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import harness
+
+EX = os.path.join(harness.REPO, "examples", "python")
+
+
+def _run(cmd, tmp_path):
+    p = subprocess.run(cmd, cwd=str(tmp_path), env=harness.child_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=300)
+    return p.returncode, p.stdout.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_train_numpy(tmp_path, hvdrun, np_):
+    script = [sys.executable, os.path.join(EX, "train_numpy.py")]
+    rc, out = _run(script if np_ == 1 else [hvdrun, "-np", str(np_), *script], tmp_path)
+    assert rc == 0, out
+    acc = float(out.split("test accuracy: ")[1].split()[0])
+    assert acc > 0.9, out
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_train_torch(tmp_path, hvdrun, np_):
+    pytest.importorskip("torch", reason="torch is not installed")
+    script = [sys.executable, os.path.join(EX, "train_torch.py"), "--epochs", "6"]
+    rc, out = _run(script if np_ == 1 else [hvdrun, "-np", str(np_), *script], tmp_path)
+    assert rc == 0, out
+    assert float(out.split("test accuracy: ")[1].split()[0]) > 0.7, out
+    assert os.path.exists(tmp_path / "checkpoints" / "checkpoint.pt")  # rank 0 only writes
+
+
+def test_ensemble_torch(tmp_path, hvdrun):
+    pytest.importorskip("torch", reason="torch is not installed")
+    rc, out = _run([hvdrun, "-np", "2", sys.executable, os.path.join(EX, "ensemble_torch.py")],
+                   tmp_path)
+    assert rc == 0 and "ensemble of 2" in out, out

@@ -1,0 +1,82 @@
+"""hvd.torch in a world of one."""
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (requirements-test.txt)")
+
+import hvd.torch as hvd  # noqa: E402
+
+
+@pytest.fixture
+def world():
+    hvd.init()
+    yield
+    while hvd.is_initialized():
+        hvd.shutdown()
+
+
+def test_non_cpu_tensor_is_refused_clearly(world):
+    t = torch.empty(3, device="meta")  # stands in for a CUDA tensor on a GPU-less machine
+    with pytest.raises(hvd.HvdError, match="meta.*host memory only"):
+        hvd.allreduce(t)
+
+
+def test_wrong_dtype_and_type(world):
+    with pytest.raises(TypeError, match="complex64 is not supported"):
+        hvd.allreduce(torch.zeros(2, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        hvd.allreduce([1.0])
+
+
+def test_zero_copy_and_non_contiguous(world):
+    x = torch.arange(6.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", hvd.PerformanceWarning)
+        assert hvd.allreduce_(x) is x
+    base = torch.arange(12.0).reshape(3, 4)
+    view = base.t()
+    with pytest.warns(hvd.PerformanceWarning):
+        out = hvd.allreduce_(view, op=hvd.Sum)
+    assert out is view and torch.equal(base, torch.arange(12.0).reshape(3, 4))
+
+
+def test_results_share_handle_memory(world):
+    x = torch.arange(6, dtype=torch.int32).reshape(3, 2)
+    g = hvd.allgather(x)
+    assert torch.equal(g, x) and g.data_ptr() != x.data_ptr()
+
+
+def test_optimizer_world_of_one_equals_plain():
+    hvd.init()
+    try:
+        torch.manual_seed(0)
+        a = torch.nn.Linear(4, 2)
+        b = torch.nn.Linear(4, 2)
+        b.load_state_dict(a.state_dict())
+        oa = torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9)
+        ob = hvd.DistributedOptimizer(torch.optim.SGD(b.parameters(), lr=0.1, momentum=0.9),
+                                      named_parameters=b.named_parameters())
+        assert isinstance(ob, torch.optim.SGD)
+        x = torch.randn(8, 4)
+        for _ in range(3):
+            for m, o in ((a, oa), (b, ob)):
+                o.zero_grad()
+                m(x).pow(2).mean().backward()
+                o.step()
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p, q)
+    finally:
+        hvd.shutdown()
+
+
+def test_optimizer_argument_checks(world):
+    m = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="does not cover"):
+        hvd.DistributedOptimizer(opt, named_parameters=[("w", m.weight)])
+    with pytest.raises(ValueError, match="backward_passes_per_step"):
+        hvd.DistributedOptimizer(opt, backward_passes_per_step=0)
+    with pytest.raises(TypeError):
+        hvd.DistributedOptimizer(object())
