@@ -393,7 +393,7 @@ Status ContextImpl::Start() {
   if (!cfg_.timeline_path.empty() && cfg_.rank == 0) HVD_CHECK(timeline_.Open(cfg_.timeline_path));
   if (cfg_.fusion_threshold > 0) {
     // Fault the fusion buffer in now rather than during the first steps.
-    size_t initial = static_cast<size_t>(std::min<int64_t>(cfg_.fusion_threshold, 64ll << 20));
+    size_t initial = static_cast<size_t>(std::min<int64_t>(cfg_.fusion_threshold, 4ll << 20));
     if (fusion_.Reserve(initial) == nullptr) return Error(HVD_ERR_NO_MEMORY, "fusion buffer");
   }
   thread_ = std::thread([this] { Loop(); });

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/kernels.h"
@@ -412,9 +413,10 @@ TEST(Engine, DuplicateNameInFlightIsRefused) {
 }
 
 TEST(Engine, MissingRankIsNamedByWaitTimeoutAndStallShutdown) {
+  std::atomic<int> reported{0};
   RunRanks(
       3,
-      [](hvd_context_t ctx, int rank) {
+      [&](hvd_context_t ctx, int rank) {
         std::vector<float> a(4, 1);
         int64_t s[1] = {4};
         hvd_tensor_t t = {a.data(), HVD_FLOAT32, 1, s, HVD_DEVICE_CPU, nullptr};
@@ -429,6 +431,11 @@ TEST(Engine, MissingRankIsNamedByWaitTimeoutAndStallShutdown) {
               << hvd_last_error();
           EXPECT_LT(took, 10.0);
           hvd_handle_release(h);
+          ++reported;
+        } else {
+          // Rank 2 enters the final barrier only once the others saw their
+          // error, so the barrier itself never stalls.
+          while (reported.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         ASSERT_EQ(hvd_barrier(ctx), HVD_OK) << hvd_last_error();
       },
