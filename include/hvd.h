@@ -73,7 +73,8 @@ typedef enum hvd_dtype {
     HVD_BFLOAT16 = 7,  /* bfloat16; reduced in float32 arithmetic            */
     HVD_FLOAT32 = 8,
     HVD_FLOAT64 = 9,
-    HVD_BOOL = 10      /* one byte, 0 or 1; MIN = logical and, MAX = or      */
+    HVD_BOOL = 10      /* one byte, 0 or 1; MIN and PRODUCT = logical and, MAX
+                        * and SUM = logical or; AVERAGE is refused            */
 } hvd_dtype_t;
 
 typedef enum hvd_reduce_op {
@@ -272,7 +273,8 @@ HVD_API hvd_status_t hvd_allreduce_async(hvd_context_t ctx, const char *name,
                                          double postscale, hvd_handle_t *handle);
 
 /* Several allreduces that are negotiated and fused as one unit: none starts
- * until all are ready on every rank. One handle covers the whole group. */
+ * until all are ready on every rank. All members share one dtype and device.
+ * One handle covers the whole group. */
 HVD_API hvd_status_t hvd_grouped_allreduce_async(hvd_context_t ctx, int32_t count,
                                                  const char *const *names,
                                                  const hvd_tensor_t *inputs,

@@ -13,11 +13,13 @@ apt_core=(cmake g++ make libgloo-dev libgtest-dev libcmocka-dev libssl-dev openm
 
 apt_want=()
 want_python=0
+want_julia=0
 for g in "${groups[@]}"; do
   case "$g" in
     core) apt_want+=("${apt_core[@]}") ;;
     python) apt_want+=("${apt_core[@]}"); want_python=1 ;;
-    all) apt_want+=("${apt_core[@]}"); want_python=1 ;;
+    julia) want_julia=1 ;;
+    all) apt_want+=("${apt_core[@]}"); want_python=1; want_julia=1 ;;
     *) echo "install-deps: unknown group '$g'" >&2; exit 2 ;;
   esac
 done
@@ -41,5 +43,9 @@ if [ "$want_python" -eq 1 ]; then
     echo "install-deps: pip install torch (large: CUDA wheels come with it)"
     python3 -m pip install -q --disable-pip-version-check torch
   fi
+fi
+if [ "$want_julia" -eq 1 ]; then
+  # Julia 1.5.3 from Debian bullseye's packages, into a private prefix.
+  scripts/install-julia.sh >/dev/null
 fi
 echo "install-deps: ${groups[*]}: ready"

@@ -181,6 +181,8 @@ std::string ContextImpl::ChooseTransport() const {
   // An MPI communicator, or MPI asked for by name: the MPI transport, which
   // needs no rendezvous and defines rank and size itself.
   if (cfg_.mpi_comm != nullptr || cfg_.transport == "mpi") return "mpi";
+  // A world of one needs no network: "local" serves it whatever was asked
+  // for (Start checks that a named transport exists, so a typo still fails).
   if (cfg_.size == 1) return "local";
   if (!cfg_.transport.empty()) return cfg_.transport;
   // Launched by mpirun with no other way to meet: the MPI transport needs none.
@@ -340,6 +342,13 @@ Status ContextImpl::ResolveLocalTopology() {
 Status ContextImpl::Start() {
   HVD_LOG(log_, HVD_LOG_DEBUG, "config: " << cfg_.ToString());
   std::string transport = ChooseTransport();
+  if (!cfg_.transport.empty() && transport != cfg_.transport &&
+      !Transport::Available(cfg_.transport, cfg_.transport_path)) {
+    return Error(HVD_ERR_NOT_FOUND, "transport '" + cfg_.transport +
+                                        "' is not available (no built-in and no plugin "
+                                        "libhvd_transport_" + cfg_.transport +
+                                        ".so found; set HVD_TRANSPORT_PATH?)");
+  }
   if (cfg_.size > 1 && transport != "mpi") {
     HVD_CHECK(Rendezvous());
     HVD_CHECK(ResolveLocalTopology());

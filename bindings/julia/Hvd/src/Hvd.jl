@@ -1,0 +1,400 @@
+"""
+    Hvd
+
+Julia bindings for hvd, data-parallel collectives for deep-learning training
+(libhvd.so through its C API, include/hvd.h).
+
+```julia
+using Hvd
+Hvd.init()
+g = rand(Float32, 10)
+allreduce!(g)                      # average over the ranks, in place
+broadcast_parameters!((W = W, b = b); root = 0)
+Hvd.shutdown()
+```
+
+Arrays go to the library without copies when they are contiguous in memory
+(`Array`s, contiguous views, reshapes) and of an element type the library
+knows: `UInt8, Int8, UInt16, Int16, Int32, Int64, Float16, Float32, Float64,
+Bool`. Julia is column-major, so a Julia array of size `(d1, ..., dn)` is the
+C tensor of shape `(dn, ..., d1)`: the library's "first dimension" (along
+which allgather concatenates and alltoall / reducescatter split) is the
+**last** Julia dimension. A vector is gathered end to end; a matrix whose
+columns are samples is gathered column-wise (`hcat` of the ranks' matrices).
+
+See docs/julia.md for the whole guide.
+"""
+module Hvd
+
+using Libdl
+
+export HvdError, allreduce!, allreduce, grouped_allreduce!, allgather, alltoall,
+       reducescatter, allreduce_gradients!, broadcast_parameters!, DistributedOptimizer
+
+# Hvd.size, Hvd.join, Hvd.broadcast and Hvd.broadcast! are this module's own
+# functions, not methods of Base's (Base.size(A) and Base.join(strings) are
+# written out where those are meant).
+function size end
+function join end
+function broadcast end
+function broadcast! end
+
+include("libhvd.jl")
+
+# ---------------------------------------------------------------------------
+# Loading the library.
+# ---------------------------------------------------------------------------
+
+# The repository root, when the package is used from a checkout
+# (bindings/julia/Hvd/src/Hvd.jl).
+const REPO_ROOT = normpath(joinpath(@__DIR__, "..", "..", "..", ".."))
+
+"""
+    library_candidates() -> Vector{String}
+
+Where `__init__` looks for libhvd.so, in order: `HVD_LIBRARY_PATH` (a file, or
+a folder holding libhvd.so); the repository's build trees `build/lib`, then
+`build-*/lib` (newest library first); then the system's default search
+(`LD_LIBRARY_PATH`, the ldconfig cache) by name.
+"""
+function library_candidates()
+    names = ["libhvd." * Libdl.dlext, "libhvd." * Libdl.dlext * ".0"]
+    out = String[]
+    env = get(ENV, "HVD_LIBRARY_PATH", "")
+    if !isempty(env)
+        if isdir(env)
+            push!(out, joinpath(env, names[1]))
+        else
+            push!(out, env)
+        end
+    end
+    push!(out, joinpath(REPO_ROOT, "build", "lib", names[1]))
+    trees = String[]
+    if isdir(REPO_ROOT)
+        for d in readdir(REPO_ROOT)
+            startswith(d, "build-") || continue
+            f = joinpath(REPO_ROOT, d, "lib", names[1])
+            isfile(f) && push!(trees, f)
+        end
+    end
+    sort!(trees; by = f -> mtime(f), rev = true)
+    append!(out, trees)
+    append!(out, names)   # default search
+    return out
+end
+
+function load_library!()
+    tried = String[]
+    handle = C_NULL
+    path = ""
+    for cand in library_candidates()
+        # Paths that name a missing file are noted without a dlopen message.
+        if occursin('/', cand) && !isfile(cand)
+            push!(tried, "$cand (no such file)")
+            continue
+        end
+        h = Libdl.dlopen(cand, Libdl.RTLD_LAZY | Libdl.RTLD_LOCAL; throw_error = false)
+        if h === nothing
+            push!(tried, "$cand (dlopen failed: $(dlerror_text()))")
+            continue
+        end
+        handle = h
+        path = occursin('/', cand) ? cand : something(Libdl.dlpath(h), cand)
+        break
+    end
+    if handle == C_NULL
+        error("Hvd: cannot load libhvd. Tried, in order:\n  " * Base.join(tried, "\n  ") *
+              "\nBuild the library (cmake --build build --target hvd) or set HVD_LIBRARY_PATH " *
+              "to libhvd.so or its folder.")
+    end
+    absent = Symbol[]
+    for (sym, ref) in SYMBOLS
+        p = Libdl.dlsym(handle, sym; throw_error = false)
+        if p === nothing
+            push!(absent, sym)
+        else
+            ref[] = p
+        end
+    end
+    if !isempty(absent)
+        Libdl.dlclose(handle)
+        error("Hvd: $path lacks $(Base.join(absent, ", ")): not an hvd library this binding supports")
+    end
+    LIB_HANDLE[] = handle
+    LIB_PATH[] = path
+    major, minor, patch = Ref{Cint}(0), Ref{Cint}(0), Ref{Cint}(0)
+    @check hvd_version(major, minor, patch)
+    if major[] != BINDING_VERSION_MAJOR
+        LIB_HANDLE[] = C_NULL
+        error("Hvd: $path is hvd $(major[]).$(minor[]).$(patch[]), but this binding needs major " *
+              "version $BINDING_VERSION_MAJOR")
+    end
+    LIB_VERSION[] = VersionNumber(major[], minor[], patch[])
+    return path
+end
+
+function dlerror_text()
+    p = ccall(:dlerror, Cstring, ())
+    return p == C_NULL ? "unknown error" : unsafe_string(p)
+end
+
+const LIB_VERSION = Ref{VersionNumber}(v"0.0.0")
+
+"""Path of the loaded libhvd.so."""
+library_path() = LIB_PATH[]
+
+"""Version of the loaded libhvd.so (hvd_version)."""
+library_version() = LIB_VERSION[]
+
+function __init__()
+    load_library!()
+    atexit(shutdown_at_exit)
+end
+
+# ---------------------------------------------------------------------------
+# Element types and arrays.
+# ---------------------------------------------------------------------------
+
+"""Element types the library reduces and moves (BFloat16 has no Base type in Julia 1.5)."""
+const SupportedEltype = Union{UInt8,Int8,UInt16,Int16,Int32,Int64,Float16,Float32,Float64,Bool}
+
+hvd_dtype(::Type{UInt8}) = HVD_UINT8
+hvd_dtype(::Type{Int8}) = HVD_INT8
+hvd_dtype(::Type{UInt16}) = HVD_UINT16
+hvd_dtype(::Type{Int16}) = HVD_INT16
+hvd_dtype(::Type{Int32}) = HVD_INT32
+hvd_dtype(::Type{Int64}) = HVD_INT64
+hvd_dtype(::Type{Float16}) = HVD_FLOAT16
+hvd_dtype(::Type{Float32}) = HVD_FLOAT32
+hvd_dtype(::Type{Float64}) = HVD_FLOAT64
+hvd_dtype(::Type{Bool}) = HVD_BOOL
+
+const SUPPORTED_TEXT = "UInt8, Int8, UInt16, Int16, Int32, Int64, Float16, Float32, Float64, Bool"
+
+"""
+    iscontiguous(A) -> Bool
+
+True when `A`'s elements lie densely in memory in column-major order, so its
+pointer can go to the library as is: `Array`s, and strided views and reshapes
+whose strides are those of a dense array.
+"""
+function iscontiguous(A::AbstractArray)
+    A isa Array && return true
+    A isa StridedArray || return false
+    expected = 1
+    for (d, s) in zip(Base.size(A), strides(A))
+        d == 1 && continue
+        s == expected || return false
+        expected *= d
+    end
+    return true
+end
+
+# Validates an array for the library; throws ArgumentError naming `what`.
+function check_array(A, what::AbstractString)
+    if !(A isa AbstractArray)
+        throw(ArgumentError("Hvd: $what must be an array, got $(typeof(A))"))
+    end
+    T = eltype(A)
+    if !(T <: SupportedEltype) || !isconcretetype(T)
+        throw(ArgumentError("Hvd: $what has element type $T, which hvd does not support " *
+                            "(supported: $SUPPORTED_TEXT)"))
+    end
+    if A isa BitArray
+        throw(ArgumentError("Hvd: $what is a BitArray (packed bits); convert it with Array{Bool}(A)"))
+    end
+    if !iscontiguous(A)
+        throw(ArgumentError("Hvd: $what ($(typeof(A).name)) is not contiguous in memory, so it " *
+                            "cannot be passed without a copy; pass copy(A) (or collect(A)) and " *
+                            "copy the result back"))
+    end
+    if ndims(A) > HVD_MAX_NDIM
+        throw(ArgumentError("Hvd: $what has $(ndims(A)) dimensions; at most $HVD_MAX_NDIM"))
+    end
+    return A
+end
+
+# The C shape of a Julia array: its dimensions reversed (column-major Julia
+# array of size (d1,...,dn) == row-major C tensor of shape (dn,...,d1)).
+c_shape(A::AbstractArray) = Int64[reverse(Base.size(A))...]
+
+tensor(A::AbstractArray, shape::Vector{Int64}) =
+    HvdTensor(Ptr{Cvoid}(pointer(A)), hvd_dtype(eltype(A)), Int32(length(shape)),
+              pointer(shape), HVD_DEVICE_CPU, C_NULL)
+
+# ---------------------------------------------------------------------------
+# Reduce ops.
+# ---------------------------------------------------------------------------
+
+"""
+Reduction operations: `Hvd.Sum`, `Hvd.Average` (sum / size; integers round
+toward zero), `Hvd.Min`, `Hvd.Max`, `Hvd.Product`. For `Bool`, `Sum` and
+`Max` are logical or, `Min` and `Product` logical and, and `Average` is
+refused by the library (`HvdError(HVD_ERR_UNSUPPORTED)`).
+"""
+@enum ReduceOp::Cint Sum = 0 Average = 1 Min = 2 Max = 3 Product = 4
+
+# ---------------------------------------------------------------------------
+# Names: deterministic across ranks -- a counter per operation kind, reset
+# when the default context is created -- as long as the ranks issue their
+# unnamed operations in the same order (which unnamed operations need anyway).
+# The scheme ("allreduce.noname.0", ...) is the Python binding's.
+# ---------------------------------------------------------------------------
+const NAME_COUNTERS = Dict{String,Int}()
+const NAME_LOCK = ReentrantLock()
+
+function op_name(kind::String, name)
+    if name !== nothing
+        s = string(name)
+        isempty(s) && throw(ArgumentError("Hvd: name must not be empty"))
+        Base.containsnul(s) && throw(ArgumentError("Hvd: name must not contain NUL characters"))
+        return s
+    end
+    lock(NAME_LOCK) do
+        n = get(NAME_COUNTERS, kind, 0)
+        NAME_COUNTERS[kind] = n + 1
+        return "$kind.noname.$n"
+    end
+end
+
+reset_names!() = lock(() -> empty!(NAME_COUNTERS), NAME_LOCK)
+
+# ---------------------------------------------------------------------------
+# Life cycle and topology.
+# ---------------------------------------------------------------------------
+const INIT_REFS = Ref(0)
+const LIFECYCLE_LOCK = ReentrantLock()
+
+"""
+    Hvd.init(; rank, size, local_rank, local_size, cross_rank, cross_size,
+             transport, rendezvous_addr, secret, fusion_threshold_bytes,
+             cycle_time_ms, cache_capacity, stall_warning_s, stall_shutdown_s,
+             start_timeout_s, timeline_path, log_level, network_interface,
+             transport_timeout_s)
+
+Creates the default context (collective over the job's ranks). Every keyword
+is optional: what is not given comes from the `HVD_*` environment (hvdrun sets
+it), mpirun/Slurm variables, then defaults; with none of them the process is a
+world of one. Calls are reference counted: each `init` needs a `shutdown`, and
+only the first call's keywords count.
+"""
+function init(; kw...)
+    lock(LIFECYCLE_LOCK) do
+        was = is_initialized()
+        strs = String[]   # keeps the C strings alive during hvd_init
+        mask = UInt64(0)
+        f = Dict{Symbol,Any}()
+        str(s) = (push!(strs, string(s)); pointer(strs[end]))
+        for (k, v) in kw
+            v === nothing && continue
+            if k in (:rank, :size, :local_rank, :local_size, :cross_rank, :cross_size)
+                f[k] = Int32(v)
+                mask |= Dict(:rank => HVD_PARAM_RANK, :size => HVD_PARAM_SIZE,
+                             :local_rank => HVD_PARAM_LOCAL_RANK,
+                             :local_size => HVD_PARAM_LOCAL_SIZE,
+                             :cross_rank => HVD_PARAM_CROSS_RANK,
+                             :cross_size => HVD_PARAM_CROSS_SIZE)[k]
+            elseif k === :transport
+                f[k] = str(v); mask |= HVD_PARAM_TRANSPORT
+            elseif k === :rendezvous_addr
+                f[k] = str(v); mask |= HVD_PARAM_RENDEZVOUS_ADDR
+            elseif k === :secret
+                f[k] = str(v); mask |= HVD_PARAM_SECRET
+            elseif k === :timeline_path
+                f[k] = str(v); mask |= HVD_PARAM_TIMELINE
+            elseif k === :network_interface
+                f[k] = str(v); mask |= HVD_PARAM_NETWORK_INTERFACE
+            elseif k === :fusion_threshold_bytes
+                f[k] = Int64(v); mask |= HVD_PARAM_FUSION_THRESHOLD
+            elseif k === :cache_capacity
+                f[k] = Int32(v); mask |= HVD_PARAM_CACHE_CAPACITY
+            elseif k === :log_level
+                f[k] = Int32(v); mask |= HVD_PARAM_LOG_LEVEL
+            elseif k in (:cycle_time_ms, :stall_warning_s, :stall_shutdown_s, :start_timeout_s,
+                         :transport_timeout_s)
+                f[k] = Float64(v)
+                mask |= Dict(:cycle_time_ms => HVD_PARAM_CYCLE_TIME,
+                             :stall_warning_s => HVD_PARAM_STALL_WARNING,
+                             :stall_shutdown_s => HVD_PARAM_STALL_SHUTDOWN,
+                             :start_timeout_s => HVD_PARAM_START_TIMEOUT,
+                             :transport_timeout_s => HVD_PARAM_TRANSPORT_TIMEOUT)[k]
+            else
+                throw(ArgumentError("Hvd.init: unknown keyword $k"))
+            end
+        end
+        g(k, d) = get(f, k, d)
+        p = HvdParams(sizeof(HvdParams), mask,
+                      g(:rank, Int32(0)), g(:size, Int32(0)), g(:local_rank, Int32(0)),
+                      g(:local_size, Int32(0)), g(:cross_rank, Int32(0)), g(:cross_size, Int32(0)),
+                      g(:transport, C_NULL), g(:rendezvous_addr, C_NULL), g(:secret, C_NULL),
+                      C_NULL, C_NULL,
+                      g(:fusion_threshold_bytes, Int64(0)), g(:cycle_time_ms, 0.0),
+                      g(:cache_capacity, Int32(0)), g(:stall_warning_s, 0.0),
+                      g(:stall_shutdown_s, 0.0), g(:start_timeout_s, 0.0),
+                      g(:timeline_path, C_NULL), C_NULL, C_NULL, g(:log_level, Int32(0)),
+                      g(:network_interface, C_NULL), C_NULL, g(:transport_timeout_s, 0.0))
+        GC.@preserve strs begin
+            @check hvd_init(Ref(p))
+        end
+        INIT_REFS[] += 1
+        was || reset_names!()
+    end
+    return nothing
+end
+
+"""
+    Hvd.shutdown()
+
+Releases one `init` reference; the last one destroys the default context
+(operations still pending complete with `HvdError(HVD_ERR_ABORTED)`).
+"""
+function shutdown()
+    lock(LIFECYCLE_LOCK) do
+        @check hvd_shutdown()
+        INIT_REFS[] = max(0, INIT_REFS[] - 1)
+    end
+    return nothing
+end
+
+# The library does not tear down a default context left at exit: do it, so
+# its background thread stops before Julia does.
+function shutdown_at_exit()
+    LIB_HANDLE[] == C_NULL && return
+    while INIT_REFS[] > 0
+        INIT_REFS[] -= 1
+        hvd_shutdown() < 0 && break
+    end
+end
+
+"""`true` while the default context exists."""
+function is_initialized()
+    out = Ref{Cint}(0)
+    @check hvd_is_initialized(out)
+    return out[] != 0
+end
+
+"""This process's rank in the default context (0-based)."""
+rank() = get_int(hvd_rank)
+"""Number of ranks in the default context."""
+size() = get_int(hvd_size)
+"""Rank among the processes on this host."""
+local_rank() = get_int(hvd_local_rank)
+"""Number of ranks on this host."""
+local_size() = get_int(hvd_local_size)
+"""Index of this host among the hosts with a rank of the same local rank."""
+cross_rank() = get_int(hvd_cross_rank)
+"""Number of hosts with a rank of this local rank."""
+cross_size() = get_int(hvd_cross_size)
+
+"""Name of the default context's transport (`"local"`, `"gloo"`, ...)."""
+function transport()
+    out = Ref{Ptr{UInt8}}(C_NULL)
+    @check hvd_context_transport(C_NULL, out)
+    return unsafe_string(out[])
+end
+
+include("handles.jl")
+include("ops.jl")
+include("training.jl")
+
+end # module

@@ -1,0 +1,253 @@
+# The C layer: the one file that knows include/hvd.h.
+#
+# Constants, the two structs (hvd_tensor_t, hvd_params_t), and one Julia
+# function per C function, each a `ccall` through a function pointer looked up
+# when the library is loaded (`__init__` in Hvd.jl). Nothing else in the
+# package calls the library directly. Calls that can fail go through `@check`,
+# which turns a negative status into an `HvdError` carrying hvd_last_error(),
+# read on the same thread right after the failing call (the library keeps that
+# text per thread, and nothing between the two ccalls can switch tasks).
+
+# The major version this binding was written against: a library with another
+# major version is refused (its ABI may differ).
+const BINDING_VERSION_MAJOR = 0
+
+# ---------------------------------------------------------------------------
+# Constants (numbers are frozen in hvd.h).
+# ---------------------------------------------------------------------------
+const HVD_OK = Cint(0)
+const HVD_IN_PROGRESS = Cint(1)
+const HVD_ERR_INVALID_ARGUMENT = Cint(-1)
+const HVD_ERR_NOT_INITIALIZED = Cint(-2)
+const HVD_ERR_NO_MEMORY = Cint(-3)
+const HVD_ERR_TIMEOUT = Cint(-4)
+const HVD_ERR_MISMATCH = Cint(-5)
+const HVD_ERR_TRANSPORT = Cint(-6)
+const HVD_ERR_UNSUPPORTED = Cint(-7)
+const HVD_ERR_NOT_FOUND = Cint(-8)
+const HVD_ERR_ABORTED = Cint(-9)
+const HVD_ERR_DUPLICATE_NAME = Cint(-10)
+const HVD_ERR_VERSION = Cint(-11)
+const HVD_ERR_RENDEZVOUS = Cint(-12)
+const HVD_ERR_INTERNAL = Cint(-13)
+
+const STATUS_NAMES = Dict{Cint,Symbol}(
+    HVD_OK => :HVD_OK, HVD_IN_PROGRESS => :HVD_IN_PROGRESS,
+    HVD_ERR_INVALID_ARGUMENT => :HVD_ERR_INVALID_ARGUMENT,
+    HVD_ERR_NOT_INITIALIZED => :HVD_ERR_NOT_INITIALIZED,
+    HVD_ERR_NO_MEMORY => :HVD_ERR_NO_MEMORY, HVD_ERR_TIMEOUT => :HVD_ERR_TIMEOUT,
+    HVD_ERR_MISMATCH => :HVD_ERR_MISMATCH, HVD_ERR_TRANSPORT => :HVD_ERR_TRANSPORT,
+    HVD_ERR_UNSUPPORTED => :HVD_ERR_UNSUPPORTED, HVD_ERR_NOT_FOUND => :HVD_ERR_NOT_FOUND,
+    HVD_ERR_ABORTED => :HVD_ERR_ABORTED, HVD_ERR_DUPLICATE_NAME => :HVD_ERR_DUPLICATE_NAME,
+    HVD_ERR_VERSION => :HVD_ERR_VERSION, HVD_ERR_RENDEZVOUS => :HVD_ERR_RENDEZVOUS,
+    HVD_ERR_INTERNAL => :HVD_ERR_INTERNAL)
+
+const HVD_UINT8 = Cint(0)
+const HVD_INT8 = Cint(1)
+const HVD_UINT16 = Cint(2)
+const HVD_INT16 = Cint(3)
+const HVD_INT32 = Cint(4)
+const HVD_INT64 = Cint(5)
+const HVD_FLOAT16 = Cint(6)
+const HVD_BFLOAT16 = Cint(7)   # no bfloat16 type in Base Julia 1.5: not mapped
+const HVD_FLOAT32 = Cint(8)
+const HVD_FLOAT64 = Cint(9)
+const HVD_BOOL = Cint(10)
+
+const HVD_DEVICE_CPU = Int32(-1)
+const HVD_MAX_NDIM = 32
+
+const HVD_PARAM_RANK = UInt64(1) << 0
+const HVD_PARAM_SIZE = UInt64(1) << 1
+const HVD_PARAM_LOCAL_RANK = UInt64(1) << 2
+const HVD_PARAM_LOCAL_SIZE = UInt64(1) << 3
+const HVD_PARAM_CROSS_RANK = UInt64(1) << 4
+const HVD_PARAM_CROSS_SIZE = UInt64(1) << 5
+const HVD_PARAM_TRANSPORT = UInt64(1) << 6
+const HVD_PARAM_RENDEZVOUS_ADDR = UInt64(1) << 7
+const HVD_PARAM_SECRET = UInt64(1) << 8
+const HVD_PARAM_OOB = UInt64(1) << 9
+const HVD_PARAM_FUSION_THRESHOLD = UInt64(1) << 10
+const HVD_PARAM_CYCLE_TIME = UInt64(1) << 11
+const HVD_PARAM_CACHE_CAPACITY = UInt64(1) << 12
+const HVD_PARAM_STALL_WARNING = UInt64(1) << 13
+const HVD_PARAM_STALL_SHUTDOWN = UInt64(1) << 14
+const HVD_PARAM_START_TIMEOUT = UInt64(1) << 15
+const HVD_PARAM_TIMELINE = UInt64(1) << 16
+const HVD_PARAM_LOG_FN = UInt64(1) << 17
+const HVD_PARAM_LOG_LEVEL = UInt64(1) << 18
+const HVD_PARAM_NETWORK_INTERFACE = UInt64(1) << 19
+const HVD_PARAM_MPI_COMM = UInt64(1) << 20
+const HVD_PARAM_TRANSPORT_TIMEOUT = UInt64(1) << 21
+
+# ---------------------------------------------------------------------------
+# Structs. Julia lays out an isbits struct with C's alignment rules, so these
+# match hvd.h field for field (sizes checked in the tests: 40 and 184 bytes
+# on x86_64).
+# ---------------------------------------------------------------------------
+struct HvdTensor
+    data::Ptr{Cvoid}
+    dtype::Cint
+    ndim::Int32
+    shape::Ptr{Int64}
+    device::Int32
+    stream::Ptr{Cvoid}
+end
+
+struct HvdParams
+    struct_size::Csize_t
+    mask::UInt64
+    rank::Int32
+    size::Int32
+    local_rank::Int32
+    local_size::Int32
+    cross_rank::Int32
+    cross_size::Int32
+    transport::Ptr{UInt8}
+    rendezvous_addr::Ptr{UInt8}
+    secret::Ptr{UInt8}
+    oob_allgather::Ptr{Cvoid}
+    oob_user::Ptr{Cvoid}
+    fusion_threshold_bytes::Int64
+    cycle_time_ms::Cdouble
+    cache_capacity::Int32
+    stall_warning_s::Cdouble
+    stall_shutdown_s::Cdouble
+    start_timeout_s::Cdouble
+    timeline_path::Ptr{UInt8}
+    log_fn::Ptr{Cvoid}
+    log_user::Ptr{Cvoid}
+    log_level::Int32
+    network_interface::Ptr{UInt8}
+    mpi_comm::Ptr{Cvoid}
+    transport_timeout_s::Cdouble
+end
+
+# ---------------------------------------------------------------------------
+# Errors.
+# ---------------------------------------------------------------------------
+"""
+    HvdError(status, message)
+
+A failed hvd call. `status` is the library's `hvd_status_t` code (negative;
+`Hvd.status_name(e.status)` gives its name, e.g. `:HVD_ERR_MISMATCH`) and
+`message` the library's text for this failure (`hvd_last_error()`).
+"""
+struct HvdError <: Exception
+    status::Int
+    message::String
+end
+
+status_name(status::Integer) = get(STATUS_NAMES, Cint(status), Symbol("HVD_STATUS_", status))
+
+function Base.showerror(io::IO, e::HvdError)
+    print(io, "HvdError(", status_name(e.status), "): ", e.message)
+end
+
+# ---------------------------------------------------------------------------
+# Function pointers, filled in by load_library!().
+# ---------------------------------------------------------------------------
+const LIB_HANDLE = Ref{Ptr{Cvoid}}(C_NULL)
+const LIB_PATH = Ref{String}("")
+const SYMBOLS = Pair{Symbol,Base.RefValue{Ptr{Cvoid}}}[]
+
+# `@cfunc name(arg::T, ...)::R` defines `name(args...)` as a ccall through a
+# pointer looked up at load time.
+macro cfunc(sig)
+    sig.head === :(::) || error("@cfunc needs a return type")
+    call, rettype = sig.args
+    fname = call.args[1]
+    args = call.args[2:end]
+    argnames = [a.args[1] for a in args]
+    argtypes = [a.args[2] for a in args]
+    ptr = Symbol("_fp_", fname)
+    quote
+        const $(esc(ptr)) = Ref{Ptr{Cvoid}}(C_NULL)
+        push!(SYMBOLS, $(QuoteNode(fname)) => $(esc(ptr)))
+        @inline $(esc(fname))($(map(esc, argnames)...)) =
+            ccall($(esc(ptr))[], $(esc(rettype)), ($(map(esc, argtypes)...),), $(map(esc, argnames)...))
+    end
+end
+
+@cfunc hvd_version(major::Ptr{Cint}, minor::Ptr{Cint}, patch::Ptr{Cint})::Cint
+@cfunc hvd_status_string(status::Cint)::Cstring
+@cfunc hvd_last_error()::Cstring
+@cfunc hvd_clear_last_error()::Cvoid
+@cfunc hvd_dtype_size(dtype::Cint, out::Ptr{Csize_t})::Cint
+
+@cfunc hvd_init(params::Ptr{HvdParams})::Cint
+@cfunc hvd_shutdown()::Cint
+@cfunc hvd_is_initialized(out::Ptr{Cint})::Cint
+@cfunc hvd_default_context(out::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_rank(out::Ptr{Cint})::Cint
+@cfunc hvd_size(out::Ptr{Cint})::Cint
+@cfunc hvd_local_rank(out::Ptr{Cint})::Cint
+@cfunc hvd_local_size(out::Ptr{Cint})::Cint
+@cfunc hvd_cross_rank(out::Ptr{Cint})::Cint
+@cfunc hvd_cross_size(out::Ptr{Cint})::Cint
+@cfunc hvd_context_transport(ctx::Ptr{Cvoid}, out::Ptr{Ptr{UInt8}})::Cint
+
+@cfunc hvd_allreduce_async(ctx::Ptr{Cvoid}, name::Cstring, input::Ptr{HvdTensor},
+                           output::Ptr{Cvoid}, op::Cint, prescale::Cdouble,
+                           postscale::Cdouble, handle::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_grouped_allreduce_async(ctx::Ptr{Cvoid}, count::Int32, names::Ptr{Ptr{UInt8}},
+                                   inputs::Ptr{HvdTensor}, outputs::Ptr{Ptr{Cvoid}}, op::Cint,
+                                   prescale::Cdouble, postscale::Cdouble,
+                                   handle::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_allgather_async(ctx::Ptr{Cvoid}, name::Cstring, input::Ptr{HvdTensor},
+                           handle::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_broadcast_async(ctx::Ptr{Cvoid}, name::Cstring, input::Ptr{HvdTensor},
+                           output::Ptr{Cvoid}, root::Int32, handle::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_alltoall_async(ctx::Ptr{Cvoid}, name::Cstring, input::Ptr{HvdTensor},
+                          splits::Ptr{Int64}, handle::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_reducescatter_async(ctx::Ptr{Cvoid}, name::Cstring, input::Ptr{HvdTensor},
+                               op::Cint, prescale::Cdouble, postscale::Cdouble,
+                               handle::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_barrier_async(ctx::Ptr{Cvoid}, handle::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_join_async(ctx::Ptr{Cvoid}, handle::Ptr{Ptr{Cvoid}})::Cint
+
+@cfunc hvd_handle_wait(handle::Ptr{Cvoid}, timeout_s::Cdouble)::Cint
+@cfunc hvd_handle_poll(handle::Ptr{Cvoid})::Cint
+@cfunc hvd_handle_release(handle::Ptr{Cvoid})::Cint
+@cfunc hvd_handle_output(handle::Ptr{Cvoid}, data::Ptr{Ptr{Cvoid}}, bytes::Ptr{Csize_t})::Cint
+@cfunc hvd_handle_output_shape(handle::Ptr{Cvoid}, shape::Ptr{Int64}, max_ndim::Int32,
+                               ndim::Ptr{Int32})::Cint
+@cfunc hvd_handle_recv_splits(handle::Ptr{Cvoid}, splits::Ptr{Int64}, n::Int32)::Cint
+
+# ---------------------------------------------------------------------------
+# Checking.
+# ---------------------------------------------------------------------------
+"""The calling thread's last hvd error text ("" when none)."""
+last_error() = LIB_HANDLE[] == C_NULL ? "" : unsafe_string(hvd_last_error())
+
+"""Constant text for a status code."""
+status_string(status::Integer) = unsafe_string(hvd_status_string(Cint(status)))
+
+"""Throws an `HvdError` for a negative status; returns the status otherwise."""
+@inline function check_status(status::Cint)
+    status < 0 && throw_hvd_error(status)
+    return status
+end
+
+@noinline function throw_hvd_error(status::Cint)
+    msg = last_error()
+    isempty(msg) && (msg = status_string(status))
+    throw(HvdError(Int(status), msg))
+end
+
+"""
+    @check hvd_call(args...)
+
+Calls a C function and throws `HvdError(status, hvd_last_error())` when it
+returns a negative status; evaluates to the status otherwise.
+"""
+macro check(call)
+    :(check_status($(esc(call))))
+end
+
+"""Reads an `int` out-parameter of a getter such as hvd_rank."""
+function get_int(f)
+    out = Ref{Cint}(0)
+    @check f(out)
+    return Int(out[])
+end

@@ -1,0 +1,346 @@
+# The collectives: an async form returning a Handle, and a blocking form that
+# waits on it. Inputs go to the library as they are (no copies): they must be
+# contiguous arrays of a supported element type (check_array). Results the
+# library owns (allgather, alltoall, reducescatter) are copied once into a new
+# Julia Array, which the caller then owns like any other; the library's
+# memory is released with the handle.
+#
+# Dimensions: a Julia array of size (d1, ..., dn) is passed as the C tensor of
+# shape (dn, ..., d1) -- the same bytes -- so the library's first dimension is
+# the last Julia dimension, and result shapes are reversed back.
+
+const ScaleArg = Real
+
+function check_scale(x, what)
+    isfinite(x) || throw(ArgumentError("Hvd: $what must be finite, got $x"))
+    return Float64(x)
+end
+
+function check_root(root)
+    root isa Integer || throw(ArgumentError("Hvd: root must be an integer rank, got $(repr(root))"))
+    typemin(Int32) <= root <= typemax(Int32) || throw(ArgumentError("Hvd: root $root out of range"))
+    return Int32(root)
+end
+
+# Dimensions of a result the handle owns, and a copy of its bytes.
+function owned_result(raw::Ptr{Cvoid}, ::Type{T}) where {T}
+    ndim = Ref{Int32}(0)
+    dims = zeros(Int64, HVD_MAX_NDIM)
+    @check hvd_handle_output_shape(raw, dims, Int32(HVD_MAX_NDIM), ndim)
+    jdims = Tuple(Int.(reverse(dims[1:ndim[]])))
+    out = Array{T}(undef, jdims)
+    data = Ref{Ptr{Cvoid}}(C_NULL)
+    nbytes = Ref{Csize_t}(0)
+    @check hvd_handle_output(raw, data, nbytes)
+    if nbytes[] != sizeof(out)
+        throw(HvdError(Int(HVD_ERR_INTERNAL), "result has $(nbytes[]) bytes, but its shape " *
+                       "$(jdims) of $T needs $(sizeof(out))"))
+    end
+    if nbytes[] > 0
+        unsafe_copyto!(Ptr{UInt8}(pointer(out)), Ptr{UInt8}(data[]), nbytes[])
+    end
+    return out
+end
+
+function require_dims(A, what)
+    ndims(A) >= 1 || throw(ArgumentError("Hvd: $what needs an array with at least one " *
+                                         "dimension (it joins or splits the last); got a " *
+                                         "0-dimensional array"))
+end
+
+# ---------------------------------------------------------------------------
+# allreduce
+# ---------------------------------------------------------------------------
+
+"""
+    allreduce_async!(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
+
+Starts an in-place allreduce of `A`; `wait(h)` returns `A`. `A` must not be
+touched until then.
+"""
+function allreduce_async!(A::AbstractArray; op::ReduceOp = Average, name = nothing,
+                          prescale::ScaleArg = 1, postscale::ScaleArg = 1)
+    check_array(A, "allreduce! input")
+    return submit_allreduce(A, A, op, op_name("allreduce", name), prescale, postscale)
+end
+
+"""
+    allreduce_async(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
+
+Starts an allreduce of `A` into a new `Array`; `wait(h)` returns it.
+"""
+function allreduce_async(A::AbstractArray; op::ReduceOp = Average, name = nothing,
+                         prescale::ScaleArg = 1, postscale::ScaleArg = 1)
+    check_array(A, "allreduce input")
+    out = Array{eltype(A)}(undef, Base.size(A))
+    return submit_allreduce(A, out, op, op_name("allreduce", name), prescale, postscale)
+end
+
+function submit_allreduce(A, out, op, name, prescale, postscale)
+    pre = check_scale(prescale, "prescale")
+    post = check_scale(postscale, "postscale")
+    shape = c_shape(A)
+    raw = GC.@preserve A out shape begin
+        t = Ref(tensor(A, shape))
+        submit(hvd_allreduce_async, C_NULL, name, t, Ptr{Cvoid}(pointer(out)), Cint(op), pre, post)
+    end
+    return Handle(raw, (A, out), _ -> out, "allreduce '$name'")
+end
+
+"""
+    allreduce!(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> A
+
+Reduces `A` over all ranks, in place: afterwards every rank holds
+`postscale * op(prescale * A on each rank)` (`Average` divides the sum by the
+number of ranks). Every rank must pass the same element type and size.
+`name` matches the operation across ranks (generated when omitted: then the
+ranks must issue their unnamed allreduces in the same order).
+"""
+allreduce!(A::AbstractArray; kw...) = wait(allreduce_async!(A; kw...))
+
+"""
+    allreduce(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Array
+    allreduce(x::Number; ...) -> Number
+
+Like `allreduce!`, into a new array (or for one number: a loss, a count).
+"""
+allreduce(A::AbstractArray; kw...) = wait(allreduce_async(A; kw...))
+allreduce(x::SupportedEltype; kw...) = allreduce!(fill(x); kw...)[]
+allreduce(x::Number; kw...) =
+    throw(ArgumentError("Hvd: element type $(typeof(x)) is not supported " *
+                        "(supported: $SUPPORTED_TEXT)"))
+
+"""
+    grouped_allreduce_async!(arrays; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
+
+Starts in-place allreduces of several arrays that are negotiated and fused as
+one unit (none starts before all are ready on every rank); `wait(h)` returns
+the collection. The arrays must be distinct and share one element type (the
+library's rule for a group).
+"""
+function grouped_allreduce_async!(arrays; op::ReduceOp = Average, name = nothing,
+                                  prescale::ScaleArg = 1, postscale::ScaleArg = 1)
+    As = collect(arrays)
+    isempty(As) && throw(ArgumentError("Hvd: grouped_allreduce! needs at least one array"))
+    for (i, A) in enumerate(As)
+        check_array(A, "grouped_allreduce! input $i")
+    end
+    distinct_or_throw(As, "grouped_allreduce!")
+    pre = check_scale(prescale, "prescale")
+    post = check_scale(postscale, "postscale")
+    base = op_name("grouped_allreduce", name)
+    names = ["$base.$i" for i in 1:length(As)]
+    shapes = [c_shape(A) for A in As]
+    raw = GC.@preserve As names shapes begin
+        ts = [tensor(A, s) for (A, s) in zip(As, shapes)]
+        name_ptrs = [pointer(n) for n in names]
+        outs = Ptr{Cvoid}[Ptr{Cvoid}(pointer(A)) for A in As]
+        submit(hvd_grouped_allreduce_async, C_NULL, Int32(length(As)), name_ptrs, ts, outs,
+               Cint(op), pre, post)
+    end
+    return Handle(raw, As, _ -> arrays, "grouped allreduce '$base'")
+end
+
+"""
+    grouped_allreduce!(arrays; op=Hvd.Average, name=nothing, ...) -> arrays
+
+Blocking form of `grouped_allreduce_async!`.
+"""
+grouped_allreduce!(arrays; kw...) = wait(grouped_allreduce_async!(arrays; kw...))
+
+function distinct_or_throw(As, what)
+    seen = IdDict{Any,Nothing}()
+    for A in As
+        haskey(seen, A) && throw(ArgumentError("Hvd: $what got the same array twice"))
+        seen[A] = nothing
+    end
+end
+
+# ---------------------------------------------------------------------------
+# broadcast
+# ---------------------------------------------------------------------------
+
+"""
+    broadcast_async!(A, root; name=nothing) -> Handle
+
+Starts copying `root`'s `A` into every other rank's `A`; `wait(h)` returns `A`.
+"""
+function broadcast_async!(A::AbstractArray, root::Integer = 0; name = nothing)
+    check_array(A, "broadcast! input")
+    r = check_root(root)
+    n = op_name("broadcast", name)
+    shape = c_shape(A)
+    raw = GC.@preserve A shape begin
+        t = Ref(tensor(A, shape))
+        submit(hvd_broadcast_async, C_NULL, n, t, Ptr{Cvoid}(pointer(A)), r)
+    end
+    return Handle(raw, (A,), _ -> A, "broadcast '$n'")
+end
+
+"""
+    Hvd.broadcast!(A, root=0; name=nothing) -> A
+
+Copies rank `root`'s `A` into `A` on every rank (in place). All ranks pass an
+array of the same element type and size.
+"""
+broadcast!(A::AbstractArray, root::Integer = 0; kw...) = wait(broadcast_async!(A, root; kw...))
+
+"""
+    Hvd.broadcast(A, root=0; name=nothing) -> Array
+
+Like `Hvd.broadcast!`, on a copy of `A`.
+"""
+function broadcast(A::AbstractArray, root::Integer = 0; kw...)
+    check_array(A, "broadcast input")
+    return broadcast!(copyto!(Array{eltype(A)}(undef, Base.size(A)), A), root; kw...)
+end
+
+# ---------------------------------------------------------------------------
+# allgather
+# ---------------------------------------------------------------------------
+
+"""
+    allgather_async(A; name=nothing) -> Handle
+
+Starts an allgather; `wait(h)` returns the new array (see `allgather`).
+"""
+function allgather_async(A::AbstractArray; name = nothing)
+    check_array(A, "allgather input")
+    require_dims(A, "allgather")
+    n = op_name("allgather", name)
+    T = eltype(A)
+    shape = c_shape(A)
+    raw = GC.@preserve A shape begin
+        t = Ref(tensor(A, shape))
+        submit(hvd_allgather_async, C_NULL, n, t)
+    end
+    return Handle(raw, (A,), r -> owned_result(r, T), "allgather '$n'")
+end
+
+"""
+    allgather(A; name=nothing) -> Array
+    allgather(x::Number; name=nothing) -> Vector
+
+Concatenates every rank's `A`, in rank order, along the **last** dimension
+(the library's first): vectors end to end (`vcat`), matrices column-wise
+(`hcat`: with samples as columns, the gathered samples), N-d arrays along
+dimension N. The last dimension may differ between ranks; the others must
+agree. A number gives the vector of every rank's number.
+"""
+allgather(A::AbstractArray; kw...) = wait(allgather_async(A; kw...))
+allgather(x::SupportedEltype; kw...) = allgather([x]; kw...)
+allgather(x::Number; kw...) =
+    throw(ArgumentError("Hvd: element type $(typeof(x)) is not supported " *
+                        "(supported: $SUPPORTED_TEXT)"))
+
+# ---------------------------------------------------------------------------
+# alltoall
+# ---------------------------------------------------------------------------
+
+"""
+    alltoall_async(A[, splits]; name=nothing) -> Handle
+
+Starts an alltoall; `wait(h)` returns what `alltoall` returns.
+"""
+function alltoall_async(A::AbstractArray, splits = nothing; name = nothing)
+    check_array(A, "alltoall input")
+    require_dims(A, "alltoall")
+    n = op_name("alltoall", name)
+    T = eltype(A)
+    world = size()
+    sp = nothing
+    if splits !== nothing
+        length(splits) == world ||
+            throw(ArgumentError("Hvd: alltoall splits has $(length(splits)) entries; it needs one " *
+                                "per rank ($world)"))
+        all(s -> s isa Integer, splits) ||
+            throw(ArgumentError("Hvd: alltoall splits must be integers"))
+        sp = Int64[s for s in splits]
+    end
+    shape = c_shape(A)
+    raw = GC.@preserve A shape sp begin
+        t = Ref(tensor(A, shape))
+        submit(hvd_alltoall_async, C_NULL, n, t, sp === nothing ? Ptr{Int64}(C_NULL) : pointer(sp))
+    end
+    finish = function (r)
+        out = owned_result(r, T)
+        splits === nothing && return out
+        recv = zeros(Int64, world)
+        @check hvd_handle_recv_splits(r, recv, Int32(world))
+        return (out, Int.(recv))
+    end
+    return Handle(raw, (A, sp), finish, "alltoall '$n'")
+end
+
+"""
+    alltoall(A; name=nothing) -> Array
+    alltoall(A, splits; name=nothing) -> (Array, received_splits)
+
+Sends slices of `A` along its **last** dimension to the ranks in order and
+returns what every rank sent here, concatenated in rank order along the last
+dimension. Without `splits`, the last dimension is split evenly (it must be
+divisible by the number of ranks); with `splits` (one count per rank, summing
+to `size(A)[end]`), rank `j` gets `splits[j+1]` slices, and the counts
+received from each rank come back too.
+"""
+alltoall(A::AbstractArray; kw...) = wait(alltoall_async(A; kw...))
+alltoall(A::AbstractArray, splits; kw...) = wait(alltoall_async(A, splits; kw...))
+
+# ---------------------------------------------------------------------------
+# reducescatter
+# ---------------------------------------------------------------------------
+
+"""
+    reducescatter_async(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
+
+Starts a reducescatter; `wait(h)` returns this rank's block.
+"""
+function reducescatter_async(A::AbstractArray; op::ReduceOp = Average, name = nothing,
+                             prescale::ScaleArg = 1, postscale::ScaleArg = 1)
+    check_array(A, "reducescatter input")
+    require_dims(A, "reducescatter")
+    pre = check_scale(prescale, "prescale")
+    post = check_scale(postscale, "postscale")
+    n = op_name("reducescatter", name)
+    T = eltype(A)
+    shape = c_shape(A)
+    raw = GC.@preserve A shape begin
+        t = Ref(tensor(A, shape))
+        submit(hvd_reducescatter_async, C_NULL, n, t, Cint(op), pre, post)
+    end
+    return Handle(raw, (A,), r -> owned_result(r, T), "reducescatter '$n'")
+end
+
+"""
+    reducescatter(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Array
+
+Reduces `A` over the ranks, then rank `r` keeps its block of the **last**
+dimension: split as evenly as possible, the first `size(A)[end] % size()`
+ranks getting one extra slice.
+"""
+reducescatter(A::AbstractArray; kw...) = wait(reducescatter_async(A; kw...))
+
+# ---------------------------------------------------------------------------
+# barrier, join
+# ---------------------------------------------------------------------------
+
+"""`Hvd.barrier_async() -> Handle`: completes once every rank has called it."""
+barrier_async() = Handle(submit(hvd_barrier_async, C_NULL), nothing, _ -> nothing, "barrier")
+
+"""`Hvd.barrier()`: returns once every rank has called it."""
+barrier() = wait(barrier_async())
+
+"""
+`Hvd.join_async() -> Handle`: marks this rank as out of data (uneven inputs);
+see `Hvd.join`.
+"""
+join_async() = Handle(submit(hvd_join_async, C_NULL), nothing, _ -> nothing, "join")
+
+"""
+    Hvd.join()
+
+Marks this rank as out of data and returns once every rank has joined. Until
+then a joined rank takes part in the other ranks' allreduces with zeros
+(`Average` still divides by the number of ranks); its other collectives fail.
+"""
+join() = wait(join_async())

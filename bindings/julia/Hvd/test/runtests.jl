@@ -1,0 +1,312 @@
+# Single-process tests of the Hvd package (a world of one: no launcher).
+#
+#   julia --project=bindings/julia/Hvd bindings/julia/Hvd/test/runtests.jl
+#
+# The library comes from HVD_LIBRARY_PATH or the repository's build trees.
+# Prints a closing line "N passed, N failed"; exits 1 on any failure.
+# The multi-process tests are in mp_tests.jl (bindings/julia/run_tests.sh
+# runs both).
+
+include("common.jl")
+
+for k in ("HVD_RANK", "HVD_SIZE", "HVD_RENDEZVOUS_ADDR", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+    haskey(ENV, k) && error("runtests.jl is the single-process suite; unset $k (or run mp_tests.jl under hvdrun)")
+end
+
+struct TinyModel          # a model as a plain struct: arrays, a function, a number
+    W::Matrix{Float64}
+    b::Vector{Float64}
+    act::Function
+    scale::Float64
+end
+
+ts = @testset CountingTestSet "Hvd single process" begin
+
+    @testset "library" begin
+        @test isfile(Hvd.library_path()) || !occursin('/', Hvd.library_path())
+        @test Hvd.library_version().major == Hvd.BINDING_VERSION_MAJOR
+        @test sizeof(Hvd.HvdTensor) == 40          # sizeof(hvd_tensor_t) on x86_64
+        @test sizeof(Hvd.HvdParams) == 184         # sizeof(hvd_params_t) on x86_64
+        @test fieldoffset(Hvd.HvdParams, 16) == 96   # cache_capacity
+        @test fieldoffset(Hvd.HvdParams, 23) == 152  # log_level
+        @test fieldoffset(Hvd.HvdParams, 26) == 176  # transport_timeout_s
+        @test Hvd.status_string(0) isa String && !isempty(Hvd.status_string(-5))
+        @test Hvd.status_name(-5) === :HVD_ERR_MISMATCH
+        withenv("HVD_LIBRARY_PATH" => "/nowhere/lib") do
+            c = Hvd.library_candidates()
+            @test c[1] == "/nowhere/lib"
+            @test any(x -> occursin(joinpath("build", "lib"), x), c)
+            @test c[end] in ("libhvd.so", "libhvd.so.0")
+        end
+        # A copy of the package outside any checkout, with nothing to find:
+        # loading fails and the error lists every place tried.
+        mktempdir() do dir
+            copy_dir = joinpath(dir, "a", "b", "Hvd")
+            mkpath(dirname(copy_dir))
+            cp(normpath(joinpath(@__DIR__, "..")), copy_dir)
+            errfile = joinpath(dir, "err.txt")
+            cmd = `$(Base.julia_cmd()) --startup-file=no --compiled-modules=no --project=$copy_dir -e "using Hvd"`
+            env = copy(ENV)
+            env["HVD_LIBRARY_PATH"] = joinpath(dir, "nowhere")
+            env["LD_LIBRARY_PATH"] = join(filter(p -> !occursin("hvd", p) || occursin("julia", p),
+                                                 split(get(ENV, "LD_LIBRARY_PATH", ""), ':')), ':')
+            ok = success(pipeline(setenv(cmd, env); stdout = devnull, stderr = errfile))
+            msg = read(errfile, String)
+            @test !ok
+            @test occursin("cannot load libhvd", msg)
+            @test occursin(joinpath(dir, "nowhere"), msg)
+            @test occursin(joinpath(dir, "build", "lib"), msg)
+            @test occursin("HVD_LIBRARY_PATH", msg)
+        end
+        # The library's dtype sizes agree with Julia's.
+        for T in SUPPORTED
+            out = Ref{Csize_t}(0)
+            @test Hvd.hvd_dtype_size(Hvd.hvd_dtype(T), out) == 0 && out[] == sizeof(T)
+        end
+    end
+
+    @testset "before init" begin
+        @test !Hvd.is_initialized()
+        e = hvd_error(Hvd.rank)
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_NOT_INITIALIZED
+        @test e !== nothing && !isempty(e.message)
+        @test occursin("HVD_ERR_NOT_INITIALIZED", sprint(showerror, e))
+        @test hvd_error(Hvd.size) isa HvdError
+        @test hvd_error(() -> allreduce!(zeros(3))) isa HvdError
+        @test hvd_error(() -> allgather(zeros(3))) isa HvdError
+        @test hvd_error(Hvd.barrier) isa HvdError
+        @test_throws HvdError Hvd.shutdown()
+    end
+
+    @testset "init keywords" begin
+        @test_throws ArgumentError Hvd.init(no_such_option = 1)
+        @test !Hvd.is_initialized()
+        # Explicit (invalid) settings reach the library and are refused.
+        e = hvd_error(() -> Hvd.init(cycle_time_ms = -1))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
+        @test e !== nothing && occursin("cycle time", e.message)
+        e = hvd_error(() -> Hvd.init(rank = 0))          # rank without size
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
+        @test !Hvd.is_initialized()
+    end
+
+    Hvd.init(cycle_time_ms = 1.0)
+
+    @testset "topology, world of one" begin
+        @test Hvd.is_initialized()
+        @test Hvd.rank() == 0
+        @test Hvd.size() == 1
+        @test Hvd.local_rank() == 0
+        @test Hvd.local_size() == 1
+        @test Hvd.cross_rank() == 0
+        @test Hvd.cross_size() == 1
+        @test Hvd.transport() isa String
+    end
+
+    @testset "allreduce $T $op" for T in SUPPORTED, op in OPS
+        A = rank_data(T, 0, 3, 4)
+        if T === Bool && op == Hvd.Average      # the library refuses it
+            e = hvd_error(() -> allreduce(A; op = op))
+            @test e isa HvdError && e.status == Hvd.HVD_ERR_UNSUPPORTED
+            continue
+        end
+        want = expected_reduce(T, op, [A])
+        B = copy(A)
+        @test allreduce!(B; op = op) === B
+        @test same_values(T, B, want)
+        C = allreduce(A; op = op)
+        @test C isa Matrix{T} && C !== A
+        @test same_values(T, C, want)
+        @test A == rank_data(T, 0, 3, 4)             # input untouched
+    end
+
+    @testset "allreduce shapes and scalars" begin
+        @test allreduce(Float32[]) == Float32[]
+        @test allreduce(fill(2.5)) == fill(2.5)        # 0-dimensional
+        @test allreduce(3; op = Hvd.Sum) === 3
+        @test allreduce(true; op = Hvd.Max) === true
+        @test hvd_error(() -> allreduce(true)) isa HvdError    # Average of Bool: unsupported
+        @test allreduce(1.5f0) === 1.5f0
+        x = collect(1.0:1000.0)
+        @test allreduce(x; prescale = 2, postscale = 0.5) == x
+        @test allreduce(x; op = Hvd.Sum, postscale = 3) == 3 .* x
+        big = rand(Float32, 64, 64, 8)
+        @test allreduce(big) == big
+        @test_throws ArgumentError allreduce(x; prescale = NaN)
+    end
+
+    @testset "contiguous views are zero-copy" begin
+        P = reshape(collect(1.0:12.0), 3, 4)
+        v = view(P, :, 2:3)                           # whole columns: contiguous
+        @test Hvd.iscontiguous(v)
+        allreduce!(v; op = Hvd.Sum, postscale = 10)
+        @test P[:, 2:3] == 10 .* reshape(collect(4.0:9.0), 3, 2)
+        @test P[:, 1] == [1.0, 2.0, 3.0]
+        r = reshape(P, 12)
+        @test Hvd.iscontiguous(r)
+        allreduce!(r; op = Hvd.Sum, postscale = 0.1)
+        @test P[1] ≈ 0.1
+        @test Hvd.iscontiguous(view(collect(1:10), 3:7))
+        @test Hvd.iscontiguous(reinterpret(Int32, zeros(Float32, 4)))
+    end
+
+    @testset "unsupported element types and layouts" begin
+        e = try allreduce!(zeros(ComplexF64, 3)); nothing catch err; err end
+        @test e isa ArgumentError
+        @test e !== nothing && occursin("Complex", e.msg) && occursin("Float32", e.msg)
+        @test_throws ArgumentError allreduce!(Any[1.0, 2.0])
+        @test_throws ArgumentError allreduce(BigFloat[1])
+        @test_throws ArgumentError allreduce(Union{Missing,Float64}[1.0])
+        @test_throws ArgumentError allreduce(UInt32[1])
+        @test_throws ArgumentError allreduce(Int128(1))
+        @test_throws ArgumentError allreduce(trues(4))            # BitArray
+        M = rand(4, 4)
+        for bad in (view(M, 1:2, :), view(M, 1, :), view(M, :, [1, 3]), PermutedDimsArray(M, (2, 1)),
+                    transpose(M), 1:4, view(collect(1:10), 1:2:9))
+            @test !Hvd.iscontiguous(bad)
+            e = try allreduce(bad); nothing catch err; err end
+            @test e isa ArgumentError && occursin("not contiguous", e.msg)
+            @test_throws ArgumentError allreduce!(bad)
+            @test_throws ArgumentError allgather(bad)
+            @test_throws ArgumentError Hvd.broadcast!(bad, 0)
+        end
+        @test_throws ArgumentError allgather(fill(1.0))         # 0-dimensional
+        @test_throws ArgumentError allreduce!(zeros(ntuple(_ -> 1, 33)))
+        @test_throws ArgumentError allreduce!(zeros(2); name = "a\0b")
+        @test_throws ArgumentError allreduce!(zeros(2); name = "")
+    end
+
+    @testset "broadcast, allgather, alltoall, reducescatter" begin
+        A = rank_data(Int16, 0, 2, 3)
+        @test Hvd.broadcast!(copy(A), 0) == A
+        @test Hvd.broadcast(A) == A
+        @test hvd_error(() -> Hvd.broadcast!(copy(A), 1)) isa HvdError    # no rank 1
+        @test allgather([1, 2, 3]) == [1, 2, 3]
+        G = allgather(reshape(Float32.(1:6), 2, 3))
+        @test G isa Matrix{Float32} && G == reshape(Float32.(1:6), 2, 3)
+        @test allgather(7) == [7]
+        @test allgather(Bool[]) == Bool[]
+        @test alltoall(collect(1:4)) == collect(1:4)
+        out, recv = alltoall(reshape(1:6 |> collect, 2, 3), [3])
+        @test out == reshape(1:6 |> collect, 2, 3) && recv == [3]
+        @test_throws ArgumentError alltoall(collect(1:4), [2, 2])     # one split per rank
+        @test reducescatter(Float64[1, 2, 3]; op = Hvd.Sum) == [1.0, 2.0, 3.0]
+        @test reducescatter(reshape(Float64.(1:6), 3, 2)) == reshape(Float64.(1:6), 3, 2)
+        @test Hvd.barrier() === nothing
+    end
+
+    @testset "handles" begin
+        x = Float64[1, 2, 3]
+        h = Hvd.allreduce_async!(x; op = Hvd.Sum, name = "h1")
+        t0 = time()
+        while !isready(h) && time() - t0 < 30
+            sleep(0.001)
+        end
+        @test isready(h)
+        @test wait(h) === x
+        @test wait(h) === x                       # waiting again gives the result again
+        @test fetch(h) === x
+        @test occursin("h1", sprint(show, h))
+        hs = [Hvd.allreduce_async(fill(Float32(i), 10); name = "many.$i") for i in 1:20]
+        @test all(wait(h) == fill(Float32(i), 10) for (i, h) in enumerate(hs))
+        g = Hvd.allgather_async(collect(1:5))
+        @test Hvd.synchronize(g) == collect(1:5)
+        @test wait(Hvd.barrier_async()) === nothing
+        # A failed operation: its error comes from wait, every time.
+        # An operation refused at submission throws there; no handle is made.
+        e = hvd_error(() -> Hvd.broadcast_async!(zeros(2), 3))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
+        # A handle dropped while its operation runs keeps its array alive.
+        let
+            for i in 1:50
+                Hvd.allreduce_async!(rand(1000); name = "dropped.$i")
+            end
+        end
+        GC.gc(); GC.gc()
+        @test Hvd.barrier() === nothing
+        # The same name twice in flight is refused (unless the first finished).
+        y = zeros(4)
+        h1 = Hvd.allreduce_async!(y; name = "dup")
+        e = hvd_error(() -> wait(Hvd.allreduce_async!(zeros(4); name = "dup")))
+        @test e === nothing || e.status == Hvd.HVD_ERR_DUPLICATE_NAME
+        wait(h1)
+    end
+
+    @testset "generated names" begin
+        Hvd.reset_names!()
+        @test Hvd.op_name("allreduce", nothing) == "allreduce.noname.0"
+        @test Hvd.op_name("allreduce", nothing) == "allreduce.noname.1"
+        @test Hvd.op_name("allgather", nothing) == "allgather.noname.0"
+        @test Hvd.op_name("allreduce", :given) == "given"
+        @test allreduce!(ones(2)) == ones(2)            # unnamed ops still run
+    end
+
+    @testset "training helpers, world of one" begin
+        g = (W = ones(2, 2), b = [1.0, 2.0], inner = (c = fill(3.0), skip = nothing))
+        @test allreduce_gradients!(g) === g
+        @test g.b == [1.0, 2.0]
+        v = [ones(3), ones(Float32, 2)]
+        @test allreduce_gradients!(v; op = Hvd.Sum) === v
+        d = Dict(:w => ones(2), "b" => zeros(1))
+        @test allreduce_gradients!(d) === d
+        w = ones(2)
+        @test allreduce_gradients!([w, w]) == [w, w]           # the same array once
+        @test_throws ArgumentError allreduce_gradients!((a = 1.0,))
+        @test_throws ArgumentError allreduce_gradients!(IdDict(ones(2) => ones(2)))
+        @test_throws ArgumentError allreduce_gradients!([view(rand(3, 3), 1, :)])
+        m = TinyModel(ones(2, 2), zeros(2), tanh, 2.0)
+        @test broadcast_parameters!(m) === m
+        @test broadcast_parameters!((m = m, extra = [ones(1)])) isa NamedTuple
+        leaves = Hvd.leaves((layers = ((weight = ones(1), bias = nothing),), σ = identity), "t")
+        @test [p for (p, _) in leaves] == [".layers.1.weight"]
+
+        # DistributedOptimizer with the built-in rules.
+        params = (W = [1.0 2.0; 3.0 4.0], b = [0.5, -0.5])
+        grads = (W = [1.0 1.0; 1.0 1.0], b = [2.0, 2.0])
+        opt = DistributedOptimizer(Hvd.Descent(0.1))
+        @test Hvd.update!(opt, params, grads) === params
+        @test params.W ≈ [0.9 1.9; 2.9 3.9]
+        @test params.b ≈ [0.3, -0.7]
+        mom = DistributedOptimizer(Hvd.Momentum(0.1, 0.5))
+        p = [1.0]
+        Hvd.update!(mom, [p], [[1.0]])
+        @test p ≈ [0.9]
+        Hvd.update!(mom, [p], [[1.0]])
+        @test p ≈ [0.9 - (0.5 * 0.1 + 0.1)]
+        # Implicit style: gradients keyed by the parameter arrays.
+        q = [1.0, 1.0]
+        Hvd.update!(opt, [q], IdDict{Any,Any}(q => [1.0, 2.0]))
+        @test q ≈ [0.9, 0.8]
+        # A custom rule through `apply`.
+        sgd_half(o, x, Δ) = Δ ./ 2
+        r = [4.0]
+        Hvd.update!(DistributedOptimizer(nothing; apply = sgd_half), (r = r,), (r = [2.0],))
+        @test r == [3.0]
+        @test_throws ArgumentError Hvd.update!(opt, (a = [1.0],), (b = [1.0],))
+        @test_throws DimensionMismatch Hvd.update!(opt, (a = [1.0],), (a = [1.0, 2.0],))
+        # A parameter without a gradient is left alone.
+        s = [5.0]
+        Hvd.update!(opt, (a = s, c = [1.0]), (a = nothing, c = [1.0]))
+        @test s == [5.0]
+    end
+
+    @testset "join" begin
+        @test Hvd.join() === nothing
+    end
+
+    @testset "shutdown and init again" begin
+        Hvd.init()                                     # reference counted
+        Hvd.shutdown()
+        @test Hvd.is_initialized()
+        Hvd.shutdown()
+        @test !Hvd.is_initialized()
+        @test hvd_error(Hvd.rank) isa HvdError
+        Hvd.init()
+        @test Hvd.size() == 1
+        @test allreduce([1, 2]; op = Hvd.Sum) == [1, 2]
+    end
+    Hvd.shutdown()
+end
+
+println(ts.passed, " passed, ", ts.failed, " failed")
+exit(ts.failed == 0 ? 0 : 1)

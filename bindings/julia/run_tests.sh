@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Runs the Julia SDK's tests and prints one closing line "N passed, N failed"
+# over all of them; exits non-zero on any failure.
+#
+#   1. Hvd/test/runtests.jl   one process (a world of one)
+#   2. Hvd/test/mp_tests.jl   2 ranks under hvdrun
+#   3. examples/julia/train_logreg.jl alone, then with 2 ranks (1 test each)
+#
+# Julia: $JULIA if set, else a `julia` (1.5 or newer) on PATH, else the one
+# scripts/install-julia.sh installs (Debian bullseye's 1.5.3 in a private
+# prefix; downloaded on first use). If Julia cannot be installed the suite
+# is skipped (exit 77) unless HVD_JULIA_REQUIRED=1.
+#
+# The library and launcher: $HVD_LIBRARY_PATH (libhvd.so or its folder) and
+# $HVDRUN (ctest passes both, tests/integration/julia/CMakeLists.txt), else
+# the build tree in $HVD_BUILD_DIR, else build/, else the newest build-*/.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+pkg=$here/Hvd
+np=${HVD_JULIA_TEST_NP:-2}
+step_timeout=${HVD_JULIA_TEST_TIMEOUT:-900}
+
+say() { echo "julia-tests: $*" >&2; }
+
+# ---- Julia ------------------------------------------------------------------
+julia_ok() {  # julia_ok PATH: runs and is 1.5 or newer
+  "$1" --startup-file=no -e 'VERSION >= v"1.5" || exit(1)' >/dev/null 2>&1
+}
+julia=""
+if [ -n "${JULIA:-}" ]; then
+  julia=$JULIA
+elif command -v julia >/dev/null && julia_ok "$(command -v julia)"; then
+  julia=$(command -v julia)
+else
+  if out=$("$root/scripts/install-julia.sh"); then
+    julia=$(echo "$out" | tail -1)
+  else
+    say "scripts/install-julia.sh failed: cannot run the Julia tests"
+    if [ "${HVD_JULIA_REQUIRED:-0}" = 1 ]; then echo "0 passed, 1 failed"; exit 1; fi
+    echo "julia unavailable: skipped"
+    exit 77
+  fi
+fi
+julia_ok "$julia" || { say "$julia does not run"; echo "0 passed, 1 failed"; exit 1; }
+# hvdrun starts `julia` by name in the ranks.
+export PATH="$(dirname "$julia"):$PATH"
+say "julia: $julia ($("$julia" --startup-file=no -e 'print(VERSION)'))"
+
+# ---- library and launcher --------------------------------------------------
+newest_build() {  # newest build tree holding libhvd.so
+  local best="" t bt=0
+  for d in "$root"/build "$root"/build-*; do
+    [ -f "$d/lib/libhvd.so" ] || continue
+    t=$(stat -c %Y "$d/lib/libhvd.so")
+    if [ -z "$best" ] || [ "$t" -gt "$bt" ]; then best=$d; bt=$t; fi
+  done
+  echo "$best"
+}
+build=${HVD_BUILD_DIR:-}
+if [ -z "$build" ] && [ -f "$root/build/lib/libhvd.so" ]; then build=$root/build; fi
+[ -n "$build" ] || build=$(newest_build)
+if [ -z "${HVD_LIBRARY_PATH:-}" ] && [ -n "$build" ]; then
+  export HVD_LIBRARY_PATH=$build/lib
+fi
+hvdrun=${HVDRUN:-}
+if [ -z "$hvdrun" ]; then
+  if [ -n "$build" ] && [ -x "$build/bin/hvdrun" ]; then hvdrun=$build/bin/hvdrun
+  else hvdrun=$(command -v hvdrun || true); fi
+fi
+[ -n "$hvdrun" ] && [ -x "$hvdrun" ] || {
+  say "hvdrun not found: build it (cmake --build build --target hvdrun) or set HVDRUN"
+  echo "0 passed, 1 failed"; exit 1; }
+say "library: ${HVD_LIBRARY_PATH:-(package search)}; launcher: $hvdrun"
+
+jl=("$julia" --startup-file=no --project="$pkg")
+
+# ---- run --------------------------------------------------------------------
+passed=0
+failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# Adds the counts of a step's closing "N passed, N failed" line; a step that
+# printed none, or exited non-zero with no failure counted, is one failure.
+count() {  # count NAME RC
+  local line p f
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1)
+  if [ -z "$line" ]; then
+    say "$1: no result line (exit code $2)"; failed=$((failed + 1)); return
+  fi
+  p=${line%% passed*}; f=${line#*, }; f=${f%% failed}
+  passed=$((passed + p)); failed=$((failed + f))
+  if [ "$2" -ne 0 ] && [ "$f" -eq 0 ]; then
+    say "$1: exit code $2"; failed=$((failed + 1))
+  fi
+}
+# One test for a whole command: passes on exit code 0.
+one() {  # one NAME RC
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); else say "$1: exit code $2"; failed=$((failed + 1)); fi
+}
+
+# Compile the package once before several ranks load it at the same time.
+"${jl[@]}" -e 'using Hvd' || { say "the Hvd package does not load"; echo "0 passed, 1 failed"; exit 1; }
+
+say "single process: Hvd/test/runtests.jl"
+timeout -k 10 "$step_timeout" "${jl[@]}" "$pkg/test/runtests.jl" 2>&1 | tee "$log"
+count runtests.jl "${PIPESTATUS[0]}"
+
+say "$np ranks: Hvd/test/mp_tests.jl"
+timeout -k 10 "$step_timeout" "$hvdrun" -np "$np" "${jl[@]}" "$pkg/test/mp_tests.jl" 2>&1 | tee "$log"
+count mp_tests.jl "${PIPESTATUS[0]}"
+
+say "example alone: examples/julia/train_logreg.jl"
+timeout -k 10 "$step_timeout" "$julia" --startup-file=no "$root/examples/julia/train_logreg.jl" 2>&1
+one "train_logreg.jl alone" $?
+
+say "example, $np ranks: examples/julia/train_logreg.jl"
+timeout -k 10 "$step_timeout" "$hvdrun" -np "$np" "$julia" --startup-file=no \
+  "$root/examples/julia/train_logreg.jl" 2>&1
+one "train_logreg.jl with $np ranks" $?
+
+echo "${passed} passed, ${failed} failed"
+[ "$failed" -eq 0 ]
