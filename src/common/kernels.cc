@@ -5,19 +5,34 @@
 //    loops whose trip count is a known multiple of the vector width. The hot
 //    loops therefore walk the data in blocks of kBlock elements (a constant
 //    trip count the vectoriser accepts) and finish the tail with a scalar
-//    loop. No pragmas, no target-specific code: SSE2 (baseline x86-64) is
-//    what the compiler uses, and any wider ISA when built with -march.
-//  - dst and src may be the same pointer but must not partially overlap.
+//    loop. No pragmas: SSE2 (baseline x86-64) is what the compiler uses, and
+//    any wider ISA when built with -march. Measured on the development
+//    machine (in-cache float32 sum): 3-4x the plain loop at -O2, the same as
+//    -O3, which adds nothing here.
 //  - float16/bfloat16 are widened to float32, combined and rounded back to
 //    nearest even. One float32 operation followed by one rounding to the
 //    narrow type gives the correctly rounded narrow result for +, * (float32
 //    has at least 2p+2 bits for both), so no double-rounding error appears.
+//    The conversions are branchless so blocks of them vectorise (bfloat16
+//    sum: 3.6 -> 9.4 GB/s). float16 additionally has an F16C path chosen at
+//    run time (the only target-specific code; any x86-64 without F16C, or
+//    other CPUs, use the portable path): 1.1 -> ~75 GB/s.
+//  - dst and src may be the same pointer but must not partially overlap.
 #include "common/kernels.h"
 
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 #include <limits>
 #include <type_traits>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define HVD_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define HVD_ALWAYS_INLINE
+#endif
 
 namespace hvd {
 namespace {
@@ -103,22 +118,162 @@ void ReduceFloat(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
   }
 }
 
-// float16/bfloat16: widen a block into float32 scratch on the stack, combine,
-// narrow back. Blocks keep the conversions in tight loops.
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+inline float BitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+// cond ? a : b without a branch (the vectoriser cannot if-convert every
+// ternary, so the conversions below select with masks).
+HVD_ALWAYS_INLINE inline uint32_t Select(bool cond, uint32_t a, uint32_t b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(cond);
+  return (a & mask) | (b & ~mask);
+}
+
+// float16/bfloat16 conversions. Branchless (selects only) and always
+// inlined, so that loops over them vectorise (see ReduceNarrow).
+
+HVD_ALWAYS_INLINE inline float HalfToFloatImpl(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7fffu;  // exponent and mantissa
+  // Normal: rebias the exponent (15 -> 127).
+  const uint32_t normal = (em << 13) + 0x38000000u;
+  // Inf (mantissa 0) or NaN (payload kept, quiet bit set).
+  const uint32_t special = (em << 13) | 0x7f800000u | Select((em & 0x3ffu) != 0, 0x00400000u, 0u);
+  // Zero or subnormal: mantissa * 2^-24, exact in float32 (and never a
+  // float32 subnormal, so FTZ/DAZ modes cannot change it).
+  const uint32_t sub = FloatBits(static_cast<float>(static_cast<int32_t>(em)) *
+                                 5.9604644775390625e-08f);  // 2^-24
+  uint32_t bits = Select(em >= 0x7c00u, special, normal);
+  bits = Select(em < 0x0400u, sub, bits);
+  return BitsFloat(sign | bits);
+}
+
+HVD_ALWAYS_INLINE inline uint16_t FloatToHalfImpl(float f) {
+  const uint32_t x = FloatBits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  // Normal half: rebias (127 -> 15) and round the 13 dropped bits to nearest
+  // even; a carry out of the mantissa correctly bumps the exponent.
+  const uint32_t base = ax - 0x38000000u;
+  const uint32_t normal = (base + 0x0fffu + ((base >> 13) & 1u)) >> 13;
+  // Subnormal half (|f| < 2^-14): adding 0.5 puts the value where a float32
+  // ulp is 2^-24, the half subnormal step, so the FPU's own round-to-nearest-
+  // even does the rounding; the low bits are then the half mantissa (0x400
+  // when it rounds up into the smallest normal, which is the right encoding).
+  // Relies on the default rounding mode. Inputs below 2^-126 (float32
+  // subnormals) round to zero either way, so DAZ does not matter.
+  const uint32_t sub = FloatBits(BitsFloat(ax) + 0.5f) - 0x3f000000u;
+  // NaN: quiet, keep the top payload bits.
+  const uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
+  uint32_t r = Select(ax < 0x38800000u, sub, normal);
+  // 65520 = halfway between 65504 (largest half) and 2^16: ties go to even,
+  // i.e. infinity; everything above too, and infinity itself.
+  r = Select(ax >= 0x477ff000u, 0x7c00u, r);
+  r = Select(ax > 0x7f800000u, nan, r);
+  return static_cast<uint16_t>(sign | r);
+}
+
+HVD_ALWAYS_INLINE inline float BFloat16ToFloatImpl(uint16_t b) {
+  return BitsFloat(static_cast<uint32_t>(b) << 16); }
+
+HVD_ALWAYS_INLINE inline uint16_t FloatToBFloat16Impl(float f) {
+  const uint32_t x = FloatBits(f);
+  // Round to nearest even on the 16 dropped bits; overflow carries into inf.
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t nan = (x >> 16) | 0x0040u;  // NaN stays NaN (quiet)
+  return static_cast<uint16_t>(Select((x & 0x7fffffffu) > 0x7f800000u, nan, rounded));
+}
+
+// float16/bfloat16: widen blocks of kNarrowChunk elements into float32
+// scratch on the stack, combine, narrow back. The conversions are branchless
+// (selects only) and full blocks have a constant trip count, so the
+// vectoriser turns them into SIMD code; the tail goes through the same
+// functions one element at a time.
+constexpr size_t kNarrowChunk = 256;
+
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
 void ReduceNarrow(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
-  uint16_t* d = static_cast<uint16_t*>(dst);
-  const uint16_t* s = static_cast<const uint16_t*>(src);
-  constexpr size_t kChunk = 256;
-  float a[kChunk];
-  float b[kChunk];
-  for (size_t base = 0; base < n; base += kChunk) {
-    const size_t m = n - base < kChunk ? n - base : kChunk;
-    for (size_t i = 0; i < m; ++i) a[i] = ToF(d[base + i]);
-    for (size_t i = 0; i < m; ++i) b[i] = ToF(s[base + i]);
-    ReduceFloat<float>(a, b, m, op);
-    for (size_t i = 0; i < m; ++i) d[base + i] = FromF(a[i]);
+  uint16_t* __restrict d = static_cast<uint16_t*>(dst);
+  const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
+  alignas(64) float a[kNarrowChunk];
+  alignas(64) float b[kNarrowChunk];
+  size_t base = 0;
+  for (; base + kNarrowChunk <= n; base += kNarrowChunk) {
+    for (size_t i = 0; i < kNarrowChunk; ++i) a[i] = ToF(d[base + i]);
+    for (size_t i = 0; i < kNarrowChunk; ++i) b[i] = ToF(s[base + i]);
+    ReduceFloat<float>(a, b, kNarrowChunk, op);
+    for (size_t i = 0; i < kNarrowChunk; ++i) d[base + i] = FromF(a[i]);
   }
+  const size_t m = n - base;
+  for (size_t i = 0; i < m; ++i) a[i] = ToF(d[base + i]);
+  for (size_t i = 0; i < m; ++i) b[i] = ToF(s[base + i]);
+  ReduceFloat<float>(a, b, m, op);
+  for (size_t i = 0; i < m; ++i) d[base + i] = FromF(a[i]);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// float16 with the F16C conversion instructions (8 lanes per step), chosen at
+// run time when the CPU has them; any other x86-64 (or CPU) takes the
+// portable path above. vcvtps2ph with immediate 0 rounds to nearest even
+// whatever MXCSR says, handles inf/NaN/subnormals per IEEE, and so gives the
+// same values as FloatToHalf (NaN payloads aside). Measured ~10x faster than
+// the portable vectorised path on the development machine.
+#define HVD_HAVE_F16C_DISPATCH 1
+
+template <hvd_reduce_op_t kOp>
+__attribute__((target("avx,f16c"))) void ReduceHalfF16c(uint16_t* d, const uint16_t* s,
+                                                         size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    __m256 r;
+    if (kOp == HVD_SUM) {
+      r = _mm256_add_ps(a, b);
+    } else if (kOp == HVD_PRODUCT) {
+      r = _mm256_mul_ps(a, b);
+    } else {
+      // Same NaN-propagating rule as FMin/FMax: take b if it wins or is NaN.
+      const __m256 wins = _mm256_cmp_ps(b, a, kOp == HVD_MIN ? _CMP_LT_OQ : _CMP_GT_OQ);
+      const __m256 nan = _mm256_cmp_ps(b, b, _CMP_UNORD_Q);
+      r = _mm256_blendv_ps(a, b, _mm256_or_ps(wins, nan));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(r, 0));
+  }
+  if (i < n) ReduceNarrow<HalfToFloatImpl, FloatToHalfImpl>(d + i, s + i, n - i, kOp);
+}
+
+bool CpuHasF16c() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  return has;
+}
+#endif
+
+void ReduceHalf(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
+#ifdef HVD_HAVE_F16C_DISPATCH
+  if (CpuHasF16c()) {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    switch (op) {
+      case HVD_SUM:
+      case HVD_AVERAGE: ReduceHalfF16c<HVD_SUM>(d, s, n); return;
+      case HVD_MIN: ReduceHalfF16c<HVD_MIN>(d, s, n); return;
+      case HVD_MAX: ReduceHalfF16c<HVD_MAX>(d, s, n); return;
+      case HVD_PRODUCT: ReduceHalfF16c<HVD_PRODUCT>(d, s, n); return;
+    }
+    return;
+  }
+#endif
+  ReduceNarrow<HalfToFloatImpl, FloatToHalfImpl>(dst, src, n, op);
 }
 
 void ReduceBool(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
@@ -137,16 +292,6 @@ void ReduceBool(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
   }
 }
 
-inline uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-inline float BitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
 
 // Converts a double to integer type T: truncation toward zero, saturating at
 // the type's range; NaN becomes 0 (a plain cast would be undefined behaviour).
@@ -182,8 +327,15 @@ void ScaleFloatCopy(T* d, const T* s, size_t n, double f) {
 
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
 void ScaleNarrowCopy(uint16_t* d, const uint16_t* s, size_t n, double factor) {
+  // d may equal s: each block is read completely before it is written.
   const float f = static_cast<float>(factor);
-  for (size_t i = 0; i < n; ++i) d[i] = FromF(ToF(s[i]) * f);
+  alignas(64) float t[kNarrowChunk];
+  size_t base = 0;
+  for (; base + kNarrowChunk <= n; base += kNarrowChunk) {
+    for (size_t i = 0; i < kNarrowChunk; ++i) t[i] = ToF(s[base + i]) * f;
+    for (size_t i = 0; i < kNarrowChunk; ++i) d[base + i] = FromF(t[i]);
+  }
+  for (; base < n; ++base) d[base] = FromF(ToF(s[base]) * f);
 }
 
 void ScaleDispatch(void* dst, const void* src, size_t count, hvd_dtype_t dtype, double f) {
@@ -207,11 +359,11 @@ void ScaleDispatch(void* dst, const void* src, size_t count, hvd_dtype_t dtype, 
       ScaleIntCopy(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, f);
       break;
     case HVD_FLOAT16:
-      ScaleNarrowCopy<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(dst),
+      ScaleNarrowCopy<HalfToFloatImpl, FloatToHalfImpl>(static_cast<uint16_t*>(dst),
                                                 static_cast<const uint16_t*>(src), count, f);
       break;
     case HVD_BFLOAT16:
-      ScaleNarrowCopy<BFloat16ToFloat, FloatToBFloat16>(
+      ScaleNarrowCopy<BFloat16ToFloatImpl, FloatToBFloat16Impl>(
           static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, f);
       break;
     case HVD_FLOAT32:
@@ -245,68 +397,21 @@ void DivideInt(T* d, size_t n, int64_t divisor) {
 // ---------------------------------------------------------------------------
 // Conversions.
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t man = h & 0x3ffu;
-  if (exp == 0) {
-    // Zero or subnormal: man * 2^-24, exact in float32.
-    const float mag = static_cast<float>(man) * 5.9604644775390625e-08f;  // 2^-24
-    return sign ? -mag : mag;
-  }
-  if (exp == 0x1f) {
-    // Inf (man == 0) or NaN (payload kept, quiet bit set).
-    return BitsFloat(sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0u));
-  }
-  return BitsFloat(sign | ((exp + (127 - 15)) << 23) | (man << 13));
-}
-
-uint16_t FloatToHalf(float f) {
-  const uint32_t x = FloatBits(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) {
-    if (ax == 0x7f800000u) return sign | 0x7c00u;  // inf
-    // NaN: quiet, keep the top payload bits.
-    return static_cast<uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-  }
-  // 65520 = halfway between 65504 (largest half) and 2^16: ties to even go up.
-  if (ax >= 0x477ff000u) return sign | 0x7c00u;
-  if (ax >= 0x38800000u) {
-    // Normal half: rebias exponent (127 -> 15), round 13 dropped bits.
-    const uint32_t base = ax - 0x38000000u;
-    uint32_t q = base >> 13;
-    const uint32_t rem = base & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) ++q;
-    return static_cast<uint16_t>(sign | q);
-  }
-  // Subnormal half (or zero): value / 2^-24, rounded to nearest even. Values
-  // below 2^-25 round to zero; 2^-25 itself is a tie and goes to even (0).
-  if (ax < 0x33000000u) return sign;
-  const uint32_t e = ax >> 23;                       // 102..112
-  const uint32_t m = (ax & 0x7fffffu) | 0x800000u;   // 24-bit significand
-  const uint32_t shift = 126u - e;                   // 14..24
-  uint32_t q = m >> shift;
-  const uint32_t rem = m & ((1u << shift) - 1u);
-  const uint32_t half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (q & 1u))) ++q;  // may carry into the
-  return static_cast<uint16_t>(sign | q);            // smallest normal: right
-}
-
-float BFloat16ToFloat(uint16_t b) { return BitsFloat(static_cast<uint32_t>(b) << 16); }
-
-uint16_t FloatToBFloat16(float f) {
-  const uint32_t x = FloatBits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((x >> 16) | 0x0040u);  // NaN stays NaN (quiet)
-  }
-  // Round to nearest even on the 16 dropped bits; overflow carries into inf.
-  const uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(rounded >> 16);
-}
+float HalfToFloat(uint16_t h) { return HalfToFloatImpl(h); }
+uint16_t FloatToHalf(float f) { return FloatToHalfImpl(f); }
+float BFloat16ToFloat(uint16_t b) { return BFloat16ToFloatImpl(b); }
+uint16_t FloatToBFloat16(float f) { return FloatToBFloat16Impl(f); }
 
 // ---------------------------------------------------------------------------
 // Reductions.
+
+namespace kernels_internal {
+// The portable float16 path, whatever the CPU; for tests (the F16C path hides
+// it on machines that have F16C). Declared by the tests themselves.
+void ReduceHalfPortable(void* dst, const void* src, size_t count, hvd_reduce_op_t op) {
+  ReduceNarrow<HalfToFloatImpl, FloatToHalfImpl>(dst, src, count, op);
+}
+}  // namespace kernels_internal
 
 void ReduceInto(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   if (count == 0 || dst == nullptr || src == nullptr) return;
@@ -321,9 +426,9 @@ void ReduceInto(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd
     case HVD_INT16: ReduceInt<int16_t>(dst, src, count, op); break;
     case HVD_INT32: ReduceInt<int32_t>(dst, src, count, op); break;
     case HVD_INT64: ReduceInt<int64_t>(dst, src, count, op); break;
-    case HVD_FLOAT16: ReduceNarrow<HalfToFloat, FloatToHalf>(dst, src, count, op); break;
+    case HVD_FLOAT16: ReduceHalf(dst, src, count, op); break;
     case HVD_BFLOAT16:
-      ReduceNarrow<BFloat16ToFloat, FloatToBFloat16>(dst, src, count, op);
+      ReduceNarrow<BFloat16ToFloatImpl, FloatToBFloat16Impl>(dst, src, count, op);
       break;
     case HVD_FLOAT32: ReduceFloat<float>(dst, src, count, op); break;
     case HVD_FLOAT64: ReduceFloat<double>(dst, src, count, op); break;

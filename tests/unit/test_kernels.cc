@@ -13,6 +13,12 @@
 
 #include "common/kernels.h"
 
+namespace hvd::kernels_internal {
+// Defined in kernels.cc: the portable float16 reduction, which the F16C path
+// replaces on CPUs that have it.
+void ReduceHalfPortable(void* dst, const void* src, size_t count, hvd_reduce_op_t op);
+}  // namespace hvd::kernels_internal
+
 namespace {
 
 using hvd::BFloat16ToFloat;
@@ -282,7 +288,10 @@ double RefFloatOp(hvd_reduce_op_t op, double a, double b) {
   return 0;
 }
 
-void CheckNarrowOp(hvd_dtype_t dt, hvd_reduce_op_t op, size_t n, std::mt19937& rng) {
+using ReduceFn = void (*)(void*, const void*, size_t, hvd_dtype_t, hvd_reduce_op_t);
+
+void CheckNarrowOp(hvd_dtype_t dt, hvd_reduce_op_t op, size_t n, std::mt19937& rng,
+                   ReduceFn reduce = &hvd::ReduceInto) {
   const bool half = dt == HVD_FLOAT16;
   auto enc = half ? FloatToHalf : FloatToBFloat16;
   auto dec = half ? RefDecodeHalf : RefDecodeBf16;
@@ -296,7 +305,7 @@ void CheckNarrowOp(hvd_dtype_t dt, hvd_reduce_op_t op, size_t n, std::mt19937& r
     b[i] = (i % 5 == 0) ? static_cast<uint16_t>(bits(rng)) : enc(val(rng));
   }
   std::vector<uint16_t> d = a;
-  hvd::ReduceInto(d.data(), b.data(), n, dt, op);
+  reduce(d.data(), b.data(), n, dt, op);
   for (size_t i = 0; i < n; ++i) {
     const double want = ref(RefFloatOp(op, dec(a[i]), dec(b[i])));
     const double got = dec(d[i]);
@@ -376,6 +385,22 @@ TEST(Reduce, EveryDtypeAndOpMatchesReference) {
         }
         if (HasFatalFailure()) return;
       }
+    }
+  }
+}
+
+TEST(Reduce, PortableFloat16PathMatchesReference) {
+  // On CPUs with F16C, ReduceInto takes the hardware path; check the portable
+  // (vectorised software) path on its own too.
+  auto portable = [](void* d, const void* s, size_t n, hvd_dtype_t, hvd_reduce_op_t op) {
+    hvd::kernels_internal::ReduceHalfPortable(d, s, n, op);
+  };
+  std::mt19937 rng(11);
+  for (size_t n : {size_t{1}, size_t{255}, size_t{256}, size_t{257}, size_t{20011}}) {
+    for (hvd_reduce_op_t op : kAllOps) {
+      SCOPED_TRACE(::testing::Message() << hvd::ReduceOpName(op) << " n=" << n);
+      CheckNarrowOp(HVD_FLOAT16, op, n, rng, portable);
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -489,6 +514,33 @@ TEST(Scale, FloatsAndNarrowFloats) {
   hvd::ScaleInPlace(bv, 2, HVD_BFLOAT16, 0.25);
   EXPECT_EQ(BFloat16ToFloat(bv[0]), 0.75f);
   EXPECT_EQ(BFloat16ToFloat(bv[1]), -2.0f);
+}
+
+TEST(Scale, NarrowFloatsMatchReferenceOnLongBuffers) {
+  // Long enough for the blocked (vectorised) path. As documented, the product
+  // is computed in float32 (x * float(factor), rounded to float32) and then
+  // rounded to the narrow type; the reference does exactly that in double
+  // (the 11x24-bit product is exact there, then rounded once to float).
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xffff);
+  const double factor = 0.3;
+  const double f32 = static_cast<float>(factor);
+  for (hvd_dtype_t dt : {HVD_FLOAT16, HVD_BFLOAT16}) {
+    auto dec = dt == HVD_FLOAT16 ? RefDecodeHalf : RefDecodeBf16;
+    auto ref = dt == HVD_FLOAT16 ? RefHalf : RefBf16;
+    std::vector<uint16_t> src(1031);
+    for (auto& x : src) x = static_cast<uint16_t>(bits(rng));
+    std::vector<uint16_t> copy(src.size()), inplace = src;
+    hvd::ScaleCopy(copy.data(), src.data(), src.size(), dt, factor);
+    hvd::ScaleInPlace(inplace.data(), inplace.size(), dt, factor);
+    for (size_t i = 0; i < src.size(); ++i) {
+      const double want = ref(static_cast<float>(dec(src[i]) * f32));
+      ASSERT_TRUE(SameValue(dec(copy[i]), want))
+          << hvd::DtypeName(dt) << " i=" << i << " x=" << dec(src[i]) << " got " << dec(copy[i])
+          << " want " << want;
+      ASSERT_EQ(inplace[i], copy[i]) << i;
+    }
+  }
 }
 
 TEST(Scale, OneIsANoOpAndBoolIsUnchanged) {

@@ -27,11 +27,11 @@
 //  - direct (small messages): every rank sends its buffer to every other rank
 //    and reduces all contributions in rank order (one network latency);
 //  - ring (large): reduce-scatter then allgather around the ring, each part
-//    cut into segments of at most kSegmentBytes, with two receives and two
-//    sends in flight so the network and the reduction overlap.
+//    cut into segments of at most kSegmentBytes, with up to kRingDepth + 1
+//    receives and sends in flight so the network and the reduction overlap.
 // All scratch memory is allocated and touched once at init; the steady state
-// allocates nothing proportional to the data. Measurements are in the commit
-// report (see docs/ when written).
+// allocates nothing proportional to the data (Gloo itself still makes a few
+// small bookkeeping allocations per message). Measurements: README.md here.
 //
 // SIGPIPE. Gloo writes to its sockets with writev(2), so a peer that went
 // away raises SIGPIPE, whose default action kills the whole process. The
@@ -53,6 +53,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -77,9 +78,12 @@
 #include "common/kernels.h"
 #include "transports/hvd_transport.h"
 
-// Tuning constants (compile-time; see the measurements in the report).
+// Tuning constants (compile-time; see the measurements in README.md).
 #ifndef HVD_GLOO_SEGMENT_BYTES
 #define HVD_GLOO_SEGMENT_BYTES (1024u * 1024u)
+#endif
+#ifndef HVD_GLOO_RING_DEPTH
+#define HVD_GLOO_RING_DEPTH 2
 #endif
 #ifndef HVD_GLOO_DIRECT_FANOUT_BYTES
 #define HVD_GLOO_DIRECT_FANOUT_BYTES (64u * 1024u)
@@ -94,6 +98,9 @@ using Clock = std::chrono::steady_clock;
 
 // Ring pipeline unit (Gloo's own allreduce uses the same 1 MiB cap).
 constexpr size_t kSegmentBytes = HVD_GLOO_SEGMENT_BYTES;
+// Ring receives in flight beyond the one being consumed (scratch holds
+// kRingDepth + 1 segments).
+constexpr size_t kRingDepth = HVD_GLOO_RING_DEPTH;
 // The direct algorithm sends (size - 1) copies of the buffer; it is used while
 // that fan-out stays within this many bytes, i.e. up to 64 KiB with 2 ranks,
 // 21 KiB with 4, 9 KiB with 8 (where one round trip beats 2(P-1) ring steps).
@@ -127,8 +134,10 @@ double SecondsLeft(Clock::time_point deadline) {
 }
 
 // ---------------------------------------------------------------------------
-// gloo::rendezvous::Store over the core's key-value callbacks. Every wait is
-// bounded by the adapter's deadline (the start timeout), whatever Gloo asks.
+// gloo::rendezvous::Store over the core's key-value callbacks. Every wait runs
+// until the adapter's deadline (the start timeout), whatever timeout Gloo
+// passes: Gloo derives its own from the context timeout, which is shortened
+// during connect (see InitImpl).
 class KvStore : public gloo::rendezvous::Store {
  public:
   KvStore(const hvd_transport_env_v1_t& env, Clock::time_point deadline)
@@ -159,8 +168,8 @@ class KvStore : public gloo::rendezvous::Store {
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, kForever); }
 
-  void wait(const std::vector<std::string>& keys, const Millis& timeout) override {
-    const auto deadline = std::min(deadline_, Clock::now() + std::min(timeout, kForever));
+  void wait(const std::vector<std::string>& keys, const Millis& /*timeout*/) override {
+    const auto deadline = deadline_;
     for (const auto& key : keys) {
       const std::string k = kGlooKeyPrefix + key;
       void* value = nullptr;
@@ -204,7 +213,7 @@ struct Comm {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
 
-  // Ring: two segments. Direct: one slot of direct_max bytes per rank.
+  // Ring: kRingDepth + 1 segments. Direct: one slot of direct_max bytes per rank.
   size_t direct_max = 0;  // largest buffer (bytes) the direct algorithm takes
   AlignedBytes ring_scratch;
   AlignedBytes direct_scratch;
@@ -381,6 +390,27 @@ struct RingPlan {
   }
 };
 
+// Drives one ring phase of T transfers. Transfer u receives from the left and
+// sends to the right. Up to kRingDepth + 1 receives are in flight (posted early
+// so the left neighbour can write as soon as it is ready), and send u goes out
+// as soon as its data exists: transfer u - K must have completed, because the
+// segment sent at u is the one received (and, in the first phase, reduced)
+// K transfers earlier.
+template <typename PostRecv, typename PostSend, typename FinishRecv, typename FinishSend>
+void RingPhase(size_t T, size_t K, PostRecv post_recv, PostSend post_send, FinishRecv finish_recv,
+               FinishSend finish_send) {
+  size_t next_recv = 0;
+  size_t next_send = 0;
+  for (size_t t = 0; t < T; ++t) {
+    for (; next_recv < T && next_recv <= t + kRingDepth; ++next_recv) post_recv(next_recv);
+    for (; next_send < T && next_send < t + K && next_send <= t + kRingDepth; ++next_send) {
+      post_send(next_send);
+    }
+    finish_recv(t);
+    finish_send(t);
+  }
+}
+
 void RingPass(Comm& c, uint8_t* base, gloo::transport::UnboundBuffer* ub, size_t ub_off,
               size_t n, size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   const size_t P = static_cast<size_t>(c.size);
@@ -395,72 +425,69 @@ void RingPass(Comm& c, uint8_t* base, gloo::transport::UnboundBuffer* ub, size_t
   gloo::transport::UnboundBuffer* scratch = c.ring_ub.get();
   uint8_t* scratch_ptr = c.ring_scratch.get();
   const auto to = c.timeout;
+  auto slot_off = [](size_t t) { return (t % (kRingDepth + 1)) * kSegmentBytes; };
 
-  // Phase 1, reduce-scatter. Transfer t = s*K + k: send segment k of part
-  // (r - s), receive segment k of part (r - s - 1) into scratch slot t % 2
-  // and reduce it in. Sending segment k of part (r - s) for s > 0 needs the
-  // reduction of transfer t - K, always finished before t is posted.
+  // Phase 1, reduce-scatter. Transfer t = s*K + k sends segment k of part
+  // (r - s) and receives segment k of part (r - s - 1) into a scratch slot,
+  // then reduces it into place. After it, this rank holds part r + 1 reduced.
   auto rs_send = [&](size_t t, size_t* off) {
     return plan.Seg((r + P - t / K) % P, t % K, off);
   };
   auto rs_recv = [&](size_t t, size_t* off) {
     return plan.Seg((r + 2 * P - t / K - 1) % P, t % K, off);
   };
-  auto rs_post_recv = [&](size_t t) {
-    size_t off;
-    const size_t len = rs_recv(t, &off);
-    if (len) scratch->recv(left, kSlotRing, (t & 1) * kSegmentBytes, len * es);
-  };
-  auto rs_post_send = [&](size_t t) {
-    size_t off;
-    const size_t len = rs_send(t, &off);
-    if (len) ub->send(right, kSlotRing, ub_off + off * es, len * es);
-  };
-  rs_post_recv(0);
-  rs_post_send(0);
-  for (size_t t = 0; t < T; ++t) {
-    if (t + 1 < T) rs_post_recv(t + 1);
-    size_t off;
-    size_t len = rs_recv(t, &off);
-    if (len) {
-      scratch->waitRecv(to);
-      c.reduce(base + off * es, scratch_ptr + (t & 1) * kSegmentBytes, len, dtype, op);
-    }
-    if (t + 1 < T) rs_post_send(t + 1);
-    len = rs_send(t, &off);
-    if (len) ub->waitSend(to);
-  }
+  RingPhase(
+      T, K,
+      [&](size_t t) {
+        size_t off;
+        const size_t len = rs_recv(t, &off);
+        if (len) scratch->recv(left, kSlotRing, slot_off(t), len * es);
+      },
+      [&](size_t t) {
+        size_t off;
+        const size_t len = rs_send(t, &off);
+        if (len) ub->send(right, kSlotRing, ub_off + off * es, len * es);
+      },
+      [&](size_t t) {
+        size_t off;
+        const size_t len = rs_recv(t, &off);
+        if (!len) return;
+        scratch->waitRecv(to);
+        c.reduce(base + off * es, scratch_ptr + slot_off(t), len, dtype, op);
+      },
+      [&](size_t t) {
+        size_t off;
+        if (rs_send(t, &off)) ub->waitSend(to);
+      });
 
-  // Phase 2, allgather. Transfer t = s*K + k: send segment k of part
-  // (r + 1 - s) (complete after phase 1, or received at t - K), receive
-  // segment k of part (r - s) straight into place.
+  // Phase 2, allgather. Transfer t = s*K + k sends segment k of part
+  // (r + 1 - s) and receives segment k of part (r - s) straight into place.
   auto ag_send = [&](size_t t, size_t* off) {
     return plan.Seg((r + 1 + P - t / K) % P, t % K, off);
   };
   auto ag_recv = [&](size_t t, size_t* off) {
     return plan.Seg((r + P - t / K) % P, t % K, off);
   };
-  auto ag_post_recv = [&](size_t t) {
-    size_t off;
-    const size_t len = ag_recv(t, &off);
-    if (len) ub->recv(left, kSlotRing, ub_off + off * es, len * es);
-  };
-  auto ag_post_send = [&](size_t t) {
-    size_t off;
-    const size_t len = ag_send(t, &off);
-    if (len) ub->send(right, kSlotRing, ub_off + off * es, len * es);
-  };
-  ag_post_recv(0);
-  ag_post_send(0);
-  for (size_t t = 0; t < T; ++t) {
-    if (t + 1 < T) ag_post_recv(t + 1);
-    size_t off;
-    size_t len = ag_recv(t, &off);
-    if (len) ub->waitRecv(to);
-    if (t + 1 < T) ag_post_send(t + 1);
-    len = ag_send(t, &off);
-    if (len) ub->waitSend(to);
-  }
+  RingPhase(
+      T, K,
+      [&](size_t t) {
+        size_t off;
+        const size_t len = ag_recv(t, &off);
+        if (len) ub->recv(left, kSlotRing, ub_off + off * es, len * es);
+      },
+      [&](size_t t) {
+        size_t off;
+        const size_t len = ag_send(t, &off);
+        if (len) ub->send(right, kSlotRing, ub_off + off * es, len * es);
+      },
+      [&](size_t t) {
+        size_t off;
+        if (ag_recv(t, &off)) ub->waitRecv(to);
+      },
+      [&](size_t t) {
+        size_t off;
+        if (ag_send(t, &off)) ub->waitSend(to);
+      });
 }
 
 // Small buffers: everyone sends everything to everyone; every rank then
@@ -561,7 +588,7 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
   c->reduce = env.reduce != nullptr ? env.reduce : &hvd_reduce_kernel;
 
   // Persistent scratch, touched now so no collective pays for first use.
-  c->ring_scratch = AllocTouched(2 * kSegmentBytes);
+  c->ring_scratch = AllocTouched((kRingDepth + 1) * kSegmentBytes);
   if (c->size > 1) {
     // Rounded down to 64 bytes so every slot stays aligned; at most ~128 KiB.
     c->direct_max = kDirectFanoutBytes / static_cast<size_t>(c->size - 1) / 64 * 64;
@@ -661,7 +688,7 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
     return LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
   }
   c->ctx->setTimeout(c->timeout);
-  c->ring_ub = c->ctx->createUnboundBuffer(c->ring_scratch.get(), 2 * kSegmentBytes);
+  c->ring_ub = c->ctx->createUnboundBuffer(c->ring_scratch.get(), (kRingDepth + 1) * kSegmentBytes);
   if (c->direct_scratch) {
     c->direct_ub = c->ctx->createUnboundBuffer(c->direct_scratch.get(),
                                                static_cast<size_t>(c->size) * c->direct_max);
