@@ -48,7 +48,7 @@ struct Config {
   double stall_warning_s = 60.0;
   double stall_shutdown_s = 300.0;
   double start_timeout_s = 60.0;
-  double transport_timeout_s = 120.0;
+  double transport_timeout_s = 30.0;
   std::string timeline_path;
 
   // Logging.
