@@ -11,15 +11,20 @@ groups=("$@")
 apt_core=(cmake g++ make libgloo-dev libgtest-dev libcmocka-dev libssl-dev openmpi-bin
           libopenmpi-dev openssh-server openssh-client binutils procps python3)
 
+apt_java=(swig maven libmaven-compiler-plugin-java libsurefire-java libmaven-jar-plugin-java
+          libmaven-resources-plugin-java libmaven-install-plugin-java junit5)
+
 apt_want=()
 want_python=0
+want_spark=0
 want_julia=0
 for g in "${groups[@]}"; do
   case "$g" in
     core) apt_want+=("${apt_core[@]}") ;;
     python) apt_want+=("${apt_core[@]}"); want_python=1 ;;
     julia) want_julia=1 ;;
-    all) apt_want+=("${apt_core[@]}"); want_python=1; want_julia=1 ;;
+    java) apt_want+=("${apt_core[@]}" "${apt_java[@]}"); want_spark=1 ;;
+    all) apt_want+=("${apt_core[@]}" "${apt_java[@]}"); want_python=1; want_julia=1; want_spark=1 ;;
     *) echo "install-deps: unknown group '$g'" >&2; exit 2 ;;
   esac
 done
@@ -37,12 +42,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ "$want_python" -eq 1 ]; then
   # pip skips what is already installed at a satisfying version.
-  python3 -m pip install -q --disable-pip-version-check -r bindings/python/requirements-test.txt
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore -r bindings/python/requirements-test.txt
   # torch: PyPI's Linux wheel (with its CUDA wheels) unless torch already imports.
   if ! python3 -c "import torch" >/dev/null 2>&1; then
     echo "install-deps: pip install torch (large: CUDA wheels come with it)"
-    python3 -m pip install -q --disable-pip-version-check torch
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore torch
   fi
+fi
+if [ "$want_spark" -eq 1 ]; then
+  # Spark's jars and spark-submit come from the pyspark wheel (Spark 4 needs Java 17).
+  python3 -c "import pyspark" >/dev/null 2>&1 ||
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "pyspark>=4.0,<5"
 fi
 if [ "$want_julia" -eq 1 ]; then
   # Julia 1.5.3 from Debian bullseye's packages, into a private prefix.

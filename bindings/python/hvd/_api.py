@@ -214,7 +214,9 @@ def build_params(comm, params):
         if value is None:
             continue
         if key == "oob_allgather":
-            fn = _wrap_oob(value)
+            if params.get("size") is None:
+                raise TypeError("hvd.init: oob_allgather needs size= (and rank=) as well")
+            fn = _wrap_oob(value, int(params["size"]))
             keep.append(fn)
             p.oob_allgather = fn
             p.mask |= C.HVD_PARAM_OOB
@@ -279,7 +281,7 @@ def _apply_comm(p, keep, comm, params):
             local.Free()
 
 
-def _wrap_oob(fn):
+def _wrap_oob(fn, size):
     """oob_allgather(data: bytes) -> bytes of every rank's data, in rank order."""
     if not callable(fn):
         raise TypeError("hvd.init: oob_allgather must be callable(bytes) -> bytes")
@@ -288,9 +290,10 @@ def _wrap_oob(fn):
         try:
             data = ctypes.string_at(send, nbytes) if nbytes else b""
             out = bytes(fn(data))
-            if len(out) % max(nbytes, 1) != 0 or len(out) < nbytes:
-                raise ValueError(f"oob_allgather returned {len(out)} bytes, expected a "
-                                 f"multiple of {nbytes}")
+            # recv holds exactly size * nbytes bytes: never write past it.
+            if len(out) != size * nbytes:
+                raise ValueError(f"oob_allgather returned {len(out)} bytes, expected "
+                                 f"{size} x {nbytes} = {size * nbytes}")
             ctypes.memmove(recv, out, len(out))
             return 0
         except BaseException:  # noqa: B902 - must not unwind through C

@@ -1,0 +1,141 @@
+package org.hvd;
+
+import java.nio.Buffer;
+import java.nio.ByteBuffer;
+import org.hvd.swig.HvdNative;
+
+/**
+ * Horovod-style API on the default context.
+ *
+ * <pre>{@code
+ * Hvd.init();                                   // hvdrun, torchrun, mpirun, Slurm, or a world of one
+ * float[] avg = Hvd.allreduce("grad", grad, ReduceOp.AVERAGE);
+ * Hvd.shutdown();
+ * }</pre>
+ *
+ * {@link #init()} is reference counted like hvd_init: every call needs a
+ * {@link #shutdown()}. For several communicators in one JVM (Spark local mode,
+ * threads as ranks) use {@link HvdContext#create} instead.
+ */
+public final class Hvd {
+  private static HvdContext current;  // the default context's facade while initialized
+  private static int refs;
+
+  private Hvd() {}
+
+  /** Initializes from the environment (launcher variables, HVD_*), or a world of one. */
+  public static void init() {
+    init(null);
+  }
+
+  /** Initializes with explicit settings; later calls only count a reference. */
+  public static synchronized void init(HvdConfig config) {
+    NativeLibrary.load();
+    if (config == null) config = HvdConfig.fromEnvironment();
+    HvdConfig.OobAdapter oob =
+        config.oobAllgather() == null ? null : new HvdConfig.OobAdapter(config.oobAllgather());
+    org.hvd.swig.HvdjParams params = config.toNative(oob);
+    try {
+      HvdNative.hvdj_init(params);
+    } catch (HvdException e) {
+      if (oob != null && oob.error != null) e.initCause(oob.error);
+      throw e;
+    } finally {
+      params.delete();
+    }
+    if (current == null || current.isClosed()) current = HvdContext.forDefault();
+    refs++;
+  }
+
+  /**
+   * Releases one {@link #init} reference; the last one destroys the default
+   * context (pending operations complete with ABORTED).
+   */
+  public static synchronized void shutdown() {
+    NativeLibrary.load();
+    HvdNative.hvd_shutdown();
+    if (refs > 0) refs--;
+    if (!isInitialized() && current != null) {
+      current.markShutDown();
+      current = null;
+      refs = 0;
+    }
+  }
+
+  public static boolean isInitialized() {
+    NativeLibrary.load();
+    int[] out = new int[1];
+    HvdNative.hvd_is_initialized(out);
+    return out[0] != 0;
+  }
+
+  /** The default context (valid until the last {@link #shutdown()}). */
+  public static synchronized HvdContext context() {
+    if (current == null || !isInitialized()) {
+      throw new HvdException(HvdException.NOT_INITIALIZED, "Hvd.context",
+          "hvd is not initialized: call Hvd.init() first");
+    }
+    return current;
+  }
+
+  /** Run-time version of the loaded libhvd: {major, minor, patch}. */
+  public static int[] libraryVersion() {
+    NativeLibrary.load();
+    int[] a = new int[1], b = new int[1], c = new int[1];
+    HvdNative.hvd_version(a, b, c);
+    return new int[] {a[0], b[0], c[0]};
+  }
+
+  /** The folder libhvd was loaded from (the jar's extraction folder, or -Dhvd.native.path). */
+  public static String libraryFolder() {
+    return NativeLibrary.folder().toString();
+  }
+
+  public static int rank() { return context().rank(); }
+  public static int size() { return context().size(); }
+  public static int localRank() { return context().localRank(); }
+  public static int localSize() { return context().localSize(); }
+  public static int crossRank() { return context().crossRank(); }
+  public static int crossSize() { return context().crossSize(); }
+
+  // ---- collectives on the default context (see HvdContext for the contract) ----
+
+  public static float[] allreduce(float[] data, ReduceOp op) { return context().allreduce(data, op); }
+  public static float[] allreduce(String name, float[] data, ReduceOp op) { return context().allreduce(name, data, op); }
+  public static double[] allreduce(double[] data, ReduceOp op) { return context().allreduce(data, op); }
+  public static double[] allreduce(String name, double[] data, ReduceOp op) { return context().allreduce(name, data, op); }
+  public static int[] allreduce(int[] data, ReduceOp op) { return context().allreduce(data, op); }
+  public static int[] allreduce(String name, int[] data, ReduceOp op) { return context().allreduce(name, data, op); }
+  public static long[] allreduce(long[] data, ReduceOp op) { return context().allreduce(data, op); }
+  public static long[] allreduce(String name, long[] data, ReduceOp op) { return context().allreduce(name, data, op); }
+  public static <B extends Buffer> B allreduce(String name, B in, B out, ReduceOp op) { return context().allreduce(name, in, out, op); }
+
+  public static HvdHandle<float[]> allreduceAsync(String name, float[] data, ReduceOp op) { return context().allreduceAsync(name, data, op); }
+  public static HvdHandle<double[]> allreduceAsync(String name, double[] data, ReduceOp op) { return context().allreduceAsync(name, data, op); }
+  public static HvdHandle<int[]> allreduceAsync(String name, int[] data, ReduceOp op) { return context().allreduceAsync(name, data, op); }
+  public static HvdHandle<long[]> allreduceAsync(String name, long[] data, ReduceOp op) { return context().allreduceAsync(name, data, op); }
+  public static <B extends Buffer> HvdHandle<B> allreduceAsync(String name, B in, B out, ReduceOp op) { return context().allreduceAsync(name, in, out, op); }
+
+  public static float[][] groupedAllreduce(String[] names, float[][] data, ReduceOp op) { return context().groupedAllreduce(names, data, op); }
+  public static double[][] groupedAllreduce(String[] names, double[][] data, ReduceOp op) { return context().groupedAllreduce(names, data, op); }
+
+  public static float[] allgather(String name, float[] data) { return context().allgather(name, data); }
+  public static double[] allgather(String name, double[] data) { return context().allgather(name, data); }
+  public static int[] allgather(String name, int[] data) { return context().allgather(name, data); }
+  public static long[] allgather(String name, long[] data) { return context().allgather(name, data); }
+  public static Gathered allgather(String name, ByteBuffer in, DataType dtype, long[] shape) { return context().allgather(name, in, dtype, shape); }
+  public static HvdHandle<float[]> allgatherAsync(String name, float[] data) { return context().allgatherAsync(name, data); }
+  public static HvdHandle<double[]> allgatherAsync(String name, double[] data) { return context().allgatherAsync(name, data); }
+
+  public static float[] broadcast(String name, float[] data, int root) { return context().broadcast(name, data, root); }
+  public static double[] broadcast(String name, double[] data, int root) { return context().broadcast(name, data, root); }
+  public static int[] broadcast(String name, int[] data, int root) { return context().broadcast(name, data, root); }
+  public static long[] broadcast(String name, long[] data, int root) { return context().broadcast(name, data, root); }
+  public static <B extends Buffer> B broadcast(String name, B in, B out, int root) { return context().broadcast(name, in, out, root); }
+  public static HvdHandle<float[]> broadcastAsync(String name, float[] data, int root) { return context().broadcastAsync(name, data, root); }
+  public static HvdHandle<double[]> broadcastAsync(String name, double[] data, int root) { return context().broadcastAsync(name, data, root); }
+
+  public static void barrier() { context().barrier(); }
+  public static HvdHandle<Void> barrierAsync() { return context().barrierAsync(); }
+  public static void join() { context().join(); }
+}

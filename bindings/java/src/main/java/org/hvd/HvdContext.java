@@ -1,0 +1,765 @@
+package org.hvd;
+
+import java.nio.Buffer;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.DoubleBuffer;
+import java.nio.FloatBuffer;
+import java.nio.IntBuffer;
+import java.nio.LongBuffer;
+import java.nio.ShortBuffer;
+import java.util.ArrayList;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.BooleanSupplier;
+import org.hvd.swig.HvdNative;
+import org.hvd.swig.HvdjParams;
+
+/**
+ * A communicator: the ranks of one job, with its own background thread,
+ * transport and fusion buffer. Any number may live in one JVM (threads as
+ * ranks, Spark local mode, sub-jobs); {@link #create} is collective over the
+ * ranks, and {@link #close()} destroys it (pending operations complete with
+ * {@link HvdException#ABORTED}, peers are told).
+ *
+ * <p>Operations are matched across ranks by name, not call order. Overloads
+ * without a name use {@code <op>.noname.<n>}, counted per context: ranks must
+ * then issue their unnamed operations in the same order.
+ *
+ * <p>Data:
+ * <ul>
+ *   <li>arrays ({@code float[]}, {@code double[]}, {@code int[]}, {@code long[]}):
+ *       copied once into native memory, and the result copied once into a new
+ *       array; the argument is never modified;
+ *   <li>direct buffers in native byte order ({@link ByteBuffer#allocateDirect} +
+ *       {@code order(ByteOrder.nativeOrder())}, or views of one): zero-copy, from
+ *       {@code position()} for {@code remaining()} elements, positions unchanged;
+ *       {@code in == out} works in place;
+ *   <li>other buffers (heap, read-only input, other byte order): copied once each way.
+ * </ul>
+ * Typed buffers imply the element type (Float: FLOAT32, Double: FLOAT64, Int:
+ * INT32, Long: INT64, Short: INT16, Byte: INT8); a ByteBuffer with an explicit
+ * {@link DataType} holds raw elements in native byte order.
+ */
+public final class HvdContext implements AutoCloseable {
+  private final boolean isDefault;
+  private volatile long ptr;  // 0 for the default context (NULL in the C API)
+  private volatile boolean closed;
+  private final ReentrantReadWriteLock life = new ReentrantReadWriteLock();
+  private final Set<HvdHandle<?>> pending = ConcurrentHashMap.newKeySet();
+  private final ConcurrentHashMap<String, AtomicLong> unnamed = new ConcurrentHashMap<>();
+  private volatile BooleanSupplier cancellation;
+
+  private HvdContext(long ptr, boolean isDefault) {
+    this.ptr = ptr;
+    this.isDefault = isDefault;
+  }
+
+  /** Creates a context (collective: every rank of the job calls it). */
+  public static HvdContext create(HvdConfig config) {
+    NativeLibrary.load();
+    if (config == null) config = HvdConfig.fromEnvironment();
+    HvdConfig.OobAdapter oob =
+        config.oobAllgather() == null ? null : new HvdConfig.OobAdapter(config.oobAllgather());
+    HvdjParams params = config.toNative(oob);
+    long[] out = new long[1];
+    try {
+      HvdNative.hvdj_context_create(params, out);
+    } catch (HvdException e) {
+      if (oob != null && oob.error != null) e.initCause(oob.error);
+      throw e;
+    } finally {
+      params.delete();
+    }
+    return new HvdContext(out[0], false);
+  }
+
+  /** The default context's facade (made by {@link Hvd}). */
+  static HvdContext forDefault() {
+    return new HvdContext(0, true);
+  }
+
+  /**
+   * A check run between wait slices: when it returns true, blocking calls and
+   * {@link HvdHandle#await()} throw {@link HvdException#ABORTED}. The Spark
+   * runner sets it to the task's kill flag, so a killed task leaves a
+   * collective within about 0.1 s.
+   */
+  public void setCancellationCheck(BooleanSupplier check) {
+    this.cancellation = check;
+  }
+
+  boolean isCancelled() {
+    BooleanSupplier c = cancellation;
+    try {
+      return c != null && c.getAsBoolean();
+    } catch (RuntimeException e) {
+      return false;
+    }
+  }
+
+  /** True for the context of {@link Hvd#init()}. */
+  public boolean isDefault() {
+    return isDefault;
+  }
+
+  public boolean isClosed() {
+    return closed;
+  }
+
+  /**
+   * Destroys an explicit context: pending operations complete with ABORTED and
+   * the other ranks are told. Idempotent. For the default context use
+   * {@link Hvd#shutdown()}; close() on it does nothing.
+   */
+  @Override
+  public void close() {
+    if (isDefault) return;
+    life.writeLock().lock();
+    try {
+      if (closed) return;
+      closed = true;
+      long p = ptr;
+      ptr = 0;
+      try {
+        HvdNative.hvd_context_destroy(p);
+      } finally {
+        abandonAll("the context was closed");
+      }
+    } finally {
+      life.writeLock().unlock();
+    }
+  }
+
+  /** The default context was destroyed by its last {@link Hvd#shutdown()}. */
+  void markShutDown() {
+    life.writeLock().lock();
+    try {
+      closed = true;
+      abandonAll("hvd was shut down");
+    } finally {
+      life.writeLock().unlock();
+    }
+  }
+
+  private void abandonAll(String why) {
+    for (HvdHandle<?> h : new ArrayList<>(pending)) h.abandon(why);
+    pending.clear();
+  }
+
+  void forget(HvdHandle<?> h) {
+    pending.remove(h);
+  }
+
+  // ---- topology -------------------------------------------------------------
+
+  public int rank() {
+    return intQuery(0);
+  }
+
+  public int size() {
+    return intQuery(1);
+  }
+
+  public int localRank() {
+    return intQuery(2);
+  }
+
+  public int localSize() {
+    return intQuery(3);
+  }
+
+  public int crossRank() {
+    return intQuery(4);
+  }
+
+  public int crossSize() {
+    return intQuery(5);
+  }
+
+  /** The transport in use: "local", "gloo", "mpi", ... */
+  public String transport() {
+    String[] out = new String[1];
+    life.readLock().lock();
+    try {
+      checkOpen();
+      HvdNative.hvd_context_transport(ptr, out);
+    } finally {
+      life.readLock().unlock();
+    }
+    return out[0];
+  }
+
+  private int intQuery(int which) {
+    int[] out = new int[1];
+    life.readLock().lock();
+    try {
+      checkOpen();
+      long p = ptr;
+      switch (which) {
+        case 0: HvdNative.hvd_context_rank(p, out); break;
+        case 1: HvdNative.hvd_context_size(p, out); break;
+        case 2: HvdNative.hvd_context_local_rank(p, out); break;
+        case 3: HvdNative.hvd_context_local_size(p, out); break;
+        case 4: HvdNative.hvd_context_cross_rank(p, out); break;
+        default: HvdNative.hvd_context_cross_size(p, out); break;
+      }
+    } finally {
+      life.readLock().unlock();
+    }
+    return out[0];
+  }
+
+  private void checkOpen() {
+    if (closed) {
+      throw new HvdException(HvdException.NOT_INITIALIZED, "HvdContext",
+          isDefault ? "hvd is not initialized (Hvd.init)" : "the context was closed");
+    }
+  }
+
+  // ---- allreduce --------------------------------------------------------------
+
+  /** Element-wise reduction over ranks; returns a new array. */
+  public float[] allreduce(float[] data, ReduceOp op) {
+    return allreduceAsync(null, data, op).await();
+  }
+
+  public float[] allreduce(String name, float[] data, ReduceOp op) {
+    return allreduceAsync(name, data, op).await();
+  }
+
+  public double[] allreduce(double[] data, ReduceOp op) {
+    return allreduceAsync(null, data, op).await();
+  }
+
+  public double[] allreduce(String name, double[] data, ReduceOp op) {
+    return allreduceAsync(name, data, op).await();
+  }
+
+  public int[] allreduce(int[] data, ReduceOp op) {
+    return allreduceAsync(null, data, op).await();
+  }
+
+  public int[] allreduce(String name, int[] data, ReduceOp op) {
+    return allreduceAsync(name, data, op).await();
+  }
+
+  public long[] allreduce(long[] data, ReduceOp op) {
+    return allreduceAsync(null, data, op).await();
+  }
+
+  public long[] allreduce(String name, long[] data, ReduceOp op) {
+    return allreduceAsync(name, data, op).await();
+  }
+
+  public HvdHandle<float[]> allreduceAsync(String name, float[] data, ReduceOp op) {
+    return arrayAllreduce(name, data, DataType.FLOAT32, op);
+  }
+
+  public HvdHandle<double[]> allreduceAsync(String name, double[] data, ReduceOp op) {
+    return arrayAllreduce(name, data, DataType.FLOAT64, op);
+  }
+
+  public HvdHandle<int[]> allreduceAsync(String name, int[] data, ReduceOp op) {
+    return arrayAllreduce(name, data, DataType.INT32, op);
+  }
+
+  public HvdHandle<long[]> allreduceAsync(String name, long[] data, ReduceOp op) {
+    return arrayAllreduce(name, data, DataType.INT64, op);
+  }
+
+  /** Reduces in into out (same element count; in == out: in place); returns out. */
+  public <B extends Buffer> B allreduce(String name, B in, B out, ReduceOp op) {
+    return allreduceAsync(name, in, out, op).await();
+  }
+
+  public <B extends Buffer> HvdHandle<B> allreduceAsync(String name, B in, B out, ReduceOp op) {
+    DataType dt = typeOf(in);
+    return bufferAllreduce(name, in, out, dt, null, op, 1.0, 1.0);
+  }
+
+  /**
+   * The full form: raw elements of dtype in native byte order, an optional shape
+   * (null: one dimension), and scaling (result = postscale * reduce(prescale * in)).
+   */
+  public HvdHandle<ByteBuffer> allreduceAsync(String name, ByteBuffer in, ByteBuffer out,
+                                              DataType dtype, long[] shape, ReduceOp op,
+                                              double prescale, double postscale) {
+    return bufferAllreduce(name, in, out, dtype, shape, op, prescale, postscale);
+  }
+
+  /**
+   * Several allreduces negotiated and fused as one unit (for example a model's
+   * gradients); none starts until all are ready on every rank.
+   */
+  public float[][] groupedAllreduce(String[] names, float[][] data, ReduceOp op) {
+    return groupedAllreduceAsync(names, data, op).await();
+  }
+
+  public double[][] groupedAllreduce(String[] names, double[][] data, ReduceOp op) {
+    return groupedAllreduceAsync(names, data, op).await();
+  }
+
+  public HvdHandle<float[][]> groupedAllreduceAsync(String[] names, float[][] data, ReduceOp op) {
+    return grouped(names, data, DataType.FLOAT32, op);
+  }
+
+  public HvdHandle<double[][]> groupedAllreduceAsync(String[] names, double[][] data, ReduceOp op) {
+    return grouped(names, data, DataType.FLOAT64, op);
+  }
+
+  // ---- allgather --------------------------------------------------------------
+
+  /** Concatenates every rank's array in rank order (lengths may differ). */
+  public float[] allgather(String name, float[] data) {
+    return allgatherAsync(name, data).await();
+  }
+
+  public double[] allgather(String name, double[] data) {
+    return allgatherAsync(name, data).await();
+  }
+
+  public int[] allgather(String name, int[] data) {
+    return allgatherAsync(name, data).await();
+  }
+
+  public long[] allgather(String name, long[] data) {
+    return allgatherAsync(name, data).await();
+  }
+
+  public HvdHandle<float[]> allgatherAsync(String name, float[] data) {
+    return arrayAllgather(name, data, DataType.FLOAT32);
+  }
+
+  public HvdHandle<double[]> allgatherAsync(String name, double[] data) {
+    return arrayAllgather(name, data, DataType.FLOAT64);
+  }
+
+  public HvdHandle<int[]> allgatherAsync(String name, int[] data) {
+    return arrayAllgather(name, data, DataType.INT32);
+  }
+
+  public HvdHandle<long[]> allgatherAsync(String name, long[] data) {
+    return arrayAllgather(name, data, DataType.INT64);
+  }
+
+  /**
+   * Concatenates along the first dimension of shape (null: one dimension of
+   * in.remaining() / dtype.size() elements); the other dimensions must agree.
+   */
+  public Gathered allgather(String name, ByteBuffer in, DataType dtype, long[] shape) {
+    return allgatherAsync(name, in, dtype, shape).await();
+  }
+
+  public HvdHandle<Gathered> allgatherAsync(String name, ByteBuffer in, DataType dtype, long[] shape) {
+    String n = name(name, "allgather");
+    Staged s = stage(in, dtype, true, false);
+    long[] shp = shapeOf(shape, s.count);
+    return submit("allgather '" + n + "'", new Object[] {in}, s::free,
+        h -> gatheredOf(h, dtype),
+        out -> HvdNative.hvdj_allgather_async(ptr, n, s.view, dtype.code(), shp, out));
+  }
+
+  // ---- broadcast ----------------------------------------------------------------
+
+  /** Root's array to every rank (same length everywhere); returns a new array. */
+  public float[] broadcast(String name, float[] data, int root) {
+    return broadcastAsync(name, data, root).await();
+  }
+
+  public double[] broadcast(String name, double[] data, int root) {
+    return broadcastAsync(name, data, root).await();
+  }
+
+  public int[] broadcast(String name, int[] data, int root) {
+    return broadcastAsync(name, data, root).await();
+  }
+
+  public long[] broadcast(String name, long[] data, int root) {
+    return broadcastAsync(name, data, root).await();
+  }
+
+  public HvdHandle<float[]> broadcastAsync(String name, float[] data, int root) {
+    return arrayBroadcast(name, data, DataType.FLOAT32, root);
+  }
+
+  public HvdHandle<double[]> broadcastAsync(String name, double[] data, int root) {
+    return arrayBroadcast(name, data, DataType.FLOAT64, root);
+  }
+
+  public HvdHandle<int[]> broadcastAsync(String name, int[] data, int root) {
+    return arrayBroadcast(name, data, DataType.INT32, root);
+  }
+
+  public HvdHandle<long[]> broadcastAsync(String name, long[] data, int root) {
+    return arrayBroadcast(name, data, DataType.INT64, root);
+  }
+
+  /** Root's in to every rank's out (in == out: in place); returns out. */
+  public <B extends Buffer> B broadcast(String name, B in, B out, int root) {
+    return broadcastAsync(name, in, out, root).await();
+  }
+
+  public <B extends Buffer> HvdHandle<B> broadcastAsync(String name, B in, B out, int root) {
+    DataType dt = typeOf(in);
+    String n = name(name, "broadcast");
+    Staged si = stage(in, dt, true, false);
+    Staged so = in == out ? si : stage(out, dt, false, true);
+    try {
+      checkCount(si, so, "broadcast");
+    } catch (RuntimeException e) {
+      si.free();
+      if (so != si) so.free();
+      throw e;
+    }
+    long[] shp = shapeOf(null, si.count);
+    return submit("broadcast '" + n + "'", new Object[] {in, out}, () -> {
+          si.free();
+          if (so != si) so.free();
+        },
+        h -> {
+          so.copyBack(out);
+          return out;
+        },
+        o -> HvdNative.hvdj_broadcast_async(ptr, n, si.view, so.view, dt.code(), shp, root, o));
+  }
+
+  // ---- barrier, join ------------------------------------------------------------
+
+  /** Returns once every rank has called it. */
+  public void barrier() {
+    barrierAsync().await();
+  }
+
+  public HvdHandle<Void> barrierAsync() {
+    return submit("barrier", null, null, null, out -> HvdNative.hvd_barrier_async(ptr, out));
+  }
+
+  /**
+   * Marks this rank as out of data (uneven inputs): until every rank has joined,
+   * it takes part in the others' allreduces with zeros. Returns once all have.
+   */
+  public void join() {
+    submit("join", null, null, null, out -> HvdNative.hvd_join_async(ptr, out)).await();
+  }
+
+  // ---- internals: submission --------------------------------------------------
+
+  private interface Submit {
+    void call(long[] handleOut);
+  }
+
+  private <T> HvdHandle<T> submit(String description, Object keepAlive, Runnable cleanup,
+                                  HvdHandle.Completion<T> completion, Submit call) {
+    reap();
+    long[] out = new long[1];
+    life.readLock().lock();
+    try {
+      checkOpen();
+      call.call(out);
+    } catch (RuntimeException e) {
+      if (cleanup != null) cleanup.run();
+      throw e;
+    } finally {
+      life.readLock().unlock();
+    }
+    HvdHandle<T> h = new HvdHandle<>(this, out[0], description, keepAlive, completion, cleanup);
+    pending.add(h);
+    return h;
+  }
+
+  /** Releases handles that completed without anyone awaiting them. */
+  private void reap() {
+    if (pending.size() < 64) return;
+    for (HvdHandle<?> h : new ArrayList<>(pending)) h.reapIfDone();
+  }
+
+  private String name(String name, String op) {
+    if (name != null) return name;
+    return op + ".noname." + unnamed.computeIfAbsent(op, k -> new AtomicLong()).getAndIncrement();
+  }
+
+  private <T> HvdHandle<T> arrayAllreduce(String name, Object data, DataType dt, ReduceOp op) {
+    String n = name(name, "allreduce");
+    Staged s = Staged.ofArray(data, dt);
+    long[] shp = shapeOf(null, s.count);
+    @SuppressWarnings("unchecked")
+    HvdHandle.Completion<T> done = h -> (T) s.toArray();
+    return submit("allreduce '" + n + "'", null, s::free, done,
+        out -> HvdNative.hvdj_allreduce_async(ptr, n, s.view, s.view, dt.code(), shp, op.code(),
+            1.0, 1.0, out));
+  }
+
+  private <B extends Buffer> HvdHandle<B> bufferAllreduce(String name, B in, B out, DataType dt,
+                                                          long[] shape, ReduceOp op,
+                                                          double prescale, double postscale) {
+    String n = name(name, "allreduce");
+    Staged si = stage(in, dt, true, false);
+    Staged so = in == out ? si : stage(out, dt, false, true);
+    long[] shp;
+    try {
+      checkCount(si, so, "allreduce");
+      shp = shapeOf(shape, si.count);
+    } catch (RuntimeException e) {
+      si.free();
+      if (so != si) so.free();
+      throw e;
+    }
+    return submit("allreduce '" + n + "'", new Object[] {in, out}, () -> {
+          si.free();
+          if (so != si) so.free();
+        },
+        h -> {
+          so.copyBack(out);
+          return out;
+        },
+        o -> HvdNative.hvdj_allreduce_async(ptr, n, si.view, so.view, dt.code(), shp, op.code(),
+            prescale, postscale, o));
+  }
+
+  private <T> HvdHandle<T> grouped(String[] names, Object[] data, DataType dt, ReduceOp op) {
+    if (names == null || data == null || names.length != data.length || names.length == 0) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, "groupedAllreduce",
+          "names and data must be non-empty and of one length");
+    }
+    int k = data.length;
+    Staged[] st = new Staged[k];
+    Buffer[] views = new Buffer[k];
+    long[] counts = new long[k];
+    String[] ns = new String[k];
+    for (int i = 0; i < k; ++i) {
+      ns[i] = names[i] != null ? names[i] : name(null, "allreduce");
+      st[i] = Staged.ofArray(data[i], dt);
+      views[i] = st[i].view;
+      counts[i] = st[i].count;
+    }
+    Runnable free = () -> {
+      for (Staged s : st) s.free();
+    };
+    Object[] tensors = {ns, views, views, counts};
+    @SuppressWarnings("unchecked")
+    HvdHandle.Completion<T> done = h -> {
+      Object[] res = dt == DataType.FLOAT32 ? new float[k][] : new double[k][];
+      for (int i = 0; i < k; ++i) res[i] = st[i].toArray();
+      return (T) res;
+    };
+    return submit("grouped allreduce '" + ns[0] + "' (+" + (k - 1) + ")", null, free, done,
+        out -> HvdNative.hvdj_grouped_allreduce_async(ptr, tensors, dt.code(), op.code(), 1.0, 1.0,
+            out));
+  }
+
+  private <T> HvdHandle<T> arrayAllgather(String name, Object data, DataType dt) {
+    String n = name(name, "allgather");
+    Staged s = Staged.ofArray(data, dt);
+    long[] shp = shapeOf(null, s.count);
+    @SuppressWarnings("unchecked")
+    HvdHandle.Completion<T> done = h -> (T) arrayOfOutput(h, dt);
+    return submit("allgather '" + n + "'", null, s::free, done,
+        out -> HvdNative.hvdj_allgather_async(ptr, n, s.view, dt.code(), shp, out));
+  }
+
+  private <T> HvdHandle<T> arrayBroadcast(String name, Object data, DataType dt, int root) {
+    String n = name(name, "broadcast");
+    Staged s = Staged.ofArray(data, dt);
+    long[] shp = shapeOf(null, s.count);
+    @SuppressWarnings("unchecked")
+    HvdHandle.Completion<T> done = h -> (T) s.toArray();
+    return submit("broadcast '" + n + "'", null, s::free, done,
+        out -> HvdNative.hvdj_broadcast_async(ptr, n, s.view, s.view, dt.code(), shp, root, out));
+  }
+
+  private static long[] shapeOf(long[] shape, long count) {
+    if (shape == null) return new long[] {count};
+    long n = 1;
+    for (long d : shape) n *= d;
+    if (n != count) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext",
+          "shape holds " + n + " elements but the buffer holds " + count);
+    }
+    return shape.clone();
+  }
+
+  private static void checkCount(Staged in, Staged out, String op) {
+    if (out.count < in.count) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, op,
+          "the output holds " + out.count + " elements, the input " + in.count);
+    }
+  }
+
+  private static Object arrayOfOutput(long h, DataType dt) {
+    ByteBuffer v = (ByteBuffer) HvdNative.hvdj_handle_output_view(h);
+    int n = v == null ? 0 : v.capacity() / dt.size();
+    if (v != null) v.order(ByteOrder.nativeOrder());
+    switch (dt) {
+      case FLOAT32: { float[] a = new float[n]; if (n > 0) v.asFloatBuffer().get(a); return a; }
+      case FLOAT64: { double[] a = new double[n]; if (n > 0) v.asDoubleBuffer().get(a); return a; }
+      case INT32: { int[] a = new int[n]; if (n > 0) v.asIntBuffer().get(a); return a; }
+      case INT64: { long[] a = new long[n]; if (n > 0) v.asLongBuffer().get(a); return a; }
+      default: throw new IllegalArgumentException("no array type for " + dt);
+    }
+  }
+
+  private static Gathered gatheredOf(long h, DataType dt) {
+    ByteBuffer v = (ByteBuffer) HvdNative.hvdj_handle_output_view(h);
+    long[] shape = HvdNative.hvdj_handle_output_shape(h);
+    int bytes = v == null ? 0 : v.capacity();
+    ByteBuffer copy = ByteBuffer.allocateDirect(bytes).order(ByteOrder.nativeOrder());
+    if (v != null) copy.put(v);
+    copy.flip();
+    return new Gathered(copy, dt, shape);
+  }
+
+  // ---- internals: staging of Java data for native code -----------------------
+
+  static DataType typeOf(Buffer b) {
+    if (b instanceof FloatBuffer) return DataType.FLOAT32;
+    if (b instanceof DoubleBuffer) return DataType.FLOAT64;
+    if (b instanceof IntBuffer) return DataType.INT32;
+    if (b instanceof LongBuffer) return DataType.INT64;
+    if (b instanceof ShortBuffer) return DataType.INT16;
+    if (b instanceof ByteBuffer) return DataType.INT8;
+    throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext",
+        "unsupported buffer type " + (b == null ? "null" : b.getClass().getName()));
+  }
+
+  private static ByteOrder orderOf(Buffer b) {
+    if (b instanceof ByteBuffer) return ByteOrder.nativeOrder();  // raw bytes: the caller's order
+    if (b instanceof FloatBuffer) return ((FloatBuffer) b).order();
+    if (b instanceof DoubleBuffer) return ((DoubleBuffer) b).order();
+    if (b instanceof IntBuffer) return ((IntBuffer) b).order();
+    if (b instanceof LongBuffer) return ((LongBuffer) b).order();
+    if (b instanceof ShortBuffer) return ((ShortBuffer) b).order();
+    return null;
+  }
+
+  private static Staged stage(Buffer b, DataType dt, boolean input, boolean output) {
+    if (b == null) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext", "buffer is null");
+    }
+    long count;
+    if (b instanceof ByteBuffer) {
+      if (b.remaining() % dt.size() != 0) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext",
+            "a ByteBuffer of " + b.remaining() + " bytes does not hold whole " + dt + " elements");
+      }
+      count = b.remaining() / dt.size();
+    } else {
+      if (typeOf(b).size() != dt.size()) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext",
+            b.getClass().getSimpleName() + " cannot hold " + dt);
+      }
+      count = b.remaining();
+    }
+    boolean zeroCopy = b.isDirect() && orderOf(b) == ByteOrder.nativeOrder()
+        && !(output && b.isReadOnly());
+    if (zeroCopy) return new Staged(b.slice(), null, count, dt);
+    if (output && b.isReadOnly()) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext", "the output buffer is read-only");
+    }
+    ByteBuffer scratch = Staged.alloc(count * dt.size());
+    Staged s = new Staged(scratch, scratch, count, dt);
+    if (input) s.copyIn(b);
+    return s;
+  }
+
+  /** Data as native code sees it: a direct view, and scratch memory to free. */
+  static final class Staged {
+    final Buffer view;
+    final ByteBuffer scratch;  // non-null when this copy owns native memory
+    final long count;
+    final DataType dtype;
+    private boolean freed;
+
+    Staged(Buffer view, ByteBuffer scratch, long count, DataType dtype) {
+      this.view = view;
+      this.scratch = scratch;
+      this.count = count;
+      this.dtype = dtype;
+    }
+
+    static ByteBuffer alloc(long bytes) {
+      if (bytes > Integer.MAX_VALUE) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext",
+            "a copied tensor is limited to 2 GiB; use a direct ByteBuffer view per chunk");
+      }
+      ByteBuffer b = (ByteBuffer) HvdNative.hvdj_alloc(bytes);
+      return b.order(ByteOrder.nativeOrder());
+    }
+
+    static Staged ofArray(Object data, DataType dt) {
+      if (data == null) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext", "array is null");
+      }
+      int n;
+      switch (dt) {
+        case FLOAT32: n = ((float[]) data).length; break;
+        case FLOAT64: n = ((double[]) data).length; break;
+        case INT32: n = ((int[]) data).length; break;
+        case INT64: n = ((long[]) data).length; break;
+        default: throw new IllegalArgumentException(dt.toString());
+      }
+      ByteBuffer s = alloc((long) n * dt.size());
+      switch (dt) {
+        case FLOAT32: s.asFloatBuffer().put((float[]) data); break;
+        case FLOAT64: s.asDoubleBuffer().put((double[]) data); break;
+        case INT32: s.asIntBuffer().put((int[]) data); break;
+        default: s.asLongBuffer().put((long[]) data); break;
+      }
+      return new Staged(s, s, n, dt);
+    }
+
+    Object toArray() {
+      int n = (int) count;
+      ByteBuffer s = scratch.duplicate().order(ByteOrder.nativeOrder());
+      switch (dtype) {
+        case FLOAT32: { float[] a = new float[n]; s.asFloatBuffer().get(a); return a; }
+        case FLOAT64: { double[] a = new double[n]; s.asDoubleBuffer().get(a); return a; }
+        case INT32: { int[] a = new int[n]; s.asIntBuffer().get(a); return a; }
+        default: { long[] a = new long[n]; s.asLongBuffer().get(a); return a; }
+      }
+    }
+
+    void copyIn(Buffer src) {
+      ByteBuffer s = scratch.duplicate().order(ByteOrder.nativeOrder());
+      if (src instanceof ByteBuffer) s.put(((ByteBuffer) src).duplicate());
+      else if (src instanceof FloatBuffer) s.asFloatBuffer().put(((FloatBuffer) src).duplicate());
+      else if (src instanceof DoubleBuffer) s.asDoubleBuffer().put(((DoubleBuffer) src).duplicate());
+      else if (src instanceof IntBuffer) s.asIntBuffer().put(((IntBuffer) src).duplicate());
+      else if (src instanceof LongBuffer) s.asLongBuffer().put(((LongBuffer) src).duplicate());
+      else ((ShortBuffer) s.asShortBuffer()).put(((ShortBuffer) src).duplicate());
+    }
+
+    /** Copies the result into dst when this is a copy (a zero-copy view needs nothing). */
+    void copyBack(Buffer dst) {
+      if (scratch == null) return;
+      ByteBuffer s = scratch.duplicate().order(ByteOrder.nativeOrder());
+      int n = (int) count;
+      if (dst instanceof ByteBuffer) {
+        ((ByteBuffer) dst).duplicate().put(s);
+      } else if (dst instanceof FloatBuffer) {
+        ((FloatBuffer) dst).duplicate().put(s.asFloatBuffer().limit(n));
+      } else if (dst instanceof DoubleBuffer) {
+        ((DoubleBuffer) dst).duplicate().put(s.asDoubleBuffer().limit(n));
+      } else if (dst instanceof IntBuffer) {
+        ((IntBuffer) dst).duplicate().put(s.asIntBuffer().limit(n));
+      } else if (dst instanceof LongBuffer) {
+        ((LongBuffer) dst).duplicate().put(s.asLongBuffer().limit(n));
+      } else {
+        ((ShortBuffer) dst).duplicate().put(s.asShortBuffer().limit(n));
+      }
+    }
+
+    synchronized void free() {
+      if (freed || scratch == null) return;
+      freed = true;
+      HvdNative.hvdj_free(scratch);
+    }
+  }
+
+  /** For tests: operations this context still tracks. */
+  int pendingCount() {
+    return pending.size();
+  }
+}

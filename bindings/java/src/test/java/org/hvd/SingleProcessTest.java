@@ -1,0 +1,172 @@
+package org.hvd;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.DoubleBuffer;
+import java.nio.FloatBuffer;
+import java.nio.IntBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/** A world of one through the default context (no launcher variables). */
+@Timeout(60)
+class SingleProcessTest {
+  @BeforeEach
+  void init() {
+    Hvd.init();
+  }
+
+  @AfterEach
+  void shutdown() {
+    while (Hvd.isInitialized()) Hvd.shutdown();
+  }
+
+  @Test
+  void topologyOfAWorldOfOne() {
+    assertEquals(0, Hvd.rank());
+    assertEquals(1, Hvd.size());
+    assertEquals(0, Hvd.localRank());
+    assertEquals(1, Hvd.localSize());
+    assertEquals(0, Hvd.crossRank());
+    assertEquals(1, Hvd.crossSize());
+    assertEquals("local", Hvd.context().transport());
+    assertArrayEquals(new int[] {0, 1, 0}, Hvd.libraryVersion());
+  }
+
+  @Test
+  void nativeFilesAreExtractedTogether() {
+    Path dir = Paths.get(Hvd.libraryFolder());
+    assertTrue(Files.isRegularFile(dir.resolve("libhvd_jni.so")), dir.toString());
+    assertTrue(Files.isRegularFile(dir.resolve("libhvd.so.0")), dir.toString());
+    // Every file the jar lists (the transport plugins too) lies beside libhvd.
+    try (java.io.InputStream in = getClass().getClassLoader()
+        .getResourceAsStream("org/hvd/native/" + NativeLibrary.platform() + "/files.txt")) {
+      for (String f : new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8).split("\\s+")) {
+        if (!f.isEmpty()) assertTrue(Files.isRegularFile(dir.resolve(f)), f);
+      }
+    } catch (java.io.IOException e) {
+      throw new AssertionError(e);
+    }
+  }
+
+  @Test
+  void arrayOverloadsReturnNewArrays() {
+    float[] f = {1.5f, -2f, 3f};
+    float[] fr = Hvd.allreduce("f", f, ReduceOp.SUM);
+    assertArrayEquals(f, fr);
+    assertFalse(f == fr);
+    assertArrayEquals(new double[] {0.25, 8}, Hvd.allreduce("d", new double[] {0.25, 8}, ReduceOp.AVERAGE));
+    assertArrayEquals(new int[] {7, -7}, Hvd.allreduce(new int[] {7, -7}, ReduceOp.MAX));
+    assertArrayEquals(new long[] {1L << 40}, Hvd.allreduce(new long[] {1L << 40}, ReduceOp.PRODUCT));
+    assertArrayEquals(new float[0], Hvd.allreduce("empty", new float[0], ReduceOp.SUM));
+    assertArrayEquals(new long[] {4, 5}, Hvd.allgather("g", new long[] {4, 5}));
+    assertArrayEquals(new double[] {9, 10}, Hvd.broadcast("b", new double[] {9, 10}, 0));
+    Hvd.barrier();
+  }
+
+  @Test
+  void directBufferInPlaceIsZeroCopy() {
+    FloatBuffer buf = ByteBuffer.allocateDirect(4 * 4).order(ByteOrder.nativeOrder()).asFloatBuffer();
+    buf.put(new float[] {1, 2, 3, 4}).flip();
+    buf.position(1);  // reduce elements 1..3 only
+    FloatBuffer out = Hvd.allreduce("inplace", buf, buf, ReduceOp.SUM);
+    assertSame(buf, out);
+    assertEquals(1, buf.position(), "positions stay as they were");
+    assertEquals(3f, buf.get(2));
+  }
+
+  @Test
+  void heapAndForeignOrderBuffersAreCopied() {
+    DoubleBuffer in = DoubleBuffer.wrap(new double[] {1, 2, 3});
+    DoubleBuffer out = DoubleBuffer.allocate(3);
+    Hvd.allreduce("heap", in, out, ReduceOp.SUM);
+    assertArrayEquals(new double[] {1, 2, 3}, out.array());
+    IntBuffer big = ByteBuffer.allocateDirect(8).order(ByteOrder.BIG_ENDIAN).asIntBuffer();
+    big.put(0, 0x01020304).put(1, -5);
+    Hvd.allreduce("bigendian", big, big, ReduceOp.SUM);
+    assertEquals(0x01020304, big.get(0));
+    assertEquals(-5, big.get(1));
+  }
+
+  @Test
+  void asyncHandlesPollAndAwait() {
+    HvdHandle<double[]> h = Hvd.allreduceAsync("async", new double[] {2, 4}, ReduceOp.AVERAGE);
+    long deadline = System.nanoTime() + 10_000_000_000L;
+    while (!h.poll()) {
+      assertTrue(System.nanoTime() < deadline, "poll never reported completion");
+    }
+    assertArrayEquals(new double[] {2, 4}, h.await());
+    assertArrayEquals(new double[] {2, 4}, h.await(), "await after completion returns the same result");
+    assertEquals(0, Hvd.context().pendingCount());
+  }
+
+  @Test
+  void groupedAllreduce() {
+    float[][] r = Hvd.groupedAllreduce(new String[] {"w", "b"}, new float[][] {{1, 2}, {3}}, ReduceOp.SUM);
+    assertArrayEquals(new float[] {1, 2}, r[0]);
+    assertArrayEquals(new float[] {3}, r[1]);
+  }
+
+  @Test
+  void allgatherWithShape() {
+    ByteBuffer in = ByteBuffer.allocateDirect(6 * 4).order(ByteOrder.nativeOrder());
+    for (int i = 0; i < 6; ++i) in.putFloat(i);
+    in.flip();
+    Gathered g = Hvd.allgather("shaped", in, DataType.FLOAT32, new long[] {3, 2});
+    assertArrayEquals(new long[] {3, 2}, g.shape());
+    assertArrayEquals(new float[] {0, 1, 2, 3, 4, 5}, g.toFloatArray());
+  }
+
+  @Test
+  void failuresThrowHvdExceptionWithTheLibraryMessage() {
+    HvdException e = assertThrows(HvdException.class, () -> Hvd.broadcast("root", new float[] {1}, 3));
+    assertEquals(HvdException.INVALID_ARGUMENT, e.status());
+    assertTrue(e.getMessage().contains("HVD_ERR_INVALID_ARGUMENT"), e.getMessage());
+    assertTrue(e.libraryMessage().contains("root"), e.libraryMessage());
+
+    ByteBuffer ro = ByteBuffer.allocateDirect(4).asReadOnlyBuffer();
+    e = assertThrows(HvdException.class, () -> Hvd.allreduce("ro", ByteBuffer.allocateDirect(4), ro, ReduceOp.SUM));
+    assertEquals(HvdException.INVALID_ARGUMENT, e.status());
+
+    e = assertThrows(HvdException.class,
+        () -> Hvd.allreduce("short", FloatBuffer.allocate(4), FloatBuffer.allocate(2), ReduceOp.SUM));
+    assertTrue(e.getMessage().contains("output holds 2"), e.getMessage());
+  }
+
+  @Test
+  void callsAfterShutdownThrowNotInitialized() {
+    Hvd.shutdown();
+    assertFalse(Hvd.isInitialized());
+    HvdException e = assertThrows(HvdException.class, () -> Hvd.allreduce(new float[] {1}, ReduceOp.SUM));
+    assertEquals(HvdException.NOT_INITIALIZED, e.status());
+  }
+
+  @Test
+  void initIsReferenceCounted() {
+    Hvd.init();
+    Hvd.shutdown();
+    assertTrue(Hvd.isInitialized());
+    Hvd.shutdown();
+    assertFalse(Hvd.isInitialized());
+  }
+
+  @Test
+  void unknownSettingsAreRejected() {
+    HvdException e = assertThrows(HvdException.class,
+        () -> HvdContext.create(HvdConfig.builder().cycleTimeMs(-1).build()));
+    assertEquals(HvdException.INVALID_ARGUMENT, e.status());
+    assertTrue(e.libraryMessage().contains("cycle time"), e.libraryMessage());
+  }
+}

@@ -1,0 +1,246 @@
+package org.hvd.spark;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.File;
+import java.lang.management.ManagementFactory;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Random;
+import java.util.stream.Collectors;
+import java.util.stream.IntStream;
+import org.apache.spark.SparkException;
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.ml.linalg.SQLDataTypes;
+import org.apache.spark.ml.linalg.Vectors;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructType;
+import org.hvd.HvdConfig;
+import org.hvd.HvdContext;
+import org.hvd.ReduceOp;
+import org.hvd.spark.ml.HvdMlpClassificationModel;
+import org.hvd.spark.ml.HvdMlpClassifier;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.MethodOrderer;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * Real executor JVMs: one local-cluster[2,1,1024] (two workers with one core
+ * each, so a 2-task barrier stage spans two executor processes) shared by every
+ * test. run_tests.sh puts the hvd jar, these classes and the tests on the
+ * executors' class path (spark.executor.extraClassPath, from
+ * -Dhvd.test.executorClasspath).
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+@TestMethodOrder(MethodOrderer.OrderAnnotation.class)
+@Timeout(300)
+class SparkClusterTest {
+  SparkSession spark;
+  JavaSparkContext sc;
+  HvdMlpClassificationModel model;  // fitted by one test, reloaded by the next
+  Dataset<Row> test;
+
+  @BeforeAll
+  void startCluster() {
+    long t0 = System.nanoTime();
+    spark = SparkSession.builder()
+        .master("local-cluster[2,1,1024]")
+        .appName("hvd-spark-tests")
+        .config("spark.executor.extraClassPath", System.getProperty("hvd.test.executorClasspath", ""))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.task.maxFailures", "1")
+        .getOrCreate();
+    sc = JavaSparkContext.fromSparkContext(spark.sparkContext());
+    // Wait for both executors, so that a barrier stage has its two slots.
+    long deadline = System.nanoTime() + 120_000_000_000L;
+    while (spark.sparkContext().getExecutorMemoryStatus().size() < 3) {  // 2 executors + driver
+      if (System.nanoTime() > deadline) throw new AssertionError("executors did not register in 120 s");
+      sleep(200);
+    }
+    System.out.printf("local-cluster up in %.1f s%n", (System.nanoTime() - t0) / 1e9);
+  }
+
+  @AfterAll
+  void stopCluster() {
+    if (spark != null) spark.stop();
+  }
+
+  static void sleep(long ms) {
+    try {
+      Thread.sleep(ms);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  /** What each rank reports back in the allreduce test. */
+  static final class Report implements java.io.Serializable {
+    private static final long serialVersionUID = 1L;
+    int rank, size, localRank, localSize;
+    long pid;
+    double[] sums;
+    long[] gathered;
+  }
+
+  @Test
+  @Order(1)
+  void barrierRunnerAllreducesAcrossExecutors() {
+    JavaRDD<Integer> data = sc.parallelize(IntStream.range(0, 8).boxed().collect(Collectors.toList()), 2);
+    long t0 = System.nanoTime();
+    List<Report> reports = HvdSpark.run(data, (ctx, rows) -> {
+      double sum = 0, count = 0;
+      while (rows.hasNext()) {
+        sum += rows.next();
+        count++;
+      }
+      HvdContext hvd = ctx.hvd();
+      Report r = new Report();
+      r.rank = hvd.rank();
+      r.size = hvd.size();
+      r.localRank = hvd.localRank();
+      r.localSize = hvd.localSize();
+      r.pid = ProcessHandle.current().pid();
+      r.sums = hvd.allreduce("sum", new double[] {sum, count, hvd.rank()}, ReduceOp.SUM);
+      r.gathered = hvd.allgather("pids", new long[] {r.pid});
+      if (r.rank != ctx.rank() || r.size != ctx.size() || r.localRank != ctx.localRank()) {
+        throw new AssertionError("hvd's topology differs from the runner's");
+      }
+      return r;
+    }, HvdConfig.builder().startTimeoutSeconds(60).build());
+    System.out.printf("barrier allreduce job: %.1f s%n", (System.nanoTime() - t0) / 1e9);
+    assertEquals(2, reports.size());
+    for (int rank = 0; rank < 2; ++rank) {
+      Report r = reports.get(rank);
+      assertEquals(rank, r.rank, "results come back in rank order");
+      assertEquals(2, r.size);
+      assertEquals(rank, r.localRank, "both executors run on this host");
+      assertEquals(2, r.localSize);
+      assertArrayEquals(new double[] {28, 8, 1}, r.sums, "0 + 1 + ... + 7 over both partitions");
+      assertArrayEquals(new long[] {reports.get(0).pid, reports.get(1).pid}, r.gathered);
+    }
+    assertNotEquals(reports.get(0).pid, reports.get(1).pid, "two executor JVMs");
+    assertNotEquals(ProcessHandle.current().pid(), reports.get(0).pid, "not the driver");
+  }
+
+  /** Two concentric rings in 2-D: not linearly separable. */
+  Dataset<Row> rings(int n, long seed) {
+    Random rnd = new Random(seed);
+    List<Row> rows = new ArrayList<>();
+    for (int i = 0; i < n; ++i) {
+      int label = i % 2;
+      double radius = label == 0 ? 0.8 * rnd.nextDouble() : 1.4 + 0.8 * rnd.nextDouble();
+      double angle = 2 * Math.PI * rnd.nextDouble();
+      rows.add(RowFactory.create(Vectors.dense(radius * Math.cos(angle), radius * Math.sin(angle)),
+          (double) label));
+    }
+    StructType schema = new StructType()
+        .add("features", SQLDataTypes.VectorType())
+        .add("label", DataTypes.DoubleType);
+    return spark.createDataFrame(rows, schema);
+  }
+
+  static double accuracy(Dataset<Row> scored) {
+    long right = scored.filter("prediction = label").count();
+    return (double) right / scored.count();
+  }
+
+  @Test
+  @Order(2)
+  void estimatorReachesTheStatedAccuracy() {
+    Dataset<Row> train = rings(2000, 1);
+    test = rings(1000, 2).cache();
+    long t0 = System.nanoTime();
+    model = new HvdMlpClassifier()
+        .setNumProc(2).setEpochs(20).setBatchSize(32).setLearningRate(0.5).setHiddenSize(16).setSeed(7)
+        .fit(train);
+    double seconds = (System.nanoTime() - t0) / 1e9;
+    double acc = accuracy(model.transform(test));
+    double[] loss = model.trainingLoss();
+    System.out.printf("fit: %.1f s, loss %.4f -> %.4f, test accuracy %.4f%n", seconds, loss[0],
+        loss[loss.length - 1], acc);
+    assertEquals(2, model.numClasses());
+    assertEquals(2, model.numFeatures());
+    assertTrue(loss[loss.length - 1] < loss[0], "the loss went down");
+    assertTrue(acc >= 0.95, "accuracy " + acc + " on held-out rings, stated: >= 0.95");
+  }
+
+  @Test
+  @Order(3)
+  void savedAndLoadedModelPredictsTheSame() throws Exception {
+    if (model == null) estimatorReachesTheStatedAccuracy();
+    Path dir = Files.createTempDirectory("hvd-mlp-");
+    String path = dir.resolve("model").toString();
+    model.write().overwrite().save(path);
+    HvdMlpClassificationModel loaded = HvdMlpClassificationModel.load(path);
+    assertEquals(model.uid(), loaded.uid());
+    assertEquals(20, (int) (Integer) loaded.getOrDefault(loaded.epochs()));
+    assertEquals(0.5, (double) (Double) loaded.getOrDefault(loaded.learningRate()));
+    assertArrayEquals(model.trainingLoss(), loaded.trainingLoss());
+    List<Double> a = model.transform(test).select("prediction").as(org.apache.spark.sql.Encoders.DOUBLE())
+        .collectAsList();
+    List<Double> b = loaded.transform(test).select("prediction").as(org.apache.spark.sql.Encoders.DOUBLE())
+        .collectAsList();
+    assertEquals(a, b);
+
+    HvdMlpClassifier est = new HvdMlpClassifier().setEpochs(3).setNumProc(2);
+    String estPath = dir.resolve("estimator").toString();
+    est.write().save(estPath);
+    HvdMlpClassifier est2 = HvdMlpClassifier.load(estPath);
+    assertEquals(3, est2.getEpochs());
+    assertEquals(est.uid(), est2.uid());
+  }
+
+  @Test
+  @Order(4)
+  void aThrowingTaskFailsTheJobWithItsMessageAndNoExecutorHangs() {
+    JavaRDD<Integer> data = sc.parallelize(List.of(0, 1), 2);
+    long t0 = System.nanoTime();
+    SparkException e = assertThrows(SparkException.class, () -> HvdSpark.run(data, (ctx, rows) -> {
+      HvdContext hvd = ctx.hvd();
+      hvd.allreduce("warmup", new float[] {1}, ReduceOp.SUM);
+      if (ctx.rank() == 1) throw new IllegalStateException("rank 1 exploded on purpose");
+      // Rank 0 waits in collectives rank 1 never joins: only the kill or the
+      // peer's closed context can end this.
+      for (int i = 0; ; ++i) hvd.allreduce("step" + i, new float[] {1}, ReduceOp.SUM);
+    }, HvdConfig.builder().build()));
+    double failedAfter = (System.nanoTime() - t0) / 1e9;
+    System.out.printf("failing job ended after %.1f s: %s%n", failedAfter, firstLine(e.getMessage()));
+    assertTrue(e.getMessage().contains("rank 1 exploded on purpose"), e.getMessage());
+    assertTrue(failedAfter < 60, "failed within 60 s");
+
+    // Both slots must be free again: a new 2-task barrier job runs at once.
+    long t1 = System.nanoTime();
+    List<Integer> ranks = HvdSpark.run(sc, 2, (ctx, rows) -> {
+      ctx.hvd().barrier();
+      return ctx.rank();
+    }, HvdConfig.builder().build());
+    assertEquals(List.of(0, 1), ranks);
+    assertTrue((System.nanoTime() - t1) / 1e9 < 60, "executors were free");
+  }
+
+  static String firstLine(String s) {
+    int nl = s.indexOf('\n');
+    return nl < 0 ? s : s.substring(0, nl);
+  }
+}
