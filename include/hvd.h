@@ -333,7 +333,9 @@ HVD_API hvd_status_t hvd_barrier(hvd_context_t ctx);
 
 /* Waits until the operation completes or timeout_s passes (timeout_s < 0:
  * no limit). Returns the operation's status, or HVD_ERR_TIMEOUT with a message
- * naming the ranks not yet ready when known; the handle stays valid. */
+ * naming the ranks not yet ready when known; the handle stays valid. To tell
+ * "the wait ran out" from "the operation failed with a timeout" (the stall
+ * inspector), call hvd_handle_poll: HVD_IN_PROGRESS means still pending. */
 HVD_API hvd_status_t hvd_handle_wait(hvd_handle_t handle, double timeout_s);
 
 /* HVD_IN_PROGRESS while pending, then the operation's status. */
