@@ -5,6 +5,7 @@
 #include "hvd.h"
 #include "launcher/hosts.h"
 #include "launcher/job.h"
+#include "launcher/mpi_delegate.h"
 #include "launcher/options.h"
 #include "launcher/output.h"
 
@@ -61,5 +62,6 @@ int main(int argc, char** argv) {
     if (!p.ok()) return UsageError(p.status().message());
     plan = std::move(p).value();
   }
+  if (o.transport == "mpi") return RunWithMpirun(o);  // MPI forms the job: mpirun starts it
   return RunJob(o, plan);
 }

@@ -92,6 +92,8 @@ torchrun-style launch (one hvdrun per node; no ssh):
 
 Settings passed to every rank (as environment variables):
   --transport NAME            HVD_TRANSPORT (gloo, mpi, local, ...)
+                              mpi: the job is started by mpirun instead (with
+                              -np, -H, -x HVD_*; see docs/mpi.md)
   --network-interface IF      HVD_NETWORK_INTERFACE; also where the store listens
                               when there are remote hosts
   --timeline-filename FILE    HVD_TIMELINE
@@ -152,6 +154,7 @@ ParseResult ParseArgs(int argc, char** argv) {
   }
   o.force_ssh = Truthy(std::getenv("HVD_LAUNCHER_FORCE_SSH"));
   if (const char* v = std::getenv("HVD_LAUNCHER_SSH"); v != nullptr && *v != '\0') o.ssh_program = v;
+  if (const char* v = std::getenv("HVD_LAUNCHER_MPIRUN"); v != nullptr && *v != '\0') o.mpirun_program = v;
   if (const char* v = std::getenv("HVD_LAUNCHER_SSH_ARGS"); v != nullptr) {
     std::stringstream ss(v);
     std::string w;

@@ -32,6 +32,7 @@ struct Options {
   int ssh_port = 0;                 // 0 = ssh's default
   std::string ssh_identity;
   std::string ssh_program = "ssh";  // HVD_LAUNCHER_SSH (tests)
+  std::string mpirun_program = "mpirun";  // HVD_LAUNCHER_MPIRUN: for --transport mpi
   std::vector<std::string> ssh_extra_args;  // HVD_LAUNCHER_SSH_ARGS
   bool force_ssh = false;           // HVD_LAUNCHER_FORCE_SSH=1: every host over ssh
 
@@ -56,8 +57,9 @@ struct ParseResult {
 };
 
 // Parses argv (argv[0] is the program). Reads HVD_START_TIMEOUT,
-// HVD_LAUNCHER_GRACE, HVD_LAUNCHER_FORCE_SSH, HVD_LAUNCHER_SSH and
-// HVD_LAUNCHER_SSH_ARGS from the environment as defaults.
+// HVD_LAUNCHER_GRACE, HVD_LAUNCHER_FORCE_SSH, HVD_LAUNCHER_SSH,
+// HVD_LAUNCHER_SSH_ARGS and HVD_LAUNCHER_MPIRUN from the environment as
+// defaults.
 ParseResult ParseArgs(int argc, char** argv);
 
 // The --help text.
