@@ -12,6 +12,8 @@ export HVD_LIBRARY_PATH=$root/build/lib HVD_HVDRUN=$root/build/bin/hvdrun
 # Suites that would skip when a toolchain is missing must fail here instead:
 # install-deps just installed them.
 export HVD_JULIA_REQUIRED=1
+# The 2 GiB+ MPI large-count test (about 80 s) runs too.
+export HVD_TEST_LARGE=1
 
 passed=0
 failed=0

@@ -674,10 +674,11 @@ hvd_status_t hvd_mpi_threads_supported(hvd_context_t ctx, int* out) {
                               Cat(__func__, ": the context's transport is '",
                                   name != nullptr ? name : "", "', not 'mpi'")));
   }
-  auto level = c->impl->Query("mpi_thread_level");
-  if (!level.ok()) return Report(level.status());
-  constexpr int64_t kMpiThreadMultiple = 3;  // MPI_THREAD_MULTIPLE in every MPI ABI we load
-  *out = level.value() >= kMpiThreadMultiple ? 1 : 0;
+  // The plugin compares against its own MPI's MPI_THREAD_MULTIPLE, whose
+  // value differs between MPI implementations.
+  auto multiple = c->impl->Query("mpi_thread_multiple");
+  if (!multiple.ok()) return Report(multiple.status());
+  *out = multiple.value() != 0 ? 1 : 0;
   return HVD_OK;
   HVD_API_END();
 }
