@@ -19,29 +19,13 @@
 #include <vector>
 
 #include "hvd.h"
+#include "mp_checks.h"
 
 namespace {
 
-int g_rank = -1;
-int g_checks = 0;
-int g_failures = 0;
-
-#define CHECK_TRUE(cond, ...)                                                       \
-  do {                                                                              \
-    ++g_checks;                                                                     \
-    if (!(cond)) {                                                                  \
-      ++g_failures;                                                                 \
-      std::fprintf(stderr, "rank %d: FAILED %s:%d: ", g_rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                            \
-      std::fprintf(stderr, "\n");                                                   \
-    }                                                                               \
-  } while (0)
-
-#define CHECK_OK(expr)                                                                       \
-  do {                                                                                       \
-    hvd_status_t s_ = (expr);                                                                \
-    CHECK_TRUE(s_ == HVD_OK, "%s -> %s: %s", #expr, hvd_status_string(s_), hvd_last_error()); \
-  } while (0)
+using hvd::test::g_checks;
+using hvd::test::g_failures;
+using hvd::test::g_rank;
 
 std::mutex g_log_mu;
 std::vector<std::string> g_warnings;
