@@ -164,6 +164,6 @@ def test_major_version_mismatch_is_refused():
 
 
 def test_missing_symbol_raises_unsupported():
-    stub = C._MissingFunction("hvd_future_call", "/x/libhvd.so")
+    missing_fn = C._MissingFunction("hvd_future_call", "/x/libhvd.so")
     with pytest.raises(hvd.UnsupportedError, match="hvd_future_call: not exported"):
-        stub()
+        missing_fn()

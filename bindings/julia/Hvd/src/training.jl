@@ -78,16 +78,16 @@ display_path(path) = isempty(path) ? "the top level" : path[2:end]
 # then waits for all, so the core can fuse them into few transfers.
 function submit_all(leaves::Vector{Leaf}, what::AbstractString, submit_one)
     seen = IdDict{Any,Nothing}()
-    todo = Leaf[]
+    unique = Leaf[]
     for (path, A) in leaves
         haskey(seen, A) && continue
         seen[A] = nothing
         check_array(A, "$what: array at $(display_path(path))")
-        push!(todo, (path, A))
+        push!(unique, (path, A))
     end
     handles = Handle[]
     try
-        for (path, A) in todo
+        for (path, A) in unique
             push!(handles, submit_one(path, A))
         end
     catch
