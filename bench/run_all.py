@@ -1,0 +1,440 @@
+#!/usr/bin/env python3
+"""Runs hvd's benchmark suite (issue 8) and writes a Markdown report with PNG plots.
+
+    python3 bench/run_all.py                      # everything, ~6 min on 2 cores
+    python3 bench/run_all.py --quick              # smoke test (ctest: bench.quick)
+    python3 bench/run_all.py --parts coll,fusion  # a subset
+    python3 bench/run_all.py --report-only DIR    # rebuild report.md and plots from DIR
+
+Results go to bench/results/<date>/ (--out to choose): results.jsonl (one JSON
+object per measurement), log.txt (every job's command line and output),
+report.md, machine.md and the plots. What is measured and how: docs/benchmarks.md.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(ROOT, "bench", "suite")
+sys.path.insert(0, SUITE)
+import report as report_mod  # noqa: E402  (bench/suite/report.py)
+
+NOMMAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
+PARTS = ("stream", "coll", "fusion", "latency", "e2e")
+
+
+def log_print(*a):
+    print(*a, flush=True)
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        self.build = os.path.abspath(args.build_dir)
+        self.out = os.path.abspath(args.out)
+        os.makedirs(self.out, exist_ok=True)
+        self.records = []
+        self.failures = []
+        self.skipped = []
+        self.jobs = []
+        self.logf = open(os.path.join(self.out, "log.txt"), "w")
+        self.tmp = tempfile.mkdtemp(prefix="hvd-bench-")
+        self.t_start = time.time()
+
+    # -- discovery -------------------------------------------------------------------
+    def find_tools(self):
+        b = self.build
+        self.hvdrun_path = os.path.join(b, "bin", "hvdrun")
+        if not os.path.exists(os.path.join(b, "lib", "libhvd.so")) or not os.path.exists(self.hvdrun_path):
+            raise SystemExit(f"run_all: no hvd build in {b} (lib/libhvd.so, bin/hvdrun); build "
+                             "it first: cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release && "
+                             "cmake --build build-bench -j2")
+        self.bins = {}
+        missing = []
+        for name in ("hvd-bench", "gloo-bench", "mpi-bench", "stream-bench"):
+            p = self._find_bin(name)
+            if p:
+                self.bins[name] = p
+            else:
+                missing.append(name)
+        if "hvd-bench" in missing or "stream-bench" in missing:
+            self._build_standalone()
+            for name in list(missing):
+                p = self._find_bin(name)
+                if p:
+                    self.bins[name] = p
+                    missing.remove(name)
+        if "hvd-bench" not in self.bins:
+            raise SystemExit("run_all: hvd-bench could not be built")
+        self.have_gloo_plugin = os.path.exists(os.path.join(b, "lib", "libhvd_transport_gloo.so"))
+        self.have_mpi_plugin = os.path.exists(os.path.join(b, "lib", "libhvd_transport_mpi.so"))
+        self.mpirun = shutil.which("mpirun")
+        self.have_torch = self._py_ok("import torch, torch.distributed")
+        self.have_horovod = self._py_ok("import horovod.torch")
+        self.have_mpl = self._py_ok("import matplotlib")
+        status = {
+            "hvd transport gloo": self.have_gloo_plugin,
+            "hvd transport mpi": self.have_mpi_plugin and bool(self.mpirun),
+            "raw gloo (gloo-bench)": "gloo-bench" in self.bins,
+            "raw MPI (mpi-bench)": "mpi-bench" in self.bins and bool(self.mpirun),
+            "torch.distributed": self.have_torch,
+            "Horovod": self.have_horovod,
+            "matplotlib": self.have_mpl,
+        }
+        self.availability = status
+        for k, v in status.items():
+            log_print(f"  {k:24s} {'yes' if v else 'NO'}")
+        if not self.have_mpi_plugin:
+            self.skipped.append("hvd over MPI: lib/libhvd_transport_mpi.so is not built")
+        if not self.have_horovod:
+            self.skipped.append("Horovod: `import horovod.torch` fails (see the Horovod section)")
+
+    def _find_bin(self, name):
+        for d in ("bin", os.path.join("bench-suite", "bin")):
+            p = os.path.join(self.build, d, name)
+            if os.path.exists(p):
+                return p
+        return None
+
+    def _build_standalone(self):
+        if self.args.no_build:
+            return
+        bdir = os.path.join(self.build, "bench-suite")
+        log_print(f"run_all: building the suite's programs in {bdir}")
+        for cmd in (["cmake", "-S", SUITE, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
+                     f"-DHVD_BUILD_DIR={self.build}"],
+                    ["cmake", "--build", bdir, "-j2"]):
+            r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.logf.write("$ " + shlex.join(cmd) + "\n" + r.stdout + "\n")
+            if r.returncode != 0:
+                log_print(r.stdout[-3000:])
+                raise SystemExit("run_all: building bench/suite failed")
+
+    @staticmethod
+    def _py_ok(code):
+        r = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        return r.returncode == 0
+
+    # -- launchers -------------------------------------------------------------------
+    def base_env(self):
+        env = dict(os.environ)
+        env["HVD_LIBRARY_PATH"] = os.path.join(self.build, "lib")
+        env.pop("HVD_TIMELINE", None)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        return env
+
+    def hvdrun(self, n, argv, hvd_job=True):
+        cmd = [self.hvdrun_path, "-np", str(n)]
+        if not hvd_job:  # the ranks never connect to hvdrun's store
+            cmd += ["--start-timeout", "0"]
+        return cmd + argv
+
+    def mpirun_cmd(self, n, argv, xenv=None):
+        cmd = [self.mpirun]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        cmd += ["--oversubscribe", "--bind-to", "none", "-np", str(n)]
+        for k, v in (xenv or {}).items():
+            cmd += ["-x", f"{k}={v}"]
+        return cmd + argv
+
+    def store(self):
+        return tempfile.mkdtemp(dir=self.tmp)
+
+    def run(self, label, cmd, env=None, timeout=300, tags=None):
+        env = env or self.base_env()
+        t0 = time.time()
+        self.logf.write(f"\n### {label}\n$ {shlex.join(cmd)}\n")
+        self.logf.flush()
+        try:
+            r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            out, rc = r.stdout, r.returncode
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
+            rc = "timeout"
+        dt = time.time() - t0
+        self.logf.write(out + f"\n[exit {rc}, {dt:.1f} s]\n")
+        self.logf.flush()
+        n = 0
+        for line in out.splitlines():
+            if line.startswith("BENCH "):
+                try:
+                    rec = json.loads(line[6:])
+                except ValueError:
+                    continue
+                rec.update(tags or {})
+                self.records.append(rec)
+                n += 1
+        self.jobs.append(dict(label=label, seconds=round(dt, 1), rc=rc, results=n))
+        status = "ok" if rc == 0 else f"FAILED ({rc})"
+        log_print(f"  {label:48s} {dt:6.1f} s  {n:3d} results  {status}")
+        if rc != 0:
+            tail = "\n".join(out.strip().splitlines()[-8:])
+            self.failures.append(dict(label=label, rc=rc, tail=tail, cmd=shlex.join(cmd)))
+        return rc == 0
+
+    # -- parts -----------------------------------------------------------------------
+    def sizes(self):
+        return self.args.sizes or ("4,64K,1M" if self.quick else "4:256M")
+
+    def common(self):
+        a = ["--iters-scale", str(self.args.iters_scale)]
+        return a + (["--quick"] if self.quick else [])
+
+    def part_stream(self):
+        if "stream-bench" not in self.bins:
+            return
+        self.run("stream (1 and 2 threads)", [self.bins["stream-bench"]] + (["--quick"] if self.quick else []))
+
+    def part_coll(self, n):
+        sizes = self.sizes()
+        ops = self.args.ops
+        c = ["--sizes", sizes, "--ops", ops] + self.common()
+        hb = self.bins["hvd-bench"]
+        if self.have_gloo_plugin:
+            env = self.base_env()
+            env["HVD_TRANSPORT"] = "gloo"
+            self.run(f"hvd-gloo coll {n} ranks", self.hvdrun(n, [hb, "coll", "--system", "hvd-gloo"] + c),
+                     env=env, timeout=600)
+        if self.have_mpi_plugin and self.mpirun:
+            self.run(f"hvd-mpi coll {n} ranks",
+                     self.mpirun_cmd(n, [hb, "coll", "--system", "hvd-mpi"] + c,
+                                     {"HVD_TRANSPORT": "mpi"}), timeout=600)
+        if "gloo-bench" in self.bins:
+            self.run(f"gloo coll {n} ranks",
+                     self.hvdrun(n, [self.bins["gloo-bench"], "coll", "--store", self.store()] + c,
+                                 hvd_job=False), timeout=600)
+        if "mpi-bench" in self.bins and self.mpirun:
+            mb = self.bins["mpi-bench"]
+            self.run(f"mpi coll {n} ranks", self.mpirun_cmd(n, [mb, "coll", "--system", "mpi"] + c),
+                     timeout=600)
+            c2 = ["--sizes", sizes, "--ops", "allreduce"] + self.common()
+            self.run(f"mpi-nommap allreduce {n} ranks",
+                     self.mpirun_cmd(n, [mb, "coll", "--system", "mpi-nommap"] + c2,
+                                     {"GLIBC_TUNABLES": NOMMAP}), timeout=600)
+        if self.have_torch:
+            self.run(f"torch.distributed coll {n} ranks",
+                     self.hvdrun(n, [sys.executable, os.path.join(SUITE, "torch_bench.py"), "coll",
+                                     "--system", "torch", "--store", self.store()] + c,
+                                 hvd_job=False), timeout=600)
+        if self.have_horovod and self.mpirun:
+            self.run(f"horovod coll {n} ranks",
+                     self.mpirun_cmd(n, [sys.executable, os.path.join(SUITE, "torch_bench.py"),
+                                         "coll", "--system", "horovod"] + c), timeout=600)
+
+    def fusion_specs(self):
+        return ["200x16K"] if self.quick else ["200x16K", "1000x4K"]
+
+    def reps(self):
+        return 1 if self.quick else max(1, self.args.repeats)
+
+    def part_fusion(self, rep=0):
+        n = 2
+        tag = {"rep": rep}
+        hb = self.bins["hvd-bench"]
+        q = ["--quick"] if self.quick else []
+        cycles = ["1"] if self.quick else self.args.fusion_cycles.split(",")
+        for spec in self.fusion_specs():
+            nt, tb = spec.split("x")
+            f = ["--tensors", nt, "--tensor-bytes", tb] + q
+            for cyc in cycles:
+                if self.have_gloo_plugin:
+                    env = self.base_env()
+                    env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc)
+                    self.run(f"hvd-gloo fusion {spec} cycle {cyc} ms",
+                             self.hvdrun(n, [hb, "fusion", "--system", "hvd-gloo"] + f), env=env, tags=tag)
+                if self.have_mpi_plugin and self.mpirun:
+                    self.run(f"hvd-mpi fusion {spec} cycle {cyc} ms",
+                             self.mpirun_cmd(n, [hb, "fusion", "--system", "hvd-mpi"] + f,
+                                             {"HVD_TRANSPORT": "mpi", "HVD_CYCLE_TIME": cyc}), tags=tag)
+            if "gloo-bench" in self.bins:
+                self.run(f"gloo fusion {spec}",
+                         self.hvdrun(n, [self.bins["gloo-bench"], "fusion", "--store", self.store()] + f,
+                                     hvd_job=False), tags=tag)
+            if "mpi-bench" in self.bins and self.mpirun:
+                self.run(f"mpi fusion {spec}",
+                         self.mpirun_cmd(n, [self.bins["mpi-bench"], "fusion", "--system", "mpi"] + f),
+                         tags=tag)
+
+    def part_latency(self, rep=0):
+        n = 2
+        tag = {"rep": rep}
+        hb = self.bins["hvd-bench"]
+        q = ["--quick"] if self.quick else []
+        cycles = ["1"] if self.quick else self.args.cycles.split(",")
+        for cyc in cycles:
+            if self.have_gloo_plugin:
+                env = self.base_env()
+                env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc)
+                self.run(f"hvd-gloo latency cycle {cyc} ms",
+                         self.hvdrun(n, [hb, "latency", "--system", "hvd-gloo"] + q), env=env, tags=tag)
+            if self.have_mpi_plugin and self.mpirun:
+                self.run(f"hvd-mpi latency cycle {cyc} ms",
+                         self.mpirun_cmd(n, [hb, "latency", "--system", "hvd-mpi"] + q,
+                                         {"HVD_TRANSPORT": "mpi", "HVD_CYCLE_TIME": cyc}), tags=tag)
+        if "gloo-bench" in self.bins:
+            self.run("gloo latency", self.hvdrun(n, [self.bins["gloo-bench"], "latency", "--store",
+                                                     self.store()] + q, hvd_job=False), tags=tag)
+        if "mpi-bench" in self.bins and self.mpirun:
+            self.run("mpi latency", self.mpirun_cmd(n, [self.bins["mpi-bench"], "latency",
+                                                        "--system", "mpi"] + q), tags=tag)
+
+    def part_python_peers(self, parts, rep=0):
+        """torch.distributed and Horovod fusion + latency, one job each."""
+        modes = [m for m in ("fusion", "latency") if m in parts]
+        if not modes:
+            return
+        n = 2
+        tb = os.path.join(SUITE, "torch_bench.py")
+        common = ["--fusion", ",".join(self.fusion_specs())] + (["--quick"] if self.quick else [])
+        if self.have_torch:
+            self.run(f"torch.distributed {'+'.join(modes)}",
+                     self.hvdrun(n, [sys.executable, tb, ",".join(modes), "--system", "torch",
+                                     "--store", self.store()] + common, hvd_job=False),
+                     tags={"rep": rep})
+        if self.have_horovod and self.mpirun:
+            cycles = ["1"] if self.quick else self.args.cycles.split(",")[:2]
+            for cyc in cycles:
+                self.run(f"horovod {'+'.join(modes)} cycle {cyc} ms",
+                         self.mpirun_cmd(n, [sys.executable, tb, ",".join(modes), "--system",
+                                             "horovod"] + common, {"HOROVOD_CYCLE_TIME": cyc}),
+                         tags={"rep": rep})
+
+    def part_e2e(self, rep=0):
+        if not self.have_torch:
+            return
+        e2e = os.path.join(SUITE, "e2e_bench.py")
+        models = ["cnn"] if self.quick else ["cnn", "mlp"]
+        q = ["--quick"] if self.quick else []
+        for model in models:
+            base = [sys.executable, e2e, "--model", model] + q
+            tag = {"rep": rep}
+            self.run(f"e2e {model} 1 process", base + ["--mode", "single"], tags=tag)
+            self.run(f"e2e {model} hvd 2 processes", self.hvdrun(2, base + ["--mode", "hvd"]),
+                     tags=tag)
+            self.run(f"e2e {model} DDP 2 processes",
+                     self.hvdrun(2, base + ["--mode", "ddp", "--store", self.store()], hvd_job=False),
+                     tags=tag)
+            if self.have_horovod and self.mpirun:
+                self.run(f"e2e {model} Horovod 2 processes",
+                         self.mpirun_cmd(2, base + ["--mode", "horovod"]), tags=tag)
+
+    def close(self):
+        self.logf.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def uptime():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: 3 sizes, 1 iteration, 2 ranks, one fusion shape, cnn only")
+    ap.add_argument("--build-dir", default=None,
+                    help="hvd build tree (default: build-bench, else build)")
+    ap.add_argument("--out", default=None, help="results folder (default bench/results/<date>)")
+    ap.add_argument("--parts", default=",".join(PARTS), help="comma list of " + ", ".join(PARTS))
+    ap.add_argument("--ranks", default=None, help="rank counts for coll (default 2,4; quick: 2)")
+    ap.add_argument("--sizes", default=None, help='e.g. "4:256M" (powers of 4) or "4K,1M"')
+    ap.add_argument("--ops", default="allreduce,allgather,broadcast")
+    ap.add_argument("--cycles", default="1,0.1,0.01", help="HVD_CYCLE_TIME values for latency (ms)")
+    ap.add_argument("--fusion-cycles", default="1,0.1",
+                    help="HVD_CYCLE_TIME values for the fusion runs (ms; the first is the default)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="repetitions of the fusion, latency and e2e jobs (median reported)")
+    ap.add_argument("--iters-scale", type=float, default=1.0,
+                    help="multiply the timed iterations of every size")
+    ap.add_argument("--no-build", action="store_true", help="never build bench/suite")
+    ap.add_argument("--report-only", metavar="DIR", help="only rebuild DIR's report and plots")
+    args = ap.parse_args()
+
+    if args.report_only:
+        report_mod.write_all(os.path.abspath(args.report_only))
+        return 0
+
+    if args.build_dir is None:
+        for cand in ("build-bench", "build"):
+            if os.path.exists(os.path.join(ROOT, cand, "lib", "libhvd.so")):
+                args.build_dir = os.path.join(ROOT, cand)
+                break
+        else:
+            args.build_dir = os.path.join(ROOT, "build-bench")
+    if args.out is None:
+        if args.quick:
+            args.out = os.path.join(args.build_dir, "bench-quick")
+        else:
+            args.out = os.path.join(ROOT, "bench", "results", datetime.date.today().isoformat())
+    parts = [p for p in args.parts.split(",") if p]
+    for p in parts:
+        if p not in PARTS:
+            raise SystemExit(f"run_all: unknown part {p!r} (parts: {', '.join(PARTS)})")
+    ranks = [int(x) for x in (args.ranks or ("2" if args.quick else "2,4")).split(",")]
+
+    r = Runner(args)
+    log_print(f"run_all: {'quick' if args.quick else 'full'} run, build {r.build}, results {r.out}")
+    load_before = uptime()
+    log_print(f"  load average before: {load_before}")
+    r.find_tools()
+    try:
+        if "stream" in parts:
+            r.part_stream()
+        if "coll" in parts:
+            for n in ranks:
+                r.part_coll(n)
+        # The short parts run --repeats times, interleaved, so a disturbance
+        # hits one repetition of every system rather than all of one system's.
+        for rep in range(r.reps()):
+            if "fusion" in parts:
+                r.part_fusion(rep)
+            if "latency" in parts:
+                r.part_latency(rep)
+            if rep == 0:  # torch/Horovod: seconds per job, far from hvd's figures
+                r.part_python_peers(parts, rep)
+        for rep in range(r.reps()):
+            if "e2e" in parts:
+                r.part_e2e(rep)
+    finally:
+        r.close()
+    total = time.time() - r.t_start
+    meta = dict(
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+        quick=args.quick, build_dir=r.build, parts=parts, ranks=ranks, sizes=r.sizes(),
+        load_before=load_before, load_after=uptime(), seconds=round(total, 1),
+        results=len(r.records),
+        jobs=r.jobs, failures=r.failures, skipped=r.skipped, availability=r.availability,
+        command=shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]))
+    with open(os.path.join(r.out, "results.jsonl"), "w") as f:
+        for rec in r.records:
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+    with open(os.path.join(r.out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    report_mod.write_machine(r.out, r.build)
+    report_mod.write_all(r.out)
+    log_print(f"run_all: {len(r.records)} results in {total:.0f} s; report: "
+              f"{os.path.join(r.out, 'report.md')}")
+    if r.failures:
+        log_print(f"run_all: {len(r.failures)} job(s) failed: "
+                  + ", ".join(f["label"] for f in r.failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

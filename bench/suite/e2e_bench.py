@@ -1,0 +1,152 @@
+"""End to end: samples/s of a PyTorch training step, one process or data
+parallel over two (hvd, DDP, Horovod).
+
+    python e2e_bench.py --mode single --model cnn
+    hvdrun -np 2 python e2e_bench.py --mode hvd --model mlp
+    hvdrun --start-timeout 0 -np 2 python e2e_bench.py --mode ddp --model mlp --store DIR
+    mpirun -np 2 python e2e_bench.py --mode horovod --model mlp
+
+Models
+  cnn  the Python example's model (examples/python/train_torch.py: Net, a small
+       CNN on 8x8 digits images), imported from the example; batch 32 per rank
+       as in the example.
+  mlp  25 Linear layers of width 640 (24 hidden, 640 -> 10 at the end): 9.85 M
+       parameters in 50 tensors; batch 64 per rank.
+Data are random tensors of the model's input shape (a fixed pool per rank, so
+no loader cost is measured). SGD with momentum, cross-entropy loss. Every
+process uses cpu_count / local_size threads for its own compute. samples/s =
+ranks x batch x steps / time of the timed steps (rank 0's clock, which starts
+and stops right after a collective, so the ranks are aligned).
+"""
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+# This checkout's Python SDK (its libhvd comes from HVD_LIBRARY_PATH).
+sys.path.insert(1, os.path.join(ROOT, "bindings", "python"))
+import pybench_common as pc  # noqa: E402
+
+
+def example_net():
+    """The example's Net class, loaded from its file (its imports: numpy,
+    sklearn, tqdm and hvd.torch, all of which the example itself needs)."""
+    path = os.path.join(ROOT, "examples", "python", "train_torch.py")
+    spec = importlib.util.spec_from_file_location("hvd_example_train_torch", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.Net
+
+
+def make_model(name):
+    if name == "cnn":
+        return example_net()(), (1, 8, 8), 10
+    if name == "mlp":
+        width, depth = 640, 25
+        layers = []
+        for i in range(depth - 1):
+            layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+        layers.append(torch.nn.Linear(width, 10))
+        return torch.nn.Sequential(*layers), (width,), 10
+    raise SystemExit(f"unknown model {name}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["single", "hvd", "ddp", "horovod"], required=True)
+    ap.add_argument("--model", choices=["cnn", "mlp"], required=True)
+    ap.add_argument("--batch", type=int, default=None, help="per rank")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--store", default=None)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    batch = args.batch or (32 if args.model == "cnn" else 64)
+    steps = args.steps or (300 if args.model == "cnn" else 20)
+    warmup = args.warmup if args.warmup is not None else (30 if args.model == "cnn" else 3)
+    if args.quick:
+        steps, warmup = 3, 1
+
+    rank, size, local_size = 0, 1, 1
+    sync = lambda: None  # noqa: E731
+    if args.mode == "hvd":
+        import hvd.torch as hvd
+        hvd.init()
+        rank, size, local_size = hvd.rank(), hvd.size(), hvd.local_size()
+        sync = lambda: hvd.allreduce(torch.zeros(1), name="e2e.sync")  # noqa: E731
+    elif args.mode == "horovod":
+        import horovod.torch as hh
+        hh.init()
+        rank, size, local_size = hh.rank(), hh.size(), hh.local_size()
+        sync = lambda: hh.allreduce(torch.zeros(1), name="e2e.sync")  # noqa: E731
+    elif args.mode == "ddp":
+        import torch.distributed as dist
+        r, n, ln = pc.launcher_rank()
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(args.store, "ddp"),
+                                rank=r, world_size=n)
+        rank, size, local_size = dist.get_rank(), dist.get_world_size(), ln
+        sync = dist.barrier
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
+    torch.manual_seed(1234)
+
+    model, in_shape, classes = make_model(args.model)
+    nparams = sum(p.numel() for p in model.parameters())
+    ntensors = sum(1 for _ in model.parameters())
+    lr = 0.01
+    if args.mode == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    if args.mode == "hvd":
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    elif args.mode == "horovod":
+        opt = hh.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        hh.broadcast_parameters(model.state_dict(), root_rank=0)
+
+    g = torch.Generator().manual_seed(rank)
+    pool = 8
+    xs = torch.randn((pool, batch) + in_shape, generator=g)
+    ys = torch.randint(0, classes, (pool, batch), generator=g)
+
+    def step(i):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(xs[i % pool]), ys[i % pool])
+        loss.backward()
+        opt.step()
+        return loss
+
+    for i in range(warmup):
+        step(i)
+    sync()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        loss = step(i)
+    sync()
+    dt = time.perf_counter() - t0
+    if not torch.isfinite(loss):
+        raise SystemExit("e2e: loss is not finite")
+    if rank == 0:
+        pc.emit(dict(kind="e2e", system=args.mode, model=args.model, ranks=size, batch=batch,
+                     steps=steps, params=nparams, tensors=ntensors,
+                     threads=torch.get_num_threads(),
+                     step_ms=round(dt / steps * 1e3, 3),
+                     samples_per_s=round(size * batch * steps / dt, 1)))
+    if args.mode == "hvd":
+        hvd.shutdown()
+    elif args.mode == "horovod":
+        hh.shutdown()
+    elif args.mode == "ddp":
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,814 @@
+"""Turns a results folder (results.jsonl + meta.json) into report.md, the PNG
+plots and machine.md. Used by bench/run_all.py; `run_all.py --report-only DIR`
+rebuilds a report from stored results."""
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Display order of the series in tables and plots; hvd first.
+SERIES_ORDER = ["hvd-gloo", "hvd-mpi", "gloo:ring", "gloo:ringchunked", "gloo:allreduce", "gloo",
+                "mpi:inplace", "mpi:outofplace", "mpi", "mpi-nommap:inplace",
+                "mpi-nommap:outofplace", "mpi-nommap", "torch", "horovod"]
+SERIES_LABEL = {
+    "hvd-gloo": "hvd (gloo)",
+    "hvd-mpi": "hvd (mpi)",
+    "gloo:ring": "Gloo AllreduceRing",
+    "gloo:ringchunked": "Gloo AllreduceRingChunked",
+    "gloo:allreduce": "gloo::allreduce",
+    "gloo": "Gloo",
+    "mpi:inplace": "MPI in-place",
+    "mpi:outofplace": "MPI out-of-place",
+    "mpi": "MPI",
+    "mpi-nommap:inplace": "MPI no-mmap in-place",
+    "mpi-nommap:outofplace": "MPI no-mmap out-of-place",
+    "mpi-nommap": "MPI no-mmap",
+    "torch": "torch.distributed (gloo)",
+    "horovod": "Horovod 0.28.1",
+}
+HVD_SERIES = ("hvd-gloo", "hvd-mpi")
+
+
+MEASURED = {"time_us", "min_us", "iters", "rep", "submit_us", "samples_per_s", "step_ms",
+            "algbw_gbs", "busbw_gbs", "best_gbs", "median_gbs"}
+
+
+def merge_repeats(recs):
+    """One record per measurement: jobs run --repeats times give the median of
+    their repetitions, with the range in rep_lo/rep_hi (time_us or step_ms)."""
+    groups, order = {}, []
+    for r in recs:
+        key = json.dumps({k: v for k, v in r.items() if k not in MEASURED}, sort_keys=True)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(r)
+    out = []
+    for key in order:
+        g = groups[key]
+        if len(g) == 1:
+            out.append(g[0])
+            continue
+        metric = "step_ms" if "step_ms" in g[0] else "time_us"
+        g = sorted(g, key=lambda r: r[metric])
+        m = dict(g[(len(g) - 1) // 2])  # the lower median: an actual run
+        m["reps"] = len(g)
+        m["rep_lo"], m["rep_hi"] = g[0][metric], g[-1][metric]
+        out.append(m)
+    return out
+
+
+def spread(r, fmt):
+    """" (lo–hi, n runs)" when the record merges repetitions."""
+    if "reps" not in r:
+        return ""
+    return f" ({fmt(r['rep_lo'])}–{fmt(r['rep_hi'])})"
+
+
+def load(out):
+    recs = []
+    path = os.path.join(out, "results.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            recs = merge_repeats([json.loads(line) for line in f if line.strip()])
+    meta = {}
+    mpath = os.path.join(out, "meta.json")
+    if os.path.exists(mpath):
+        with open(mpath) as f:
+            meta = json.load(f)
+    return recs, meta
+
+
+# ---------------------------------------------------------------------------------------
+# Formatting helpers.
+
+def busbw(rec):
+    """busbw in GB/s from the unrounded time (older results stored 4 decimals)."""
+    if rec.get("time_us", 0) <= 0:
+        return 0.0
+    n, op = rec["ranks"], rec["op"]
+    factor = 1.0
+    if n > 1 and op == "allreduce":
+        factor = 2.0 * (n - 1) / n
+    elif n > 1 and op == "allgather":
+        factor = (n - 1) / n
+    return rec["bytes"] / (rec["time_us"] * 1e3) * factor
+
+
+def fmt_bytes(b):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= div and b % div == 0:
+            return f"{b // div} {unit}"
+    return f"{b} B"
+
+
+def fmt_us(us):
+    if us is None:
+        return "–"
+    if us >= 100000:
+        return f"{us / 1000:.0f} ms"
+    if us >= 10000:
+        return f"{us / 1000:.1f} ms"
+    if us >= 1000:
+        return f"{us / 1000:.2f} ms"
+    return f"{us:.0f} µs" if us >= 10 else f"{us:.1f} µs"
+
+
+def fmt_gbs(v):
+    if v is None:
+        return "–"
+    if v >= 10:
+        return f"{v:.1f}"
+    if v >= 0.1:
+        return f"{v:.2f}"
+    if v >= 0.001:
+        return f"{v:.3f}"
+    return f"{v:.1e}" if v > 0 else "0"
+
+
+def fmt_ratio(r):
+    return "–" if r is None else f"{r:.2f}×"
+
+
+def table(header, rows, align=None):
+    align = align or ["---"] + ["--:"] * (len(header) - 1)
+    out = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------
+# Collectives.
+
+def coll_series(recs, op, ranks):
+    """{series: {bytes: record}} for one op and rank count."""
+    variants = {}
+    for r in recs:
+        if r.get("kind") == "coll" and r["op"] == op and r["ranks"] == ranks:
+            variants.setdefault(r["system"], set()).add(r["variant"])
+    out = {}
+    for r in recs:
+        if r.get("kind") != "coll" or r["op"] != op or r["ranks"] != ranks:
+            continue
+        sys_ = r["system"]
+        key = sys_ if len(variants[sys_]) == 1 else f"{sys_}:{r['variant']}"
+        out.setdefault(key, {})[r["bytes"]] = r
+    return out
+
+
+def ordered(keys):
+    keys = list(keys)
+    return sorted(keys, key=lambda k: (SERIES_ORDER.index(k) if k in SERIES_ORDER else 99, k))
+
+
+def best_peer(series, nbytes, allow=None):
+    """(key, record) of the fastest non-hvd series at this size."""
+    best = None
+    for k, by in series.items():
+        if k in HVD_SERIES or nbytes not in by:
+            continue
+        if allow is not None and not allow(k):
+            continue
+        if best is None or by[nbytes]["time_us"] < best[1]["time_us"]:
+            best = (k, by[nbytes])
+    return best
+
+
+def ratio(hvd_rec, peer_rec):
+    """hvd busbw / peer busbw (= peer time / hvd time: same bytes)."""
+    if hvd_rec is None or peer_rec is None or hvd_rec["time_us"] <= 0:
+        return None
+    return peer_rec["time_us"] / hvd_rec["time_us"]
+
+
+def coll_section(recs, op, ranks):
+    series = coll_series(recs, op, ranks)
+    if not series:
+        return ""
+    keys = ordered(series)
+    sizes = sorted({b for by in series.values() for b in by})
+    hvd_keys = [k for k in keys if k in HVD_SERIES]
+    header = ["size"] + [SERIES_LABEL.get(k, k) for k in keys] + ["best peer"] + \
+        [f"{SERIES_LABEL[k]} ÷ best peer" for k in hvd_keys]
+    rows_bw, rows_t = [], []
+    for b in sizes:
+        bp = best_peer(series, b)
+        row = [fmt_bytes(b)]
+        trow = [fmt_bytes(b)]
+        for k in keys:
+            rec = series[k].get(b)
+            row.append(fmt_gbs(busbw(rec)) if rec else "–")
+            trow.append(fmt_us(rec["time_us"]) if rec else "–")
+        row.append(SERIES_LABEL.get(bp[0], bp[0]) if bp else "–")
+        trow.append(SERIES_LABEL.get(bp[0], bp[0]) if bp else "–")
+        for k in hvd_keys:
+            r = ratio(series[k].get(b), bp[1] if bp else None)
+            row.append(fmt_ratio(r))
+            trow.append(fmt_ratio(r))
+        rows_bw.append(row)
+        rows_t.append(trow)
+    s = [f"### {op}, {ranks} ranks\n",
+         "Bus bandwidth, GB/s (median iteration; higher is better). Ratios: hvd's busbw over the "
+         "best peer's at that size (≥ 1 means hvd is faster).\n",
+         table(header, rows_bw), "",
+         "<details><summary>Median time per call</summary>\n", table(header, rows_t),
+         "\n</details>\n"]
+    return "\n".join(s)
+
+
+# ---------------------------------------------------------------------------------------
+# Targets.
+
+def stream_ref(recs):
+    """(one-thread a+=b best GB/s, estimated 2-rank allreduce ceiling)."""
+    add1 = [r for r in recs if r.get("kind") == "stream" and r["variant"] == "add" and r["threads"] == 1]
+    if not add1:
+        return None, None
+    v = add1[0]["best_gbs"]
+    return v, v / 3.0
+
+
+def target_large_gloo(recs):
+    lines, worst = [], None
+    for n in (2, 4):
+        s = coll_series(recs, "allreduce", n)
+        if "hvd-gloo" not in s:
+            continue
+        parts = []
+        for b in sorted(s["hvd-gloo"]):
+            if b < 1 << 20:
+                continue
+            bp = best_peer(s, b, allow=lambda k: k.startswith("gloo"))
+            r = ratio(s["hvd-gloo"][b], bp[1] if bp else None)
+            if r is None:
+                continue
+            worst = r if worst is None else min(worst, r)
+            parts.append(f"{fmt_bytes(b)} {r:.2f}")
+        if parts:
+            lines.append(f"{n} ranks: " + ", ".join(parts))
+    if worst is None:
+        return None
+    status = "met" if worst >= 1.0 else ("missed (within 10 %, noise on this machine)"
+                                         if worst >= 0.9 else "missed")
+    return ("Large allreduce (≥ 1 MiB) on the embedded default (hvd over Gloo) ≥ 1.0× raw "
+            "Gloo's best algorithm busbw", "; ".join(lines) + f" (worst {worst:.2f}×)", status)
+
+
+def target_mpi(recs):
+    lines, worst, collapse = [], None, []
+    for n in (2, 4):
+        s = coll_series(recs, "allreduce", n)
+        if "hvd-mpi" not in s:
+            continue
+        below, above = [], []
+        for b in sorted(s["hvd-mpi"]):
+            bp = best_peer(s, b, allow=lambda k: k.startswith("mpi-nommap"))
+            r = ratio(s["hvd-mpi"][b], bp[1] if bp else None)
+            if r is None:
+                continue
+            worst = r if worst is None else min(worst, r)
+            (below if r < 0.9 else above).append((b, r))
+        if below:
+            desc = (f"below 0.9× at {len(below)} of {len(below) + len(above)} sizes "
+                    f"({fmt_bytes(below[0][0])} … {fmt_bytes(below[-1][0])}, lowest "
+                    f"{min(r for _, r in below):.2g}×)")
+        else:
+            desc = "≥ 0.9× at every size"
+        if above:
+            desc += "; ≥ 0.9× at " + ", ".join(f"{fmt_bytes(b)} ({r:.2f}×)" for b, r in above)
+        big = {b: busbw(rec) for b, rec in s["hvd-mpi"].items() if b >= 1 << 20}
+        if big:
+            peak = max(big.values())
+            for b, v in big.items():
+                if b >= 64 << 20 and v < 0.5 * peak:
+                    collapse.append(f"{n} ranks {fmt_bytes(b)}: {v:.2f} GB/s vs peak {peak:.2f}")
+            tail = ", ".join(f"{fmt_bytes(b)} {big[b]:.2f}" for b in sorted(big) if b >= 64 << 20)
+            lines.append(f"{n} ranks: {desc}; hvd busbw at 64–256 MiB: {tail} GB/s (peak "
+                         f"{peak:.2f})")
+    if worst is None:
+        return None
+    ok = worst >= 0.9 and not collapse
+    status = "met" if ok else "missed"
+    if collapse:
+        status += " (collapse: " + "; ".join(collapse) + ")"
+    return ("Over MPI: ≥ 0.9× raw MPI_Allreduce (no-mmap) at every size, no collapse at "
+            "64–256 MiB", "; ".join(lines) + f" (worst {worst:.2f}×)", status)
+
+
+def target_physical(recs):
+    add1, ceiling = stream_ref(recs)
+    if add1 is None:
+        return None
+    big, ooc = {}, {}
+    for k, by in coll_series(recs, "allreduce", 2).items():
+        vals = [busbw(r) for b, r in by.items() if b >= 1 << 20]
+        if vals:
+            big[k] = max(vals)
+        vals = [busbw(r) for b, r in by.items() if b >= 64 << 20]
+        if vals:
+            ooc[k] = max(vals)
+    if not big:
+        return None
+
+    def top(d):
+        return ", ".join(f"{SERIES_LABEL.get(k, k)} {v:.2f} ({v / ceiling * 100:.0f} %)"
+                         for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:6])
+    txt = (f"one-thread a += b: {add1:.1f} GB/s → 2-rank allreduce reference ≈ {ceiling:.1f} GB/s "
+           f"busbw (a third of it, the issue's rule). Best 2-rank busbw out of cache (64–256 MiB): "
+           f"{top(ooc)}. Peak at any size ≥ 1 MiB (4 MiB still fits the 32 MiB L3): {top(big)}")
+    status = "informational"
+    hk = max((k for k in ooc if k in HVD_SERIES), key=lambda k: ooc[k], default=None)
+    if hk:
+        status = (f"hvd's best transport ({SERIES_LABEL[hk]}) reaches {ooc[hk]:.2f} GB/s out of "
+                  f"cache, {ooc[hk] / ceiling * 100:.0f} % of the reference")
+    return ("Physical reference (memory bandwidth): say how far hvd's best transport is", txt, status)
+
+
+def fusion_rows(recs, tensors):
+    out = {}
+    for r in recs:
+        if r.get("kind") == "fusion" and r["tensors"] == tensors and r["ranks"] == 2:
+            key = f"{r['system']}:{r['variant']}"
+            if r["system"].startswith("hvd") or r["system"] == "horovod":
+                key += f"@{float(r.get('cycle_time_ms', 1)):g}ms"
+            out[key] = r
+    return out
+
+
+def target_fusion(recs):
+    rows = fusion_rows(recs, 200)
+    others = {k: v for k, v in rows.items() if k.startswith("hvd-") and not k.endswith("@1ms")}
+    hvd = {k: v for k, v in rows.items() if k.startswith("hvd-") and k.endswith("@1ms")}
+    sep = {k: v for k, v in rows.items() if k.startswith("gloo:separate")}
+    hf = rows.get("mpi:handfused")
+    if not hvd:
+        return None
+    hk = min(hvd, key=lambda k: hvd[k]["time_us"])
+    h = hvd[hk]["time_us"]
+    parts, ok = [], True
+    if sep:
+        sk = min(sep, key=lambda k: sep[k]["time_us"])
+        sp = sep[sk]["time_us"] / h
+        ga = rows.get("gloo:separate-allreduce")
+        parts.append(f"hvd best ({hk.split(':')[0]} @ 1 ms) {fmt_us(h)} vs fastest separate raw Gloo "
+                     f"({sk.split(':')[1]}) {fmt_us(sep[sk]['time_us'])}: {sp:.1f}× faster"
+                     + (f" ({ga['time_us'] / h:.1f}× vs gloo::allreduce per call)" if ga else ""))
+        ok = ok and sp >= 5
+    if hf:
+        rr = h / hf["time_us"]
+        parts.append(f"vs hand-fused MPI {fmt_us(hf['time_us'])}: {rr:.2f}× its time")
+        ok = ok and rr <= 1.2
+    for k in sorted(hvd):
+        if k != hk:
+            t = hvd[k]["time_us"]
+            extra = []
+            if sep:
+                extra.append(f"{sep[sk]['time_us'] / t:.1f}× vs {sk.split(':')[1]}")
+            if rows.get("gloo:separate-allreduce"):
+                extra.append(f"{rows['gloo:separate-allreduce']['time_us'] / t:.1f}× vs "
+                             "gloo::allreduce per call")
+            parts.append(f"{k.split(':')[0]} {fmt_us(t)}" + (f" ({', '.join(extra)})" if extra else ""))
+    if others:
+        parts.append("with other cycle times: " + ", ".join(
+            f"{k.split(':')[0]} @ {k.split('@')[1]} {fmt_us(v['time_us'])}"
+            + (f" ({v['time_us'] / hf['time_us']:.2f}× hand-fused MPI)" if hf else "")
+            for k, v in sorted(others.items())))
+    return ("Fusion: 200 × 16 KiB ≥ 5× faster than 200 separate raw Gloo calls, within 1.2× of "
+            "hand-fused MPI (default cycle time 1 ms)", "; ".join(parts), "met" if ok else "missed")
+
+
+def latency_table(recs):
+    lat = [r for r in recs if r.get("kind") == "latency" and r["ranks"] == 2]
+    raw = {}
+    for r in lat:
+        if r["system"] in ("gloo", "mpi", "torch"):
+            key = "gloo" if r["system"] == "gloo" else r["system"]
+            if key not in raw or r["time_us"] < raw[key]["time_us"]:
+                raw[key] = r
+    rows = []
+    verdicts = []
+    for r in sorted(lat, key=lambda r: (r["system"], -float(r.get("cycle_time_ms", 0) or 0))):
+        cyc = r.get("cycle_time_ms")
+        base = None
+        if r["system"] == "hvd-gloo":
+            base = raw.get("gloo")
+        elif r["system"] == "hvd-mpi":
+            base = raw.get("mpi")
+        over = r["time_us"] - base["time_us"] if base else None
+        limit = float(cyc) * 1000 + 50 if cyc is not None and r["system"].startswith("hvd") else None
+        ok = None if over is None or limit is None else over <= limit
+        if ok is not None:
+            verdicts.append((r["system"], cyc, over, limit, ok))
+        label = SERIES_LABEL.get(r["system"], r["system"])
+        if r["system"] == "gloo":
+            label = SERIES_LABEL.get("gloo:" + r["variant"], label)
+        rows.append([label, "–" if cyc is None else f"{cyc} ms", fmt_us(r["time_us"]) + spread(r, fmt_us),
+                     "–" if over is None else f"{over:+.0f} µs",
+                     "–" if limit is None else f"{limit:.0f} µs",
+                     "–" if ok is None else ("yes" if ok else "no")])
+    return rows, verdicts
+
+
+def target_latency(recs, horovod_ok):
+    _, verdicts = latency_table(recs)
+    if not verdicts:
+        return None
+    parts = [f"{SERIES_LABEL[s]} @ {c} ms: {o:+.0f} µs (limit {l:.0f}, {'ok' if v else 'over'})"
+             for s, c, o, l, v in verdicts]
+    ok = all(v[4] for v in verdicts)
+    hv = [r for r in recs if r.get("kind") == "latency" and r["system"] == "horovod"]
+    if hv:
+        hl = [r for r in recs if r.get("kind") == "latency" and r["system"].startswith("hvd")]
+        for h in hv:
+            mine = [r for r in hl if float(r.get("cycle_time_ms", 1)) == float(h.get("cycle_time_ms", 1))]
+            if mine:
+                m = min(mine, key=lambda r: r["time_us"])
+                parts.append(f"vs Horovod @ {h.get('cycle_time_ms')} ms: hvd {fmt_us(m['time_us'])}, "
+                             f"Horovod {fmt_us(h['time_us'])}")
+                ok = ok and m["time_us"] < h["time_us"]
+    elif not horovod_ok:
+        parts.append("Horovod comparison not possible (Horovod did not build)")
+    return ("Small-tensor latency: hvd's added overhead per step ≤ cycle time + 50 µs; faster "
+            "than Horovod's steady state", "; ".join(parts), "met" if ok else "missed")
+
+
+def e2e_rows(recs):
+    by = {}
+    for r in recs:
+        if r.get("kind") == "e2e":
+            by.setdefault(r["model"], {})[r["system"]] = r
+    return by
+
+
+def target_e2e(recs):
+    by = e2e_rows(recs)
+    parts, ok, any_ = [], True, False
+    for model, d in sorted(by.items()):
+        if "hvd" in d and "ddp" in d:
+            any_ = True
+            h, p = d["hvd"]["step_ms"], d["ddp"]["step_ms"]
+            parts.append(f"{model}: hvd {h:.1f} ms vs DDP {p:.1f} ms per step ({p / h:.2f}× DDP's speed)")
+            ok = ok and h <= p
+    if not any_:
+        return None
+    return ("End to end: hvd 2-process step time ≤ DDP's", "; ".join(parts), "met" if ok else "missed")
+
+
+# ---------------------------------------------------------------------------------------
+# Plots.
+
+def plots(recs, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ["(matplotlib is not installed: no plots)"]
+    made = []
+    styles = {"hvd-gloo": dict(color="C3", lw=2.5, marker="o"),
+              "hvd-mpi": dict(color="C1", lw=2.5, marker="s")}
+    _, ceiling = stream_ref(recs)
+    for op in ("allreduce", "allgather", "broadcast"):
+        ranks = sorted({r["ranks"] for r in recs if r.get("kind") == "coll" and r["op"] == op})
+        if not ranks:
+            continue
+        fig, axes = plt.subplots(1, len(ranks), figsize=(6.5 * len(ranks), 4.8), squeeze=False)
+        for ax, n in zip(axes[0], ranks):
+            s = coll_series(recs, op, n)
+            for i, k in enumerate(ordered(s)):
+                xs = sorted(s[k])
+                ys = [busbw(s[k][b]) for b in xs]
+                st = styles.get(k, dict(lw=1.2, marker=".", ls="--" if "nommap" in k else "-"))
+                ax.plot(xs, ys, label=SERIES_LABEL.get(k, k), **st)
+            if op == "allreduce" and ceiling and n == 2:
+                ax.axhline(ceiling, color="k", ls=":", lw=1,
+                           label=f"memory reference ≈ {ceiling:.0f} GB/s")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ticks = [4 << (4 * i) for i in range(8)]
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([fmt_bytes(t).replace(" ", "") for t in ticks], fontsize=8)
+            ax.set_xlabel("message size")
+            ax.set_ylabel("bus bandwidth (GB/s)")
+            ax.set_title(f"{op}, {n} ranks, float32")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        name = f"busbw_{op}.png"
+        fig.savefig(os.path.join(out, name), dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    specs = sorted({r["tensors"] for r in recs if r.get("kind") == "fusion"})
+    if specs:
+        fig, axes = plt.subplots(1, len(specs), figsize=(6.5 * len(specs), 4.2), squeeze=False)
+        for ax, nt in zip(axes[0], specs):
+            rows = fusion_rows(recs, nt)
+            keys = sorted(rows, key=lambda k: rows[k]["time_us"])
+            vals = [rows[k]["time_us"] / 1000 for k in keys]
+            colors = ["C3" if k.startswith("hvd") else "C0" for k in keys]
+            ax.barh(range(len(keys)), vals, color=colors)
+            ax.set_yticks(range(len(keys)))
+            ax.set_yticklabels(keys, fontsize=8)
+            ax.set_xscale("log")
+            tb = next(iter(rows.values()))["tensor_bytes"]
+            ax.set_xlabel("step time (ms, log)")
+            ax.set_title(f"Tensor Fusion: {nt} × {fmt_bytes(tb)}, 2 ranks")
+            for i, v in enumerate(vals):
+                ax.text(v, i, f" {v:.2f}", va="center", fontsize=7)
+            ax.invert_yaxis()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "fusion.png"), dpi=110)
+        plt.close(fig)
+        made.append("fusion.png")
+
+    lat = [r for r in recs if r.get("kind") == "latency"]
+    if lat:
+        fig, ax = plt.subplots(figsize=(7.5, 4))
+        labels = [f"{r['system']}:{r['variant']}" + (f" @{r['cycle_time_ms']}ms" if "cycle_time_ms" in r else "")
+                  for r in lat]
+        vals = [r["time_us"] for r in lat]
+        ax.barh(range(len(lat)), vals, color=["C3" if r["system"].startswith("hvd") else "C0" for r in lat])
+        ax.set_yticks(range(len(lat)))
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("median step time (µs, log)")
+        ax.set_title("One 4-byte allreduce per step, 2 ranks")
+        ax.invert_yaxis()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "latency.png"), dpi=110)
+        plt.close(fig)
+        made.append("latency.png")
+
+    by = e2e_rows(recs)
+    if by:
+        fig, axes = plt.subplots(1, len(by), figsize=(5 * len(by), 3.8), squeeze=False)
+        order = ["single", "hvd", "ddp", "horovod"]
+        names = {"single": "1 process", "hvd": "hvd 2p", "ddp": "DDP 2p", "horovod": "Horovod 2p"}
+        for ax, (model, d) in zip(axes[0], sorted(by.items())):
+            ks = [k for k in order if k in d]
+            vals = [d[k]["samples_per_s"] for k in ks]
+            ax.bar(range(len(ks)), vals, color=["C3" if k == "hvd" else "C0" for k in ks])
+            ax.set_xticks(range(len(ks)))
+            ax.set_xticklabels([names[k] for k in ks])
+            ax.set_ylabel("samples/s")
+            p = next(iter(d.values()))
+            ax.set_title(f"{model}: {p['params'] / 1e6:.2f} M params, {p['tensors']} tensors")
+            for i, v in enumerate(vals):
+                ax.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "e2e.png"), dpi=110)
+        plt.close(fig)
+        made.append("e2e.png")
+    return made
+
+
+# ---------------------------------------------------------------------------------------
+# Report.
+
+def write_all(out):
+    recs, meta = load(out)
+    made = plots(recs, out)
+    horovod_ok = any(r.get("system") == "horovod" for r in recs)
+    L = []
+    title_kind = "quick check" if meta.get("quick") else "full run"
+    L.append(f"# hvd benchmark report ({title_kind}, {meta.get('date', '?')})\n")
+    raw = meta.get("results", len(recs))
+    L.append(f"Command: `{meta.get('command', 'bench/run_all.py')}` — {raw} results in "
+             f"{meta.get('seconds', '?')} s. Load average before {meta.get('load_before', '?')}, "
+             f"after {meta.get('load_after', '?')} (the machine has "
+             f"{os.cpu_count()} CPUs). Machine and library versions: [machine.md](machine.md). "
+             "Method: [docs/benchmarks.md](../../../docs/benchmarks.md).\n")
+    if os.path.exists(os.path.join(out, "analysis.md")):
+        L.append("**Why targets are missed, and the fixes proposed: [analysis.md](analysis.md).**\n")
+    if meta.get("quick"):
+        L.append("**Quick mode**: one iteration per size; the figures only show that every part "
+                 "runs.\n")
+    if meta.get("skipped"):
+        L.append("Not measured: " + "; ".join(meta["skipped"]) + ".\n")
+    if meta.get("failures"):
+        L.append("**Failed jobs**:\n")
+        for f in meta["failures"]:
+            L.append(f"- {f['label']} (exit {f['rc']}): `{f['cmd']}`\n\n```\n{f['tail']}\n```")
+        L.append("")
+
+    # Targets
+    targets = [t for t in (target_large_gloo(recs), target_mpi(recs), target_physical(recs),
+                           target_fusion(recs), target_latency(recs, horovod_ok), target_e2e(recs))
+               if t]
+    if targets:
+        L.append("## Targets (issue 8)\n")
+        L.append(table(["target", "measured", "status"], [list(t) for t in targets],
+                       ["---", "---", "---"]))
+        L.append("")
+
+    # Memory reference
+    st = [r for r in recs if r.get("kind") == "stream"]
+    if st:
+        L.append("## Memory bandwidth (the physical reference)\n")
+        L.append(f"STREAM-like kernels on double arrays of {st[0]['array_mib']} MiB each, best of "
+                 f"{st[0]['reps']} (median in brackets), GB/s.\n")
+        kern = ["copy", "triad", "add"]
+        thr = sorted({r["threads"] for r in st})
+        rows = []
+        for k in kern:
+            row = [{"copy": "copy c = a", "triad": "triad a = b + s·c", "add": "a += b"}[k]]
+            for t in thr:
+                r = next((x for x in st if x["variant"] == k and x["threads"] == t), None)
+                row.append(f"{r['best_gbs']:.1f} ({r['median_gbs']:.1f})" if r else "–")
+            rows.append(row)
+        L.append(table(["kernel"] + [f"{t} thread{'s' if t > 1 else ''}" for t in thr], rows))
+        L.append("")
+
+    # Collectives
+    colls = [r for r in recs if r.get("kind") == "coll"]
+    if colls:
+        L.append("## Collectives\n")
+        L.append("nccl-tests conventions: float32; allreduce busbw = bytes/time × 2(n−1)/n; "
+                 "allgather counts the whole output and busbw = bytes/time × (n−1)/n; broadcast "
+                 "busbw = bytes/time. Each iteration starts after the system's own barrier; the "
+                 "time of an iteration is its slowest rank's; the table shows the median "
+                 "iteration. All ranks on this host (loopback TCP for Gloo, shared memory for "
+                 "Open MPI).\n")
+        for op in ("allreduce", "allgather", "broadcast"):
+            for n in sorted({r["ranks"] for r in colls if r["op"] == op}):
+                sec = coll_section(recs, op, n)
+                if sec:
+                    L.append(sec)
+            if f"busbw_{op}.png" in made:
+                L.append(f"![busbw {op}](busbw_{op}.png)\n")
+
+    # Fusion
+    fus = [r for r in recs if r.get("kind") == "fusion"]
+    if fus:
+        L.append("## Tensor Fusion\n")
+        L.append("N tensors submitted at once, 2 ranks, in place, float32 SUM. hvd: every tensor "
+                 "submitted with hvd_allreduce_async, then all waited for (the core fuses them). "
+                 "Peers: one blocking call per tensor (`separate`), or packed by hand into one "
+                 "buffer, one allreduce, unpacked (`handfused`, copies included). Median step; where the "
+                 "job ran several times, the median run and the range over the runs.\n")
+        for nt in sorted({r["tensors"] for r in fus}):
+            rows = fusion_rows(recs, nt)
+            sep = [v for k, v in rows.items() if k.startswith("gloo:separate")]
+            sep_best = min(sep, key=lambda r: r["time_us"]) if sep else None
+            hf = rows.get("mpi:handfused")
+            tb = next(iter(rows.values()))["tensor_bytes"]
+            L.append(f"### {nt} × {fmt_bytes(tb)} ({fmt_bytes(nt * tb)} in all)\n")
+            trs = []
+            for k in sorted(rows, key=lambda k: rows[k]["time_us"]):
+                r = rows[k]
+                trs.append([k, fmt_us(r["time_us"]) + spread(r, fmt_us), fmt_us(r["time_us"] / nt),
+                            fmt_ratio(sep_best["time_us"] / r["time_us"]) if sep_best else "–",
+                            fmt_ratio(r["time_us"] / hf["time_us"]) if hf else "–"])
+            L.append(table(["system:variant", "step", "per tensor",
+                            "speed-up vs fastest separate raw Gloo", "time ÷ hand-fused MPI"], trs))
+            L.append("")
+        if "fusion.png" in made:
+            L.append("![fusion](fusion.png)\n")
+
+    # Latency
+    rows, _ = latency_table(recs)
+    if rows:
+        L.append("## Small-tensor latency\n")
+        L.append("One 4-byte allreduce per step, back to back (a training loop's steady state: "
+                 "the response cache hits), 2 ranks, median step of the slower rank. Overhead = "
+                 "hvd's step − the raw transport's (raw Gloo's faster variant for hvd over Gloo, "
+                 "raw MPI for hvd over MPI); target: ≤ cycle time + 50 µs.\n")
+        L.append(table(["system", "cycle time", "step", "overhead", "limit", "within"], rows))
+        L.append("")
+        if "latency.png" in made:
+            L.append("![latency](latency.png)\n")
+
+    # End to end
+    by = e2e_rows(recs)
+    if by:
+        L.append("## End to end\n")
+        L.append("Training steps of a PyTorch model on random data, samples/s over all ranks "
+                 "(step time in brackets, with its range over the repetitions); every process "
+                 "uses cpu_count / local_size threads. The median repetition is shown.\n")
+        order = ["single", "hvd", "ddp", "horovod"]
+        names = {"single": "1 process", "hvd": "hvd, 2 processes", "ddp": "DDP (gloo), 2 processes",
+                 "horovod": "Horovod, 2 processes"}
+        rows = []
+        for model, d in sorted(by.items()):
+            p = next(iter(d.values()))
+            row = [f"{model} ({p['params'] / 1e6:.2f} M params, {p['tensors']} tensors, batch "
+                   f"{p['batch']}/rank)"]
+            for k in order:
+                row.append(f"{d[k]['samples_per_s']:.0f} ({d[k]['step_ms']:.1f} ms"
+                           + (f", {d[k]['rep_lo']:.1f}–{d[k]['rep_hi']:.1f}" if "reps" in d[k] else "")
+                           + ")" if k in d else "–")
+            row.append(fmt_ratio(d["ddp"]["step_ms"] / d["hvd"]["step_ms"])
+                       if "hvd" in d and "ddp" in d else "–")
+            rows.append(row)
+        L.append(table(["model"] + [names[k] for k in order] + ["hvd speed ÷ DDP"], rows))
+        L.append("")
+        if "e2e.png" in made:
+            L.append("![end to end](e2e.png)\n")
+
+    # Horovod
+    hb = os.path.join(out, "horovod_build.md")
+    if not os.path.exists(hb):  # the record of the last build attempt, kept with the suite
+        hb = os.path.join(os.path.dirname(os.path.abspath(__file__)), "horovod_build.md")
+    L.append("## Horovod\n")
+    if horovod_ok:
+        L.append("Horovod 0.28.1 was importable and is measured above.\n")
+    elif os.path.exists(hb):
+        with open(hb) as f:
+            L.append(f.read().strip() + "\n")
+    else:
+        L.append("`import horovod.torch` failed: Horovod is not installed here, so it is left out.\n")
+
+    # Jobs
+    if meta.get("jobs"):
+        L.append("## Jobs\n")
+        L.append(table(["job", "seconds", "results", "exit"],
+                       [[j["label"], j["seconds"], j["results"], j["rc"]] for j in meta["jobs"]]))
+        L.append("")
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write("\n".join(L).rstrip() + "\n")
+
+
+# ---------------------------------------------------------------------------------------
+# Machine description.
+
+def _cmd(argv):
+    try:
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=30)
+        return r.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def _py_version(mod):
+    code = f"import {mod} as m; print(getattr(m, '__version__', '?'))"
+    r = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True)
+    return r.stdout.strip() if r.returncode == 0 else "not installed"
+
+
+def write_machine(out, build_dir):
+    lscpu = _cmd(["lscpu"])
+    info = {}
+    for line in lscpu.splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            info[k.strip()] = v.strip()
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal"):
+                    mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except OSError:
+        pass
+    osname = "?"
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    osname = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    git = _cmd(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"])
+    dirty = _cmd(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"])
+    gloo = _cmd(["dpkg-query", "-W", "-f=${Version}", "libgloo-dev"]) or "?"
+    ompi = (_cmd(["mpirun", "--version"]).splitlines() or ["not installed"])[0]
+    cxx = (_cmd(["c++", "--version"]).splitlines() or ["?"])[0]
+    cmake = (_cmd(["cmake", "--version"]).splitlines() or ["?"])[0]
+    glibc = (_cmd(["ldd", "--version"]).splitlines() or ["?"])[0]
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    rows = [
+        ["CPU", info.get("Model name", platform.processor() or "?")],
+        ["CPUs (cores × threads)", f"{info.get('CPU(s)', os.cpu_count())} "
+                                   f"({info.get('Core(s) per socket', '?')} cores/socket × "
+                                   f"{info.get('Thread(s) per core', '?')} threads/core, "
+                                   f"{info.get('Socket(s)', '?')} socket(s))"],
+        ["Caches", ", ".join(f"{k} {info[k]}" for k in ("L1d cache", "L2 cache", "L3 cache") if k in info)],
+        ["Hypervisor", info.get("Hypervisor vendor", "none")],
+        ["Memory", mem],
+        ["OS", osname],
+        ["Kernel", platform.release() + " " + platform.version()],
+        ["glibc", glibc],
+        ["Compiler", cxx],
+        ["CMake", cmake],
+        ["Open MPI", ompi],
+        ["Gloo (libgloo-dev)", gloo],
+        ["Python", platform.python_version()],
+        ["torch", _py_version("torch")],
+        ["numpy", _py_version("numpy")],
+        ["matplotlib", _py_version("matplotlib")],
+        ["Horovod", _py_version("horovod")],
+        ["hvd", f"{git}{' + uncommitted changes' if dirty else ''}, build {build_dir}"],
+        ["Load average when written", load],
+    ]
+    with open(os.path.join(out, "machine.md"), "w") as f:
+        f.write("# Machine\n\n" + table(["", ""], rows, ["---", "---"]) + "\n")

@@ -1,0 +1,255 @@
+"""Peers from Python: torch.distributed (gloo backend) and Horovod, measured
+with the same sizes, schedule and metrics as the native programs.
+
+    hvdrun --start-timeout 0 -np 2 python torch_bench.py coll,fusion,latency --system torch --store DIR
+    mpirun -np 2 python torch_bench.py coll --system horovod
+
+Modes (a comma list, run in order in one job): coll (allreduce SUM in place, allgather, broadcast from rank 0; a
+barrier before every iteration, the slowest rank's time counts), fusion (N
+tensors: torch.distributed one blocking all_reduce at a time; Horovod submits
+them all with allreduce_async_ and synchronizes, i.e. its Tensor Fusion),
+latency (one 4-byte allreduce per step, back to back).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pybench_common as pc  # noqa: E402
+
+
+class TorchDist:
+    system = "torch"
+
+    def __init__(self, store):
+        import torch.distributed as dist
+        self.dist = dist
+        rank, size, _ = pc.launcher_rank()
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(store, "torch"),
+                                rank=rank, world_size=size)
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self._ag_into = hasattr(dist, "all_gather_into_tensor")
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def allreduce_(self, t, name):
+        self.dist.all_reduce(t)
+
+    def allgather(self, t, out, name):
+        if self._ag_into:
+            try:
+                self.dist.all_gather_into_tensor(out, t)
+                return
+            except (RuntimeError, NotImplementedError):
+                self._ag_into = False
+        self.dist.all_gather(list(out.chunk(self.size)), t)
+
+    def broadcast_(self, t, name):
+        self.dist.broadcast(t, src=0)
+
+    def fused_step(self, tensors, names):
+        for t in tensors:  # one call at a time, as a naive training loop would
+            self.dist.all_reduce(t)
+
+    def max_(self, t):
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+
+    def close(self):
+        self.dist.barrier()
+        self.dist.destroy_process_group()
+
+
+class Horovod:
+    system = "horovod"
+
+    def __init__(self, store):
+        import horovod.torch as hh
+        self.h = hh
+        hh.init()
+        self.rank, self.size = hh.rank(), hh.size()
+
+    def barrier(self):
+        if hasattr(self.h, "barrier"):
+            self.h.barrier()
+        else:
+            self.h.allreduce(torch.zeros(1), name="barrier")
+
+    def allreduce_(self, t, name):
+        self.h.allreduce_(t, op=self.h.Sum, name=name)
+
+    def allgather(self, t, out, name):
+        out.copy_(self.h.allgather(t, name=name))
+
+    def broadcast_(self, t, name):
+        self.h.broadcast_(t, root_rank=0, name=name)
+
+    def fused_step(self, tensors, names):
+        hs = [self.h.allreduce_async_(t, op=self.h.Sum, name=n) for t, n in zip(tensors, names)]
+        for h in hs:
+            self.h.synchronize(h)
+
+    def max_(self, t):
+        t.copy_(self.h.allreduce(t, op=self.h.Max, name="times.max"))
+
+    def close(self):
+        self.h.shutdown()
+
+
+def slowest(b, times):
+    t = torch.tensor(times, dtype=torch.float64)
+    b.max_(t)
+    return t.tolist()
+
+
+def pattern(n, rank):
+    return (torch.arange(n, dtype=torch.int64) % 7 + rank + 1).to(torch.float32)
+
+
+def expected(n, size):
+    return (torch.arange(n, dtype=torch.int64) % 7 * size + size * (size + 1) // 2).to(
+        torch.float32)
+
+
+def run_coll(b, args):
+    n = b.size
+    for op in args.ops.split(","):
+        for nbytes in pc.parse_sizes(args.sizes):
+            w, k = pc.schedule(nbytes, args.quick, args.iters_scale)
+            times = []
+            if op == "allreduce":
+                count = max(1, nbytes // 4)
+                x = pattern(count, b.rank)
+                for i in range(w + k):
+                    b.barrier()
+                    t0 = pc.now_us()
+                    b.allreduce_(x, f"ar.{nbytes}")
+                    t1 = pc.now_us()
+                    if i == 0 and not torch.equal(x, expected(count, n)):
+                        raise SystemExit(f"{b.system}: allreduce of {nbytes} bytes is wrong")
+                    if i >= w:
+                        times.append(t1 - t0)
+                total = count * 4
+            elif op == "allgather":
+                per = max(1, nbytes // 4 // n)
+                x = torch.full((per,), float(b.rank))
+                out = torch.empty(per * n)
+                for i in range(w + k):
+                    b.barrier()
+                    t0 = pc.now_us()
+                    b.allgather(x, out, f"ag.{nbytes}")
+                    t1 = pc.now_us()
+                    if i == 0 and out[-1].item() != n - 1:
+                        raise SystemExit(f"{b.system}: allgather of {nbytes} bytes is wrong")
+                    if i >= w:
+                        times.append(t1 - t0)
+                total = per * 4 * n
+            elif op == "broadcast":
+                count = max(1, nbytes // 4)
+                x = torch.full((count,), 7.0 if b.rank == 0 else 0.0)
+                for i in range(w + k):
+                    b.barrier()
+                    t0 = pc.now_us()
+                    b.broadcast_(x, f"bc.{nbytes}")
+                    t1 = pc.now_us()
+                    if i == 0 and x[-1].item() != 7.0:
+                        raise SystemExit(f"{b.system}: broadcast of {nbytes} bytes is wrong")
+                    if i >= w:
+                        times.append(t1 - t0)
+                total = count * 4
+            else:
+                raise SystemExit(f"unknown op {op}")
+            times = slowest(b, times)
+            if b.rank == 0:
+                variant = "outofplace" if op == "allgather" else "inplace"
+                pc.emit_coll(b.system, op, variant, n, total, times)
+
+
+def run_fusion(b, args):
+    for spec in args.fusion.split(","):
+        ntens, tbytes = spec.lower().split("x")
+        fusion_one(b, args, int(ntens), pc.parse_bytes(tbytes))
+
+
+def fusion_one(b, args, ntens, tbytes):
+    count = tbytes // 4
+    tensors = [pattern(count, b.rank) for _ in range(ntens)]
+    names = [f"fuse.{ntens}.{i}" for i in range(ntens)]
+    warm, steps = (1, 1) if args.quick else (2, args.fusion_steps)
+    times = []
+    for s in range(warm + steps):
+        b.barrier()
+        t0 = pc.now_us()
+        b.fused_step(tensors, names)
+        t1 = pc.now_us()
+        if s == 0 and not all(torch.equal(t, expected(count, b.size)) for t in tensors):
+            raise SystemExit(f"{b.system}: fusion result wrong")
+        if s >= warm:
+            times.append(t1 - t0)
+    times = slowest(b, times)
+    if b.rank == 0:
+        variant = "fused" if b.system == "horovod" else "separate"
+        pc.emit_step("fusion", b.system, variant, b.size, ntens, count * 4, times,
+                     **_cycle_extra(b))
+
+
+def _cycle_extra(b):
+    if b.system == "horovod":
+        return {"cycle_time_ms": float(os.environ.get("HOROVOD_CYCLE_TIME", "1") or 1)}
+    return {}
+
+
+def run_latency(b, args):
+    steps, warm = (5, 2) if args.quick else (args.latency_steps, 50)
+    x = torch.ones(1)
+    times = []
+    b.barrier()
+    for s in range(warm + steps):
+        x.fill_(1.0)
+        t0 = pc.now_us()
+        b.allreduce_(x, "lat")
+        t1 = pc.now_us()
+        if x.item() != b.size:
+            raise SystemExit(f"{b.system}: latency allreduce wrong")
+        if s >= warm:
+            times.append(t1 - t0)
+    med = slowest(b, [statistics.median(times)])
+    if b.rank == 0:
+        pc.emit_step("latency", b.system, "4B", b.size, 1, 4, med, steps=steps,
+                     **_cycle_extra(b))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("modes", help="comma list of coll, fusion, latency")
+    ap.add_argument("--system", choices=["torch", "horovod"], default="torch")
+    ap.add_argument("--store", default=None, help="empty directory (torch rendezvous file)")
+    ap.add_argument("--ops", default="allreduce,allgather,broadcast")
+    ap.add_argument("--sizes", default="4:256M")
+    ap.add_argument("--fusion", default="200x16K,1000x4K", help="NxBYTES list")
+    ap.add_argument("--fusion-steps", type=int, default=10)
+    ap.add_argument("--latency-steps", type=int, default=400)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--iters-scale", type=float, default=1.0)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    if args.system == "torch":
+        if not args.store:
+            raise SystemExit("torch_bench: --store DIR is required for torch.distributed")
+        b = TorchDist(args.store)
+    else:
+        b = Horovod(args.store)
+    runs = {"coll": run_coll, "fusion": run_fusion, "latency": run_latency}
+    for mode in args.modes.split(","):
+        if mode not in runs:
+            raise SystemExit(f"torch_bench: unknown mode {mode!r}")
+        runs[mode](b, args)
+    b.close()
+
+
+if __name__ == "__main__":
+    main()
