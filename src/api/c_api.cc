@@ -192,7 +192,12 @@ std::string TensorTag(const char* name) {
   if (name == nullptr || name[0] == '\0' || strnlen(name, kMaxNameBytes + 1) > kMaxNameBytes) {
     return std::string();
   }
-  return Cat(" (tensor '", name, "')");
+  // Plain appends: this runs on every submit, and a stream's locale set-up
+  // costs more than the rest of the call.
+  std::string tag(" (tensor '");
+  tag += name;
+  tag += "')";
+  return tag;
 }
 
 // ---------------------------------------------------------------------------
@@ -412,7 +417,10 @@ hvd::Status PrepareSingle(const char* fn, hvd_context_t ctx, const char* name,
   spec.name = name;
   p->request.type = type;
   p->request.tensors.push_back(std::move(spec));
-  p->description = Cat(hvd::OpTypeName(type), " '", name, "'");
+  p->description = hvd::OpTypeName(type);
+  p->description += " '";
+  p->description += name;
+  p->description += '\'';
   return hvd::Status::Ok();
 }
 
@@ -832,7 +840,7 @@ hvd_status_t hvd_grouped_allreduce_async(hvd_context_t ctx, int32_t count,
   hvd::Status s;
   std::unordered_set<std::string> seen;
   for (int32_t i = 0; i < count; ++i) {
-    const std::string arg = Cat("names[", i, "]");
+    const std::string arg = "names[" + std::to_string(i) + "]";
     s = ValidateName(fn, arg.c_str(), names[i]);
     if (!s.ok()) return Report(s);
     if (!seen.insert(names[i]).second) {
@@ -846,8 +854,8 @@ hvd_status_t hvd_grouped_allreduce_async(hvd_context_t ctx, int32_t count,
   p.request.tensors.reserve(static_cast<size_t>(count));
   for (int32_t i = 0; i < count; ++i) {
     const std::string tag = TensorTag(names[i]);
-    const std::string in_arg = Cat("inputs[", i, "]");
-    const std::string out_arg = Cat("outputs[", i, "]");
+    const std::string in_arg = "inputs[" + std::to_string(i) + "]";
+    const std::string out_arg = "outputs[" + std::to_string(i) + "]";
     hvd::TensorSpec spec;
     s = ValidateTensor(fn, in_arg.c_str(), tag, &inputs[i], &spec);
     if (!s.ok()) return Report(s);

@@ -12,6 +12,10 @@
 #include <thread>
 #include <unordered_set>
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #include "common/kernels.h"
 #include "common/netif.h"
 #include "core/config.h"
@@ -138,6 +142,7 @@ class ContextImpl : public ControlPlane {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<OpRequest> queue_;
+  Clock::time_point last_enqueue_;  // of the newest request in queue_
   std::unordered_set<std::string> inflight_;
   uint64_t barrier_count_ = 0;
   bool shutdown_requested_ = false;
@@ -432,8 +437,12 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(OpRequest req) {
   }
   std::shared_ptr<Handle> h = req.handle;
   req.enqueued = Clock::now();
+  last_enqueue_ = req.enqueued;
+  const bool was_empty = queue_.empty();
   queue_.push_back(std::move(req));
-  cv_.notify_one();
+  // The loop waits for the queue to become non-empty; later submits of a
+  // burst need no wake-up (it reads last_enqueue_ when it settles).
+  if (was_empty) cv_.notify_one();
   return h;
 }
 
@@ -473,26 +482,67 @@ void ContextImpl::Shutdown() {
   });
 }
 
+// When the loop negotiates:
+//  * Work arrives: a submit wakes it at once. It then waits until no further
+//    submit has come for a settle time (a burst of submits is one batch, and
+//    so one fusion bucket), at most one cycle time after the first.
+//  * Requests wait on other ranks: if the last negotiation changed anything
+//    (something completed, or some rank announced new requests), it goes
+//    straight into the next one: the ranks are mid-burst, and the others'
+//    remaining submits are on their way. Otherwise it negotiates again every
+//    cycle time, counted from the end of the last negotiation (all ranks
+//    leave that collective together, so their cycles stay in phase).
+//  * Nothing is pending here: it sleeps until a submit, shutdown, or a
+//    heartbeat. No operation can complete without this rank's submit, so
+//    ranks that do have work simply wait inside the negotiation collective;
+//    the heartbeat keeps that wait well below the transport timeout and lets
+//    an idle rank notice shutdown, stalls and dead peers.
 void ContextImpl::Loop() {
-  const auto cycle = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(cfg_.cycle_time_ms));
+#if defined(__linux__)
+  // The default 50 us of timer slack would be added to every wake-up.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+#endif
+  using std::chrono::duration;
+  using std::chrono::duration_cast;
+  const auto cycle =
+      duration_cast<Clock::duration>(duration<double, std::milli>(cfg_.cycle_time_ms));
+  const auto settle = std::min<Clock::duration>(cycle, std::chrono::microseconds(50));
+  double heartbeat_s = 0.1;
+  if (cfg_.transport_timeout_s > 0) heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
+  const auto heartbeat =
+      std::max<Clock::duration>(cycle, duration_cast<Clock::duration>(duration<double>(heartbeat_s)));
   auto next = Clock::now();
   std::deque<OpRequest> batch;
   while (true) {
     bool shutting_down;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(lock, next, [this] { return shutdown_requested_; });
+      auto ready = [this] { return shutdown_requested_ || !queue_.empty(); };
+      if (controller_->pending() == 0) {
+        cv_.wait_until(lock, Clock::now() + heartbeat, ready);
+      } else {
+        cv_.wait_until(lock, next, ready);
+      }
+      if (!queue_.empty() && !shutdown_requested_) {
+        const auto limit = queue_.front().enqueued + cycle;
+        for (;;) {
+          const auto until = std::min(last_enqueue_ + settle, limit);
+          if (Clock::now() >= until) break;
+          if (cv_.wait_until(lock, until, [this] { return shutdown_requested_; })) break;
+        }
+      }
       shutting_down = shutdown_requested_;
       batch.swap(queue_);
     }
     auto now = Clock::now();
-    next = now + cycle;
     for (OpRequest& r : batch) controller_->Add(std::move(r), now);
     batch.clear();
 
     bool shutdown = false;
+    const uint64_t full_rounds = controller_->full_rounds();
     Status s = controller_->Cycle(this, shutting_down, now, &responses_, &shutdown);
+    const bool changed = !responses_.empty() || controller_->full_rounds() != full_rounds;
+    next = changed ? Clock::now() : Clock::now() + cycle;
     if (!s.ok()) {
       HVD_LOG(log_, HVD_LOG_ERROR, s.message());
       FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
@@ -541,12 +591,12 @@ void ContextImpl::Execute(std::vector<Response>& responses) {
   for (size_t i = 0; i < responses.size(); ++i) {
     Response& resp = responses[i];
     have[i] = controller_->Take(resp.key, &reqs[i]);
-    if (!have[i] && resp.error.ok() && !resp.all.empty() &&
-        resp.all[0].type == OpType::kAllreduce &&
+    if (!have[i] && resp.error.ok() && resp.all && !resp.all->empty() &&
+        resp.desc(0).type == OpType::kAllreduce &&
         std::find(resp.joined.begin(), resp.joined.end(), cfg_.rank) != resp.joined.end()) {
       // This rank has joined: it contributes zeros of the same shape and
       // throws the result away.
-      const RequestDesc& d = resp.all[cfg_.rank];
+      const RequestDesc& d = resp.desc(cfg_.rank);
       OpRequest& ph = reqs[i];
       ph.type = OpType::kAllreduce;
       ph.reduce_op = d.reduce_op;
@@ -758,7 +808,7 @@ Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
       int64_t rows = 0;
       size_t total = 0;
       for (int r = 0; r < n; ++r) {
-        int64_t rr = resp.all[r].shapes[0][0];
+        int64_t rr = resp.desc(r).shapes[0][0];
         recv[r] = static_cast<size_t>(rr) * row;
         rows += rr;
         total += recv[r];
@@ -776,7 +826,7 @@ Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
       size_t total = 0;
       for (int r = 0; r < n; ++r) {
         send[r] = static_cast<size_t>(req.splits[r]) * row;
-        int64_t from_r = resp.all[r].splits[me];
+        int64_t from_r = resp.desc(r).splits[me];
         h.recv_splits[r] = from_r;
         recv[r] = static_cast<size_t>(from_r) * row;
         rows += from_r;

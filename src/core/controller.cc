@@ -22,14 +22,14 @@ int ResponseCache::Lookup(const std::string& key, const RequestDesc& desc, int r
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return -1;
   const Slot& s = slots_[it->second];
-  return s.all[rank] == desc ? it->second : -1;
+  return (*s.all)[static_cast<size_t>(rank)] == desc ? it->second : -1;
 }
 
 bool ResponseCache::Holds(int slot, const std::string& key) const {
   return slot >= 0 && slot < capacity() && slots_[slot].valid && slots_[slot].key == key;
 }
 
-int ResponseCache::Insert(const std::string& key, std::vector<RequestDesc> all, uint64_t tick) {
+int ResponseCache::Insert(const std::string& key, RequestDescs all, uint64_t tick) {
   if (slots_.empty()) return -1;
   Invalidate(key);
   int chosen = -1;
@@ -62,7 +62,7 @@ void ResponseCache::Invalidate(const std::string& key) {
   Slot& s = slots_[it->second];
   s.valid = false;
   s.key.clear();
-  s.all.clear();
+  s.all.reset();
   by_key_.erase(it);
 }
 
@@ -368,9 +368,9 @@ bool Controller::TryComplete(const std::string& key, std::vector<Response>* out)
     resp.error = Validate(row.descs);
   }
   if (resp.error.ok()) {
-    resp.all = row.descs;
+    resp.all = std::make_shared<const std::vector<RequestDesc>>(std::move(row.descs));
     if (type != OpType::kBarrier && type != OpType::kJoin && absent.empty()) {
-      cache_.Insert(key, row.descs, tick_);
+      cache_.Insert(key, resp.all, tick_);
     }
   }
   out->push_back(std::move(resp));

@@ -42,10 +42,16 @@ class ControlPlane {
                                 std::vector<std::vector<uint8_t>>* all) = 0;
 };
 
+// Every rank's descriptor of one negotiated request, shared between the
+// response cache and the responses it serves (never copied per cycle).
+using RequestDescs = std::shared_ptr<const std::vector<RequestDesc>>;
+
 struct Response {
   std::string key;
-  Status error;                  // not ok: complete the request with this error
-  std::vector<RequestDesc> all;  // every rank's descriptor (empty for errors)
+  Status error;      // not ok: complete the request with this error
+  RequestDescs all;  // every rank's descriptor (null for errors)
+  // Rank r's descriptor (all must be set).
+  const RequestDesc& desc(int r) const { return (*all)[static_cast<size_t>(r)]; }
   // Ranks that had joined (hvd_join) instead of submitting: they take part
   // with zeros of the same shape.
   std::vector<int> joined;
@@ -59,10 +65,10 @@ class ResponseCache {
   // Slot holding key with this rank's descriptor equal to desc, or -1.
   int Lookup(const std::string& key, const RequestDesc& desc, int rank) const;
   bool Holds(int slot, const std::string& key) const;
-  const std::vector<RequestDesc>& Get(int slot) const { return slots_[slot].all; }
+  const RequestDescs& Get(int slot) const { return slots_[slot].all; }
   const std::string& KeyOf(int slot) const { return slots_[slot].key; }
   void Touch(int slot, uint64_t tick) { slots_[slot].last_used = tick; }
-  int Insert(const std::string& key, std::vector<RequestDesc> all, uint64_t tick);
+  int Insert(const std::string& key, RequestDescs all, uint64_t tick);
   void Invalidate(const std::string& key);
   size_t used() const { return by_key_.size(); }
   uint64_t evictions() const { return evictions_; }
@@ -71,7 +77,7 @@ class ResponseCache {
   struct Slot {
     bool valid = false;
     std::string key;
-    std::vector<RequestDesc> all;
+    RequestDescs all;
     uint64_t last_used = 0;
   };
   std::vector<Slot> slots_;

@@ -65,6 +65,7 @@
 #include <dlfcn.h>
 #include <mpi.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -113,7 +114,16 @@ constexpr int kTagGatherv = 3;
 constexpr int kTagAlltoall = 4;
 
 // Polls between two looks at the clock while waiting.
-constexpr unsigned kPollsPerClockCheck = 256;
+constexpr unsigned kPollsPerClockCheck = 32;
+// A wait spins (lowest latency) for this long, then yields the CPU at every
+// look at the clock, and once this long has passed with nothing completed it
+// sleeps between polls: a peer that is this late is not transferring (every
+// message of the plugin's algorithms is at most a ring segment), it has not
+// arrived yet, e.g. an idle rank the negotiation waits for. Spinning through
+// that would take a core away from the ranks' own compute.
+constexpr auto kSpinFor = std::chrono::microseconds(100);
+constexpr auto kYieldFor = std::chrono::milliseconds(5);
+constexpr struct timespec kBackoffSleep = {0, 50 * 1000};
 
 // Failure inside an operation: an hvd status and the text for last_error().
 struct Failure {
@@ -274,9 +284,10 @@ void CheckMpi(int rc, const char* what) {
 void WaitAll(Comm& c, int n, MPI_Request* reqs, const char* what) {
   if (n <= 0) return;
   const bool limited = c.timeout_s > 0;
+  const auto start = Clock::now();
   const auto deadline =
-      limited ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(c.timeout_s))
+      limited ? start + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(c.timeout_s))
               : Clock::time_point::max();
   unsigned polls = 0;
   for (;;) {
@@ -288,18 +299,23 @@ void WaitAll(Comm& c, int n, MPI_Request* reqs, const char* what) {
     }
     CheckMpi(rc, what);
     if (done) return;
-    if (++polls % kPollsPerClockCheck == 0) {
-      if (limited && Clock::now() > deadline) {
-        c.abandoned = true;
-        char secs[32];
-        std::snprintf(secs, sizeof(secs), "%g", c.timeout_s);
-        throw Failure{HVD_ERR_TIMEOUT,
-                      std::string(what) + ": no progress within " + secs +
-                          " s (transport timeout, HVD_TRANSPORT_TIMEOUT): a peer is stuck or "
-                          "gone; the MPI communicator is abandoned"};
-      }
-      // Let other hvd contexts of this process take the call lock.
-      if (c.serialize) sched_yield();
+    if (++polls % kPollsPerClockCheck != 0) continue;
+    const auto now = Clock::now();
+    if (limited && now > deadline) {
+      c.abandoned = true;
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", c.timeout_s);
+      throw Failure{HVD_ERR_TIMEOUT,
+                    std::string(what) + ": no progress within " + secs +
+                        " s (transport timeout, HVD_TRANSPORT_TIMEOUT): a peer is stuck or "
+                        "gone; the MPI communicator is abandoned"};
+    }
+    const auto waited = now - start;
+    if (waited >= kYieldFor) {
+      nanosleep(&kBackoffSleep, nullptr);
+    } else if (waited >= kSpinFor || c.serialize) {
+      // Also lets other hvd contexts of this process take the call lock.
+      sched_yield();
     }
   }
 }
