@@ -202,10 +202,11 @@ class Runner:
         ops = self.args.ops
         c = ["--sizes", sizes, "--ops", ops] + self.common()
         hb = self.bins["hvd-bench"]
-        if self.have_gloo_plugin:
+        for system, extra in self.gloo_systems():
             env = self.base_env()
             env["HVD_TRANSPORT"] = "gloo"
-            self.run(f"hvd-gloo coll {n} ranks", self.hvdrun(n, [hb, "coll", "--system", "hvd-gloo"] + c),
+            env.update(extra)
+            self.run(f"{system} coll {n} ranks", self.hvdrun(n, [hb, "coll", "--system", system] + c),
                      env=env, timeout=600)
         if self.have_mpi_plugin and self.mpirun:
             self.run(f"hvd-mpi coll {n} ranks",
@@ -233,6 +234,14 @@ class Runner:
                      self.mpirun_cmd(n, [sys.executable, os.path.join(SUITE, "torch_bench.py"),
                                          "coll", "--system", "horovod"] + c), timeout=600)
 
+    def gloo_systems(self):
+        """hvd over its default transport as users get it (shared memory between ranks of one
+        host), and over Gloo's TCP alone (HVD_GLOO_SHM=0): the like-for-like line next to raw
+        Gloo, which only has TCP."""
+        if not self.have_gloo_plugin:
+            return []
+        return [("hvd-gloo", {}), ("hvd-gloo-tcp", {"HVD_GLOO_SHM": "0"})]
+
     def fusion_specs(self):
         return ["200x16K"] if self.quick else ["200x16K", "1000x4K"]
 
@@ -249,11 +258,11 @@ class Runner:
             nt, tb = spec.split("x")
             f = ["--tensors", nt, "--tensor-bytes", tb] + q
             for cyc in cycles:
-                if self.have_gloo_plugin:
+                for system, extra in self.gloo_systems():
                     env = self.base_env()
-                    env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc)
-                    self.run(f"hvd-gloo fusion {spec} cycle {cyc} ms",
-                             self.hvdrun(n, [hb, "fusion", "--system", "hvd-gloo"] + f), env=env, tags=tag)
+                    env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc, **extra)
+                    self.run(f"{system} fusion {spec} cycle {cyc} ms",
+                             self.hvdrun(n, [hb, "fusion", "--system", system] + f), env=env, tags=tag)
                 if self.have_mpi_plugin and self.mpirun:
                     self.run(f"hvd-mpi fusion {spec} cycle {cyc} ms",
                              self.mpirun_cmd(n, [hb, "fusion", "--system", "hvd-mpi"] + f,
@@ -274,11 +283,11 @@ class Runner:
         q = ["--quick"] if self.quick else []
         cycles = ["1"] if self.quick else self.args.cycles.split(",")
         for cyc in cycles:
-            if self.have_gloo_plugin:
+            for system, extra in self.gloo_systems():
                 env = self.base_env()
-                env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc)
-                self.run(f"hvd-gloo latency cycle {cyc} ms",
-                         self.hvdrun(n, [hb, "latency", "--system", "hvd-gloo"] + q), env=env, tags=tag)
+                env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc, **extra)
+                self.run(f"{system} latency cycle {cyc} ms",
+                         self.hvdrun(n, [hb, "latency", "--system", system] + q), env=env, tags=tag)
             if self.have_mpi_plugin and self.mpirun:
                 self.run(f"hvd-mpi latency cycle {cyc} ms",
                          self.mpirun_cmd(n, [hb, "latency", "--system", "hvd-mpi"] + q,

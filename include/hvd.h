@@ -151,7 +151,7 @@ typedef struct hvd_params {
     void *oob_user;                   /*   (same bit)                         */
 
     int64_t fusion_threshold_bytes;   /* HVD_PARAM_FUSION_THRESHOLD; 0 = off  */
-    double cycle_time_ms;             /* HVD_PARAM_CYCLE_TIME                 */
+    double cycle_time_ms;             /* HVD_PARAM_CYCLE_TIME: max batching wait */
     int32_t cache_capacity;           /* HVD_PARAM_CACHE_CAPACITY; 0 = off    */
     double stall_warning_s;           /* HVD_PARAM_STALL_WARNING; <= 0 = off  */
     double stall_shutdown_s;          /* HVD_PARAM_STALL_SHUTDOWN; <= 0 = off */
