@@ -126,6 +126,7 @@ class ContextImpl : public ControlPlane {
   Status RunAllreduceBatch(std::vector<OpRequest*>& batch);
   Status RunOne(OpRequest& req, const Response& resp);
   void Finish(OpRequest& req, Status status);
+  void FinishAll(OpRequest* const* reqs, size_t n, const Status& status);
   void FailEverything(const Status& why);
 
   Config cfg_;
@@ -447,14 +448,25 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(OpRequest req) {
 }
 
 void ContextImpl::Finish(OpRequest& req, Status status) {
+  OpRequest* one = &req;
+  FinishAll(&one, 1, status);
+}
+
+// One lock for the whole batch: a fused step completes hundreds of requests.
+void ContextImpl::FinishAll(OpRequest* const* reqs, size_t n, const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const TensorSpec& t : req.tensors) inflight_.erase(t.name);
+    for (size_t i = 0; i < n; ++i) {
+      for (const TensorSpec& t : reqs[i]->tensors) inflight_.erase(t.name);
+    }
   }
-  if (!status.ok() && status.code() != HVD_ERR_ABORTED) {
-    HVD_LOG(log_, HVD_LOG_DEBUG, req.handle->description() << " failed: " << status.message());
+  for (size_t i = 0; i < n; ++i) {
+    OpRequest& req = *reqs[i];
+    if (!status.ok() && status.code() != HVD_ERR_ABORTED) {
+      HVD_LOG(log_, HVD_LOG_DEBUG, req.handle->description() << " failed: " << status.message());
+    }
+    req.handle->Complete(status);
   }
-  req.handle->Complete(std::move(status));
 }
 
 void ContextImpl::FailEverything(const Status& why) {
@@ -668,7 +680,7 @@ void ContextImpl::Execute(std::vector<Response>& responses) {
     if (u.single != nullptr) {
       Finish(*u.single, s);
     } else {
-      for (OpRequest* r : u.batch) Finish(*r, s);
+      FinishAll(u.batch.data(), u.batch.size(), s);
     }
     if (!s.ok() && s.code() != HVD_ERR_MISMATCH && s.code() != HVD_ERR_INVALID_ARGUMENT) {
       // The transport failed: peers are gone or out of step.
