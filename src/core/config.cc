@@ -249,6 +249,7 @@ std::string Config::ToString() const {
      << " stall_shutdown_s=" << stall_shutdown_s << " start_timeout_s=" << start_timeout_s
      << " transport_timeout_s=" << transport_timeout_s
      << " timeline=" << (timeline_path.empty() ? "(off)" : timeline_path)
+     << " autotune=" << (autotune ? "on" : "off")
      << " log_level=" << LogLevelName(log_level);
   return os.str();
 }
@@ -399,6 +400,38 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
         return InvalidArgument("HVD_LOG_LEVEL='" + lv + "' is not one of error, warning, info, debug, trace");
       }
       c.log_level = level;
+    }
+  }
+
+  // Autotuning (environment only, as the tuner's knobs are experiment settings).
+  {
+    std::string v = EnvStr(env, "HVD_AUTOTUNE");
+    if (!v.empty()) {
+      if (v == "1" || v == "true" || v == "yes" || v == "on") {
+        c.autotune = true;
+      } else if (v != "0" && v != "false" && v != "no" && v != "off") {
+        return InvalidArgument("HVD_AUTOTUNE='" + v + "' is not one of 1, 0, true, false, yes, no, on, off");
+      }
+    }
+    c.autotune_log = EnvStr(env, "HVD_AUTOTUNE_LOG");
+    struct Count {
+      const char* name;
+      int* out;
+      int lo, hi;
+    };
+    const Count counts[] = {
+        {"HVD_AUTOTUNE_WARMUP_SAMPLES", &c.autotune_warmup_samples, 0, 1000},
+        {"HVD_AUTOTUNE_STEPS_PER_SAMPLE", &c.autotune_steps_per_sample, 1, 1000000},
+        {"HVD_AUTOTUNE_SAMPLES", &c.autotune_samples, 1, 1000},
+    };
+    for (const Count& k : counts) {
+      HVD_ASSIGN_OR_RETURN(set, EnvInt(env, k.name, &i64));
+      if (!set) continue;
+      if (i64 < k.lo || i64 > k.hi) {
+        return InvalidArgument(std::string(k.name) + " must be in [" + std::to_string(k.lo) + ", " +
+                               std::to_string(k.hi) + "]");
+      }
+      *k.out = static_cast<int>(i64);
     }
   }
 

@@ -51,6 +51,13 @@ struct Config {
   double transport_timeout_s = 30.0;
   std::string timeline_path;
 
+  // Autotuning of fusion threshold and cycle time (rank 0 decides).
+  bool autotune = false;             // HVD_AUTOTUNE
+  std::string autotune_log;          // HVD_AUTOTUNE_LOG: CSV of every sample (rank 0)
+  int autotune_warmup_samples = 3;   // HVD_AUTOTUNE_WARMUP_SAMPLES: windows ignored first
+  int autotune_steps_per_sample = 10;  // HVD_AUTOTUNE_STEPS_PER_SAMPLE: busy cycles per window
+  int autotune_samples = 3;          // HVD_AUTOTUNE_SAMPLES: windows scored per candidate
+
   // Logging.
   int log_level = HVD_LOG_WARNING;
   hvd_log_fn log_fn = nullptr;

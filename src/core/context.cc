@@ -18,6 +18,7 @@
 
 #include "common/kernels.h"
 #include "common/netif.h"
+#include "core/autotune.h"
 #include "core/config.h"
 #include "core/controller.h"
 #include "core/logging.h"
@@ -122,7 +123,7 @@ class ContextImpl : public ControlPlane {
   std::string ChooseTransport() const;
   void Loop();
   void Cycle();
-  void Execute(std::vector<Response>& responses);
+  uint64_t Execute(std::vector<Response>& responses);  // returns the bytes moved
   Status RunAllreduceBatch(std::vector<OpRequest*>& batch);
   Status RunOne(OpRequest& req, const Response& resp);
   void Finish(OpRequest& req, Status status);
@@ -138,6 +139,8 @@ class ContextImpl : public ControlPlane {
   std::unique_ptr<Transport> transport_;
   Timeline timeline_;
   FusionBuffer fusion_;
+  std::unique_ptr<Autotuner> tuner_;  // made in Start()
+  int64_t fusion_threshold_ = 0;      // cfg_'s, or the autotuner's current choice
 
   // Shared with user threads (guarded by mu_).
   std::mutex mu_;
@@ -406,6 +409,8 @@ Status ContextImpl::Start() {
       StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
 
   if (!cfg_.timeline_path.empty() && cfg_.rank == 0) HVD_CHECK(timeline_.Open(cfg_.timeline_path));
+  fusion_threshold_ = cfg_.fusion_threshold;
+  tuner_ = std::make_unique<Autotuner>(cfg_, &log_);
   if (cfg_.fusion_threshold > 0) {
     // Fault the fusion buffer in now rather than during the first steps.
     size_t initial = static_cast<size_t>(std::min<int64_t>(cfg_.fusion_threshold, 4ll << 20));
@@ -516,9 +521,8 @@ void ContextImpl::Loop() {
 #endif
   using std::chrono::duration;
   using std::chrono::duration_cast;
-  const auto cycle =
-      duration_cast<Clock::duration>(duration<double, std::milli>(cfg_.cycle_time_ms));
-  const auto settle = std::min<Clock::duration>(cycle, std::chrono::microseconds(50));
+  auto cycle = duration_cast<Clock::duration>(duration<double, std::milli>(cfg_.cycle_time_ms));
+  auto settle = std::min<Clock::duration>(cycle, std::chrono::microseconds(50));
   double heartbeat_s = 0.1;
   if (cfg_.transport_timeout_s > 0) heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
   const auto heartbeat =
@@ -552,6 +556,7 @@ void ContextImpl::Loop() {
 
     bool shutdown = false;
     const uint64_t full_rounds = controller_->full_rounds();
+    controller_->set_proposal(tuner_->Proposal());
     Status s = controller_->Cycle(this, shutting_down, now, &responses_, &shutdown);
     const bool changed = !responses_.empty() || controller_->full_rounds() != full_rounds;
     next = changed ? Clock::now() : Clock::now() + cycle;
@@ -566,8 +571,19 @@ void ContextImpl::Loop() {
                                          : "another rank shut down its context"));
       return;
     }
+    TuneParams tuned;
+    if (tuner_->Apply(controller_->decided(), &tuned)) {
+      // Every rank switches in this same cycle, before bucketing its responses.
+      fusion_threshold_ = tuned.fusion_threshold;
+      cycle = duration_cast<Clock::duration>(duration<double, std::milli>(tuned.cycle_time_ms));
+      settle = std::min<Clock::duration>(cycle, std::chrono::microseconds(50));
+      HVD_LOG(log_, HVD_LOG_DEBUG,
+              "autotune: fusion threshold " << tuned.fusion_threshold << " bytes, cycle time "
+                                            << tuned.cycle_time_ms << " ms");
+    }
     if (!responses_.empty()) {
-      Execute(responses_);
+      const uint64_t bytes = Execute(responses_);
+      tuner_->Observe(bytes, now, Clock::now());
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return;
     }
@@ -578,7 +594,7 @@ void ContextImpl::Loop() {
 // at most the fusion threshold of bytes), keeping every other operation in
 // response order. All ranks hold the same responses, so all build the same
 // batches in the same order.
-void ContextImpl::Execute(std::vector<Response>& responses) {
+uint64_t ContextImpl::Execute(std::vector<Response>& responses) {
   struct Unit {
     std::vector<OpRequest*> batch;  // allreduce batch
     OpRequest* single = nullptr;
@@ -597,7 +613,7 @@ void ContextImpl::Execute(std::vector<Response>& responses) {
   };
   std::vector<OpenBatch> open;
   std::deque<std::vector<uint8_t>> zeros;  // buffers of a joined rank's stand-in tensors
-  const size_t threshold = static_cast<size_t>(cfg_.fusion_threshold);
+  const size_t threshold = static_cast<size_t>(fusion_threshold_);
   auto now = Clock::now();
 
   for (size_t i = 0; i < responses.size(); ++i) {
@@ -674,8 +690,16 @@ void ContextImpl::Execute(std::vector<Response>& responses) {
     }
   }
 
+  uint64_t moved = 0;
   for (size_t k = 0; k < units.size(); ++k) {
     Unit& u = units[k];
+    if (u.single != nullptr) {
+      for (const TensorSpec& t : u.single->tensors) {
+        moved += static_cast<uint64_t>(t.NumElements()) * DtypeSize(t.dtype);
+      }
+    } else {
+      moved += u.bytes;
+    }
     Status s = u.single != nullptr ? RunOne(*u.single, *u.resp) : RunAllreduceBatch(u.batch);
     if (u.single != nullptr) {
       Finish(*u.single, s);
@@ -691,10 +715,11 @@ void ContextImpl::Execute(std::vector<Response>& responses) {
         for (OpRequest* r : units[j].batch) Finish(*r, broken);
       }
       FailEverything(broken);
-      return;
+      return moved;
     }
   }
   timeline_.Flush();
+  return moved;
 }
 
 namespace {

@@ -185,9 +185,10 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
   ctrl_[0] = has_new ? 0 : 1;
   ctrl_[1] = shutting_down ? 0 : 1;
   ctrl_[2] = want_stall ? 0 : 1;
-  ctrl_[3] = 1;
+  ctrl_[3] = proposal_;
 
   HVD_CHECK(cp->AllreduceMinU8(ctrl_.data(), ctrl_.size()).Wrap("negotiation"));
+  decided_ = ctrl_[3];
 
   if (ctrl_[1] == 0) {
     *shutdown = true;

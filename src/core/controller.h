@@ -5,7 +5,7 @@
 //   [0] 0 if this rank has requests the cache cannot describe (a full round follows)
 //   [1] 0 if this rank is shutting down
 //   [2] 0 if this rank asks for a stall report
-//   [3] reserved
+//   [3] autotuning: rank 0's proposal (255 from every other rank; see autotune.h)
 //   [4 + s] 1 if this rank has a pending request that matches cache slot s
 // A slot whose byte survives the MIN is ready everywhere: steady-state steps,
 // where every request was seen before, cost this one allreduce and nothing
@@ -110,6 +110,10 @@ class Controller {
   std::vector<OpRequest> TakeAll();
 
   size_t pending() const { return pending_.size(); }
+  // Byte 3 of the control vector: this rank's autotuning proposal for the
+  // next cycle (255 = none), and what survived the MIN in the last one.
+  void set_proposal(uint8_t p) { proposal_ = p; }
+  uint8_t decided() const { return decided_; }
   const ResponseCache& cache() const { return cache_; }
   uint64_t full_rounds() const { return full_rounds_; }
   uint64_t cycles() const { return tick_; }
@@ -143,6 +147,7 @@ class Controller {
   std::map<std::string, TableRow> table_;
   std::vector<bool> joined_;  // ranks whose join was announced, until all join
   std::vector<uint8_t> ctrl_;
+  uint8_t proposal_ = 255, decided_ = 255;
   uint64_t tick_ = 0;
   uint64_t full_rounds_ = 0;
   Clock::time_point last_stall_report_;

@@ -171,6 +171,22 @@ TEST(Config, BadValuesAreClearErrors) {
   bad({{"HVD_RANK", "4"}, {"HVD_SIZE", "4"}}, "rank 4");
   bad({{"HVD_RANK", "x"}, {"HVD_SIZE", "4"}}, "HVD_RANK");
   bad({{"HVD_START_TIMEOUT", "0"}}, "start_timeout_s");
+  bad({{"HVD_AUTOTUNE", "maybe"}}, "HVD_AUTOTUNE");
+  bad({{"HVD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, "HVD_AUTOTUNE_STEPS_PER_SAMPLE");
+}
+
+TEST(Config, Autotune) {
+  Config off = MustResolve(nullptr, {});
+  EXPECT_FALSE(off.autotune);
+  Config on = MustResolve(nullptr, {{"HVD_AUTOTUNE", "1"}, {"HVD_AUTOTUNE_LOG", "/tmp/t.csv"},
+                                    {"HVD_AUTOTUNE_WARMUP_SAMPLES", "0"},
+                                    {"HVD_AUTOTUNE_STEPS_PER_SAMPLE", "25"},
+                                    {"HVD_AUTOTUNE_SAMPLES", "5"}});
+  EXPECT_TRUE(on.autotune);
+  EXPECT_EQ(on.autotune_log, "/tmp/t.csv");
+  EXPECT_EQ(on.autotune_warmup_samples, 0);
+  EXPECT_EQ(on.autotune_steps_per_sample, 25);
+  EXPECT_EQ(on.autotune_samples, 5);
 }
 
 TEST(Config, ParamsStructVersioning) {

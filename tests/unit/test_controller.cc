@@ -269,5 +269,15 @@ TEST(Controller, JoinedRankStandsInForAllreduceUntilEveryoneJoins) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(h.traces[r], h.traces[0]);
 }
 
+TEST(Controller, RankZerosAutotuneProposalReachesEveryRankInTheSameCycle) {
+  Harness h(4, 8);
+  h.ctl[0]->set_proposal(7);  // every other rank keeps the default 255 ("no proposal")
+  h.Run(1, {});
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(h.ctl[r]->decided(), 7) << "rank " << r;
+  h.ctl[0]->set_proposal(255);
+  h.Run(1, {});
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(h.ctl[r]->decided(), 255) << "rank " << r;
+}
+
 }  // namespace
 }  // namespace hvd

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -520,3 +523,64 @@ TEST(Engine, OpsAfterShutdownFailCleanly) {
 }
 
 }  // namespace
+
+// Autotuning switches fusion threshold and cycle time while tensors flow:
+// every rank must switch in the same cycle (otherwise the ranks would build
+// different fusion buckets and their allreduces would not match). Tensors of
+// 600 KiB run one by one under a 1 MiB threshold and fused above it.
+TEST(Engine, AutotuningSwitchesSettingsOnEveryRankTogether) {
+  const std::string csv = ::testing::TempDir() + "hvd_engine_autotune.csv";
+  std::remove(csv.c_str());
+  setenv("HVD_AUTOTUNE", "1", 1);
+  setenv("HVD_AUTOTUNE_LOG", csv.c_str(), 1);
+  setenv("HVD_AUTOTUNE_WARMUP_SAMPLES", "0", 1);
+  setenv("HVD_AUTOTUNE_STEPS_PER_SAMPLE", "2", 1);
+  setenv("HVD_AUTOTUNE_SAMPLES", "1", 1);
+  RunRanks(2, [](hvd_context_t ctx, int rank) {
+    const int kTensors = 4;
+    const size_t kCount = 600 * 1024 / sizeof(float);
+    std::vector<std::vector<float>> bufs(kTensors, std::vector<float>(kCount));
+    int64_t shape[1] = {static_cast<int64_t>(kCount)};
+    for (int step = 0; step < 150; ++step) {
+      std::vector<hvd_handle_t> hs(kTensors);
+      for (int k = 0; k < kTensors; ++k) {
+        const int i = rank == 0 ? k : kTensors - 1 - k;  // different orders
+        for (size_t j = 0; j < kCount; j += 97) bufs[i][j] = static_cast<float>(i + j % 13 + rank + step);
+        hvd_tensor_t t = {bufs[i].data(), HVD_FLOAT32, 1, shape, HVD_DEVICE_CPU, nullptr};
+        std::string name = "tune." + std::to_string(i);
+        ASSERT_EQ(hvd_allreduce_async(ctx, name.c_str(), &t, bufs[i].data(), HVD_SUM, 1, 1, &hs[i]),
+                  HVD_OK);
+      }
+      for (int i = 0; i < kTensors; ++i) {
+        ASSERT_EQ(hvd_handle_wait(hs[i], 60), HVD_OK) << "step " << step << ": " << hvd_last_error();
+        hvd_handle_release(hs[i]);
+        for (size_t j = 0; j < kCount; j += 97) {
+          ASSERT_EQ(bufs[i][j], static_cast<float>(2 * (i + j % 13 + step) + 1)) << "step " << step;
+        }
+      }
+    }
+  });
+  for (const char* v : {"HVD_AUTOTUNE", "HVD_AUTOTUNE_LOG", "HVD_AUTOTUNE_WARMUP_SAMPLES",
+                        "HVD_AUTOTUNE_STEPS_PER_SAMPLE", "HVD_AUTOTUNE_SAMPLES"}) {
+    unsetenv(v);
+  }
+  FILE* f = fopen(csv.c_str(), "r");
+  ASSERT_NE(f, nullptr) << "rank 0 writes the autotune log";
+  char line[256];
+  int samples = 0;
+  std::set<std::string> thresholds;
+  bool best = false;
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    std::string l(line);
+    if (l.rfind("sample,", 0) == 0) {
+      ++samples;
+      thresholds.insert(l.substr(7, l.find(',', 7) - 7));
+    }
+    if (l.rfind("best,", 0) == 0) best = true;
+  }
+  fclose(f);
+  std::remove(csv.c_str());
+  EXPECT_GE(thresholds.size(), 5u) << "every fusion threshold of the grid was tried";
+  EXPECT_GE(samples, 10);
+  EXPECT_TRUE(best) << "the search finished within 150 steps";
+}
