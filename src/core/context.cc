@@ -502,7 +502,10 @@ void ContextImpl::Shutdown() {
 // When the loop negotiates:
 //  * Work arrives: a submit wakes it at once. It then waits until no further
 //    submit has come for a settle time (a burst of submits is one batch, and
-//    so one fusion bucket), at most one cycle time after the first.
+//    so one fusion bucket), at most one cycle time after the first. Where
+//    submits come one at a time (the last 8 settle windows caught nothing,
+//    and only one request is queued) it skips the settle, probing every
+//    16th wake-up.
 //  * Requests wait on other ranks: if the last negotiation changed anything
 //    (something completed, or some rank announced new requests), it goes
 //    straight into the next one: the ranks are mid-burst, and the others'
@@ -527,6 +530,12 @@ void ContextImpl::Loop() {
   if (cfg_.transport_timeout_s > 0) heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
   const auto heartbeat =
       std::max<Clock::duration>(cycle, duration_cast<Clock::duration>(duration<double>(heartbeat_s)));
+  // Adaptive settle (see below): after kQuietAfter wake-ups in a row whose
+  // settle window caught nothing, lone submits are negotiated at once.
+  constexpr int kQuietAfter = 8;
+  constexpr uint64_t kProbeEvery = 16;
+  int quiet_wakeups = 0;
+  uint64_t wakeups = 0;
   auto next = Clock::now();
   std::deque<OpRequest> batch;
   while (true) {
@@ -540,11 +549,19 @@ void ContextImpl::Loop() {
         cv_.wait_until(lock, next, ready);
       }
       if (!queue_.empty() && !shutdown_requested_) {
-        const auto limit = queue_.front().enqueued + cycle;
-        for (;;) {
-          const auto until = std::min(last_enqueue_ + settle, limit);
-          if (Clock::now() >= until) break;
-          if (cv_.wait_until(lock, until, [this] { return shutdown_requested_; })) break;
+        // Settle only where submits come in bursts: several already queued
+        // by the time this thread runs, or a recent settle window caught
+        // more; a probe every kProbeEvery-th wake-up notices a change.
+        ++wakeups;
+        const size_t queued = queue_.size();
+        if (queued > 1 || quiet_wakeups < kQuietAfter || wakeups % kProbeEvery == 0) {
+          const auto limit = queue_.front().enqueued + cycle;
+          for (;;) {
+            const auto until = std::min(last_enqueue_ + settle, limit);
+            if (Clock::now() >= until) break;
+            if (cv_.wait_until(lock, until, [this] { return shutdown_requested_; })) break;
+          }
+          quiet_wakeups = queued > 1 || queue_.size() > queued ? 0 : quiet_wakeups + 1;
         }
       }
       shutting_down = shutdown_requested_;
