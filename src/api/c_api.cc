@@ -1082,7 +1082,7 @@ hvd_status_t hvd_handle_output(hvd_handle_t handle, const void** data, size_t* b
   if (s.ok() && bytes == nullptr) s = Invalid(__func__, "bytes is NULL");
   if (s.ok()) s = RequireOwnedResult(__func__, handle);
   if (!s.ok()) return Report(s);
-  const std::vector<uint8_t>& out = handle->impl->output;
+  const hvd::ByteBuffer& out = handle->impl->output;
   *data = out.data();
   *bytes = out.size();
   return HVD_OK;

@@ -126,6 +126,7 @@ class ContextImpl : public ControlPlane {
   uint64_t Execute(std::vector<Response>& responses);  // returns the bytes moved
   Status RunAllreduceBatch(std::vector<OpRequest*>& batch);
   Status RunOne(OpRequest& req, const Response& resp);
+  Status TakeOutput(Handle* h, size_t bytes);
   void Finish(OpRequest& req, Status status);
   void FinishAll(OpRequest* const* reqs, size_t n, const Status& status);
   void FailEverything(const Status& why);
@@ -140,6 +141,8 @@ class ContextImpl : public ControlPlane {
   Timeline timeline_;
   FusionBuffer fusion_;
   std::unique_ptr<Autotuner> tuner_;  // made in Start()
+  // Result buffers recycled between handles (allgather, alltoall, reducescatter).
+  std::shared_ptr<BufferPool> results_ = std::make_shared<BufferPool>(size_t{512} << 20);
   int64_t fusion_threshold_ = 0;      // cfg_'s, or the autotuner's current choice
 
   // Shared with user threads (guarded by mu_).
@@ -867,7 +870,7 @@ Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
         rows += rr;
         total += recv[r];
       }
-      h.output.resize(total);
+      HVD_CHECK(TakeOutput(&h, total));
       HVD_CHECK(transport_->Allgatherv(t.input, h.output.data(), recv.data()));
       h.output_shape = t.shape;
       h.output_shape[0] = rows;
@@ -886,7 +889,7 @@ Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
         rows += from_r;
         total += recv[r];
       }
-      h.output.resize(total);
+      HVD_CHECK(TakeOutput(&h, total));
       HVD_CHECK(transport_->Alltoallv(t.input, send.data(), h.output.data(), recv.data()));
       h.output_shape = t.shape;
       h.output_shape[0] = rows;
@@ -901,9 +904,18 @@ Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
       uint8_t* buf = fusion_.Reserve(count * esize);
       if (buf == nullptr) return Error(HVD_ERR_NO_MEMORY, "cannot grow the scratch buffer");
       Prepare(buf, t.input, count, t.dtype, req.prescale);
-      HVD_CHECK(transport_->Allreduce(buf, count, t.dtype, TransportOp(req.reduce_op)));
+      if (transport_->has_reducescatter()) {
+        std::vector<size_t> counts(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          counts[r] = static_cast<size_t>(base + (r < extra ? 1 : 0)) * (row / esize);
+        }
+        HVD_CHECK(transport_->Reducescatter(buf, counts.data(), t.dtype, TransportOp(req.reduce_op)));
+      } else {
+        // A version 1 plugin: the whole reduction, of which this rank keeps its rows.
+        HVD_CHECK(transport_->Allreduce(buf, count, t.dtype, TransportOp(req.reduce_op)));
+      }
       const size_t row_elems = row / esize;
-      h.output.resize(static_cast<size_t>(my_rows) * row);
+      HVD_CHECK(TakeOutput(&h, static_cast<size_t>(my_rows) * row));
       Finalize(h.output.data(), buf + static_cast<size_t>(first_row) * row,
                static_cast<size_t>(my_rows) * row_elems, t.dtype, req.reduce_op, req.postscale, n);
       h.output_shape = t.shape;
@@ -920,6 +932,15 @@ Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
   }
   if (timeline_.enabled()) {
     timeline_.Span(t.name, OpTypeName(req.type), t0, Clock::now());
+  }
+  return Status::Ok();
+}
+
+Status ContextImpl::TakeOutput(Handle* h, size_t bytes) {
+  h->output = results_->Take(bytes);
+  h->output_pool = results_;
+  if (h->output.capacity() < bytes) {
+    return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes for the result");
   }
   return Status::Ok();
 }

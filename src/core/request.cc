@@ -1,6 +1,7 @@
 #include "core/request.h"
 
 #include <cmath>
+#include <new>
 
 namespace hvd {
 
@@ -15,6 +16,57 @@ const char* OpTypeName(OpType t) {
     case OpType::kJoin: return "join";
   }
   return "unknown";
+}
+
+bool ByteBuffer::Resize(size_t n) {
+  if (n > cap_) {
+    p_.reset(new (std::nothrow) uint8_t[n]);
+    cap_ = p_ ? n : 0;
+    if (!p_) {
+      size_ = 0;
+      return false;
+    }
+  }
+  size_ = n;
+  return true;
+}
+
+ByteBuffer BufferPool::Take(size_t n) {
+  ByteBuffer b;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto best = spare_.end();
+    for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+      if (it->capacity() >= n && (best == spare_.end() || it->capacity() < best->capacity())) best = it;
+    }
+    if (best != spare_.end()) {
+      spare_bytes_ -= best->capacity();
+      b = std::move(*best);
+      spare_.erase(best);
+    }
+  }
+  b.Resize(n);
+  return b;
+}
+
+void BufferPool::Give(ByteBuffer b) {
+  if (b.capacity() == 0 || b.capacity() > max_bytes_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!spare_.empty() && spare_bytes_ + b.capacity() > max_bytes_) {
+    spare_bytes_ -= spare_.front().capacity();
+    spare_.pop_front();
+  }
+  spare_bytes_ += b.capacity();
+  spare_.push_back(std::move(b));
+}
+
+size_t BufferPool::spare_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spare_bytes_;
+}
+
+Handle::~Handle() {
+  if (output_pool) output_pool->Give(std::move(output));
 }
 
 void Handle::Complete(Status status) {

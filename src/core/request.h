@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,10 +61,50 @@ struct OpRequest {
   std::chrono::steady_clock::time_point enqueued;  // set by the core
 };
 
+// Bytes that are never value-initialised: results are written over them.
+class ByteBuffer {
+ public:
+  uint8_t* data() { return p_.get(); }
+  const uint8_t* data() const { return p_.get(); }
+  size_t size() const { return size_; }
+  size_t capacity() const { return cap_; }
+  // Sets the size; reallocates (contents lost) only beyond the capacity.
+  // False when out of memory.
+  bool Resize(size_t n);
+
+ private:
+  std::unique_ptr<uint8_t[]> p_;
+  size_t size_ = 0, cap_ = 0;
+};
+
+// Result buffers of released handles, kept for the next operation: without
+// it every allgather, alltoall and reducescatter would fault in fresh pages
+// for its result (a large allocation is a fresh mmap), which costs more than
+// moving the data here. Thread-safe.
+class BufferPool {
+ public:
+  explicit BufferPool(size_t max_bytes) : max_bytes_(max_bytes) {}
+  // A buffer of size n: the smallest spare that fits, else a new one.
+  // Out of memory: capacity() < n.
+  ByteBuffer Take(size_t n);
+  // Keeps b while the spares stay within max_bytes (oldest dropped first).
+  void Give(ByteBuffer b);
+  size_t spare_bytes() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::deque<ByteBuffer> spare_;
+  size_t spare_bytes_ = 0;
+  size_t max_bytes_;
+};
+
 // Completion state shared by the user's handle and the core. Thread-safe.
 class Handle {
  public:
   explicit Handle(std::string description) : description_(std::move(description)) {}
+  ~Handle();
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
 
   // First call wins; later calls are ignored.
   void Complete(Status status);
@@ -81,7 +122,8 @@ class Handle {
   // Results owned by the handle (allgather, alltoall, reducescatter). Written
   // by the core before Complete(), read by the user after; Complete's mutex
   // orders the two.
-  std::vector<uint8_t> output;
+  ByteBuffer output;
+  std::shared_ptr<BufferPool> output_pool;  // where output goes back on release
   std::vector<int64_t> output_shape;
   std::vector<int64_t> recv_splits;
 

@@ -54,6 +54,7 @@ bool FileExists(const std::string& p) {
 
 struct Found {
   const hvd_transport_v1_t* table = nullptr;
+  const hvd_transport_v2_t* v2 = nullptr;
   void* dl = nullptr;
 };
 
@@ -91,6 +92,10 @@ Result<Found> Find(const std::string& name, const std::string& search_path) {
     }
     f.table = table;
     f.dl = dl;
+    auto fn2 = reinterpret_cast<hvd_transport_plugin_v2_fn>(
+        dlsym(dl, HVD_TRANSPORT_PLUGIN_V2_SYMBOL));
+    const hvd_transport_v2_t* t2 = fn2 != nullptr ? fn2() : nullptr;
+    if (t2 != nullptr && t2->abi_version == HVD_TRANSPORT_ABI_V2 && t2->v1 == table) f.v2 = t2;
     return f;
   }
   return Error(HVD_ERR_NOT_FOUND, "transport '" + name + "' is not available: " + file +
@@ -113,6 +118,7 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
   HVD_ASSIGN_OR_RETURN(Found f, Find(name, search_path));
   std::unique_ptr<Transport> t(new Transport());
   t->table_ = f.table;
+  t->v2_ = f.v2;
   t->dl_ = f.dl;
   char err[1024] = {0};
   int rc = f.table->init(&env, &t->comm_, err, sizeof(err));
@@ -143,6 +149,13 @@ Status Transport::Check(int rc, const char* what) {
 
 Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   return Check(table_->allreduce(comm_, buf, count, dtype, op), "allreduce");
+}
+Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype,
+                                hvd_reduce_op_t op) {
+  if (!has_reducescatter()) {
+    return Error(HVD_ERR_UNSUPPORTED, std::string(table_->name) + " has no reducescatter entry");
+  }
+  return Check(v2_->reducescatter(comm_, buf, counts, dtype, op), "reducescatter");
 }
 Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_bytes) {
   return Check(table_->allgatherv(comm_, send, recv, recv_bytes), "allgather");

@@ -34,6 +34,11 @@ class Transport {
   Status Broadcast(void* buf, size_t bytes, int root);
   Status Alltoallv(const void* send, const size_t* send_bytes, void* recv, const size_t* recv_bytes);
   Status Barrier();
+  // In place over sum(counts) elements; on return this rank's block holds its
+  // reduction (see hvd_transport_v2_t). HVD_ERR_UNSUPPORTED where the plugin
+  // lacks the entry point (has_reducescatter()).
+  Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype, hvd_reduce_op_t op);
+  bool has_reducescatter() const { return v2_ != nullptr && v2_->reducescatter != nullptr; }
   Result<int64_t> Query(const std::string& key) const;
 
  private:
@@ -41,6 +46,7 @@ class Transport {
   Status Check(int rc, const char* what);
 
   const hvd_transport_v1_t* table_ = nullptr;
+  const hvd_transport_v2_t* v2_ = nullptr;  // null: a version 1 plugin
   void* dl_ = nullptr;
   void* comm_ = nullptr;
 };

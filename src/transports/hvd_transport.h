@@ -97,6 +97,34 @@ typedef struct hvd_transport_v1 {
 typedef const hvd_transport_v1_t *(*hvd_transport_plugin_v1_fn)(void);
 #define HVD_TRANSPORT_PLUGIN_V1_SYMBOL "hvd_transport_plugin_v1"
 
+/*
+ * ABI version 2: entry points added after version 1, in a table that points
+ * at the plugin's version 1 table (so a plugin serves cores of both
+ * versions: an older core only looks up hvd_transport_plugin_v1). A plugin
+ * may export
+ *     const hvd_transport_v2_t *hvd_transport_plugin_v2(void);
+ * and the core uses it when present, else the version 1 table alone. Every
+ * entry point added here may be NULL; the core then uses a version 1
+ * equivalent.
+ */
+#define HVD_TRANSPORT_ABI_V2 2
+
+typedef struct hvd_transport_v2 {
+    uint32_t abi_version;          /* HVD_TRANSPORT_ABI_V2 */
+    const hvd_transport_v1_t *v1;  /* every version 1 entry point (abi_version V1) */
+
+    /* In-place reduce-scatter: buf holds sum(counts) elements; on return the
+     * counts[rank] elements at offset sum(counts[0..rank)) hold the reduction
+     * over ranks of that block, and the rest of buf is scratch (clobbered).
+     * op is SUM, MIN, MAX or PRODUCT. Moves (size-1)/size of the data once,
+     * where an allreduce moves it twice. NULL: the core runs an allreduce. */
+    int (*reducescatter)(void *comm, void *buf, const size_t *counts, hvd_dtype_t dtype,
+                         hvd_reduce_op_t op);
+} hvd_transport_v2_t;
+
+typedef const hvd_transport_v2_t *(*hvd_transport_plugin_v2_fn)(void);
+#define HVD_TRANSPORT_PLUGIN_V2_SYMBOL "hvd_transport_plugin_v2"
+
 #ifdef __cplusplus
 }
 #endif

@@ -57,6 +57,12 @@
 //    the destination. The threshold and segment size come from the
 //    measurements in docs/mpi.md.
 //
+// Reducescatter (ABI v2), in place over the caller's blocks: small,
+// MPI_Ireduce_scatter (its result, at the front of the buffer, moved to the
+// rank's block); large, the ring's first phase alone over the caller's block
+// boundaries, rotated so that rank r ends owning block r: (P-1)/P of the data
+// crosses the wire once, where an allreduce would move it twice.
+//
 // Counts. MPI counts are int. Allreduce messages are at most one segment;
 // allgatherv and alltoallv use MPI_Iallgatherv / MPI_Ialltoallv only when
 // every count and displacement fits kMaxMessageBytes (<= INT_MAX), and
@@ -255,6 +261,7 @@ struct Comm {
   std::vector<MPI_Request> recvs;
   std::vector<int> counts, displs, counts2, displs2;
   std::vector<size_t> offs, offs2;
+  std::vector<size_t> ring_starts;
 
   bool broken = false;     // a collective failed: every later call fails
   bool abandoned = false;  // requests were left pending (timeout)
@@ -437,39 +444,50 @@ void MpiTypeAndOp(hvd_dtype_t d, hvd_reduce_op_t op, MPI_Datatype* type, MPI_Op*
   *mop = Process().ops[SpecialIndex(d)][OpIndex(op)];
 }
 
-// The ring's division of n elements: P parts (the first n % P one element
-// longer), each cut into K segments of at most seg elements.
+// The ring's division of a buffer into P parts (given by P + 1 element
+// offsets), each cut into K segments of at most seg elements. Ring part q is
+// the buffer's part (q - shift) mod P: with shift 0 rank r ends the
+// reduce-scatter owning part r + 1 (the allreduce's layout), with shift 1 it
+// owns part r (a reduce-scatter's result).
 struct RingPlan {
-  size_t n, P, K, seg;
-  size_t PartStart(size_t p) const { return p * (n / P) + std::min(p, n % P); }
-  size_t PartLen(size_t p) const { return n / P + (p < n % P ? 1 : 0); }
-  // Element range [*off, *off + return) of segment k of part p (may be empty).
-  size_t Seg(size_t p, size_t k, size_t* off) const {
-    const size_t plen = PartLen(p);
+  const size_t* start;
+  size_t P, K, seg, shift;
+  size_t Part(size_t q) const { return (q + P - shift) % P; }
+  size_t PartStart(size_t q) const { return start[Part(q)]; }
+  size_t PartLen(size_t q) const { return start[Part(q) + 1] - start[Part(q)]; }
+  // Element range [*off, *off + return) of segment k of ring part q (may be empty).
+  size_t Seg(size_t q, size_t k, size_t* off) const {
+    const size_t plen = PartLen(q);
     const size_t begin = std::min(plen, k * seg);
-    *off = PartStart(p) + begin;
+    *off = PartStart(q) + begin;
     return std::min(seg, plen - begin);
   }
 };
 
-void RingAllreduce(Comm& c, uint8_t* base, size_t n, size_t es, hvd_dtype_t dtype,
-                   hvd_reduce_op_t op) {
-  const size_t P = static_cast<size_t>(c.size);
+// Segments per part and their size, from the longest part.
+RingPlan MakePlan(const std::vector<size_t>& start, size_t es, size_t shift) {
+  const size_t P = start.size() - 1;
+  size_t max_part = 0;
+  for (size_t p = 0; p < P; ++p) max_part = std::max(max_part, start[p + 1] - start[p]);
+  const size_t seg_max = kSegmentBytes / es;
+  const size_t K = std::max<size_t>(1, (max_part + seg_max - 1) / seg_max);
+  return RingPlan{start.data(), P, K, std::max<size_t>(1, (max_part + K - 1) / K), shift};
+}
+
+// Phase 1, reduce-scatter. Transfer t = s*K + k receives segment k of ring
+// part (r - s - 1) from the left into slot t % 2 and reduces it in. Rank r
+// sends segment k of ring part (r - s) at step s: its own data for s = 0, and
+// for s > 0 the segment it has just finished reducing at transfer t - K, so
+// each send goes out as soon as its data is ready. Afterwards rank r holds
+// the full reduction of ring part r + 1.
+void RingReduceScatter(Comm& c, uint8_t* base, const RingPlan& plan, size_t es, hvd_dtype_t dtype,
+                       hvd_reduce_op_t op) {
+  const size_t P = plan.P, K = plan.K;
   const size_t r = static_cast<size_t>(c.rank);
   const int right = static_cast<int>((r + 1) % P);
   const int left = static_cast<int>((r + P - 1) % P);
-  const size_t seg_max = kSegmentBytes / es;
-  const size_t max_part = (n + P - 1) / P;
-  const size_t K = std::max<size_t>(1, (max_part + seg_max - 1) / seg_max);
-  const RingPlan plan{n, P, K, (max_part + K - 1) / K};
-  const size_t T = (P - 1) * K;  // transfers per phase
+  const size_t T = (P - 1) * K;  // transfers
   uint8_t* slots[2] = {c.scratch.get(), c.scratch.get() + kSegmentBytes};
-
-  // Phase 1, reduce-scatter. Transfer t = s*K + k receives segment k of part
-  // (r - s - 1) from the left into slot t % 2 and reduces it in. Rank r sends
-  // segment k of part (r - s) at step s: its own data for s = 0, and for
-  // s > 0 the segment it has just finished reducing at transfer t - K, so
-  // each send goes out as soon as its data is ready.
   auto rs_recv = [&](size_t t, size_t* off) {
     return plan.Seg((r + 2 * P - t / K - 1) % P, t % K, off);
   };
@@ -480,17 +498,17 @@ void RingAllreduce(Comm& c, uint8_t* base, size_t n, size_t es, hvd_dtype_t dtyp
     if (len) PostRecv(c, slots[t & 1], len * es, left, kTagReduceScatter, &rreq[t & 1]);
   };
   c.sends.clear();
-  auto post_send = [&](size_t off, size_t len, int tag) {
+  auto post_send = [&](size_t off, size_t len) {
     if (!len) return;
     c.sends.push_back(MPI_REQUEST_NULL);
-    PostSend(c, base + off * es, len * es, right, tag, &c.sends.back());
+    PostSend(c, base + off * es, len * es, right, kTagReduceScatter, &c.sends.back());
   };
   post_rs_recv(0);
   if (T > 1) post_rs_recv(1);
   for (size_t k = 0; k < K; ++k) {
     size_t off;
     const size_t len = plan.Seg(r, k, &off);
-    post_send(off, len, kTagReduceScatter);
+    post_send(off, len);
   }
   for (size_t t = 0; t < T; ++t) {
     size_t off;
@@ -500,14 +518,27 @@ void RingAllreduce(Comm& c, uint8_t* base, size_t n, size_t es, hvd_dtype_t dtyp
       c.reduce(base + off * es, slots[t & 1], len, dtype, op);
     }
     if (t + 2 < T) post_rs_recv(t + 2);
-    if (t + K < T) post_send(off, len, kTagReduceScatter);  // step s + 1 sends this segment
+    if (t + K < T) post_send(off, len);  // step s + 1 sends this segment
   }
-  // The allgather writes into parts sent above: those sends must be done.
+  // Callers write into parts sent above next: those sends must be done.
   WaitVector(c, &c.sends, "ring reduce-scatter send");
+}
 
-  // Phase 2, allgather. Rank r owns part (r + 1) now. Transfer t = s*K + k
-  // receives segment k of part (r - s) straight into place and forwards it at
-  // step s + 1.
+// Phase 2, allgather. Rank r owns ring part r + 1. Transfer t = s*K + k
+// receives segment k of ring part (r - s) straight into place and forwards
+// it at step s + 1.
+void RingAllgather(Comm& c, uint8_t* base, const RingPlan& plan, size_t es) {
+  const size_t P = plan.P, K = plan.K;
+  const size_t r = static_cast<size_t>(c.rank);
+  const int right = static_cast<int>((r + 1) % P);
+  const int left = static_cast<int>((r + P - 1) % P);
+  const size_t T = (P - 1) * K;
+  c.sends.clear();
+  auto post_send = [&](size_t off, size_t len) {
+    if (!len) return;
+    c.sends.push_back(MPI_REQUEST_NULL);
+    PostSend(c, base + off * es, len * es, right, kTagAllgather, &c.sends.back());
+  };
   auto ag_recv = [&](size_t t, size_t* off) { return plan.Seg((r + P - t / K) % P, t % K, off); };
   c.recvs.assign(T, MPI_REQUEST_NULL);
   for (size_t t = 0; t < T; ++t) {
@@ -518,16 +549,30 @@ void RingAllreduce(Comm& c, uint8_t* base, size_t n, size_t es, hvd_dtype_t dtyp
   for (size_t k = 0; k < K; ++k) {
     size_t off;
     const size_t len = plan.Seg((r + 1) % P, k, &off);
-    post_send(off, len, kTagAllgather);
+    post_send(off, len);
   }
   for (size_t t = 0; t < T; ++t) {
     size_t off;
     const size_t len = ag_recv(t, &off);
     if (len) Wait(c, &c.recvs[t], "ring allgather receive");
-    if (t + K < T) post_send(off, len, kTagAllgather);
+    if (t + K < T) post_send(off, len);
   }
   c.recvs.clear();
   WaitVector(c, &c.sends, "ring allgather send");
+}
+
+// n elements in P parts, the first n % P one element longer.
+void EvenParts(size_t n, size_t P, std::vector<size_t>* start) {
+  start->resize(P + 1);
+  for (size_t p = 0; p <= P; ++p) (*start)[p] = p * (n / P) + std::min(p, n % P);
+}
+
+void RingAllreduce(Comm& c, uint8_t* base, size_t n, size_t es, hvd_dtype_t dtype,
+                   hvd_reduce_op_t op) {
+  EvenParts(n, static_cast<size_t>(c.size), &c.ring_starts);
+  const RingPlan plan = MakePlan(c.ring_starts, es, 0);
+  RingReduceScatter(c, base, plan, es, dtype, op);
+  RingAllgather(c, base, plan, es);
 }
 
 int DoAllreduce(Comm& c, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
@@ -566,6 +611,63 @@ int DoAllreduce(Comm& c, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_
     return HVD_OK;
   }
   RingAllreduce(c, static_cast<uint8_t*>(buf), count, es, dtype, op);
+  return HVD_OK;
+}
+
+int DoReducescatter(Comm& c, void* buf, const size_t* counts, hvd_dtype_t dtype,
+                    hvd_reduce_op_t op) {
+  const size_t es = DtypeSize(dtype);
+  if (es == 0) {
+    c.last_error = "mpi reducescatter: invalid dtype " + std::to_string(static_cast<int>(dtype));
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (OpIndex(op) < 0) {
+    c.last_error = std::string("mpi reducescatter: unsupported op ") + ReduceOpName(op) +
+                   " (the core turns AVERAGE into SUM)";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (counts == nullptr) {
+    c.last_error = "mpi reducescatter: NULL counts";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  const size_t P = static_cast<size_t>(c.size);
+  std::vector<size_t>& start = c.ring_starts;
+  start.assign(P + 1, 0);
+  bool fits_int = true;
+  for (size_t p = 0; p < P; ++p) {
+    if (counts[p] > (SIZE_MAX / es) - start[p]) {
+      c.last_error = "mpi reducescatter: byte count overflows size_t";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    start[p + 1] = start[p] + counts[p];
+    fits_int = fits_int && counts[p] <= static_cast<size_t>(INT_MAX);
+  }
+  const size_t total = start[P];
+  if (total == 0 || P == 1) return HVD_OK;
+  if (buf == nullptr) {
+    c.last_error = "mpi reducescatter: NULL buffer";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  uint8_t* base = static_cast<uint8_t*>(buf);
+  if (total * es / P < kRingMinPartBytes && fits_int) {
+    // Small: MPI's own, in place (its result lands at the front of buf).
+    MPI_Datatype type;
+    MPI_Op mop;
+    MpiTypeAndOp(dtype, op, &type, &mop);
+    c.counts.resize(P);
+    for (size_t p = 0; p < P; ++p) c.counts[p] = static_cast<int>(counts[p]);
+    MPI_Request req = MPI_REQUEST_NULL;
+    {
+      CallLock lock(c);
+      CheckMpi(MPI_Ireduce_scatter(MPI_IN_PLACE, buf, c.counts.data(), type, mop, c.comm, &req),
+               "MPI_Ireduce_scatter");
+    }
+    Wait(c, &req, "MPI_Ireduce_scatter");
+    const size_t mine = start[c.rank];
+    if (mine != 0 && counts[c.rank] != 0) std::memmove(base + mine * es, base, counts[c.rank] * es);
+    return HVD_OK;
+  }
+  RingReduceScatter(c, base, MakePlan(start, es, 1), es, dtype, op);
   return HVD_OK;
 }
 
@@ -993,6 +1095,12 @@ int Allreduce(void* comm, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce
                  [&](Comm& c) { return DoAllreduce(c, buf, count, dtype, op); });
 }
 
+int Reducescatter(void* comm, void* buf, const size_t* counts, hvd_dtype_t dtype,
+                  hvd_reduce_op_t op) noexcept {
+  return Guarded(comm, "reducescatter",
+                 [&](Comm& c) { return DoReducescatter(c, buf, counts, dtype, op); });
+}
+
 int Allgatherv(void* comm, const void* send, void* recv, const size_t* recv_bytes) noexcept {
   return Guarded(comm, "allgatherv",
                  [&](Comm& c) { return DoAllgatherv(c, send, recv, recv_bytes); });
@@ -1058,6 +1166,12 @@ const hvd_transport_v1_t kTable = {
     &Query,
 };
 
+const hvd_transport_v2_t kTableV2 = {
+    HVD_TRANSPORT_ABI_V2,
+    &kTable,
+    &Reducescatter,
+};
+
 }  // namespace
 }  // namespace mpi_transport
 }  // namespace hvd
@@ -1065,4 +1179,9 @@ const hvd_transport_v1_t kTable = {
 extern "C" __attribute__((visibility("default"))) const hvd_transport_v1_t*
 hvd_transport_plugin_v1(void) {
   return &hvd::mpi_transport::kTable;
+}
+
+extern "C" __attribute__((visibility("default"))) const hvd_transport_v2_t*
+hvd_transport_plugin_v2(void) {
+  return &hvd::mpi_transport::kTableV2;
 }
