@@ -2,6 +2,7 @@
 // hvd_transport_plugin_v1), with N ranks as threads in this process sharing
 // an in-memory rendezvous store written here.
 #include <dlfcn.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,9 +12,12 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/kernels.h"
@@ -35,11 +39,16 @@ double SecondsSince(Clock::time_point t0) {
 // In-memory key-value store implementing the env's kv callbacks.
 class MemKv {
  public:
+  // Optional: rewrites a value as it is stored (to fake peers' answers).
+  std::function<void(const std::string& key, std::string* value)> rewrite;
+
   static int Set(void* kv, const char* key, const void* value, size_t len) {
     auto* self = static_cast<MemKv*>(kv);
     {
+      std::string v(static_cast<const char*>(value), len);
+      if (self->rewrite) self->rewrite(key, &v);
       std::lock_guard<std::mutex> lock(self->mu_);
-      self->map_[key] = std::string(static_cast<const char*>(value), len);
+      self->map_[key] = std::move(v);
     }
     self->cv_.notify_all();
     return HVD_OK;
@@ -97,6 +106,7 @@ struct WorldOptions {
   double timeout_s = 60.0;
   double start_timeout_s = 30.0;
   int absent_rank = -1;  // this rank never calls init
+  std::function<void(const std::string& key, std::string* value)> kv_rewrite;
 };
 
 hvd_transport_env_v1_t MakeEnv(MemKv* kv, int rank, int size, const WorldOptions& opt) {
@@ -132,6 +142,7 @@ void RunWorldEx(int size, const std::function<bool(int, void*)>& body,
   const hvd_transport_v1_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   MemKv kv;
+  kv.rewrite = opt.kv_rewrite;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
@@ -313,7 +324,45 @@ void CheckResult(hvd_dtype_t dt, hvd_reduce_op_t op, int size, int rank, const v
   }
 }
 
-class GlooWorld : public ::testing::TestWithParam<int> {};
+// Sets (or, with nullptr, unsets) an environment variable for a scope. Only
+// while no rank thread runs: the plugin reads it in init.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), old_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
+// Runs every GlooWorld test over both paths: shared memory (the default for
+// ranks on one host) and TCP (HVD_GLOO_SHM=0).
+class GlooWorld : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  int Ranks() const { return std::get<0>(GetParam()); }
+  bool Shm() const { return std::get<1>(GetParam()); }
+  void SetUp() override { env_ = std::make_unique<ScopedEnv>("HVD_GLOO_SHM", Shm() ? "1" : "0"); }
+  void TearDown() override { env_.reset(); }
+
+ private:
+  std::unique_ptr<ScopedEnv> env_;
+};
 
 // ---------------------------------------------------------------------------
 
@@ -361,7 +410,7 @@ TEST(GlooPlugin, InitRejectsBadArguments) {
 }
 
 TEST_P(GlooWorld, AllreduceEveryDtypeOpAndSize) {
-  const int size = GetParam();
+  const int size = Ranks();
   const size_t kSizes[] = {0, 1, 7, 4097, size_t{4} << 20};
   RunWorld(size, [&](int rank, void* comm) {
     const hvd_transport_v1_t* t = Plugin();
@@ -385,7 +434,7 @@ TEST_P(GlooWorld, AllreduceEveryDtypeOpAndSize) {
 }
 
 TEST_P(GlooWorld, AllreduceSameBufferVaryingCounts) {
-  const int size = GetParam();
+  const int size = Ranks();
   // Crosses the small-message/ring boundary both ways, with a sentinel tail
   // that must never be touched, then rotates over more buffers than the
   // plugin caches.
@@ -421,7 +470,7 @@ TEST_P(GlooWorld, AllreduceSameBufferVaryingCounts) {
 }
 
 TEST_P(GlooWorld, AllreduceRejectsAverageAndStaysUsable) {
-  const int size = GetParam();
+  const int size = Ranks();
   RunWorld(size, [&](int rank, void* comm) {
     const hvd_transport_v1_t* t = Plugin();
     float v[4] = {1, 1, 1, 1};
@@ -437,7 +486,7 @@ TEST_P(GlooWorld, AllreduceRejectsAverageAndStaysUsable) {
 uint8_t GatherByte(int rank, size_t j) { return static_cast<uint8_t>(rank * 31 + j * 7 + 1); }
 
 TEST_P(GlooWorld, AllgathervUnevenIncludingZero) {
-  const int size = GetParam();
+  const int size = Ranks();
   std::vector<size_t> counts(size);
   for (int r = 0; r < size; ++r) {
     // rank 0 and every third rank contribute nothing; rank 1 sends ~300 KB.
@@ -480,7 +529,7 @@ TEST_P(GlooWorld, AllgathervUnevenIncludingZero) {
 }
 
 TEST_P(GlooWorld, BroadcastFromEveryRoot) {
-  const int size = GetParam();
+  const int size = Ranks();
   RunWorld(size, [&](int rank, void* comm) {
     const hvd_transport_v1_t* t = Plugin();
     const size_t n = 100003;
@@ -510,7 +559,7 @@ uint8_t SplitByte(int from, int to, size_t k) {
 }
 
 TEST_P(GlooWorld, AlltoallvUnevenSplits) {
-  const int size = GetParam();
+  const int size = Ranks();
   RunWorld(size, [&](int rank, void* comm) {
     const hvd_transport_v1_t* t = Plugin();
     std::vector<size_t> sb(size), rb(size);
@@ -544,7 +593,7 @@ TEST_P(GlooWorld, AlltoallvUnevenSplits) {
 }
 
 TEST_P(GlooWorld, BarrierWaitsForEveryone) {
-  const int size = GetParam();
+  const int size = Ranks();
   constexpr int kRounds = 3;
   std::atomic<int> arrived[kRounds];
   for (auto& a : arrived) a = 0;
@@ -562,7 +611,7 @@ TEST_P(GlooWorld, BarrierWaitsForEveryone) {
 }
 
 TEST_P(GlooWorld, MissingRankFailsRendezvousNamingIt) {
-  const int size = GetParam();
+  const int size = Ranks();
   const hvd_transport_v1_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   WorldOptions opt;
@@ -593,7 +642,7 @@ TEST_P(GlooWorld, MissingRankFailsRendezvousNamingIt) {
 }
 
 TEST_P(GlooWorld, PeerFinalizeMidJobFailsOthersWithinTimeout) {
-  const int size = GetParam();
+  const int size = Ranks();
   WorldOptions opt;
   opt.timeout_s = 3.0;
   const int leaver = size - 1;
@@ -640,6 +689,7 @@ TEST(GlooPlugin, PeerResetMidTransferDoesNotKillTheProcessWithSigpipe) {
   // (without the plugin's guard, about one run in three dies here).
   const hvd_transport_v1_t* t = Plugin();
   ASSERT_NE(t, nullptr);
+  ScopedEnv tcp("HVD_GLOO_SHM", "0");  // sockets only: the shm path writes none
   for (int trial = 0; trial < 8; ++trial) {
     MemKv kv;
     std::atomic<int> ready{0};
@@ -666,9 +716,330 @@ TEST(GlooPlugin, PeerResetMidTransferDoesNotKillTheProcessWithSigpipe) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GlooWorld, ::testing::Values(2, 3, 4, 8),
+TEST_P(GlooWorld, QueryShmTellsWhichPathRuns) {
+  const int size = Ranks();
+  const bool shm = Shm();
+  RunWorld(size, [&](int, void* comm) {
+    const hvd_transport_v1_t* t = Plugin();
+    int64_t v = -1;
+    ASSERT_EQ(t->query(comm, "shm", &v), HVD_OK);
+    EXPECT_EQ(v, shm ? 1 : 0);
+    EXPECT_EQ(t->query(comm, "no such key", &v), HVD_ERR_UNSUPPORTED);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// The shared-memory path specifically (HVD_GLOO_SHM unset: on by default).
+
+// Records the segment names a world publishes (rank 0 sends its segment's
+// name through the store under "shm/name"), so a test can check exactly its
+// own segments: other jobs on this host may create theirs meanwhile.
+struct SegmentNames {
+  std::mutex mu;
+  std::vector<std::string> names;
+  void Record(const std::string& key, const std::string& value) {
+    if (key != "shm/name" || value.empty() || value[0] != '/') return;
+    std::lock_guard<std::mutex> lock(mu);
+    names.push_back(value);
+  }
+  // Those still present in /dev/shm.
+  std::vector<std::string> Left() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<std::string> left;
+    for (const auto& n : names) {
+      if (access(("/dev/shm" + n).c_str(), F_OK) == 0) left.push_back(n);
+    }
+    return left;
+  }
+};
+
+// FNV-1a, to compare results across worlds without keeping them.
+uint64_t Fnv(const void* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+struct ShmSizes {
+  size_t slot = 0, small = 0;
+};
+
+ShmSizes QueryShmSizes(void* comm) {
+  const hvd_transport_v1_t* t = Plugin();
+  int64_t on = 0, slot = 0, small = 0;
+  EXPECT_EQ(t->query(comm, "shm", &on), HVD_OK);
+  EXPECT_EQ(on, 1) << "the shared-memory path is not active";
+  EXPECT_EQ(t->query(comm, "shm_slot_bytes", &slot), HVD_OK);
+  EXPECT_EQ(t->query(comm, "shm_small_bytes", &small), HVD_OK);
+  EXPECT_GT(slot, 0);
+  EXPECT_GT(small, 0);
+  return ShmSizes{static_cast<size_t>(slot), static_cast<size_t>(small)};
+}
+
+// Element counts around every threshold and chunk boundary of the shm
+// allreduce, for elements of es bytes.
+std::vector<size_t> ShmCounts(const ShmSizes& z, size_t es) {
+  const size_t small = z.small / es, slot = z.slot / es;
+  return {0,         1,        3,           small - 1, small,          small + 1,
+          slot - 1,  slot,     slot + 1,    2 * slot + 7, 3 * slot - 1};
+}
+
+class GlooShm : public ::testing::TestWithParam<int> {
+ protected:
+  ScopedEnv shm_on_{"HVD_GLOO_SHM", nullptr};
+};
+
+// Random inputs, so every reduction order gives different bits: the result
+// must equal the rank-ordered reduction with the core's kernel, on every rank.
+TEST_P(GlooShm, AllreduceFloatsBitIdenticalToRankOrder) {
+  const int size = GetParam();
+  struct Case {
+    hvd_dtype_t dt;
+    hvd_reduce_op_t op;
+  };
+  const Case cases[] = {{HVD_FLOAT32, HVD_SUM},     {HVD_FLOAT32, HVD_PRODUCT},
+                        {HVD_FLOAT32, HVD_MIN},     {HVD_FLOAT32, HVD_MAX},
+                        {HVD_FLOAT64, HVD_SUM},     {HVD_FLOAT16, HVD_SUM},
+                        {HVD_BFLOAT16, HVD_SUM},    {HVD_FLOAT16, HVD_MAX},
+                        {HVD_FLOAT64, HVD_PRODUCT}, {HVD_BFLOAT16, HVD_MIN}};
+  auto input = [](hvd_dtype_t dt, hvd_reduce_op_t op, int rank, void* buf, size_t n) {
+    std::mt19937_64 rng(static_cast<uint64_t>(rank) * 7919 + static_cast<uint64_t>(dt) * 31 + op);
+    std::uniform_real_distribution<double> sum(-3.0, 3.0), prod(0.6, 1.7);
+    for (size_t i = 0; i < n; ++i) {
+      double v = op == HVD_PRODUCT ? prod(rng) : sum(rng);
+      if (i % 97 == 5) v = (i & 1) ? 0.0 : -0.0;  // signed zeros for MIN/MAX
+      StoreV(dt, buf, i, v);
+    }
+  };
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v1_t* t = Plugin();
+    const ShmSizes z = QueryShmSizes(comm);
+    for (const Case& c : cases) {
+      const size_t es = hvd::DtypeSize(c.dt);
+      for (size_t n : ShmCounts(z, es)) {
+        std::vector<uint8_t> buf(n * es + 1), want(n * es + 1), other(n * es + 1);
+        input(c.dt, c.op, 0, want.data(), n);
+        for (int k = 1; k < size; ++k) {
+          input(c.dt, c.op, k, other.data(), n);
+          hvd::hvd_reduce_kernel(want.data(), other.data(), n, c.dt, c.op);
+        }
+        input(c.dt, c.op, rank, buf.data(), n);
+        ASSERT_EQ(t->allreduce(comm, n ? buf.data() : nullptr, n, c.dt, c.op), HVD_OK)
+            << t->last_error(comm);
+        if (std::memcmp(buf.data(), want.data(), n * es) != 0) {
+          ADD_FAILURE() << "rank " << rank << " " << hvd::DtypeName(c.dt) << " "
+                        << hvd::ReduceOpName(c.op) << " n=" << n
+                        << ": not the rank-ordered result";
+        }
+      }
+    }
+  });
+}
+
+// Exact data (see InputValue) over every dtype and op at the shm boundaries:
+// the expected values, and the same bytes from the shm and the TCP path.
+TEST_P(GlooShm, AllreduceEveryDtypeOpAtBoundariesMatchesTcp) {
+  const int size = GetParam();
+  std::map<std::string, uint64_t> hashes[2];  // [shm] case -> hash (rank 0)
+  std::mutex mu;
+  ShmSizes z;
+  RunWorld(size, [&](int rank, void* comm) {
+    const ShmSizes mine = QueryShmSizes(comm);
+    if (rank == 0) z = mine;
+  });
+  ASSERT_GT(z.slot, 0u);
+  for (int shm = 1; shm >= 0; --shm) {
+    ScopedEnv env("HVD_GLOO_SHM", shm ? "1" : "0");
+    RunWorld(size, [&](int rank, void* comm) {
+      const hvd_transport_v1_t* t = Plugin();
+      int64_t on = -1;
+      ASSERT_EQ(t->query(comm, "shm", &on), HVD_OK);
+      ASSERT_EQ(on, shm);
+      std::vector<uint8_t> buf(3 * z.slot + 64);
+      for (hvd_dtype_t dt : kAllDtypes) {
+        const size_t es = hvd::DtypeSize(dt);
+        for (hvd_reduce_op_t op : kAllOps) {
+          for (size_t n : ShmCounts(z, es)) {
+            FillInput(dt, op, rank, buf.data(), n);
+            ASSERT_EQ(t->allreduce(comm, n ? buf.data() : nullptr, n, dt, op), HVD_OK)
+                << t->last_error(comm);
+            CheckResult(dt, op, size, rank, buf.data(), n);
+            const std::string key = std::string(hvd::DtypeName(dt)) + "/" +
+                                    hvd::ReduceOpName(op) + "/" + std::to_string(n);
+            const uint64_t h = Fnv(buf.data(), n * es);
+            std::lock_guard<std::mutex> lock(mu);
+            auto it = hashes[shm].find(key);
+            if (it == hashes[shm].end()) {
+              hashes[shm][key] = h;
+            } else if (it->second != h) {
+              ADD_FAILURE() << key << ": rank " << rank << " differs from another rank";
+            }
+          }
+        }
+      }
+    });
+  }
+  ASSERT_EQ(hashes[0].size(), hashes[1].size());
+  for (const auto& kv : hashes[1]) {
+    EXPECT_EQ(kv.second, hashes[0][kv.first]) << kv.first << ": shm and TCP results differ";
+  }
+}
+
+TEST_P(GlooShm, BroadcastAndAllgathervAcrossRounds) {
+  const int size = GetParam();
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v1_t* t = Plugin();
+    const ShmSizes z = QueryShmSizes(comm);
+    // Broadcast stages a whole slot set (size slots) per round.
+    const size_t set = z.slot * static_cast<size_t>(size);
+    for (size_t n : {size_t{1}, set - 1, set, set + 1, 2 * set + 13}) {
+      std::vector<uint8_t> buf(n + 1);
+      for (int root = 0; root < size; ++root) {
+        for (size_t j = 0; j < n; ++j) buf[j] = rank == root ? GatherByte(root, j) : 0x5A;
+        buf[n] = 0xEE;
+        ASSERT_EQ(t->broadcast(comm, buf.data(), n, root), HVD_OK) << t->last_error(comm);
+        for (size_t j = 0; j < n; ++j) {
+          if (buf[j] != GatherByte(root, j)) {
+            ADD_FAILURE() << "rank " << rank << " root " << root << " n=" << n << ": byte " << j;
+            break;
+          }
+        }
+        EXPECT_EQ(buf[n], 0xEE);
+      }
+    }
+    // Allgatherv: a slot per rank per round; zero, tiny and multi-round parts.
+    std::vector<size_t> counts(size), offs(size);
+    size_t total = 0;
+    for (int r = 0; r < size; ++r) {
+      counts[r] = r % 3 == 0 ? 0 : (r == 1 ? 2 * z.slot + 5 : z.slot * (r % 2) + r);
+      offs[r] = total;
+      total += counts[r];
+    }
+    std::vector<uint8_t> send(counts[rank] + 1);
+    for (size_t j = 0; j < counts[rank]; ++j) send[j] = GatherByte(rank, j);
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      std::vector<uint8_t> recv(total + 1, 0xEE);
+      const void* src = send.data();
+      if (in_place) {
+        std::memcpy(recv.data() + offs[rank], send.data(), counts[rank]);
+        src = recv.data() + offs[rank];
+      }
+      ASSERT_EQ(t->allgatherv(comm, src, recv.data(), counts.data()), HVD_OK)
+          << t->last_error(comm);
+      for (int r = 0; r < size; ++r) {
+        for (size_t j = 0; j < counts[r]; ++j) {
+          if (recv[offs[r] + j] != GatherByte(r, j)) {
+            ADD_FAILURE() << "rank " << rank << ": byte " << j << " from rank " << r;
+            return;
+          }
+        }
+      }
+      EXPECT_EQ(recv[total], 0xEE) << "wrote past the end";
+    }
+  });
+}
+
+TEST_P(GlooShm, MissingRankTimesOutNamingIt) {
+  const int size = GetParam();
+  WorldOptions opt;
+  opt.timeout_s = 1.0;
+  const int absent = size - 1;
+  std::atomic<int> done{0};
+  RunWorld(
+      size,
+      [&](int rank, void* comm) {
+        const hvd_transport_v1_t* t = Plugin();
+        QueryShmSizes(comm);
+        if (rank == absent) {  // never calls; finalizes after the others gave up
+          while (done.load() < size - 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        std::vector<float> buf(1000, 1.0f);
+        const auto t0 = Clock::now();
+        const int st = t->allreduce(comm, buf.data(), buf.size(), HVD_FLOAT32, HVD_SUM);
+        const double took = SecondsSince(t0);
+        const std::string err = t->last_error(comm);
+        done.fetch_add(1);
+        EXPECT_EQ(st, HVD_ERR_TIMEOUT) << "rank " << rank << ": " << err;
+        EXPECT_NE(err.find("[" + std::to_string(absent) + "]"), std::string::npos)
+            << "rank " << rank << " does not name rank " << absent << ": " << err;
+        EXPECT_GE(took, opt.timeout_s * 0.9) << "rank " << rank << ": " << err;
+        EXPECT_LT(took, opt.timeout_s + 1.5) << "rank " << rank;
+        // Broken from now on, at once.
+        const auto t1 = Clock::now();
+        EXPECT_NE(t->barrier(comm), HVD_OK);
+        EXPECT_LT(SecondsSince(t1), 0.5);
+      },
+      opt);
+}
+
+TEST_P(GlooShm, NothingLeftInDevShm) {
+  const int size = GetParam();
+  SegmentNames seg;
+  WorldOptions opt;
+  opt.kv_rewrite = [&](const std::string& key, std::string* value) { seg.Record(key, *value); };
+  std::atomic<int> checked{0};
+  RunWorld(
+      size,
+      [&](int rank, void* comm) {
+        const hvd_transport_v1_t* t = Plugin();
+        QueryShmSizes(comm);
+        ASSERT_EQ(t->barrier(comm), HVD_OK) << t->last_error(comm);
+        // Every rank has mapped the segment: its name is gone already.
+        if (rank == 0) {
+          EXPECT_EQ(seg.names.size(), 1u);
+          EXPECT_TRUE(seg.Left().empty());
+        }
+        checked.fetch_add(1);
+      },
+      opt);
+  EXPECT_EQ(checked.load(), size);
+  EXPECT_TRUE(seg.Left().empty());
+}
+
+// A peer that reports another host, or cannot open the segment: every rank
+// agrees on TCP, results stay right, and no segment is left behind.
+TEST_P(GlooShm, AllRanksFallBackTogether) {
+  const int size = GetParam();
+  const std::string other = std::to_string(size - 1);
+  for (int variant = 0; variant < 2; ++variant) {
+    SegmentNames seg;
+    WorldOptions opt;
+    opt.kv_rewrite = [&](const std::string& key, std::string* value) {
+      seg.Record(key, *value);
+      if (variant == 0 && key == "shm/host/" + other) *value = "boot=elsewhere";
+      if (variant == 1 && key == "shm/name") *value = "/hvd-gloo-no-such-segment";
+    };
+    RunWorld(
+        size,
+        [&](int rank, void* comm) {
+          const hvd_transport_v1_t* t = Plugin();
+          int64_t on = -1;
+          ASSERT_EQ(t->query(comm, "shm", &on), HVD_OK);
+          EXPECT_EQ(on, 0) << "variant " << variant << " rank " << rank;
+          std::vector<int32_t> v(70001);
+          FillInput(HVD_INT32, HVD_SUM, rank, v.data(), v.size());
+          ASSERT_EQ(t->allreduce(comm, v.data(), v.size(), HVD_INT32, HVD_SUM), HVD_OK)
+              << t->last_error(comm);
+          CheckResult(HVD_INT32, HVD_SUM, size, rank, v.data(), v.size());
+        },
+        opt);
+    EXPECT_EQ(seg.names.size(), variant == 1 ? 1u : 0u);
+    EXPECT_TRUE(seg.Left().empty()) << "variant " << variant;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GlooShm, ::testing::Values(2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::to_string(info.param) + "ranks";
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GlooWorld,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 8), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) ? "shm" : "tcp");
                          });
 
 }  // namespace
