@@ -187,17 +187,20 @@ hvd::Status Invalid(const char* fn, const std::string& msg) {
   return hvd::Status(HVD_ERR_INVALID_ARGUMENT, Cat(fn, ": ", msg));
 }
 
-// " (tensor 'name')" for messages; empty when the name itself is unusable.
-std::string TensorTag(const char* name) {
+// " (tensor 'name')" in messages; nothing when the name itself is unusable.
+// Holds only the pointer: the text is formatted on the error path alone
+// (this runs on every submit).
+struct TensorTag {
+  explicit TensorTag(const char* n) : name(n) {}
+  const char* name;
+};
+
+std::ostream& operator<<(std::ostream& os, const TensorTag& t) {
+  const char* name = t.name;
   if (name == nullptr || name[0] == '\0' || strnlen(name, kMaxNameBytes + 1) > kMaxNameBytes) {
-    return std::string();
+    return os;
   }
-  // Plain appends: this runs on every submit, and a stream's locale set-up
-  // costs more than the rest of the call.
-  std::string tag(" (tensor '");
-  tag += name;
-  tag += "')";
-  return tag;
+  return os << " (tensor '" << name << "')";
 }
 
 // ---------------------------------------------------------------------------
@@ -284,7 +287,7 @@ hvd::Status ValidateName(const char* fn, const char* arg, const char* name) {
   return hvd::Status::Ok();
 }
 
-hvd::Status ValidateReduceOp(const char* fn, const std::string& tag, int op, int dtype,
+hvd::Status ValidateReduceOp(const char* fn, const TensorTag& tag, int op, int dtype,
                              double prescale, double postscale) {
   if (op < HVD_SUM || op > HVD_PRODUCT) {
     return Invalid(fn, Cat("op ", op, " is not a valid hvd_reduce_op_t", tag));
@@ -303,7 +306,7 @@ hvd::Status ValidateReduceOp(const char* fn, const std::string& tag, int op, int
   return hvd::Status::Ok();
 }
 
-hvd::Status CheckDeviceSupported(const char* fn, const char* arg, const std::string& tag,
+hvd::Status CheckDeviceSupported(const char* fn, const char* arg, const TensorTag& tag,
                                  int32_t device) {
   if (device == HVD_DEVICE_CPU) return hvd::Status::Ok();
   if (device < HVD_DEVICE_CPU) {
@@ -320,7 +323,7 @@ hvd::Status CheckDeviceSupported(const char* fn, const char* arg, const std::str
 // is range-checked here; whether it is supported is checked by the caller
 // (CheckDeviceSupported) so that groups can first report inconsistent
 // devices.
-hvd::Status ValidateTensor(const char* fn, const char* arg, const std::string& tag,
+hvd::Status ValidateTensor(const char* fn, const char* arg, const TensorTag& tag,
                            const hvd_tensor_t* t, hvd::TensorSpec* spec) {
   if (t == nullptr) return Invalid(fn, Cat(arg, " is NULL", tag));
   const int dtype = RawEnum(t->dtype);
@@ -378,7 +381,7 @@ int64_t ByteSize(const hvd::TensorSpec& spec) {
 
 // output for ops that write into the caller's buffer: non-NULL unless empty,
 // and either the input itself (in place) or not overlapping it.
-hvd::Status ValidateOutput(const char* fn, const char* arg, const std::string& tag,
+hvd::Status ValidateOutput(const char* fn, const char* arg, const TensorTag& tag,
                            void* output, hvd::TensorSpec* spec) {
   const int64_t bytes = ByteSize(*spec);
   if (output == nullptr && bytes != 0) {
@@ -402,14 +405,16 @@ hvd::Status ValidateOutput(const char* fn, const char* arg, const std::string& t
 struct Prepared {
   hvd_context_s* ctx = nullptr;
   hvd::OpRequest request;
-  std::string description;
+  std::string description;    // set: the handle's whole description
+  const char* op = nullptr;   // else: "<op> '<name>'" from these two
+  const char* name = nullptr;
 };
 
 // Name, context and the input descriptor, common to every single-tensor op.
 hvd::Status PrepareSingle(const char* fn, hvd_context_t ctx, const char* name,
                           const hvd_tensor_t* input, hvd::OpType type, Prepared* p) {
   HVD_CHECK(ValidateName(fn, "name", name));
-  const std::string tag = TensorTag(name);
+  const TensorTag tag(name);
   HVD_CHECK(ResolveContext(fn, ctx, &p->ctx));
   hvd::TensorSpec spec;
   HVD_CHECK(ValidateTensor(fn, "input", tag, input, &spec));
@@ -417,14 +422,12 @@ hvd::Status PrepareSingle(const char* fn, hvd_context_t ctx, const char* name,
   spec.name = name;
   p->request.type = type;
   p->request.tensors.push_back(std::move(spec));
-  p->description = hvd::OpTypeName(type);
-  p->description += " '";
-  p->description += name;
-  p->description += '\'';
+  p->op = hvd::OpTypeName(type);
+  p->name = name;
   return hvd::Status::Ok();
 }
 
-hvd::Status RequireRows(const char* fn, const std::string& tag, const hvd::TensorSpec& spec) {
+hvd::Status RequireRows(const char* fn, const TensorTag& tag, const hvd::TensorSpec& spec) {
   if (spec.shape.empty()) {
     return Invalid(fn, Cat("input->ndim is 0, must be >= 1: this operation splits or joins "
                            "along the first dimension", tag));
@@ -436,7 +439,7 @@ hvd::Status PrepareAllreduce(const char* fn, hvd_context_t ctx, const char* name
                              const hvd_tensor_t* input, void* output, hvd_reduce_op_t op,
                              double prescale, double postscale, Prepared* p) {
   HVD_CHECK(PrepareSingle(fn, ctx, name, input, hvd::OpType::kAllreduce, p));
-  const std::string tag = TensorTag(name);
+  const TensorTag tag(name);
   hvd::TensorSpec& spec = p->request.tensors[0];
   HVD_CHECK(ValidateReduceOp(fn, tag, RawEnum(op), static_cast<int>(spec.dtype), prescale,
                              postscale));
@@ -451,7 +454,7 @@ hvd::Status PrepareBroadcast(const char* fn, hvd_context_t ctx, const char* name
                              const hvd_tensor_t* input, void* output, int32_t root,
                              Prepared* p) {
   HVD_CHECK(PrepareSingle(fn, ctx, name, input, hvd::OpType::kBroadcast, p));
-  const std::string tag = TensorTag(name);
+  const TensorTag tag(name);
   hvd::TensorSpec& spec = p->request.tensors[0];
   HVD_CHECK(ValidateOutput(fn, "output", tag, output, &spec));
   const int size = p->ctx->impl->size();
@@ -478,7 +481,8 @@ hvd::Status PrepareBarrier(const char* fn, hvd_context_t ctx, Prepared* p) {
 hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
   // Allocate everything that can fail before the op is queued, so that no
   // queued op is left without a handle.
-  auto handle = std::make_shared<hvd::Handle>(std::move(p->description));
+  auto handle = p->op != nullptr ? std::make_shared<hvd::Handle>(p->op, p->name)
+                                 : std::make_shared<hvd::Handle>(std::move(p->description));
   auto wrapper = std::make_unique<hvd_handle_s>();
   wrapper->type = p->request.type;
   wrapper->size = static_cast<int32_t>(p->ctx->impl->size());
@@ -492,7 +496,8 @@ hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
 
 // Blocking form: queue, wait without a limit, drop the handle.
 hvd_status_t SubmitAndWait(Prepared* p) {
-  auto handle = std::make_shared<hvd::Handle>(std::move(p->description));
+  auto handle = p->op != nullptr ? std::make_shared<hvd::Handle>(p->op, p->name)
+                                 : std::make_shared<hvd::Handle>(std::move(p->description));
   p->request.handle = handle;
   auto r = p->ctx->impl->Enqueue(std::move(p->request));
   if (!r.ok()) return Report(r.status());
@@ -853,7 +858,7 @@ hvd_status_t hvd_grouped_allreduce_async(hvd_context_t ctx, int32_t count,
 
   p.request.tensors.reserve(static_cast<size_t>(count));
   for (int32_t i = 0; i < count; ++i) {
-    const std::string tag = TensorTag(names[i]);
+    const TensorTag tag(names[i]);
     const std::string in_arg = "inputs[" + std::to_string(i) + "]";
     const std::string out_arg = "outputs[" + std::to_string(i) + "]";
     hvd::TensorSpec spec;
@@ -920,7 +925,7 @@ hvd_status_t hvd_alltoall_async(hvd_context_t ctx, const char* name, const hvd_t
                                 const int64_t* splits, hvd_handle_t* handle) {
   HVD_API_BEGIN();
   const char* fn = __func__;
-  const std::string tag = TensorTag(name);
+  const TensorTag tag(name);
   if (handle == nullptr) return Report(Invalid(fn, Cat("handle is NULL", tag)));
   *handle = nullptr;
   Prepared p;
@@ -961,7 +966,7 @@ hvd_status_t hvd_reducescatter_async(hvd_context_t ctx, const char* name,
                                      double prescale, double postscale, hvd_handle_t* handle) {
   HVD_API_BEGIN();
   const char* fn = __func__;
-  const std::string tag = TensorTag(name);
+  const TensorTag tag(name);
   if (handle == nullptr) return Report(Invalid(fn, Cat("handle is NULL", tag)));
   *handle = nullptr;
   Prepared p;

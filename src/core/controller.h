@@ -143,7 +143,9 @@ class Controller {
   StallConfig stall_;
   Logger* log_;
   ResponseCache cache_;
-  std::map<std::string, Entry> pending_;
+  // This rank's own requests: iteration order is local only (announcements are
+  // applied in the allgathered order, the same everywhere).
+  std::unordered_map<std::string, Entry> pending_;
   std::map<std::string, TableRow> table_;
   std::vector<bool> joined_;  // ranks whose join was announced, until all join
   std::vector<uint8_t> ctrl_;

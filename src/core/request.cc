@@ -86,18 +86,25 @@ bool Handle::done() const {
 
 Status Handle::status() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!done_) return Status(HVD_IN_PROGRESS, description_ + " is in progress");
+  if (!done_) return Status(HVD_IN_PROGRESS, description() + " is in progress");
   return status_;
 }
 
 Status Handle::Wait(double timeout_s) const {
+  if (signal_ && timeout_s != 0 && !done()) {
+    {
+      std::lock_guard<std::mutex> lock(signal_->mu);
+      signal_->caller_waits = true;
+    }
+    signal_->cv.notify_one();
+  }
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout_s < 0 || !std::isfinite(timeout_s)) {
     cv_.wait(lock, [this] { return done_; });
   } else {
     auto limit = std::chrono::duration<double>(timeout_s);
     if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-      std::string msg = description_ + " did not complete within " + std::to_string(timeout_s) +
+      std::string msg = description() + " did not complete within " + std::to_string(timeout_s) +
                         " s";
       if (!waiting_on_.empty()) msg += ": " + waiting_on_;
       return Status(HVD_ERR_TIMEOUT, msg);

@@ -98,10 +98,23 @@ class BufferPool {
   size_t max_bytes_;
 };
 
+// The background loop's lock and wake-up, shared with its handles so that a
+// caller about to block on one can tell the loop that its burst of submits
+// is over (the loop then stops waiting for more to fuse with). Outlives the
+// context while handles hold it.
+struct LoopSignal {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool caller_waits = false;  // a caller blocked since the last submit
+};
+
 // Completion state shared by the user's handle and the core. Thread-safe.
 class Handle {
  public:
   explicit Handle(std::string description) : description_(std::move(description)) {}
+  // Described as "<op> '<name>'", formatted only when asked for (a submit
+  // should not pay for text that only errors show). op: a string literal.
+  Handle(const char* op, std::string name) : op_(op), description_(std::move(name)) {}
   ~Handle();
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -114,10 +127,15 @@ class Handle {
   Status Wait(double timeout_s) const;
   Status status() const;  // HVD_IN_PROGRESS status while pending
 
+  // Set by the core when the request is queued (see LoopSignal).
+  void set_signal(std::shared_ptr<LoopSignal> s) { signal_ = std::move(s); }
+
   // What the core knows about who has not submitted yet (for timeout messages).
   void SetWaitingOn(std::string text);
 
-  const std::string& description() const { return description_; }
+  std::string description() const {
+    return op_ == nullptr ? description_ : std::string(op_) + " '" + description_ + "'";
+  }
 
   // Results owned by the handle (allgather, alltoall, reducescatter). Written
   // by the core before Complete(), read by the user after; Complete's mutex
@@ -128,6 +146,8 @@ class Handle {
   std::vector<int64_t> recv_splits;
 
  private:
+  const char* op_ = nullptr;  // set: description_ holds the tensor name only
+  std::shared_ptr<LoopSignal> signal_;
   std::string description_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
