@@ -297,9 +297,16 @@ def target_mpi(recs):
         big = {b: busbw(rec) for b, rec in s["hvd-mpi"].items() if b >= 1 << 20}
         if big:
             peak = max(big.values())
+            # A collapse is the page-fault cliff (raw Open MPI as installed falls to a fraction
+            # of its no-mmap figure at 64-256 MiB), not the step from in-cache to out-of-cache
+            # sizes that every system shows: hvd against raw MPI without the cliff, same size.
             for b, v in big.items():
-                if b >= 64 << 20 and v < 0.5 * peak:
-                    collapse.append(f"{n} ranks {fmt_bytes(b)}: {v:.2f} GB/s vs peak {peak:.2f}")
+                if b < 64 << 20:
+                    continue
+                ref = best_peer(s, b, allow=lambda k: k.startswith("mpi-nommap"))
+                if ref is not None and v < 0.5 * busbw(ref[1]):
+                    collapse.append(f"{n} ranks {fmt_bytes(b)}: {v:.2f} GB/s vs raw MPI no-mmap "
+                                    f"{busbw(ref[1]):.2f}")
             tail = ", ".join(f"{fmt_bytes(b)} {big[b]:.2f}" for b in sorted(big) if b >= 64 << 20)
             lines.append(f"{n} ranks: {desc}; hvd busbw at 64–256 MiB: {tail} GB/s (peak "
                          f"{peak:.2f})")
