@@ -18,11 +18,11 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // ---- ResponseCache -------------------------------------------------------
 
-int ResponseCache::Lookup(const std::string& key, const RequestDesc& desc, int rank) const {
+int ResponseCache::Lookup(const std::string& key, const OpRequest& req, int rank) const {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return -1;
   const Slot& s = slots_[it->second];
-  return (*s.all)[static_cast<size_t>(rank)] == desc ? it->second : -1;
+  return DescribesRequest((*s.all)[static_cast<size_t>(rank)], req) ? it->second : -1;
 }
 
 bool ResponseCache::Holds(int slot, const std::string& key) const {
@@ -84,10 +84,9 @@ void Controller::Add(OpRequest req, Clock::time_point now) {
     req.splits.assign(static_cast<size_t>(size_), rows / size_);
   }
   Entry e;
-  e.desc = DescFromRequest(req);
+  std::string key = req.tensors.front().name;
   e.req = std::move(req);
   e.enqueued = now;
-  std::string key = e.desc.key;
   pending_.emplace(std::move(key), std::move(e));
 }
 
@@ -162,8 +161,8 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
       e.state = State::kNew;
       e.slot = -1;
     }
-    if (e.state == State::kNew && e.desc.type != OpType::kBarrier) {
-      int slot = cache_.Lookup(key, e.desc, rank_);
+    if (e.state == State::kNew && e.req.type != OpType::kBarrier) {
+      int slot = cache_.Lookup(key, e.req, rank_);
       if (slot >= 0) {
         e.state = State::kCached;
         e.slot = slot;
@@ -223,7 +222,7 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
   RankMessage mine;
   for (auto& [key, e] : pending_) {
     if (e.state == State::kNew) {
-      mine.requests.push_back(e.desc);
+      mine.requests.push_back(DescFromRequest(e.req));
       e.state = State::kAnnounced;
     }
   }

@@ -62,8 +62,8 @@ class ResponseCache {
  public:
   explicit ResponseCache(int capacity) : slots_(static_cast<size_t>(capacity)) {}
   int capacity() const { return static_cast<int>(slots_.size()); }
-  // Slot holding key with this rank's descriptor equal to desc, or -1.
-  int Lookup(const std::string& key, const RequestDesc& desc, int rank) const;
+  // Slot holding key whose descriptor for `rank` describes req exactly, or -1.
+  int Lookup(const std::string& key, const OpRequest& req, int rank) const;
   bool Holds(int slot, const std::string& key) const;
   const RequestDescs& Get(int slot) const { return slots_[slot].all; }
   const std::string& KeyOf(int slot) const { return slots_[slot].key; }
@@ -122,8 +122,7 @@ class Controller {
  private:
   enum class State { kNew, kCached, kAnnounced };
   struct Entry {
-    OpRequest req;
-    RequestDesc desc;
+    OpRequest req;  // its descriptor is built only when announced in full
     State state = State::kNew;
     int slot = -1;
     Clock::time_point enqueued;

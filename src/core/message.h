@@ -33,6 +33,9 @@ struct RequestDesc {
 };
 
 RequestDesc DescFromRequest(const OpRequest& req);
+// DescFromRequest(req) == d, without building the descriptor (the steady
+// state: every step's request matches its cached descriptor).
+bool DescribesRequest(const RequestDesc& d, const OpRequest& req);
 std::string ShapeString(const std::vector<int64_t>& shape);
 
 // What one rank sends in a full negotiation round.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <random>
 #include <set>
 #include <thread>
@@ -277,6 +278,43 @@ TEST(Controller, RankZerosAutotuneProposalReachesEveryRankInTheSameCycle) {
   h.ctl[0]->set_proposal(255);
   h.Run(1, {});
   for (int r = 0; r < 4; ++r) EXPECT_EQ(h.ctl[r]->decided(), 255) << "rank " << r;
+}
+
+// The cache's steady-state check compares a request with a cached descriptor
+// field by field; it must agree with building the descriptor and comparing.
+TEST(Controller, DescribesRequestAgreesWithDescriptorEquality) {
+  OpRequest base = MakeAllreduce("g", {3, 2});
+  TensorSpec second = base.tensors[0];
+  second.name = "g.b";
+  second.shape = {7};
+  base.tensors.push_back(second);
+  const RequestDesc d = DescFromRequest(base);
+  std::vector<std::function<void(OpRequest&)>> changes = {
+      [](OpRequest&) {},
+      [](OpRequest& r) { r.type = OpType::kBroadcast; },
+      [](OpRequest& r) { r.reduce_op = HVD_MAX; },
+      [](OpRequest& r) { r.tensors[0].dtype = HVD_FLOAT64; },
+      [](OpRequest& r) { r.tensors[0].device = 0; },
+      [](OpRequest& r) { r.root = 1; },
+      [](OpRequest& r) { r.prescale = 0.5; },
+      [](OpRequest& r) { r.postscale = -1.0; },
+      [](OpRequest& r) { r.tensors[0].shape = {2, 3}; },
+      [](OpRequest& r) { r.tensors[1].shape = {7, 1}; },
+      [](OpRequest& r) { r.tensors[1].name = "g.c"; },
+      [](OpRequest& r) { r.tensors.pop_back(); },
+      [](OpRequest& r) { r.splits = {1, 2}; },
+      [](OpRequest& r) { r.tensors[0].name = "h"; },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    OpRequest r = base;
+    changes[i](r);
+    EXPECT_EQ(DescribesRequest(d, r), DescFromRequest(r) == d) << "change " << i;
+  }
+  // Signed zeros are different scale factors (bitwise, as the descriptor compares).
+  OpRequest pz = base, nz = base;
+  pz.prescale = 0.0;
+  nz.prescale = -0.0;
+  EXPECT_FALSE(DescribesRequest(DescFromRequest(pz), nz));
 }
 
 }  // namespace
