@@ -40,7 +40,9 @@
 // slots, barriers on per-rank counters with spin, yield, then cross-process
 // futex sleeps, every wait bounded by the transport timeout, peers' pids
 // checked while blocked. Any setup failure on any rank makes all ranks keep
-// TCP. Details and measurements: README.md here.
+// TCP. The code is transports/common/shm.h (shared with the MPI plugin);
+// this file provides its exchange over the store (SetupShm). Details and
+// measurements: README.md here.
 //
 // SIGPIPE. Gloo writes to its sockets with writev(2), so a peer that went
 // away raises SIGPIPE, whose default action kills the whole process. The
@@ -54,15 +56,9 @@
 // Gloo close every pair), so the communicator is then marked broken: its
 // connections are closed at once (peers blocked on us fail fast instead of
 // waiting for their own timeout) and later calls fail with the first error.
-#include <fcntl.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,7 +73,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <new>
 #include <string>
@@ -95,6 +90,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "common/kernels.h"
+#include "transports/common/shm.h"
 #include "transports/hvd_transport.h"
 
 // Tuning constants (compile-time; see the measurements in README.md).
@@ -235,102 +231,16 @@ AlignedBytes AllocTouched(size_t bytes) {
 }
 
 // ---------------------------------------------------------------------------
-// Shared-memory path (all ranks on one host; see the notes at the top and
-// README.md). One POSIX shm segment per communicator:
-//
-//   [ShmHeader][ShmRankLine x size][pad to 4 KiB][2 sets x size slots of slot bytes]
-//
-// Synchronisation is one counter per rank (`seq`, the number of barriers the
-// rank has entered); a barrier is "bump mine, wait until every peer's counter
-// reached mine". Waiting spins briefly, then yields, then sleeps on the
-// peer's counter with a cross-process futex in bounded slices, checking the
-// timeout, the abort word, departed peers and peer pids between slices.
+// Shared-memory path (all ranks on one host): transports/common/shm.h, set
+// up over the store (SetupShm); see the notes at the top and README.md.
 
 // Per-rank slot size, the allreduce chunk per rank (largest; smaller with many
-// ranks so the segment, 2 x size slots, stays within kShmSegmentBudget, e.g.
-// inside Docker's default 64 MiB /dev/shm).
+// ranks so the segment stays within 32 MiB, e.g. inside Docker's default
+// 64 MiB /dev/shm).
 constexpr size_t kShmSlotBytes = HVD_GLOO_SHM_SLOT_BYTES;
-constexpr size_t kShmMinSlotBytes = 256 * 1024;
-constexpr size_t kShmSegmentBudget = 32u << 20;
-// The one-barrier allreduce (every rank reduces the whole buffer) is used
-// while bytes x (size - 1) stays within this.
+// The one-barrier allreduce is used while bytes x (size - 1) stays within this.
 constexpr size_t kShmSmallFanoutBytes = HVD_GLOO_SHM_SMALL_FANOUT_BYTES;
-constexpr uint64_t kShmMagic = 0x31306d6873647668ull;  // "hvdshm01"
-// Waiting: spin this long, then sched_yield until kShmYieldNs, then futex.
-constexpr int64_t kShmSpinNs = int64_t{HVD_GLOO_SHM_SPIN_US} * 1000;
-constexpr int64_t kShmYieldNs = int64_t{HVD_GLOO_SHM_YIELD_US} * 1000;
-constexpr int64_t kShmSliceNs = 20 * 1000 * 1000;  // longest single futex sleep
-constexpr int64_t kShmPidCheckNs = 100 * 1000 * 1000;
-
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "shm sync needs lock-free atomics");
 static_assert(kShmSlotBytes % 4096 == 0, "slot bytes must be a multiple of 4 KiB");
-
-// Thrown by the shm path; Guarded maps it to its status code.
-struct ShmError : std::runtime_error {
-  ShmError(int code, const std::string& msg) : std::runtime_error(msg), code(code) {}
-  int code;
-};
-
-struct alignas(128) ShmHeader {
-  uint64_t magic;
-  uint64_t slot_bytes;
-  uint32_t size;
-  // 0; kAbortClaimed while the first failing rank writes its reason; then
-  // 1 + that rank.
-  std::atomic<uint32_t> abort_by;
-  int32_t abort_code;
-  char abort_msg[1024];
-};
-constexpr uint32_t kAbortClaimed = 0xFFFFFFFFu;
-
-// One line per rank, apart from its neighbours' (no false sharing).
-struct alignas(128) ShmRankLine {
-  std::atomic<uint32_t> seq;       // barriers entered (written by the owner only)
-  std::atomic<uint32_t> waiters;   // peers asleep on seq (futex)
-  std::atomic<uint32_t> departed;  // the owner finalized
-  std::atomic<int32_t> pid;
-};
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-
-uint32_t* FutexWord(std::atomic<uint32_t>* a) { return reinterpret_cast<uint32_t*>(a); }
-
-// Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
-void FutexWait(std::atomic<uint32_t>* a, uint32_t expected, int64_t ns) {
-  struct timespec ts;
-  ts.tv_sec = static_cast<time_t>(ns / 1000000000);
-  ts.tv_nsec = static_cast<long>(ns % 1000000000);
-  (void)syscall(SYS_futex, FutexWord(a), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
-
-void FutexWakeAll(std::atomic<uint32_t>* a) {
-  (void)syscall(SYS_futex, FutexWord(a), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-int64_t NsSince(Clock::time_point t0) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-}
-
-// True if pid is gone (or a zombie nobody reaped yet).
-bool PidIsDead(int32_t pid) {
-  if (pid <= 0 || pid == getpid()) return false;
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  std::ifstream f(path);
-  std::string stat;
-  if (!std::getline(f, stat)) return false;
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
-  const char state = stat[paren + 2];
-  return state == 'Z' || state == 'X';
-}
 
 std::string JoinRanks(const std::vector<int>& ranks) {
   std::string s = "[";
@@ -340,179 +250,6 @@ std::string JoinRanks(const std::vector<int>& ranks) {
   }
   return s + "]";
 }
-
-// A mapped segment and this rank's view of the barrier sequence.
-class Shm {
- public:
-  static size_t DataOffset(int size) {
-    const size_t ctl = sizeof(ShmHeader) + static_cast<size_t>(size) * sizeof(ShmRankLine);
-    return (ctl + 4095) / 4096 * 4096;
-  }
-  static size_t SegmentBytes(int size, size_t slot) {
-    return DataOffset(size) + 2 * static_cast<size_t>(size) * slot;
-  }
-
-  Shm(void* base, size_t bytes, int rank, int size, size_t slot, double timeout_s)
-      : base_(static_cast<uint8_t*>(base)), bytes_(bytes), rank_(rank), size_(size),
-        slot_(slot), timeout_s_(timeout_s) {}
-  ~Shm() {
-    if (base_ != nullptr) munmap(base_, bytes_);
-  }
-  Shm(const Shm&) = delete;
-  Shm& operator=(const Shm&) = delete;
-
-  ShmHeader* header() const { return reinterpret_cast<ShmHeader*>(base_); }
-  ShmRankLine* line(int r) const {
-    return reinterpret_cast<ShmRankLine*>(base_ + sizeof(ShmHeader)) + r;
-  }
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  size_t slot() const { return slot_; }
-  size_t bytes() const { return bytes_; }
-  // Slot of rank r in set `set` (0 or 1); the slots of one set are contiguous.
-  uint8_t* Slot(uint32_t set, int r) const {
-    return base_ + DataOffset(size_) + (static_cast<size_t>(set) * size_ + r) * slot_;
-  }
-  // The set the next round writes. Rounds alternate sets, so the barrier of
-  // round i + 1 (which every rank enters only after reading round i's set)
-  // separates those reads from the rewrite in round i + 2.
-  uint32_t NextSet() {
-    const uint32_t s = set_;
-    set_ ^= 1u;
-    return s;
-  }
-
-  // Every rank enters, nobody leaves before all have entered. `what` names
-  // the operation in error messages. Throws ShmError.
-  void Barrier(const char* what) {
-    const uint32_t g = ++gen_;
-    ShmRankLine* me = line(rank_);
-    me->seq.store(g, std::memory_order_seq_cst);
-    if (me->waiters.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&me->seq);
-    WaitAll(g, what);
-  }
-
-  // Marks the communicator broken for every rank (the first caller's status
-  // and message win) and wakes everyone asleep on it.
-  void Abort(int code, const std::string& msg) {
-    ShmHeader* h = header();
-    uint32_t zero = 0;
-    if (h->abort_by.compare_exchange_strong(zero, kAbortClaimed)) {
-      h->abort_code = code;
-      const size_t n = std::min(msg.size(), sizeof(h->abort_msg) - 1);
-      std::memcpy(h->abort_msg, msg.data(), n);
-      h->abort_msg[n] = '\0';
-      h->abort_by.store(static_cast<uint32_t>(rank_) + 1, std::memory_order_release);
-    }
-    WakeEveryone();
-  }
-  // This rank has finalized: peers still waiting for it fail at once.
-  void Depart() {
-    line(rank_)->departed.store(1, std::memory_order_seq_cst);
-    WakeEveryone();
-  }
-
- private:
-  bool Reached(int j, uint32_t g) const {
-    return static_cast<int32_t>(line(j)->seq.load(std::memory_order_acquire) - g) >= 0;
-  }
-
-  std::vector<int> Missing(uint32_t g) const {
-    std::vector<int> m;
-    for (int j = 0; j < size_; ++j) {
-      if (j != rank_ && !Reached(j, g)) m.push_back(j);
-    }
-    return m;
-  }
-
-  void WakeEveryone() {
-    for (int j = 0; j < size_; ++j) FutexWakeAll(&line(j)->seq);
-  }
-
-  // Throws if the wait can never succeed: someone broke the communicator, a
-  // missing peer finalized or died.
-  void CheckPeers(uint32_t g, const char* what, bool check_pids) {
-    const ShmHeader* h = header();
-    const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
-    if (ab != 0 && ab != kAbortClaimed && ab != static_cast<uint32_t>(rank_) + 1) {
-      std::string why(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));
-      throw ShmError(h->abort_code == HVD_ERR_TIMEOUT ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
-                     std::string(what) + " (shm): rank " + std::to_string(rank_) + ": rank " +
-                         std::to_string(ab - 1) + " broke the communicator: " + why);
-    }
-    for (int j : Missing(g)) {
-      if (line(j)->departed.load(std::memory_order_acquire) != 0) {
-        throw ShmError(HVD_ERR_TRANSPORT, std::string(what) + " (shm): rank " +
-                                              std::to_string(rank_) + ": rank " +
-                                              std::to_string(j) + " has finalized (left the job)");
-      }
-      if (check_pids) {
-        const int32_t pid = line(j)->pid.load(std::memory_order_relaxed);
-        if (PidIsDead(pid)) {
-          throw ShmError(HVD_ERR_TRANSPORT, std::string(what) + " (shm): rank " +
-                                                std::to_string(rank_) + ": rank " +
-                                                std::to_string(j) + " (pid " +
-                                                std::to_string(pid) + ") died");
-        }
-      }
-    }
-  }
-
-  void WaitAll(uint32_t g, const char* what) {
-    int next = 0;  // ranks below next are known to have arrived
-    auto all_here = [&] {
-      while (next < size_ && (next == rank_ || Reached(next, g))) ++next;
-      return next == size_;
-    };
-    if (all_here()) return;
-    const auto t0 = Clock::now();
-    for (uint32_t i = 1;; ++i) {
-      CpuRelax();
-      if (all_here()) return;
-      if ((i & 63) == 0 && NsSince(t0) > kShmSpinNs) break;
-    }
-    while (NsSince(t0) < kShmYieldNs) {
-      sched_yield();
-      if (all_here()) return;
-    }
-    const bool limited = timeout_s_ > 0 && timeout_s_ < 3.0e7;
-    const int64_t limit_ns = limited ? static_cast<int64_t>(timeout_s_ * 1e9) : 0;
-    int64_t last_pid_check = -kShmPidCheckNs;
-    for (;;) {
-      const int64_t now = NsSince(t0);
-      const bool pids = now - last_pid_check >= kShmPidCheckNs;
-      if (pids) last_pid_check = now;
-      if (all_here()) return;  // before the checks: a peer may have arrived, then left
-      CheckPeers(g, what, pids);
-      if (limited && now >= limit_ns) {
-        char secs[32];
-        std::snprintf(secs, sizeof(secs), "%g", timeout_s_);
-        throw ShmError(HVD_ERR_TIMEOUT, std::string(what) + " (shm): rank " +
-                                            std::to_string(rank_) + ": ranks " +
-                                            JoinRanks(Missing(g)) + " did not arrive within " +
-                                            secs + " s");
-      }
-      int64_t slice = kShmSliceNs;
-      if (limited) slice = std::min(slice, std::max<int64_t>(limit_ns - now, 1000));
-      slice = std::min(slice, std::max<int64_t>(kShmPidCheckNs - (now - last_pid_check), 1000));
-      ShmRankLine* l = line(next);
-      l->waiters.fetch_add(1, std::memory_order_seq_cst);
-      const uint32_t v = l->seq.load(std::memory_order_seq_cst);
-      if (static_cast<int32_t>(v - g) < 0) FutexWait(&l->seq, v, slice);
-      l->waiters.fetch_sub(1, std::memory_order_seq_cst);
-      if (all_here()) return;
-    }
-  }
-
-  uint8_t* base_;
-  size_t bytes_;
-  int rank_;
-  int size_;
-  size_t slot_;
-  double timeout_s_;
-  uint32_t gen_ = 0;  // barriers this rank has entered (same on every rank between ops)
-  uint32_t set_ = 0;
-};
 
 struct Comm {
   hvd_transport_env_v1_t env{};  // copy; string fields are not used after init
@@ -544,7 +281,7 @@ struct Comm {
   uint64_t use_clock = 0;
 
   // The shared-memory path, when every rank is on this host (else null).
-  std::unique_ptr<Shm> shm;
+  std::unique_ptr<shm::Segment> shm;
 
   bool broken = false;
   std::string last_error;
@@ -660,7 +397,7 @@ int Guarded(void* handle, const char* op, F&& body) noexcept {
   } catch (const StoreError& e) {
     c->last_error = std::string("gloo ") + op + ": " + e.what();
     status = HVD_ERR_RENDEZVOUS;
-  } catch (const ShmError& e) {
+  } catch (const shm::Error& e) {
     c->last_error = std::string("gloo ") + e.what();
     status = e.code;
   } catch (const gloo::IoException& e) {
@@ -829,152 +566,6 @@ void DirectAllreduce(Comm& c, uint8_t* buf, gloo::transport::UnboundBuffer* ub, 
   }
 }
 
-// ---------------------------------------------------------------------------
-// Collectives over shared memory. Every rank runs the same sequence of rounds
-// (chosen from the arguments alone), each writing one slot set (see
-// Shm::NextSet), so the barrier counters and sets agree on every rank.
-
-// Sub-range [*b, return) of m elements owned by rank k in the chunked
-// allreduce; boundaries are multiples of 64 bytes.
-size_t ShmPart(size_t m, int n, int k, size_t es, size_t* b) {
-  const size_t g = 64 / es;
-  const size_t per = ((m + n - 1) / n + g - 1) / g * g;
-  *b = std::min(m, static_cast<size_t>(k) * per);
-  return std::min(m, *b + per);
-}
-
-// Largest buffer (bytes) the one-barrier allreduce takes.
-size_t ShmSmallMax(const Shm& s) {
-  return std::min(s.slot(), kShmSmallFanoutBytes / static_cast<size_t>(s.size() - 1));
-}
-
-// True if a op b == b op a bit for bit, so rank 1 may start from its own
-// contribution: integer ops, SUM and PRODUCT (IEEE + and * commute; the
-// half-precision kernels round the same float either way). Not float
-// MIN/MAX, which pick between +0 and -0 by operand order.
-bool Commutes(hvd_dtype_t dtype, hvd_reduce_op_t op) {
-  return !IsFloatingDtype(dtype) || op == HVD_SUM || op == HVD_PRODUCT;
-}
-
-// dst (this rank's own contribution, count elements of slot column `off`)
-// becomes s_0 op s_1 op ... op s_{n-1}, in rank order, where s_k is rank k's
-// contribution at byte offset off of its slot in `set` (this rank's own
-// comes from dst, not from its slot). Uses `scratch` (this rank's slot at
-// off, not read by anyone during the reduction) when the order has to be
-// rebuilt; returns where the result is: dst or scratch.
-uint8_t* ShmReduceColumn(Shm& s, hvd_reduce_kernel_fn reduce, uint32_t set, size_t off,
-                         uint8_t* dst, uint8_t* scratch, size_t count, size_t es,
-                         hvd_dtype_t dtype, hvd_reduce_op_t op) {
-  const int n = s.size();
-  const int r = s.rank();
-  if (r == 0 || (r == 1 && Commutes(dtype, op))) {
-    // dst holds s_r; r == 0: s_0 op s_1 ...; r == 1: s_1 op s_0 == s_0 op s_1.
-    for (int k = 0; k < n; ++k) {
-      if (k != r) reduce(dst, s.Slot(set, k) + off, count, dtype, op);
-    }
-    return dst;
-  }
-  std::memcpy(scratch, s.Slot(set, 0) + off, count * es);
-  for (int k = 1; k < n; ++k) {
-    reduce(scratch, k == r ? dst : s.Slot(set, k) + off, count, dtype, op);
-  }
-  return scratch;
-}
-
-void ShmAllreduceImpl(Shm& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
-                      hvd_dtype_t dtype, hvd_reduce_op_t op) {
-  const int n = s.size();
-  const int r = s.rank();
-  const size_t bytes = count * es;
-  if (bytes <= ShmSmallMax(s)) {
-    // One barrier: publish, then every rank reduces all contributions itself
-    // in rank order (identical bits everywhere).
-    const uint32_t set = s.NextSet();
-    uint8_t* mine = s.Slot(set, r);
-    std::memcpy(mine, buf, bytes);
-    s.Barrier("allreduce");
-    if (r == 0 || (r == 1 && Commutes(dtype, op))) {
-      ShmReduceColumn(s, reduce, set, 0, buf, nullptr, count, es, dtype, op);
-    } else {
-      // Peers read this rank's slot meanwhile: no scratch; start from s_0.
-      std::memcpy(buf, s.Slot(set, 0), bytes);
-      for (int k = 1; k < n; ++k) reduce(buf, s.Slot(set, k), count, dtype, op);
-    }
-    return;
-  }
-  // Chunks of one slot per rank. Each chunk is cut into one part per rank;
-  // rank k reduces part k. Publish every part but one's own (only this rank
-  // reads its own part); barrier; reduce the own part in rank order and
-  // publish the result in the own slot; barrier; copy the other parts out.
-  const size_t chunk = s.slot() / es;
-  for (size_t done = 0; done < count; done += chunk) {
-    const size_t m = std::min(chunk, count - done);
-    uint8_t* ub = buf + done * es;
-    const uint32_t set = s.NextSet();
-    uint8_t* mine = s.Slot(set, r);
-    size_t b = 0;
-    const size_t e = ShmPart(m, n, r, es, &b);
-    std::memcpy(mine, ub, b * es);
-    std::memcpy(mine + e * es, ub + e * es, (m - e) * es);
-    s.Barrier("allreduce");
-    if (e > b) {
-      const size_t off = b * es;
-      uint8_t* res =
-          ShmReduceColumn(s, reduce, set, off, ub + off, mine + off, e - b, es, dtype, op);
-      if (res == ub + off) {
-        std::memcpy(mine + off, res, (e - b) * es);  // publish
-      } else {
-        std::memcpy(ub + off, res, (e - b) * es);
-      }
-    }
-    s.Barrier("allreduce");
-    for (int k = 0; k < n; ++k) {
-      if (k == r) continue;
-      size_t kb = 0;
-      const size_t ke = ShmPart(m, n, k, es, &kb);
-      if (ke > kb) std::memcpy(ub + kb * es, s.Slot(set, k) + kb * es, (ke - kb) * es);
-    }
-  }
-}
-
-// The root copies up to a whole slot set per round; the others copy it out.
-void ShmBroadcast(Shm& s, uint8_t* buf, size_t bytes, int root) {
-  const size_t cap = s.slot() * static_cast<size_t>(s.size());
-  for (size_t done = 0; done < bytes; done += cap) {
-    const size_t m = std::min(cap, bytes - done);
-    const uint32_t set = s.NextSet();
-    if (s.rank() == root) std::memcpy(s.Slot(set, 0), buf + done, m);
-    s.Barrier("broadcast");
-    if (s.rank() != root) std::memcpy(buf + done, s.Slot(set, 0), m);
-  }
-}
-
-// Each rank publishes up to a slot of its contribution per round; everyone
-// copies every other rank's piece to its place.
-void ShmAllgatherv(Shm& s, const uint8_t* send, uint8_t* out, const size_t* recv_bytes) {
-  const int n = s.size();
-  const int r = s.rank();
-  std::vector<size_t> offs(n);
-  size_t most = 0, total = 0;
-  for (int k = 0; k < n; ++k) {
-    offs[k] = total;
-    total += recv_bytes[k];
-    most = std::max(most, recv_bytes[k]);
-  }
-  const size_t mine = recv_bytes[r];
-  if (mine > 0 && out + offs[r] != send) std::memmove(out + offs[r], send, mine);
-  const uint8_t* src = out + offs[r];  // this rank's contribution, now in place
-  for (size_t done = 0; done < most; done += s.slot()) {
-    const uint32_t set = s.NextSet();
-    if (mine > done) std::memcpy(s.Slot(set, r), src + done, std::min(s.slot(), mine - done));
-    s.Barrier("allgatherv");
-    for (int k = 0; k < n; ++k) {
-      if (k == r || recv_bytes[k] <= done) continue;
-      std::memcpy(out + offs[k] + done, s.Slot(set, k), std::min(s.slot(), recv_bytes[k] - done));
-    }
-  }
-}
-
 int DoAllreduce(Comm& c, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   const size_t es = DtypeSize(dtype);
   if (es == 0) {
@@ -997,7 +588,7 @@ int DoAllreduce(Comm& c, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_
   }
   const size_t bytes = count * es;
   if (c.shm) {
-    ShmAllreduceImpl(*c.shm, c.reduce, static_cast<uint8_t*>(buf), count, es, dtype, op);
+    shm::Allreduce(*c.shm, c.reduce, static_cast<uint8_t*>(buf), count, es, dtype, op);
     return HVD_OK;
   }
   gloo::transport::UnboundBuffer* ub = c.UserBuffer(buf, bytes);
@@ -1024,30 +615,9 @@ void WriteErr(char* err, size_t err_len, const std::string& msg) {
 }
 
 // ---------------------------------------------------------------------------
-// Shared-memory setup at init.
-
-bool ShmEnabledByEnv() {
-  const char* v = std::getenv("HVD_GLOO_SHM");
-  if (v == nullptr || v[0] == '\0') return true;
-  std::string s(v);
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  return !(s == "0" || s == "false" || s == "off" || s == "no");
-}
-
-// Which kernel, /dev/shm and pid space this process lives in: boot id, host
-// name, IPC and PID namespace inodes. Ranks with equal identities can share a
-// POSIX shm segment and check each other's pids. Empty if unknown.
-std::string HostIdentity() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string boot;
-  if (!std::getline(f, boot) || boot.empty()) return "";
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "";
-  struct stat ipc, pid;
-  if (stat("/proc/self/ns/ipc", &ipc) != 0 || stat("/proc/self/ns/pid", &pid) != 0) return "";
-  return "boot=" + boot + " host=" + host + " ipc=" + std::to_string(ipc.st_ino) +
-         " pid=" + std::to_string(pid.st_ino);
-}
+// Shared-memory setup at init: shm::Setup (transports/common/shm.h) over the
+// store. Keys: "shm/host/<rank>" (host identities), "shm/name" (rank 0's
+// segment name, or "!" and its failure), "shm/ok/<rank>" (ok or a failure).
 
 void KvSetString(const hvd_transport_env_v1_t& env, const std::string& key,
                  const std::string& value) {
@@ -1072,140 +642,60 @@ std::string KvGetString(const hvd_transport_env_v1_t& env, const std::string& ke
   return out;
 }
 
-std::string ErrnoText(const char* what, int err) {
-  return std::string(what) + ": " + std::strerror(err);
-}
+// The allgather shm::Setup needs, over the core's store: every rank sets
+// "shm/<round>/<rank>" and reads everyone's; the "name" round is rank 0's
+// "shm/name" alone.
+class KvExchange : public shm::Exchange {
+ public:
+  KvExchange(const Comm& c, Clock::time_point deadline) : c_(c), deadline_(deadline) {}
 
-// Unlinks the segment's name when it goes out of scope (the creator's, once
-// every rank has opened it or given up).
-struct ShmName {
-  std::string name;
-  bool created = false;
-  ~ShmName() {
-    if (created) shm_unlink(name.c_str());
+  int Allgather(const char* round, const std::string& mine, std::vector<std::string>* all,
+                std::string* err) override {
+    try {
+      const std::string r = round;
+      all->assign(static_cast<size_t>(c_.size), std::string());
+      if (r == "name") {
+        if (c_.rank == 0) KvSetString(c_.env, "shm/name", mine);
+        (*all)[0] = c_.rank == 0 ? mine : KvGetString(c_.env, "shm/name", deadline_);
+        return HVD_OK;
+      }
+      KvSetString(c_.env, "shm/" + r + "/" + std::to_string(c_.rank), mine);
+      for (int j = 0; j < c_.size; ++j) {
+        (*all)[j] = KvGetString(c_.env, "shm/" + r + "/" + std::to_string(j), deadline_);
+      }
+      return HVD_OK;
+    } catch (const StoreError& e) {
+      *err = e.what();
+      return e.code;
+    }
   }
+
+ private:
+  const Comm& c_;
+  Clock::time_point deadline_;
 };
 
-// Agrees with every peer on whether the shm path is used, and maps the segment
-// if so. Rank 0 creates it under a random name it publishes; everyone maps it
-// and publishes ok or its failure; everyone reads every answer, so all ranks
-// decide alike; rank 0 then unlinks the name. A store failure throws (init
-// fails); any other failure falls back to TCP on every rank, logged.
+// Agrees with every peer on whether the shm path is used, and maps the
+// segment if so. A store failure throws (init fails); any other failure
+// falls back to TCP on every rank, logged.
 void SetupShm(Comm& c, Clock::time_point deadline) {
-  const hvd_transport_env_v1_t& env = c.env;
-  const int r = c.rank;
-  const int n = c.size;
-  const std::string me = "gloo: rank " + std::to_string(r) + ": ";
-  const bool enabled = ShmEnabledByEnv();
-  std::string id = enabled ? HostIdentity() : "off";
-  if (id.empty()) id = "unknown rank " + std::to_string(r);  // matches nobody
-  KvSetString(env, "shm/host/" + std::to_string(r), id);
-  // Decided from the store's values only (this rank's own read back too), so
-  // every rank reaches the same answer.
-  std::string why_not;
-  std::string first;
-  for (int j = 0; j < n; ++j) {
-    const std::string v = KvGetString(env, "shm/host/" + std::to_string(j), deadline);
-    if (j == 0) first = v;
-    if (!why_not.empty()) continue;
-    if (v == "off") {
-      why_not = "rank " + std::to_string(j) + " set HVD_GLOO_SHM=0";
-    } else if (v.rfind("unknown", 0) == 0) {
-      why_not = "rank " + std::to_string(j) + " cannot tell its host identity";
-    } else if (v != first) {
-      why_not = "ranks 0 and " + std::to_string(j) + " are on different hosts (or containers)";
-    }
-  }
-  if (!why_not.empty()) {
-    c.Log(HVD_LOG_INFO, me + "shared-memory path not used: " + why_not);
-    return;
-  }
-
-  const size_t slot = std::max(
-      std::min(kShmSlotBytes, kShmSegmentBudget / (2 * static_cast<size_t>(n)) / 4096 * 4096),
-      std::min(kShmSlotBytes, kShmMinSlotBytes));
-  const size_t bytes = Shm::SegmentBytes(n, slot);
-  std::string fail;  // this rank's failure
-  std::unique_ptr<Shm> shm;
-  ShmName name;
-  auto map = [&](int fd) {
-    void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    if (base == MAP_FAILED) {
-      fail = ErrnoText("mmap", errno);
-      return;
-    }
-    shm = std::make_unique<Shm>(base, bytes, r, n, slot, env.timeout_s);
-  };
-  if (r == 0) {
-    uint8_t rnd[16];
-    if (getrandom(rnd, sizeof(rnd), 0) != static_cast<ssize_t>(sizeof(rnd))) {
-      fail = ErrnoText("getrandom", errno);
-    } else {
-      char hex[2 * sizeof(rnd) + 1];
-      for (size_t i = 0; i < sizeof(rnd); ++i) std::snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
-      name.name = std::string("/hvd-gloo-") + hex;
-      const int fd = shm_open(name.name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (fd < 0) {
-        fail = ErrnoText("shm_open", errno);
-      } else {
-        name.created = true;
-        // Allocates the pages now: a full /dev/shm fails here, not as SIGBUS later.
-        const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-        if (e != 0) {
-          fail = "cannot allocate " + std::to_string(bytes >> 20) + " MiB in /dev/shm: " +
-                 std::strerror(e);
-        } else {
-          map(fd);
-        }
-        close(fd);
-      }
-    }
-    if (shm) {
-      auto* h = new (shm->header()) ShmHeader();
-      h->slot_bytes = slot;
-      h->size = static_cast<uint32_t>(n);
-      h->abort_by.store(0);
-      for (int j = 0; j < n; ++j) new (shm->line(j)) ShmRankLine();
-      h->magic = kShmMagic;
-    }
-    KvSetString(env, "shm/name", fail.empty() ? name.name : "!" + fail);
-  } else {
-    const std::string v = KvGetString(env, "shm/name", deadline);
-    if (v.empty() || v[0] == '!') {
-      fail = "rank 0 could not create the segment: " + (v.empty() ? std::string() : v.substr(1));
-    } else {
-      const int fd = shm_open(v.c_str(), O_RDWR | O_CLOEXEC, 0);
-      struct stat st;
-      if (fd < 0) {
-        fail = ErrnoText("shm_open", errno);
-      } else if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
-        fail = "segment " + v + " has an unexpected size";
-      } else {
-        map(fd);
-      }
-      if (fd >= 0) close(fd);
-      if (shm && (shm->header()->magic != kShmMagic || shm->header()->size != uint32_t(n) ||
-                  shm->header()->slot_bytes != slot)) {
-        fail = "segment " + v + " has a different layout (mixed hvd versions?)";
-        shm.reset();
-      }
-    }
-  }
-  if (shm) shm->line(r)->pid.store(static_cast<int32_t>(getpid()));
-  KvSetString(env, "shm/ok/" + std::to_string(r), fail.empty() ? "ok" : fail);
-  std::string first_fail;  // again from the store's values only
-  for (int j = 0; j < n; ++j) {
-    const std::string v = KvGetString(env, "shm/ok/" + std::to_string(j), deadline);
-    if (v != "ok" && first_fail.empty()) first_fail = "rank " + std::to_string(j) + ": " + v;
-  }
-  if (!first_fail.empty()) {
-    c.Log(HVD_LOG_WARNING, me + "shared-memory setup failed, using TCP: " + first_fail);
-    return;
-  }
-  c.Log(HVD_LOG_INFO, me + "shared-memory path active (" + std::to_string(n) + " ranks, " +
-                          std::to_string(bytes >> 20) + " MiB segment, " +
-                          std::to_string(slot >> 10) + " KiB slots)");
-  c.shm = std::move(shm);
+  shm::Options o;
+  o.transport = "gloo";
+  o.env_var = "HVD_GLOO_SHM";
+  o.name_prefix = "/hvd-gloo-";
+  o.fallback = "TCP";
+  o.rank = c.rank;
+  o.size = c.size;
+  o.timeout_s = c.env.timeout_s;
+  o.slot_bytes = kShmSlotBytes;
+  o.small_fanout_bytes = kShmSmallFanoutBytes;
+  o.spin_ns = int64_t{HVD_GLOO_SHM_SPIN_US} * 1000;
+  o.yield_ns = int64_t{HVD_GLOO_SHM_YIELD_US} * 1000;
+  o.log = [&c](int level, const std::string& msg) { c.Log(level, msg); };
+  KvExchange ex(c, deadline);
+  std::string err;
+  const int st = shm::Setup(ex, o, &c.shm, &err);
+  if (st != HVD_OK) throw StoreError(st, err);
 }
 
 int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
@@ -1429,7 +919,7 @@ int Allgatherv(void* comm, const void* send, void* recv, const size_t* recv_byte
       return HVD_OK;
     }
     if (c.shm) {
-      ShmAllgatherv(*c.shm, static_cast<const uint8_t*>(send), out, recv_bytes);
+      shm::Allgatherv(*c.shm, static_cast<const uint8_t*>(send), out, recv_bytes);
       return HVD_OK;
     }
     gloo::AllgathervOptions opts(c.ctx);
@@ -1458,7 +948,7 @@ int Broadcast(void* comm, void* buf, size_t bytes, int32_t root) noexcept {
       return HVD_ERR_INVALID_ARGUMENT;
     }
     if (c.shm) {
-      ShmBroadcast(*c.shm, static_cast<uint8_t*>(buf), bytes, root);
+      shm::Broadcast(*c.shm, static_cast<uint8_t*>(buf), bytes, root);
       return HVD_OK;
     }
     gloo::BroadcastOptions opts(c.ctx);
@@ -1540,7 +1030,7 @@ int Query(void* comm, const char* key, int64_t* value) noexcept {
     return HVD_OK;
   }
   if (std::strcmp(key, "shm_small_bytes") == 0) {
-    *value = c->shm ? static_cast<int64_t>(ShmSmallMax(*c->shm)) : 0;
+    *value = c->shm ? static_cast<int64_t>(c->shm->small_max()) : 0;
     return HVD_OK;
   }
   return HVD_ERR_UNSUPPORTED;

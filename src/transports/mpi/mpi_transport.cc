@@ -57,7 +57,21 @@
 //    the destination. The threshold and segment size come from the
 //    measurements in docs/mpi.md.
 //
-// Reducescatter (ABI v2), in place over the caller's blocks: small,
+// Shared memory. When every rank of the communicator is on this host
+// (MPI_COMM_TYPE_SHARED covers it all and the ranks' host identities match)
+// and HVD_MPI_SHM is not 0 on any rank (default on), allreduce,
+// reducescatter, broadcast, allgatherv and barrier run over one POSIX shm
+// segment with the Gloo plugin's code (transports/common/shm.h): futex
+// barriers, every wait bounded by env->timeout_s, peers' pids checked while
+// blocked, a failing rank aborting the segment for everyone; after a failure
+// the communicator is broken. alltoallv stays on MPI. Setup agrees through
+// MPI_Iallgather(v) on the plugin's communicator (completed by WaitAll); any
+// setup failure on any rank leaves every rank on MPI; a failure in shm
+// leaves MPI unfinalised, as a timeout does. Reducescatter over shm
+// is a real one (each rank reduces only its own block, in rank order).
+// query("shm") is 1 when active. Measurements: docs/mpi.md.
+//
+// Reducescatter (ABI v2), in place over the caller's blocks: small,// Reducescatter (ABI v2), in place over the caller's blocks: small,
 // MPI_Ireduce_scatter (its result, at the front of the buffer, moved to the
 // rank's block); large, the ring's first phase alone over the caller's block
 // boundaries, rotated so that rank r ends owning block r: (P-1)/P of the data
@@ -87,6 +101,7 @@
 #include <vector>
 
 #include "common/kernels.h"
+#include "transports/common/shm.h"
 #include "transports/hvd_transport.h"
 
 // Tuning constants (compile-time; the test suite builds a second copy of the
@@ -100,6 +115,14 @@
 #ifndef HVD_MPI_MAX_MESSAGE_BYTES
 #define HVD_MPI_MAX_MESSAGE_BYTES (1u << 30)
 #endif
+// The shared-memory path (transports/common/shm.h): per-rank slot, and the
+// fan-out limit of its one-barrier allreduce (the Gloo plugin's values).
+#ifndef HVD_MPI_SHM_SLOT_BYTES
+#define HVD_MPI_SHM_SLOT_BYTES (1u << 20)
+#endif
+#ifndef HVD_MPI_SHM_SMALL_FANOUT_BYTES
+#define HVD_MPI_SHM_SMALL_FANOUT_BYTES (256u << 10)
+#endif
 
 namespace hvd {
 namespace mpi_transport {
@@ -112,6 +135,9 @@ constexpr size_t kRingMinPartBytes = HVD_MPI_RING_MIN_PART_BYTES;  // ring from 
 constexpr size_t kMaxMessageBytes = HVD_MPI_MAX_MESSAGE_BYTES;  // largest single message
 static_assert(kSegmentBytes >= 16, "a segment must hold at least one element of every dtype");
 static_assert(kMaxMessageBytes <= static_cast<size_t>(INT_MAX), "MPI counts are int");
+constexpr size_t kShmSlotBytes = HVD_MPI_SHM_SLOT_BYTES;
+constexpr size_t kShmSmallFanoutBytes = HVD_MPI_SHM_SMALL_FANOUT_BYTES;
+static_assert(kShmSlotBytes % 4096 == 0, "shm slot bytes must be a multiple of 4 KiB");
 
 // Point-to-point tags on hvd's own communicator.
 constexpr int kTagReduceScatter = 1;
@@ -263,6 +289,9 @@ struct Comm {
   std::vector<size_t> offs, offs2;
   std::vector<size_t> ring_starts;
 
+  // The shared-memory path, when every rank is on this host (else null).
+  std::unique_ptr<shm::Segment> shm;
+
   bool broken = false;     // a collective failed: every later call fails
   bool abandoned = false;  // requests were left pending (timeout)
   std::string last_error;
@@ -391,6 +420,13 @@ int Guarded(void* handle, const char* op, F&& body) noexcept {
   } catch (const Failure& f) {
     c->last_error = std::string("mpi ") + op + ": " + f.msg;
     status = f.code;
+  } catch (const shm::Error& e) {
+    c->last_error = std::string("mpi ") + e.what();
+    status = e.code;
+    // Peers are out of step (stuck, dead or failing): MPI_Finalize, a
+    // collective, could wait for them forever, so MPI is left alone as after
+    // an MPI timeout, and the launcher ends the job.
+    c->abandoned = true;
   } catch (const std::bad_alloc&) {
     c->last_error = std::string("mpi ") + op + ": out of memory";
     status = HVD_ERR_NO_MEMORY;
@@ -402,8 +438,9 @@ int Guarded(void* handle, const char* op, F&& body) noexcept {
     status = HVD_ERR_TRANSPORT;
   }
   // Requests may still be pending or peers out of step: nothing more can be
-  // trusted on this communicator.
+  // trusted on this communicator. Peers waiting in shared memory fail at once.
   c->broken = true;
+  if (c->shm) c->shm->Abort(status, c->last_error);
   try {
     c->Log(HVD_LOG_ERROR, c->last_error);
   } catch (...) {
@@ -596,6 +633,10 @@ int DoAllreduce(Comm& c, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_
     return HVD_ERR_INVALID_ARGUMENT;
   }
   const size_t bytes = count * es;
+  if (c.shm) {
+    shm::Allreduce(*c.shm, c.reduce, static_cast<uint8_t*>(buf), count, es, dtype, op);
+    return HVD_OK;
+  }
   if (bytes / static_cast<size_t>(c.size) < kRingMinPartBytes &&
       count <= static_cast<size_t>(INT_MAX)) {
     MPI_Datatype type;
@@ -649,6 +690,10 @@ int DoReducescatter(Comm& c, void* buf, const size_t* counts, hvd_dtype_t dtype,
     return HVD_ERR_INVALID_ARGUMENT;
   }
   uint8_t* base = static_cast<uint8_t*>(buf);
+  if (c.shm) {
+    shm::Reducescatter(*c.shm, c.reduce, base, start.data(), es, dtype, op);
+    return HVD_OK;
+  }
   if (total * es / P < kRingMinPartBytes && fits_int) {
     // Small: MPI's own, in place (its result lands at the front of buf).
     MPI_Datatype type;
@@ -733,6 +778,10 @@ int DoAllgatherv(Comm& c, const void* send, void* recv, const size_t* recv_bytes
     if (!in_place) std::memmove(my_place, send, mine);
     return HVD_OK;
   }
+  if (c.shm) {
+    shm::Allgatherv(*c.shm, static_cast<const uint8_t*>(send), out, recv_bytes);
+    return HVD_OK;
+  }
   if (IntLayout(recv_bytes, P, &c.counts, &c.displs)) {
     MPI_Request req = MPI_REQUEST_NULL;
     {
@@ -760,6 +809,10 @@ int DoBroadcast(Comm& c, void* buf, size_t bytes, int32_t root) {
     return HVD_ERR_INVALID_ARGUMENT;
   }
   uint8_t* p = static_cast<uint8_t*>(buf);
+  if (c.shm) {
+    shm::Broadcast(*c.shm, p, bytes, root);
+    return HVD_OK;
+  }
   for (size_t off = 0; off < bytes; off += kMaxMessageBytes) {
     const int n = static_cast<int>(std::min(kMaxMessageBytes, bytes - off));
     MPI_Request req = MPI_REQUEST_NULL;
@@ -835,6 +888,10 @@ int DoAlltoallv(Comm& c, const void* send, const size_t* send_bytes, void* recv,
 
 int DoBarrier(Comm& c) {
   if (c.size == 1) return HVD_OK;
+  if (c.shm) {
+    c.shm->Barrier("barrier");
+    return HVD_OK;
+  }
   MPI_Request req = MPI_REQUEST_NULL;
   {
     CallLock lock(c);
@@ -877,13 +934,89 @@ void ReleaseProcessLocked(ProcessState& ps, const Comm* c) {
     // MPI_Finalize would wait for the abandoned requests forever.
     if (c != nullptr) {
       c->Log(HVD_LOG_WARNING,
-             "mpi: not finalising MPI: a timed-out operation left requests pending; the job "
+             "mpi: not finalising MPI: a failed operation left requests pending or peers out "
+             "of step (timeout, or a peer gone); the job "
              "launcher will report this process as having exited without MPI_Finalize");
     }
     return;
   }
   MPI_Finalize();
   ps.we_finalized = true;
+}
+
+// The allgather shm::Setup needs, over the plugin's own communicator: the
+// lengths (MPI_Iallgather), then the bytes (MPI_Iallgatherv), each completed
+// by WaitAll, so the transport timeout holds here too.
+class MpiExchange : public shm::Exchange {
+ public:
+  explicit MpiExchange(Comm& c) : c_(c) {}
+
+  int Allgather(const char* round, const std::string& mine, std::vector<std::string>* all,
+                std::string* err) override {
+    try {
+      const int P = c_.size;
+      if (mine.size() > static_cast<size_t>(INT_MAX) / static_cast<size_t>(P)) {
+        *err = std::string("shm ") + round + ": string too long";
+        return HVD_ERR_INTERNAL;
+      }
+      int len = static_cast<int>(mine.size());
+      std::vector<int> lens(static_cast<size_t>(P)), displs(static_cast<size_t>(P));
+      MPI_Request req = MPI_REQUEST_NULL;
+      {
+        CallLock lock(c_);
+        CheckMpi(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, c_.comm, &req),
+                 "MPI_Iallgather");
+      }
+      Wait(c_, &req, "MPI_Iallgather (shm setup)");
+      size_t total = 0;
+      for (int j = 0; j < P; ++j) {
+        displs[j] = static_cast<int>(total);
+        total += static_cast<size_t>(lens[j]);
+        if (lens[j] < 0 || total > static_cast<size_t>(INT_MAX)) {
+          *err = std::string("shm ") + round + ": bad lengths";
+          return HVD_ERR_INTERNAL;
+        }
+      }
+      std::vector<char> bytes(std::max<size_t>(total, 1));
+      static char dummy;
+      {
+        CallLock lock(c_);
+        CheckMpi(MPI_Iallgatherv(mine.empty() ? &dummy : mine.data(), len, MPI_CHAR,
+                                 bytes.data(), lens.data(), displs.data(), MPI_CHAR, c_.comm,
+                                 &req),
+                 "MPI_Iallgatherv");
+      }
+      Wait(c_, &req, "MPI_Iallgatherv (shm setup)");
+      all->resize(static_cast<size_t>(P));
+      for (int j = 0; j < P; ++j) (*all)[j].assign(bytes.data() + displs[j], lens[j]);
+      return HVD_OK;
+    } catch (const Failure& f) {
+      *err = f.msg;
+      return f.code;
+    }
+  }
+
+ private:
+  Comm& c_;
+};
+
+// Agrees with every peer on whether the shm path is used (HVD_MPI_SHM not 0
+// anywhere, one host identity) and maps the segment if so; any failure other
+// than the exchange's own leaves every rank on MPI, logged.
+int SetupShm(Comm& c, std::string* err) {
+  shm::Options o;
+  o.transport = "mpi";
+  o.env_var = "HVD_MPI_SHM";
+  o.name_prefix = "/hvd-mpi-";
+  o.fallback = "MPI";
+  o.rank = c.rank;
+  o.size = c.size;
+  o.timeout_s = c.timeout_s;
+  o.slot_bytes = kShmSlotBytes;
+  o.small_fanout_bytes = kShmSmallFanoutBytes;
+  o.log = [&c](int level, const std::string& msg) { c.Log(level, msg); };
+  MpiExchange ex(c);
+  return shm::Setup(ex, o, &c.shm, err);
 }
 
 int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
@@ -1017,16 +1150,31 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
     }
   }
   if (c->size > 1) c->scratch = AllocTouched(2 * kSegmentBytes);
+  if (c->size > 1 && c->local_size == c->size) {
+    // Every rank shares memory with every other (the same answer on all
+    // ranks, so all of them take part in the exchange or none does).
+    std::string err;
+    const int st = SetupShm(*c, &err);
+    if (st != HVD_OK) {
+      if (c->abandoned) {
+        ps.abandoned = true;  // requests still reference the communicator
+      } else {
+        CallLock lock(*c);
+        MPI_Comm_free(&c->comm);
+      }
+      return fail(st, "mpi init: setting up shared memory: " + err);
+    }
+  }
   ++ps.live_comms;
 
   char line[512];
   std::snprintf(line, sizeof(line),
                 "mpi: rank %d of %d (local %d of %d, cross %d of %d), %s, %s communicator; "
                 "allreduce: MPI below %zu B per rank, else a ring in segments of %zu B; "
-                "messages of at most %zu B",
+                "messages of at most %zu B; shared memory %s",
                 c->rank, c->size, c->local_rank, c->local_size, c->cross_rank, c->cross_size,
                 ThreadLevelName(provided), user_comm_ptr != nullptr ? "the application's" : "world",
-                kRingMinPartBytes, kSegmentBytes, kMaxMessageBytes);
+                kRingMinPartBytes, kSegmentBytes, kMaxMessageBytes, c->shm ? "on" : "off");
   c->Log(HVD_LOG_DEBUG, line);
   *out = std::move(c);
   return HVD_OK;
@@ -1068,6 +1216,11 @@ int Init(const hvd_transport_env_v1_t* env, void** comm, char* err, size_t err_l
 void Finalize(void* comm) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return;
+  try {
+    if (c->shm) c->shm->Depart();
+    c->shm.reset();  // munmap; the segment was unlinked at init
+  } catch (...) {
+  }
   try {
     ProcessState& ps = Process();
     std::lock_guard<std::mutex> guard(ps.mu);
@@ -1136,6 +1289,11 @@ int Query(void* comm, const char* key, int64_t* value) noexcept {
       {"cross_size", c->cross_size},
       {"mpi_thread_level", c->thread_level},
       {"mpi_thread_multiple", c->thread_level >= MPI_THREAD_MULTIPLE ? 1 : 0},
+      // 1 if collectives run over shared memory, else 0; its per-rank chunk
+      // and the largest allreduce done in one barrier (0 without it).
+      {"shm", c->shm ? 1 : 0},
+      {"shm_slot_bytes", c->shm ? static_cast<int64_t>(c->shm->slot()) : 0},
+      {"shm_small_bytes", c->shm ? static_cast<int64_t>(c->shm->small_max()) : 0},
   };
   for (const auto& p : props) {
     if (std::strcmp(key, p.key) == 0) {

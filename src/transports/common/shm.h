@@ -1,0 +1,171 @@
+// Shared-memory collectives between the ranks of one host, for transport
+// plugins (compiled into each plugin that uses it: hidden, no shared state).
+//
+// A plugin provides an Exchange (an allgather of strings over whatever it
+// has: the core's kv store for Gloo, its own communicator for MPI) and calls
+// Setup once at init. Setup agrees with every peer on whether the path is
+// used (all ranks on this host, the plugin's env switch not 0), and if so
+// maps one POSIX shm segment: rank 0 creates it under a random name it sends
+// round, the others open it, everyone reports ok or its failure, and any
+// failure on any rank makes every rank keep its network path. From then on
+// allreduce, reducescatter, broadcast, allgatherv and barrier can run over
+// the Segment; every wait is bounded by the timeout, peers' pids are checked
+// while blocked, and a failure throws shm::Error (the plugin then calls
+// Segment::Abort so peers fail at once, and marks its communicator broken).
+// Layout, rounds and measurements: src/transports/gloo/README.md.
+#ifndef HVD_TRANSPORTS_COMMON_SHM_H_
+#define HVD_TRANSPORTS_COMMON_SHM_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "transports/hvd_transport.h"
+
+namespace hvd {
+namespace shm {
+
+// Thrown by the collectives below; code is an hvd status (HVD_ERR_TIMEOUT,
+// HVD_ERR_TRANSPORT), what() starts with the operation, e.g. "allreduce (shm): ...".
+struct Error : std::runtime_error {
+  Error(int code, const std::string& msg) : std::runtime_error(msg), code(code) {}
+  int code;
+};
+
+// What a plugin provides for Setup: an allgather of strings.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  // Fills *all with every rank's `mine`, in rank order. `round` names the
+  // step: "host" (host identities), "name" (the segment's name: only rank 0's
+  // string counts, the others pass "", so an implementation may send rank 0's
+  // alone and leave the others empty), "ok" (ok or a failure reason). Every
+  // rank calls the same rounds in the same order. Returns an hvd status; on
+  // failure *err says why (Setup then fails with it).
+  virtual int Allgather(const char* round, const std::string& mine,
+                        std::vector<std::string>* all, std::string* err) = 0;
+};
+
+struct Options {
+  const char* transport = "";    // log prefix: "gloo", "mpi"
+  const char* env_var = "";      // the switch, e.g. "HVD_GLOO_SHM" (0/false/off/no: off)
+  const char* name_prefix = "";  // segment name prefix, e.g. "/hvd-gloo-"
+  const char* fallback = "TCP";  // what runs instead, for the log: "TCP", "MPI"
+  int rank = 0;
+  int size = 1;
+  double timeout_s = 0;  // every wait; <= 0: no limit
+  // Per-rank slot (a multiple of 4 KiB); smaller with many ranks so the
+  // segment stays within 32 MiB (at least 256 KiB, or slot_bytes if smaller).
+  size_t slot_bytes = size_t{1} << 20;
+  // The one-barrier allreduce is used while bytes x (size - 1) stays within this.
+  size_t small_fanout_bytes = size_t{256} << 10;
+  int64_t spin_ns = 20 * 1000;   // waiting: spin this long,
+  int64_t yield_ns = 50 * 1000;  // then sched_yield until this, then futex sleeps
+  std::function<void(int level, const std::string& msg)> log;
+};
+
+struct Header;
+struct RankLine;
+
+// A mapped segment and this rank's view of the barrier sequence.
+class Segment {
+ public:
+  Segment(void* base, size_t bytes, const Options& o, size_t slot);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  static size_t DataOffset(int size);
+  static size_t SegmentBytes(int size, size_t slot);
+
+  Header* header() const;
+  RankLine* line(int r) const;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t slot() const { return slot_; }
+  size_t bytes() const { return bytes_; }
+  // Largest buffer (bytes) the one-barrier allreduce takes.
+  size_t small_max() const;
+  // Slot of rank r in set `set` (0 or 1); the slots of one set are contiguous.
+  uint8_t* Slot(uint32_t set, int r) const {
+    return base_ + DataOffset(size_) + (static_cast<size_t>(set) * size_ + r) * slot_;
+  }
+  // The set the next round writes. Rounds alternate sets, so the barrier of
+  // round i + 1 (which every rank enters only after reading round i's set)
+  // separates those reads from the rewrite in round i + 2.
+  uint32_t NextSet() {
+    const uint32_t s = set_;
+    set_ ^= 1u;
+    return s;
+  }
+
+  // Every rank enters, nobody leaves before all have entered. `what` names
+  // the operation in error messages. Throws Error.
+  void Barrier(const char* what);
+  // Marks the communicator broken for every rank (the first caller's status
+  // and message win) and wakes everyone asleep on it.
+  void Abort(int code, const std::string& msg);
+  // This rank has finalized: peers still waiting for it fail at once.
+  void Depart();
+
+ private:
+  bool Reached(int j, uint32_t g) const;
+  std::vector<int> Missing(uint32_t g) const;
+  void WakeEveryone();
+  void CheckPeers(uint32_t g, const char* what, bool check_pids);
+  void WaitAll(uint32_t g, const char* what);
+
+  uint8_t* base_;
+  size_t bytes_;
+  int rank_;
+  int size_;
+  size_t slot_;
+  double timeout_s_;
+  size_t small_fanout_;
+  int64_t spin_ns_;
+  int64_t yield_ns_;
+  uint32_t gen_ = 0;  // barriers this rank has entered (same on every rank between ops)
+  uint32_t set_ = 0;
+};
+
+// True unless the variable is 0, false, off or no (any case).
+bool EnabledByEnv(const char* var);
+
+// Which kernel, /dev/shm and pid space this process lives in: boot id, host
+// name, IPC and PID namespace inodes. Empty if unknown.
+std::string HostIdentity();
+
+// Agrees with every peer on whether the path is used and maps the segment if
+// so (*out; null when not used, the reason logged). Returns HVD_OK, or the
+// exchange's failure status with *err (nothing mapped).
+int Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out, std::string* err);
+
+// The collectives. Every rank runs the same sequence of rounds, chosen from
+// the arguments alone. All throw Error.
+//
+// buf (count elements of es bytes) becomes the rank-ordered reduction
+// s_0 op s_1 op ... op s_{size-1}, identical bits on every rank.
+void Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
+               hvd_dtype_t dtype, hvd_reduce_op_t op);
+// In place over the caller's blocks: block k is elements [start[k],
+// start[k + 1]) of base; this rank's block r becomes the rank-ordered
+// reduction of every rank's block r (the same bits an allreduce gives); the
+// rest of base is scratch (left as it was, except with more ranks than
+// 64-byte columns fit in a slot, where the whole allreduce runs). One barrier
+// per round; each rank reads only the pieces of its own block.
+void Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, const size_t* start,
+                   size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op);
+void Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root);
+// out holds every rank's recv_bytes in rank order; send may already sit at
+// this rank's place.
+void Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* recv_bytes);
+
+}  // namespace shm
+}  // namespace hvd
+
+#endif  // HVD_TRANSPORTS_COMMON_SHM_H_
