@@ -208,10 +208,10 @@ class Runner:
             env.update(extra)
             self.run(f"{system} coll {n} ranks", self.hvdrun(n, [hb, "coll", "--system", system] + c),
                      env=env, timeout=600)
-        if self.have_mpi_plugin and self.mpirun:
-            self.run(f"hvd-mpi coll {n} ranks",
-                     self.mpirun_cmd(n, [hb, "coll", "--system", "hvd-mpi"] + c,
-                                     {"HVD_TRANSPORT": "mpi"}), timeout=600)
+        for system, extra in self.mpi_systems():
+            self.run(f"{system} coll {n} ranks",
+                     self.mpirun_cmd(n, [hb, "coll", "--system", system] + c,
+                                     dict(HVD_TRANSPORT="mpi", **extra)), timeout=600)
         if "gloo-bench" in self.bins:
             self.run(f"gloo coll {n} ranks",
                      self.hvdrun(n, [self.bins["gloo-bench"], "coll", "--store", self.store()] + c,
@@ -242,6 +242,13 @@ class Runner:
             return []
         return [("hvd-gloo", {}), ("hvd-gloo-tcp", {"HVD_GLOO_SHM": "0"})]
 
+    def mpi_systems(self):
+        """hvd over its MPI plugin as shipped (shared memory between ranks of one host) and
+        with MPI point-to-point and collectives alone (HVD_MPI_SHM=0)."""
+        if not (self.have_mpi_plugin and self.mpirun):
+            return []
+        return [("hvd-mpi", {}), ("hvd-mpi-p2p", {"HVD_MPI_SHM": "0"})]
+
     def fusion_specs(self):
         return ["200x16K"] if self.quick else ["200x16K", "1000x4K"]
 
@@ -263,10 +270,11 @@ class Runner:
                     env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc, **extra)
                     self.run(f"{system} fusion {spec} cycle {cyc} ms",
                              self.hvdrun(n, [hb, "fusion", "--system", system] + f), env=env, tags=tag)
-                if self.have_mpi_plugin and self.mpirun:
-                    self.run(f"hvd-mpi fusion {spec} cycle {cyc} ms",
-                             self.mpirun_cmd(n, [hb, "fusion", "--system", "hvd-mpi"] + f,
-                                             {"HVD_TRANSPORT": "mpi", "HVD_CYCLE_TIME": cyc}), tags=tag)
+                for system, extra in self.mpi_systems():
+                    self.run(f"{system} fusion {spec} cycle {cyc} ms",
+                             self.mpirun_cmd(n, [hb, "fusion", "--system", system] + f,
+                                             dict(HVD_TRANSPORT="mpi", HVD_CYCLE_TIME=cyc, **extra)),
+                             tags=tag)
             if "gloo-bench" in self.bins:
                 self.run(f"gloo fusion {spec}",
                          self.hvdrun(n, [self.bins["gloo-bench"], "fusion", "--store", self.store()] + f,
@@ -288,10 +296,11 @@ class Runner:
                 env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc, **extra)
                 self.run(f"{system} latency cycle {cyc} ms",
                          self.hvdrun(n, [hb, "latency", "--system", system] + q), env=env, tags=tag)
-            if self.have_mpi_plugin and self.mpirun:
-                self.run(f"hvd-mpi latency cycle {cyc} ms",
-                         self.mpirun_cmd(n, [hb, "latency", "--system", "hvd-mpi"] + q,
-                                         {"HVD_TRANSPORT": "mpi", "HVD_CYCLE_TIME": cyc}), tags=tag)
+            for system, extra in self.mpi_systems():
+                self.run(f"{system} latency cycle {cyc} ms",
+                         self.mpirun_cmd(n, [hb, "latency", "--system", system] + q,
+                                         dict(HVD_TRANSPORT="mpi", HVD_CYCLE_TIME=cyc, **extra)),
+                         tags=tag)
         if "gloo-bench" in self.bins:
             self.run("gloo latency", self.hvdrun(n, [self.bins["gloo-bench"], "latency", "--store",
                                                      self.store()] + q, hvd_job=False), tags=tag)
