@@ -197,7 +197,7 @@ class Runner:
             return
         self.run("stream (1 and 2 threads)", [self.bins["stream-bench"]] + (["--quick"] if self.quick else []))
 
-    def part_coll(self, n):
+    def part_coll(self, n, rep=0):
         sizes = self.sizes()
         ops = self.args.ops
         c = ["--sizes", sizes, "--ops", ops] + self.common()
@@ -207,32 +207,32 @@ class Runner:
             env["HVD_TRANSPORT"] = "gloo"
             env.update(extra)
             self.run(f"{system} coll {n} ranks", self.hvdrun(n, [hb, "coll", "--system", system] + c),
-                     env=env, timeout=600)
+                     env=env, timeout=600, tags={"rep": rep})
         for system, extra in self.mpi_systems():
             self.run(f"{system} coll {n} ranks",
                      self.mpirun_cmd(n, [hb, "coll", "--system", system] + c,
-                                     dict(HVD_TRANSPORT="mpi", **extra)), timeout=600)
+                                     dict(HVD_TRANSPORT="mpi", **extra)), timeout=600, tags={"rep": rep})
         if "gloo-bench" in self.bins:
             self.run(f"gloo coll {n} ranks",
                      self.hvdrun(n, [self.bins["gloo-bench"], "coll", "--store", self.store()] + c,
-                                 hvd_job=False), timeout=600)
+                                 hvd_job=False), timeout=600, tags={"rep": rep})
         if "mpi-bench" in self.bins and self.mpirun:
             mb = self.bins["mpi-bench"]
             self.run(f"mpi coll {n} ranks", self.mpirun_cmd(n, [mb, "coll", "--system", "mpi"] + c),
-                     timeout=600)
+                     timeout=600, tags={"rep": rep})
             c2 = ["--sizes", sizes, "--ops", "allreduce"] + self.common()
             self.run(f"mpi-nommap allreduce {n} ranks",
                      self.mpirun_cmd(n, [mb, "coll", "--system", "mpi-nommap"] + c2,
-                                     {"GLIBC_TUNABLES": NOMMAP}), timeout=600)
+                                     {"GLIBC_TUNABLES": NOMMAP}), timeout=600, tags={"rep": rep})
         if self.have_torch:
             self.run(f"torch.distributed coll {n} ranks",
                      self.hvdrun(n, [sys.executable, os.path.join(SUITE, "torch_bench.py"), "coll",
                                      "--system", "torch", "--store", self.store()] + c,
-                                 hvd_job=False), timeout=600)
+                                 hvd_job=False), timeout=600, tags={"rep": rep})
         if self.have_horovod and self.mpirun:
             self.run(f"horovod coll {n} ranks",
                      self.mpirun_cmd(n, [sys.executable, os.path.join(SUITE, "torch_bench.py"),
-                                         "coll", "--system", "horovod"] + c), timeout=600)
+                                         "coll", "--system", "horovod"] + c), timeout=600, tags={"rep": rep})
 
     def gloo_systems(self):
         """hvd over its default transport as users get it (shared memory between ranks of one
@@ -377,6 +377,8 @@ def main():
                     help="HVD_CYCLE_TIME values for the fusion runs (ms; the first is the default)")
     ap.add_argument("--repeats", type=int, default=3,
                     help="repetitions of the fusion, latency and e2e jobs (median reported)")
+    ap.add_argument("--coll-repeats", type=int, default=2,
+                    help="runs of every coll job (the faster run per size is reported)")
     ap.add_argument("--iters-scale", type=float, default=1.0,
                     help="multiply the timed iterations of every size")
     ap.add_argument("--no-build", action="store_true", help="never build bench/suite")
@@ -414,8 +416,11 @@ def main():
         if "stream" in parts:
             r.part_stream()
         if "coll" in parts:
-            for n in ranks:
-                r.part_coll(n)
+            # Every coll job runs --coll-repeats times; the report keeps the faster run per
+            # point (interference on a shared machine only ever slows a run down).
+            for rep in range(1 if args.quick else max(1, args.coll_repeats)):
+                for n in ranks:
+                    r.part_coll(n, rep)
         # The short parts run --repeats times, interleaved, so a disturbance
         # hits one repetition of every system rather than all of one system's.
         for rep in range(r.reps()):
