@@ -541,10 +541,14 @@ void ContextImpl::Loop() {
   // C callers submit every 0.3-2 us, Python frontends every 5-15 us here.
   constexpr auto kSettle = std::chrono::microseconds(HVD_SETTLE_US);
   auto settle = std::min<Clock::duration>(cycle, kSettle);
+  // An idle rank still negotiates this often: peers with work wait for it
+  // inside the negotiation collective, which must end well within the
+  // transport timeout.
   double heartbeat_s = 0.1;
-  if (cfg_.transport_timeout_s > 0) heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
-  const auto heartbeat =
-      std::max<Clock::duration>(cycle, duration_cast<Clock::duration>(duration<double>(heartbeat_s)));
+  if (cfg_.transport_timeout_s > 0) {
+    heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
+  }
+  const auto heartbeat = duration_cast<Clock::duration>(duration<double>(heartbeat_s));
   // Adaptive settle (see below): after kQuietAfter wake-ups in a row whose
   // settle window caught nothing, lone submits are negotiated at once.
   constexpr int kQuietAfter = 8;

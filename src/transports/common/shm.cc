@@ -110,6 +110,8 @@ bool PidIsDead(int32_t pid) {
   return state == 'Z' || state == 'X';
 }
 
+}  // namespace
+
 std::string JoinRanks(const std::vector<int>& ranks) {
   std::string s = "[";
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -118,8 +120,6 @@ std::string JoinRanks(const std::vector<int>& ranks) {
   }
   return s + "]";
 }
-
-}  // namespace
 
 // ---------------------------------------------------------------------------
 // Segment.

@@ -165,6 +165,9 @@ void Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root);
 // this rank's place.
 void Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* recv_bytes);
 
+// "[0, 2, 3]": rank lists in messages (every plugin names missing ranks so).
+std::string JoinRanks(const std::vector<int>& ranks);
+
 }  // namespace shm
 }  // namespace hvd
 

@@ -242,15 +242,6 @@ constexpr size_t kShmSlotBytes = HVD_GLOO_SHM_SLOT_BYTES;
 constexpr size_t kShmSmallFanoutBytes = HVD_GLOO_SHM_SMALL_FANOUT_BYTES;
 static_assert(kShmSlotBytes % 4096 == 0, "slot bytes must be a multiple of 4 KiB");
 
-std::string JoinRanks(const std::vector<int>& ranks) {
-  std::string s = "[";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(ranks[i]);
-  }
-  return s + "]";
-}
-
 struct Comm {
   hvd_transport_env_v1_t env{};  // copy; string fields are not used after init
   int rank = 0;
@@ -796,8 +787,8 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
     if (!missing.empty()) {
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%g", start_s);
-      *msg = "gloo init: rank " + std::to_string(c->rank) + ": ranks " + JoinRanks(missing) +
-             " did not join within the start timeout (" + secs + " s)";
+      *msg = "gloo init: rank " + std::to_string(c->rank) + ": ranks " +
+             shm::JoinRanks(missing) + " did not join within the start timeout (" + secs + " s)";
       if (other_status != HVD_OK) {
         *msg += "; the rendezvous store also failed (status " + std::to_string(other_status) + ")";
       }
