@@ -10,6 +10,7 @@
 extern "C" const hvd_transport_v1_t* hvd_local_transport_table(void);
 #ifdef HVD_BUILTIN_GLOO
 extern "C" const hvd_transport_v1_t* hvd_gloo_transport_table(void);
+extern "C" const hvd_transport_v2_t* hvd_gloo_transport_table_v2(void);
 #endif
 
 namespace hvd {
@@ -61,6 +62,9 @@ struct Found {
 Result<Found> Find(const std::string& name, const std::string& search_path) {
   Found f;
   f.table = BuiltinTable(name);
+#ifdef HVD_BUILTIN_GLOO
+  if (name == "gloo") f.v2 = hvd_gloo_transport_table_v2();
+#endif
   if (f.table != nullptr) return f;
   for (char c : name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {

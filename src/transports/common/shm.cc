@@ -112,6 +112,19 @@ bool PidIsDead(int32_t pid) {
 
 }  // namespace
 
+bool Query(const Segment* s, const char* key, int64_t* value) {
+  if (std::strcmp(key, "shm") == 0) {
+    *value = s != nullptr ? 1 : 0;
+  } else if (std::strcmp(key, "shm_slot_bytes") == 0) {
+    *value = s != nullptr ? static_cast<int64_t>(s->slot()) : 0;
+  } else if (std::strcmp(key, "shm_small_bytes") == 0) {
+    *value = s != nullptr ? static_cast<int64_t>(s->small_max()) : 0;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 std::string JoinRanks(const std::vector<int>& ranks) {
   std::string s = "[";
   for (size_t i = 0; i < ranks.size(); ++i) {

@@ -165,6 +165,12 @@ void Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root);
 // this rank's place.
 void Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* recv_bytes);
 
+// The plugins' query keys about this path: "shm" (1 if collectives run over
+// shared memory, else 0), "shm_slot_bytes" (the per-rank chunk) and
+// "shm_small_bytes" (the largest allreduce done in one barrier), 0 without
+// it. s may be null (the path is off). False for any other key.
+bool Query(const Segment* s, const char* key, int64_t* value);
+
 // "[0, 2, 3]": rank lists in messages (every plugin names missing ranks so).
 std::string JoinRanks(const std::vector<int>& ranks);
 

@@ -595,6 +595,40 @@ int DoAllreduce(Comm& c, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_
   return HVD_OK;
 }
 
+// In place over the caller's blocks (ABI v2): over shared memory each rank
+// reduces only its own block; over TCP the whole buffer is reduced, which the
+// ABI allows (everything outside this rank's block is scratch).
+int DoReducescatter(Comm& c, void* buf, const size_t* counts, hvd_dtype_t dtype,
+                    hvd_reduce_op_t op) {
+  const size_t es = DtypeSize(dtype);
+  if (es == 0 || counts == nullptr) {
+    c.last_error = es == 0 ? "gloo reducescatter: invalid dtype " +
+                                 std::to_string(static_cast<int>(dtype))
+                           : std::string("gloo reducescatter: NULL counts");
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  std::vector<size_t> start(static_cast<size_t>(c.size) + 1, 0);
+  for (int p = 0; p < c.size; ++p) {
+    if (counts[p] > (SIZE_MAX / es) - start[p]) {
+      c.last_error = "gloo reducescatter: byte count overflows size_t";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    start[p + 1] = start[p] + counts[p];
+  }
+  if (!c.shm || start.back() == 0 || c.size == 1) {
+    return DoAllreduce(c, buf, start.back(), dtype, op);
+  }
+  if (buf == nullptr) {
+    c.last_error = "gloo reducescatter: NULL buffer";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (op != HVD_SUM && op != HVD_MIN && op != HVD_MAX && op != HVD_PRODUCT) {
+    return DoAllreduce(c, buf, start.back(), dtype, op);  // reports the op
+  }
+  shm::Reducescatter(*c.shm, c.reduce, static_cast<uint8_t*>(buf), start.data(), es, dtype, op);
+  return HVD_OK;
+}
+
 // ---------------------------------------------------------------------------
 // Entry points.
 
@@ -888,6 +922,12 @@ int Allreduce(void* comm, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce
                  [&](Comm& c) { return DoAllreduce(c, buf, count, dtype, op); });
 }
 
+int Reducescatter(void* comm, void* buf, const size_t* counts, hvd_dtype_t dtype,
+                  hvd_reduce_op_t op) noexcept {
+  return Guarded(comm, "reducescatter",
+                 [&](Comm& c) { return DoReducescatter(c, buf, counts, dtype, op); });
+}
+
 int Allgatherv(void* comm, const void* send, void* recv, const size_t* recv_bytes) noexcept {
   return Guarded(comm, "allgatherv", [&](Comm& c) -> int {
     if (recv_bytes == nullptr) {
@@ -1006,25 +1046,11 @@ int Barrier(void* comm) noexcept {
   });
 }
 
-// "shm": 1 if collectives run over shared memory, else 0.
+// The shared-memory path's keys (shm::Query); nothing else.
 int Query(void* comm, const char* key, int64_t* value) noexcept {
   const Comm* c = static_cast<const Comm*>(comm);
   if (c == nullptr || key == nullptr || value == nullptr) return HVD_ERR_INVALID_ARGUMENT;
-  if (std::strcmp(key, "shm") == 0) {
-    *value = c->shm ? 1 : 0;
-    return HVD_OK;
-  }
-  // Sizes the shm path works with (0 without it): per-rank chunk, and the
-  // largest allreduce done in one barrier.
-  if (std::strcmp(key, "shm_slot_bytes") == 0) {
-    *value = c->shm ? static_cast<int64_t>(c->shm->slot()) : 0;
-    return HVD_OK;
-  }
-  if (std::strcmp(key, "shm_small_bytes") == 0) {
-    *value = c->shm ? static_cast<int64_t>(c->shm->small_max()) : 0;
-    return HVD_OK;
-  }
-  return HVD_ERR_UNSUPPORTED;
+  return shm::Query(c->shm.get(), key, value) ? HVD_OK : HVD_ERR_UNSUPPORTED;
 }
 
 const char* LastError(void* comm) noexcept {
@@ -1047,6 +1073,12 @@ const hvd_transport_v1_t kTable = {
     &Query,
 };
 
+const hvd_transport_v2_t kTableV2 = {
+    HVD_TRANSPORT_ABI_V2,
+    &kTable,
+    &Reducescatter,
+};
+
 }  // namespace
 }  // namespace gloo_transport
 }  // namespace hvd
@@ -1054,10 +1086,17 @@ const hvd_transport_v1_t kTable = {
 extern "C" const hvd_transport_v1_t* hvd_gloo_transport_table(void) {
   return &hvd::gloo_transport::kTable;
 }
+extern "C" const hvd_transport_v2_t* hvd_gloo_transport_table_v2(void) {
+  return &hvd::gloo_transport::kTableV2;
+}
 
 #ifndef HVD_BUILTIN_GLOO
 extern "C" __attribute__((visibility("default"))) const hvd_transport_v1_t*
 hvd_transport_plugin_v1(void) {
   return &hvd::gloo_transport::kTable;
+}
+extern "C" __attribute__((visibility("default"))) const hvd_transport_v2_t*
+hvd_transport_plugin_v2(void) {
+  return &hvd::gloo_transport::kTableV2;
 }
 #endif

@@ -1289,12 +1289,8 @@ int Query(void* comm, const char* key, int64_t* value) noexcept {
       {"cross_size", c->cross_size},
       {"mpi_thread_level", c->thread_level},
       {"mpi_thread_multiple", c->thread_level >= MPI_THREAD_MULTIPLE ? 1 : 0},
-      // 1 if collectives run over shared memory, else 0; its per-rank chunk
-      // and the largest allreduce done in one barrier (0 without it).
-      {"shm", c->shm ? 1 : 0},
-      {"shm_slot_bytes", c->shm ? static_cast<int64_t>(c->shm->slot()) : 0},
-      {"shm_small_bytes", c->shm ? static_cast<int64_t>(c->shm->small_max()) : 0},
   };
+  if (shm::Query(c->shm.get(), key, value)) return HVD_OK;  // the shared-memory path's keys
   for (const auto& p : props) {
     if (std::strcmp(key, p.key) == 0) {
       *value = p.value;
