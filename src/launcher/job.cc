@@ -9,9 +9,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -82,56 +84,77 @@ std::string HostName() {
 // ---- readiness through a client, for torchrun-style nodes other than 0 -------
 // The store lives on node 0; this node's hvdrun asks it which of its ranks
 // have connected. Runs in one background thread so a slow or unreachable
-// store never stalls output forwarding; the thread is detached at the end
-// (it holds only shared state), so a store that stopped answering cannot
-// hang hvdrun's exit.
+// store never stalls output forwarding. The destructor stops and joins it:
+// waits are cut short and a call blocked on a silent store is interrupted,
+// so no thread outlives the job (a detached one raced the process's exit
+// handlers). The longest the join can take is one connect attempt (1 s).
 class RemoteReadiness {
  public:
   RemoteReadiness(std::string host, int port, std::string secret, std::vector<int> ranks)
-      : state_(std::make_shared<State>()) {
-    state_->ready = std::vector<std::atomic<bool>>(ranks.size());
-    for (auto& r : state_->ready) r = false;
-    auto st = state_;
-    std::thread([st, host, port, secret, ranks] { Poll(st, host, port, secret, ranks); }).detach();
+      : ready_(ranks.size()) {
+    for (auto& r : ready_) r = false;
+    thread_ = std::thread([this, host = std::move(host), port, secret = std::move(secret),
+                           ranks = std::move(ranks)] { Poll(host, port, secret, ranks); });
   }
-  ~RemoteReadiness() { state_->stop = true; }
-  bool ready(size_t i) const { return state_->ready[i]; }
+  ~RemoteReadiness() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+      if (client_) client_->Interrupt();
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  RemoteReadiness(const RemoteReadiness&) = delete;
+  RemoteReadiness& operator=(const RemoteReadiness&) = delete;
+  bool ready(size_t i) const { return ready_[i]; }
 
  private:
-  struct State {
-    std::atomic<bool> stop{false};
-    std::vector<std::atomic<bool>> ready;
-  };
-  static void Poll(std::shared_ptr<State> st, std::string host, int port, std::string secret,
-                   std::vector<int> ranks) {
-    std::unique_ptr<rdv::StoreClient> client;
-    while (!st->stop) {
+  // Sleeps up to ms; false once stopping.
+  bool Pause(int ms) {
+    std::unique_lock<std::mutex> l(mu_);
+    return !cv_.wait_for(l, std::chrono::milliseconds(ms), [this] { return stop_; });
+  }
+  void Poll(const std::string& host, int port, const std::string& secret,
+            const std::vector<int>& ranks) {
+    std::vector<std::string> keys;
+    for (int r : ranks) keys.push_back("ready/" + std::to_string(r));
+    std::shared_ptr<rdv::StoreClient> client;
+    for (;;) {
       if (!client) {
         auto c = rdv::StoreClient::Connect(host, port, secret, 1.0);
-        if (c.ok()) {
-          client = std::move(c).value();
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        if (!c.ok()) {
+          if (!Pause(250)) return;
           continue;
         }
+        client = std::shared_ptr<rdv::StoreClient>(std::move(c).value());
+        std::lock_guard<std::mutex> g(mu_);
+        if (stop_) return;
+        client_ = client;
       }
-      std::vector<std::string> keys;
-      for (int r : ranks) keys.push_back("ready/" + std::to_string(r));
       auto res = client->Check(keys);
       if (!res.ok()) {
+        std::lock_guard<std::mutex> g(mu_);
+        client_.reset();
         client.reset();
+        if (stop_) return;
         continue;
       }
       bool all = true;
       for (size_t i = 0; i < ranks.size() && i < res->size(); ++i) {
-        if ((*res)[i]) st->ready[i] = true;
-        all = all && st->ready[i];
+        if ((*res)[i]) ready_[i] = true;
+        all = all && ready_[i];
       }
-      if (all) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (all || !Pause(200)) return;
     }
   }
-  std::shared_ptr<State> state_;
+
+  std::vector<std::atomic<bool>> ready_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                          // guarded by mu_
+  std::shared_ptr<rdv::StoreClient> client_;  // guarded by mu_; the one in use
+  std::thread thread_;
 };
 
 // ---- the job ---------------------------------------------------------------

@@ -65,7 +65,22 @@
 #include <utility>
 
 namespace hvd::rdv {
+
+namespace internal {
+// True when a connected TCP socket's local and peer addresses are the same.
+bool ConnectedToItself(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t ll = sizeof(local), pl = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) {
+    return false;
+  }
+  return ll == pl && std::memcmp(&local, &peer, ll) == 0;
+}
+}  // namespace internal
+
 namespace {
+using internal::ConnectedToItself;
 
 using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
@@ -600,7 +615,16 @@ Status ServerImpl::Listen(const std::string& host_in, int port) {
       // All interfaces: accept IPv4 too on the IPv6 wildcard.
       ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
     }
-    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+    // EADDRINUSE on a fixed port is retried briefly: a client dialling this
+    // port before the server is up can hold it for an instant through a
+    // connection to itself (the client drops such a connection at once).
+    int bound = -1;
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      bound = ::bind(fd.get(), ai->ai_addr, ai->ai_addrlen);
+      if (bound == 0 || errno != EADDRINUSE || port == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (bound != 0) {
       last_error = "bind: " + ErrnoText(errno);
       continue;
     }
@@ -924,6 +948,14 @@ Fd TryConnect(const std::string& host, int port, TimePoint deadline, std::string
         continue;
       }
     }
+    if (ConnectedToItself(fd.get())) {
+      // With nobody listening yet on a port inside the ephemeral range, the
+      // kernel can pick that same port as the source and complete a
+      // simultaneous open with itself. Dropping the socket at once also frees
+      // the port for the server that is about to bind it.
+      *error = "connect: " + ErrnoText(ECONNREFUSED);
+      continue;
+    }
     int one = 1;
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     result = std::move(fd);
@@ -943,6 +975,9 @@ class ClientImpl final : public StoreClient {
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
   Result<std::vector<bool>> Check(const std::vector<std::string>& keys) override;
   std::string local_address() const override { return local_; }
+  // The descriptor stays open until destruction (failures only shut it down),
+  // so this is safe from any thread while the client lives.
+  void Interrupt() override { ::shutdown(fd_.get(), SHUT_RDWR); }
 
  private:
   // Sends one request and returns the reply's status byte, leaving `in` on

@@ -67,7 +67,16 @@ class StoreClient {
   // The local address of this client's connection: an address of this host
   // that the server (and so, usually, the other ranks) can reach.
   virtual std::string local_address() const = 0;
+  // Ends a call blocked on another thread (it fails with an I/O error), and
+  // every later call. Safe from any thread while the client lives.
+  virtual void Interrupt() = 0;
 };
+
+namespace internal {
+// True when a connected TCP socket's local and peer addresses are the same
+// (a client that raced a server's bind on a port of the ephemeral range).
+bool ConnectedToItself(int fd);
+}  // namespace internal
 
 // Parses "host:port" (host may be a bracketed IPv6 literal).
 Status ParseHostPort(const std::string& s, std::string* host, int* port);

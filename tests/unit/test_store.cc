@@ -351,6 +351,62 @@ TEST_F(StoreTest, GetBlocksUntilAnotherClientSets) {
   EXPECT_EQ(*got, B("value"));
 }
 
+TEST_F(StoreTest, InterruptEndsABlockedCallAndLaterOnes) {
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  hvd::Result<Bytes> got = hvd::Error(HVD_ERR_INTERNAL, "not run");
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    got = c->Get("never-set", 30.0);
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(returned.load());
+  auto t0 = Clock::now();
+  c->Interrupt();
+  t.join();
+  EXPECT_LT(SecondsSince(t0), 2.0);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().code(), HVD_ERR_TIMEOUT) << got.status().message();
+  EXPECT_FALSE(c->Check({"never-set"}).ok());
+  // The server is unharmed: a fresh client works.
+  auto c2 = Connect();
+  ASSERT_NE(c2, nullptr);
+  EXPECT_TRUE(c2->Set("after", B("1")).ok());
+}
+
+TEST(StoreConnect, SelfConnectedSocketIsRecognised) {
+  // A socket bound to a port and connected to that same port completes a
+  // simultaneous open with itself: what a client dialling a not-yet-bound
+  // port of the ephemeral range can run into.
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t al = sizeof(a);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &al), 0);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+  EXPECT_TRUE(hvd::rdv::internal::ConnectedToItself(fd));
+  ::close(fd);
+
+  // An ordinary connection to a listener is not.
+  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in b{};
+  b.sin_family = AF_INET;
+  b.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&b), sizeof(b)), 0);
+  ASSERT_EQ(::listen(l, 1), 0);
+  socklen_t bl = sizeof(b);
+  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&b), &bl), 0);
+  int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&b), sizeof(b)), 0);
+  EXPECT_FALSE(hvd::rdv::internal::ConnectedToItself(c));
+  ::close(c);
+  ::close(l);
+}
+
 TEST_F(StoreTest, GetWakesOnServerSideSet) {
   auto c = Connect();
   ASSERT_NE(c, nullptr);

@@ -58,7 +58,8 @@ check_env "$(line 0 2 0 2 0 1 "$(hostname)"; line 1 2 1 2 0 1 "$(hostname)")" --
 
 # torchrun-style, two nodes (two hvdruns on this machine); node 0 hosts the
 # store on the master port and node 1's ranks find it there.
-port=$(( 20000 + (RANDOM % 20000) ))
+# Below the ephemeral range (32768 and up), so no outgoing connection holds it.
+port=$(( 20000 + (RANDOM % 12000) ))
 export HVD_SECRET
 HVD_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 "$HVDRUN" --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port "$port" \
