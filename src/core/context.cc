@@ -144,6 +144,7 @@ class ContextImpl : public ControlPlane {
   std::unique_ptr<Transport> transport_;
   Timeline timeline_;
   FusionBuffer fusion_;
+  std::vector<hvd_transport_span_t> spans_;  // a fused batch's outputs (in-place transports)
   std::unique_ptr<Autotuner> tuner_;  // made in Start()
   // Result buffers recycled between handles (allgather, alltoall, reducescatter).
   std::shared_ptr<BufferPool> results_ = std::make_shared<BufferPool>(size_t{512} << 20);
@@ -820,6 +821,37 @@ Status ContextImpl::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
     if (timeline_.enabled()) {
       timeline_.Span(t.name, "ALLREDUCE", t0, Clock::now(),
                      "{\"bytes\":" + std::to_string(n * esize) + "}");
+    }
+    return Status::Ok();
+  }
+
+  if (transport_->allreduce_spans()) {
+    // The transport reads and writes the outputs where they lie (shared
+    // memory): no fusion buffer, no copy in or out.
+    spans_.clear();
+    for (OpRequest* r : batch) {
+      for (TensorSpec& t : r->tensors) {
+        size_t n = static_cast<size_t>(t.NumElements());
+        Prepare(t.output, t.input, n, dtype, first.prescale);
+        spans_.push_back({t.output, n});
+      }
+    }
+    HVD_CHECK(transport_->AllreduceSpans(spans_.data(), spans_.size(), dtype, TransportOp(op)));
+    for (OpRequest* r : batch) {
+      for (TensorSpec& t : r->tensors) {
+        Finalize(t.output, t.output, static_cast<size_t>(t.NumElements()), dtype, op,
+                 first.postscale, cfg_.size);
+      }
+    }
+    if (timeline_.enabled()) {
+      auto t3 = Clock::now();
+      std::string args = "{\"fused_tensors\":" + std::to_string(ntensors) +
+                         ",\"bytes\":" + std::to_string(total * esize) + ",\"in_place\":true}";
+      for (OpRequest* r : batch) {
+        for (const TensorSpec& t : r->tensors) {
+          timeline_.Span(t.name, "ALLREDUCE", t0, t3, args);
+        }
+      }
     }
     return Status::Ok();
   }

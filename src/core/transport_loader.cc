@@ -133,6 +133,10 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
     return Error(code, "transport '" + name + "' failed to start: " +
                            (err[0] ? std::string(err) : std::string("no reason given")));
   }
+  if (t->v2_ != nullptr && t->v2_->allreduce_spans != nullptr) {
+    auto q = t->Query("allreduce_spans");
+    t->spans_ = q.ok() && *q == 1;
+  }
   HVD_LOG(*log, HVD_LOG_DEBUG, "transport '" << name << "' connected"
                                              << (f.dl ? " (plugin)" : " (built in)"));
   return t;
@@ -160,6 +164,13 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
     return Error(HVD_ERR_UNSUPPORTED, std::string(table_->name) + " has no reducescatter entry");
   }
   return Check(v2_->reducescatter(comm_, buf, counts, dtype, op), "reducescatter");
+}
+Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans,
+                                 hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  if (!spans_) {
+    return Error(HVD_ERR_UNSUPPORTED, std::string(table_->name) + " does not serve allreduce_spans");
+  }
+  return Check(v2_->allreduce_spans(comm_, spans, nspans, dtype, op), "allreduce");
 }
 Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_bytes) {
   return Check(table_->allgatherv(comm_, send, recv, recv_bytes), "allgather");

@@ -39,6 +39,12 @@ class Transport {
   // lacks the entry point (has_reducescatter()).
   Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype, hvd_reduce_op_t op);
   bool has_reducescatter() const { return v2_ != nullptr && v2_->reducescatter != nullptr; }
+  // In place over the concatenation of spans, as one allreduce of them packed
+  // (hvd_transport_v2_t). Only where allreduce_spans(): the plugin has the
+  // entry point and its query("allreduce_spans") answered 1 at start.
+  Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
+                        hvd_reduce_op_t op);
+  bool allreduce_spans() const { return spans_; }
   Result<int64_t> Query(const std::string& key) const;
 
  private:
@@ -49,6 +55,7 @@ class Transport {
   const hvd_transport_v2_t* v2_ = nullptr;  // null: a version 1 plugin
   void* dl_ = nullptr;
   void* comm_ = nullptr;
+  bool spans_ = false;
 };
 
 }  // namespace hvd

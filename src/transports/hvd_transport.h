@@ -109,6 +109,12 @@ typedef const hvd_transport_v1_t *(*hvd_transport_plugin_v1_fn)(void);
  */
 #define HVD_TRANSPORT_ABI_V2 2
 
+/* One buffer of a multi-buffer call: count elements at data. */
+typedef struct hvd_transport_span {
+    void *data;
+    size_t count;
+} hvd_transport_span_t;
+
 typedef struct hvd_transport_v2 {
     uint32_t abi_version;          /* HVD_TRANSPORT_ABI_V2 */
     const hvd_transport_v1_t *v1;  /* every version 1 entry point (abi_version V1) */
@@ -120,6 +126,16 @@ typedef struct hvd_transport_v2 {
      * where an allreduce moves it twice. NULL: the core runs an allreduce. */
     int (*reducescatter)(void *comm, void *buf, const size_t *counts, hvd_dtype_t dtype,
                          hvd_reduce_op_t op);
+
+    /* In-place allreduce of the concatenation of nspans buffers, with the
+     * result every allreduce of that one packed buffer would give: the core's
+     * fused batches without a fusion buffer (no copy in, no copy out). The
+     * core calls it only while query("allreduce_spans") answers 1, which a
+     * plugin may answer per communicator (say, only where it can read the
+     * spans in place); elsewhere it packs the spans and calls allreduce.
+     * NULL: never called. */
+    int (*allreduce_spans)(void *comm, const hvd_transport_span_t *spans, size_t nspans,
+                           hvd_dtype_t dtype, hvd_reduce_op_t op);
 } hvd_transport_v2_t;
 
 typedef const hvd_transport_v2_t *(*hvd_transport_plugin_v2_fn)(void);

@@ -102,6 +102,19 @@ const hvd_transport_v1_t* Plugin() {
   return table;
 }
 
+// The plugin's ABI v2 table (the same library, its second entry symbol).
+const hvd_transport_v2_t* PluginV2() {
+  static const hvd_transport_v2_t* table = [] {
+    const std::string path = std::string(HVD_PLUGIN_DIR) + "/libhvd_transport_gloo.so";
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return static_cast<const hvd_transport_v2_t*>(nullptr);
+    auto fn = reinterpret_cast<hvd_transport_plugin_v2_fn>(
+        dlsym(lib, HVD_TRANSPORT_PLUGIN_V2_SYMBOL));
+    return fn != nullptr ? fn() : static_cast<const hvd_transport_v2_t*>(nullptr);
+  }();
+  return table;
+}
+
 struct WorldOptions {
   double timeout_s = 60.0;
   double start_timeout_s = 30.0;
@@ -884,6 +897,119 @@ TEST_P(GlooShm, AllreduceEveryDtypeOpAtBoundariesMatchesTcp) {
   for (const auto& kv : hashes[1]) {
     EXPECT_EQ(kv.second, hashes[0][kv.first]) << kv.first << ": shm and TCP results differ";
   }
+}
+
+// Spans of every kind (empty, one element, odd lengths, longer than a slot)
+// laid over the shm boundaries: allreduce_spans gives, bit for bit, what an
+// allreduce of the same data packed gives, and writes nothing outside the
+// spans.
+TEST_P(GlooShm, AllreduceSpansMatchesPackedAllreduce) {
+  const int size = GetParam();
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v1_t* t = Plugin();
+    const hvd_transport_v2_t* t2 = PluginV2();
+    ASSERT_NE(t2, nullptr);
+    ASSERT_EQ(t2->v1, t);
+    ASSERT_NE(t2->allreduce_spans, nullptr);
+    int64_t on = -1;
+    ASSERT_EQ(t->query(comm, "allreduce_spans", &on), HVD_OK);
+    ASSERT_EQ(on, 1);
+    const ShmSizes z = QueryShmSizes(comm);
+    const struct {
+      hvd_dtype_t dt;
+      hvd_reduce_op_t op;
+    } cases[] = {{HVD_FLOAT32, HVD_SUM}, {HVD_FLOAT32, HVD_MIN},    {HVD_FLOAT64, HVD_PRODUCT},
+                 {HVD_FLOAT16, HVD_SUM}, {HVD_BFLOAT16, HVD_MAX},   {HVD_INT32, HVD_SUM},
+                 {HVD_UINT8, HVD_MAX},   {HVD_INT64, HVD_PRODUCT}};
+    for (const auto& c : cases) {
+      const size_t es = hvd::DtypeSize(c.dt);
+      const size_t small = z.small / es, slot = z.slot / es;
+      const std::vector<std::vector<size_t>> layouts = {
+          {1},
+          {0, 3, 0, 1, 7},
+          {small - 1, 1, 1},
+          {small, 1},
+          {slot - 1, 2, slot + 5, 0, 1},
+          {1, 1, 2 * slot + 3, 17, slot / 3},
+      };
+      for (const auto& layout : layouts) {
+        size_t total = 0;
+        for (size_t n : layout) total += n;
+        std::vector<uint8_t> packed(total * es);
+        std::mt19937_64 rng(static_cast<uint64_t>(rank) * 1000003 + total * 31 + c.dt * 7 + c.op);
+        std::uniform_real_distribution<double> val(c.op == HVD_PRODUCT ? 0.7 : -50.0,
+                                                   c.op == HVD_PRODUCT ? 1.4 : 50.0);
+        for (size_t i = 0; i < total; ++i) {
+          double v = val(rng);
+          if (!hvd::IsFloatingDtype(c.dt)) {
+            v = c.op == HVD_PRODUCT ? 1 + (i + rank) % 2 : std::fabs(std::round(v));
+          }
+          StoreV(c.dt, packed.data(), i, v);
+        }
+        // Each span in its own allocation, with guard bytes after it.
+        std::vector<std::vector<uint8_t>> bufs;
+        std::vector<hvd_transport_span_t> spans;
+        size_t off = 0;
+        for (size_t n : layout) {
+          bufs.emplace_back(n * es + 16, 0xA5);
+          std::memcpy(bufs.back().data(), packed.data() + off * es, n * es);
+          off += n;
+        }
+        for (size_t i = 0; i < layout.size(); ++i) spans.push_back({bufs[i].data(), layout[i]});
+        ASSERT_EQ(t2->allreduce_spans(comm, spans.data(), spans.size(), c.dt, c.op), HVD_OK)
+            << t->last_error(comm);
+        ASSERT_EQ(t->allreduce(comm, total ? packed.data() : nullptr, total, c.dt, c.op), HVD_OK)
+            << t->last_error(comm);
+        off = 0;
+        for (size_t i = 0; i < layout.size(); ++i) {
+          const size_t nb = layout[i] * es;
+          EXPECT_EQ(std::memcmp(bufs[i].data(), packed.data() + off * es, nb), 0)
+              << "rank " << rank << " " << hvd::DtypeName(c.dt) << " " << hvd::ReduceOpName(c.op)
+              << " span " << i << " of a layout of " << layout.size() << " (" << total << " elements)";
+          for (size_t g = nb; g < nb + 16; ++g) {
+            if (bufs[i][g] != 0xA5) {
+              ADD_FAILURE() << "span " << i << ": byte " << g - nb << " past its end was written";
+              break;
+            }
+          }
+          off += layout[i];
+        }
+      }
+    }
+    // Bad spans are refused with a reason, and the communicator stays usable.
+    const hvd_transport_span_t null_buf[] = {{nullptr, 4}};
+    EXPECT_EQ(t2->allreduce_spans(comm, null_buf, 1, HVD_FLOAT32, HVD_SUM), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(t->last_error(comm)).find("NULL buffer"), std::string::npos);
+    EXPECT_EQ(t2->allreduce_spans(comm, nullptr, 2, HVD_FLOAT32, HVD_SUM), HVD_ERR_INVALID_ARGUMENT);
+    float one = 1.0f;
+    const hvd_transport_span_t ok[] = {{&one, 1}};
+    EXPECT_EQ(t2->allreduce_spans(comm, ok, 1, HVD_FLOAT32, HVD_SUM), HVD_OK);
+    EXPECT_EQ(one, static_cast<float>(size));
+  });
+}
+
+// Without shared memory the plugin says so, serves a single span, and refuses
+// several (the core packs them instead).
+TEST_P(GlooShm, AllreduceSpansWithoutShmServesOneSpanOnly) {
+  const int size = GetParam();
+  ScopedEnv env("HVD_GLOO_SHM", "0");
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v1_t* t = Plugin();
+    const hvd_transport_v2_t* t2 = PluginV2();
+    ASSERT_NE(t2, nullptr);
+    int64_t on = -1;
+    ASSERT_EQ(t->query(comm, "allreduce_spans", &on), HVD_OK);
+    EXPECT_EQ(on, 0);
+    int32_t a[3] = {rank, 1, 2}, b[2] = {3, 4};
+    const hvd_transport_span_t one[] = {{nullptr, 0}, {a, 3}, {b, 0}};
+    ASSERT_EQ(t2->allreduce_spans(comm, one, 3, HVD_INT32, HVD_SUM), HVD_OK) << t->last_error(comm);
+    EXPECT_EQ(a[0], size * (size - 1) / 2);
+    EXPECT_EQ(a[2], 2 * size);
+    const hvd_transport_span_t two[] = {{a, 3}, {b, 2}};
+    EXPECT_EQ(t2->allreduce_spans(comm, two, 2, HVD_INT32, HVD_SUM), HVD_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(t->last_error(comm)).find("shared-memory"), std::string::npos);
+    EXPECT_EQ(b[0], 3);
+  });
 }
 
 TEST_P(GlooShm, BroadcastAndAllgathervAcrossRounds) {

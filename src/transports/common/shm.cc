@@ -119,6 +119,8 @@ bool Query(const Segment* s, const char* key, int64_t* value) {
     *value = s != nullptr ? static_cast<int64_t>(s->slot()) : 0;
   } else if (std::strcmp(key, "shm_small_bytes") == 0) {
     *value = s != nullptr ? static_cast<int64_t>(s->small_max()) : 0;
+  } else if (std::strcmp(key, "allreduce_spans") == 0) {
+    *value = s != nullptr ? 1 : 0;
   } else {
     return false;
   }
@@ -331,57 +333,130 @@ uint8_t* ReduceColumn(Segment& s, hvd_reduce_kernel_fn reduce, uint32_t set, siz
 
 }  // namespace
 
+namespace {
+
+// The spans of an allreduce as one sequence of elements.
+class SpanList {
+ public:
+  SpanList(const hvd_transport_span_t* spans, size_t nspans, size_t es)
+      : spans_(spans), es_(es), start_(nspans + 1, 0) {
+    for (size_t i = 0; i < nspans; ++i) start_[i + 1] = start_[i] + spans[i].count;
+  }
+  size_t count() const { return start_.back(); }
+  // f(ptr, rel, len) for each piece of elements [b, e) that lies in one span:
+  // ptr is the piece in its span, rel its first element's offset from b, len
+  // its length in elements; pieces come in order.
+  template <class F>
+  void ForEach(size_t b, size_t e, F&& f) const {
+    if (b >= e) return;
+    size_t i = static_cast<size_t>(std::upper_bound(start_.begin(), start_.end(), b) -
+                                   start_.begin()) - 1;
+    for (size_t pos = b; pos < e; ++i) {
+      if (start_[i + 1] <= pos) continue;  // an empty span
+      const size_t len = std::min(e, start_[i + 1]) - pos;
+      f(static_cast<uint8_t*>(spans_[i].data) + (pos - start_[i]) * es_, pos - b, len);
+      pos += len;
+    }
+  }
+  // Copies elements [b, e) into dst, or dst into them.
+  void Gather(size_t b, size_t e, uint8_t* dst) const {
+    ForEach(b, e, [&](uint8_t* p, size_t rel, size_t len) { std::memcpy(dst + rel * es_, p, len * es_); });
+  }
+  void Scatter(size_t b, size_t e, const uint8_t* src) const {
+    ForEach(b, e, [&](uint8_t* p, size_t rel, size_t len) { std::memcpy(p, src + rel * es_, len * es_); });
+  }
+
+ private:
+  const hvd_transport_span_t* spans_;
+  size_t es_;
+  std::vector<size_t> start_;  // element offset of each span; the total last
+};
+
+}  // namespace
+
+bool SpansTotal(const hvd_transport_span_t* spans, size_t nspans, size_t es, size_t* total,
+                std::string* why) {
+  *total = 0;
+  if (spans == nullptr && nspans > 0) {
+    *why = "NULL span list";
+    return false;
+  }
+  for (size_t i = 0; i < nspans; ++i) {
+    if (spans[i].data == nullptr && spans[i].count > 0) {
+      *why = "span " + std::to_string(i) + " has a NULL buffer";
+      return false;
+    }
+    if (spans[i].count > SIZE_MAX / es - *total) {
+      *why = "byte count overflows size_t";
+      return false;
+    }
+    *total += spans[i].count;
+  }
+  return true;
+}
+
 void Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
                hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  const hvd_transport_span_t one = {buf, count};
+  AllreduceSpans(s, reduce, &one, 1, es, dtype, op);
+}
+
+void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport_span_t* spans,
+                    size_t nspans, size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   const int n = s.size();
   const int r = s.rank();
+  const SpanList list(spans, nspans, es);
+  const size_t count = list.count();
+  if (count == 0) return;
   const size_t bytes = count * es;
   if (bytes <= s.small_max()) {
     // One barrier: publish, then every rank reduces all contributions itself
     // in rank order (identical bits everywhere).
     const uint32_t set = s.NextSet();
-    uint8_t* mine = s.Slot(set, r);
-    std::memcpy(mine, buf, bytes);
+    list.Gather(0, count, s.Slot(set, r));
     s.Barrier("allreduce");
-    if (r == 0 || (r == 1 && Commutes(dtype, op))) {
-      ReduceColumn(s, reduce, set, 0, buf, nullptr, count, es, dtype, op);
-    } else {
-      // Peers read this rank's slot meanwhile: no scratch; start from s_0.
-      std::memcpy(buf, s.Slot(set, 0), bytes);
-      for (int k = 1; k < n; ++k) reduce(buf, s.Slot(set, k), count, dtype, op);
-    }
+    const bool own_first = r == 0 || (r == 1 && Commutes(dtype, op));
+    list.ForEach(0, count, [&](uint8_t* p, size_t rel, size_t len) {
+      if (own_first) {
+        ReduceColumn(s, reduce, set, rel * es, p, nullptr, len, es, dtype, op);
+      } else {
+        // Peers read this rank's slot meanwhile: no scratch; start from s_0.
+        std::memcpy(p, s.Slot(set, 0) + rel * es, len * es);
+        for (int k = 1; k < n; ++k) reduce(p, s.Slot(set, k) + rel * es, len, dtype, op);
+      }
+    });
     return;
   }
   // Chunks of one slot per rank. Each chunk is cut into one part per rank;
   // rank k reduces part k. Publish every part but one's own (only this rank
   // reads its own part); barrier; reduce the own part in rank order and
   // publish the result in the own slot; barrier; copy the other parts out.
+  // The caller's spans are read and written in place: no packing.
   const size_t chunk = s.slot() / es;
   for (size_t done = 0; done < count; done += chunk) {
     const size_t m = std::min(chunk, count - done);
-    uint8_t* ub = buf + done * es;
     const uint32_t set = s.NextSet();
     uint8_t* mine = s.Slot(set, r);
     size_t b = 0;
     const size_t e = Part(m, n, r, es, &b);
-    std::memcpy(mine, ub, b * es);
-    std::memcpy(mine + e * es, ub + e * es, (m - e) * es);
+    list.Gather(done, done + b, mine);
+    list.Gather(done + e, done + m, mine + e * es);
     s.Barrier("allreduce");
-    if (e > b) {
-      const size_t off = b * es;
-      uint8_t* res = ReduceColumn(s, reduce, set, off, ub + off, mine + off, e - b, es, dtype, op);
-      if (res == ub + off) {
-        std::memcpy(mine + off, res, (e - b) * es);  // publish
+    list.ForEach(done + b, done + e, [&](uint8_t* p, size_t rel, size_t len) {
+      const size_t off = (b + rel) * es;
+      uint8_t* res = ReduceColumn(s, reduce, set, off, p, mine + off, len, es, dtype, op);
+      if (res == p) {
+        std::memcpy(mine + off, res, len * es);  // publish
       } else {
-        std::memcpy(ub + off, res, (e - b) * es);
+        std::memcpy(p, res, len * es);
       }
-    }
+    });
     s.Barrier("allreduce");
     for (int k = 0; k < n; ++k) {
       if (k == r) continue;
       size_t kb = 0;
       const size_t ke = Part(m, n, k, es, &kb);
-      if (ke > kb) std::memcpy(ub + kb * es, s.Slot(set, k) + kb * es, (ke - kb) * es);
+      if (ke > kb) list.Scatter(done + kb, done + ke, s.Slot(set, k) + kb * es);
     }
   }
 }

@@ -152,6 +152,15 @@ int Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out, std::st
 // s_0 op s_1 op ... op s_{size-1}, identical bits on every rank.
 void Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
                hvd_dtype_t dtype, hvd_reduce_op_t op);
+// The same over the concatenation of spans (counts in elements), read and
+// written where they lie: a fused allreduce needs no fusion buffer.
+void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport_span_t* spans,
+                    size_t nspans, size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op);
+// Checks an allreduce_spans call's spans (a NULL list or a NULL buffer with a
+// count, a total that overflows bytes) and sums their counts; false with
+// *why set (no prefix) when they are bad.
+bool SpansTotal(const hvd_transport_span_t* spans, size_t nspans, size_t es, size_t* total,
+                std::string* why);
 // In place over the caller's blocks: block k is elements [start[k],
 // start[k + 1]) of base; this rank's block r becomes the rank-ordered
 // reduction of every rank's block r (the same bits an allreduce gives); the
@@ -168,7 +177,8 @@ void Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* rec
 // The plugins' query keys about this path: "shm" (1 if collectives run over
 // shared memory, else 0), "shm_slot_bytes" (the per-rank chunk) and
 // "shm_small_bytes" (the largest allreduce done in one barrier), 0 without
-// it. s may be null (the path is off). False for any other key.
+// it, and "allreduce_spans" (1 if the plugin's allreduce_spans entry serves
+// calls: it does over this path). s may be null (the path is off). False for any other key.
 bool Query(const Segment* s, const char* key, int64_t* value);
 
 // "[0, 2, 3]": rank lists in messages (every plugin names missing ranks so).
