@@ -440,15 +440,28 @@ hvd_status_t hvdj_allgather_async(hvd_context_t ctx, const char* name, void* inp
   return hvd_allgather_async(ctx, name, &t, handle);
 }
 
-hvd_status_t hvdj_alltoall_async(hvd_context_t ctx, const char* name, void* input, int32_t dtype,
-                                 const int64_t* shape, int32_t ndim, const int64_t* splits,
-                                 int32_t nsplits, hvd_handle_t* handle) {
+hvd_status_t hvdj_alltoall_async(JNIEnv* jenv, hvd_context_t ctx, const char* name, void* input,
+                                 int32_t dtype, const int64_t* shape, int32_t ndim,
+                                 const int64_t* splits, int32_t nsplits, hvd_handle_t* handle) {
   hvd_tensor_t t = HVD_TENSOR_INIT;
   t.data = input;
   t.dtype = (hvd_dtype_t)dtype;
   t.ndim = ndim;
   t.shape = shape;
-  (void)nsplits;  // the library checks the count against the context size
+  if (splits != nullptr) {
+    // The library reads one entry per rank: a shorter Java array must not be
+    // read past its end (the typemap's copy holds nsplits + 1 entries).
+    int size = 0;
+    hvd_status_t st = hvd_context_size(ctx, &size);
+    if (st < 0) return st;
+    if (nsplits != size) {
+      std::string msg = "splits has " + std::to_string(nsplits) +
+                        " entries, must have one per rank (the context size " +
+                        std::to_string(size) + ")";
+      hvdj_throw(jenv, HVD_ERR_INVALID_ARGUMENT, "hvdj_alltoall_async", msg.c_str());
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+  }
   return hvd_alltoall_async(ctx, name, &t, splits, handle);
 }
 

@@ -127,6 +127,26 @@ public final class Hvd {
   public static HvdHandle<float[]> allgatherAsync(String name, float[] data) { return context().allgatherAsync(name, data); }
   public static HvdHandle<double[]> allgatherAsync(String name, double[] data) { return context().allgatherAsync(name, data); }
 
+  public static float[] alltoall(String name, float[] data, long[] splits) { return context().alltoall(name, data, splits); }
+  public static double[] alltoall(String name, double[] data, long[] splits) { return context().alltoall(name, data, splits); }
+  public static int[] alltoall(String name, int[] data, long[] splits) { return context().alltoall(name, data, splits); }
+  public static long[] alltoall(String name, long[] data, long[] splits) { return context().alltoall(name, data, splits); }
+  public static Gathered alltoall(String name, ByteBuffer in, DataType dtype, long[] shape, long[] splits) { return context().alltoall(name, in, dtype, shape, splits); }
+  public static HvdHandle<float[]> alltoallAsync(String name, float[] data, long[] splits) { return context().alltoallAsync(name, data, splits); }
+  public static HvdHandle<double[]> alltoallAsync(String name, double[] data, long[] splits) { return context().alltoallAsync(name, data, splits); }
+  public static HvdHandle<int[]> alltoallAsync(String name, int[] data, long[] splits) { return context().alltoallAsync(name, data, splits); }
+  public static HvdHandle<long[]> alltoallAsync(String name, long[] data, long[] splits) { return context().alltoallAsync(name, data, splits); }
+
+  public static float[] reducescatter(String name, float[] data, ReduceOp op) { return context().reducescatter(name, data, op); }
+  public static double[] reducescatter(String name, double[] data, ReduceOp op) { return context().reducescatter(name, data, op); }
+  public static int[] reducescatter(String name, int[] data, ReduceOp op) { return context().reducescatter(name, data, op); }
+  public static long[] reducescatter(String name, long[] data, ReduceOp op) { return context().reducescatter(name, data, op); }
+  public static Gathered reducescatter(String name, ByteBuffer in, DataType dtype, long[] shape, ReduceOp op) { return context().reducescatter(name, in, dtype, shape, op); }
+  public static HvdHandle<float[]> reducescatterAsync(String name, float[] data, ReduceOp op) { return context().reducescatterAsync(name, data, op); }
+  public static HvdHandle<double[]> reducescatterAsync(String name, double[] data, ReduceOp op) { return context().reducescatterAsync(name, data, op); }
+  public static HvdHandle<int[]> reducescatterAsync(String name, int[] data, ReduceOp op) { return context().reducescatterAsync(name, data, op); }
+  public static HvdHandle<long[]> reducescatterAsync(String name, long[] data, ReduceOp op) { return context().reducescatterAsync(name, data, op); }
+
   public static float[] broadcast(String name, float[] data, int root) { return context().broadcast(name, data, root); }
   public static double[] broadcast(String name, double[] data, int root) { return context().broadcast(name, data, root); }
   public static int[] broadcast(String name, int[] data, int root) { return context().broadcast(name, data, root); }

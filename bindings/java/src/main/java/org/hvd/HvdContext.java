@@ -362,6 +362,153 @@ public final class HvdContext implements AutoCloseable {
         out -> HvdNative.hvdj_allgather_async(ptr, n, s.view, dtype.code(), shp, out));
   }
 
+  // ---- alltoall -----------------------------------------------------------------
+
+  /**
+   * Sends {@code splits[j]} elements of data, in order, to rank j and returns what
+   * every rank sent to this one, concatenated in rank order. splits has one entry per
+   * rank, each {@code >= 0}, summing to {@code data.length}; null splits data evenly
+   * ({@code data.length} must then be divisible by {@link #size()}). How many elements
+   * came from each rank: {@link #alltoallAsync(String, float[], long[])} then
+   * {@link HvdHandle#receivedSplits()}, or the ByteBuffer overload's
+   * {@link Gathered#receivedSplits()}.
+   */
+  public float[] alltoall(String name, float[] data, long[] splits) {
+    return alltoallAsync(name, data, splits).await();
+  }
+
+  public double[] alltoall(String name, double[] data, long[] splits) {
+    return alltoallAsync(name, data, splits).await();
+  }
+
+  public int[] alltoall(String name, int[] data, long[] splits) {
+    return alltoallAsync(name, data, splits).await();
+  }
+
+  public long[] alltoall(String name, long[] data, long[] splits) {
+    return alltoallAsync(name, data, splits).await();
+  }
+
+  public HvdHandle<float[]> alltoallAsync(String name, float[] data, long[] splits) {
+    return arrayAlltoall(name, data, DataType.FLOAT32, splits);
+  }
+
+  public HvdHandle<double[]> alltoallAsync(String name, double[] data, long[] splits) {
+    return arrayAlltoall(name, data, DataType.FLOAT64, splits);
+  }
+
+  public HvdHandle<int[]> alltoallAsync(String name, int[] data, long[] splits) {
+    return arrayAlltoall(name, data, DataType.INT32, splits);
+  }
+
+  public HvdHandle<long[]> alltoallAsync(String name, long[] data, long[] splits) {
+    return arrayAlltoall(name, data, DataType.INT64, splits);
+  }
+
+  /**
+   * Alltoall along the first dimension of shape (null: one dimension of
+   * in.remaining() / dtype.size() elements): {@code splits[j]} rows go to rank j
+   * (null: an even split). The other dimensions must agree across ranks. The
+   * result carries the rows received in rank order, its shape and
+   * {@link Gathered#receivedSplits()}.
+   */
+  public Gathered alltoall(String name, ByteBuffer in, DataType dtype, long[] shape, long[] splits) {
+    return alltoallAsync(name, in, dtype, shape, splits).await();
+  }
+
+  public HvdHandle<Gathered> alltoallAsync(String name, ByteBuffer in, DataType dtype, long[] shape,
+                                           long[] splits) {
+    checkDtype(dtype, "alltoall");
+    int size = size();
+    Staged s = stage(in, dtype, true, false);
+    long[] shp;
+    long[] sp;
+    try {
+      shp = rowsShapeOf(shape, s.count, "alltoall");
+      sp = checkSplits(splits, shp[0], size, "the first dimension");
+    } catch (RuntimeException e) {
+      s.free();
+      throw e;
+    }
+    String n = name(name, "alltoall");
+    long[] recv = new long[size];
+    return submit("alltoall '" + n + "'", new Object[] {in}, s::free,
+        h -> {
+          HvdNative.hvd_handle_recv_splits(h, recv);
+          return gatheredOf(h, dtype, recv.clone());
+        },
+        out -> HvdNative.hvdj_alltoall_async(ptr, n, s.view, dtype.code(), shp, sp, out), recv);
+  }
+
+  // ---- reducescatter ------------------------------------------------------------
+
+  /**
+   * Reduces over ranks and returns this rank's block of the result: the elements
+   * are split as evenly as possible in rank order, the first
+   * {@code data.length % size()} ranks getting one extra (a rank may get none).
+   * Every rank passes the same length.
+   */
+  public float[] reducescatter(String name, float[] data, ReduceOp op) {
+    return reducescatterAsync(name, data, op).await();
+  }
+
+  public double[] reducescatter(String name, double[] data, ReduceOp op) {
+    return reducescatterAsync(name, data, op).await();
+  }
+
+  public int[] reducescatter(String name, int[] data, ReduceOp op) {
+    return reducescatterAsync(name, data, op).await();
+  }
+
+  public long[] reducescatter(String name, long[] data, ReduceOp op) {
+    return reducescatterAsync(name, data, op).await();
+  }
+
+  public HvdHandle<float[]> reducescatterAsync(String name, float[] data, ReduceOp op) {
+    return arrayReducescatter(name, data, DataType.FLOAT32, op);
+  }
+
+  public HvdHandle<double[]> reducescatterAsync(String name, double[] data, ReduceOp op) {
+    return arrayReducescatter(name, data, DataType.FLOAT64, op);
+  }
+
+  public HvdHandle<int[]> reducescatterAsync(String name, int[] data, ReduceOp op) {
+    return arrayReducescatter(name, data, DataType.INT32, op);
+  }
+
+  public HvdHandle<long[]> reducescatterAsync(String name, long[] data, ReduceOp op) {
+    return arrayReducescatter(name, data, DataType.INT64, op);
+  }
+
+  /**
+   * Reducescatter along the first dimension of shape (null: one dimension of
+   * in.remaining() / dtype.size() elements): the rows are split as evenly as
+   * possible, the first {@code shape[0] % size()} ranks getting one extra row.
+   * The result holds this rank's rows and their shape.
+   */
+  public Gathered reducescatter(String name, ByteBuffer in, DataType dtype, long[] shape, ReduceOp op) {
+    return reducescatterAsync(name, in, dtype, shape, op).await();
+  }
+
+  public HvdHandle<Gathered> reducescatterAsync(String name, ByteBuffer in, DataType dtype,
+                                                long[] shape, ReduceOp op) {
+    checkDtype(dtype, "reducescatter");
+    checkOp(op, "reducescatter");
+    Staged s = stage(in, dtype, true, false);
+    long[] shp;
+    try {
+      shp = rowsShapeOf(shape, s.count, "reducescatter");
+    } catch (RuntimeException e) {
+      s.free();
+      throw e;
+    }
+    String n = name(name, "reducescatter");
+    return submit("reducescatter '" + n + "'", new Object[] {in}, s::free,
+        h -> gatheredOf(h, dtype),
+        out -> HvdNative.hvdj_reducescatter_async(ptr, n, s.view, dtype.code(), shp, op.code(),
+            1.0, 1.0, out));
+  }
+
   // ---- broadcast ----------------------------------------------------------------
 
   /** Root's array to every rank (same length everywhere); returns a new array. */
@@ -453,6 +600,13 @@ public final class HvdContext implements AutoCloseable {
 
   private <T> HvdHandle<T> submit(String description, Object keepAlive, Runnable cleanup,
                                   HvdHandle.Completion<T> completion, Submit call) {
+    return submit(description, keepAlive, cleanup, completion, call, null);
+  }
+
+  /** recvSplits: for alltoall, the array its completion fills (HvdHandle.receivedSplits). */
+  private <T> HvdHandle<T> submit(String description, Object keepAlive, Runnable cleanup,
+                                  HvdHandle.Completion<T> completion, Submit call,
+                                  long[] recvSplits) {
     reap();
     long[] out = new long[1];
     life.readLock().lock();
@@ -465,7 +619,8 @@ public final class HvdContext implements AutoCloseable {
     } finally {
       life.readLock().unlock();
     }
-    HvdHandle<T> h = new HvdHandle<>(this, out[0], description, keepAlive, completion, cleanup);
+    HvdHandle<T> h =
+        new HvdHandle<>(this, out[0], description, keepAlive, completion, cleanup, recvSplits);
     pending.add(h);
     return h;
   }
@@ -570,6 +725,110 @@ public final class HvdContext implements AutoCloseable {
         out -> HvdNative.hvdj_broadcast_async(ptr, n, s.view, s.view, dt.code(), shp, root, out));
   }
 
+  private <T> HvdHandle<T> arrayAlltoall(String name, Object data, DataType dt, long[] splits) {
+    long len = arrayLength(data, dt, "alltoall");
+    int size = size();
+    long[] sp = checkSplits(splits, len, size, "data.length");
+    String n = name(name, "alltoall");
+    Staged s = Staged.ofArray(data, dt);
+    long[] shp = shapeOf(null, s.count);
+    long[] recv = new long[size];
+    @SuppressWarnings("unchecked")
+    HvdHandle.Completion<T> done = h -> {
+      HvdNative.hvd_handle_recv_splits(h, recv);
+      return (T) arrayOfOutput(h, dt);
+    };
+    return submit("alltoall '" + n + "'", null, s::free, done,
+        out -> HvdNative.hvdj_alltoall_async(ptr, n, s.view, dt.code(), shp, sp, out), recv);
+  }
+
+  private <T> HvdHandle<T> arrayReducescatter(String name, Object data, DataType dt, ReduceOp op) {
+    arrayLength(data, dt, "reducescatter");
+    checkOp(op, "reducescatter");
+    String n = name(name, "reducescatter");
+    Staged s = Staged.ofArray(data, dt);
+    long[] shp = shapeOf(null, s.count);
+    @SuppressWarnings("unchecked")
+    HvdHandle.Completion<T> done = h -> (T) arrayOfOutput(h, dt);
+    return submit("reducescatter '" + n + "'", null, s::free, done,
+        out -> HvdNative.hvdj_reducescatter_async(ptr, n, s.view, dt.code(), shp, op.code(), 1.0,
+            1.0, out));
+  }
+
+  private static int arrayLength(Object data, DataType dt, String op) {
+    if (data == null) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, op, "data is null");
+    }
+    switch (dt) {
+      case FLOAT32: return ((float[]) data).length;
+      case FLOAT64: return ((double[]) data).length;
+      case INT32: return ((int[]) data).length;
+      default: return ((long[]) data).length;
+    }
+  }
+
+  private static void checkOp(ReduceOp op, String fn) {
+    if (op == null) throw new HvdException(HvdException.INVALID_ARGUMENT, fn, "op is null");
+  }
+
+  private static void checkDtype(DataType dtype, String fn) {
+    if (dtype == null) throw new HvdException(HvdException.INVALID_ARGUMENT, fn, "dtype is null");
+  }
+
+  /**
+   * Alltoall splits checked against the rows to send; returns a copy (null: even
+   * split, rows divisible by size). what names the rows in messages.
+   */
+  private static long[] checkSplits(long[] splits, long rows, int size, String what) {
+    if (splits == null) {
+      if (rows % size != 0) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, "alltoall",
+            "splits is null (an even split) but " + what + " = " + rows
+                + " is not divisible by the context size " + size);
+      }
+      return null;
+    }
+    if (splits.length != size) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, "alltoall",
+          "splits has " + splits.length + " entries, must have one per rank (the context size "
+              + size + ")");
+    }
+    long[] sp = splits.clone();
+    long sum = 0;
+    for (int j = 0; j < sp.length; ++j) {
+      if (sp[j] < 0) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, "alltoall",
+            "splits[" + j + "] is " + sp[j] + ", must be >= 0");
+      }
+      if (sp[j] > rows - sum) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, "alltoall",
+            "splits[0.." + j + "] already sum to more than " + what + " = " + rows);
+      }
+      sum += sp[j];
+    }
+    if (sum != rows) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, "alltoall",
+          "splits sum to " + sum + ", must equal " + what + " = " + rows);
+    }
+    return sp;
+  }
+
+  /** shapeOf for operations along the first dimension: at least one dimension. */
+  private static long[] rowsShapeOf(long[] shape, long count, String op) {
+    if (shape != null && shape.length == 0) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, op,
+          "shape is empty: " + op + " splits along the first dimension, so it needs at least one");
+    }
+    long[] shp = shapeOf(shape, count);
+    for (long d : shp) {
+      if (d < 0) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, op,
+            "shape " + java.util.Arrays.toString(shp) + " has a negative dimension");
+      }
+    }
+    return shp;
+  }
+
   private static long[] shapeOf(long[] shape, long count) {
     if (shape == null) return new long[] {count};
     long n = 1;
@@ -602,13 +861,17 @@ public final class HvdContext implements AutoCloseable {
   }
 
   private static Gathered gatheredOf(long h, DataType dt) {
+    return gatheredOf(h, dt, null);
+  }
+
+  private static Gathered gatheredOf(long h, DataType dt, long[] recvSplits) {
     ByteBuffer v = (ByteBuffer) HvdNative.hvdj_handle_output_view(h);
     long[] shape = HvdNative.hvdj_handle_output_shape(h);
     int bytes = v == null ? 0 : v.capacity();
     ByteBuffer copy = ByteBuffer.allocateDirect(bytes).order(ByteOrder.nativeOrder());
     if (v != null) copy.put(v);
     copy.flip();
-    return new Gathered(copy, dt, shape);
+    return new Gathered(copy, dt, shape, recvSplits);
   }
 
   // ---- internals: staging of Java data for native code -----------------------

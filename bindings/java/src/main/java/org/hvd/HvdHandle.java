@@ -29,6 +29,7 @@ public final class HvdHandle<T> implements AutoCloseable {
   private final String description;
   private final Completion<T> completion;
   private final Runnable cleanup;  // frees scratch memory; runs exactly once
+  private final long[] recvSplits; // alltoall: filled by the completion; else null
   private Object keepAlive;        // the caller's buffers
   private long ptr;                // 0 once released
   private boolean done;
@@ -39,8 +40,9 @@ public final class HvdHandle<T> implements AutoCloseable {
   private final ReentrantLock lock = new ReentrantLock();
 
   HvdHandle(HvdContext ctx, long ptr, String description, Object keepAlive,
-            Completion<T> completion, Runnable cleanup) {
+            Completion<T> completion, Runnable cleanup, long[] recvSplits) {
     this.ctx = ctx;
+    this.recvSplits = recvSplits;
     this.ptr = ptr;
     this.description = description;
     this.keepAlive = keepAlive;
@@ -127,6 +129,29 @@ public final class HvdHandle<T> implements AutoCloseable {
     if (st == HvdNativeConstants.HVD_IN_PROGRESS) return false;
     succeed();
     return true;
+  }
+
+  /**
+   * For an alltoall that completed successfully: how many rows (elements, for
+   * the array overloads) this rank received from each rank, in rank order; they
+   * sum to the first dimension of the result. Throws IllegalStateException for
+   * another operation or before completion ({@link #await()} first), and the
+   * operation's own exception if it failed.
+   */
+  public long[] receivedSplits() {
+    if (recvSplits == null) {
+      throw new IllegalStateException(description + " is not an alltoall: no receive splits");
+    }
+    lock.lock();
+    try {
+      if (!done) {
+        throw new IllegalStateException(description + " has not completed: await() it first");
+      }
+      if (error != null) throw error;
+      return recvSplits.clone();
+    } finally {
+      lock.unlock();
+    }
   }
 
   /** What the operation is, e.g. "allreduce 'grad.w'". */

@@ -130,6 +130,46 @@ class SingleProcessTest {
   }
 
   @Test
+  void alltoallAndReducescatterInAWorldOfOne() {
+    assertArrayEquals(new float[] {1, 2}, Hvd.alltoall("a2a", new float[] {1, 2}, new long[] {2}), 0f);
+    assertArrayEquals(new long[] {3}, Hvd.alltoall("a2a.even", new long[] {3}, null));
+    assertArrayEquals(new double[0], Hvd.alltoall("a2a.empty", new double[0], new long[] {0}), 0.0);
+    HvdHandle<int[]> h = Hvd.alltoallAsync("a2a.async", new int[] {5, 6, 7}, null);
+    assertArrayEquals(new int[] {5, 6, 7}, h.await());
+    assertArrayEquals(new long[] {3}, h.receivedSplits());
+
+    assertArrayEquals(new double[] {0.5, 1.5}, Hvd.reducescatter("rs", new double[] {0.5, 1.5}, ReduceOp.SUM), 0.0);
+    assertArrayEquals(new int[] {-4}, Hvd.reducescatter("rs.i", new int[] {-4}, ReduceOp.MIN));
+    assertArrayEquals(new long[] {1L << 40}, Hvd.reducescatterAsync("rs.l", new long[] {1L << 40}, ReduceOp.PRODUCT).await());
+    assertArrayEquals(new float[] {2.5f}, Hvd.reducescatter("rs.f", new float[] {2.5f}, ReduceOp.AVERAGE), 0f);
+
+    ByteBuffer in = ByteBuffer.allocateDirect(4 * 2).order(ByteOrder.nativeOrder());
+    in.putShort((short) 1).putShort((short) -2).putShort((short) 3).putShort((short) 4).flip();
+    Gathered g = Hvd.alltoall("a2a.shaped", in, DataType.INT16, new long[] {2, 2}, new long[] {2});
+    assertArrayEquals(new long[] {2, 2}, g.shape());
+    assertArrayEquals(new long[] {2}, g.receivedSplits());
+    assertEquals(in, g.data());
+    Gathered r = Hvd.reducescatter("rs.shaped", in, DataType.INT16, new long[] {2, 2}, ReduceOp.MAX);
+    assertArrayEquals(new long[] {2, 2}, r.shape());
+    assertEquals(in, r.data());
+    assertEquals(null, r.receivedSplits());
+
+    HvdException e = assertThrows(HvdException.class, () -> Hvd.alltoall("bad", new int[2], new long[] {1, 1}));
+    assertEquals(HvdException.INVALID_ARGUMENT, e.status());
+    assertTrue(e.getMessage().contains("splits has 2 entries, must have one per rank"), e.getMessage());
+
+    // The JNI layer itself refuses a splits array whose length is not the
+    // context size (the library would read one entry per rank).
+    ByteBuffer two = ByteBuffer.allocateDirect(8).order(ByteOrder.nativeOrder());
+    for (long[] splits : new long[][] {{}, {1, 1}}) {
+      e = assertThrows(HvdException.class, () -> org.hvd.swig.HvdNative.hvdj_alltoall_async(
+          0, "jni", two, DataType.INT32.code(), new long[] {2}, splits, new long[1]));
+      assertEquals(HvdException.INVALID_ARGUMENT, e.status());
+      assertTrue(e.getMessage().contains("one per rank"), e.getMessage());
+    }
+  }
+
+  @Test
   void failuresThrowHvdExceptionWithTheLibraryMessage() {
     HvdException e = assertThrows(HvdException.class, () -> Hvd.broadcast("root", new float[] {1}, 3));
     assertEquals(HvdException.INVALID_ARGUMENT, e.status());
