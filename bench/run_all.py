@@ -151,8 +151,27 @@ class Runner:
     def store(self):
         return tempfile.mkdtemp(dir=self.tmp)
 
+    @staticmethod
+    def settle(limit_s=3.0):
+        """Waits (up to limit_s) until at most one task is runnable on the
+        machine, so that one job's stragglers (exiting Python interpreters,
+        MPI daemons) do not land in the next job's first timings."""
+        try:
+            with open("/proc/loadavg") as f:
+                f.read()
+        except OSError:
+            return
+        end = time.time() + limit_s
+        calm = 0
+        while time.time() < end and calm < 5:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+            calm = calm + 1 if running <= 1 else 0
+            time.sleep(0.02)
+
     def run(self, label, cmd, env=None, timeout=300, tags=None):
         env = env or self.base_env()
+        self.settle()
         t0 = time.time()
         self.logf.write(f"\n### {label}\n$ {shlex.join(cmd)}\n")
         self.logf.flush()
