@@ -335,6 +335,28 @@ uint8_t* ReduceColumn(Segment& s, hvd_reduce_kernel_fn reduce, uint32_t set, siz
 
 namespace {
 
+// Checks the spans and sums their counts; false with *why set when bad.
+bool SpansTotal(const hvd_transport_span_t* spans, size_t nspans, size_t es, size_t* total,
+                std::string* why) {
+  *total = 0;
+  if (spans == nullptr && nspans > 0) {
+    *why = "NULL span list";
+    return false;
+  }
+  for (size_t i = 0; i < nspans; ++i) {
+    if (spans[i].data == nullptr && spans[i].count > 0) {
+      *why = "span " + std::to_string(i) + " has a NULL buffer";
+      return false;
+    }
+    if (spans[i].count > SIZE_MAX / es - *total) {
+      *why = "byte count overflows size_t";
+      return false;
+    }
+    *total += spans[i].count;
+  }
+  return true;
+}
+
 // The spans of an allreduce as one sequence of elements.
 class SpanList {
  public:
@@ -373,27 +395,6 @@ class SpanList {
 };
 
 }  // namespace
-
-bool SpansTotal(const hvd_transport_span_t* spans, size_t nspans, size_t es, size_t* total,
-                std::string* why) {
-  *total = 0;
-  if (spans == nullptr && nspans > 0) {
-    *why = "NULL span list";
-    return false;
-  }
-  for (size_t i = 0; i < nspans; ++i) {
-    if (spans[i].data == nullptr && spans[i].count > 0) {
-      *why = "span " + std::to_string(i) + " has a NULL buffer";
-      return false;
-    }
-    if (spans[i].count > SIZE_MAX / es - *total) {
-      *why = "byte count overflows size_t";
-      return false;
-    }
-    *total += spans[i].count;
-  }
-  return true;
-}
 
 void Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
                hvd_dtype_t dtype, hvd_reduce_op_t op) {
@@ -459,6 +460,44 @@ void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport
       if (ke > kb) list.Scatter(done + kb, done + ke, s.Slot(set, k) + kb * es);
     }
   }
+}
+
+int AllreduceSpansEntry(Segment* s, hvd_reduce_kernel_fn reduce, int size, const char* who,
+                        const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
+                        hvd_reduce_op_t op, const std::function<int(void*, size_t)>& single,
+                        std::string* err) {
+  const std::string what = std::string(who) + " allreduce_spans: ";
+  const size_t es = DtypeSize(dtype);
+  if (es == 0) {
+    *err = what + "invalid dtype " + std::to_string(static_cast<int>(dtype));
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (op != HVD_SUM && op != HVD_MIN && op != HVD_MAX && op != HVD_PRODUCT) {
+    *err = what + "unsupported op " + ReduceOpName(op) + " (the core turns AVERAGE into SUM)";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  size_t total = 0;
+  std::string why;
+  if (!SpansTotal(spans, nspans, es, &total, &why)) {
+    *err = what + why;
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (total == 0 || size == 1) return HVD_OK;
+  if (s != nullptr) {
+    AllreduceSpans(*s, reduce, spans, nspans, es, dtype, op);
+    return HVD_OK;
+  }
+  size_t used = 0, last = 0;
+  for (size_t i = 0; i < nspans; ++i) {
+    if (spans[i].count > 0) {
+      ++used;
+      last = i;
+    }
+  }
+  if (used == 1) return single(spans[last].data, spans[last].count);
+  *err = what + "several spans need the shared-memory path, which is off (query allreduce_spans "
+                "answers 0: pack them and call allreduce)";
+  return HVD_ERR_UNSUPPORTED;
 }
 
 // Each slot is cut into one column per rank (64-byte multiples). Round t:

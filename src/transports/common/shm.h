@@ -156,11 +156,18 @@ void Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t cou
 // written where they lie: a fused allreduce needs no fusion buffer.
 void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport_span_t* spans,
                     size_t nspans, size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op);
-// Checks an allreduce_spans call's spans (a NULL list or a NULL buffer with a
-// count, a total that overflows bytes) and sums their counts; false with
-// *why set (no prefix) when they are bad.
-bool SpansTotal(const hvd_transport_span_t* spans, size_t nspans, size_t es, size_t* total,
-                std::string* why);
+// A plugin's allreduce_spans entry point (ABI v2), the same for every plugin:
+// checks dtype, op (SUM, MIN, MAX, PRODUCT) and spans; over the segment s
+// (when not null) reduces the spans in place; without it serves a single
+// non-empty span through `single` (the plugin's own allreduce) and refuses
+// several with HVD_ERR_UNSUPPORTED (the plugin's query("allreduce_spans")
+// then answers 0, so the core packs them). Returns an hvd status and sets
+// *err, prefixed with `who`, on failure. Throws shm::Error as the other
+// collectives do.
+int AllreduceSpansEntry(Segment* s, hvd_reduce_kernel_fn reduce, int size, const char* who,
+                        const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
+                        hvd_reduce_op_t op, const std::function<int(void*, size_t)>& single,
+                        std::string* err);
 // In place over the caller's blocks: block k is elements [start[k],
 // start[k + 1]) of base; this rank's block r becomes the rank-ordered
 // reduction of every rank's block r (the same bits an allreduce gives); the

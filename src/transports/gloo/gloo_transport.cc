@@ -595,43 +595,14 @@ int DoAllreduce(Comm& c, void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_
   return HVD_OK;
 }
 
-// ABI v2: over shared memory the spans are reduced where they lie. Elsewhere
-// query("allreduce_spans") answers 0, so the core packs them; a single span
-// is still served (as allreduce).
+// ABI v2: the spans reduced where they lie over shared memory (see
+// shm::AllreduceSpansEntry).
 int DoAllreduceSpans(Comm& c, const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                      hvd_reduce_op_t op) {
-  const size_t es = DtypeSize(dtype);
-  if (es == 0) {
-    c.last_error = "gloo allreduce_spans: invalid dtype " + std::to_string(static_cast<int>(dtype));
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  if (op != HVD_SUM && op != HVD_MIN && op != HVD_MAX && op != HVD_PRODUCT) {
-    c.last_error = std::string("gloo allreduce_spans: unsupported op ") + ReduceOpName(op) +
-                   " (the core turns AVERAGE into SUM)";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  size_t total = 0;
-  std::string why;
-  if (!shm::SpansTotal(spans, nspans, es, &total, &why)) {
-    c.last_error = "gloo allreduce_spans: " + why;
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  if (total == 0 || c.size == 1) return HVD_OK;
-  if (c.shm) {
-    shm::AllreduceSpans(*c.shm, c.reduce, spans, nspans, es, dtype, op);
-    return HVD_OK;
-  }
-  size_t used = 0, last = 0;
-  for (size_t i = 0; i < nspans; ++i) {
-    if (spans[i].count > 0) {
-      ++used;
-      last = i;
-    }
-  }
-  if (used == 1) return DoAllreduce(c, spans[last].data, spans[last].count, dtype, op);
-  c.last_error = "gloo allreduce_spans: several spans need the shared-memory path, which is off "
-                 "(query allreduce_spans answers 0: pack them and call allreduce)";
-  return HVD_ERR_UNSUPPORTED;
+  return shm::AllreduceSpansEntry(
+      c.shm.get(), c.reduce, c.size, "gloo", spans, nspans, dtype, op,
+      [&](void* buf, size_t count) { return DoAllreduce(c, buf, count, dtype, op); },
+      &c.last_error);
 }
 
 // In place over the caller's blocks (ABI v2): over shared memory each rank
