@@ -498,6 +498,36 @@ TEST_P(GlooWorld, AllreduceRejectsAverageAndStaysUsable) {
 
 uint8_t GatherByte(int rank, size_t j) { return static_cast<uint8_t>(rank * 31 + j * 7 + 1); }
 
+// One allgatherv of counts[r] bytes per rank (offsets offs, total in all),
+// out of place and then in place: every rank's bytes land where they belong
+// and nothing is written past the end.
+void CheckAllgatherv(void* comm, int rank, const std::vector<size_t>& counts,
+                     const std::vector<size_t>& offs, size_t total) {
+  const hvd_transport_v1_t* t = Plugin();
+  const int size = static_cast<int>(counts.size());
+  std::vector<uint8_t> send(counts[rank] + 1);
+  for (size_t j = 0; j < counts[rank]; ++j) send[j] = GatherByte(rank, j);
+  for (int in_place = 0; in_place < 2; ++in_place) {
+    std::vector<uint8_t> recv(total + 1, 0xEE);
+    const void* src = send.data();
+    if (in_place) {
+      std::memcpy(recv.data() + offs[rank], send.data(), counts[rank]);
+      src = recv.data() + offs[rank];
+    }
+    ASSERT_EQ(t->allgatherv(comm, src, recv.data(), counts.data()), HVD_OK)
+        << t->last_error(comm);
+    for (int r = 0; r < size; ++r) {
+      for (size_t j = 0; j < counts[r]; ++j) {
+        if (recv[offs[r] + j] != GatherByte(r, j)) {
+          ADD_FAILURE() << "rank " << rank << ": byte " << j << " from rank " << r;
+          return;
+        }
+      }
+    }
+    EXPECT_EQ(recv[total], 0xEE) << "wrote past the end";
+  }
+}
+
 TEST_P(GlooWorld, AllgathervUnevenIncludingZero) {
   const int size = Ranks();
   std::vector<size_t> counts(size);
@@ -513,27 +543,7 @@ TEST_P(GlooWorld, AllgathervUnevenIncludingZero) {
   }
   RunWorld(size, [&](int rank, void* comm) {
     const hvd_transport_v1_t* t = Plugin();
-    std::vector<uint8_t> send(counts[rank] + 1);
-    for (size_t j = 0; j < counts[rank]; ++j) send[j] = GatherByte(rank, j);
-    for (int in_place = 0; in_place < 2; ++in_place) {
-      std::vector<uint8_t> recv(total + 1, 0xEE);
-      const void* src = send.data();
-      if (in_place) {
-        std::memcpy(recv.data() + offs[rank], send.data(), counts[rank]);
-        src = recv.data() + offs[rank];
-      }
-      ASSERT_EQ(t->allgatherv(comm, src, recv.data(), counts.data()), HVD_OK)
-          << t->last_error(comm);
-      for (int r = 0; r < size; ++r) {
-        for (size_t j = 0; j < counts[r]; ++j) {
-          if (recv[offs[r] + j] != GatherByte(r, j)) {
-            ADD_FAILURE() << "rank " << rank << ": byte " << j << " from rank " << r;
-            return;
-          }
-        }
-      }
-      EXPECT_EQ(recv[total], 0xEE) << "wrote past the end";
-    }
+    CheckAllgatherv(comm, rank, counts, offs, total);
     // Everyone contributes nothing.
     std::vector<size_t> zeros(size, 0);
     EXPECT_EQ(t->allgatherv(comm, nullptr, nullptr, zeros.data()), HVD_OK)
@@ -1042,27 +1052,7 @@ TEST_P(GlooShm, BroadcastAndAllgathervAcrossRounds) {
       offs[r] = total;
       total += counts[r];
     }
-    std::vector<uint8_t> send(counts[rank] + 1);
-    for (size_t j = 0; j < counts[rank]; ++j) send[j] = GatherByte(rank, j);
-    for (int in_place = 0; in_place < 2; ++in_place) {
-      std::vector<uint8_t> recv(total + 1, 0xEE);
-      const void* src = send.data();
-      if (in_place) {
-        std::memcpy(recv.data() + offs[rank], send.data(), counts[rank]);
-        src = recv.data() + offs[rank];
-      }
-      ASSERT_EQ(t->allgatherv(comm, src, recv.data(), counts.data()), HVD_OK)
-          << t->last_error(comm);
-      for (int r = 0; r < size; ++r) {
-        for (size_t j = 0; j < counts[r]; ++j) {
-          if (recv[offs[r] + j] != GatherByte(r, j)) {
-            ADD_FAILURE() << "rank " << rank << ": byte " << j << " from rank " << r;
-            return;
-          }
-        }
-      }
-      EXPECT_EQ(recv[total], 0xEE) << "wrote past the end";
-    }
+    CheckAllgatherv(comm, rank, counts, offs, total);
   });
 }
 
