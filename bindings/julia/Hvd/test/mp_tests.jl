@@ -259,6 +259,22 @@ ts = @testset CountingTestSet "Hvd multi-process" begin
         @test allreduce(fill(1.0, 2); op = Hvd.Sum, name = "after.errors") == fill(Float64(N), 2)
     end
 
+    @testset "a name in flight is refused" begin
+        # Rank k submits "dup.k" and its duplicate before the barrier, the
+        # others after it, so "dup.k" is still in flight at rank k's check.
+        handles = []
+        for k in 0:N-1
+            if R == k
+                push!(handles, Hvd.allreduce_async!(ones(2); op = Hvd.Sum, name = "dup.$k"))
+                e = hvd_error(() -> Hvd.allreduce_async!(ones(2); name = "dup.$k"))
+                @test e isa HvdError && e.status == Hvd.HVD_ERR_DUPLICATE_NAME
+            end
+            Hvd.barrier()
+            R == k || push!(handles, Hvd.allreduce_async!(ones(2); op = Hvd.Sum, name = "dup.$k"))
+        end
+        @test all(wait(h) == fill(Float64(N), 2) for h in handles)
+    end
+
     @testset "dropped handles keep their arrays alive" begin
         arrays = [fill(Float64(R), 256) for _ in 1:10]
         let

@@ -309,14 +309,25 @@ def make_checks(hvd, size, rank):
 
     @add("duplicate_name")
     def _():
-        h = hvd.allreduce_async(np.ones(2), name="dup")
-        try:
-            hvd.allreduce_async(np.ones(2), name="dup")
-        except hvd.DuplicateNameError:
-            pass
-        else:
-            raise AssertionError("expected DuplicateNameError")
-        hvd.synchronize(h)
+        # A name is refused only while its first op is in flight. Rank k submits
+        # "dup.k" and its duplicate before the barrier, the others after it, so
+        # "dup.k" cannot complete (and free its name) before rank k's check.
+        handles = []
+        for k in range(size):
+            name = f"dup.{k}"
+            if rank == k:
+                handles.append(hvd.allreduce_async(np.ones(2), op=hvd.Sum, name=name))
+                try:
+                    hvd.allreduce_async(np.ones(2), name=name)
+                except hvd.DuplicateNameError:
+                    pass
+                else:
+                    raise AssertionError("expected DuplicateNameError")
+            hvd.barrier()
+            if rank != k:
+                handles.append(hvd.allreduce_async(np.ones(2), op=hvd.Sum, name=name))
+        for h in handles:
+            np.testing.assert_array_equal(hvd.synchronize(h), np.full(2, size))
 
     @add("auto_names")
     def _():
