@@ -20,6 +20,7 @@ import org.hvd.swig.HvdNative;
 public final class Hvd {
   private static HvdContext current;  // the default context's facade while initialized
   private static int refs;
+  private static boolean exitHookAdded;
 
   private Hvd() {}
 
@@ -45,6 +46,32 @@ public final class Hvd {
     }
     if (current == null || current.isClosed()) current = HvdContext.forDefault();
     refs++;
+    if (!exitHookAdded) {
+      Runtime.getRuntime().addShutdownHook(new Thread(Hvd::shutdownAtExit, "hvd-shutdown-at-exit"));
+      exitHookAdded = true;
+    }
+  }
+
+  /**
+   * The JVM's exit shuts the default context down if the program did not (as
+   * Python's atexit does): under mpirun that finalizes MPI, without which the
+   * launcher reports the rank as exiting improperly. Takes no lock: a thread
+   * may be blocked inside a synchronized method (a rendezvous in init) while
+   * the JVM exits. hvd_shutdown is thread-safe and counts references, so it
+   * is called until the context is gone (bounded, in case another thread
+   * keeps calling init).
+   */
+  private static void shutdownAtExit() {
+    try {
+      int[] on = new int[1];
+      for (int i = 0; i < 1024; ++i) {
+        HvdNative.hvd_is_initialized(on);
+        if (on[0] == 0) return;
+        HvdNative.hvd_shutdown();
+      }
+    } catch (Throwable t) {
+      // Nothing can be reported once the JVM is exiting.
+    }
   }
 
   /**

@@ -33,24 +33,41 @@ class MultiProcessTest {
 
   static Result hvdrun(int np, String mainClass) throws Exception {
     assumeTrue(new File(HVDRUN).canExecute(), "hvdrun not built at '" + HVDRUN + "'");
+    return launch(List.of(HVDRUN, "-np", String.valueOf(np), "--tag-output", "--start-timeout", "60"),
+        mainClass);
+  }
+
+  /** Open MPI's mpirun from PATH, or null. */
+  static String mpirun() {
+    for (String dir : System.getenv().getOrDefault("PATH", "").split(File.pathSeparator)) {
+      File f = new File(dir, "mpirun");
+      if (f.canExecute()) return f.getPath();
+    }
+    return null;
+  }
+
+  /** Runs `launcher... java ... mainClass` and waits up to 150 s. */
+  static Result launch(List<String> launcher, String mainClass) throws Exception {
     String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
-    List<String> cmd = new ArrayList<>(List.of(HVDRUN, "-np", String.valueOf(np), "--tag-output",
-        "--start-timeout", "60", java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+    List<String> cmd = new ArrayList<>(launcher);
+    cmd.addAll(List.of(java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
         "-cp", CLASSPATH, mainClass));
+    int np = Integer.parseInt(launcher.get(launcher.indexOf("-np") + 1));
     Path log = Files.createTempFile("hvdrun-", ".log");
     ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile());
     long t0 = System.nanoTime();
     Process p = pb.start();
     if (!p.waitFor(150, TimeUnit.SECONDS)) {
       p.destroyForcibly();
-      throw new AssertionError("hvdrun did not finish in 150 s: " + Files.readString(log));
+      throw new AssertionError(launcher.get(0) + " did not finish in 150 s: " + Files.readString(log));
     }
     Result r = new Result();
     r.exit = p.exitValue();
     r.output = Files.readString(log, StandardCharsets.UTF_8);
     r.seconds = (System.nanoTime() - t0) / 1e9;
     Files.deleteIfExists(log);
-    System.out.printf("hvdrun -np %d %s: exit %d in %.1f s%n", np, mainClass, r.exit, r.seconds);
+    System.out.printf("%s -np %d %s: exit %d in %.1f s%n", new File(launcher.get(0)).getName(), np,
+        mainClass, r.exit, r.seconds);
     return r;
   }
 
@@ -105,5 +122,25 @@ class MultiProcessTest {
     assertEquals(0, r.exit, r.output);
     assertTrue(r.output.contains("rank 0: HVD_ERR_ABORTED") || r.output.contains("rank 0: HVD_ERR_TRANSPORT"),
         r.output);
+  }
+
+  /**
+   * A program that never calls Hvd.shutdown() still exits cleanly: the JVM's
+   * exit shuts hvd down. Under mpirun (the MPI transport) a rank that exits
+   * without finalizing MPI makes mpirun report an improper exit, status 1.
+   */
+  @Test
+  void exitingWithoutShutdownIsClean() throws Exception {
+    Result r = hvdrun(2, "org.hvd.it.NoShutdownMain");
+    assertEquals(0, r.exit, r.output);
+    assertTrue(r.output.contains("rank 0: sum 3") && r.output.contains("rank 1: sum 3"), r.output);
+
+    String mpirun = mpirun();
+    assumeTrue(mpirun != null, "no mpirun on PATH: the MPI half of this test did not run");
+    r = launch(List.of(mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2"),
+        "org.hvd.it.NoShutdownMain");
+    assertEquals(0, r.exit, r.output);
+    assertTrue(r.output.contains("rank 0: sum 3") && r.output.contains("rank 1: sum 3"), r.output);
+    assertTrue(!r.output.contains("exiting improperly"), r.output);
   }
 }
