@@ -165,6 +165,11 @@ typedef struct hvd_params {
     const char *network_interface;    /* HVD_PARAM_NETWORK_INTERFACE          */
     void *mpi_comm;                   /* HVD_PARAM_MPI_COMM: pointer to an MPI_Comm */
     double transport_timeout_s;       /* HVD_PARAM_TRANSPORT_TIMEOUT          */
+    int32_t autotune;                 /* HVD_PARAM_AUTOTUNE: 0 off, 1 on (the
+                                       * tuner's knobs stay HVD_AUTOTUNE_*)   */
+    const char *transport_path;       /* HVD_PARAM_TRANSPORT_PATH: ':'-separated
+                                       * plugin folders searched before the one
+                                       * of libhvd.so; NULL or "" = that one only */
 } hvd_params_t;
 
 #define HVD_PARAM_RANK               (1ULL << 0)
@@ -189,12 +194,14 @@ typedef struct hvd_params {
 #define HVD_PARAM_NETWORK_INTERFACE  (1ULL << 19)
 #define HVD_PARAM_MPI_COMM           (1ULL << 20)
 #define HVD_PARAM_TRANSPORT_TIMEOUT  (1ULL << 21)
-#define HVD_PARAM_ALL_               ((1ULL << 22) - 1) /* bits this header knows */
+#define HVD_PARAM_AUTOTUNE           (1ULL << 22)
+#define HVD_PARAM_TRANSPORT_PATH     (1ULL << 23)
+#define HVD_PARAM_ALL_               ((1ULL << 24) - 1) /* bits this header knows */
 
 /* Every field listed, so user code builds cleanly with -Wextra -Werror. */
 #define HVD_PARAMS_INIT                                                              \
     {sizeof(hvd_params_t), 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, 0.0, 0, \
-     0.0, 0.0, 0.0, NULL, NULL, NULL, 0, NULL, NULL, 0.0}
+     0.0, 0.0, 0.0, NULL, NULL, NULL, 0, NULL, NULL, 0.0, 0, NULL}
 
 /* ------------------------------------------------------------------------ */
 /* Library.                                                                 */

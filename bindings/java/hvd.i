@@ -271,6 +271,8 @@ HVDJ_OPAQUE(hvd_handle_t)
 %ignore HVD_PARAM_NETWORK_INTERFACE;
 %ignore HVD_PARAM_MPI_COMM;
 %ignore HVD_PARAM_TRANSPORT_TIMEOUT;
+%ignore HVD_PARAM_AUTOTUNE;
+%ignore HVD_PARAM_TRANSPORT_PATH;
 %ignore HVD_PARAM_ALL_;
 %ignore hvd_oob_allgather_fn;
 %ignore hvd_log_fn;
@@ -330,6 +332,11 @@ class HvdjParams {
     p_.transport_timeout_s = v;
     p_.mask |= HVD_PARAM_TRANSPORT_TIMEOUT;
   }
+  void setAutotune(int32_t v) { p_.autotune = v; p_.mask |= HVD_PARAM_AUTOTUNE; }
+  void setTransportPath(const char* v) {
+    transport_path_ = v ? v : "";
+    p_.mask |= HVD_PARAM_TRANSPORT_PATH;
+  }
   // callback: an org.hvd.OobAllgather; requires rank and size to be set (the
   // trampoline checks the result length against size * bytes).
   void setOob(JNIEnv* jenv, jobject callback) {
@@ -349,6 +356,7 @@ class HvdjParams {
     p_.secret = secret_.c_str();
     p_.timeline_path = timeline_.c_str();
     p_.network_interface = network_interface_.c_str();
+    p_.transport_path = transport_path_.c_str();
     return &p_;
   }
 
@@ -389,7 +397,8 @@ class HvdjParams {
   }
 
   hvd_params_t p_;
-  std::string transport_, rendezvous_addr_, secret_, timeline_, network_interface_;
+  std::string transport_, rendezvous_addr_, secret_, timeline_, network_interface_,
+      transport_path_;
   jobject oob_ = nullptr;
 #endif
 };

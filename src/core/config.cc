@@ -240,6 +240,7 @@ std::string Config::ToString() const {
      << " local_size=" << local_size << " cross_rank=" << cross_rank
      << " cross_size=" << cross_size << " rank_source=" << rank_source
      << " transport=" << (transport.empty() ? "(auto)" : transport)
+     << " transport_path=" << (transport_path.empty() ? "(next to libhvd.so)" : transport_path)
      << " rendezvous=" << (rendezvous_addr.empty() ? "(none)" : rendezvous_addr)
      << (host_store ? " (hosted here)" : "") << " oob=" << (oob_allgather ? "yes" : "no")
      << " secret=" << (secret.empty() ? "(none)" : "(set)")
@@ -304,6 +305,7 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
   HVD_STR(HVD_PARAM_TIMELINE, timeline_path, "HVD_TIMELINE", &c.timeline_path);
   HVD_STR(HVD_PARAM_NETWORK_INTERFACE, network_interface, "HVD_NETWORK_INTERFACE",
           &c.network_interface);
+  HVD_STR(HVD_PARAM_TRANSPORT_PATH, transport_path, "HVD_TRANSPORT_PATH", &c.transport_path);
 #undef HVD_STR
 
   // torchrun style: MASTER_ADDR/MASTER_PORT name a store that rank 0 hosts.
@@ -403,15 +405,21 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     }
   }
 
-  // Autotuning (environment only, as the tuner's knobs are experiment settings).
+  // Autotuning: the switch from params or the environment; the tuner's knobs
+  // from the environment only, as they are experiment settings.
   {
-    std::string v = EnvStr(env, "HVD_AUTOTUNE");
-    if (!v.empty()) {
-      if (v == "1" || v == "true" || v == "yes" || v == "on") {
-        c.autotune = true;
-      } else if (v != "0" && v != "false" && v != "no" && v != "off") {
-        return InvalidArgument("HVD_AUTOTUNE='" + v + "' is not one of 1, 0, true, false, yes, no, on, off");
+    HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_AUTOTUNE, autotune, &i32));
+    std::string v = set ? std::string() : EnvStr(env, "HVD_AUTOTUNE");
+    if (set) {
+      if (i32 != 0 && i32 != 1) {
+        return InvalidArgument("params.autotune is " + std::to_string(i32) +
+                               "; it must be 0 (off) or 1 (on)");
       }
+      c.autotune = i32 == 1;
+    } else if (v == "1" || v == "true" || v == "yes" || v == "on") {
+      c.autotune = true;
+    } else if (!v.empty() && v != "0" && v != "false" && v != "no" && v != "off") {
+      return InvalidArgument("HVD_AUTOTUNE='" + v + "' is not one of 1, 0, true, false, yes, no, on, off");
     }
     c.autotune_log = EnvStr(env, "HVD_AUTOTUNE_LOG");
     struct Count {
@@ -435,7 +443,6 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     }
   }
 
-  c.transport_path = EnvStr(env, "HVD_TRANSPORT_PATH");
   c.hostname = EnvStr(env, "HVD_HOSTNAME");
   if (c.hostname.empty()) {
     char buf[256] = {0};

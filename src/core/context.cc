@@ -360,12 +360,10 @@ Status ContextImpl::ResolveLocalTopology() {
 Status ContextImpl::Start() {
   HVD_LOG(log_, HVD_LOG_DEBUG, "config: " << cfg_.ToString());
   std::string transport = ChooseTransport();
-  if (!cfg_.transport.empty() && transport != cfg_.transport &&
-      !Transport::Available(cfg_.transport, cfg_.transport_path)) {
-    return Error(HVD_ERR_NOT_FOUND, "transport '" + cfg_.transport +
-                                        "' is not available (no built-in and no plugin "
-                                        "libhvd_transport_" + cfg_.transport +
-                                        ".so found; set HVD_TRANSPORT_PATH?)");
+  // A transport asked for by name must exist even where another serves (a
+  // world of one), so a typo or a missing plugin still fails.
+  if (!cfg_.transport.empty() && transport != cfg_.transport) {
+    HVD_CHECK(Transport::Check(cfg_.transport, cfg_.transport_path));
   }
   if (cfg_.size > 1 && transport != "mpi") {
     HVD_CHECK(Rendezvous());

@@ -104,16 +104,17 @@ Result<Found> Find(const std::string& name, const std::string& search_path) {
   }
   return Error(HVD_ERR_NOT_FOUND, "transport '" + name + "' is not available: " + file +
                                       " was not found in " + (looked.empty() ? "(no folders)" : looked) +
-                                      " (set HVD_TRANSPORT_PATH, or build hvd with that transport)");
+                                      " (set params.transport_path or HVD_TRANSPORT_PATH, or "
+                                      "build hvd with that transport)");
 }
 
 }  // namespace
 
-bool Transport::Available(const std::string& name, const std::string& search_path) {
+Status Transport::Check(const std::string& name, const std::string& search_path) {
   auto f = Find(name, search_path);
-  if (!f.ok()) return false;
+  if (!f.ok()) return f.status();
   if (f->dl != nullptr) dlclose(f->dl);
-  return true;
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,

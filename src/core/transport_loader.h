@@ -1,7 +1,7 @@
 // Finds, loads and wraps a transport: built-in tables first (the single-rank
 // "local" transport, and whatever the static library compiled in), then
-// libhvd_transport_<name>.so in the HVD_TRANSPORT_PATH folders and next to
-// libhvd.so itself.
+// libhvd_transport_<name>.so in the transport path's folders
+// (params.transport_path or HVD_TRANSPORT_PATH) and next to libhvd.so itself.
 #pragma once
 
 #include <memory>
@@ -20,8 +20,12 @@ class Transport {
   static Result<std::unique_ptr<Transport>> Open(const std::string& name,
                                                  const std::string& search_path,
                                                  const hvd_transport_env_v1_t& env, Logger* log);
-  // True if a table for `name` can be found (does not connect).
-  static bool Available(const std::string& name, const std::string& search_path);
+  // OK if a table for `name` can be found (does not connect); else why not,
+  // naming the folders searched.
+  static Status Check(const std::string& name, const std::string& search_path);
+  static bool Available(const std::string& name, const std::string& search_path) {
+    return Check(name, search_path).ok();
+  }
 
   ~Transport();
   Transport(const Transport&) = delete;

@@ -4,10 +4,11 @@
  * A transport is a shared object libhvd_transport_<name>.so exporting
  *     const hvd_transport_v1_t *hvd_transport_plugin_v1(void);
  * The core finds it next to libhvd.so (or in the directories of
- * HVD_TRANSPORT_PATH), dlopens it, and asks for the newest table version it
- * knows, falling back to older ones. A plugin never links against libhvd: all
- * it needs from the core (the rendezvous key-value store, the logger, the
- * reduction kernels) comes in through hvd_transport_env_v1_t.
+ * params.transport_path or HVD_TRANSPORT_PATH), dlopens it, and asks for the
+ * newest table version it knows, falling back to older ones. A plugin never
+ * links against libhvd: all it needs from the core (the rendezvous key-value
+ * store, the logger, the reduction kernels) comes in through
+ * hvd_transport_env_v1_t.
  *
  * Threading: every entry point of one communicator is called from one thread
  * at a time (the context's background thread). Entry points are noexcept:

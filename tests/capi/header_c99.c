@@ -11,6 +11,8 @@ typedef char hvd_check_code_[(HVD_VERSION == HVD_VERSION_CODE(HVD_VERSION_MAJOR,
                                                               HVD_VERSION_PATCH)) ? 1 : -1];
 typedef char hvd_check_ndim_[(HVD_MAX_NDIM == 32) ? 1 : -1];
 typedef char hvd_check_all_[(HVD_PARAM_ALL_ & HVD_PARAM_TRANSPORT_TIMEOUT) ? 1 : -1];
+typedef char hvd_check_last_[(HVD_PARAM_ALL_ == (HVD_PARAM_TRANSPORT_PATH << 1) - 1 &&
+                              (HVD_PARAM_ALL_ & HVD_PARAM_AUTOTUNE)) ? 1 : -1];
 
 static int oob(const void *send, void *recv, size_t bytes, void *user) {
     (void)send; (void)recv; (void)bytes; (void)user;
@@ -88,10 +90,13 @@ int hvd_header_c99_touch(void) {
              HVD_PARAM_FUSION_THRESHOLD | HVD_PARAM_CYCLE_TIME | HVD_PARAM_CACHE_CAPACITY |
              HVD_PARAM_STALL_WARNING | HVD_PARAM_STALL_SHUTDOWN | HVD_PARAM_START_TIMEOUT |
              HVD_PARAM_TIMELINE | HVD_PARAM_LOG_FN | HVD_PARAM_LOG_LEVEL |
-             HVD_PARAM_NETWORK_INTERFACE | HVD_PARAM_MPI_COMM | HVD_PARAM_TRANSPORT_TIMEOUT;
+             HVD_PARAM_NETWORK_INTERFACE | HVD_PARAM_MPI_COMM | HVD_PARAM_TRANSPORT_TIMEOUT |
+             HVD_PARAM_AUTOTUNE | HVD_PARAM_TRANSPORT_PATH;
     p.oob_allgather = f;
     p.log_fn = lf;
     p.log_level = HVD_LOG_ERROR + HVD_LOG_WARNING + HVD_LOG_INFO + HVD_LOG_DEBUG + HVD_LOG_TRACE;
+    p.autotune = 1;
+    p.transport_path = "/opt/hvd/plugins";
     t.data = NULL;
     t.dtype = dt;
     t.ndim = 1;

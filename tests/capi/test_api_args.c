@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -91,6 +92,8 @@ static void test_params_init_macro(void **state) {
     assert_null(p.network_interface);
     assert_null(p.mpi_comm);
     assert_true(p.transport_timeout_s == 0.0);
+    assert_int_equal(p.autotune, 0);
+    assert_null(p.transport_path);
 }
 
 static void test_tensor_init_macro(void **state) {
@@ -132,7 +135,10 @@ static void test_frozen_numbers_and_layout(void **state) {
     assert_int_equal(HVD_SUM, 0);
     assert_int_equal(HVD_AVERAGE, 1);
     assert_int_equal(HVD_PRODUCT, 4);
-    assert_int_equal(HVD_PARAM_ALL_, (1ULL << 22) - 1);
+    assert_int_equal(HVD_PARAM_TRANSPORT_TIMEOUT, 1ULL << 21);
+    assert_int_equal(HVD_PARAM_AUTOTUNE, 1ULL << 22);
+    assert_int_equal(HVD_PARAM_TRANSPORT_PATH, 1ULL << 23);
+    assert_int_equal(HVD_PARAM_ALL_, (1ULL << 24) - 1);
 #if defined(__x86_64__) || defined(__aarch64__)
     assert_int_equal(sizeof(hvd_tensor_t), 40);
     assert_int_equal(offsetof(hvd_tensor_t, dtype), 8);
@@ -140,7 +146,7 @@ static void test_frozen_numbers_and_layout(void **state) {
     assert_int_equal(offsetof(hvd_tensor_t, shape), 16);
     assert_int_equal(offsetof(hvd_tensor_t, device), 24);
     assert_int_equal(offsetof(hvd_tensor_t, stream), 32);
-    assert_int_equal(sizeof(hvd_params_t), 184);
+    assert_int_equal(sizeof(hvd_params_t), 200);
     assert_int_equal(offsetof(hvd_params_t, mask), 8);
     assert_int_equal(offsetof(hvd_params_t, rank), 16);
     assert_int_equal(offsetof(hvd_params_t, cross_size), 36);
@@ -154,6 +160,8 @@ static void test_frozen_numbers_and_layout(void **state) {
     assert_int_equal(offsetof(hvd_params_t, network_interface), 160);
     assert_int_equal(offsetof(hvd_params_t, mpi_comm), 168);
     assert_int_equal(offsetof(hvd_params_t, transport_timeout_s), 176);
+    assert_int_equal(offsetof(hvd_params_t, autotune), 184);
+    assert_int_equal(offsetof(hvd_params_t, transport_path), 192);
 #endif
 }
 
@@ -377,9 +385,13 @@ static void test_params_older_client(void **state) {
     hvd_params_t init = HVD_PARAMS_INIT;
     hvd_params_t *p = (hvd_params_t *)(void *)buf;
     hvd_context_t ctx = NULL;
+    /* ..., the struct before autotune and transport_path, then before
+     * transport_path alone. */
     const size_t sizes[] = {offsetof(hvd_params_t, transport),
                             offsetof(hvd_params_t, network_interface),
-                            offsetof(hvd_params_t, transport_timeout_s)};
+                            offsetof(hvd_params_t, transport_timeout_s),
+                            offsetof(hvd_params_t, autotune),
+                            offsetof(hvd_params_t, transport_path)};
     size_t i;
     (void)state;
     for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
@@ -401,7 +413,7 @@ static void test_params_unknown_mask_bits(void **state) {
     hvd_params_t p = world_of_one_params();
     hvd_context_t ctx = (hvd_context_t)(uintptr_t)0x10;
     (void)state;
-    p.mask |= HVD_PARAM_ALL_ + 1; /* bit 22 */
+    p.mask |= HVD_PARAM_ALL_ + 1; /* bit 24 */
     EXPECT_FAIL(hvd_context_create(&p, &ctx), HVD_ERR_UNSUPPORTED);
     assert_null(ctx);
     p.mask = HVD_PARAM_RANK | HVD_PARAM_SIZE | (1ULL << 63);
@@ -422,17 +434,148 @@ static void test_params_struct_too_small(void **state) {
     /* Ends half-way through the field. */
     p.struct_size = offsetof(hvd_params_t, transport) + 4;
     EXPECT_FAIL(hvd_context_create(&p, &ctx), HVD_ERR_INVALID_ARGUMENT);
-    /* The last field. */
+    /* The last fields: an older caller (struct ending before them) that sets
+     * their bits gets an error naming the field. */
     p = world_of_one_params();
     p.mask |= HVD_PARAM_TRANSPORT_TIMEOUT;
     p.transport_timeout_s = 10.0;
     p.struct_size = offsetof(hvd_params_t, transport_timeout_s);
     EXPECT_FAIL(hvd_context_create(&p, &ctx), HVD_ERR_INVALID_ARGUMENT);
+    p = world_of_one_params();
+    p.mask |= HVD_PARAM_AUTOTUNE;
+    p.autotune = 1;
+    p.struct_size = offsetof(hvd_params_t, autotune);
+    EXPECT_FAIL_MSG(hvd_context_create(&p, &ctx), HVD_ERR_INVALID_ARGUMENT, "autotune",
+                    "struct_size");
+    p = world_of_one_params();
+    p.mask |= HVD_PARAM_TRANSPORT_PATH;
+    p.transport_path = "/tmp";
+    p.struct_size = offsetof(hvd_params_t, autotune);
+    EXPECT_FAIL_MSG(hvd_context_create(&p, &ctx), HVD_ERR_INVALID_ARGUMENT, "transport_path",
+                    "struct_size");
+    p.struct_size = offsetof(hvd_params_t, transport_path);
+    EXPECT_FAIL_MSG(hvd_context_create(&p, &ctx), HVD_ERR_INVALID_ARGUMENT, "transport_path",
+                    "struct_size");
+    assert_null(ctx);
     /* Too small to hold even the mask. */
     p = world_of_one_params();
     p.struct_size = 4;
     EXPECT_FAIL(hvd_context_create(&p, &ctx), HVD_ERR_INVALID_ARGUMENT);
     assert_null(ctx);
+}
+
+/* The "config: ..." line a context logs at debug level (one setting each). */
+static pthread_mutex_t g_config_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_config_line[4096];
+
+static void capture_config(int level, const char *msg, void *user) {
+    (void)level;
+    (void)user;
+    if (strncmp(msg, "config: ", 8) != 0) return;
+    pthread_mutex_lock(&g_config_mu);
+    snprintf(g_config_line, sizeof(g_config_line), "%s", msg);
+    pthread_mutex_unlock(&g_config_mu);
+}
+
+/* Creates and destroys a context from p (logging at debug level into
+ * g_config_line); returns the status of the creation. */
+static hvd_status_t create_logging_config(hvd_params_t p) {
+    hvd_context_t ctx = NULL;
+    hvd_status_t st;
+    p.mask |= HVD_PARAM_LOG_FN | HVD_PARAM_LOG_LEVEL;
+    p.log_fn = capture_config;
+    p.log_level = HVD_LOG_DEBUG;
+    g_config_line[0] = '\0';
+    hvd_clear_last_error();
+    st = hvd_context_create(&p, &ctx);
+    if (st == HVD_OK) {
+        EXPECT_OK(hvd_context_destroy(ctx));
+    } else {
+        assert_null(ctx);
+    }
+    return st;
+}
+
+static void expect_config(const char *needle) {
+    if (strstr(g_config_line, needle) == NULL)
+        fail_msg("config line \"%s\" lacks \"%s\"", g_config_line, needle);
+}
+
+static void test_params_autotune(void **state) {
+    hvd_params_t p = world_of_one_params();
+    (void)state;
+    /* Bit clear: the environment applies, as before the field existed. */
+    setenv("HVD_AUTOTUNE", "1", 1);
+    EXPECT_OK(create_logging_config(p));
+    expect_config("autotune=on");
+    /* Bit set: the field wins over HVD_AUTOTUNE, either way. */
+    p.mask |= HVD_PARAM_AUTOTUNE;
+    p.autotune = 0;
+    EXPECT_OK(create_logging_config(p));
+    expect_config("autotune=off");
+    setenv("HVD_AUTOTUNE", "not-a-switch", 1); /* not even parsed */
+    p.autotune = 1;
+    EXPECT_OK(create_logging_config(p));
+    expect_config("autotune=on");
+    unsetenv("HVD_AUTOTUNE");
+    /* Only 0 and 1. */
+    p.autotune = 2;
+    assert_int_equal(create_logging_config(p), HVD_ERR_INVALID_ARGUMENT);
+    if (strstr(hvd_last_error(), "params.autotune is 2") == NULL)
+        fail_msg("unclear message: %s", hvd_last_error());
+    p.autotune = -1;
+    assert_int_equal(create_logging_config(p), HVD_ERR_INVALID_ARGUMENT);
+}
+
+/* transport_path is searched for plugins: a transport asked for by name must
+ * be found there even where a world of one runs on "local". The plugin
+ * "alias" exists only in a temporary folder (a link to the Gloo plugin). */
+static void test_params_transport_path(void **state) {
+    const char *lib_dir = getenv("HVD_TRANSPORT_PATH"); /* ctest: the build's lib folder */
+    char env_saved[4096], dir[] = "/tmp/hvd_capi_plugins_XXXXXX", target[4200], alias[4200];
+    hvd_params_t p = world_of_one_params();
+    (void)state;
+    if (lib_dir == NULL || lib_dir[0] == '\0' || strlen(lib_dir) >= sizeof(env_saved)) skip();
+    snprintf(env_saved, sizeof(env_saved), "%s", lib_dir);
+    snprintf(target, sizeof(target), "%s/libhvd_transport_gloo.so", env_saved);
+    if (access(target, R_OK) != 0) skip(); /* Gloo plugin not built */
+    assert_non_null(mkdtemp(dir));
+    snprintf(alias, sizeof(alias), "%s/libhvd_transport_alias.so", dir);
+    assert_int_equal(symlink(target, alias), 0);
+
+    p.mask |= HVD_PARAM_TRANSPORT | HVD_PARAM_TRANSPORT_PATH;
+    p.transport = "alias";
+    /* The param names the folder: found. */
+    p.transport_path = dir;
+    EXPECT_OK(create_logging_config(p));
+    expect_config(dir);
+    /* The param wins over HVD_TRANSPORT_PATH: pointing elsewhere, not found,
+     * and the message names the folder searched. */
+    setenv("HVD_TRANSPORT_PATH", dir, 1);
+    p.transport_path = "/nonexistent/hvd-plugins";
+    EXPECT_FAIL_MSG(create_logging_config(p), HVD_ERR_NOT_FOUND, "/nonexistent/hvd-plugins",
+                    "libhvd_transport_alias.so");
+    if (strstr(hvd_last_error(), dir) != NULL)
+        fail_msg("searched the environment's folder: %s", hvd_last_error());
+    /* NULL or "" with the bit set: the default (next to libhvd.so only). */
+    p.transport_path = "";
+    EXPECT_FAIL(create_logging_config(p), HVD_ERR_NOT_FOUND);
+    p.transport_path = NULL;
+    EXPECT_FAIL(create_logging_config(p), HVD_ERR_NOT_FOUND);
+    /* Bit clear: HVD_TRANSPORT_PATH applies as before. */
+    p.mask &= ~HVD_PARAM_TRANSPORT_PATH;
+    p.transport_path = "/nonexistent/hvd-plugins";
+    EXPECT_OK(create_logging_config(p));
+    /* The build's lib folder as the param: the real plugins load from it. */
+    p.mask |= HVD_PARAM_TRANSPORT_PATH;
+    p.transport_path = env_saved;
+    p.transport = "gloo";
+    EXPECT_OK(create_logging_config(p));
+    expect_config(env_saved);
+
+    setenv("HVD_TRANSPORT_PATH", env_saved, 1);
+    assert_int_equal(unlink(alias), 0);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -839,6 +982,8 @@ int main(void) {
         cmocka_unit_test(test_params_older_client),
         cmocka_unit_test(test_params_unknown_mask_bits),
         cmocka_unit_test(test_params_struct_too_small),
+        cmocka_unit_test(test_params_autotune),
+        cmocka_unit_test(test_params_transport_path),
     };
     const struct CMUnitTest with_context[] = {
         cmocka_unit_test(test_context_bad_arguments),

@@ -189,6 +189,59 @@ TEST(Config, Autotune) {
   EXPECT_EQ(on.autotune_samples, 5);
 }
 
+TEST(Config, AutotuneParamOverridesEnvironment) {
+  hvd_params_t p = HVD_PARAMS_INIT;
+  p.autotune = 1;
+  p.mask = HVD_PARAM_AUTOTUNE;
+  EXPECT_TRUE(MustResolve(&p, {}).autotune);
+  EXPECT_TRUE(MustResolve(&p, {{"HVD_AUTOTUNE", "0"}}).autotune);
+  p.autotune = 0;
+  EXPECT_FALSE(MustResolve(&p, {{"HVD_AUTOTUNE", "1"}}).autotune);
+  // The param replaces the switch only: the knobs still come from the environment,
+  // and an HVD_AUTOTUNE the param overrides is not parsed.
+  p.autotune = 1;
+  Config c = MustResolve(&p, {{"HVD_AUTOTUNE", "maybe"}, {"HVD_AUTOTUNE_SAMPLES", "7"}});
+  EXPECT_TRUE(c.autotune);
+  EXPECT_EQ(c.autotune_samples, 7);
+  EXPECT_NE(c.ToString().find("autotune=on"), std::string::npos);
+  // Bit not set: the environment applies as before, whatever the field holds.
+  p.mask = 0;
+  EXPECT_TRUE(MustResolve(&p, {{"HVD_AUTOTUNE", "on"}}).autotune);
+  EXPECT_FALSE(MustResolve(&p, {}).autotune);
+
+  for (int32_t bad : {2, -1}) {
+    p.autotune = bad;
+    p.mask = HVD_PARAM_AUTOTUNE;
+    auto r = ResolveConfig(&p, FakeEnv({}));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(r.status().message().find("params.autotune is " + std::to_string(bad)),
+              std::string::npos)
+        << r.status().message();
+  }
+}
+
+TEST(Config, TransportPathParamOverridesEnvironment) {
+  EXPECT_EQ(MustResolve(nullptr, {}).transport_path, "");
+  EXPECT_EQ(MustResolve(nullptr, {{"HVD_TRANSPORT_PATH", "/env/a:/env/b"}}).transport_path,
+            "/env/a:/env/b");
+  hvd_params_t p = HVD_PARAMS_INIT;
+  p.transport_path = "/params/plugins";
+  p.mask = HVD_PARAM_TRANSPORT_PATH;
+  Config c = MustResolve(&p, {{"HVD_TRANSPORT_PATH", "/env/a"}});
+  EXPECT_EQ(c.transport_path, "/params/plugins");
+  EXPECT_NE(c.ToString().find("transport_path=/params/plugins"), std::string::npos);
+  // NULL or "" with the bit set: the default (next to libhvd.so), not the environment's.
+  p.transport_path = "";
+  EXPECT_EQ(MustResolve(&p, {{"HVD_TRANSPORT_PATH", "/env/a"}}).transport_path, "");
+  p.transport_path = nullptr;
+  EXPECT_EQ(MustResolve(&p, {{"HVD_TRANSPORT_PATH", "/env/a"}}).transport_path, "");
+  // Bit not set: the field is ignored.
+  p.transport_path = "/params/plugins";
+  p.mask = 0;
+  EXPECT_EQ(MustResolve(&p, {{"HVD_TRANSPORT_PATH", "/env/a"}}).transport_path, "/env/a");
+}
+
 TEST(Config, ParamsStructVersioning) {
   hvd_params_t p = HVD_PARAMS_INIT;
   p.mask = 1ULL << 60;
@@ -207,6 +260,38 @@ TEST(Config, ParamsStructVersioning) {
   auto r2 = ResolveConfig(&old, FakeEnv({}));
   ASSERT_FALSE(r2.ok());
   EXPECT_EQ(r2.status().code(), HVD_ERR_INVALID_ARGUMENT);
+
+  // A caller built before autotune and transport_path (its struct ends at
+  // transport_timeout_s): fine while it leaves their bits clear, a clear error
+  // naming the field if it sets one.
+  hvd_params_t v0 = HVD_PARAMS_INIT;
+  v0.struct_size = offsetof(hvd_params_t, autotune);
+  v0.transport_timeout_s = 12.5;
+  v0.mask = HVD_PARAM_TRANSPORT_TIMEOUT;
+  EXPECT_DOUBLE_EQ(MustResolve(&v0, {{"HVD_AUTOTUNE", "1"}}).transport_timeout_s, 12.5);
+  EXPECT_TRUE(MustResolve(&v0, {{"HVD_AUTOTUNE", "1"}}).autotune);
+  for (uint64_t bit : {HVD_PARAM_AUTOTUNE, HVD_PARAM_TRANSPORT_PATH}) {
+    hvd_params_t claims = v0;
+    claims.mask |= bit;
+    auto r3 = ResolveConfig(&claims, FakeEnv({}));
+    ASSERT_FALSE(r3.ok());
+    EXPECT_EQ(r3.status().code(), HVD_ERR_INVALID_ARGUMENT);
+    const char* field = bit == HVD_PARAM_AUTOTUNE ? "autotune" : "transport_path";
+    EXPECT_NE(r3.status().message().find(std::string("params.mask sets ") + field),
+              std::string::npos)
+        << r3.status().message();
+    EXPECT_NE(r3.status().message().find("struct_size (" + std::to_string(v0.struct_size) + ")"),
+              std::string::npos)
+        << r3.status().message();
+  }
+  // ... and one that ends between the two new fields.
+  hvd_params_t mid = HVD_PARAMS_INIT;
+  mid.struct_size = offsetof(hvd_params_t, transport_path);
+  mid.autotune = 1;
+  mid.mask = HVD_PARAM_AUTOTUNE;
+  EXPECT_TRUE(MustResolve(&mid, {}).autotune);
+  mid.mask |= HVD_PARAM_TRANSPORT_PATH;
+  EXPECT_FALSE(ResolveConfig(&mid, FakeEnv({})).ok());
 
   hvd_params_t half = HVD_PARAMS_INIT;
   half.rank = 0;

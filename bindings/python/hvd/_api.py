@@ -244,6 +244,10 @@ def build_params(comm, params):
             if isinstance(value, bool) or int(value) != value:
                 raise TypeError(f"hvd.init: {key} must be an int, got {value!r}")
             setattr(p, key, int(value))
+        elif kind == "bool":
+            if not isinstance(value, (bool, int)):
+                raise TypeError(f"hvd.init: {key} must be a bool, got {value!r}")
+            setattr(p, key, int(value))  # the library refuses anything but 0 and 1
         else:
             setattr(p, key, float(value))
         p.mask |= bit

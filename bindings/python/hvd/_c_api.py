@@ -108,7 +108,9 @@ HVD_PARAM_LOG_LEVEL = 1 << 18
 HVD_PARAM_NETWORK_INTERFACE = 1 << 19
 HVD_PARAM_MPI_COMM = 1 << 20
 HVD_PARAM_TRANSPORT_TIMEOUT = 1 << 21
-HVD_PARAM_ALL_ = (1 << 22) - 1
+HVD_PARAM_AUTOTUNE = 1 << 22
+HVD_PARAM_TRANSPORT_PATH = 1 << 23
+HVD_PARAM_ALL_ = (1 << 24) - 1
 
 # ---------------------------------------------------------------------------
 # Errors.
@@ -265,6 +267,8 @@ class HvdParams(Structure):
         ("network_interface", c_char_p),
         ("mpi_comm", c_void_p),
         ("transport_timeout_s", c_double),
+        ("autotune", c_int32),
+        ("transport_path", c_char_p),
     ]
 
     def __init__(self):  # HVD_PARAMS_INIT
@@ -294,6 +298,8 @@ PARAM_FIELDS = {
     "log_level": (HVD_PARAM_LOG_LEVEL, "int"),
     "network_interface": (HVD_PARAM_NETWORK_INTERFACE, "str"),
     "transport_timeout_s": (HVD_PARAM_TRANSPORT_TIMEOUT, "float"),
+    "autotune": (HVD_PARAM_AUTOTUNE, "bool"),
+    "transport_path": (HVD_PARAM_TRANSPORT_PATH, "str"),
 }
 
 # ---------------------------------------------------------------------------

@@ -45,6 +45,9 @@ def test_constants_match_header():
         assert getattr(C, name) == int(value), name
     for name, shift in re.findall(r"#define (HVD_PARAM_[A-Z_]+)\s+\(1ULL << (\d+)\)", text):
         assert getattr(C, name) == 1 << int(shift), name
+    top = re.search(r"#define HVD_PARAM_ALL_\s+\(\(1ULL << (\d+)\) - 1\)", text)
+    assert top and C.HVD_PARAM_ALL_ == (1 << int(top.group(1))) - 1
+    assert C.HVD_PARAM_ALL_ == (C.HVD_PARAM_TRANSPORT_PATH << 1) - 1
     assert C.HVD_DEVICE_CPU == -1 and C.HVD_MAX_NDIM == 32
 
 
@@ -91,6 +94,10 @@ def test_struct_layouts_match_c(tmp_path):
 def test_params_init_defaults():
     p = C.HvdParams()
     assert p.struct_size == ctypes.sizeof(C.HvdParams) and p.mask == 0
+    assert p.autotune == 0 and p.transport_path is None
+    # The last fields, appended: older callers' structs end before them.
+    assert C.HvdParams.autotune.offset >= C.HvdParams.transport_timeout_s.offset + 8
+    assert C.HvdParams.transport_path.offset > C.HvdParams.autotune.offset
 
 
 def test_version_and_status_strings():

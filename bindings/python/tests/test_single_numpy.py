@@ -191,6 +191,51 @@ def test_init_with_settings_and_log_callback():
     assert any("fusion_threshold=1048576" in m for _, m in lines)
 
 
+def _config_line(**settings):
+    """The "config: ..." line hvd.init(**settings) logs at debug level."""
+    lines = []
+    hvd.init(log_level="debug", log_fn=lambda lvl, msg: lines.append(msg), **settings)
+    hvd.shutdown()
+    found = [m for m in lines if m.startswith("config: ")]
+    assert found, lines[:5]
+    return found[0]
+
+
+def test_init_autotune_overrides_environment(monkeypatch):
+    monkeypatch.setenv("HVD_AUTOTUNE", "1")
+    assert "autotune=on" in _config_line()  # not given: the environment
+    assert "autotune=off" in _config_line(autotune=False)
+    monkeypatch.setenv("HVD_AUTOTUNE", "off")
+    assert "autotune=on" in _config_line(autotune=True)
+    with pytest.raises(hvd.InvalidArgumentError, match="params.autotune is 2"):
+        hvd.init(autotune=2)
+    with pytest.raises(TypeError, match="autotune must be a bool"):
+        hvd.init(autotune="yes")
+    assert not hvd.is_initialized()
+
+
+def test_init_transport_path_overrides_environment(monkeypatch, tmp_path):
+    """A transport asked for by name is looked up in transport_path (even where
+    a world of one runs on "local"); "alias" exists only in tmp_path."""
+    gloo = os.path.join(harness.library_dir(), "libhvd_transport_gloo.so")
+    if not os.path.isfile(gloo):
+        pytest.skip("no Gloo plugin next to libhvd.so")
+    os.symlink(gloo, tmp_path / "libhvd_transport_alias.so")
+    monkeypatch.setenv("HVD_TRANSPORT_PATH", str(tmp_path))
+    assert f"transport_path={tmp_path}" in _config_line(transport="alias")
+    with pytest.raises(hvd.NotFoundError, match="/nonexistent/hvd-plugins") as e:
+        hvd.init(transport="alias", transport_path="/nonexistent/hvd-plugins")
+    assert "libhvd_transport_alias.so" in str(e.value) and str(tmp_path) not in str(e.value)
+    with pytest.raises(hvd.NotFoundError):  # "": the default, next to libhvd.so only
+        hvd.init(transport="alias", transport_path="")
+    monkeypatch.delenv("HVD_TRANSPORT_PATH")
+    assert f"transport_path={tmp_path}" in _config_line(transport="alias",
+                                                        transport_path=tmp_path)
+    lib = harness.library_dir()
+    assert f"transport_path={lib}" in _config_line(transport="gloo", transport_path=lib)
+    assert not hvd.is_initialized()
+
+
 def test_contexts_as_threads_with_oob_callback():
     """Two explicit contexts in one process (ranks as threads), bootstrapped
     through a Python out-of-band allgather."""

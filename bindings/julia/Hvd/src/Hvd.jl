@@ -270,13 +270,18 @@ const LIFECYCLE_LOCK = ReentrantLock()
              transport, rendezvous_addr, secret, fusion_threshold_bytes,
              cycle_time_ms, cache_capacity, stall_warning_s, stall_shutdown_s,
              start_timeout_s, timeline_path, log_level, network_interface,
-             transport_timeout_s)
+             transport_timeout_s, autotune, transport_path)
 
 Creates the default context (collective over the job's ranks). Every keyword
 is optional: what is not given comes from the `HVD_*` environment (hvdrun sets
 it), mpirun/Slurm variables, then defaults; with none of them the process is a
 world of one. Calls are reference counted: each `init` needs a `shutdown`, and
 only the first call's keywords count.
+
+`autotune::Bool` switches the autotuner on or off over `HVD_AUTOTUNE` (its knobs
+stay `HVD_AUTOTUNE_*` variables); `transport_path` (':'-separated folders, searched
+for transport plugins before libhvd's own; `""` = libhvd's only) wins over
+`HVD_TRANSPORT_PATH`.
 """
 function init(; kw...)
     lock(LIFECYCLE_LOCK) do
@@ -304,6 +309,13 @@ function init(; kw...)
                 f[k] = str(v); mask |= HVD_PARAM_TIMELINE
             elseif k === :network_interface
                 f[k] = str(v); mask |= HVD_PARAM_NETWORK_INTERFACE
+            elseif k === :transport_path
+                f[k] = str(v); mask |= HVD_PARAM_TRANSPORT_PATH
+            elseif k === :autotune
+                # Bool, or an integer the library checks (0 or 1)
+                v isa Union{Bool,Integer} ||
+                    throw(ArgumentError("Hvd.init: autotune must be a Bool, got $(repr(v))"))
+                f[k] = Int32(v); mask |= HVD_PARAM_AUTOTUNE
             elseif k === :fusion_threshold_bytes
                 f[k] = Int64(v); mask |= HVD_PARAM_FUSION_THRESHOLD
             elseif k === :cache_capacity
@@ -332,7 +344,8 @@ function init(; kw...)
                       g(:cache_capacity, Int32(0)), g(:stall_warning_s, 0.0),
                       g(:stall_shutdown_s, 0.0), g(:start_timeout_s, 0.0),
                       g(:timeline_path, C_NULL), C_NULL, C_NULL, g(:log_level, Int32(0)),
-                      g(:network_interface, C_NULL), C_NULL, g(:transport_timeout_s, 0.0))
+                      g(:network_interface, C_NULL), C_NULL, g(:transport_timeout_s, 0.0),
+                      g(:autotune, Int32(0)), g(:transport_path, C_NULL))
         GC.@preserve strs begin
             @check hvd_init(Ref(p))
         end

@@ -79,6 +79,9 @@ const HVD_PARAM_LOG_LEVEL = UInt64(1) << 18
 const HVD_PARAM_NETWORK_INTERFACE = UInt64(1) << 19
 const HVD_PARAM_MPI_COMM = UInt64(1) << 20
 const HVD_PARAM_TRANSPORT_TIMEOUT = UInt64(1) << 21
+const HVD_PARAM_AUTOTUNE = UInt64(1) << 22
+const HVD_PARAM_TRANSPORT_PATH = UInt64(1) << 23
+const HVD_PARAM_ALL_ = (UInt64(1) << 24) - 1
 
 # ---------------------------------------------------------------------------
 # Structs. Julia lays out an isbits struct with C's alignment rules, so these
@@ -121,6 +124,8 @@ struct HvdParams
     network_interface::Ptr{UInt8}
     mpi_comm::Ptr{Cvoid}
     transport_timeout_s::Cdouble
+    autotune::Int32
+    transport_path::Ptr{UInt8}
 end
 
 # ---------------------------------------------------------------------------

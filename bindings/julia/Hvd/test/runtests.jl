@@ -26,10 +26,16 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test isfile(Hvd.library_path()) || !occursin('/', Hvd.library_path())
         @test Hvd.library_version().major == Hvd.BINDING_VERSION_MAJOR
         @test sizeof(Hvd.HvdTensor) == 40          # sizeof(hvd_tensor_t) on x86_64
-        @test sizeof(Hvd.HvdParams) == 184         # sizeof(hvd_params_t) on x86_64
+        @test sizeof(Hvd.HvdParams) == 200         # sizeof(hvd_params_t) on x86_64
         @test fieldoffset(Hvd.HvdParams, 16) == 96   # cache_capacity
         @test fieldoffset(Hvd.HvdParams, 23) == 152  # log_level
         @test fieldoffset(Hvd.HvdParams, 26) == 176  # transport_timeout_s
+        @test fieldname(Hvd.HvdParams, 27) === :autotune && fieldoffset(Hvd.HvdParams, 27) == 184
+        @test fieldname(Hvd.HvdParams, 28) === :transport_path &&
+              fieldoffset(Hvd.HvdParams, 28) == 192
+        @test Hvd.HVD_PARAM_AUTOTUNE == UInt64(1) << 22
+        @test Hvd.HVD_PARAM_TRANSPORT_PATH == UInt64(1) << 23
+        @test Hvd.HVD_PARAM_ALL_ == (UInt64(1) << 24) - 1
         @test Hvd.status_string(0) isa String && !isempty(Hvd.status_string(-5))
         @test Hvd.status_name(-5) === :HVD_ERR_MISMATCH
         withenv("HVD_LIBRARY_PATH" => "/nowhere/lib") do
@@ -87,6 +93,46 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test e !== nothing && occursin("cycle time", e.message)
         e = hvd_error(() -> Hvd.init(rank = 0))          # rank without size
         @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
+        @test !Hvd.is_initialized()
+    end
+
+    @testset "init autotune and transport_path" begin
+        e = hvd_error(() -> Hvd.init(autotune = 2))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
+        @test e !== nothing && occursin("params.autotune is 2", e.message)
+        @test_throws ArgumentError Hvd.init(autotune = "yes")
+        # The keyword wins over HVD_AUTOTUNE, which is then not even parsed.
+        withenv("HVD_AUTOTUNE" => "not-a-switch") do
+            e = hvd_error(() -> Hvd.init())
+            @test e isa HvdError && occursin("HVD_AUTOTUNE", e.message)
+            Hvd.init(autotune = true)
+            @test Hvd.is_initialized()
+            Hvd.shutdown()
+        end
+        # A transport asked for by name is looked up in transport_path, even where
+        # a world of one runs on "local": "alias" exists only in a temporary folder.
+        libdir = dirname(realpath(Hvd.library_path()))
+        gloo = joinpath(libdir, "libhvd_transport_gloo.so")
+        if isfile(gloo)
+            mktempdir() do dir
+                symlink(gloo, joinpath(dir, "libhvd_transport_alias.so"))
+                Hvd.init(transport = "alias", transport_path = dir)
+                @test Hvd.transport() == "local"
+                Hvd.shutdown()
+                withenv("HVD_TRANSPORT_PATH" => dir) do
+                    e = hvd_error(() -> Hvd.init(transport = "alias",
+                                                 transport_path = "/nonexistent/hvd-plugins"))
+                    @test e isa HvdError && e.status == Hvd.HVD_ERR_NOT_FOUND
+                    @test e !== nothing && occursin("/nonexistent/hvd-plugins", e.message) &&
+                          occursin("libhvd_transport_alias.so", e.message)
+                    e = hvd_error(() -> Hvd.init(transport = "alias", transport_path = ""))
+                    @test e isa HvdError && e.status == Hvd.HVD_ERR_NOT_FOUND
+                end
+            end
+            Hvd.init(transport = "gloo", transport_path = libdir)
+            @test Hvd.size() == 1
+            Hvd.shutdown()
+        end
         @test !Hvd.is_initialized()
     end
 

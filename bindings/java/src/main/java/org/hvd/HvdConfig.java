@@ -21,10 +21,12 @@ public final class HvdConfig implements java.io.Serializable {
   private static final long serialVersionUID = 1L;
 
   private final Integer rank, size, localRank, localSize, crossRank, crossSize;
-  private final String transport, rendezvousAddr, secret, timelinePath, networkInterface;
+  private final String transport, rendezvousAddr, secret, timelinePath, networkInterface,
+      transportPath;
   private final Long fusionThresholdBytes;
   private final Double cycleTimeMs, stallWarningS, stallShutdownS, startTimeoutS, transportTimeoutS;
   private final Integer cacheCapacity, logLevel;
+  private final Boolean autotune;
   private final transient OobAllgather oobAllgather;
 
   private HvdConfig(Builder b) {
@@ -39,6 +41,7 @@ public final class HvdConfig implements java.io.Serializable {
     secret = b.secret;
     timelinePath = b.timelinePath;
     networkInterface = b.networkInterface;
+    transportPath = b.transportPath;
     fusionThresholdBytes = b.fusionThresholdBytes;
     cycleTimeMs = b.cycleTimeMs;
     stallWarningS = b.stallWarningS;
@@ -47,6 +50,7 @@ public final class HvdConfig implements java.io.Serializable {
     transportTimeoutS = b.transportTimeoutS;
     cacheCapacity = b.cacheCapacity;
     logLevel = b.logLevel;
+    autotune = b.autotune;
     oobAllgather = b.oobAllgather;
   }
 
@@ -72,6 +76,7 @@ public final class HvdConfig implements java.io.Serializable {
     b.secret = secret;
     b.timelinePath = timelinePath;
     b.networkInterface = networkInterface;
+    b.transportPath = transportPath;
     b.fusionThresholdBytes = fusionThresholdBytes;
     b.cycleTimeMs = cycleTimeMs;
     b.stallWarningS = stallWarningS;
@@ -80,6 +85,7 @@ public final class HvdConfig implements java.io.Serializable {
     b.transportTimeoutS = transportTimeoutS;
     b.cacheCapacity = cacheCapacity;
     b.logLevel = logLevel;
+    b.autotune = autotune;
     b.oobAllgather = oobAllgather;
     return b;
   }
@@ -104,6 +110,7 @@ public final class HvdConfig implements java.io.Serializable {
     add(s, "secret", secret == null ? null : "(set)");
     add(s, "timelinePath", timelinePath);
     add(s, "networkInterface", networkInterface);
+    add(s, "transportPath", transportPath);
     add(s, "fusionThresholdBytes", fusionThresholdBytes);
     add(s, "cycleTimeMs", cycleTimeMs);
     add(s, "cacheCapacity", cacheCapacity);
@@ -112,6 +119,7 @@ public final class HvdConfig implements java.io.Serializable {
     add(s, "startTimeoutS", startTimeoutS);
     add(s, "transportTimeoutS", transportTimeoutS);
     add(s, "logLevel", logLevel);
+    add(s, "autotune", autotune);
     add(s, "oobAllgather", oobAllgather == null ? null : "(set)");
     return "HvdConfig" + s;
   }
@@ -138,6 +146,7 @@ public final class HvdConfig implements java.io.Serializable {
     if (secret != null) p.setSecret(secret);
     if (timelinePath != null) p.setTimelinePath(timelinePath);
     if (networkInterface != null) p.setNetworkInterface(networkInterface);
+    if (transportPath != null) p.setTransportPath(transportPath);
     if (fusionThresholdBytes != null) p.setFusionThresholdBytes(fusionThresholdBytes);
     if (cycleTimeMs != null) p.setCycleTimeMs(cycleTimeMs);
     if (cacheCapacity != null) p.setCacheCapacity(cacheCapacity);
@@ -146,6 +155,7 @@ public final class HvdConfig implements java.io.Serializable {
     if (startTimeoutS != null) p.setStartTimeoutS(startTimeoutS);
     if (transportTimeoutS != null) p.setTransportTimeoutS(transportTimeoutS);
     if (logLevel != null) p.setLogLevel(logLevel);
+    if (autotune != null) p.setAutotune(autotune ? 1 : 0);
     if (oob != null) p.setOob(oob);
     return p;
   }
@@ -179,10 +189,12 @@ public final class HvdConfig implements java.io.Serializable {
   /** Collects settings; each setter marks its field as set. */
   public static final class Builder {
     private Integer rank, size, localRank, localSize, crossRank, crossSize;
-    private String transport, rendezvousAddr, secret, timelinePath, networkInterface;
+    private String transport, rendezvousAddr, secret, timelinePath, networkInterface,
+        transportPath;
     private Long fusionThresholdBytes;
     private Double cycleTimeMs, stallWarningS, stallShutdownS, startTimeoutS, transportTimeoutS;
     private Integer cacheCapacity, logLevel;
+    private Boolean autotune;
     private OobAllgather oobAllgather;
 
     private Builder() {}
@@ -214,6 +226,16 @@ public final class HvdConfig implements java.io.Serializable {
     public Builder transportTimeoutSeconds(double v) { transportTimeoutS = v; return this; }
     /** One of {@link HvdConfig#LOG_ERROR} .. {@link HvdConfig#LOG_TRACE}. */
     public Builder logLevel(int v) { logLevel = v; return this; }
+    /**
+     * Autotuning of fusion threshold and cycle time, over HVD_AUTOTUNE (the tuner's
+     * knobs stay HVD_AUTOTUNE_* variables).
+     */
+    public Builder autotune(boolean v) { autotune = v; return this; }
+    /**
+     * ':'-separated folders searched for transport plugins before libhvd's own, over
+     * HVD_TRANSPORT_PATH; "" searches libhvd's folder only.
+     */
+    public Builder transportPath(String v) { transportPath = v; return this; }
     /** Bootstrap through this callback instead of a launcher's variables. */
     public Builder oobAllgather(OobAllgather v) { oobAllgather = v; return this; }
 

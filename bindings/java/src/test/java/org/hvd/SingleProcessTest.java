@@ -203,6 +203,58 @@ class SingleProcessTest {
   }
 
   @Test
+  void autotuneAndTransportPathReachTheLibrary() throws Exception {
+    HvdConfig cfg = HvdConfig.builder().rank(0).size(1).autotune(true).transportPath("/p").build();
+    assertTrue(cfg.toString().contains("autotune=true"), cfg.toString());
+    assertEquals(cfg.toString(), cfg.toBuilder().build().toString());
+    org.hvd.swig.HvdjParams raw = cfg.toNative(null);
+    try {
+      assertEquals(3L | (1L << 22) | (1L << 23), raw.mask());  // rank, size, the two new bits
+      raw.setAutotune(2);  // past the facade's boolean: the library refuses it
+      HvdException e = assertThrows(HvdException.class,
+          () -> org.hvd.swig.HvdNative.hvdj_context_create(raw, new long[1]));
+      assertEquals(HvdException.INVALID_ARGUMENT, e.status());
+      assertTrue(e.libraryMessage().contains("params.autotune is 2"), e.libraryMessage());
+    } finally {
+      raw.delete();
+    }
+    org.hvd.swig.HvdjParams none = HvdConfig.builder().build().toNative(null);
+    assertEquals(0L, none.mask());  // not given: HVD_AUTOTUNE and HVD_TRANSPORT_PATH apply
+    none.delete();
+    try (HvdContext ctx = HvdContext.create(HvdConfig.builder().autotune(true).build())) {
+      assertEquals(1, ctx.size());
+    }
+
+    // A transport asked for by name is looked up in transportPath, even where a
+    // world of one runs on "local": "alias" exists only in a temporary folder.
+    Path gloo = Paths.get(Hvd.libraryFolder()).resolve("libhvd_transport_gloo.so");
+    org.junit.jupiter.api.Assumptions.assumeTrue(Files.isRegularFile(gloo), "no Gloo plugin");
+    Path dir = Files.createTempDirectory("hvd_plugins");
+    Path alias = Files.createSymbolicLink(dir.resolve("libhvd_transport_alias.so"), gloo);
+    try {
+      try (HvdContext ctx = HvdContext.create(
+          HvdConfig.builder().transport("alias").transportPath(dir.toString()).build())) {
+        assertEquals("local", ctx.transport());
+      }
+      HvdException e = assertThrows(HvdException.class, () -> HvdContext.create(
+          HvdConfig.builder().transport("alias").transportPath("/nonexistent/hvd-plugins").build()));
+      assertEquals(HvdException.NOT_FOUND, e.status());
+      assertTrue(e.libraryMessage().contains("/nonexistent/hvd-plugins")
+          && e.libraryMessage().contains("libhvd_transport_alias.so"), e.libraryMessage());
+      e = assertThrows(HvdException.class,
+          () -> HvdContext.create(HvdConfig.builder().transport("alias").transportPath("").build()));
+      assertEquals(HvdException.NOT_FOUND, e.status());
+      try (HvdContext ctx = HvdContext.create(
+          HvdConfig.builder().transport("gloo").transportPath(Hvd.libraryFolder()).build())) {
+        assertEquals(1, ctx.size());
+      }
+    } finally {
+      Files.delete(alias);
+      Files.delete(dir);
+    }
+  }
+
+  @Test
   void unknownSettingsAreRejected() {
     HvdException e = assertThrows(HvdException.class,
         () -> HvdContext.create(HvdConfig.builder().cycleTimeMs(-1).build()));
