@@ -80,6 +80,12 @@ class Runner:
         self.mpirun = shutil.which("mpirun")
         self.have_torch = self._py_ok("import torch, torch.distributed")
         self.have_horovod = self._py_ok("import horovod.torch")
+        self.horovod_origin = None
+        if self.have_horovod:  # version and folder, for the report
+            r = subprocess.run([sys.executable, "-c", "import horovod, os; "
+                                "print(horovod.__version__, os.path.dirname(horovod.__file__))"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.horovod_origin = r.stdout.strip() or None
         self.have_mpl = self._py_ok("import matplotlib")
         status = {
             "hvd transport gloo": self.have_gloo_plugin,
@@ -462,6 +468,7 @@ def main():
         load_before=load_before, load_after=uptime(), seconds=round(total, 1),
         results=len(r.records),
         jobs=r.jobs, failures=r.failures, skipped=r.skipped, availability=r.availability,
+        horovod=r.horovod_origin,
         command=shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]))
     with open(os.path.join(r.out, "results.jsonl"), "w") as f:
         for rec in r.records:

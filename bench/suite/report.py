@@ -748,11 +748,13 @@ def write_all(out):
         hb = os.path.join(os.path.dirname(os.path.abspath(__file__)), "horovod_build.md")
     L.append("## Horovod\n")
     if horovod_ok:
-        L.append("Horovod 0.28.1 was importable and is measured above.\n")
-    elif os.path.exists(hb):
+        origin = meta.get("horovod") or "(version and folder not recorded)"
+        L.append(f"Horovod was importable and is measured above: {origin}. How it was built "
+                 "(Horovod 0.28.1 as released does not build against this torch):\n")
+    if os.path.exists(hb):
         with open(hb) as f:
             L.append(f.read().strip() + "\n")
-    else:
+    elif not horovod_ok:
         L.append("`import horovod.torch` failed: Horovod is not installed here, so it is left out.\n")
 
     # Jobs
