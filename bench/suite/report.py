@@ -736,8 +736,16 @@ def write_all(out):
                            + ")" if k in d else "–")
             row.append(fmt_ratio(d["ddp"]["step_ms"] / d["hvd"]["step_ms"])
                        if "hvd" in d and "ddp" in d else "–")
+            # hvd against the faster of the 2-process peers (the "best peer per row")
+            peers = [k for k in ("ddp", "horovod") if k in d]
+            if "hvd" in d and peers:
+                best = min(peers, key=lambda k: d[k]["step_ms"])
+                row.append(f"{fmt_ratio(d[best]['step_ms'] / d['hvd']['step_ms'])} ({names[best].split(',')[0]})")
+            else:
+                row.append("–")
             rows.append(row)
-        L.append(table(["model"] + [names[k] for k in order] + ["hvd speed ÷ DDP"], rows))
+        L.append(table(["model"] + [names[k] for k in order]
+                       + ["hvd speed ÷ DDP", "hvd speed ÷ best peer"], rows))
         L.append("")
         if "e2e.png" in made:
             L.append("![end to end](e2e.png)\n")
