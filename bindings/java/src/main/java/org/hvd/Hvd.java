@@ -9,7 +9,8 @@ import org.hvd.swig.HvdNative;
  *
  * <pre>{@code
  * Hvd.init();                                   // hvdrun, torchrun, mpirun, Slurm, or a world of one
- * float[] avg = Hvd.allreduce("grad", grad, ReduceOp.AVERAGE);
+ * float[] avg = Hvd.allreduce("grad", grad);   // the op defaults to ReduceOp.AVERAGE
+ * float[] sum = Hvd.allreduce("n", count, ReduceOp.SUM);
  * Hvd.shutdown();
  * }</pre>
  *
@@ -76,10 +77,18 @@ public final class Hvd {
 
   /**
    * Releases one {@link #init} reference; the last one destroys the default
-   * context (pending operations complete with ABORTED).
+   * context (pending operations complete with ABORTED). Without hvd
+   * initialized (a second shutdown, or none before) it does nothing, as in
+   * Horovod, Python and Julia.
    */
   public static synchronized void shutdown() {
     NativeLibrary.load();
+    if (!isInitialized()) {
+      if (current != null) current.markShutDown();
+      current = null;
+      refs = 0;
+      return;
+    }
     HvdNative.hvd_shutdown();
     if (refs > 0) refs--;
     if (!isInitialized() && current != null) {
@@ -142,15 +151,39 @@ public final class Hvd {
   public static HvdHandle<int[]> allreduceAsync(String name, int[] data, ReduceOp op) { return context().allreduceAsync(name, data, op); }
   public static HvdHandle<long[]> allreduceAsync(String name, long[] data, ReduceOp op) { return context().allreduceAsync(name, data, op); }
   public static <B extends Buffer> HvdHandle<B> allreduceAsync(String name, B in, B out, ReduceOp op) { return context().allreduceAsync(name, in, out, op); }
+  public static ByteBuffer allreduce(String name, ByteBuffer in, ByteBuffer out, DataType dtype, ReduceOp op) { return context().allreduce(name, in, out, dtype, op); }
+  public static HvdHandle<ByteBuffer> allreduceAsync(String name, ByteBuffer in, ByteBuffer out, DataType dtype, ReduceOp op) { return context().allreduceAsync(name, in, out, dtype, op); }
+  public static HvdHandle<ByteBuffer> allreduceAsync(String name, ByteBuffer in, ByteBuffer out, DataType dtype, long[] shape, ReduceOp op, double prescale, double postscale) { return context().allreduceAsync(name, in, out, dtype, shape, op, prescale, postscale); }
+
+  // Without an op: ReduceOp.AVERAGE, as in Horovod, Python and Julia.
+  public static float[] allreduce(float[] data) { return context().allreduce(data); }
+  public static float[] allreduce(String name, float[] data) { return context().allreduce(name, data); }
+  public static double[] allreduce(double[] data) { return context().allreduce(data); }
+  public static double[] allreduce(String name, double[] data) { return context().allreduce(name, data); }
+  public static int[] allreduce(int[] data) { return context().allreduce(data); }
+  public static int[] allreduce(String name, int[] data) { return context().allreduce(name, data); }
+  public static long[] allreduce(long[] data) { return context().allreduce(data); }
+  public static long[] allreduce(String name, long[] data) { return context().allreduce(name, data); }
+  public static <B extends Buffer> B allreduce(String name, B in, B out) { return context().allreduce(name, in, out); }
+  public static ByteBuffer allreduce(String name, ByteBuffer in, ByteBuffer out, DataType dtype) { return context().allreduce(name, in, out, dtype); }
+  public static HvdHandle<float[]> allreduceAsync(String name, float[] data) { return context().allreduceAsync(name, data); }
+  public static HvdHandle<double[]> allreduceAsync(String name, double[] data) { return context().allreduceAsync(name, data); }
+  public static HvdHandle<int[]> allreduceAsync(String name, int[] data) { return context().allreduceAsync(name, data); }
+  public static HvdHandle<long[]> allreduceAsync(String name, long[] data) { return context().allreduceAsync(name, data); }
+  public static <B extends Buffer> HvdHandle<B> allreduceAsync(String name, B in, B out) { return context().allreduceAsync(name, in, out); }
+  public static HvdHandle<ByteBuffer> allreduceAsync(String name, ByteBuffer in, ByteBuffer out, DataType dtype) { return context().allreduceAsync(name, in, out, dtype); }
 
   public static float[][] groupedAllreduce(String[] names, float[][] data, ReduceOp op) { return context().groupedAllreduce(names, data, op); }
   public static double[][] groupedAllreduce(String[] names, double[][] data, ReduceOp op) { return context().groupedAllreduce(names, data, op); }
+  public static float[][] groupedAllreduce(String[] names, float[][] data) { return context().groupedAllreduce(names, data); }
+  public static double[][] groupedAllreduce(String[] names, double[][] data) { return context().groupedAllreduce(names, data); }
 
   public static float[] allgather(String name, float[] data) { return context().allgather(name, data); }
   public static double[] allgather(String name, double[] data) { return context().allgather(name, data); }
   public static int[] allgather(String name, int[] data) { return context().allgather(name, data); }
   public static long[] allgather(String name, long[] data) { return context().allgather(name, data); }
   public static Gathered allgather(String name, ByteBuffer in, DataType dtype, long[] shape) { return context().allgather(name, in, dtype, shape); }
+  public static HvdHandle<Gathered> allgatherAsync(String name, ByteBuffer in, DataType dtype, long[] shape) { return context().allgatherAsync(name, in, dtype, shape); }
   public static HvdHandle<float[]> allgatherAsync(String name, float[] data) { return context().allgatherAsync(name, data); }
   public static HvdHandle<double[]> allgatherAsync(String name, double[] data) { return context().allgatherAsync(name, data); }
 
@@ -159,6 +192,7 @@ public final class Hvd {
   public static int[] alltoall(String name, int[] data, long[] splits) { return context().alltoall(name, data, splits); }
   public static long[] alltoall(String name, long[] data, long[] splits) { return context().alltoall(name, data, splits); }
   public static Gathered alltoall(String name, ByteBuffer in, DataType dtype, long[] shape, long[] splits) { return context().alltoall(name, in, dtype, shape, splits); }
+  public static HvdHandle<Gathered> alltoallAsync(String name, ByteBuffer in, DataType dtype, long[] shape, long[] splits) { return context().alltoallAsync(name, in, dtype, shape, splits); }
   public static HvdHandle<float[]> alltoallAsync(String name, float[] data, long[] splits) { return context().alltoallAsync(name, data, splits); }
   public static HvdHandle<double[]> alltoallAsync(String name, double[] data, long[] splits) { return context().alltoallAsync(name, data, splits); }
   public static HvdHandle<int[]> alltoallAsync(String name, int[] data, long[] splits) { return context().alltoallAsync(name, data, splits); }
@@ -169,6 +203,12 @@ public final class Hvd {
   public static int[] reducescatter(String name, int[] data, ReduceOp op) { return context().reducescatter(name, data, op); }
   public static long[] reducescatter(String name, long[] data, ReduceOp op) { return context().reducescatter(name, data, op); }
   public static Gathered reducescatter(String name, ByteBuffer in, DataType dtype, long[] shape, ReduceOp op) { return context().reducescatter(name, in, dtype, shape, op); }
+  public static HvdHandle<Gathered> reducescatterAsync(String name, ByteBuffer in, DataType dtype, long[] shape, ReduceOp op) { return context().reducescatterAsync(name, in, dtype, shape, op); }
+  public static float[] reducescatter(String name, float[] data) { return context().reducescatter(name, data); }
+  public static double[] reducescatter(String name, double[] data) { return context().reducescatter(name, data); }
+  public static int[] reducescatter(String name, int[] data) { return context().reducescatter(name, data); }
+  public static long[] reducescatter(String name, long[] data) { return context().reducescatter(name, data); }
+  public static Gathered reducescatter(String name, ByteBuffer in, DataType dtype, long[] shape) { return context().reducescatter(name, in, dtype, shape); }
   public static HvdHandle<float[]> reducescatterAsync(String name, float[] data, ReduceOp op) { return context().reducescatterAsync(name, data, op); }
   public static HvdHandle<double[]> reducescatterAsync(String name, double[] data, ReduceOp op) { return context().reducescatterAsync(name, data, op); }
   public static HvdHandle<int[]> reducescatterAsync(String name, int[] data, ReduceOp op) { return context().reducescatterAsync(name, data, op); }
@@ -179,6 +219,9 @@ public final class Hvd {
   public static int[] broadcast(String name, int[] data, int root) { return context().broadcast(name, data, root); }
   public static long[] broadcast(String name, long[] data, int root) { return context().broadcast(name, data, root); }
   public static <B extends Buffer> B broadcast(String name, B in, B out, int root) { return context().broadcast(name, in, out, root); }
+  public static <B extends Buffer> HvdHandle<B> broadcastAsync(String name, B in, B out, int root) { return context().broadcastAsync(name, in, out, root); }
+  public static ByteBuffer broadcast(String name, ByteBuffer in, ByteBuffer out, DataType dtype, int root) { return context().broadcast(name, in, out, dtype, root); }
+  public static HvdHandle<ByteBuffer> broadcastAsync(String name, ByteBuffer in, ByteBuffer out, DataType dtype, int root) { return context().broadcastAsync(name, in, out, dtype, root); }
   public static HvdHandle<float[]> broadcastAsync(String name, float[] data, int root) { return context().broadcastAsync(name, data, root); }
   public static HvdHandle<double[]> broadcastAsync(String name, double[] data, int root) { return context().broadcastAsync(name, data, root); }
 

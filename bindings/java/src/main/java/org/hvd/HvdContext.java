@@ -40,8 +40,19 @@ import org.hvd.swig.HvdjParams;
  *   <li>other buffers (heap, read-only input, other byte order): copied once each way.
  * </ul>
  * Typed buffers imply the element type (Float: FLOAT32, Double: FLOAT64, Int:
- * INT32, Long: INT64, Short: INT16, Byte: INT8); a ByteBuffer with an explicit
- * {@link DataType} holds raw elements in native byte order.
+ * INT32, Long: INT64, Short: INT16). A {@link ByteBuffer} carries no element
+ * type: every operation on one takes an explicit {@link DataType}, and the
+ * untyped forms ({@code allreduce(name, in, out, op)}, {@code broadcast(name,
+ * in, out, root)} with ByteBuffers) throw {@link IllegalArgumentException}
+ * instead of reducing the bytes as UINT8. A ByteBuffer's {@code remaining()}
+ * must be a multiple of the DataType's size, and for elements wider than one
+ * byte its {@link ByteBuffer#order()} must be the native order (a new
+ * ByteBuffer starts BIG_ENDIAN; the library reads raw memory), else
+ * IllegalArgumentException; a typed view ({@code bb.asFloatBuffer()}) of a
+ * buffer in the other order is converted instead.
+ *
+ * <p>Reductions default to {@link ReduceOp#AVERAGE} where the op is left out,
+ * as in Horovod and the Python and Julia bindings.
  */
 public final class HvdContext implements AutoCloseable {
   private final boolean isDefault;
@@ -270,14 +281,107 @@ public final class HvdContext implements AutoCloseable {
     return arrayAllreduce(name, data, DataType.INT64, op);
   }
 
-  /** Reduces in into out (same element count; in == out: in place); returns out. */
+  // Without an op: AVERAGE, as in Horovod, Python and Julia.
+
+  /** {@link ReduceOp#AVERAGE} over ranks (integers round toward zero); returns a new array. */
+  public float[] allreduce(float[] data) {
+    return allreduce(data, ReduceOp.AVERAGE);
+  }
+
+  public float[] allreduce(String name, float[] data) {
+    return allreduce(name, data, ReduceOp.AVERAGE);
+  }
+
+  public double[] allreduce(double[] data) {
+    return allreduce(data, ReduceOp.AVERAGE);
+  }
+
+  public double[] allreduce(String name, double[] data) {
+    return allreduce(name, data, ReduceOp.AVERAGE);
+  }
+
+  public int[] allreduce(int[] data) {
+    return allreduce(data, ReduceOp.AVERAGE);
+  }
+
+  public int[] allreduce(String name, int[] data) {
+    return allreduce(name, data, ReduceOp.AVERAGE);
+  }
+
+  public long[] allreduce(long[] data) {
+    return allreduce(data, ReduceOp.AVERAGE);
+  }
+
+  public long[] allreduce(String name, long[] data) {
+    return allreduce(name, data, ReduceOp.AVERAGE);
+  }
+
+  public HvdHandle<float[]> allreduceAsync(String name, float[] data) {
+    return allreduceAsync(name, data, ReduceOp.AVERAGE);
+  }
+
+  public HvdHandle<double[]> allreduceAsync(String name, double[] data) {
+    return allreduceAsync(name, data, ReduceOp.AVERAGE);
+  }
+
+  public HvdHandle<int[]> allreduceAsync(String name, int[] data) {
+    return allreduceAsync(name, data, ReduceOp.AVERAGE);
+  }
+
+  public HvdHandle<long[]> allreduceAsync(String name, long[] data) {
+    return allreduceAsync(name, data, ReduceOp.AVERAGE);
+  }
+
+  /**
+   * Reduces in into out (same element count; in == out: in place); returns out.
+   * For typed buffers (FloatBuffer, DoubleBuffer, IntBuffer, LongBuffer,
+   * ShortBuffer), whose class gives the element type; a ByteBuffer throws
+   * IllegalArgumentException: use
+   * {@link #allreduce(String, ByteBuffer, ByteBuffer, DataType, ReduceOp)}.
+   */
   public <B extends Buffer> B allreduce(String name, B in, B out, ReduceOp op) {
     return allreduceAsync(name, in, out, op).await();
   }
 
+  /** {@link #allreduce(String, Buffer, Buffer, ReduceOp)} with {@link ReduceOp#AVERAGE}. */
+  public <B extends Buffer> B allreduce(String name, B in, B out) {
+    return allreduce(name, in, out, ReduceOp.AVERAGE);
+  }
+
   public <B extends Buffer> HvdHandle<B> allreduceAsync(String name, B in, B out, ReduceOp op) {
-    DataType dt = typeOf(in);
+    DataType dt = typedBufferType("allreduce", name, in, out,
+        "allreduce(name, in, out, DataType.FLOAT32, op)");
     return bufferAllreduce(name, in, out, dt, null, op, 1.0, 1.0);
+  }
+
+  public <B extends Buffer> HvdHandle<B> allreduceAsync(String name, B in, B out) {
+    return allreduceAsync(name, in, out, ReduceOp.AVERAGE);
+  }
+
+  /**
+   * Reduces the raw elements of dtype in in into out (in == out: in place);
+   * returns out. Both ByteBuffers hold whole elements in native byte order
+   * ({@code order(ByteOrder.nativeOrder())}), from position() for remaining()
+   * bytes; direct ones are used in place, others copied.
+   */
+  public ByteBuffer allreduce(String name, ByteBuffer in, ByteBuffer out, DataType dtype,
+                              ReduceOp op) {
+    return allreduceAsync(name, in, out, dtype, op).await();
+  }
+
+  /** The ByteBuffer form with {@link ReduceOp#AVERAGE}. */
+  public ByteBuffer allreduce(String name, ByteBuffer in, ByteBuffer out, DataType dtype) {
+    return allreduce(name, in, out, dtype, ReduceOp.AVERAGE);
+  }
+
+  public HvdHandle<ByteBuffer> allreduceAsync(String name, ByteBuffer in, ByteBuffer out,
+                                              DataType dtype, ReduceOp op) {
+    return allreduceAsync(name, in, out, dtype, null, op, 1.0, 1.0);
+  }
+
+  public HvdHandle<ByteBuffer> allreduceAsync(String name, ByteBuffer in, ByteBuffer out,
+                                              DataType dtype) {
+    return allreduceAsync(name, in, out, dtype, null, ReduceOp.AVERAGE, 1.0, 1.0);
   }
 
   /**
@@ -287,6 +391,7 @@ public final class HvdContext implements AutoCloseable {
   public HvdHandle<ByteBuffer> allreduceAsync(String name, ByteBuffer in, ByteBuffer out,
                                               DataType dtype, long[] shape, ReduceOp op,
                                               double prescale, double postscale) {
+    checkRaw("allreduce", name, dtype, in, out);
     return bufferAllreduce(name, in, out, dtype, shape, op, prescale, postscale);
   }
 
@@ -308,6 +413,15 @@ public final class HvdContext implements AutoCloseable {
 
   public HvdHandle<double[][]> groupedAllreduceAsync(String[] names, double[][] data, ReduceOp op) {
     return grouped(names, data, DataType.FLOAT64, op);
+  }
+
+  /** {@link ReduceOp#AVERAGE}. */
+  public float[][] groupedAllreduce(String[] names, float[][] data) {
+    return groupedAllreduce(names, data, ReduceOp.AVERAGE);
+  }
+
+  public double[][] groupedAllreduce(String[] names, double[][] data) {
+    return groupedAllreduce(names, data, ReduceOp.AVERAGE);
   }
 
   // ---- allgather --------------------------------------------------------------
@@ -354,6 +468,7 @@ public final class HvdContext implements AutoCloseable {
   }
 
   public HvdHandle<Gathered> allgatherAsync(String name, ByteBuffer in, DataType dtype, long[] shape) {
+    checkRaw("allgather", name, dtype, in, null);
     String n = name(name, "allgather");
     Staged s = stage(in, dtype, true, false);
     long[] shp = shapeOf(shape, s.count);
@@ -418,7 +533,7 @@ public final class HvdContext implements AutoCloseable {
 
   public HvdHandle<Gathered> alltoallAsync(String name, ByteBuffer in, DataType dtype, long[] shape,
                                            long[] splits) {
-    checkDtype(dtype, "alltoall");
+    checkRaw("alltoall", name, dtype, in, null);
     int size = size();
     Staged s = stage(in, dtype, true, false);
     long[] shp;
@@ -490,9 +605,31 @@ public final class HvdContext implements AutoCloseable {
     return reducescatterAsync(name, in, dtype, shape, op).await();
   }
 
+  // Without an op: AVERAGE, as in Horovod, Python and Julia.
+
+  public float[] reducescatter(String name, float[] data) {
+    return reducescatter(name, data, ReduceOp.AVERAGE);
+  }
+
+  public double[] reducescatter(String name, double[] data) {
+    return reducescatter(name, data, ReduceOp.AVERAGE);
+  }
+
+  public int[] reducescatter(String name, int[] data) {
+    return reducescatter(name, data, ReduceOp.AVERAGE);
+  }
+
+  public long[] reducescatter(String name, long[] data) {
+    return reducescatter(name, data, ReduceOp.AVERAGE);
+  }
+
+  public Gathered reducescatter(String name, ByteBuffer in, DataType dtype, long[] shape) {
+    return reducescatter(name, in, dtype, shape, ReduceOp.AVERAGE);
+  }
+
   public HvdHandle<Gathered> reducescatterAsync(String name, ByteBuffer in, DataType dtype,
                                                 long[] shape, ReduceOp op) {
-    checkDtype(dtype, "reducescatter");
+    checkRaw("reducescatter", name, dtype, in, null);
     checkOp(op, "reducescatter");
     Staged s = stage(in, dtype, true, false);
     long[] shp;
@@ -544,13 +681,34 @@ public final class HvdContext implements AutoCloseable {
     return arrayBroadcast(name, data, DataType.INT64, root);
   }
 
-  /** Root's in to every rank's out (in == out: in place); returns out. */
+  /**
+   * Root's in to every rank's out (in == out: in place); returns out. For typed
+   * buffers; a ByteBuffer throws IllegalArgumentException: use
+   * {@link #broadcast(String, ByteBuffer, ByteBuffer, DataType, int)}.
+   */
   public <B extends Buffer> B broadcast(String name, B in, B out, int root) {
     return broadcastAsync(name, in, out, root).await();
   }
 
   public <B extends Buffer> HvdHandle<B> broadcastAsync(String name, B in, B out, int root) {
-    DataType dt = typeOf(in);
+    DataType dt = typedBufferType("broadcast", name, in, out,
+        "broadcast(name, in, out, DataType.FLOAT32, root)");
+    return bufferBroadcast(name, in, out, dt, root);
+  }
+
+  /** Root's raw elements of dtype (native byte order) to every rank's out; returns out. */
+  public ByteBuffer broadcast(String name, ByteBuffer in, ByteBuffer out, DataType dtype, int root) {
+    return broadcastAsync(name, in, out, dtype, root).await();
+  }
+
+  public HvdHandle<ByteBuffer> broadcastAsync(String name, ByteBuffer in, ByteBuffer out,
+                                              DataType dtype, int root) {
+    checkRaw("broadcast", name, dtype, in, out);
+    return bufferBroadcast(name, in, out, dtype, root);
+  }
+
+  private <B extends Buffer> HvdHandle<B> bufferBroadcast(String name, B in, B out, DataType dt,
+                                                          int root) {
     String n = name(name, "broadcast");
     Staged si = stage(in, dt, true, false);
     Staged so = in == out ? si : stage(out, dt, false, true);
@@ -771,8 +929,65 @@ public final class HvdContext implements AutoCloseable {
     if (op == null) throw new HvdException(HvdException.INVALID_ARGUMENT, fn, "op is null");
   }
 
-  private static void checkDtype(DataType dtype, String fn) {
-    if (dtype == null) throw new HvdException(HvdException.INVALID_ARGUMENT, fn, "dtype is null");
+  private static String tensor(String call, String name) {
+    return call + (name == null ? " (unnamed)" : " '" + name + "'");
+  }
+
+  /**
+   * The element type of a typed buffer pair. A ByteBuffer has none (its bytes
+   * would be reduced as bytes): refused, naming the form that takes a DataType.
+   */
+  private static DataType typedBufferType(String call, String name, Buffer in, Buffer out,
+                                          String typedForm) {
+    if (in instanceof ByteBuffer || out instanceof ByteBuffer) {
+      throw new IllegalArgumentException(tensor(call, name)
+          + ": a ByteBuffer carries no element type; pass a DataType: " + typedForm
+          + " (or a typed view such as in.asFloatBuffer())");
+    }
+    if (in == null || out == null) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, call,
+          tensor(call, name) + ": the " + (in == null ? "input" : "output") + " buffer is null");
+    }
+    DataType dt = typeOf(in);
+    DataType dto = typeOf(out);
+    if (dt != dto) {
+      throw new HvdException(HvdException.INVALID_ARGUMENT, call, tensor(call, name)
+          + ": the input is a " + in.getClass().getSimpleName() + " (" + dt + "), the output a "
+          + out.getClass().getSimpleName() + " (" + dto + ")");
+    }
+    return dt;
+  }
+
+  /**
+   * A ByteBuffer operation's DataType and buffers: a dtype is required, the
+   * bytes must hold whole elements, and elements wider than a byte must be in
+   * native order (the library reads the memory as it is).
+   */
+  private static void checkRaw(String call, String name, DataType dtype, ByteBuffer in,
+                               ByteBuffer out) {
+    if (dtype == null) {
+      throw new IllegalArgumentException(tensor(call, name)
+          + ": dtype is null; a ByteBuffer carries no element type, pass a DataType (e.g. DataType.FLOAT32)");
+    }
+    checkRawBuffer(call, name, dtype, in, "input");
+    if (out != null && out != in) checkRawBuffer(call, name, dtype, out, "output");
+  }
+
+  private static void checkRawBuffer(String call, String name, DataType dtype, ByteBuffer b,
+                                     String role) {
+    if (b == null) return;  // stage() reports it
+    if (b.remaining() % dtype.size() != 0) {
+      throw new IllegalArgumentException(tensor(call, name) + ": the " + role + " ByteBuffer has "
+          + b.remaining() + " bytes remaining, not a multiple of " + dtype + "'s " + dtype.size()
+          + " bytes: it does not hold whole " + dtype + " elements");
+    }
+    if (dtype.size() > 1 && b.order() != ByteOrder.nativeOrder()) {
+      throw new IllegalArgumentException(tensor(call, name) + ": the " + role + " ByteBuffer is "
+          + b.order() + " but " + dtype + " elements are read in native order ("
+          + ByteOrder.nativeOrder() + "); fill it after order(ByteOrder.nativeOrder()) (a new"
+          + " ByteBuffer starts BIG_ENDIAN), or pass a typed view such as asFloatBuffer(),"
+          + " which is converted");
+    }
   }
 
   /**
@@ -876,13 +1091,13 @@ public final class HvdContext implements AutoCloseable {
 
   // ---- internals: staging of Java data for native code -----------------------
 
+  /** The element type a typed buffer implies (a ByteBuffer implies none). */
   static DataType typeOf(Buffer b) {
     if (b instanceof FloatBuffer) return DataType.FLOAT32;
     if (b instanceof DoubleBuffer) return DataType.FLOAT64;
     if (b instanceof IntBuffer) return DataType.INT32;
     if (b instanceof LongBuffer) return DataType.INT64;
     if (b instanceof ShortBuffer) return DataType.INT16;
-    if (b instanceof ByteBuffer) return DataType.INT8;
     throw new HvdException(HvdException.INVALID_ARGUMENT, "HvdContext",
         "unsupported buffer type " + (b == null ? "null" : b.getClass().getName()));
   }

@@ -81,6 +81,22 @@ class MultiProcessTest {
     }
   }
 
+  /**
+   * 2 processes: 1.5f + 1.5f through a direct ByteBuffer with DataType.FLOAT32
+   * is exactly 3.0f; the untyped ByteBuffer form throws IllegalArgumentException.
+   */
+  @Test
+  void byteBuffersWithADataTypeAcrossProcesses() throws Exception {
+    Result r = hvdrun(2, "org.hvd.it.ByteBufferMain");
+    assertEquals(0, r.exit, r.output);
+    for (int rank = 0; rank < 2; ++rank) {
+      assertTrue(r.output.contains("rank " + rank + ": 1.5f summed over 2 ranks = 3.0"), r.output);
+      assertTrue(r.output.contains("rank " + rank + ": refused: allreduce 'y': a ByteBuffer carries no"
+          + " element type; pass a DataType"), r.output);
+      assertTrue(r.output.contains("rank " + rank + "/2: bytebuffer checks passed"), r.output);
+    }
+  }
+
   /** A plain child JVM (no hvdrun) with extra -D options; returns exit code and output. */
   static Result java(String... opts) throws Exception {
     String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();

@@ -177,12 +177,111 @@ class SingleProcessTest {
     assertTrue(e.libraryMessage().contains("root"), e.libraryMessage());
 
     ByteBuffer ro = ByteBuffer.allocateDirect(4).asReadOnlyBuffer();
-    e = assertThrows(HvdException.class, () -> Hvd.allreduce("ro", ByteBuffer.allocateDirect(4), ro, ReduceOp.SUM));
+    e = assertThrows(HvdException.class,
+        () -> Hvd.allreduce("ro", ByteBuffer.allocateDirect(4), ro, DataType.UINT8, ReduceOp.SUM));
     assertEquals(HvdException.INVALID_ARGUMENT, e.status());
 
     e = assertThrows(HvdException.class,
         () -> Hvd.allreduce("short", FloatBuffer.allocate(4), FloatBuffer.allocate(2), ReduceOp.SUM));
     assertTrue(e.getMessage().contains("output holds 2"), e.getMessage());
+  }
+
+  @Test
+  void byteBuffersNeedADataType() {
+    ByteBuffer bb = ByteBuffer.allocateDirect(8).order(ByteOrder.nativeOrder());
+    bb.putFloat(0, 1.5f).putFloat(4, -0.25f);
+    // The untyped forms would reduce the bytes as UINT8: refused, naming the call and tensor.
+    IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+        () -> Hvd.allreduce("x", bb, bb, ReduceOp.SUM));
+    assertTrue(e.getMessage().startsWith("allreduce 'x': a ByteBuffer carries no element type; pass a DataType"),
+        e.getMessage());
+    e = assertThrows(IllegalArgumentException.class, () -> Hvd.allreduceAsync("y", bb, bb, ReduceOp.SUM));
+    assertTrue(e.getMessage().contains("allreduce 'y'") && e.getMessage().contains("DataType"), e.getMessage());
+    e = assertThrows(IllegalArgumentException.class, () -> Hvd.allreduce("z", bb, bb));
+    assertTrue(e.getMessage().contains("allreduce 'z'"), e.getMessage());
+    e = assertThrows(IllegalArgumentException.class, () -> Hvd.broadcast("b", bb, bb, 0));
+    assertTrue(e.getMessage().startsWith("broadcast 'b': a ByteBuffer carries no element type; pass a DataType"),
+        e.getMessage());
+    e = assertThrows(IllegalArgumentException.class, () -> Hvd.broadcastAsync("b", bb, bb, 0));
+    assertTrue(e.getMessage().contains("broadcast 'b'"), e.getMessage());
+    e = assertThrows(IllegalArgumentException.class,
+        () -> Hvd.context().allreduce(null, bb, bb, (DataType) null, ReduceOp.SUM));
+    assertTrue(e.getMessage().contains("allreduce (unnamed): dtype is null") && e.getMessage().contains("DataType"),
+        e.getMessage());
+    assertEquals(0, Hvd.context().pendingCount(), "nothing was submitted");
+    assertEquals(1.5f, bb.getFloat(0));
+
+    // With a DataType: FLOAT32 elements, in place, position and limit respected.
+    assertSame(bb, Hvd.allreduce("x", bb, bb, DataType.FLOAT32, ReduceOp.SUM));
+    assertEquals(1.5f, bb.getFloat(0));
+    assertEquals(-0.25f, bb.getFloat(4));
+    ByteBuffer out = ByteBuffer.allocateDirect(8).order(ByteOrder.nativeOrder());
+    assertSame(out, Hvd.allreduceAsync("x.async", bb, out, DataType.FLOAT32, ReduceOp.MAX).await());
+    assertEquals(-0.25f, out.getFloat(4));
+    ByteBuffer heap = ByteBuffer.allocate(8).order(ByteOrder.nativeOrder()).putDouble(0, 2.5);
+    assertEquals(2.5, Hvd.broadcast("b", heap, heap, DataType.FLOAT64, 0).getDouble(0));
+
+    // The byte length must hold whole elements.
+    e = assertThrows(IllegalArgumentException.class,
+        () -> Hvd.allreduce("odd", bb.duplicate().position(1), bb.duplicate().position(1), DataType.FLOAT32,
+            ReduceOp.SUM));
+    assertTrue(e.getMessage().contains("allreduce 'odd': the input ByteBuffer has 7 bytes remaining, not a"
+        + " multiple of FLOAT32's 4 bytes"), e.getMessage());
+    // Elements wider than a byte in a buffer of the other order: refused (the
+    // library reads memory as it is); one-byte elements have no order.
+    ByteOrder other = ByteOrder.nativeOrder() == ByteOrder.LITTLE_ENDIAN ? ByteOrder.BIG_ENDIAN
+        : ByteOrder.LITTLE_ENDIAN;
+    ByteBuffer foreign = ByteBuffer.allocateDirect(8).order(other).putFloat(0, 1.5f);
+    e = assertThrows(IllegalArgumentException.class,
+        () -> Hvd.allreduce("foreign", foreign, foreign, DataType.FLOAT32, ReduceOp.SUM));
+    assertTrue(e.getMessage().contains("allreduce 'foreign': the input ByteBuffer is " + other), e.getMessage());
+    e = assertThrows(IllegalArgumentException.class,
+        () -> Hvd.broadcast("foreign.out", bb, foreign, DataType.FLOAT32, 0));
+    assertTrue(e.getMessage().contains("the output ByteBuffer is " + other), e.getMessage());
+    // ... while its typed view is converted.
+    FloatBuffer view = foreign.asFloatBuffer();
+    Hvd.allreduce("foreign.view", view, view, ReduceOp.SUM);
+    assertEquals(1.5f, foreign.getFloat(0));
+    ByteBuffer bytes = ByteBuffer.allocateDirect(3).put(0, (byte) 200);
+    Hvd.allreduce("bytes", bytes, bytes, DataType.UINT8, ReduceOp.SUM);
+    assertEquals((byte) 200, bytes.get(0));
+
+    // Typed views of different element types do not mix.
+    HvdException he = assertThrows(HvdException.class,
+        () -> Hvd.allreduce("mixed", (java.nio.Buffer) FloatBuffer.allocate(2), IntBuffer.allocate(2),
+            ReduceOp.SUM));
+    assertTrue(he.getMessage().contains("the input is a") && he.getMessage().contains("FLOAT32")
+        && he.getMessage().contains("INT32"), he.getMessage());
+  }
+
+  @Test
+  void allreduceWithoutAnOpAverages() {
+    // A world of one: the average is the value itself, for every overload;
+    // integers of an odd sum would round, so use what a SUM would also give.
+    assertArrayEquals(new float[] {1.5f, -2f}, Hvd.allreduce("avg.f", new float[] {1.5f, -2f}));
+    assertArrayEquals(new double[] {0.125}, Hvd.allreduce(new double[] {0.125}));
+    assertArrayEquals(new int[] {-7}, Hvd.allreduce("avg.i", new int[] {-7}));
+    assertArrayEquals(new long[] {1L << 40}, Hvd.allreduceAsync("avg.l", new long[] {1L << 40}).await());
+    DoubleBuffer d = DoubleBuffer.wrap(new double[] {3.25});
+    assertEquals(3.25, Hvd.allreduce("avg.buf", d, d).get(0));
+    ByteBuffer bb = ByteBuffer.allocateDirect(4).order(ByteOrder.nativeOrder()).putInt(0, 9);
+    assertEquals(9, Hvd.allreduce("avg.bb", bb, bb, DataType.INT32).getInt(0));
+    float[][] g = Hvd.groupedAllreduce(new String[] {"avg.g0", "avg.g1"}, new float[][] {{1}, {2}});
+    assertArrayEquals(new float[] {2}, g[1]);
+    assertArrayEquals(new double[] {4.5}, Hvd.reducescatter("avg.rs", new double[] {4.5}));
+  }
+
+  @Test
+  void shutdownWithoutInitIsANoOp() {
+    Hvd.shutdown();
+    assertFalse(Hvd.isInitialized());
+    Hvd.shutdown();  // a second one does nothing, as in Horovod, Python and Julia
+    Hvd.shutdown();
+    assertFalse(Hvd.isInitialized());
+    Hvd.init();  // and init works again afterwards
+    assertEquals(1, Hvd.size());
+    Hvd.shutdown();
+    assertFalse(Hvd.isInitialized());
   }
 
   @Test

@@ -427,9 +427,14 @@ class ThreadsAsRanksTest {
       assertInvalid(() -> ctx.alltoall("bad", six, DataType.FLOAT32, new long[] {4, 2}, null),
           "shape holds 8 elements");
       assertInvalid(() -> ctx.alltoall("bad", six, DataType.FLOAT32, new long[0], null), "shape is empty");
-      assertInvalid(() -> ctx.alltoall("bad", six, null, null, null), "dtype is null");
+      // The DataType of a ByteBuffer: required, whole elements, native order.
+      assertIllegal(() -> ctx.alltoall("bad", six, null, null, null), "alltoall 'bad': dtype is null");
       assertInvalid(() -> ctx.alltoall("bad", (ByteBuffer) null, DataType.INT8, null, null), "buffer is null");
-      assertInvalid(() -> ctx.alltoall("bad", direct(5), DataType.INT32, null, null), "whole INT32");
+      assertIllegal(() -> ctx.alltoall("bad", direct(5), DataType.INT32, null, null),
+          "5 bytes remaining, not a multiple of INT32's 4 bytes");
+      assertIllegal(() -> ctx.allgather("bad", direct(6), DataType.FLOAT64, null), "allgather 'bad'");
+      assertIllegal(() -> ctx.reducescatter("bad", ByteBuffer.allocateDirect(8), DataType.FLOAT32, null,
+          ReduceOp.SUM), "the input ByteBuffer is BIG_ENDIAN");
 
       assertInvalid(() -> ctx.reducescatter("bad", (long[]) null, ReduceOp.SUM), "data is null");
       assertInvalid(() -> ctx.reducescatter("bad", four, null), "op is null");
@@ -468,6 +473,11 @@ class ThreadsAsRanksTest {
       return "ok";
     });
     assertEquals(List.of("ok", "ok"), ok);
+  }
+
+  static void assertIllegal(org.junit.jupiter.api.function.Executable call, String text) {
+    IllegalArgumentException e = assertThrows(IllegalArgumentException.class, call);
+    assertTrue(e.getMessage().contains(text), "'" + e.getMessage() + "' should mention '" + text + "'");
   }
 
   static void assertInvalid(org.junit.jupiter.api.function.Executable call, String text) {
