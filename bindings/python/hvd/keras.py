@@ -13,11 +13,21 @@
 hvd ops run in a tf.py_function inside Keras' compiled train step, which XLA
 cannot compile: pass jit_compile=False to compile() (DistributedOptimizer
 raises a clear error otherwise).
+
+Do not use it in a process that has loaded PyTorch (hvd.torch): the two
+frameworks cannot share a process (importing this module then warns; see
+bindings/python/README.md).
 """
 
 from __future__ import annotations
 
+import sys as _sys
 import types
+
+if "hvd.tensorflow" in _sys.modules:  # else importing it, below, warns
+    from .tensorflow import _warn_if_torch_loaded
+    _warn_if_torch_loaded()
+    del _warn_if_torch_loaded
 
 try:
     import tensorflow as tf

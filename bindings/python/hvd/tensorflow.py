@@ -12,9 +12,46 @@ Tensors travel through numpy: eagerly, ``tensor.numpy()`` goes to the numpy
 API and the result comes back with ``tf.convert_to_tensor``; inside a
 ``tf.function`` the same code runs in a ``tf.py_function`` (so an XLA-compiled
 function cannot contain hvd ops: compile Keras models with jit_compile=False).
+
+Do not use it in a process that has loaded PyTorch (hvd.torch): the two
+frameworks cannot share a process (importing this module, or hvd.keras, then
+warns; see bindings/python/README.md).
 """
 
 from __future__ import annotations
+
+import sys as _sys
+import warnings as _warnings
+
+
+def _warn_if_torch_loaded():
+    """A RuntimeWarning when torch is already loaded, attributed to the line
+    that imported hvd.tensorflow or hvd.keras (hvd's own frames skipped;
+    warnings itself skips importlib's)."""
+    if "torch" not in _sys.modules:
+        return
+    level, imported, f = 1, "hvd.tensorflow", _sys._getframe(1)
+    while f is not None:
+        code = f.f_code.co_filename
+        if "importlib" in code and "_bootstrap" in code:
+            f = f.f_back
+            continue
+        level += 1
+        mod = f.f_globals.get("__name__", "")
+        if mod != "hvd" and not mod.startswith("hvd."):
+            break
+        imported = mod
+        f = f.f_back
+    _warnings.warn(
+        f"{imported} was imported into a process that has already loaded PyTorch (torch). "
+        "TensorFlow and PyTorch cannot share a process: both bundle LLVM, and with some pairs of "
+        "wheels (tensorflow-cpu 2.21 with torch 2.15 / triton 3.9) the process aborts with "
+        "\"LLVM ERROR: Option '...' registered more than once!\" as soon as torch loads triton "
+        "(at the first optimizer step, for example). Use one framework per process.",
+        RuntimeWarning, stacklevel=level)
+
+
+_warn_if_torch_loaded()
 
 try:
     import tensorflow as tf

@@ -9,12 +9,26 @@
 CPU tensors are passed to the library zero-copy (data_ptr); non-contiguous
 tensors are copied once (PerformanceWarning). CUDA tensors are refused with
 UnsupportedError until a GPU transport exists: move them with ``.cpu()``.
+
+Do not use it in a process that has loaded TensorFlow (hvd.tensorflow,
+hvd.keras): the two frameworks cannot share a process (importing this module
+then warns; see bindings/python/README.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys as _sys
 import warnings
+
+if "tensorflow" in _sys.modules:
+    warnings.warn(
+        "hvd.torch was imported into a process that has already loaded TensorFlow. TensorFlow "
+        "and PyTorch cannot share a process: both bundle LLVM, and with some pairs of wheels "
+        "(tensorflow-cpu 2.21 with torch 2.15 / triton 3.9) the process aborts with \"LLVM "
+        "ERROR: Option '...' registered more than once!\" as soon as torch loads triton (at the "
+        "first optimizer step, for example). Use one framework per process.",
+        RuntimeWarning, stacklevel=2)
 
 try:
     import torch
