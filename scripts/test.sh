@@ -38,10 +38,14 @@ else
   count ctest $((total - nfail - nskip)) "$nfail" "$nskip"
 fi
 
-# 2. Python SDK (pytest; exit 5 = no tests is a failure)
+# 2. Python SDK: one pytest process per framework group (TensorFlow and torch
+# cannot share a process); run_tests.sh closes with one pytest-style line over
+# all groups and fails when a group failed, died or collected nothing.
+versions=$(python3 bindings/python/tests/framework_groups.py versions) || versions="unknown"
+echo "== pytest against: $versions"
 bindings/python/tests/run_tests.sh -q -p no:cacheprovider 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-line=$(grep -E "^(=+ )?[0-9]+ (passed|failed)" "$log" | tail -1)
+line=$(grep -E "^=+ [0-9]+ (passed|failed)" "$log" | tail -1)
 p=$(echo "$line" | grep -oE "[0-9]+ passed" | grep -oE "[0-9]+" || echo 0)
 f=0
 for n in $(echo "$line" | grep -oE "[0-9]+ (failed|errors?)" | grep -oE "^[0-9]+"); do f=$((f + n)); done

@@ -5,7 +5,15 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import framework_groups  # noqa: E402
 import harness  # noqa: E402
+
+
+def pytest_configure(config):
+    # One framework per pytest process (TensorFlow and torch abort together):
+    # $HVD_TEST_GROUP's files only, the import guard, $HVD_TEST_REPORT.
+    framework_groups.install(config)
+
 
 @pytest.fixture(scope="session")
 def hvdrun():
