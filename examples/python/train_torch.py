@@ -81,17 +81,22 @@ def main():
     for epoch in range(args.epochs):
         model.train()
         order = torch.randperm(len(x_shard), generator=gen)
-        bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{args.epochs}", disable=rank != 0,
-                   leave=False)
+        # Advanced by hand after each step: set_postfix inside `for step in bar`
+        # would redraw with the count of the step before it. An epoch here
+        # takes well under tqdm's default 0.1 s between redraws, hence 0.02 s.
+        bar = tqdm(total=steps, desc=f"epoch {epoch + 1}/{args.epochs}", disable=rank != 0,
+                   leave=False, mininterval=0.02)
         total = 0.0
-        for step in bar:
+        for step in range(steps):
             idx = order[step * args.batch_size:(step + 1) * args.batch_size]
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x_shard[idx]), y_shard[idx])
             loss.backward()
             optimizer.step()
             total += loss.item()
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            bar.update(1)
+        bar.close()
         # The mean training loss over all ranks (a collective: every rank calls it).
         mean_loss = hvd.allreduce(torch.tensor(total / max(steps, 1)), name="train_loss")
         if rank == 0:

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -73,7 +74,18 @@ std::string DescribeSignal(int sig) {
   return std::to_string(sig) + (n ? std::string(" (") + n + ")" : std::string());
 }
 
-void Log(const std::string& line) { WriteAll(2, "hvdrun: " + line + "\n"); }
+// hvdrun's stderr while a job runs: hvdrun's messages then end a rank's open
+// line there first (see output.h).
+OutputSink* g_log_sink = nullptr;
+
+void Log(const std::string& line) {
+  std::string text = "hvdrun: " + line + "\n";
+  if (g_log_sink != nullptr) {
+    g_log_sink->WriteLines(text);
+  } else {
+    WriteAll(2, text);
+  }
+}
 
 std::string HostName() {
   char name[256] = {0};
@@ -186,6 +198,8 @@ class Job {
   void Reap();
   void OnExit(Rank& r, int wstatus);
   void ReadOutput(const std::vector<pollfd>& fds, const std::vector<std::pair<Rank*, int>>& who);
+  int PollTimeoutMs() const;
+  void FlushIdleOutput();
   void UpdateReady();
   void CheckStartTimeout();
   void BeginStop(int exit_code);
@@ -196,6 +210,9 @@ class Job {
 
   const Options& o_;
   const Plan& plan_;
+  // hvdrun's stdout and stderr; declared before ranks_, whose streams use them.
+  OutputSink out_sink_{1};
+  OutputSink err_sink_{2};
   std::vector<Rank> ranks_;
   std::map<pid_t, Rank*> by_pid_;
 
@@ -419,8 +436,8 @@ Status Job::SpawnRank(Rank& r) {
   r.out_r = std::move(sp.stdout_r);
   r.err_r = std::move(sp.stderr_r);
   std::string tag = "[" + std::to_string(r.slot.rank) + "]";
-  r.out = std::make_unique<LineStream>(1, o_.tag_output ? tag + "<stdout>: " : "");
-  r.err = std::make_unique<LineStream>(2, o_.tag_output ? tag + "<stderr>: " : "");
+  r.out = std::make_unique<LineStream>(&out_sink_, o_.tag_output ? tag + "<stdout>: " : "");
+  r.err = std::make_unique<LineStream>(&err_sink_, o_.tag_output ? tag + "<stderr>: " : "");
   if (sp.exec_errno != 0) {
     r.exec_failed = true;
     Log(Who(r) + ": cannot execute '" + req.argv[0] + "': " + std::strerror(sp.exec_errno));
@@ -595,6 +612,31 @@ void Job::ReadOutput(const std::vector<pollfd>& fds, const std::vector<std::pair
   }
 }
 
+// 100 ms at most (the loop's other duties: children, signals, deadlines), less
+// when a partial line of output is due sooner.
+int Job::PollTimeoutMs() const {
+  Clock::time_point due = Clock::time_point::max();
+  for (const auto& r : ranks_) {
+    if (r.out) due = std::min(due, r.out->Deadline());
+    if (r.err) due = std::min(due, r.err->Deadline());
+  }
+  constexpr int kMaxMs = 100;
+  if (due == Clock::time_point::max()) return kMaxMs;
+  Clock::duration left = due - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Rounded up, so the loop wakes at or after the deadline, not just before it.
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<decltype(ms)>(ms, kMaxMs));
+}
+
+void Job::FlushIdleOutput() {
+  Clock::time_point now = Clock::now();
+  for (auto& r : ranks_) {
+    if (r.out) r.out->FlushIdle(now);
+    if (r.err) r.err->FlushIdle(now);
+  }
+}
+
 void Job::Loop() {
   bool any_open = true;
   Clock::time_point drain_deadline{};
@@ -630,13 +672,14 @@ void Job::Loop() {
         who.push_back({&r, 2});
       }
     }
-    int n = ::poll(fds.data(), fds.size(), 100);
+    int n = ::poll(fds.data(), fds.size(), PollTimeoutMs());
     if (n < 0 && errno != EINTR) {
       Log(std::string("error: poll: ") + std::strerror(errno));
       BeginStop(1);
     }
     HandleSignals();
     if (n > 0) ReadOutput(fds, who);
+    FlushIdleOutput();
     Reap();
     UpdateReady();
     CheckStartTimeout();
@@ -660,6 +703,10 @@ void Job::Loop() {
 }
 
 int Job::Run() {
+  g_log_sink = &err_sink_;
+  struct LogSinkReset {
+    ~LogSinkReset() { g_log_sink = nullptr; }
+  } log_sink_reset;
   int rc = Setup();
   if (rc != 0) return rc;
   start_time_ = Clock::now();

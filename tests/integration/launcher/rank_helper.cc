@@ -9,16 +9,25 @@
 //                                              each written in several pieces
 //   rank_helper security                       wrong secrets and malformed frames
 //                                              against the store; then connect
+//   rank_helper progress STYLE N MS [STAGGER]  N progress updates on stdout, MS ms
+//                                              apart, each one write() stamped with
+//                                              its time (see CmdProgress)
+//   rank_helper stamp RAW                      not a rank: reads stdin to its end,
+//                                              copies it to the file RAW and prints
+//                                              each read's arrival time (CmdStamp)
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -164,6 +173,72 @@ int CmdSpam(int argc, char** argv) {
   return 0;
 }
 
+// Wall-clock seconds: comparable between the writer (a rank) and the reader
+// (stamp), which run as different processes.
+std::string WallClock() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%lld.%06ld", static_cast<long long>(ts.tv_sec), ts.tv_nsec / 1000);
+  return buf;
+}
+
+// Update i of rank r reads "r<r>u<i>@<time written>" and goes out in one
+// write(), MS ms after the one before (the first after r * STAGGER ms):
+//   cr-end    "<update>\r"   (a counter redrawn in place)
+//   cr-start  "\r<update>"   (what tqdm writes: the text waits for the next '\r')
+//   partial   "<update> "    (a line growing piece by piece)
+// A '\n' ends the output, MS ms after the last update.
+int CmdProgress(int argc, char** argv) {
+  if (argc < 5) Die("progress cr-end|cr-start|partial N MS [STAGGER]");
+  std::string style = argv[2];
+  int n = std::atoi(argv[3]);
+  auto gap = std::chrono::milliseconds(std::atoi(argv[4]));
+  int stagger = argc > 5 ? std::atoi(argv[5]) : 0;
+  if (style != "cr-end" && style != "cr-start" && style != "partial") Die("bad style " + style);
+  std::this_thread::sleep_for(std::chrono::milliseconds(stagger * Rank()));
+  for (int i = 1; i <= n; ++i) {
+    std::string u = "r" + std::to_string(Rank()) + "u" + std::to_string(i) + "@" + WallClock();
+    if (style == "cr-end") u += "\r";
+    if (style == "cr-start") u = "\r" + u;
+    if (style == "partial") u += " ";
+    WriteFully(1, u.data(), u.size());
+    std::this_thread::sleep_for(gap);
+  }
+  WriteFully(1, "\n", 1);
+  return 0;
+}
+
+// Reads stdin to its end; writes every byte to the file RAW and, per read(),
+// one line "<arrival time> <bytes>" to stdout, with '\r' shown as <CR> and
+// '\n' as <LF>.
+int CmdStamp(int argc, char** argv) {
+  if (argc < 3) Die("stamp RAW");
+  int raw = ::open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (raw < 0) Die(std::string("cannot create ") + argv[2]);
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(0, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    std::string line = WallClock() + " ";
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] == '\r') {
+        line += "<CR>";
+      } else if (buf[i] == '\n') {
+        line += "<LF>";
+      } else {
+        line += buf[i];
+      }
+    }
+    line += "\n";
+    WriteFully(raw, buf, static_cast<size_t>(n));
+    WriteFully(1, line.data(), line.size());
+  }
+  ::close(raw);
+  return 0;
+}
+
 // A raw TCP connection to the store.
 int RawConnect() {
   std::string host;
@@ -255,12 +330,14 @@ int CmdSecurity() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) Die("usage: rank_helper env|connect|sleep|spam|security ...");
+  if (argc < 2) Die("usage: rank_helper env|connect|sleep|spam|security|progress|stamp ...");
   std::string cmd = argv[1];
   if (cmd == "env") return CmdEnv(argc, argv);
   if (cmd == "connect") return CmdConnect(argc, argv);
   if (cmd == "spam") return CmdSpam(argc, argv);
   if (cmd == "security") return CmdSecurity();
+  if (cmd == "progress") return CmdProgress(argc, argv);
+  if (cmd == "stamp") return CmdStamp(argc, argv);
   if (cmd == "sleep") {
     if (argc < 3) Die("sleep S");
     std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(argv[2])));
