@@ -124,6 +124,9 @@ class ContextImpl : public ControlPlane {
  private:
   Status Rendezvous();
   Status ResolveLocalTopology();
+  bool ParseMissingMark(const rdv::Bytes& value, std::vector<int>* missing) const;
+  std::vector<int> MissingRanks(int r);
+  Status NotJoined(const std::vector<int>& missing);
   std::string ChooseTransport() const;
   void Loop();
   void Cycle();
@@ -263,17 +266,55 @@ Status ContextImpl::Rendezvous() {
   } else if (!cfg_.rendezvous_addr.empty()) {
     HVD_CHECK(rdv::ParseHostPort(cfg_.rendezvous_addr, &host, &port)
                   .Wrap("rendezvous address '" + cfg_.rendezvous_addr + "'"));
-    if (secret.empty()) {
-      // torchrun-style launches carry no secret: every rank uses the same
-      // well-known key, which checks integrity but does not authenticate.
+    const bool authenticated = !secret.empty();
+    if (!authenticated) {
+      // torchrun-style launches carry no secret (torchrun shares none a
+      // secret could be derived from): every rank uses the same well-known
+      // key, which checks integrity but does not authenticate.
       secret = "6876642d6e6f2d736563726574";  // hex of "hvd-no-secret"
-      HVD_LOG(log_, HVD_LOG_INFO,
-              "no HVD_SECRET: the rendezvous store at " << cfg_.rendezvous_addr
-                                                        << " is not authenticated");
+      if (!cfg_.host_store) {
+        HVD_LOG(log_, HVD_LOG_INFO,
+                "no HVD_SECRET: the rendezvous store at " << cfg_.rendezvous_addr
+                                                          << " is not authenticated");
+      }
     }
     if (cfg_.host_store) {
-      HVD_ASSIGN_OR_RETURN(server_, rdv::StoreServer::Start("", port, secret));
-      host = "127.0.0.1";
+      // With a secret the store may listen on every interface. Without one it
+      // listens only on the rendezvous address (MASTER_ADDR), so that only
+      // those who can reach that address can reach the store, and says so.
+      std::string bind_host;
+      if (!authenticated) {
+        // A loopback address serves a job on this host only, or one whose
+        // rendezvous address is itself loopback.
+        const bool one_host = cfg_.local_size > 0 && cfg_.local_size == cfg_.size;
+        const bool loopback_name = host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+        std::string why;
+        bind_host = rdv::OwnAddressOf(host, one_host || loopback_name, &why);
+        if (bind_host == "0.0.0.0" || bind_host == "::") {
+          why = "MASTER_ADDR is the wildcard address " + bind_host;
+          bind_host.clear();
+        }
+        if (bind_host.empty()) {
+          HVD_LOG(log_, HVD_LOG_WARNING,
+                  "no HVD_SECRET: the rendezvous store this rank hosts is NOT authenticated and "
+                  "listens on EVERY interface, port "
+                      << port << " (" << why
+                      << "): anyone who can reach this host on that port can read and change "
+                         "the job's rendezvous data. Set HVD_SECRET to the same 64 hex digits on "
+                         "every rank (e.g. openssl rand -hex 32), or launch with hvdrun");
+        } else {
+          HVD_LOG(log_, HVD_LOG_WARNING,
+                  "no HVD_SECRET: the rendezvous store this rank hosts is NOT authenticated; it "
+                  "listens only on "
+                      << (bind_host.find(':') != std::string::npos ? "[" + bind_host + "]" : bind_host)
+                      << ":" << port
+                      << " (MASTER_ADDR), and anyone who can reach that address can read and "
+                         "change the job's rendezvous data. Set HVD_SECRET to the same 64 hex "
+                         "digits on every rank (e.g. openssl rand -hex 32), or launch with hvdrun");
+        }
+      }
+      HVD_ASSIGN_OR_RETURN(server_, rdv::StoreServer::Start(bind_host, port, secret));
+      host = bind_host.empty() ? "127.0.0.1" : bind_host;
     }
   } else {
     return Error(HVD_ERR_RENDEZVOUS,
@@ -299,6 +340,87 @@ Status ContextImpl::Rendezvous() {
   return Status::Ok();
 }
 
+// ---- ranks that never join -------------------------------------------------
+//
+// Each rank publishes its host name under host/<rank> and reads everyone
+// else's. When the start timeout passes with ranks missing, the rank that
+// hosts the store writes a mark in place of each missing rank's host name,
+// listing them all, so every rank still waiting learns the same list at
+// once; it then keeps the store up until those ranks have said they saw it
+// (or briefly, at most kMissingLinger), since the store goes when it fails.
+
+namespace {
+const std::string kMissingMark("\0hvd-missing:", 13);  // no host name starts with NUL
+constexpr auto kMissingLinger = std::chrono::seconds(2);
+
+std::string JoinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+}  // namespace
+
+bool ContextImpl::ParseMissingMark(const rdv::Bytes& value, std::vector<int>* missing) const {
+  if (value.size() < kMissingMark.size() ||
+      !std::equal(kMissingMark.begin(), kMissingMark.end(), value.begin())) {
+    return false;
+  }
+  std::string list(value.begin() + kMissingMark.size(), value.end());
+  std::istringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    long r = std::strtol(item.c_str(), &end, 10);
+    if (end != item.c_str() && r >= 0 && r < cfg_.size) missing->push_back(static_cast<int>(r));
+  }
+  return true;
+}
+
+// The ranks whose host name is not in the store, after waiting for rank r's
+// timed out. If the store cannot say (it went away), rank r at least.
+std::vector<int> ContextImpl::MissingRanks(int r) {
+  std::vector<std::string> keys;
+  for (int q = 0; q < cfg_.size; ++q) keys.push_back(kv_.prefix + "host/" + std::to_string(q));
+  auto have = client_->Check(keys);
+  std::vector<int> missing;
+  if (!have.ok()) return {r};
+  for (int q = 0; q < cfg_.size; ++q) {
+    if (!(*have)[q]) missing.push_back(q);
+  }
+  return missing;
+}
+
+Status ContextImpl::NotJoined(const std::vector<int>& missing) {
+  const std::string list = JoinRanks(missing);
+  const std::string ack = kv_.prefix + "missing-seen";
+  if (server_ != nullptr) {
+    std::string mark = kMissingMark + list;
+    rdv::Bytes value(mark.begin(), mark.end());
+    bool published = true;
+    for (int q : missing) {
+      // Through the client: a Set returns once the Gets waiting for its key have their answer.
+      published = client_->Set(kv_.prefix + "host/" + std::to_string(q), value).ok() && published;
+    }
+    const int others = cfg_.size - static_cast<int>(missing.size()) - 1;
+    const auto until = Clock::now() + kMissingLinger;
+    while (published && others > 0 && Clock::now() < until) {
+      rdv::Bytes seen;
+      if (server_->TryGet(ack, &seen) && seen.size() == 8) {
+        int64_t n = 0;
+        for (uint8_t b : seen) n = (n << 8) | b;
+        if (n >= others) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } else {
+    (void)client_->Add(ack, 1);  // best effort: lets the hosting rank close its store
+  }
+  std::ostringstream msg;
+  msg << "ranks [" << list << "] did not join within " << cfg_.start_timeout_s
+      << " s (start timeout; HVD_START_TIMEOUT)";
+  return Error(HVD_ERR_TIMEOUT, msg.str());
+}
+
 // Fills local/cross rank and size from every rank's host name when the
 // launcher did not say.
 Status ContextImpl::ResolveLocalTopology() {
@@ -308,26 +430,26 @@ Status ContextImpl::ResolveLocalTopology() {
                          rdv::Bytes(me.begin(), me.end())));
   std::vector<std::string> hosts(static_cast<size_t>(cfg_.size));
   auto deadline = Clock::now() + std::chrono::duration<double>(cfg_.start_timeout_s);
+  bool rechecked = false;
   for (int r = 0; r < cfg_.size; ++r) {
     double left = std::chrono::duration<double>(deadline - Clock::now()).count();
     auto v = client_->Get(kv_.prefix + "host/" + std::to_string(r), std::max(left, 0.001));
-    if (!v.ok()) {
-      if (v.status().code() != HVD_ERR_TIMEOUT) return v.status();
-      std::vector<std::string> keys;
-      for (int q = 0; q < cfg_.size; ++q) keys.push_back(kv_.prefix + "host/" + std::to_string(q));
-      auto have = client_->Check(keys);
-      std::string missing;
-      if (have.ok()) {
-        for (int q = 0; q < cfg_.size; ++q) {
-          if (!(*have)[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-        }
+    std::vector<int> missing;
+    if (v.ok()) {
+      if (!ParseMissingMark(*v, &missing)) {
+        hosts[r].assign(v->begin(), v->end());
+        continue;
       }
-      std::ostringstream msg;
-      msg << "ranks [" << missing << "] did not join within " << cfg_.start_timeout_s
-          << " s (start timeout; HVD_START_TIMEOUT)";
-      return Error(HVD_ERR_TIMEOUT, msg.str());
+    } else {
+      if (v.status().code() != HVD_ERR_TIMEOUT) return v.status();
+      missing = MissingRanks(r);
+      if (missing.empty() && !rechecked) {
+        rechecked = true;  // every rank is here after all: read the late one again
+        --r;
+        continue;
+      }
     }
-    hosts[r].assign(v->begin(), v->end());
+    return NotJoined(missing);
   }
   int local_rank = 0, local_size = 0;
   for (int r = 0; r < cfg_.size; ++r) {

@@ -19,7 +19,13 @@
 // Every reply starts with a status byte: kOk, kTimedOut (Get only),
 // kFailed (then i32 hvd_status_t | str message), or kShuttingDown. A request
 // must be consumed exactly: a short, long or unknown one is malformed, and the
-// server drops the connection as it does for a bad MAC.
+// server drops the connection as it does for a bad MAC. So is a request sent
+// before the reply to the previous one.
+//
+// kBusy (nothing after it) is the server's first frame, in place of any
+// reply, to a connection it drops before that connection authenticated (too
+// many waiting to, or too slow): a client that holds the secret connects
+// again.
 //
 // Counters are stored as 8-byte big-endian values, so Get on a counter key
 // returns those 8 bytes; Add wraps around on overflow.
@@ -37,6 +43,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -53,15 +61,16 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <list>
 #include <mutex>
 #include <new>
+#include <set>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace hvd::rdv {
@@ -96,7 +105,8 @@ constexpr uint32_t kProtocolVersion = 1;
 // bytes actually received, not the length a peer announces.
 constexpr size_t kReadChunk = 64 << 10;
 // How long a server waits for progress inside a frame (or for a client to
-// take a reply) before it drops the connection.
+// take a reply) before it drops the connection. Between requests an
+// authenticated client may stay silent for as long as it likes.
 constexpr Clock::duration kServerIdle = std::chrono::seconds(30);
 // Extra time a client allows for a reply beyond the server-side wait.
 constexpr Clock::duration kReplyMargin = std::chrono::seconds(30);
@@ -107,12 +117,9 @@ constexpr Clock::duration kHandshakeFloor = std::chrono::seconds(2);
 constexpr Clock::duration kConnectFloor = milliseconds(200);
 // Waits longer than this are clamped (keeps deadline arithmetic finite).
 constexpr uint64_t kMaxWaitMs = uint64_t{30} * 24 * 3600 * 1000;
-// Jobs have at most a few hundred ranks; this only bounds the threads a
-// connection flood can make the server start.
-constexpr size_t kMaxConnections = 4096;
 
 enum Command : uint8_t { kPing = 1, kSet = 2, kGet = 3, kAdd = 4, kCheck = 5 };
-enum ReplyStatus : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2, kShuttingDown = 3 };
+enum ReplyStatus : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2, kShuttingDown = 3, kBusy = 4 };
 
 // ---- small helpers ----------------------------------------------------------
 
@@ -237,13 +244,11 @@ class Fd {
   int fd_ = -1;
 };
 
-// ---- bounded socket I/O -----------------------------------------------------
+// ---- bounded socket I/O (the client's) -----------------------------------------
 //
-// Sockets are non-blocking; every wait is a poll() with a deadline. An
-// optional idle limit also ends a wait when no byte moved for that long. An
-// optional wake fd (the server's stop pipe) ends every wait when readable.
+// Sockets are non-blocking; every wait is a poll() with a deadline.
 
-enum class IoCode { kOk, kEof, kTimeout, kStopped, kError };
+enum class IoCode { kOk, kEof, kTimeout, kError };
 struct Io {
   IoCode code = IoCode::kOk;
   int err = 0;
@@ -251,16 +256,9 @@ struct Io {
 
 struct Limits {
   TimePoint deadline = TimePoint::max();
-  Clock::duration idle = Clock::duration::zero();  // zero: no idle limit
-  int wake_fd = -1;
-
-  TimePoint Until(TimePoint last_progress) const {
-    if (idle == Clock::duration::zero()) return deadline;
-    return std::min(deadline, last_progress + idle);
-  }
 };
 
-Io WaitFd(int fd, short events, TimePoint until, int wake_fd) {
+Io WaitFd(int fd, short events, TimePoint until) {
   for (;;) {
     int timeout_ms = -1;
     if (until != TimePoint::max()) {
@@ -269,20 +267,18 @@ Io WaitFd(int fd, short events, TimePoint until, int wake_fd) {
       auto ms = std::chrono::ceil<milliseconds>(left).count();
       timeout_ms = static_cast<int>(std::min<int64_t>(ms, INT_MAX));
     }
-    pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
-    int n = ::poll(p, wake_fd >= 0 ? 2 : 1, timeout_ms);
+    pollfd p = {fd, events, 0};
+    int n = ::poll(&p, 1, timeout_ms);
     if (n < 0) {
       if (errno == EINTR) continue;
       return {IoCode::kError, errno};
     }
-    if (wake_fd >= 0 && p[1].revents != 0) return {IoCode::kStopped, 0};
     // POLLERR/POLLHUP also count as ready: the next send/recv reports them.
-    if (p[0].revents != 0) return {IoCode::kOk, 0};
+    if (p.revents != 0) return {IoCode::kOk, 0};
   }
 }
 
 Io SendAll(int fd, iovec* iov, int iovcnt, const Limits& lim) {
-  TimePoint last = Clock::now();
   while (iovcnt > 0) {
     if (iov->iov_len == 0) {
       ++iov;
@@ -296,13 +292,12 @@ Io SendAll(int fd, iovec* iov, int iovcnt, const Limits& lim) {
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        Io w = WaitFd(fd, POLLOUT, lim.Until(last), lim.wake_fd);
+        Io w = WaitFd(fd, POLLOUT, lim.deadline);
         if (w.code != IoCode::kOk) return w;
         continue;
       }
       return {IoCode::kError, errno};
     }
-    last = Clock::now();
     size_t left = static_cast<size_t>(sent);
     while (iovcnt > 0 && left >= iov->iov_len) {
       left -= iov->iov_len;
@@ -320,13 +315,11 @@ Io SendAll(int fd, iovec* iov, int iovcnt, const Limits& lim) {
 // Reads exactly n bytes. *got (if given) counts the bytes read before a failure.
 Io RecvExact(int fd, uint8_t* buf, size_t n, const Limits& lim, size_t* got = nullptr) {
   size_t have = 0;
-  TimePoint last = Clock::now();
   Io result;
   while (have < n) {
     ssize_t r = ::recv(fd, buf + have, n - have, MSG_DONTWAIT);
     if (r > 0) {
       have += static_cast<size_t>(r);
-      last = Clock::now();
       continue;
     }
     if (r == 0) {
@@ -335,7 +328,7 @@ Io RecvExact(int fd, uint8_t* buf, size_t n, const Limits& lim, size_t* got = nu
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      Io w = WaitFd(fd, POLLIN, lim.Until(last), lim.wake_fd);
+      Io w = WaitFd(fd, POLLIN, lim.deadline);
       if (w.code != IoCode::kOk) {
         result = w;
         break;
@@ -358,7 +351,6 @@ enum class FrameCode {
   kTooLong,    // announced length over kMaxFrame
   kBadMac,     // authentication failed (wrong secret, tampering, replay, reorder)
   kTimeout,
-  kStopped,
   kIoError,
   kInternal,   // HMAC computation failed
 };
@@ -373,7 +365,6 @@ FrameResult FromIo(const Io& io, bool started) {
     case IoCode::kOk: return {};
     case IoCode::kEof: return {started ? FrameCode::kTruncated : FrameCode::kClosed, 0};
     case IoCode::kTimeout: return {FrameCode::kTimeout, 0};
-    case IoCode::kStopped: return {FrameCode::kStopped, 0};
     case IoCode::kError: break;
   }
   return {FrameCode::kIoError, io.err};
@@ -509,14 +500,43 @@ class Reader {
 };
 
 // ---- server -----------------------------------------------------------------------
+//
+// One thread serves every connection: an epoll loop over non-blocking
+// sockets, each connection a small state machine (reading a frame, a Get
+// parked until its key appears or its wait ends, a reply being sent). A
+// waiting Get costs a table entry and a timer, not a thread, and a client
+// that disconnects while its Get waits is dropped as soon as the close
+// arrives.
+//
+// Connections that have not yet delivered an authenticated frame are kept
+// apart: each must authenticate within the authentication timeout, there are
+// at most max_unauthenticated of them, and a new arrival beyond that evicts
+// the oldest. Idle connections from someone without the secret therefore
+// cannot lock a client out: a client sends its first frame right after its
+// TCP connect, the server reads it as soon as it accepts the connection, and
+// an evicted client is told (an authenticated kBusy frame) and reconnects.
+
+constexpr uint64_t kListenId = 0;  // epoll data of the listening socket
+constexpr uint64_t kWakeId = 1;    // ... of the wake eventfd
+constexpr uint64_t kFirstConnId = 2;
+// Connections accepted per readiness of the listening socket, so that
+// reading connections already accepted is never starved by a flood of new ones.
+constexpr int kAcceptBatch = 32;
+// Bytes read from one connection per readiness (fairness between connections).
+constexpr size_t kReadBudget = 1 << 20;
+// The first frame of a connection (before it has authenticated) is at most
+// this long: what an unauthenticated peer can make the server hold is small.
+constexpr uint32_t kMaxFirstFrame = 64 << 10;
+// How long accepting pauses when the process is out of descriptors.
+constexpr Clock::duration kAcceptBackoff = milliseconds(100);
 
 class ServerImpl final : public StoreServer {
  public:
-  explicit ServerImpl(Bytes key) : key_(std::move(key)) {}
+  ServerImpl(Bytes key, const StoreServerOptions& opts);
   ~ServerImpl() override;
 
   Status Listen(const std::string& host, int port);
-  void StartAccepting() { accept_thread_ = std::thread([this] { AcceptLoop(); }); }
+  Status StartServing();
 
   int port() const override { return port_; }
   uint64_t rejected() const override { return rejected_.load(std::memory_order_relaxed); }
@@ -526,53 +546,113 @@ class ServerImpl final : public StoreServer {
  private:
   struct Conn {
     Fd fd;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-  enum class Outcome { kReply, kMalformed, kShutdown };
+    uint64_t id = 0;
+    bool authed = false;
+    TimePoint accepted;
+    std::list<uint64_t>::iterator fifo;  // place among the unauthenticated, while !authed
+    uint32_t events = 0;                 // the epoll interest now
+    // Reading: a header, then seq room | payload | MAC.
+    uint8_t header[kLenBytes] = {};
+    size_t header_have = 0;
+    size_t frame_want = 0;  // 0 while reading a header
+    Bytes frame;
+    TimePoint read_progress;
+    uint64_t recv_seq = 0;
+    // Replying: out[out_done..] is still to send.
+    Bytes out;
+    size_t out_done = 0;
+    TimePoint write_progress;
+    uint64_t send_seq = kServerToClient;
+    bool close_after_send = false;
+    // A parked Get.
+    bool waiting = false;
+    std::string wait_key;
+    TimePoint wait_deadline;
+    // Its entry in timers_ (TimePoint::max(): none).
+    TimePoint timer = TimePoint::max();
 
-  void AcceptLoop() noexcept;
-  void Reap();
-  void ServeConn(Conn* conn) noexcept;
-  void Serve(int fd);
-  Outcome Handle(const uint8_t* p, size_t n, Writer* out);
-  void Store(std::string key, Bytes value);
+    bool mid_frame() const { return header_have > 0 || frame_want > 0; }
+    bool sending() const { return out_done < out.size(); }
+  };
+  enum class Outcome { kReply, kWait, kMalformed };
+
+  void Loop() noexcept;
+  void Wake();
+  void AcceptSome();
+  void PauseAccepting();
+  void Evict(Conn* c);
+  void OnReadable(Conn* c);
+  void OnFrame(Conn* c);
+  Outcome Handle(Conn* c, const uint8_t* p, size_t n, Writer* out);
+  void ServeWaiters(const std::string& key);
+  void Reply(Conn* c, Writer* reply);
+  void Flush(Conn* c);
+  void Watch(Conn* c);
+  void Rearm(Conn* c);
+  void RunTimers();
+  void ShutDown();
+  void Close(Conn* c, bool reject);
+  Conn* Find(uint64_t id);
+  int WaitMs() const;
   void Reject() { rejected_.fetch_add(1, std::memory_order_relaxed); }
 
   const Bytes key_;
+  const Clock::duration auth_timeout_;
+  const size_t max_unauthenticated_;
+  const size_t max_connections_;
   Fd listen_fd_;
-  Fd wake_rd_, wake_wr_;  // the stop pipe: readable once the server stops
+  Fd epoll_fd_;
+  Fd wake_fd_;  // an eventfd: stop, or keys set by the hosting process
   int port_ = 0;
   std::atomic<uint64_t> rejected_{0};
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // signalled on every change of kv_ and on stop
+  mutable std::mutex mu_;  // guards kv_, dirty_ and stopping_
   std::unordered_map<std::string, Bytes> kv_;
+  std::vector<std::string> dirty_;  // keys Set() by the hosting process, for the loop's waiters
   bool stopping_ = false;
 
-  std::thread accept_thread_;
-  // Owned by the accept thread; the destructor takes it over after joining it.
-  std::list<std::unique_ptr<Conn>> conns_;
+  std::thread thread_;
+  // Owned by the loop thread (and by the destructor once it has joined it).
+  std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns_;
+  std::list<uint64_t> unauthenticated_;  // oldest first
+  size_t authenticated_ = 0;
+  std::set<std::pair<TimePoint, uint64_t>> timers_;
+  std::unordered_map<std::string, std::unordered_set<uint64_t>> waiters_;
+  uint64_t next_id_ = kFirstConnId;
+  TimePoint accept_paused_until_ = TimePoint::min();
+  bool accept_paused_ = false;
 };
+
+Clock::duration SecondsToDuration(double s) {
+  if (!(s > 0)) return Clock::duration::zero();
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(s, static_cast<double>(kMaxWaitMs) / 1000.0)));
+}
+
+ServerImpl::ServerImpl(Bytes key, const StoreServerOptions& opts)
+    : key_(std::move(key)),
+      auth_timeout_(SecondsToDuration(opts.auth_timeout_s)),
+      max_unauthenticated_(std::max<size_t>(opts.max_unauthenticated, 1)),
+      max_connections_(std::max<size_t>(opts.max_connections, 1)) {}
 
 ServerImpl::~ServerImpl() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
-  if (wake_wr_.get() >= 0) {
-    const uint8_t byte = 1;
-    ssize_t r;
-    do {
-      r = ::write(wake_wr_.get(), &byte, 1);
-    } while (r < 0 && errno == EINTR);
-  }
-  if (accept_thread_.joinable()) accept_thread_.join();
-  for (auto& conn : conns_) {
-    if (conn->thread.joinable()) conn->thread.join();
-  }
-  conns_.clear();  // closes the sockets, after their threads are gone
+  Wake();
+  if (thread_.joinable()) thread_.join();
+  conns_.clear();  // closes whatever the loop left (nothing, unless it never ran)
+}
+
+void ServerImpl::Wake() {
+  if (wake_fd_.get() < 0) return;
+  const uint64_t one = 1;
+  ssize_t r;
+  do {
+    r = ::write(wake_fd_.get(), &one, sizeof(one));
+  } while (r < 0 && errno == EINTR);
+  // EAGAIN: the counter is already non-zero, so the loop wakes anyway.
 }
 
 Status ServerImpl::Listen(const std::string& host_in, int port) {
@@ -582,13 +662,6 @@ Status ServerImpl::Listen(const std::string& host_in, int port) {
   std::string host = host_in;
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   const std::string where = JoinHostPort(host.empty() ? "*" : host, port);
-
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return Error(HVD_ERR_RENDEZVOUS, "rendezvous store: pipe2 failed: " + ErrnoText(errno));
-  }
-  wake_rd_ = Fd(p[0]);
-  wake_wr_ = Fd(p[1]);
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -649,110 +722,266 @@ Status ServerImpl::Listen(const std::string& host_in, int port) {
   return Status::Ok();
 }
 
-void ServerImpl::Reap() {
-  for (auto it = conns_.begin(); it != conns_.end();) {
-    if ((*it)->done.load(std::memory_order_acquire)) {
-      if ((*it)->thread.joinable()) (*it)->thread.join();
-      it = conns_.erase(it);  // closes the socket
-    } else {
-      ++it;
-    }
+Status ServerImpl::StartServing() {
+  epoll_fd_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (epoll_fd_.get() < 0) {
+    return Error(HVD_ERR_RENDEZVOUS, "rendezvous store: epoll_create1 failed: " + ErrnoText(errno));
   }
+  wake_fd_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (wake_fd_.get() < 0) {
+    return Error(HVD_ERR_RENDEZVOUS, "rendezvous store: eventfd failed: " + ErrnoText(errno));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenId;
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0) {
+    return Error(HVD_ERR_RENDEZVOUS, "rendezvous store: epoll_ctl failed: " + ErrnoText(errno));
+  }
+  ev.data.u64 = kWakeId;
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev) != 0) {
+    return Error(HVD_ERR_RENDEZVOUS, "rendezvous store: epoll_ctl failed: " + ErrnoText(errno));
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
 }
 
-void ServerImpl::AcceptLoop() noexcept {
-  const int wake = wake_rd_.get();
-  try {
-    for (;;) {
-      Reap();
-      // The timeout only bounds how long finished connections wait to be reaped.
-      Io w = WaitFd(listen_fd_.get(), POLLIN, Clock::now() + std::chrono::seconds(1), wake);
-      if (w.code == IoCode::kStopped) return;
-      if (w.code != IoCode::kOk) continue;
-      Fd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-      if (fd.get() < 0) {
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          // Out of descriptors or memory: back off instead of spinning.
-          if (WaitFd(wake, POLLIN, Clock::now() + milliseconds(100), -1).code == IoCode::kOk) return;
-        }
-        continue;
-      }
-      if (conns_.size() >= kMaxConnections) continue;  // closes it
-      int one = 1;
-      ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      conns_.push_back(std::make_unique<Conn>());
-      Conn* conn = conns_.back().get();
-      conn->fd = std::move(fd);
-      try {
-        conn->thread = std::thread([this, conn] { ServeConn(conn); });
-      } catch (...) {
-        conns_.pop_back();  // no thread: drop the connection
-      }
-    }
-  } catch (...) {
-    // Only allocation failures get here; the store stops accepting but the
-    // connections already served keep working.
-  }
+ServerImpl::Conn* ServerImpl::Find(uint64_t id) {
+  auto it = conns_.find(id);
+  return it == conns_.end() ? nullptr : it->second.get();
 }
 
-void ServerImpl::ServeConn(Conn* conn) noexcept {
-  try {
-    Serve(conn->fd.get());
-  } catch (...) {
-    // bad_alloc and the like: drop this connection, keep the server.
-  }
-  // The peer sees the close now; the descriptor itself is closed by whoever
-  // joins this thread, so it is never reused while someone might touch it.
-  ::shutdown(conn->fd.get(), SHUT_RDWR);
-  conn->done.store(true, std::memory_order_release);
+int ServerImpl::WaitMs() const {
+  TimePoint until = timers_.empty() ? TimePoint::max() : timers_.begin()->first;
+  if (accept_paused_) until = std::min(until, accept_paused_until_);
+  if (until == TimePoint::max()) return -1;
+  auto left = until - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  return static_cast<int>(std::min<int64_t>(std::chrono::ceil<milliseconds>(left).count(), INT_MAX));
 }
 
-void ServerImpl::Serve(int fd) {
-  const int wake = wake_rd_.get();
-  uint64_t recv_seq = 0;
-  uint64_t send_seq = kServerToClient;
-  Limits lim;
-  lim.idle = kServerIdle;
-  lim.wake_fd = wake;
-  Bytes frame;
+void ServerImpl::Loop() noexcept {
+  epoll_event events[64];
   for (;;) {
-    // Between requests a client may stay silent for as long as it likes.
-    if (WaitFd(fd, POLLIN, TimePoint::max(), wake).code != IoCode::kOk) return;
-    FrameResult r = ReadFrame(fd, key_, recv_seq, lim, &frame);
-    switch (r.code) {
-      case FrameCode::kOk: break;
-      case FrameCode::kClosed:
-      case FrameCode::kStopped:
-      case FrameCode::kIoError:
-      case FrameCode::kInternal:
-        return;
-      case FrameCode::kTruncated:
-      case FrameCode::kTooLong:
-      case FrameCode::kBadMac:
-      case FrameCode::kTimeout:
-        Reject();  // counted before the close, so a peer that sees the close sees the count
-        return;
+    int n = ::epoll_wait(epoll_fd_.get(), events, 64, WaitMs());
+    if (n < 0) {
+      if (errno != EINTR) std::this_thread::sleep_for(milliseconds(10));  // not expected: do not spin
+      n = 0;
     }
-    ++recv_seq;
-    Writer reply;
-    Outcome outcome = Handle(frame.data() + kSeqBytes, frame.size() - kSeqBytes, &reply);
-    if (outcome == Outcome::kMalformed) {
-      Reject();
+    for (int i = 0; i < n; ++i) {
+      const uint64_t id = events[i].data.u64;
+      try {
+        if (id == kListenId) {
+          AcceptSome();
+          continue;
+        }
+        if (id == kWakeId) {
+          uint64_t count;
+          while (::read(wake_fd_.get(), &count, sizeof(count)) > 0) {
+          }
+          std::vector<std::string> keys;
+          bool stop;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop = stopping_;
+            keys.swap(dirty_);
+          }
+          if (stop) {
+            ShutDown();
+            return;
+          }
+          for (const auto& key : keys) ServeWaiters(key);
+          continue;
+        }
+        Conn* c = Find(id);
+        if (c == nullptr) continue;  // closed earlier in this batch
+        if (events[i].events & EPOLLOUT) {
+          Flush(c);
+          c = Find(id);
+          if (c == nullptr) continue;
+        }
+        if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) OnReadable(c);
+      } catch (...) {
+        // bad_alloc and the like: drop that connection, keep serving.
+        if (Conn* c = Find(id)) Close(c, false);
+      }
+    }
+    try {
+      RunTimers();
+      if (accept_paused_ && Clock::now() >= accept_paused_until_) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = kListenId;
+        if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(), &ev) == 0) accept_paused_ = false;
+      }
+    } catch (...) {
+    }
+  }
+}
+
+void ServerImpl::PauseAccepting() {
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.u64 = kListenId;
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, listen_fd_.get(), &ev) == 0) {
+    accept_paused_ = true;
+    accept_paused_until_ = Clock::now() + kAcceptBackoff;
+  }
+}
+
+void ServerImpl::AcceptSome() {
+  for (int i = 0; i < kAcceptBatch; ++i) {
+    Fd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (fd.get() < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors or memory: an unauthenticated connection makes
+        // room; with none, back off instead of spinning.
+        if (!unauthenticated_.empty()) {
+          Evict(Find(unauthenticated_.front()));
+          continue;
+        }
+        PauseAccepting();
+        return;
+      }
+      continue;  // ECONNABORTED and the like: that connection is gone
+    }
+    if (unauthenticated_.size() >= max_unauthenticated_) Evict(Find(unauthenticated_.front()));
+    int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto conn = std::make_unique<Conn>();
+    Conn* c = conn.get();
+    c->id = next_id_++;
+    c->fd = std::move(fd);
+    c->accepted = c->read_progress = Clock::now();
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = c->id;
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) continue;  // drops it
+    c->events = ev.events;
+    unauthenticated_.push_back(c->id);
+    c->fifo = std::prev(unauthenticated_.end());
+    conns_.emplace(c->id, std::move(conn));
+    Rearm(c);
+    // A client sends its first frame right after connecting: it is often
+    // here already, and then the connection never waits among the unauthenticated.
+    OnReadable(c);
+  }
+}
+
+void ServerImpl::Evict(Conn* c) {
+  if (c == nullptr) return;
+  // Tells a client that holds the secret to reconnect; to anyone else this
+  // fixed, authenticated frame says nothing.
+  Writer w;
+  w.U8(kBusy);
+  Bytes* buf = w.buffer();
+  const size_t len = buf->size() - kSeqBytes;
+  PutU64(buf->data(), c->send_seq);
+  uint8_t mac[kMacBytes];
+  if (ComputeMac(key_, buf->data(), buf->size(), mac)) {
+    PutU32(buf->data() + kSeqBytes - kLenBytes, static_cast<uint32_t>(len));
+    buf->insert(buf->end(), mac, mac + kMacBytes);
+    ::send(c->fd.get(), buf->data() + kSeqBytes - kLenBytes, kLenBytes + len + kMacBytes,
+           MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort: a fresh socket has room
+  }
+  Close(c, true);
+}
+
+void ServerImpl::OnReadable(Conn* c) {
+  const int fd = c->fd.get();
+  if (c->waiting || c->sending()) {
+    // A client sends its next request only after the reply to this one, so
+    // all that can come now is the close (which releases a waiting Get at
+    // once) or an early request, which is malformed.
+    uint8_t byte;
+    ssize_t r = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return Close(c, false);
+    if (r > 0) return Close(c, true);
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) Close(c, false);
+    return;
+  }
+  size_t budget = kReadBudget;
+  while (budget > 0) {
+    ssize_t r;
+    if (c->frame_want == 0) {
+      r = ::recv(fd, c->header + c->header_have, kLenBytes - c->header_have, MSG_DONTWAIT);
+    } else {
+      const size_t have = c->frame.size();
+      const size_t next = std::min(c->frame_want, std::max(have + kReadChunk, have * 2));
+      c->frame.resize(next);  // memory follows the bytes received, not the length announced
+      r = ::recv(fd, c->frame.data() + have, std::min(next - have, budget), MSG_DONTWAIT);
+      c->frame.resize(have + static_cast<size_t>(std::max<ssize_t>(r, 0)));
+    }
+    if (r == 0) {
+      // The peer closed: between frames that is a goodbye, inside one a truncation.
+      return Close(c, c->mid_frame());
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return Close(c, false);
+      Rearm(c);
       return;
     }
-    if (frame.capacity() > (1u << 20)) Bytes().swap(frame);  // do not pin big buffers
-    Limits send_lim = lim;
-    if (outcome == Outcome::kShutdown) {
-      // Best effort: tell the client why, without waiting long.
-      send_lim.wake_fd = -1;
-      send_lim.deadline = Clock::now() + milliseconds(200);
+    budget -= std::min(budget, static_cast<size_t>(r));
+    c->read_progress = Clock::now();
+    if (c->frame_want == 0) {
+      c->header_have += static_cast<size_t>(r);
+      if (c->header_have < kLenBytes) continue;
+      const uint32_t len = GetU32(c->header);
+      // Checked before any allocation.
+      if (len > (c->authed ? kMaxFrame : kMaxFirstFrame)) return Close(c, true);
+      c->frame_want = kSeqBytes + len + kMacBytes;
+      c->frame.clear();
+      c->frame.resize(kSeqBytes);
+      continue;
     }
-    if (SendFrame(fd, key_, send_seq++, reply.buffer(), send_lim).code != FrameCode::kOk) return;
-    if (outcome == Outcome::kShutdown) return;
+    if (c->frame.size() < c->frame_want) continue;
+    return OnFrame(c);  // one request at a time: the next comes after the reply
+  }
+  Rearm(c);  // budget spent; level-triggered epoll brings us back
+}
+
+void ServerImpl::OnFrame(Conn* c) {
+  const size_t len = c->frame_want - kSeqBytes - kMacBytes;
+  Bytes& f = c->frame;
+  PutU64(f.data(), c->recv_seq);
+  uint8_t expect[kMacBytes];
+  if (!ComputeMac(key_, f.data(), kSeqBytes + len, expect)) return Close(c, false);
+  if (CRYPTO_memcmp(f.data() + kSeqBytes + len, expect, kMacBytes) != 0) return Close(c, true);
+  ++c->recv_seq;
+  c->header_have = 0;
+  c->frame_want = 0;
+  Writer reply;
+  if (!c->authed) {
+    c->authed = true;
+    unauthenticated_.erase(c->fifo);
+    ++authenticated_;
+    if (authenticated_ > max_connections_) {
+      reply.U8(kFailed);
+      reply.U32(static_cast<uint32_t>(static_cast<int32_t>(HVD_ERR_RENDEZVOUS)));
+      reply.Str("the store already serves " + std::to_string(max_connections_) +
+                " connections, its limit");
+      c->close_after_send = true;
+      Reply(c, &reply);
+      return;
+    }
+  }
+  Outcome outcome = Handle(c, f.data() + kSeqBytes, len, &reply);
+  if (f.capacity() > (1u << 20)) Bytes().swap(f);  // do not pin big buffers
+  switch (outcome) {
+    case Outcome::kMalformed:
+      return Close(c, true);
+    case Outcome::kWait:
+      waiters_[c->wait_key].insert(c->id);
+      Rearm(c);
+      return;
+    case Outcome::kReply:
+      Reply(c, &reply);
+      return;
   }
 }
 
-ServerImpl::Outcome ServerImpl::Handle(const uint8_t* p, size_t n, Writer* out) {
+ServerImpl::Outcome ServerImpl::Handle(Conn* c, const uint8_t* p, size_t n, Writer* out) {
   Reader in(p, n);
   uint8_t cmd = 0;
   if (!in.U8(&cmd)) return Outcome::kMalformed;
@@ -761,10 +990,6 @@ ServerImpl::Outcome ServerImpl::Handle(const uint8_t* p, size_t n, Writer* out) 
     out->U32(static_cast<uint32_t>(static_cast<int32_t>(code)));
     out->Str(msg);
     return Outcome::kReply;
-  };
-  auto shutting_down = [out] {
-    out->U8(kShuttingDown);
-    return Outcome::kShutdown;
   };
 
   switch (cmd) {
@@ -786,10 +1011,11 @@ ServerImpl::Outcome ServerImpl::Handle(const uint8_t* p, size_t n, Writer* out) 
       if (!in.Str(&key) || !in.Blob(&value) || !in.AtEnd()) return Outcome::kMalformed;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (stopping_) return shutting_down();
-        kv_[std::move(key)] = std::move(value);
+        kv_[key] = std::move(value);
       }
-      cv_.notify_all();
+      // Waiters are answered before the setter hears back, so a Set that has
+      // returned has also released every Get waiting for its key.
+      ServeWaiters(key);
       out->U8(kOk);
       return Outcome::kReply;
     }
@@ -798,25 +1024,28 @@ ServerImpl::Outcome ServerImpl::Handle(const uint8_t* p, size_t n, Writer* out) 
       uint64_t wait_ms = 0;
       if (!in.Str(&key) || !in.U64(&wait_ms) || !in.AtEnd()) return Outcome::kMalformed;
       const TimePoint deadline = DeadlineAfterMs(wait_ms);
-      std::unique_lock<std::mutex> lock(mu_);
-      auto it = kv_.end();
-      cv_.wait_until(lock, deadline, [&] {
-        it = kv_.find(key);
-        return stopping_ || it != kv_.end();
-      });
-      if (stopping_) return shutting_down();
-      if (it == kv_.end()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = kv_.find(key);
+        if (it != kv_.end()) {
+          if (it->second.size() > kMaxFrame - 5) {
+            return failed(HVD_ERR_INVALID_ARGUMENT, "the value of key " + ShowKey(key) + " (" +
+                                                        std::to_string(it->second.size()) +
+                                                        " bytes) does not fit in a store frame");
+          }
+          out->U8(kOk);
+          out->Blob(it->second.data(), it->second.size());
+          return Outcome::kReply;
+        }
+      }
+      if (wait_ms == 0) {
         out->U8(kTimedOut);
         return Outcome::kReply;
       }
-      if (it->second.size() > kMaxFrame - 5) {
-        return failed(HVD_ERR_INVALID_ARGUMENT, "the value of key " + ShowKey(key) + " (" +
-                                                    std::to_string(it->second.size()) +
-                                                    " bytes) does not fit in a store frame");
-      }
-      out->U8(kOk);
-      out->Blob(it->second.data(), it->second.size());
-      return Outcome::kReply;
+      c->waiting = true;
+      c->wait_key = std::move(key);
+      c->wait_deadline = deadline;
+      return Outcome::kWait;
     }
     case kAdd: {
       std::string key;
@@ -825,10 +1054,9 @@ ServerImpl::Outcome ServerImpl::Handle(const uint8_t* p, size_t n, Writer* out) 
       uint64_t now_value = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (stopping_) return shutting_down();
         auto it = kv_.find(key);
         if (it == kv_.end()) {
-          it = kv_.emplace(std::move(key), Bytes(8, 0)).first;
+          it = kv_.emplace(key, Bytes(8, 0)).first;
         } else if (it->second.size() != 8) {
           return failed(HVD_ERR_INVALID_ARGUMENT, "key " + ShowKey(it->first) + " holds " +
                                                       std::to_string(it->second.size()) +
@@ -837,7 +1065,7 @@ ServerImpl::Outcome ServerImpl::Handle(const uint8_t* p, size_t n, Writer* out) 
         now_value = GetU64(it->second.data()) + delta;  // wraps, as documented
         PutU64(it->second.data(), now_value);
       }
-      cv_.notify_all();
+      ServeWaiters(key);
       out->U8(kOk);
       out->U64(now_value);
       return Outcome::kReply;
@@ -851,7 +1079,6 @@ ServerImpl::Outcome ServerImpl::Handle(const uint8_t* p, size_t n, Writer* out) 
       }
       if (!in.AtEnd()) return Outcome::kMalformed;
       std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return shutting_down();
       out->U8(kOk);
       out->U32(count);
       for (const auto& key : keys) out->U8(kv_.count(key) ? 1 : 0);
@@ -862,13 +1089,199 @@ ServerImpl::Outcome ServerImpl::Handle(const uint8_t* p, size_t n, Writer* out) 
   }
 }
 
+void ServerImpl::ServeWaiters(const std::string& key) {
+  auto w = waiters_.find(key);
+  if (w == waiters_.end()) return;
+  std::unordered_set<uint64_t> ids = std::move(w->second);
+  waiters_.erase(w);
+  Bytes value;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = kv_.find(key);
+    if (it == kv_.end()) return;  // cannot happen: keys are never deleted
+    value = it->second;
+  }
+  for (uint64_t id : ids) {
+    Conn* c = Find(id);
+    if (c == nullptr || !c->waiting || c->wait_key != key) continue;
+    c->waiting = false;
+    c->wait_key.clear();
+    Writer reply(5 + value.size());
+    if (value.size() > kMaxFrame - 5) {
+      reply.U8(kFailed);
+      reply.U32(static_cast<uint32_t>(static_cast<int32_t>(HVD_ERR_INVALID_ARGUMENT)));
+      reply.Str("the value of key " + ShowKey(key) + " (" + std::to_string(value.size()) +
+                " bytes) does not fit in a store frame");
+    } else {
+      reply.U8(kOk);
+      reply.Blob(value.data(), value.size());
+    }
+    Reply(c, &reply);
+  }
+}
+
+// Seals the reply into a frame and starts sending it.
+void ServerImpl::Reply(Conn* c, Writer* reply) {
+  Bytes& b = *reply->buffer();
+  const size_t len = b.size() - kSeqBytes;
+  PutU64(b.data(), c->send_seq++);
+  uint8_t mac[kMacBytes];
+  if (!ComputeMac(key_, b.data(), b.size(), mac)) return Close(c, false);
+  // The frame is built in place: the header goes into the last bytes of the
+  // sequence-number room, the MAC after the payload.
+  PutU32(b.data() + kSeqBytes - kLenBytes, static_cast<uint32_t>(len));
+  b.insert(b.end(), mac, mac + kMacBytes);
+  c->out.swap(b);
+  c->out_done = kSeqBytes - kLenBytes;
+  c->write_progress = Clock::now();
+  Flush(c);
+}
+
+void ServerImpl::Flush(Conn* c) {
+  while (c->sending()) {
+    ssize_t sent = ::send(c->fd.get(), c->out.data() + c->out_done, c->out.size() - c->out_done,
+                          MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return Close(c, false);
+    }
+    c->out_done += static_cast<size_t>(sent);
+    c->write_progress = Clock::now();
+  }
+  if (!c->sending()) {
+    if (c->close_after_send) return Close(c, false);
+    if (c->out.capacity() > (1u << 20)) {
+      Bytes().swap(c->out);
+    } else {
+      c->out.clear();
+    }
+    c->out_done = 0;
+  }
+  Watch(c);
+  Rearm(c);
+}
+
+// The epoll interest: always reading (to see a close at once), and writing
+// while a reply is not all sent.
+void ServerImpl::Watch(Conn* c) {
+  uint32_t want = EPOLLIN | EPOLLRDHUP | (c->sending() ? EPOLLOUT : 0u);
+  if (want == c->events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = c->id;
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c->fd.get(), &ev) != 0) return Close(c, false);
+  c->events = want;
+}
+
+// Files the connection under its earliest deadline: authentication, progress
+// inside a frame or a reply, or the end of a waiting Get.
+void ServerImpl::Rearm(Conn* c) {
+  TimePoint t = TimePoint::max();
+  if (!c->authed) {
+    t = c->accepted + auth_timeout_;
+  } else {
+    if (c->mid_frame()) t = std::min(t, c->read_progress + kServerIdle);
+    if (c->sending()) t = std::min(t, c->write_progress + kServerIdle);
+    if (c->waiting) t = std::min(t, c->wait_deadline);
+  }
+  if (t == c->timer) return;
+  if (c->timer != TimePoint::max()) timers_.erase({c->timer, c->id});
+  c->timer = t;
+  if (t != TimePoint::max()) timers_.emplace(t, c->id);
+}
+
+void ServerImpl::RunTimers() {
+  const TimePoint now = Clock::now();
+  std::vector<uint64_t> due;
+  for (auto it = timers_.begin(); it != timers_.end() && it->first <= now; ++it) due.push_back(it->second);
+  for (uint64_t id : due) {
+    Conn* c = Find(id);
+    if (c == nullptr) continue;
+    if (!c->authed) {
+      Evict(c);  // did not authenticate in time
+      continue;
+    }
+    if (c->sending() && c->write_progress + kServerIdle <= now) {
+      Close(c, false);  // the client does not take its reply
+      continue;
+    }
+    if (c->mid_frame() && c->read_progress + kServerIdle <= now) {
+      Close(c, true);  // a frame stalled half-way
+      continue;
+    }
+    if (c->waiting && c->wait_deadline <= now) {
+      auto w = waiters_.find(c->wait_key);
+      if (w != waiters_.end()) {
+        w->second.erase(c->id);
+        if (w->second.empty()) waiters_.erase(w);
+      }
+      c->waiting = false;
+      c->wait_key.clear();
+      Writer reply;
+      reply.U8(kTimedOut);
+      Reply(c, &reply);
+      continue;
+    }
+    Rearm(c);
+  }
+}
+
+// The server is being destroyed: each waiting Get hears why (best effort,
+// never blocking), then every connection closes.
+void ServerImpl::ShutDown() {
+  for (auto& entry : conns_) {
+    Conn* c = entry.second.get();
+    if (!c->waiting || c->sending()) continue;
+    Writer reply;
+    reply.U8(kShuttingDown);
+    Bytes& b = *reply.buffer();
+    const size_t len = b.size() - kSeqBytes;
+    PutU64(b.data(), c->send_seq++);
+    uint8_t mac[kMacBytes];
+    if (!ComputeMac(key_, b.data(), b.size(), mac)) continue;
+    PutU32(b.data() + kSeqBytes - kLenBytes, static_cast<uint32_t>(len));
+    b.insert(b.end(), mac, mac + kMacBytes);
+    ::send(c->fd.get(), b.data() + kSeqBytes - kLenBytes, kLenBytes + len + kMacBytes,
+           MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  // Closing a socket with unread input resets it; a shutdown first makes
+  // sure every peer sees an orderly end after what was sent.
+  for (auto& entry : conns_) ::shutdown(entry.second->fd.get(), SHUT_RDWR);
+  conns_.clear();
+  unauthenticated_.clear();
+  timers_.clear();
+  waiters_.clear();
+  authenticated_ = 0;
+}
+
+void ServerImpl::Close(Conn* c, bool reject) {
+  if (reject) Reject();  // counted before the close, so a peer that sees the close sees the count
+  if (c->timer != TimePoint::max()) timers_.erase({c->timer, c->id});
+  if (c->waiting) {
+    auto w = waiters_.find(c->wait_key);
+    if (w != waiters_.end()) {
+      w->second.erase(c->id);
+      if (w->second.empty()) waiters_.erase(w);
+    }
+  }
+  if (c->authed) {
+    --authenticated_;
+  } else {
+    unauthenticated_.erase(c->fifo);
+  }
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
+  conns_.erase(c->id);  // closes the socket
+}
+
 void ServerImpl::Set(const std::string& key, const Bytes& value) {
   try {
     {
       std::lock_guard<std::mutex> lock(mu_);
       kv_[key] = value;
+      dirty_.push_back(key);
     }
-    cv_.notify_all();
+    Wake();  // the loop answers the Gets waiting for it
   } catch (...) {
     // Out of memory: the value is not stored (a later Get times out naming
     // the key). The interface has no error channel and must not throw.
@@ -935,7 +1348,7 @@ Fd TryConnect(const std::string& host, int port, TimePoint deadline, std::string
         continue;
       }
       TimePoint until = std::max(deadline, Clock::now() + kConnectFloor);
-      Io w = WaitFd(fd.get(), POLLOUT, until, -1);
+      Io w = WaitFd(fd.get(), POLLOUT, until);
       if (w.code != IoCode::kOk) {
         *error = w.code == IoCode::kTimeout ? "connect: timed out" : "poll: " + ErrnoText(w.err);
         continue;
@@ -969,7 +1382,9 @@ class ClientImpl final : public StoreClient {
   ClientImpl(Fd fd, Bytes key, std::string where)
       : fd_(std::move(fd)), key_(std::move(key)), where_(std::move(where)), local_(NumericAddress(fd_.get())) {}
 
-  Status Ping(TimePoint deadline);
+  // *busy: the server had too many connections waiting to authenticate and
+  // dropped this one before reading its request; a new connection may get in.
+  Status Ping(TimePoint deadline, bool* busy);
   Status Set(const std::string& key, const Bytes& value) override;
   Result<Bytes> Get(const std::string& key, double timeout_s) override;
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
@@ -1032,8 +1447,6 @@ Status ClientImpl::IoFailure(const FrameResult& r, TimePoint deadline, TimePoint
                                            "server's, or the connection was tampered with");
     case FrameCode::kInternal:
       return Error(HVD_ERR_INTERNAL, "HMAC-SHA256 computation failed (OpenSSL)");
-    case FrameCode::kStopped:
-      return Error(HVD_ERR_INTERNAL, "unexpected stop in a client wait");
   }
   return Error(HVD_ERR_RENDEZVOUS, "the rendezvous store at " + where_ +
                                        " closed the connection; the likely cause is a secret that does "
@@ -1076,17 +1489,30 @@ Result<uint8_t> ClientImpl::RoundTrip(Writer* request, TimePoint deadline, Bytes
     ::shutdown(fd_.get(), SHUT_RDWR);
     return broken_;
   }
+  if (status == kBusy) {
+    // Sent only in place of the first reply, and the server closes next.
+    if (recv_seq_ != kServerToClient + 1 || !in->AtEnd()) return Malformed();
+    broken_ = Error(HVD_ERR_RENDEZVOUS, "the rendezvous store at " + where_ +
+                                            " dropped the connection before it authenticated (busy)");
+    ::shutdown(fd_.get(), SHUT_RDWR);
+    return status;
+  }
   if (status != kOk && status != kTimedOut) return Malformed();
   return status;
 }
 
-Status ClientImpl::Ping(TimePoint deadline) {
+Status ClientImpl::Ping(TimePoint deadline, bool* busy) {
+  *busy = false;
   Writer w;
   w.U8(kPing);
   w.U32(kProtocolVersion);
   Bytes reply;
   Reader in(nullptr, 0);
   HVD_ASSIGN_OR_RETURN(uint8_t status, RoundTrip(&w, deadline, &reply, &in));
+  if (status == kBusy) {
+    *busy = true;
+    return broken_;
+  }
   uint32_t version = 0;
   if (status != kOk || !in.U32(&version) || !in.AtEnd()) return Malformed();
   if (version != kProtocolVersion) {
@@ -1220,12 +1646,21 @@ std::string NewSecret() {
 
 Result<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,
                                                         const std::string& secret) {
+  return Start(host, port, secret, StoreServerOptions());
+}
+
+Result<std::unique_ptr<StoreServer>> StoreServer::Start(const std::string& host, int port,
+                                                        const std::string& secret,
+                                                        const StoreServerOptions& options) {
   try {
     Bytes key;
     HVD_CHECK(DecodeSecret(secret, &key));
-    auto server = std::make_unique<ServerImpl>(std::move(key));
+    if (std::isnan(options.auth_timeout_s) || options.auth_timeout_s <= 0) {
+      return InvalidArgument("rendezvous store: the authentication timeout must be above 0 seconds");
+    }
+    auto server = std::make_unique<ServerImpl>(std::move(key), options);
     HVD_CHECK(server->Listen(host, port));
-    server->StartAccepting();
+    HVD_CHECK(server->StartServing());
     return std::unique_ptr<StoreServer>(std::move(server));
   } catch (const std::bad_alloc&) {
     return Error(HVD_ERR_NO_MEMORY, "out of memory starting the rendezvous store");
@@ -1255,11 +1690,17 @@ Result<std::unique_ptr<StoreClient>> StoreClient::Connect(const std::string& hos
       Fd fd = TryConnect(bare, port, deadline, &last_error);
       if (fd.get() >= 0) {
         // The handshake proves both sides hold the same secret; a server that
-        // rejects us closes the connection, which is final: no retry.
+        // rejects us closes the connection, which is final: no retry. A
+        // server busy with connections that never authenticate says so (in
+        // a frame only the secret could make), and we try again.
         auto client = std::make_unique<ClientImpl>(std::move(fd), key, where);
-        Status s = client->Ping(std::max(deadline, Clock::now() + kHandshakeFloor));
-        if (!s.ok()) return s;
-        return std::unique_ptr<StoreClient>(std::move(client));
+        bool busy = false;
+        Status s = client->Ping(std::max(deadline, Clock::now() + kHandshakeFloor), &busy);
+        if (!busy) {
+          if (!s.ok()) return s;
+          return std::unique_ptr<StoreClient>(std::move(client));
+        }
+        last_error = "the server stayed busy with connections that did not authenticate";
       }
       const TimePoint now = Clock::now();
       if (now >= deadline) break;
@@ -1273,6 +1714,51 @@ Result<std::unique_ptr<StoreClient>> StoreClient::Connect(const std::string& hos
   } catch (const std::exception& e) {
     return Error(HVD_ERR_RENDEZVOUS, std::string("cannot connect to the rendezvous store: ") + e.what());
   }
+}
+
+std::string OwnAddressOf(const std::string& host_in, bool allow_loopback, std::string* why) {
+  std::string host = host_in;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0) {
+    *why = "cannot resolve " + host + ": " + (rc == EAI_SYSTEM ? ErrnoText(errno) : ::gai_strerror(rc));
+    return "";
+  }
+  std::string found, loopback;
+  for (addrinfo* ai = res; ai != nullptr && found.empty(); ai = ai->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = {0};
+    bool is_loopback = false;
+    if (ai->ai_family == AF_INET) {
+      auto* sin = reinterpret_cast<sockaddr_in*>(ai->ai_addr);
+      is_loopback = (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+      if (!::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf))) continue;
+    } else if (ai->ai_family == AF_INET6) {
+      auto* sin6 = reinterpret_cast<sockaddr_in6*>(ai->ai_addr);
+      is_loopback = IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr);
+      if (!::inet_ntop(AF_INET6, &sin6->sin6_addr, buf, sizeof(buf))) continue;
+    } else {
+      continue;
+    }
+    if (is_loopback && !allow_loopback) {
+      loopback = buf;
+      continue;
+    }
+    // Ours if a socket can bind to it (port 0: any free port, released at once).
+    Fd fd(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (fd.get() < 0) continue;
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0) found = buf;
+  }
+  ::freeaddrinfo(res);
+  if (found.empty()) {
+    *why = !loopback.empty() ? host + " resolves here to the loopback address " + loopback +
+                                   ", which other hosts cannot reach"
+                             : host + " is not an address of this host";
+  }
+  return found;
 }
 
 Status ParseHostPort(const std::string& s, std::string* host, int* port) {

@@ -10,6 +10,8 @@
 #include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -72,6 +74,57 @@ int FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+// Threads of this process now (the entries of /proc/self/task).
+int CountThreads() {
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// Waits up to limit_s for the thread count to come down to `want`; returns the last count.
+int WaitForThreads(int want, double limit_s) {
+  const auto t0 = Clock::now();
+  int n = CountThreads();
+  while (n != want && SecondsSince(t0) < limit_s) {
+    std::this_thread::sleep_for(20ms);
+    n = CountThreads();
+  }
+  return n;
+}
+
+// Raises the soft descriptor limit to at least n (up to the hard limit).
+bool RaiseFdLimit(rlim_t n) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return false;
+  if (rl.rlim_cur >= n) return true;
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < n) return false;
+  rl.rlim_cur = n;
+  return setrlimit(RLIMIT_NOFILE, &rl) == 0;
+}
+
+// A TCP connection to 127.0.0.1:port that never sends a byte; -1 on failure.
+// The connect itself is bounded (SO_SNDTIMEO).
+int IdleConnection(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 // ---- a raw client: plain blocking socket with receive/send timeouts -----------
@@ -157,6 +210,14 @@ void PutField(Bytes* out, const std::string& s) {
   uint32_t n = static_cast<uint32_t>(s.size());
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(n >> (24 - 8 * i)));
   out->insert(out->end(), s.begin(), s.end());
+}
+
+Bytes GetPayload(const std::string& key, uint64_t wait_ms) {
+  Bytes p = {3};  // kGet
+  PutField(&p, key);
+  Bytes w = BigEndian64(wait_ms);
+  p.insert(p.end(), w.begin(), w.end());
+  return p;
 }
 
 Bytes AddPayload(const std::string& key, int64_t delta) {
@@ -762,6 +823,341 @@ TEST_F(StoreTest, DestructionWithIdleAndHalfSentConnectionsIsPrompt) {
     EXPECT_EQ(s.code(), HVD_ERR_RENDEZVOUS);
     EXPECT_LT(SecondsSince(t0), 2.0);
   }
+}
+
+// ---- connection floods and abandoned waits ----------------------------------------------------
+
+// Anyone who can reach the port can open connections without the secret.
+// However many sit idle, a client that holds the secret still gets in.
+TEST(StoreFlood, IdleConnectionsDoNotLockOutAClient) {
+  constexpr int kIdle = 4200;  // over the store's total connection limit
+  ASSERT_TRUE(RaiseFdLimit(3 * kIdle)) << "cannot raise RLIMIT_NOFILE";
+  const std::string secret = NewSecret();
+  auto s = StoreServer::Start("127.0.0.1", 0, secret);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  auto server = std::move(s).value();
+  std::vector<int> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    int fd = IdleConnection(server->port());
+    ASSERT_GE(fd, 0) << "idle connection " << i << ": " << std::strerror(errno);
+    idle.push_back(fd);
+  }
+  const auto t0 = Clock::now();
+  auto c = StoreClient::Connect("127.0.0.1", server->port(), secret, 10.0);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_TRUE((*c)->Set("in", B("yes")).ok());
+  auto v = (*c)->Get("in", 1.0);
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(*v, B("yes"));
+  EXPECT_LT(SecondsSince(t0), 5.0);
+  for (int fd : idle) close(fd);
+}
+
+// The documented frame a client that is dropped before authenticating gets:
+// kBusy (4), authenticated, as the server's first frame.
+TEST(StoreFlood, UnauthenticatedConnectionsMustAuthenticateInTime) {
+  const std::string secret = NewSecret();
+  const Bytes key = DecodeHex(secret);
+  hvd::rdv::StoreServerOptions opts;
+  opts.auth_timeout_s = 0.5;
+  auto s = StoreServer::Start("127.0.0.1", 0, secret, opts);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  auto server = std::move(s).value();
+
+  auto c = StoreClient::Connect("127.0.0.1", server->port(), secret, 5.0);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  RawSocket idle(server->port());
+  ASSERT_TRUE(idle.connected());
+  RawSocket half(server->port());  // starts a frame, never finishes it
+  ASSERT_TRUE(half.connected());
+  ASSERT_TRUE(half.Send(Bytes{0, 0, 0, 9, 1}));
+  const auto t0 = Clock::now();
+  EXPECT_EQ(ReadReply(&idle, key, kServerToClient), Bytes{4});
+  EXPECT_TRUE(idle.WaitClosed());
+  const double took = SecondsSince(t0);
+  EXPECT_GE(took, 0.4);
+  EXPECT_LT(took, 3.0);
+  EXPECT_EQ(ReadReply(&half, key, kServerToClient), Bytes{4});
+  EXPECT_TRUE(half.WaitClosed());
+  EXPECT_EQ(server->rejected(), 2u);
+  // An authenticated connection may stay silent much longer.
+  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE((*c)->Set("still", B("here")).ok());
+  auto v = (*c)->Get("still", 0.0);
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(*v, B("here"));
+  // A first frame over 64 KiB is refused before anything is read of it.
+  RawSocket big(server->port());
+  ASSERT_TRUE(big.connected());
+  ASSERT_TRUE(big.Send(Bytes{0, 1, 0, 1}));  // 65537
+  EXPECT_TRUE(big.WaitClosed());
+  EXPECT_EQ(server->rejected(), 3u);
+}
+
+// When the unauthenticated ones are at their limit, a new one drops the oldest.
+TEST(StoreFlood, TheOldestUnauthenticatedConnectionMakesRoom) {
+  const std::string secret = NewSecret();
+  const Bytes key = DecodeHex(secret);
+  hvd::rdv::StoreServerOptions opts;
+  opts.max_unauthenticated = 4;
+  opts.auth_timeout_s = 60;
+  auto s = StoreServer::Start("127.0.0.1", 0, secret, opts);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  auto server = std::move(s).value();
+  std::vector<std::unique_ptr<RawSocket>> idle;
+  for (int i = 0; i < 10; ++i) {
+    idle.push_back(std::make_unique<RawSocket>(server->port()));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(ReadReply(idle[i].get(), key, kServerToClient), Bytes{4}) << i;
+    EXPECT_TRUE(idle[i]->WaitClosed()) << i;
+  }
+  EXPECT_EQ(server->rejected(), 6u);
+  // The newest four are still open: a real client now pushes out one more.
+  auto c = StoreClient::Connect("127.0.0.1", server->port(), secret, 5.0);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  ASSERT_TRUE((*c)->Set("k", B("v")).ok());
+  EXPECT_EQ(server->rejected(), 7u);
+  EXPECT_EQ(ReadReply(idle[6].get(), key, kServerToClient), Bytes{4});
+  EXPECT_TRUE(idle[6]->WaitClosed());
+}
+
+// Someone without the secret opens connections as fast as they can, for the
+// whole test, while a client that holds it connects again and again.
+TEST(StoreFlood, AConnectionFloodDoesNotLockOutAClient) {
+  ASSERT_TRUE(RaiseFdLimit(4096)) << "cannot raise RLIMIT_NOFILE";
+  const std::string secret = NewSecret();
+  hvd::rdv::StoreServerOptions opts;
+  opts.max_unauthenticated = 8;
+  opts.auth_timeout_s = 1.0;
+  auto s = StoreServer::Start("127.0.0.1", 0, secret, opts);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  auto server = std::move(s).value();
+  std::atomic<bool> stop{false};
+  std::atomic<int> opened{0};
+  std::thread flood([&] {
+    std::vector<int> ring(1000, -1);
+    size_t next = 0;
+    while (!stop.load()) {
+      int fd = IdleConnection(server->port());
+      if (fd < 0) continue;
+      ++opened;
+      if (ring[next] >= 0) close(ring[next]);
+      ring[next] = fd;
+      next = (next + 1) % ring.size();
+    }
+    for (int fd : ring) {
+      if (fd >= 0) close(fd);
+    }
+  });
+  while (opened.load() < 200) std::this_thread::sleep_for(10ms);
+  const auto t0 = Clock::now();
+  // Rounds for 3 s (and at least 20), each a fresh connection.
+  int ok = 0, rounds = 0;
+  std::string first_error;
+  for (int round = 0; round < 20 || SecondsSince(t0) < 3.0; ++round) {
+    ++rounds;
+    auto c = StoreClient::Connect("127.0.0.1", server->port(), secret, 10.0);
+    if (!c.ok()) {
+      if (first_error.empty()) first_error = c.status().message();
+      continue;
+    }
+    const std::string k = "round/" + std::to_string(round);
+    auto v = (*c)->Set(k, B(k)).ok() ? (*c)->Get(k, 1.0) : hvd::Result<Bytes>(Bytes());
+    if (v.ok() && *v == B(k)) ++ok;
+  }
+  const double took = SecondsSince(t0);
+  const int flood_size = opened.load();
+  stop = true;
+  flood.join();
+  EXPECT_EQ(ok, rounds) << first_error;
+  EXPECT_LT(took, 3.0 + 20 * 10.0);
+  EXPECT_GT(flood_size, 1000) << "the flood was too small to test anything";
+  EXPECT_GT(server->rejected(), 100u);
+}
+
+// A client told it was dropped before authenticating (kBusy) connects again;
+// a plain close (a wrong secret) stays final. The server here is a stand-in
+// that answers the handshake by hand.
+TEST(StoreConnect, ABusyServerIsRetriedAndAPlainCloseIsNot) {
+  const std::string secret = NewSecret();
+  const Bytes key = DecodeHex(secret);
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(l, 8), 0);
+  socklen_t al = sizeof(a);
+  getsockname(l, reinterpret_cast<sockaddr*>(&a), &al);
+  const int port = ntohs(a.sin_port);
+  timeval tv{5, 0};
+  setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));  // bounds accept
+  // Each entry: what the stand-in answers the n-th connection's Ping with.
+  auto serve = [&](std::vector<Bytes> answers, std::atomic<int>* accepted) {
+    for (const Bytes& answer : answers) {
+      int fd = accept(l, nullptr, nullptr);
+      if (fd < 0) return;
+      ++*accepted;
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      uint8_t ping[4 + 5 + 32];  // header, kPing u32 version, MAC
+      size_t got = 0;
+      while (got < sizeof(ping)) {
+        ssize_t r = recv(fd, ping + got, sizeof(ping) - got, 0);
+        if (r <= 0) break;
+        got += static_cast<size_t>(r);
+      }
+      if (!answer.empty()) {
+        Bytes f = Frame(key, kServerToClient, answer);
+        send(fd, f.data(), f.size(), MSG_NOSIGNAL);
+      }
+      close(fd);
+    }
+  };
+  {
+    std::atomic<int> accepted{0};
+    std::thread t(serve, std::vector<Bytes>{{4}, {4}, {0, 0, 0, 0, 1}}, &accepted);
+    auto c = StoreClient::Connect("127.0.0.1", port, secret, 10.0);
+    t.join();
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(accepted.load(), 3);
+  }
+  {
+    std::atomic<int> accepted{0};
+    std::thread t(serve, std::vector<Bytes>{Bytes()}, &accepted);
+    const auto t0 = Clock::now();
+    auto c = StoreClient::Connect("127.0.0.1", port, secret, 3.0);
+    t.join();
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("closed the connection"), std::string::npos) << c.status().message();
+    EXPECT_EQ(accepted.load(), 1);
+    EXPECT_LT(SecondsSince(t0), 2.0);
+  }
+  close(l);
+}
+
+// Limits on authenticated connections are reported, not silent.
+TEST(StoreFlood, TooManyAuthenticatedConnectionsAreRefusedWithAReason) {
+  const std::string secret = NewSecret();
+  hvd::rdv::StoreServerOptions opts;
+  opts.max_connections = 2;
+  auto s = StoreServer::Start("127.0.0.1", 0, secret, opts);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  auto server = std::move(s).value();
+  auto a = StoreClient::Connect("127.0.0.1", server->port(), secret, 5.0);
+  auto b = StoreClient::Connect("127.0.0.1", server->port(), secret, 5.0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto c = StoreClient::Connect("127.0.0.1", server->port(), secret, 5.0);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("limit"), std::string::npos) << c.status().message();
+  a->reset();
+  // The slot is free once the server has seen the close.
+  hvd::Result<std::unique_ptr<StoreClient>> d = hvd::Error(HVD_ERR_INTERNAL, "not run");
+  for (int i = 0; i < 50 && !d.ok(); ++i) {
+    std::this_thread::sleep_for(20ms);
+    d = StoreClient::Connect("127.0.0.1", server->port(), secret, 5.0);
+  }
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_TRUE((*d)->Set("k", B("v")).ok());
+}
+
+// A client sends its next request only after the reply: one sent while its
+// Get waits is malformed.
+TEST_F(StoreTest, ARequestSentBeforeTheReplyIsMalformed) {
+  const Bytes key = DecodeHex(secret_);
+  RawSocket s(server_->port());
+  ASSERT_TRUE(s.connected());
+  ASSERT_TRUE(s.Send(Frame(key, 0, GetPayload("absent", 10000))));
+  std::this_thread::sleep_for(100ms);
+  ASSERT_TRUE(s.Send(Frame(key, 1, AddPayload("n", 1))));
+  EXPECT_TRUE(s.WaitClosed());
+  EXPECT_EQ(server_->rejected(), 1u);
+  ExpectServing("after-early-request");
+}
+
+// A client that disconnects while its Get waits releases what the server
+// held for it at once, and waiting Gets do not cost a server thread each.
+TEST_F(StoreTest, AbandonedBlockingGetsLeaveNothingBehind) {
+  constexpr int kWaiters = 20;
+  const int baseline = CountThreads();
+  ASSERT_GT(baseline, 0);
+  std::vector<std::unique_ptr<StoreClient>> clients;
+  for (int i = 0; i < kWaiters; ++i) {
+    clients.push_back(Connect());
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  std::vector<hvd::Status> got(kWaiters);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] { got[i] = clients[i]->Get("never-set", 60.0).status(); });
+  }
+  // Raw clients too: a Get of the longest wait, then a plain close.
+  const Bytes key = DecodeHex(secret_);
+  {
+    std::vector<std::unique_ptr<RawSocket>> raw;
+    for (int i = 0; i < kWaiters; ++i) {
+      raw.push_back(std::make_unique<RawSocket>(server_->port()));
+      ASSERT_TRUE(raw.back()->connected());
+      ASSERT_TRUE(raw.back()->Send(Frame(key, 0, GetPayload("never-set", ~uint64_t{0}))));
+    }
+    std::this_thread::sleep_for(300ms);
+    // Only this test's own threads are new: none per waiting Get in the store.
+    EXPECT_LE(CountThreads(), baseline + kWaiters);
+  }  // the raw sockets close here
+  for (auto& c : clients) c->Interrupt();
+  for (auto& t : threads) t.join();
+  for (const auto& s : got) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.code(), HVD_ERR_TIMEOUT) << s.message();
+  }
+  clients.clear();
+  EXPECT_EQ(WaitForThreads(baseline, 2.0), baseline);
+  EXPECT_EQ(server_->rejected(), 0u);
+  ExpectServing("after-abandoned-gets");
+}
+
+// Many Gets wait at once: those whose key is set get the value, the others
+// time out on time.
+TEST_F(StoreTest, ManyWaitingGetsAreAnsweredOrTimeOut) {
+  constexpr int kEach = 16;
+  const int baseline = CountThreads();
+  std::vector<std::unique_ptr<StoreClient>> clients;
+  for (int i = 0; i < 2 * kEach; ++i) {
+    clients.push_back(Connect());
+    ASSERT_NE(clients.back(), nullptr);
+  }
+  std::vector<hvd::Result<Bytes>> got(2 * kEach, hvd::Error(HVD_ERR_INTERNAL, "not run"));
+  std::vector<double> took(2 * kEach, -1);
+  std::vector<std::thread> threads;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 2 * kEach; ++i) {
+    threads.emplace_back([&, i] {
+      got[i] = i < kEach ? clients[i]->Get("set-later", 10.0) : clients[i]->Get("absent", 0.5);
+      took[i] = SecondsSince(t0);
+    });
+  }
+  std::this_thread::sleep_for(1s);
+  const double set_at = SecondsSince(t0);
+  ASSERT_TRUE(clients[0] != nullptr);
+  auto setter = Connect();
+  ASSERT_NE(setter, nullptr);
+  ASSERT_TRUE(setter->Set("set-later", B("value")).ok());
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kEach; ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status().message();
+    EXPECT_EQ(*got[i], B("value"));
+    EXPECT_GE(took[i], set_at);
+    EXPECT_LT(took[i], set_at + 2.0);
+  }
+  for (int i = kEach; i < 2 * kEach; ++i) {
+    EXPECT_EQ(got[i].status().code(), HVD_ERR_TIMEOUT) << got[i].status().message();
+    EXPECT_GE(took[i], 0.49);
+    EXPECT_LT(took[i], set_at);
+  }
+  clients.clear();
+  setter.reset();
+  EXPECT_EQ(WaitForThreads(baseline, 2.0), baseline);
 }
 
 }  // namespace
