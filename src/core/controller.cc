@@ -12,8 +12,24 @@ namespace hvd {
 namespace {
 constexpr size_t kHeader = 4;
 constexpr int kMaxStallKeysLogged = 20;
+// A request pending this long makes its rank ask for a stall round (at most
+// this often), so a handle that times out can say which ranks are missing.
+constexpr double kInspectAfterS = 1.0;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// ['a', 'b', ...] for messages: the first kMaxNamesListed names and a count.
+std::string NameList(const std::vector<std::string>& names) {
+  constexpr size_t kMaxNamesListed = 8;
+  std::string s = "[";
+  for (size_t i = 0; i < names.size() && i < kMaxNamesListed; ++i) {
+    s += (i ? ", '" : "'") + names[i] + "'";
+  }
+  if (names.size() > kMaxNamesListed) {
+    s += ", ... (" + std::to_string(names.size()) + " in all)";
+  }
+  return s + "]";
+}
 }  // namespace
 
 // ---- ResponseCache -------------------------------------------------------
@@ -76,7 +92,8 @@ Controller::Controller(int rank, int size, int cache_capacity, StallConfig stall
       cache_(cache_capacity),
       joined_(static_cast<size_t>(size), false),
       ctrl_(kHeader + static_cast<size_t>(cache_capacity)),
-      last_stall_report_(Clock::now()) {}
+      last_stall_warning_(Clock::now()),
+      last_inspection_(Clock::now()) {}
 
 void Controller::Add(OpRequest req, Clock::time_point now) {
   if (req.type == OpType::kAlltoall && req.splits.empty()) {
@@ -103,6 +120,7 @@ Status Controller::Validate(const std::vector<RequestDesc>& all) const {
   for (int r = 1; r < size_; ++r) {
     const RequestDesc& b = all[r];
     const char* what = nullptr;
+    size_t member = 0;  // the group member a shape mismatch is about
     if (a.type != b.type) {
       what = "operation";
     } else if (a.names != b.names) {
@@ -129,6 +147,7 @@ Status Controller::Validate(const std::vector<RequestDesc>& all) const {
         } else if (a.type != OpType::kBarrier && sa != sb) {
           what = "shape";
         }
+        if (what != nullptr) member = t;
       }
     }
     if (what == nullptr && a.type == OpType::kAlltoall &&
@@ -136,12 +155,27 @@ Status Controller::Validate(const std::vector<RequestDesc>& all) const {
          b.splits.size() != static_cast<size_t>(size_))) {
       what = "splits";
     }
-    if (what != nullptr) {
-      return Error(HVD_ERR_MISMATCH, std::string("ranks disagree on the ") + what + " of '" +
-                                         a.key + "': rank 0 submitted " + a.Describe() +
-                                         ", rank " + std::to_string(r) + " submitted " +
-                                         b.Describe());
+    if (what == nullptr) continue;
+    const std::string other = "rank " + std::to_string(r);
+    if (std::strncmp(what, "shape", 5) == 0 && a.names.size() > 1) {
+      // A group member's shape: name that member and both shapes (the
+      // group's descriptor shows neither).
+      return Error(HVD_ERR_MISMATCH,
+                   std::string("ranks disagree on the ") + what + " of '" + a.names[member] +
+                       "' (tensor " + std::to_string(member + 1) + " of " +
+                       std::to_string(a.names.size()) + " in grouped " + OpTypeName(a.type) +
+                       " '" + a.key + "'): rank 0 submitted " + DtypeName(a.dtype) +
+                       ShapeString(a.shapes[member]) + ", " + other + " submitted " +
+                       DtypeName(b.dtype) + ShapeString(b.shapes[member]));
     }
+    if (std::strcmp(what, "group members") == 0) {
+      return Error(HVD_ERR_MISMATCH, "ranks disagree on the group members of '" + a.key +
+                                         "': rank 0 grouped " + NameList(a.names) + ", " +
+                                         other + " grouped " + NameList(b.names));
+    }
+    return Error(HVD_ERR_MISMATCH, std::string("ranks disagree on the ") + what + " of '" + a.key +
+                                       "': rank 0 submitted " + a.Describe() + ", " + other +
+                                       " submitted " + b.Describe());
   }
   return Status::Ok();
 }
@@ -155,6 +189,7 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
   // 1. Local state: find cache slots for new requests; drop stale slots.
   bool has_new = false;
   bool want_stall = false;
+  bool want_warning = false;
   std::fill(ctrl_.begin(), ctrl_.end(), 0);
   for (auto& [key, e] : pending_) {
     if (e.state == State::kCached && !cache_.Holds(e.slot, key)) {
@@ -171,9 +206,12 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
     if (e.state == State::kNew) has_new = true;
     if (e.state == State::kCached) ctrl_[kHeader + e.slot] = 1;
     double age = Seconds(now - e.enqueued);
-    if ((stall_.warning_s > 0 && age >= stall_.warning_s &&
-         Seconds(now - last_stall_report_) >= stall_.warning_s) ||
-        (stall_.shutdown_s > 0 && age >= stall_.shutdown_s)) {
+    if (stall_.warning_s > 0 && age >= stall_.warning_s &&
+        Seconds(now - last_stall_warning_) >= stall_.warning_s) {
+      want_warning = want_stall = true;
+    }
+    if ((stall_.shutdown_s > 0 && age >= stall_.shutdown_s) ||
+        (age >= kInspectAfterS && Seconds(now - last_inspection_) >= kInspectAfterS)) {
       want_stall = true;
     }
   }
@@ -228,13 +266,14 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
   }
   if (stall_round) {
     mine.stall_report = true;
+    mine.stall_warning = want_warning;
     for (auto& [key, e] : pending_) {
       mine.pending.push_back(key);
       if (stall_.shutdown_s > 0 && Seconds(now - e.enqueued) >= stall_.shutdown_s) {
         mine.expired.push_back(key);
       }
     }
-    last_stall_report_ = now;
+    last_inspection_ = now;
   }
   ByteWriter w;
   EncodeRankMessage(mine, &w);
@@ -250,10 +289,12 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
   // 3a. Announcements, in rank order. A full announcement of a cached key
   // means that rank's request changed: the slot is dropped everywhere and
   // ranks holding it re-announce in full next cycle.
+  std::vector<std::string> touched;
   for (int r = 0; r < size_; ++r) {
     for (RequestDesc& d : msgs[r].requests) {
       cache_.Invalidate(d.key);
       const std::string key = d.key;
+      touched.push_back(key);
       const bool is_join = d.type == OpType::kJoin;
       TableRow& row = table_[key];
       if (row.descs.empty()) {
@@ -277,14 +318,34 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
     }
   }
 
+  // Who this rank's requests still wait for, as far as the table shows (the
+  // ranks that have not announced them), for a handle's timeout message.
+  for (const std::string& key : touched) {
+    auto row = table_.find(key);
+    if (row == table_.end() || !row->second.have[rank_]) continue;
+    auto it = pending_.find(key);
+    if (it == pending_.end()) continue;
+    std::vector<int> missing;
+    for (int q = 0; q < size_; ++q) {
+      if (!row->second.have[q] && !joined_[q]) missing.push_back(q);
+    }
+    if (!missing.empty()) {
+      it->second.req.handle->SetWaitingOn("ranks " + RankList(missing) + " have not submitted '" +
+                                          key + "'");
+    }
+  }
+
   // 3b. Stall report: who is missing what; expire what waited too long.
   if (stall_round) {
     std::map<std::string, std::vector<int>> holders;
     std::set<std::string> expired;
+    bool warn = false;
     for (int r = 0; r < size_; ++r) {
       for (const auto& k : msgs[r].pending) holders[k].push_back(r);
       for (const auto& k : msgs[r].expired) expired.insert(k);
+      warn = warn || msgs[r].stall_warning;
     }
+    if (warn) last_stall_warning_ = now;
     std::ostringstream report;
     int listed = 0;
     std::set<std::string> responded;
@@ -300,9 +361,12 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
         }
       }
       auto it = pending_.find(key);
+      if (it != pending_.end()) {
+        it->second.req.handle->SetWaitingOn(
+            missing.empty() ? std::string()
+                            : "ranks " + RankList(missing) + " have not submitted '" + key + "'");
+      }
       if (!missing.empty()) {
-        std::string text = "ranks " + RankList(missing) + " have not submitted '" + key + "'";
-        if (it != pending_.end()) it->second.req.handle->SetWaitingOn(text);
         if (listed < kMaxStallKeysLogged) {
           report << "\n  '" << key << "': submitted by ranks " << RankList(ranks)
                  << ", missing ranks " << RankList(missing);
@@ -326,7 +390,7 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
         out->push_back(std::move(resp));
       }
     }
-    if (listed > 0 && rank_ == 0) {
+    if (warn && listed > 0 && rank_ == 0) {
       HVD_LOG(*log_, HVD_LOG_WARNING,
               "stall: " << listed << " operation(s) are waiting on other ranks "
                         "(a rank may have skipped a collective or submitted a different name)"

@@ -4,7 +4,10 @@
 // Every cycle each rank contributes to one small allreduce (MIN over bytes):
 //   [0] 0 if this rank has requests the cache cannot describe (a full round follows)
 //   [1] 0 if this rank is shutting down
-//   [2] 0 if this rank asks for a stall report
+//   [2] 0 if this rank asks for a stall report: a stall warning or shutdown
+//       is due, or a request has waited kInspectAfterS (1 s; at most once a
+//       second) — the report tells each rank which ranks its pending
+//       requests wait for, which a handle's timeout message then names
 //   [3] autotuning: rank 0's proposal (255 from every other rank; see autotune.h)
 //   [4 + s] 1 if this rank has a pending request that matches cache slot s
 // A slot whose byte survives the MIN is ready everywhere: steady-state steps,
@@ -151,7 +154,8 @@ class Controller {
   uint8_t proposal_ = 255, decided_ = 255;
   uint64_t tick_ = 0;
   uint64_t full_rounds_ = 0;
-  Clock::time_point last_stall_report_;
+  Clock::time_point last_stall_warning_;  // the last round that logged a stall warning
+  Clock::time_point last_inspection_;     // the last stall round of any kind
 };
 
 }  // namespace hvd

@@ -213,7 +213,7 @@ void EncodeRankMessage(const RankMessage& m, ByteWriter* w) {
   w->U32(kMessageMagic);
   w->U32(static_cast<uint32_t>(m.requests.size()));
   for (const auto& d : m.requests) EncodeDesc(d, w);
-  w->U8(m.stall_report ? 1 : 0);
+  w->U8(static_cast<uint8_t>((m.stall_report ? 1 : 0) | (m.stall_warning ? 2 : 0)));
   if (m.stall_report) {
     EncodeStrings(m.pending, w);
     EncodeStrings(m.expired, w);
@@ -235,7 +235,9 @@ Status DecodeRankMessage(const uint8_t* p, size_t n, RankMessage* m) {
   }
   uint8_t stall;
   if (!r.U8(&stall)) return bad();
-  m->stall_report = stall != 0;
+  if (stall > 3) return bad();
+  m->stall_report = (stall & 1) != 0;
+  m->stall_warning = (stall & 2) != 0;
   if (m->stall_report) {
     if (!DecodeStrings(&r, &m->pending) || !DecodeStrings(&r, &m->expired)) return bad();
   }

@@ -42,6 +42,7 @@ std::string ShapeString(const std::vector<int64_t>& shape);
 struct RankMessage {
   std::vector<RequestDesc> requests;   // newly announced, not served by the cache
   bool stall_report = false;           // the following two lists are filled
+  bool stall_warning = false;          // a stall warning is due here (rank 0 logs it)
   std::vector<std::string> pending;    // every key this rank has pending
   std::vector<std::string> expired;    // keys pending longer than the stall shutdown time
 };

@@ -1,6 +1,7 @@
 #include "core/request.h"
 
 #include <cmath>
+#include <cstdio>
 #include <new>
 
 namespace hvd {
@@ -104,8 +105,9 @@ Status Handle::Wait(double timeout_s) const {
   } else {
     auto limit = std::chrono::duration<double>(timeout_s);
     if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-      std::string msg = description() + " did not complete within " + std::to_string(timeout_s) +
-                        " s";
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", timeout_s);
+      std::string msg = description() + " did not complete within " + secs + " s";
       if (!waiting_on_.empty()) msg += ": " + waiting_on_;
       return Status(HVD_ERR_TIMEOUT, msg);
     }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -166,6 +167,68 @@ TEST(Controller, DtypeMismatchNamesBothRanks) {
   }
 }
 
+OpRequest MakeGroup(const std::vector<std::pair<std::string, std::vector<int64_t>>>& members) {
+  OpRequest r = MakeAllreduce(members.front().first, members.front().second);
+  for (size_t i = 1; i < members.size(); ++i) {
+    TensorSpec t = r.tensors.front();
+    t.name = members[i].first;
+    t.shape = members[i].second;
+    r.tensors.push_back(t);
+  }
+  return r;
+}
+
+// Runs one request per rank through negotiation and returns every rank's
+// handle status.
+std::vector<Status> NegotiateOnce(std::vector<OpRequest> per_rank) {
+  const int n = static_cast<int>(per_rank.size());
+  Harness h(n, 4);
+  std::vector<std::vector<std::vector<OpRequest>>> subs(n);
+  std::vector<std::shared_ptr<Handle>> handles;
+  for (int r = 0; r < n; ++r) {
+    handles.push_back(per_rank[r].handle);
+    subs[r] = {{per_rank[r]}};
+  }
+  h.Run(2, subs);
+  std::vector<Status> out;
+  for (auto& hd : handles) out.push_back(hd->status());
+  return out;
+}
+
+TEST(Controller, GroupShapeMismatchNamesTheMemberAndBothShapes) {
+  // The second member differs on rank 2; the group's first name is its key.
+  auto good = [] { return MakeGroup({{"bad.8.a", {2, 3}}, {"bad.8.b", {4}}}); };
+  std::vector<Status> got =
+      NegotiateOnce({good(), good(), MakeGroup({{"bad.8.a", {2, 3}}, {"bad.8.b", {5}}})});
+  const std::string want =
+      "ranks disagree on the shape of 'bad.8.b' (tensor 2 of 2 in grouped allreduce 'bad.8.a'): "
+      "rank 0 submitted float32[4], rank 2 submitted float32[5]";
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(got[r].code(), HVD_ERR_MISMATCH) << "rank " << r;
+    EXPECT_EQ(got[r].message(), want) << "rank " << r;
+  }
+}
+
+TEST(Controller, GroupMembersMismatchListsBothGroups) {
+  std::vector<Status> got = NegotiateOnce(
+      {MakeGroup({{"g", {1}}, {"h", {1}}}), MakeGroup({{"g", {1}}, {"i", {1}}, {"j", {2}}})});
+  const std::string want =
+      "ranks disagree on the group members of 'g': rank 0 grouped ['g', 'h'], rank 1 grouped "
+      "['g', 'i', 'j']";
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(got[r].code(), HVD_ERR_MISMATCH) << "rank " << r;
+    EXPECT_EQ(got[r].message(), want) << "rank " << r;
+  }
+}
+
+TEST(Controller, SingleTensorShapeMismatchQuotesBothDescriptors) {
+  std::vector<Status> got = NegotiateOnce({MakeAllreduce("w", {4}), MakeAllreduce("w", {5})});
+  const std::string want =
+      "ranks disagree on the shape of 'w': rank 0 submitted allreduce 'w' float32[4] sum, rank 1 "
+      "submitted allreduce 'w' float32[5] sum";
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(got[r].message(), want) << "rank " << r;
+}
+
 TEST(Controller, SmallCacheEvictsDeterministically) {
   Harness h(2, 2);
   for (int step = 0; step < 4; ++step) {
@@ -220,6 +283,59 @@ TEST(Controller, StalledTensorErrorsNamingTheMissingRank) {
     EXPECT_NE(s.message().find("ranks [2] never submitted"), std::string::npos) << s.message();
   }
   EXPECT_EQ(h.ctl[0]->pending(), 0u);
+}
+
+// Stall rounds every second find out who a cached request waits for (the
+// MIN vector only says "not everyone"), long before the stall warning is
+// due, and log nothing: the warning still waits for its own time.
+TEST(Controller, InspectionNamesMissingRanksWithoutAStallWarning) {
+  struct Sink {
+    std::mutex mu;
+    std::vector<std::string> lines;
+    static void Log(int, const char* msg, void* user) {
+      auto* s = static_cast<Sink*>(user);
+      std::lock_guard<std::mutex> g(s->mu);
+      s->lines.push_back(msg);
+    }
+  } sink;
+  Harness h(3, 4, StallConfig{60, 0});
+  h.logs[0] = Logger(HVD_LOG_WARNING, &Sink::Log, &sink);
+  std::vector<std::vector<std::vector<OpRequest>>> subs(3);
+  for (int r = 0; r < 3; ++r) subs[r] = {{MakeAllreduce("c", {1})}};
+  h.Run(2, subs);  // negotiated and cached
+  ASSERT_EQ(h.ctl[0]->cache().used(), 1u);
+  subs[0] = {{MakeAllreduce("c", {1})}};
+  subs[1] = {{MakeAllreduce("c", {1})}};
+  subs[2] = {{}};  // rank 2 does not submit it this time
+  auto handle0 = subs[0][0][0].handle;
+  auto handle1 = subs[1][0][0].handle;
+  const uint64_t full_before = h.ctl[0]->full_rounds();
+  const auto start = Clock::now();
+  std::vector<std::thread> th;
+  for (int r = 0; r < 3; ++r) {
+    th.emplace_back([&, r] {
+      for (const OpRequest& q : subs[r][0]) h.ctl[r]->Add(q, Clock::now());
+      for (int c = 0; c < 150; ++c) {  // about 1.5 s
+        std::vector<Response> out;
+        bool sd = false;
+        ASSERT_TRUE(h.ctl[r]->Cycle(h.cps[r].get(), false, Clock::now(), &out, &sd).ok());
+        EXPECT_TRUE(out.empty());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& hd : {handle0, handle1}) {
+    Status s = hd->Wait(0);
+    EXPECT_EQ(s.code(), HVD_ERR_TIMEOUT);
+    EXPECT_EQ(s.message(), "allreduce 'c' did not complete within 0 s: ranks [2] have not submitted 'c'");
+  }
+  // The first round once the request is 1 s old, then at most one a second.
+  const uint64_t rounds = h.ctl[0]->full_rounds() - full_before;
+  EXPECT_GE(rounds, 1u);
+  EXPECT_LE(static_cast<double>(rounds), took) << rounds << " stall rounds in " << took << " s";
+  EXPECT_TRUE(sink.lines.empty()) << sink.lines.front();
 }
 
 OpRequest MakeJoin() {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -445,6 +446,58 @@ TEST(Engine, MissingRankIsNamedByWaitTimeoutAndStallShutdown) {
       [](hvd_params_t* p) {
         p->stall_warning_s = 0.3;
         p->stall_shutdown_s = 1.0;
+        p->log_level = HVD_LOG_ERROR;
+        p->mask |= HVD_PARAM_STALL_WARNING | HVD_PARAM_STALL_SHUTDOWN | HVD_PARAM_LOG_LEVEL;
+      });
+}
+
+// A wait that runs out names the ranks that have not submitted the tensor,
+// long before any stall warning (60 s here): for a name seen for the first
+// time (the negotiation table knows who announced it) and for one served by
+// the response cache (a stall round after 1 s finds out). The handles stay
+// usable and complete once rank 2 submits.
+TEST(Engine, WaitTimeoutNamesTheMissingRankBeforeAnyStallWarning) {
+  std::atomic<int> timed_out{0};
+  RunRanks(
+      3,
+      [&](hvd_context_t ctx, int rank) {
+        std::vector<float> a(4, 1), b(4, 1), c(4, 1);
+        int64_t s[1] = {4};
+        hvd_tensor_t ta = {a.data(), HVD_FLOAT32, 1, s, HVD_DEVICE_CPU, nullptr};
+        hvd_tensor_t tb = {b.data(), HVD_FLOAT32, 1, s, HVD_DEVICE_CPU, nullptr};
+        hvd_tensor_t tc = {c.data(), HVD_FLOAT32, 1, s, HVD_DEVICE_CPU, nullptr};
+        ASSERT_EQ(hvd_allreduce(ctx, "cached", &tb, b.data(), HVD_SUM), HVD_OK) << hvd_last_error();
+        hvd_handle_t h[2] = {nullptr, nullptr};
+        if (rank != 2) {
+          ASSERT_EQ(hvd_allreduce_async(ctx, "cached", &tb, b.data(), HVD_SUM, 1, 1, &h[0]), HVD_OK);
+          ASSERT_EQ(hvd_allreduce_async(ctx, "fresh", &ta, a.data(), HVD_SUM, 1, 1, &h[1]), HVD_OK);
+          const char* names[2] = {"cached", "fresh"};
+          for (int i = 0; i < 2; ++i) {
+            EXPECT_EQ(hvd_handle_wait(h[i], 2.5), HVD_ERR_TIMEOUT) << names[i];
+            EXPECT_EQ(std::string(hvd_last_error()),
+                      std::string("allreduce '") + names[i] +
+                          "' did not complete within 2.5 s: ranks [2] have not submitted '" +
+                          names[i] + "'")
+                << "rank " << rank;
+          }
+          ++timed_out;
+        } else {
+          while (timed_out.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          ASSERT_EQ(hvd_allreduce(ctx, "cached", &tb, b.data(), HVD_SUM), HVD_OK);
+          ASSERT_EQ(hvd_allreduce(ctx, "fresh", &ta, a.data(), HVD_SUM), HVD_OK);
+        }
+        for (hvd_handle_t hd : h) {
+          if (hd == nullptr) continue;
+          EXPECT_EQ(hvd_handle_wait(hd, 30), HVD_OK) << hvd_last_error();
+          hvd_handle_release(hd);
+        }
+        EXPECT_EQ(a[0], 3.0f);
+        EXPECT_EQ(b[0], 9.0f);
+        ASSERT_EQ(hvd_allreduce(ctx, "after", &tc, c.data(), HVD_SUM), HVD_OK) << hvd_last_error();
+      },
+      [](hvd_params_t* p) {
+        p->stall_warning_s = 60;
+        p->stall_shutdown_s = 300;
         p->log_level = HVD_LOG_ERROR;
         p->mask |= HVD_PARAM_STALL_WARNING | HVD_PARAM_STALL_SHUTDOWN | HVD_PARAM_LOG_LEVEL;
       });
