@@ -1,59 +1,34 @@
 #!/usr/bin/env bash
-# Spark integration: builds the Java binding (bindings/java/build.sh), compiles
-# spark/ with javac against the jars of the pyspark wheel (SPARK_HOME = the
-# pyspark package folder), and runs
+# Spark integration: builds (spark/build.sh: the Java binding, then spark/ with
+# javac against the jars of the pyspark wheel), and runs
 #   1. the JUnit 5 tests (JUnit's console launcher from Debian's junit5) on a
 #      local-cluster[2,1,1024]: real executor JVMs;
 #   2. the PySpark helper's tests (bindings/python/tests/test_spark.py).
 # Installs pyspark (and pytest, numpy) with pip when missing. Ends with the line
 # "spark: N passed, N failed" and exits non-zero on any failure.
-#
-# Why javac and not Maven: Spark's jars are not in Debian's Maven repository and
-# no other repository is reachable; the pyspark wheel ships them (about 280
-# jars, whose file names carry versions), and javac's "jars/*" class path takes
-# whichever pyspark is installed, where Maven would need every jar pinned as a
-# system-scope dependency.
+# The examples (examples/spark) run as their own ctest test, integration.examples.spark.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 exec 2>&1
 
-PYSPARK_SPEC=${HVD_PYSPARK_SPEC:-pyspark>=4.0,<5}   # Spark 4 runs on Java 17 (and needs it)
-
 # ---- build --------------------------------------------------------------------
-hvdjar=$("$root/bindings/java/build.sh" package -DskipTests -q | tail -1) || {
-  echo "spark: build of the Java binding failed"; echo "spark: 0 passed, 1 failed"; exit 1; }
+# HVD_JAVA_JAR=<jar> skips the Java binding's build (spark/build.sh).
+out=$("$here/build.sh") || { echo "spark: build failed"; echo "spark: 0 passed, 1 failed"; exit 1; }
+eval "$out"
+hvdjar=$HVD_JAVA_JAR
+sparkjar=$HVD_SPARK_JAR
 build=${HVD_BUILD_DIR:-$root/build-java}
-
-if ! python3 -c "import pyspark" 2>/dev/null; then
-  echo "run_tests.sh: pip install $PYSPARK_SPEC"
-  t0=$(date +%s)
-  python3 -m pip install -q --no-cache-dir "$PYSPARK_SPEC" || { echo "spark: 0 passed, 1 failed"; exit 1; }
-  echo "run_tests.sh: pyspark installed in $(( $(date +%s) - t0 )) s"
-fi
 python3 -c "import pytest" 2>/dev/null || python3 -m pip install -q --no-cache-dir pytest
 python3 -c "import numpy" 2>/dev/null || python3 -m pip install -q --no-cache-dir numpy
-SPARK_HOME=$(python3 -c "import os, pyspark; print(os.path.dirname(pyspark.__file__))")
-# A Spark launched without its bin/ scripts (a driver in a plain JVM, as the
-# JUnit run is) must be told its Scala version, or local-cluster workers cannot
-# build the executors' class path.
-SPARK_SCALA_VERSION=$(ls "$SPARK_HOME/jars" | sed -n 's/^spark-core_\([0-9.]*\)-.*/\1/p' | head -1)
-export SPARK_HOME SPARK_SCALA_VERSION SPARK_LOCAL_IP=127.0.0.1
-if [ -z "${JAVA_HOME:-}" ]; then
-  JAVA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v javac)")")")
-  export JAVA_HOME
-fi
+export SPARK_HOME SPARK_SCALA_VERSION JAVA_HOME SPARK_LOCAL_IP=127.0.0.1
 console=/usr/share/java/junit-platform-console-standalone.jar
 echo "run_tests.sh: Spark $(python3 -c 'import pyspark; print(pyspark.__version__)') at $SPARK_HOME; hvd jar $hvdjar"
 
 target=$here/target
-rm -rf "$target/classes" "$target/test-classes"
-mkdir -p "$target/classes" "$target/test-classes"
+rm -rf "$target/test-classes"
+mkdir -p "$target/test-classes"
 sparkcp="$SPARK_HOME/jars/*"
-javac -nowarn -encoding UTF-8 --release 17 -d "$target/classes" -cp "$sparkcp:$hvdjar" \
-  $(find "$here/src/main/java" -name '*.java') || { echo "spark: 0 passed, 1 failed"; exit 1; }
-sparkjar=$target/hvd-spark-0.1.0.jar
-jar cf "$sparkjar" -C "$target/classes" .
 javac -nowarn -encoding UTF-8 --release 17 -d "$target/test-classes" -cp "$sparkcp:$hvdjar:$sparkjar:$console" \
   $(find "$here/src/test/java" -name '*.java') || { echo "spark: 0 passed, 1 failed"; exit 1; }
 

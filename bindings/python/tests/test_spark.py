@@ -2,7 +2,14 @@
 
 Starting a Spark cluster costs tens of seconds, so these tests run from
 spark/run_tests.sh, which sets HVD_TEST_SPARK=1 (and installs pyspark); in the
-Python SDK's own suite they are skipped with that reason.
+Python SDK's own suite they are skipped with that reason. One cluster serves the
+whole module.
+
+The cluster is started the way a user's would be: no PYTHONPATH and no
+HVD_LIBRARY_PATH reach Spark or its executors (the fixture removes them from the
+environment Spark's JVM inherits), so the executors import hvd only through what
+hvd.spark.run ships. The functions below travel by value (cloudpickle), as a
+script's own functions do.
 """
 
 import os
@@ -15,10 +22,13 @@ if os.environ.get("HVD_TEST_SPARK") != "1":
     pytest.skip("Spark tests run from spark/run_tests.sh (HVD_TEST_SPARK=1)", allow_module_level=True)
 pyspark = pytest.importorskip("pyspark")
 
+import hvd  # noqa: E402
 import hvd.spark  # noqa: E402
-from hvd.spark import _host, _topology  # noqa: E402
+from hvd.spark import _expected_slots, _host, _time_s, _topology  # noqa: E402
+from pyspark import cloudpickle  # noqa: E402
 
 PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(hvd.spark.__file__)))
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def test_topology_groups_tasks_by_host():
@@ -28,16 +38,30 @@ def test_topology_groups_tasks_by_host():
     assert _topology(3, addrs) == (0, 1, 2, 3)
 
 
+def test_expected_slots_from_the_settings():
+    conf = {"spark.task.cpus": "1"}
+    get = lambda k, d=None: conf.get(k, d)  # noqa: E731
+    assert _expected_slots("local", get) == 1
+    assert _expected_slots("local[3]", get) == 3
+    assert _expected_slots("local[2, 4]", get) == 2
+    assert _expected_slots("local[*]", get) == (os.cpu_count() or 1)
+    assert _expected_slots("local-cluster[2,3,1024]", get) == 6
+    assert _expected_slots("spark://h:7077", get) is None
+    conf.update({"spark.executor.instances": "4", "spark.executor.cores": "3", "spark.task.cpus": "2"})
+    assert _expected_slots("spark://h:7077", get) == 4
+    assert _expected_slots("local-cluster[2,3,1024]", get) == 2
+    conf["spark.dynamicAllocation.enabled"] = "true"
+    assert _expected_slots("yarn", get) is None
+    assert _time_s("120s") == 120 and _time_s("2min") == 120 and _time_s("500ms") == 0.5
+    assert _time_s("7") == 7
+
+
 @pytest.fixture(scope="module")
 def sc():
     from pyspark.sql import SparkSession
 
-    # The executors' Python workers import hvd, and this module (the functions
-    # below are pickled by reference).
-    path = [PKG_DIR, os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]
-    env = {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    if os.environ.get("HVD_LIBRARY_PATH"):
-        env["HVD_LIBRARY_PATH"] = os.environ["HVD_LIBRARY_PATH"]
+    # Nothing tells Spark where hvd is: hvd.spark.run must ship it.
+    saved = {k: os.environ.pop(k) for k in ("PYTHONPATH", "HVD_LIBRARY_PATH") if k in os.environ}
     builder = (SparkSession.builder.master("local-cluster[2,1,1024]")
                .appName("hvd-pyspark-tests")
                .config("spark.driver.host", "127.0.0.1")
@@ -46,15 +70,12 @@ def sc():
                .config("spark.task.maxFailures", "1")
                .config("spark.pyspark.python", sys.executable)
                .config("spark.pyspark.driver.python", sys.executable))
-    for k, v in env.items():
-        builder = builder.config(f"spark.executorEnv.{k}", v)
-    spark = builder.getOrCreate()
-    sc = spark.sparkContext
-    deadline = time.time() + 120
-    while sc._jsc.sc().getExecutorMemoryStatus().size() < 3:  # 2 executors + the driver
-        assert time.time() < deadline, "executors did not register within 120 s"
-        time.sleep(0.2)
-    yield sc
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.environ.update(saved)
+    # No waiting for the executors here: hvd.spark.run waits for its slots.
+    yield spark.sparkContext
     spark.stop()
 
 
@@ -70,17 +91,37 @@ def _report(offset):
     pids = hvd.allgather(np.array([os.getpid()], dtype=np.int64), name="pids")
     return {"rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(),
             "local_size": hvd.local_size(), "pid": os.getpid(), "sum": float(total[0]),
-            "pids": pids.tolist()}
+            "pids": pids.tolist(), "hvd_file": hvd.__file__, "library": hvd.library_path(),
+            "pythonpath": os.environ.get("PYTHONPATH", "")}
 
 
 def test_run_returns_per_rank_results_in_rank_order(sc):
+    # The first job of the application: run() waits for the executors itself.
+    t0 = time.time()
     res = hvd.spark.run(_report, args=(10.0,), num_proc=2, spark_context=sc, start_timeout_s=60)
+    print(f"first hvd.spark.run job (executors registering): {time.time() - t0:.1f} s")
     assert [r["rank"] for r in res] == [0, 1]
     assert all(r["size"] == 2 and r["local_size"] == 2 for r in res)
     assert [r["local_rank"] for r in res] == [0, 1]
     assert all(r["sum"] == 21.0 for r in res)  # (0 + 10) + (1 + 10)
     assert res[0]["pid"] != res[1]["pid"], "two Python workers"
     assert res[0]["pids"] == res[1]["pids"] == [res[0]["pid"], res[1]["pid"]]
+    # hvd came from the shipped zip, the library from the driver's path.
+    for r in res:
+        assert os.sep.join(["hvd.zip", "hvd", "__init__.py"]) in r["hvd_file"], r["hvd_file"]
+        assert r["library"] == hvd.library_path()
+        assert PKG_DIR not in r["pythonpath"], r["pythonpath"]
+
+
+def test_more_ranks_than_slots_fails_at_once(sc):
+    t0 = time.time()
+    with pytest.raises(hvd.spark.InsufficientSlotsError) as info:
+        hvd.spark.run(lambda: None, num_proc=3, spark_context=sc)
+    elapsed = time.time() - t0
+    assert (info.value.requested, info.value.available) == (3, 2)
+    msg = str(info.value)
+    assert "num_proc=3 needs 3 barrier task slots" in msg and "the cluster has 2" in msg, msg
+    assert elapsed < 5, f"took {elapsed:.1f} s"
 
 
 def _explode(bad_rank):
@@ -97,15 +138,51 @@ def _explode(bad_rank):
         i += 1
 
 
-def test_a_raising_function_fails_the_job_with_its_message(sc):
+def test_a_raising_function_fails_the_job_with_its_exception(sc):
     t0 = time.time()
-    with pytest.raises(Exception) as info:
+    with pytest.raises(ValueError) as info:
         hvd.spark.run(_explode, kwargs={"bad_rank": 1}, num_proc=2, spark_context=sc)
     elapsed = time.time() - t0
-    assert "python rank 1 failed on purpose" in str(info.value)
+    assert type(info.value) is ValueError
+    assert str(info.value) == "python rank 1 failed on purpose"
+    assert "Py4JJavaError" in type(info.value.__cause__).__name__
+    assert any("rank 1 of 2" in n and "_explode" in n for n in getattr(info.value, "__notes__", []))
     assert elapsed < 90, f"the job took {elapsed:.0f} s to fail"
     # Both task slots are free again.
     assert hvd.spark.run(lambda: "ok", num_proc=2, spark_context=sc) == ["ok", "ok"]
+
+
+def _mismatch():
+    import numpy as np
+
+    import hvd
+
+    # Rank 0 sends 2 elements, rank 1 sends 3: the library reports a mismatch.
+    hvd.allreduce(np.ones(2 + hvd.rank()), op=hvd.Sum, name="uneven")
+
+
+def test_hvd_errors_arrive_as_their_own_type(sc):
+    with pytest.raises(hvd.MismatchError) as info:
+        hvd.spark.run(_mismatch, num_proc=2, spark_context=sc)
+    e = info.value
+    assert type(e) is hvd.MismatchError
+    assert e.status == -5  # HVD_ERR_MISMATCH
+    assert "uneven" in e.message, e.message
+    assert str(e).endswith("[HVD_ERR_MISMATCH]")
+
+
+class _Unpicklable(Exception):
+    def __init__(self, a, b):  # pickling rebuilds with args=(message,): TypeError
+        super().__init__(f"{a}/{b}")
+
+
+def _raise_unpicklable():
+    raise _Unpicklable("x", "y")
+
+
+def test_an_exception_that_cannot_travel_is_named(sc):
+    with pytest.raises(hvd.spark.TaskFailedError, match=r"_Unpicklable: x/y"):
+        hvd.spark.run(_raise_unpicklable, num_proc=2, spark_context=sc)
 
 
 def test_arguments_are_checked(sc):

@@ -13,6 +13,9 @@ import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.spark.resource.ResourceProfile;
+import org.hvd.Hvd;
 import org.hvd.HvdConfig;
 import org.hvd.HvdContext;
 import org.hvd.HvdException;
@@ -47,7 +50,21 @@ import scala.runtime.AbstractFunction1;
  * for Spark to kill it before it reports its own failure, so that the stage
  * fails with the first task's real error rather than with this echo of it.
  *
- * <p>The stage needs as many free task slots as partitions, all at once.
+ * <p>The stage needs as many task slots as partitions, all at once: before it
+ * submits the job the runner checks that the cluster has them, waiting for
+ * executors that are still registering (up to {@code spark.hvd.slotWaitTimeout},
+ * default 120 s), and throws {@link InsufficientSlotsException} naming both
+ * numbers when it cannot have them, instead of Spark's ten minutes of retries.
+ *
+ * <p>The static {@link Hvd} API works inside the function when the task is the
+ * only rank of the job in its executor JVM (executors with one core, or
+ * {@code spark.task.cpus} = executor cores): the runner then makes the job's
+ * context hvd's default one ({@code Hvd.init(config)}) for the duration of the
+ * function, so code written for hvdrun ({@code Hvd.init(); ... Hvd.rank() ...
+ * Hvd.shutdown();}) runs unchanged. Where several ranks share one JVM (local
+ * mode, executors with several cores) each gets an explicit context and only
+ * {@link HvdTaskContext#hvd()} reaches it ({@link HvdTaskContext#staticApiBound()}
+ * tells which).
  */
 public final class HvdSpark {
   private static final Logger LOG = LoggerFactory.getLogger(HvdSpark.class);
@@ -98,11 +115,33 @@ public final class HvdSpark {
   public static <T, R> JavaRDD<Ranked<R>> barrierRdd(JavaRDD<T> data, TrainFunction<T, R> fn,
                                                      HvdConfig config) {
     HvdConfig base = config == null ? HvdConfig.fromEnvironment() : config;
+    checkSlots(data.rdd(), data.getNumPartitions());
     @SuppressWarnings("unchecked")
     ClassTag<Ranked<R>> tag = (ClassTag<Ranked<R>>) (ClassTag<?>) ClassTag$.MODULE$.apply(Ranked.class);
     RDD<Ranked<R>> out = data.rdd().barrier().mapPartitions(new Body<>(fn, base), false, tag);
     return new JavaRDD<>(out, tag);
   }
+
+  /**
+   * Returns when the cluster has a task slot for each of {@code numProc} ranks
+   * (waiting up to spark.hvd.slotWaitTimeout for executors still registering);
+   * throws {@link InsufficientSlotsException} when it cannot have them.
+   */
+  public static void checkSlots(JavaSparkContext sc, int numProc) {
+    Slots.await(sc.sc(), sc.sc().resourceProfileManager().defaultResourceProfile(), numProc);
+  }
+
+  static void checkSlots(RDD<?> rdd, int numProc) {
+    ResourceProfile rp = rdd.getResourceProfile();
+    if (rp == null) rp = rdd.sparkContext().resourceProfileManager().defaultResourceProfile();
+    Slots.await(rdd.sparkContext(), rp, numProc);
+  }
+
+  /**
+   * Set while a task of some job holds hvd's default context (the static Hvd
+   * API) in this JVM; a second one at the same time gets an explicit context.
+   */
+  private static final AtomicBoolean DEFAULT_TAKEN = new AtomicBoolean();
 
   /** How long a task whose collective was aborted by a peer waits to be killed. */
   static final long SECONDARY_FAILURE_GRACE_MS = 5000;
@@ -145,12 +184,34 @@ public final class HvdSpark {
           .crossRank(topo.crossRank).crossSize(topo.crossSize)
           .oobAllgather(new BarrierOob(task))
           .build();
-      LOG.info("hvd barrier task: {} (stage attempt {})", topo, task.stageAttemptNumber());
+      // The static Hvd API can be this task's only when no other rank of the
+      // job runs in this JVM (one address per executor JVM) and no other job
+      // holds hvd's default context here.
+      int inThisJvm = 0;
+      for (String a : addresses) if (a.equals(addresses[topo.rank])) inThisJvm++;
+      boolean bind = inThisJvm == 1 && DEFAULT_TAKEN.compareAndSet(false, true);
+      if (bind && Hvd.isInitialized()) {  // the JVM's own code (a driver in local mode) has it
+        DEFAULT_TAKEN.set(false);
+        bind = false;
+      }
+      LOG.info("hvd barrier task: {} (stage attempt {}; {})", topo, task.stageAttemptNumber(),
+          bind ? "Hvd.* bound to this task" : inThisJvm + " ranks in this JVM: explicit context only");
       R result;
-      HvdContext ctx = HvdContext.create(cfg);
+      HvdContext ctx;
+      try {
+        if (bind) {
+          Hvd.init(cfg);
+          ctx = Hvd.context();
+        } else {
+          ctx = HvdContext.create(cfg);
+        }
+      } catch (RuntimeException | Error e) {
+        if (bind) DEFAULT_TAKEN.set(false);
+        throw e;
+      }
       try {
         ctx.setCancellationCheck(task::isInterrupted);
-        result = fn.call(new HvdTaskContext(ctx, task, topo),
+        result = fn.call(new HvdTaskContext(ctx, task, topo, bind),
             scala.jdk.javaapi.CollectionConverters.asJava(rows));
       } catch (HvdException e) {
         if (e.status() == HvdException.ABORTED || e.status() == HvdException.TRANSPORT) {
@@ -170,10 +231,18 @@ public final class HvdSpark {
         throw new RuntimeException("hvd rank " + topo.rank + " failed: " + e, e);
       } finally {
         try {
-          ctx.close();
+          if (bind) {
+            // Also the references the function's own Hvd.init() calls left
+            // (bounded, like the binding's exit hook).
+            for (int i = 0; i < 1024 && Hvd.isInitialized(); ++i) Hvd.shutdown();
+          } else {
+            ctx.close();
+          }
         } catch (Throwable t) {
           // Logged, never thrown: it must not replace the function's own error.
           LOG.warn("hvd rank {}: closing the context failed", topo.rank, t);
+        } finally {
+          if (bind) DEFAULT_TAKEN.set(false);
         }
       }
       return scala.jdk.javaapi.CollectionConverters.asScala(

@@ -8,14 +8,29 @@ public final class HvdTaskContext {
   private final HvdContext hvd;
   private final BarrierTaskContext task;
   private final Topology topology;
+  private final boolean staticApiBound;
 
-  HvdTaskContext(HvdContext hvd, BarrierTaskContext task, Topology topology) {
+  HvdTaskContext(HvdContext hvd, BarrierTaskContext task, Topology topology, boolean staticApiBound) {
     this.hvd = hvd;
     this.task = task;
     this.topology = topology;
+    this.staticApiBound = staticApiBound;
   }
 
-  /** The explicit hvd context of this job (closed by the runner). */
+  /**
+   * True when the static {@link org.hvd.Hvd} API reaches this job's context
+   * for the duration of the function (this task is the job's only rank in its
+   * JVM): {@code Hvd.rank()}, {@code Hvd.allreduce(...)}, and {@code Hvd.init()}
+   * / {@code Hvd.shutdown()} pairs (which only count references) then work as
+   * under hvdrun. False where several ranks share the JVM (local mode,
+   * executors with several cores): use {@link #hvd()} there; {@code Hvd.init()}
+   * would make a world of one.
+   */
+  public boolean staticApiBound() {
+    return staticApiBound;
+  }
+
+  /** This job's hvd context (closed by the runner): always valid, bound or not. */
   public HvdContext hvd() {
     return hvd;
   }

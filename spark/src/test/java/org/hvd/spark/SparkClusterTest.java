@@ -27,6 +27,7 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
+import org.hvd.Hvd;
 import org.hvd.HvdConfig;
 import org.hvd.HvdContext;
 import org.hvd.ReduceOp;
@@ -72,13 +73,8 @@ class SparkClusterTest {
         .config("spark.task.maxFailures", "1")
         .getOrCreate();
     sc = JavaSparkContext.fromSparkContext(spark.sparkContext());
-    // Wait for both executors, so that a barrier stage has its two slots.
-    long deadline = System.nanoTime() + 120_000_000_000L;
-    while (spark.sparkContext().getExecutorMemoryStatus().size() < 3) {  // 2 executors + driver
-      if (System.nanoTime() > deadline) throw new AssertionError("executors did not register in 120 s");
-      sleep(200);
-    }
-    System.out.printf("local-cluster up in %.1f s%n", (System.nanoTime() - t0) / 1e9);
+    // No waiting for the executors here: the runner waits for its task slots.
+    System.out.printf("SparkSession up in %.1f s%n", (System.nanoTime() - t0) / 1e9);
   }
 
   @AfterAll
@@ -128,7 +124,7 @@ class SparkClusterTest {
       }
       return r;
     }, HvdConfig.builder().startTimeoutSeconds(60).build());
-    System.out.printf("barrier allreduce job: %.1f s%n", (System.nanoTime() - t0) / 1e9);
+    System.out.printf("first barrier job (executors registering): %.1f s%n", (System.nanoTime() - t0) / 1e9);
     assertEquals(2, reports.size());
     for (int rank = 0; rank < 2; ++rank) {
       Report r = reports.get(rank);
@@ -237,6 +233,57 @@ class SparkClusterTest {
     }, HvdConfig.builder().build());
     assertEquals(List.of(0, 1), ranks);
     assertTrue((System.nanoTime() - t1) / 1e9 < 60, "executors were free");
+  }
+
+  @Test
+  @Order(5)
+  void moreRanksThanSlotsFailsAtOnceNamingBothNumbers() {
+    long t0 = System.nanoTime();
+    InsufficientSlotsException e = assertThrows(InsufficientSlotsException.class,
+        () -> HvdSpark.run(sc, 3, (ctx, rows) -> ctx.rank(), HvdConfig.builder().build()));
+    double seconds = (System.nanoTime() - t0) / 1e9;
+    assertEquals(3, e.requested());
+    assertEquals(2, e.available());
+    assertTrue(e.getMessage().contains("asks for 3 ranks, which need 3 barrier task slots")
+        && e.getMessage().contains("the cluster has 2 (master local-cluster[2,1,1024], spark.task.cpus=1)"),
+        e.getMessage());
+    assertTrue(seconds < 5, "failed after " + seconds + " s");
+    // The estimator too (it asks the runner for setNumProc ranks).
+    assertThrows(InsufficientSlotsException.class,
+        () -> new HvdMlpClassifier().setNumProc(3).setEpochs(1).fit(rings(30, 3)));
+    assertEquals(0, sc.sc().statusTracker().getActiveJobIds().length, "nothing was submitted");
+  }
+
+  /** Code written for hvdrun: the static API, with its own init/shutdown pair. */
+  static double[] hvdrunStyleStep(double value) {
+    Hvd.init();  // inside a bound Spark task: only counts a reference
+    try {
+      double[] sum = Hvd.allreduce("static.sum", new double[] {value, Hvd.rank()}, ReduceOp.SUM);
+      double[] avg = Hvd.allreduce("static.avg", new double[] {value});  // AVERAGE
+      return new double[] {Hvd.rank(), Hvd.size(), Hvd.localRank(), Hvd.localSize(), sum[0], sum[1], avg[0]};
+    } finally {
+      Hvd.shutdown();
+    }
+  }
+
+  @Test
+  @Order(6)
+  void staticHvdApiReachesTheTasksContext() {
+    for (int round = 0; round < 2; ++round) {  // twice: nothing may be left over from the first
+      int offset = round * 10;
+      List<double[]> got = HvdSpark.run(sc, 2, (ctx, rows) -> {
+        if (!ctx.staticApiBound()) throw new AssertionError("one rank per executor JVM: Hvd.* must be bound");
+        if (Hvd.context() != ctx.hvd()) throw new AssertionError("Hvd.context() is not the task's context");
+        return hvdrunStyleStep(ctx.rank() + 1 + offset);
+      }, HvdConfig.builder().build());
+      for (int rank = 0; rank < 2; ++rank) {
+        double s = 1 + offset + 2 + offset;
+        assertArrayEquals(new double[] {rank, 2, rank, 2, s, 1, s / 2}, got.get(rank), "round " + round);
+      }
+    }
+    // After the jobs the executors' default context is gone again.
+    List<Boolean> initialized = sc.parallelize(List.of(0, 1), 2).map(x -> Hvd.isInitialized()).collect();
+    assertEquals(List.of(false, false), initialized);
   }
 
   static String firstLine(String s) {
