@@ -15,7 +15,14 @@
 #      libpcre2-8, libssh2) at this machine's own libraries;
 #   5. writes <prefix>/bin/julia, a wrapper that sets LD_LIBRARY_PATH and execs
 #      the real binary, and checks it (VERSION, a matrix product, an exception
-#      thrown and caught in compiled code, BigInt, a regex).
+#      thrown and caught in compiled code, BigInt, a regex);
+#   6. puts `julia` on PATH: run as root, it links /usr/local/bin/julia to the
+#      wrapper (never replacing a julia already there); otherwise it links
+#      ~/.local/bin/julia when that folder is on PATH. When `julia` on PATH is
+#      still not this Julia, it prints the line that puts it there:
+#        export PATH="<prefix>/bin:$PATH"
+#      It also prints the line that lets `using Hvd` work from any folder:
+#        export JULIA_LOAD_PATH="<repository>/bindings/julia:"
 #
 # libunwind is the exception: it comes from bullseye too (libunwind8 1.3.2).
 # With bookworm's libunwind 1.6.2, julia 1.5.3 dies with SIGSEGV (inside
@@ -23,23 +30,29 @@
 # throws -- `f() = error("x"); try f() catch end` -- while println(VERSION)
 # and a matrix product still work.
 #
-# Idempotent: when <prefix>/bin/julia already works, it only prints its path.
-# The last line of output is always the wrapper's path.
+# Idempotent: when <prefix>/bin/julia already works, it only refreshes the
+# wrapper and does step 6 (about 4 s). The last line of standard output is
+# always the wrapper's path; messages and the `export` lines go to standard
+# error.
 #
 # Usage: scripts/install-julia.sh [--force]
 # Environment:
-#   HVD_JULIA_PREFIX   the prefix (default: $HOME/.cache/hvd-julia)
-#   HVD_JULIA_SUITE    the Debian suite to take Julia from (default: bullseye)
+#   HVD_JULIA_PREFIX    the prefix (default: $HOME/.cache/hvd-julia)
+#   HVD_JULIA_SUITE     the Debian suite to take Julia from (default: bullseye)
+#   HVD_JULIA_LINK_DIR  the folder for the `julia` link (default: see step 6);
+#                       "none": make no link
 set -euo pipefail
 
 prefix=${HVD_JULIA_PREFIX:-${HOME:-/tmp}/.cache/hvd-julia}
+case "$prefix" in /*) ;; *) prefix=$PWD/$prefix ;; esac
 suite=${HVD_JULIA_SUITE:-bullseye}
 wrapper=$prefix/bin/julia
+repo=$(cd "$(dirname "$0")/.." && pwd)
 force=0
 case "${1:-}" in
   --force) force=1 ;;
   "") ;;
-  -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
   *) echo "install-julia: unknown argument '$1'" >&2; exit 2 ;;
 esac
 
@@ -77,10 +90,84 @@ verify() {
     println("checks ok")' 2>&1
 }
 
-if [ "$force" -eq 0 ] && [ -x "$wrapper" ] && out=$(verify) ; then
-  log "already installed ($(echo "$out" | head -1))"
-  echo "$wrapper"
-  exit 0
+# The wrapper: sets LD_LIBRARY_PATH to the prefix's libraries and execs the
+# real binary. It finds the prefix from its own real path, so a link to it
+# (/usr/local/bin/julia) works.
+write_wrapper() {  # write_wrapper FILE
+  cat > "$1" <<'EOF'
+#!/bin/sh
+# Runs bullseye's julia from this private prefix (written by hvd's
+# scripts/install-julia.sh). Works through links (/usr/local/bin/julia).
+self=$(readlink -f "$0")
+here=$(cd "$(dirname "$self")/.." && pwd)
+lib=$here/usr/lib/x86_64-linux-gnu
+LD_LIBRARY_PATH=$lib:$lib/julia:$lib/openblas64-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
+exec "$here/usr/bin/julia" "$@"
+EOF
+  chmod 755 "$1"
+}
+
+# ---- 6. julia on PATH (defined here, run at the end) -----------------------
+# The link folder: HVD_JULIA_LINK_DIR; else /usr/local/bin as root; else
+# ~/.local/bin when it is on PATH; else none.
+on_path() {  # on_path DIR: DIR is an entry of PATH
+  case ":$PATH:" in *":$1:"*) return 0 ;; esac
+  return 1
+}
+put_on_path() {
+  local link_dir real link have
+  if [ -n "${HVD_JULIA_LINK_DIR+x}" ]; then
+    link_dir=${HVD_JULIA_LINK_DIR:-none}
+  elif [ "$(id -u)" -eq 0 ]; then
+    link_dir=/usr/local/bin
+  elif [ -n "${HOME:-}" ] && on_path "$HOME/.local/bin"; then
+    link_dir=$HOME/.local/bin
+  else
+    link_dir=none
+  fi
+  real=$(readlink -f "$wrapper")
+  if [ "$link_dir" != none ]; then
+    link=$link_dir/julia
+    if [ -L "$link" ] && [ "$(readlink -f "$link")" = "$real" ]; then
+      log "$link -> $wrapper (linked before)"
+    elif [ -e "$link" ] || [ -L "$link" ]; then
+      log "$link exists and is another julia: left alone"
+    elif mkdir -p "$link_dir" 2>/dev/null && ln -s "$wrapper" "$link" 2>/dev/null; then
+      log "linked $link -> $wrapper"
+    else
+      log "cannot create $link: no link made"
+    fi
+  fi
+  hash -r
+  have=$(command -v julia 2>/dev/null || true)
+  if [ -n "$have" ] && [ "$(readlink -f "$have")" = "$real" ]; then
+    log "'julia' on PATH is this Julia ($have)"
+  else
+    if [ -n "$have" ]; then
+      log "'julia' on PATH is $have, not this Julia; to use this one, run (and add to ~/.bashrc):"
+    else
+      log "'julia' is not on PATH; to put it there, run (and add to ~/.bashrc):"
+    fi
+    printf 'export PATH="%s:$PATH"\n' "$(dirname "$wrapper")" >&2
+  fi
+  if [ -f "$repo/bindings/julia/Hvd/Project.toml" ]; then
+    log "to load Hvd (using Hvd) from any folder, run (and add to ~/.bashrc):"
+    printf 'export JULIA_LOAD_PATH="%s:"\n' "$repo/bindings/julia" >&2
+  fi
+}
+
+if [ "$force" -eq 0 ] && [ -x "$wrapper" ]; then
+  # A wrapper written by an older version of this script did not follow
+  # links: refresh it.
+  write_wrapper "$wrapper.new"
+  if cmp -s "$wrapper.new" "$wrapper"; then rm -f "$wrapper.new"; else mv -f "$wrapper.new" "$wrapper"; fi
+  if out=$(verify); then
+    log "already installed ($(echo "$out" | head -1))"
+    put_on_path
+    echo "$wrapper"
+    exit 0
+  fi
 fi
 
 arch=$(dpkg --print-architecture)
@@ -229,17 +316,7 @@ fi
 
 # ---- 5. the wrapper ---------------------------------------------------------
 mkdir -p "$stage/bin"
-cat > "$stage/bin/julia" <<'EOF'
-#!/bin/sh
-# Runs bullseye's julia from this private prefix (written by hvd's
-# scripts/install-julia.sh).
-here=$(cd "$(dirname "$0")/.." && pwd)
-lib=$here/usr/lib/x86_64-linux-gnu
-LD_LIBRARY_PATH=$lib:$lib/julia:$lib/openblas64-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export LD_LIBRARY_PATH
-exec "$here/usr/bin/julia" "$@"
-EOF
-chmod 755 "$stage/bin/julia"
+write_wrapper "$stage/bin/julia"
 
 rm -rf "$prefix"
 mv "$stage" "$prefix"
@@ -251,4 +328,5 @@ if ! out=$(verify); then
 fi
 elapsed=$(( $(date +%s) - started ))
 log "julia $(echo "$out" | head -1) installed in $prefix in ${elapsed} s"
+put_on_path
 echo "$wrapper"

@@ -1,8 +1,11 @@
 # Data-parallel logistic regression with hvd, written with plain arrays and a
 # hand-written gradient (the shape of a Flux training loop, without Flux).
 #
-#   hvdrun -np 2 julia examples/julia/train_logreg.jl     # 2 ranks
-#   julia examples/julia/train_logreg.jl                  # alone: a world of one
+#   build/bin/hvdrun -np 2 julia examples/julia/train_logreg.jl   # 2 ranks
+#   julia examples/julia/train_logreg.jl                            # alone: a world of one
+#
+# (`julia` on PATH and `using Hvd` from anywhere: the quick start of
+# docs/julia.md. This example finds the package by itself.)
 #
 # Every rank generates its own shard of a synthetic data set (the same true
 # model, different samples), starts from its own random parameters, and then:

@@ -52,22 +52,14 @@ const REPO_ROOT = normpath(joinpath(@__DIR__, "..", "..", "..", ".."))
 """
     library_candidates() -> Vector{String}
 
-Where `__init__` looks for libhvd.so, in order: `HVD_LIBRARY_PATH` (a file, or
-a folder holding libhvd.so); the repository's build trees `build/lib`, then
-`build-*/lib` (newest library first); then the system's default search
-(`LD_LIBRARY_PATH`, the ldconfig cache) by name.
+Where `__init__` looks for libhvd.so, in order: the repository's build trees
+`build/lib`, then `build-*/lib` (newest library first); then the system's
+default search (`LD_LIBRARY_PATH`, the ldconfig cache) by name. When
+`HVD_LIBRARY_PATH` is set, it alone is used (see `library_from_env`).
 """
 function library_candidates()
     names = ["libhvd." * Libdl.dlext, "libhvd." * Libdl.dlext * ".0"]
     out = String[]
-    env = get(ENV, "HVD_LIBRARY_PATH", "")
-    if !isempty(env)
-        if isdir(env)
-            push!(out, joinpath(env, names[1]))
-        else
-            push!(out, env)
-        end
-    end
     push!(out, joinpath(REPO_ROOT, "build", "lib", names[1]))
     trees = String[]
     if isdir(REPO_ROOT)
@@ -83,24 +75,58 @@ function library_candidates()
     return out
 end
 
+"""
+    library_from_env(value) -> String
+
+The library `HVD_LIBRARY_PATH=value` names: the file itself, or libhvd.so
+(else libhvd.so.0) in the folder. A value that names nothing loadable is an
+error, never a reason to look elsewhere: loading another library than the
+one asked for would hide the mistake.
+"""
+function library_from_env(env::AbstractString)
+    hint = "Set HVD_LIBRARY_PATH to libhvd.so or the folder holding it (e.g. build/lib), or " *
+           "unset it to use the repository's build trees and then the system's search."
+    if isdir(env)
+        for n in ("libhvd." * Libdl.dlext, "libhvd." * Libdl.dlext * ".0")
+            f = joinpath(env, n)
+            isfile(f) && return f
+        end
+        error("Hvd: HVD_LIBRARY_PATH=$env is a folder without libhvd.$(Libdl.dlext). $hint")
+    elseif !ispath(env)
+        error("Hvd: HVD_LIBRARY_PATH=$env: no such file or folder. $hint")
+    elseif !isfile(env)
+        error("Hvd: HVD_LIBRARY_PATH=$env is neither a file nor a folder. $hint")
+    end
+    return env
+end
+
 function load_library!()
     tried = String[]
     handle = C_NULL
     path = ""
-    for cand in library_candidates()
-        # Paths that name a missing file are noted without a dlopen message.
-        if occursin('/', cand) && !isfile(cand)
-            push!(tried, "$cand (no such file)")
-            continue
-        end
-        h = Libdl.dlopen(cand, Libdl.RTLD_LAZY | Libdl.RTLD_LOCAL; throw_error = false)
-        if h === nothing
-            push!(tried, "$cand (dlopen failed: $(dlerror_text()))")
-            continue
-        end
+    env = get(ENV, "HVD_LIBRARY_PATH", "")
+    if !isempty(env)
+        path = library_from_env(env)
+        h = Libdl.dlopen(path, Libdl.RTLD_LAZY | Libdl.RTLD_LOCAL; throw_error = false)
+        h === nothing && error("Hvd: HVD_LIBRARY_PATH=$env: cannot load $path: " *
+                               dlerror_text())
         handle = h
-        path = occursin('/', cand) ? cand : something(Libdl.dlpath(h), cand)
-        break
+    else
+        for cand in library_candidates()
+            # Paths that name a missing file are noted without a dlopen message.
+            if occursin('/', cand) && !isfile(cand)
+                push!(tried, "$cand (no such file)")
+                continue
+            end
+            h = Libdl.dlopen(cand, Libdl.RTLD_LAZY | Libdl.RTLD_LOCAL; throw_error = false)
+            if h === nothing
+                push!(tried, "$cand (dlopen failed: $(dlerror_text()))")
+                continue
+            end
+            handle = h
+            path = occursin('/', cand) ? cand : something(Libdl.dlpath(h), cand)
+            break
+        end
     end
     if handle == C_NULL
         error("Hvd: cannot load libhvd. Tried, in order:\n  " * Base.join(tried, "\n  ") *
@@ -234,13 +260,48 @@ refused by the library (`HvdError(HVD_ERR_UNSUPPORTED)`).
 """
 @enum ReduceOp::Cint Sum = 0 Average = 1 Min = 2 Max = 3 Product = 4
 
+"""
+    Hvd.reduce_op(op) -> ReduceOp
+
+The reduction an `op` argument names: an `Hvd.ReduceOp`, or one of Julia's
+`+`, `*`, `min`, `max` (as MPI.jl takes them), which mean `Sum`, `Product`,
+`Min`, `Max`. Anything else is an `ArgumentError`.
+"""
+reduce_op(op::ReduceOp) = op
+reduce_op(::typeof(+)) = Sum
+reduce_op(::typeof(*)) = Product
+reduce_op(::typeof(min)) = Min
+reduce_op(::typeof(max)) = Max
+reduce_op(op) =
+    throw(ArgumentError("Hvd: op = $(repr(op)) is not a reduction hvd has; pass +, *, min or " *
+                        "max, or Hvd.Sum, Hvd.Average, Hvd.Min, Hvd.Max, Hvd.Product (the mean " *
+                        "is Hvd.Average)"))
+
+# Merges a positional op (MPI.jl's `Allreduce!(A, +, comm)` order) with the op
+# keyword; giving both is an error.
+function merge_op(kw, op)
+    haskey(kw, :op) &&
+        throw(ArgumentError("Hvd: op given twice (as an argument and as op = ...); pass one"))
+    return (; kw..., op = op)
+end
+
 # ---------------------------------------------------------------------------
-# Names: deterministic across ranks -- a counter per operation kind, reset
-# when the default context is created -- as long as the ranks issue their
-# unnamed operations in the same order (which unnamed operations need anyway).
-# The scheme ("allreduce.noname.0", ...) is the Python binding's.
+# Names: deterministic across ranks as long as the ranks issue their unnamed
+# operations in the same order (which unnamed operations need anyway).
+#
+#   - An async call without a name gets "<kind>.noname.<n>" from a counter
+#     per operation kind, reset when the default context is created (the
+#     Python binding's scheme).
+#   - A blocking call without a name (allreduce!, allreduce, broadcast!, ...)
+#     uses one fixed name per kind, "<kind>.noname.blocking", call after call:
+#     the operation is over before the call returns, so the name is free
+#     again, and reusing it lets the core's response cache skip negotiation
+#     (a fresh name costs a full negotiation round every time). While that
+#     name is still in flight (another task's blocking call, or a wait that
+#     was interrupted), a blocking call takes a counter name instead.
 # ---------------------------------------------------------------------------
 const NAME_COUNTERS = Dict{String,Int}()
+const BLOCKING_BUSY = Dict{String,Bool}()
 const NAME_LOCK = ReentrantLock()
 
 function op_name(kind::String, name)
@@ -257,7 +318,35 @@ function op_name(kind::String, name)
     end
 end
 
-reset_names!() = lock(() -> empty!(NAME_COUNTERS), NAME_LOCK)
+reset_names!() = lock(() -> (empty!(NAME_COUNTERS); empty!(BLOCKING_BUSY)), NAME_LOCK)
+
+"""
+    run_blocking(start, kind, name)
+
+Runs a blocking collective: `start(n)` submits it under name `n` and returns
+its Handle, which is then awaited. Without a `name`, the kind's fixed name is
+used while it is free (see the naming notes above).
+"""
+function run_blocking(start, kind::String, name)
+    name === nothing || return wait(start(name))
+    fixed = lock(NAME_LOCK) do
+        get(BLOCKING_BUSY, kind, false) && return nothing
+        BLOCKING_BUSY[kind] = true
+        return kind * ".noname.blocking"
+    end
+    fixed === nothing && return wait(start(nothing))
+    h = nothing
+    try
+        h = start(fixed)
+        return wait(h)
+    finally
+        # The name is free once the operation is over -- not when the wait
+        # was interrupted while the operation still runs.
+        if h === nothing || h.state != 0
+            lock(() -> (BLOCKING_BUSY[kind] = false), NAME_LOCK)
+        end
+    end
+end
 
 # ---------------------------------------------------------------------------
 # Life cycle and topology.

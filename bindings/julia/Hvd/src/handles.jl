@@ -109,11 +109,11 @@ function complete!(h::Handle, timeout)
         break
     end
     # The status's text must be read before any other hvd call on this thread.
-    msg = st < 0 ? last_error() : ""
+    err = st < 0 ? hvd_error_now(st) : nothing
     raw = h.raw
     try
         if st < 0
-            h.error = HvdError(Int(st), isempty(msg) ? status_string(st) : msg)
+            h.error = err
             h.state = 2
         else
             try

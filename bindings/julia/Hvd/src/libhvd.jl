@@ -235,10 +235,61 @@ status_string(status::Integer) = unsafe_string(hvd_status_string(Cint(status)))
 end
 
 @noinline function throw_hvd_error(status::Cint)
+    throw(hvd_error_now(status))
+end
+
+# The HvdError for a status just returned on this thread (its text read at
+# once, before any other hvd call), in the Julia API's words.
+function hvd_error_now(status::Integer)
     msg = last_error()
     isempty(msg) && (msg = status_string(status))
-    throw(HvdError(Int(status), msg))
+    return HvdError(Int(status), julia_message(msg))
 end
+
+# The Julia call behind each C function whose name the library's messages
+# carry.
+const JULIA_CALLS = Dict{String,String}(
+    "hvd_init" => "Hvd.init()", "hvd_shutdown" => "Hvd.shutdown()",
+    "hvd_is_initialized" => "Hvd.is_initialized()",
+    "hvd_rank" => "Hvd.rank()", "hvd_size" => "Hvd.size()",
+    "hvd_local_rank" => "Hvd.local_rank()", "hvd_local_size" => "Hvd.local_size()",
+    "hvd_cross_rank" => "Hvd.cross_rank()", "hvd_cross_size" => "Hvd.cross_size()",
+    "hvd_context_transport" => "Hvd.transport()",
+    "hvd_allreduce_async" => "Hvd.allreduce", "hvd_grouped_allreduce_async" => "Hvd.grouped_allreduce!",
+    "hvd_allgather_async" => "Hvd.allgather", "hvd_broadcast_async" => "Hvd.broadcast",
+    "hvd_alltoall_async" => "Hvd.alltoall", "hvd_reducescatter_async" => "Hvd.reducescatter",
+    "hvd_barrier_async" => "Hvd.barrier()", "hvd_join_async" => "Hvd.join()",
+    "hvd_handle_wait" => "wait(handle)", "hvd_handle_poll" => "isready(handle)")
+
+const NOT_INITIALIZED_C =
+    r"^(hvd_\w+): ctx is NULL \(the default context\) and hvd_init has not been called"
+const SHUTDOWN_NOT_INITIALIZED_C = "hvd_shutdown: not initialized"
+
+"""
+    julia_message(msg) -> String
+
+The library's error text in the Julia API's words: "not initialized" names the
+Julia call and `Hvd.init()` (not `hvd_init` and C contexts), C function names
+become the Julia calls (`hvd_shutdown` -> `Hvd.shutdown()`), and
+`params.<field>` the `Hvd.init` keyword of that name.
+"""
+function julia_message(msg::AbstractString)
+    m = match(NOT_INITIALIZED_C, msg)
+    if m !== nothing
+        return julia_call(m.captures[1]) * ": not initialized; call Hvd.init() first"
+    end
+    if startswith(msg, SHUTDOWN_NOT_INITIALIZED_C)
+        return "Hvd.shutdown(): not initialized (Hvd.init() was not called, or every " *
+               "Hvd.init() was already matched by an Hvd.shutdown())"
+    end
+    occursin("hvd_", msg) || occursin("params.", msg) || return String(msg)
+    s = replace(msg, r"\bhvd_[a-z_]+\b" => julia_call)
+    s = replace(s, r"\bparams\.([a-z_]+)" => m -> "keyword " * m[8:end])
+    s = replace(s, r"\bparams: " => "")
+    return s
+end
+
+julia_call(c::AbstractString) = get(JULIA_CALLS, c, String(c))
 
 """
     @check hvd_call(args...)

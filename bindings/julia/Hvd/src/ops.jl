@@ -17,9 +17,20 @@ function check_scale(x, what)
 end
 
 function check_root(root)
+    root isa Integer && !(root isa Bool) ||
+        throw(ArgumentError("Hvd: root must be an integer rank, got $(repr(root))"))
     root isa Integer || throw(ArgumentError("Hvd: root must be an integer rank, got $(repr(root))"))
     typemin(Int32) <= root <= typemax(Int32) || throw(ArgumentError("Hvd: root $root out of range"))
     return Int32(root)
+end
+
+# The root of a broadcast given as a positional argument (`broadcast!(A, 1)`)
+# or as MPI.jl's keyword (`broadcast!(A; root = 1)`); rank 0 when neither.
+function pick_root(positional, keyword)
+    if positional !== nothing && keyword !== nothing
+        throw(ArgumentError("Hvd: root given twice (as an argument and as root = ...); pass one"))
+    end
+    return check_root(something(positional, keyword, 0))
 end
 
 # Dimensions of a result the handle owns, and a copy of its bytes.
@@ -53,28 +64,30 @@ end
 # ---------------------------------------------------------------------------
 
 """
-    allreduce_async!(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
+    allreduce_async!(A[, op]; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
 
 Starts an in-place allreduce of `A`; `wait(h)` returns `A`. `A` must not be
-touched until then.
+touched until then. `op` as in `allreduce!`.
 """
-function allreduce_async!(A::AbstractArray; op::ReduceOp = Average, name = nothing,
+function allreduce_async!(A::AbstractArray; op = Average, name = nothing,
                           prescale::ScaleArg = 1, postscale::ScaleArg = 1)
     check_array(A, "allreduce! input")
-    return submit_allreduce(A, A, op, op_name("allreduce", name), prescale, postscale)
+    return submit_allreduce(A, A, reduce_op(op), op_name("allreduce", name), prescale, postscale)
 end
+allreduce_async!(A::AbstractArray, op; kw...) = allreduce_async!(A; merge_op(kw, op)...)
 
 """
-    allreduce_async(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
+    allreduce_async(A[, op]; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
 
 Starts an allreduce of `A` into a new `Array`; `wait(h)` returns it.
 """
-function allreduce_async(A::AbstractArray; op::ReduceOp = Average, name = nothing,
+function allreduce_async(A::AbstractArray; op = Average, name = nothing,
                          prescale::ScaleArg = 1, postscale::ScaleArg = 1)
     check_array(A, "allreduce input")
     out = Array{eltype(A)}(undef, Base.size(A))
-    return submit_allreduce(A, out, op, op_name("allreduce", name), prescale, postscale)
+    return submit_allreduce(A, out, reduce_op(op), op_name("allreduce", name), prescale, postscale)
 end
+allreduce_async(A::AbstractArray, op; kw...) = allreduce_async(A; merge_op(kw, op)...)
 
 function submit_allreduce(A, out, op, name, prescale, postscale)
     pre = check_scale(prescale, "prescale")
@@ -89,26 +102,40 @@ end
 
 """
     allreduce!(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> A
+    allreduce!(A, op; ...) -> A
 
 Reduces `A` over all ranks, in place: afterwards every rank holds
-`postscale * op(prescale * A on each rank)` (`Average` divides the sum by the
-number of ranks). Every rank must pass the same element type and size.
+`postscale * op(prescale * A on each rank)`. Every rank must pass the same
+element type and size.
+
+`op` is `Hvd.Sum`, `Hvd.Average`, `Hvd.Min`, `Hvd.Max`, `Hvd.Product`, or
+Julia's `+`, `*`, `min`, `max` (as in MPI.jl: `allreduce!(A, +)` sums).
+**Without `op` the result is the average** (the sum divided by the number of
+ranks, as Horovod does for gradients), not a sum.
+
 `name` matches the operation across ranks (generated when omitted: then the
 ranks must issue their unnamed allreduces in the same order).
 """
-allreduce!(A::AbstractArray; kw...) = wait(allreduce_async!(A; kw...))
+allreduce!(A::AbstractArray; name = nothing, kw...) =
+    run_blocking(n -> allreduce_async!(A; name = n, kw...), "allreduce", name)
+allreduce!(A::AbstractArray, op; kw...) = allreduce!(A; merge_op(kw, op)...)
 
 """
     allreduce(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Array
-    allreduce(x::Number; ...) -> Number
+    allreduce(A, op; ...) -> Array
+    allreduce(x::Number[, op]; ...) -> Number
 
 Like `allreduce!`, into a new array (or for one number: a loss, a count).
+The default op is `Hvd.Average`; `allreduce(x, +)` sums.
 """
-allreduce(A::AbstractArray; kw...) = wait(allreduce_async(A; kw...))
+allreduce(A::AbstractArray; name = nothing, kw...) =
+    run_blocking(n -> allreduce_async(A; name = n, kw...), "allreduce", name)
+allreduce(A::AbstractArray, op; kw...) = allreduce(A; merge_op(kw, op)...)
 allreduce(x::SupportedEltype; kw...) = allreduce!(fill(x); kw...)[]
 allreduce(x::Number; kw...) =
     throw(ArgumentError("Hvd: element type $(typeof(x)) is not supported " *
                         "(supported: $SUPPORTED_TEXT)"))
+allreduce(x::Number, op; kw...) = allreduce(x; merge_op(kw, op)...)
 
 """
     grouped_allreduce_async!(arrays; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
@@ -118,8 +145,9 @@ one unit (none starts before all are ready on every rank); `wait(h)` returns
 the collection. The arrays must be distinct and share one element type (the
 library's rule for a group).
 """
-function grouped_allreduce_async!(arrays; op::ReduceOp = Average, name = nothing,
+function grouped_allreduce_async!(arrays; op = Average, name = nothing,
                                   prescale::ScaleArg = 1, postscale::ScaleArg = 1)
+    rop = reduce_op(op)
     As = collect(arrays)
     isempty(As) && throw(ArgumentError("Hvd: grouped_allreduce! needs at least one array"))
     for (i, A) in enumerate(As)
@@ -136,7 +164,7 @@ function grouped_allreduce_async!(arrays; op::ReduceOp = Average, name = nothing
         name_ptrs = [pointer(n) for n in names]
         outs = Ptr{Cvoid}[Ptr{Cvoid}(pointer(A)) for A in As]
         submit(hvd_grouped_allreduce_async, C_NULL, Int32(length(As)), name_ptrs, ts, outs,
-               Cint(op), pre, post)
+               Cint(rop), pre, post)
     end
     return Handle(raw, As, _ -> arrays, "grouped allreduce '$base'")
 end
@@ -146,7 +174,10 @@ end
 
 Blocking form of `grouped_allreduce_async!`.
 """
-grouped_allreduce!(arrays; kw...) = wait(grouped_allreduce_async!(arrays; kw...))
+grouped_allreduce!(arrays; name = nothing, kw...) =
+    run_blocking(n -> grouped_allreduce_async!(arrays; name = n, kw...), "grouped_allreduce", name)
+grouped_allreduce!(arrays, op; kw...) = grouped_allreduce!(arrays; merge_op(kw, op)...)
+grouped_allreduce_async!(arrays, op; kw...) = grouped_allreduce_async!(arrays; merge_op(kw, op)...)
 
 function distinct_or_throw(As, what)
     seen = IdDict{Any,Nothing}()
@@ -161,13 +192,13 @@ end
 # ---------------------------------------------------------------------------
 
 """
-    broadcast_async!(A, root; name=nothing) -> Handle
+    broadcast_async!(A[, root]; root=0, name=nothing) -> Handle
 
 Starts copying `root`'s `A` into every other rank's `A`; `wait(h)` returns `A`.
 """
-function broadcast_async!(A::AbstractArray, root::Integer = 0; name = nothing)
+function broadcast_async!(A::AbstractArray, pos_root = nothing; root = nothing, name = nothing)
+    r = pick_root(pos_root, root)
     check_array(A, "broadcast! input")
-    r = check_root(root)
     n = op_name("broadcast", name)
     shape = c_shape(A)
     raw = GC.@preserve A shape begin
@@ -178,19 +209,23 @@ function broadcast_async!(A::AbstractArray, root::Integer = 0; name = nothing)
 end
 
 """
-    Hvd.broadcast!(A, root=0; name=nothing) -> A
+    Hvd.broadcast!(A; root=0, name=nothing) -> A
+    Hvd.broadcast!(A, root; name=nothing) -> A
 
 Copies rank `root`'s `A` into `A` on every rank (in place). All ranks pass an
-array of the same element type and size.
+array of the same element type and size. The root is a keyword (MPI.jl's
+`Bcast!(A, comm; root = 0)`) or the second argument.
 """
-broadcast!(A::AbstractArray, root::Integer = 0; kw...) = wait(broadcast_async!(A, root; kw...))
+broadcast!(A::AbstractArray, root = nothing; name = nothing, kw...) =
+    run_blocking(n -> broadcast_async!(A, root; name = n, kw...), "broadcast", name)
 
 """
-    Hvd.broadcast(A, root=0; name=nothing) -> Array
+    Hvd.broadcast(A; root=0, name=nothing) -> Array
+    Hvd.broadcast(A, root; name=nothing) -> Array
 
 Like `Hvd.broadcast!`, on a copy of `A`.
 """
-function broadcast(A::AbstractArray, root::Integer = 0; kw...)
+function broadcast(A::AbstractArray, root = nothing; kw...)
     check_array(A, "broadcast input")
     return broadcast!(copyto!(Array{eltype(A)}(undef, Base.size(A)), A), root; kw...)
 end
@@ -227,7 +262,8 @@ Concatenates every rank's `A`, in rank order, along the **last** dimension
 dimension N. The last dimension may differ between ranks; the others must
 agree. A number gives the vector of every rank's number.
 """
-allgather(A::AbstractArray; kw...) = wait(allgather_async(A; kw...))
+allgather(A::AbstractArray; name = nothing) =
+    run_blocking(n -> allgather_async(A; name = n), "allgather", name)
 allgather(x::SupportedEltype; kw...) = allgather([x]; kw...)
 allgather(x::Number; kw...) =
     throw(ArgumentError("Hvd: element type $(typeof(x)) is not supported " *
@@ -283,20 +319,23 @@ divisible by the number of ranks); with `splits` (one count per rank, summing
 to `size(A)[end]`), rank `j` gets `splits[j+1]` slices, and the counts
 received from each rank come back too.
 """
-alltoall(A::AbstractArray; kw...) = wait(alltoall_async(A; kw...))
-alltoall(A::AbstractArray, splits; kw...) = wait(alltoall_async(A, splits; kw...))
+alltoall(A::AbstractArray; name = nothing) =
+    run_blocking(n -> alltoall_async(A; name = n), "alltoall", name)
+alltoall(A::AbstractArray, splits; name = nothing) =
+    run_blocking(n -> alltoall_async(A, splits; name = n), "alltoall", name)
 
 # ---------------------------------------------------------------------------
 # reducescatter
 # ---------------------------------------------------------------------------
 
 """
-    reducescatter_async(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
+    reducescatter_async(A[, op]; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Handle
 
 Starts a reducescatter; `wait(h)` returns this rank's block.
 """
-function reducescatter_async(A::AbstractArray; op::ReduceOp = Average, name = nothing,
+function reducescatter_async(A::AbstractArray; op = Average, name = nothing,
                              prescale::ScaleArg = 1, postscale::ScaleArg = 1)
+    rop = reduce_op(op)
     check_array(A, "reducescatter input")
     require_dims(A, "reducescatter")
     pre = check_scale(prescale, "prescale")
@@ -306,19 +345,23 @@ function reducescatter_async(A::AbstractArray; op::ReduceOp = Average, name = no
     shape = c_shape(A)
     raw = GC.@preserve A shape begin
         t = Ref(tensor(A, shape))
-        submit(hvd_reducescatter_async, C_NULL, n, t, Cint(op), pre, post)
+        submit(hvd_reducescatter_async, C_NULL, n, t, Cint(rop), pre, post)
     end
     return Handle(raw, (A,), r -> owned_result(r, T), "reducescatter '$n'")
 end
 
 """
     reducescatter(A; op=Hvd.Average, name=nothing, prescale=1, postscale=1) -> Array
+    reducescatter(A, op; ...) -> Array
 
-Reduces `A` over the ranks, then rank `r` keeps its block of the **last**
-dimension: split as evenly as possible, the first `size(A)[end] % size()`
-ranks getting one extra slice.
+Reduces `A` over the ranks (`op` as in `allreduce!`; the default averages),
+then rank `r` keeps its block of the **last** dimension: split as evenly as
+possible, the first `size(A)[end] % size()` ranks getting one extra slice.
 """
-reducescatter(A::AbstractArray; kw...) = wait(reducescatter_async(A; kw...))
+reducescatter(A::AbstractArray; name = nothing, kw...) =
+    run_blocking(n -> reducescatter_async(A; name = n, kw...), "reducescatter", name)
+reducescatter(A::AbstractArray, op; kw...) = reducescatter(A; merge_op(kw, op)...)
+reducescatter_async(A::AbstractArray, op; kw...) = reducescatter_async(A; merge_op(kw, op)...)
 
 # ---------------------------------------------------------------------------
 # barrier, join

@@ -106,14 +106,15 @@ end
     allreduce_gradients!(grads; op=Hvd.Average, name="allreduce_gradients", prescale=1, postscale=1) -> grads
 
 Allreduces every gradient array in `grads` in place (averages them over the
-ranks by default). `grads` is an iterable of arrays, a (nested) NamedTuple,
+ranks by default; `op` as in `allreduce!`, e.g. `op = +` to sum). `grads` is an iterable of arrays, a (nested) NamedTuple,
 a Dict keyed by names, or a struct holding arrays. All operations are
 submitted before any is awaited, so the core fuses them. The ranks must pass
 the same structure with the same sizes; each array is named
 `name * path` (e.g. `"allreduce_gradients.W"`).
 """
-function allreduce_gradients!(grads; op::ReduceOp = Average, name = "allreduce_gradients",
+function allreduce_gradients!(grads; op = Average, name = "allreduce_gradients",
                               prescale::ScaleArg = 1, postscale::ScaleArg = 1)
+    op = reduce_op(op)
     ls = leaves(grads, "allreduce_gradients!")
     base = string(name)
     submit_all(ls, "allreduce_gradients!", (path, A) ->
@@ -124,16 +125,19 @@ end
 
 """
     broadcast_parameters!(params; root=0, name="broadcast_parameters") -> params
+    broadcast_parameters!(params, root; name="broadcast_parameters") -> params
 
 Copies rank `root`'s parameter arrays into every rank's, in place, so all
 ranks start from the same model. `params` is any of what
 `allreduce_gradients!` takes (a model struct too).
 """
-function broadcast_parameters!(params; root::Integer = 0, name = "broadcast_parameters")
+function broadcast_parameters!(params, pos_root = nothing; root = nothing,
+                               name = "broadcast_parameters")
+    r = pick_root(pos_root, root)
     ls = leaves(params, "broadcast_parameters!")
     base = string(name)
     submit_all(ls, "broadcast_parameters!", (path, A) ->
-        broadcast_async!(A, root; name = base * path))
+        broadcast_async!(A; root = r, name = base * path))
     return params
 end
 
@@ -177,6 +181,8 @@ end
 """
     DistributedOptimizer(opt; apply=Hvd.apply!, op=Hvd.Average, name="DistributedOptimizer")
 
+(`op` as in `allreduce!`: the gradients are averaged unless told otherwise.)
+
 Wraps an update rule so that `Hvd.update!(dopt, params, grads)` first
 allreduces (averages) the gradients over the ranks -- all submitted, then all
 awaited, so they are fused -- and then applies `opt` to every parameter:
@@ -189,8 +195,8 @@ struct DistributedOptimizer{O,F}
     op::ReduceOp
     name::String
 end
-DistributedOptimizer(opt; apply = apply!, op::ReduceOp = Average, name = "DistributedOptimizer") =
-    DistributedOptimizer(opt, apply, op, string(name))
+DistributedOptimizer(opt; apply = apply!, op = Average, name = "DistributedOptimizer") =
+    DistributedOptimizer(opt, apply, reduce_op(op), string(name))
 
 Base.show(io::IO, d::DistributedOptimizer) = print(io, "DistributedOptimizer(", d.opt, ")")
 

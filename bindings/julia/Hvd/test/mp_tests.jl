@@ -70,6 +70,62 @@ ts = @testset CountingTestSet "Hvd multi-process" begin
         @test allreduce(z; op = Hvd.Sum, postscale = 2) == fill(Int32(2 * total), 2)
     end
 
+    @testset "MPI.jl forms: +, *, min, max; root keyword" begin
+        A = Int64[R + 1, -(R + 2), 3(R + 1)]
+        rows = [Int64[r + 1, -(r + 2), 3(r + 1)] for r in 0:N-1]
+        sums = reduce(+, rows)
+        prods = reduce((a, b) -> a .* b, rows)
+        mins = reduce((a, b) -> min.(a, b), rows)
+        maxs = reduce((a, b) -> max.(a, b), rows)
+        @test Hvd.allreduce!(copy(A), +) == sums
+        @test allreduce!(copy(A); op = +) == sums
+        @test allreduce(A, *) == prods
+        @test allreduce(A; op = *) == prods
+        @test allreduce(A, min) == mins
+        @test allreduce(A; op = max) == maxs
+        @test allreduce(R + 1, +) === sum(1:N)
+        @test allreduce(Int32(R + 2), *) === Int32(prod(2:N+1))
+        @test allreduce(-R, min) === -(N - 1) && allreduce(R, max) === N - 1
+        # the default is the average, not the sum (integers round toward zero)
+        @test allreduce(A) == div.(sums, N)
+        @test allreduce!(fill(Int16(2R), 2)) == fill(Int16(div(2 * sum(0:N-1), N)), 2)
+        # the same op through the other entry points
+        @test wait(Hvd.allreduce_async!(copy(A), +; name = "mpi.async")) == sums
+        @test reducescatter(repeat(A, N), +) == sums
+        xs = [copy(A), fill(R, 2)]
+        @test grouped_allreduce!(xs, max) === xs && xs[1] == maxs && xs[2] == fill(N - 1, 2)
+        g = (w = copy(A),)
+        @test allreduce_gradients!(g; op = +, name = "mpi.grads").w == sums
+        # root as a keyword (MPI.jl's Bcast!(A, comm; root)) or as an argument
+        for root in (0, N - 1)
+            B = fill(10R, 2, 2)
+            @test Hvd.broadcast!(B; root = root) === B
+            @test B == fill(10root, 2, 2)
+            @test Hvd.broadcast([R, 2R]; root = root) == [root, 2root]
+            @test wait(Hvd.broadcast_async!([R]; root = root)) == [root]
+            p = (w = fill(R, 3),)
+            @test broadcast_parameters!(p; root = root).w == fill(root, 3)
+            @test broadcast_parameters!([fill(R, 1)], root) == [fill(root, 1)]
+        end
+        # refused before anything reaches the library, on every rank alike
+        @test_throws ArgumentError allreduce!(copy(A), -)
+        @test_throws ArgumentError Hvd.broadcast!(copy(A), 0; root = 0)
+        @test allreduce([1], +; name = "mpi.after") == [N]
+    end
+
+    @testset "unnamed blocking calls reuse one name" begin
+        # Shapes, types and ops change from call to call under the same
+        # fixed name (the response cache renegotiates); results stay exact.
+        for i in 1:6, T in (Int32, Float64, Int64)
+            x = fill(T(R + i), i, 2)
+            @test allreduce(x; op = Hvd.Sum) == fill(T(sum(r + i for r in 0:N-1)), i, 2)
+            @test allreduce!(copy(x), max) == fill(T(N - 1 + i), i, 2)
+            @test allgather(fill(T(R), R + i)) == reduce(vcat, [fill(T(r), r + i) for r in 0:N-1])
+            @test Hvd.broadcast!(copy(x); root = i % N) == fill(T(i % N + i), i, 2)
+        end
+        @test Hvd.BLOCKING_BUSY["allreduce"] == false
+    end
+
     @testset "grouped allreduce" begin
         xs = [fill(Float32(R), 3), fill(Float32(R + 1), 2, 2), fill(Float32(1), 5)]
         @test grouped_allreduce!(xs; op = Hvd.Sum, name = "grp") === xs

@@ -13,6 +13,9 @@ for k in ("HVD_RANK", "HVD_SIZE", "HVD_RENDEZVOUS_ADDR", "OMPI_COMM_WORLD_RANK",
     haskey(ENV, k) && error("runtests.jl is the single-process suite; unset $k (or run mp_tests.jl under hvdrun)")
 end
 
+# `cmd` with one more environment variable (Base.addenv is Julia 1.6+).
+addenv_(cmd::Cmd, p::Pair) = setenv(cmd, merge(Dict(ENV), Dict(p)))
+
 struct TinyModel          # a model as a plain struct: arrays, a function, a number
     W::Matrix{Float64}
     b::Vector{Float64}
@@ -38,11 +41,46 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test Hvd.HVD_PARAM_ALL_ == (UInt64(1) << 24) - 1
         @test Hvd.status_string(0) isa String && !isempty(Hvd.status_string(-5))
         @test Hvd.status_name(-5) === :HVD_ERR_MISMATCH
-        withenv("HVD_LIBRARY_PATH" => "/nowhere/lib") do
-            c = Hvd.library_candidates()
-            @test c[1] == "/nowhere/lib"
-            @test any(x -> occursin(joinpath("build", "lib"), x), c)
-            @test c[end] in ("libhvd.so", "libhvd.so.0")
+        c = Hvd.library_candidates()
+        @test c[1] == joinpath(Hvd.REPO_ROOT, "build", "lib", "libhvd.so")
+        @test c[end] in ("libhvd.so", "libhvd.so.0")
+        # HVD_LIBRARY_PATH names one library: a file, or libhvd.so in a folder.
+        libdir = dirname(Hvd.library_path())
+        if isfile(joinpath(libdir, "libhvd.so"))
+            @test Hvd.library_from_env(libdir) == joinpath(libdir, "libhvd.so")
+        end
+        @test Hvd.library_from_env(Hvd.library_path()) == Hvd.library_path()
+        mktempdir() do dir
+            for (bad, what) in ((joinpath(dir, "nowhere"), "no such file or folder"),
+                                (dir, "is a folder without libhvd.so"))
+                e = try Hvd.library_from_env(bad); nothing catch err; err end
+                @test e isa ErrorException
+                @test e !== nothing && occursin("HVD_LIBRARY_PATH=$bad", e.msg) &&
+                      occursin(what, e.msg) && occursin("unset it", e.msg)
+            end
+        end
+        # A bad HVD_LIBRARY_PATH fails `using Hvd` in this very checkout (whose
+        # build trees hold a library it could fall back to, and must not).
+        mktempdir() do dir
+            notlib = joinpath(dir, "libhvd.so")
+            write(notlib, "not a library")
+            for (bad, what) in ((joinpath(dir, "nowhere"), "no such file or folder"),
+                                (joinpath(dir, "empty"), "is a folder without libhvd.so"),
+                                (notlib, "cannot load"),
+                                (dir, "cannot load"))
+                bad == joinpath(dir, "empty") && mkpath(bad)
+                errfile = joinpath(dir, "err.txt")
+                pkgdir = joinpath(Hvd.REPO_ROOT, "bindings", "julia", "Hvd")
+                cmd = `$(Base.julia_cmd()) --startup-file=no --project=$pkgdir
+                       -e "using Hvd; println(Hvd.library_path())"`
+                out = IOBuffer()
+                ok = success(pipeline(addenv_(cmd, "HVD_LIBRARY_PATH" => bad);
+                                      stdout = out, stderr = errfile))
+                msg = read(errfile, String)
+                @test !ok
+                @test isempty(String(take!(out)))          # nothing loaded instead
+                @test occursin("HVD_LIBRARY_PATH=$bad", msg) && occursin(what, msg)
+            end
         end
         # A copy of the package outside any checkout, with nothing to find:
         # loading fails and the error lists every place tried.
@@ -53,14 +91,13 @@ ts = @testset CountingTestSet "Hvd single process" begin
             errfile = joinpath(dir, "err.txt")
             cmd = `$(Base.julia_cmd()) --startup-file=no --compiled-modules=no --project=$copy_dir -e "using Hvd"`
             env = copy(ENV)
-            env["HVD_LIBRARY_PATH"] = joinpath(dir, "nowhere")
+            delete!(env, "HVD_LIBRARY_PATH")
             env["LD_LIBRARY_PATH"] = join(filter(p -> !occursin("hvd", p) || occursin("julia", p),
                                                  split(get(ENV, "LD_LIBRARY_PATH", ""), ':')), ':')
             ok = success(pipeline(setenv(cmd, env); stdout = devnull, stderr = errfile))
             msg = read(errfile, String)
             @test !ok
             @test occursin("cannot load libhvd", msg)
-            @test occursin(joinpath(dir, "nowhere"), msg)
             @test occursin(joinpath(dir, "build", "lib"), msg)
             @test occursin("HVD_LIBRARY_PATH", msg)
         end
@@ -77,11 +114,31 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test e isa HvdError && e.status == Hvd.HVD_ERR_NOT_INITIALIZED
         @test e !== nothing && !isempty(e.message)
         @test occursin("HVD_ERR_NOT_INITIALIZED", sprint(showerror, e))
-        @test hvd_error(Hvd.size) isa HvdError
-        @test hvd_error(() -> allreduce!(zeros(3))) isa HvdError
-        @test hvd_error(() -> allgather(zeros(3))) isa HvdError
-        @test hvd_error(Hvd.barrier) isa HvdError
-        @test_throws HvdError Hvd.shutdown()
+        # The messages speak of the Julia calls, not of C's.
+        for (f, call) in ((Hvd.rank, "Hvd.rank()"), (Hvd.size, "Hvd.size()"),
+                          (Hvd.local_rank, "Hvd.local_rank()"), (Hvd.transport, "Hvd.transport()"),
+                          (() -> allreduce!(zeros(3)), "Hvd.allreduce"),
+                          (() -> allgather(zeros(3)), "Hvd.allgather"),
+                          (() -> Hvd.broadcast!(zeros(3)), "Hvd.broadcast"),
+                          (Hvd.barrier, "Hvd.barrier()"))
+            e = hvd_error(f)
+            @test e isa HvdError && e.status == Hvd.HVD_ERR_NOT_INITIALIZED
+            @test e !== nothing && e.message == "$call: not initialized; call Hvd.init() first"
+        end
+        e = hvd_error(Hvd.shutdown)
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_NOT_INITIALIZED
+        @test e !== nothing && startswith(e.message, "Hvd.shutdown(): not initialized (Hvd.init() was not called")
+        @test e !== nothing && !occursin("hvd_", e.message)
+        # The translation itself, on the library's texts.
+        @test Hvd.julia_message("hvd_rank: ctx is NULL (the default context) and hvd_init has " *
+                                "not been called; call hvd_init first or pass a context from " *
+                                "hvd_context_create") == "Hvd.rank(): not initialized; call Hvd.init() first"
+        @test Hvd.julia_message("hvd_init: params.autotune is 2; it must be 0 (off) or 1 (on)") ==
+              "Hvd.init(): keyword autotune is 2; it must be 0 (off) or 1 (on)"
+        @test Hvd.julia_message("hvd_init: params: set both rank and size, or neither") ==
+              "Hvd.init(): set both rank and size, or neither"
+        @test Hvd.julia_message("allreduce 'x': shapes differ") == "allreduce 'x': shapes differ"
+        @test Hvd.julia_message("libhvd_transport_x.so was not found") == "libhvd_transport_x.so was not found"
     end
 
     @testset "init keywords" begin
@@ -93,13 +150,15 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test e !== nothing && occursin("cycle time", e.message)
         e = hvd_error(() -> Hvd.init(rank = 0))          # rank without size
         @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
+        @test e !== nothing && startswith(e.message, "Hvd.init(): ") && !occursin("hvd_", e.message) &&
+              !occursin("params", e.message)
         @test !Hvd.is_initialized()
     end
 
     @testset "init autotune and transport_path" begin
         e = hvd_error(() -> Hvd.init(autotune = 2))
         @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
-        @test e !== nothing && occursin("params.autotune is 2", e.message)
+        @test e !== nothing && e.message == "Hvd.init(): keyword autotune is 2; it must be 0 (off) or 1 (on)"
         @test_throws ArgumentError Hvd.init(autotune = "yes")
         # The keyword wins over HVD_AUTOTUNE, which is then not even parsed.
         withenv("HVD_AUTOTUNE" => "not-a-switch") do
@@ -164,6 +223,44 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test C isa Matrix{T} && C !== A
         @test same_values(T, C, want)
         @test A == rank_data(T, 0, 3, 4)             # input untouched
+    end
+
+    @testset "MPI.jl forms: op functions, root keyword" begin
+        @test Hvd.reduce_op(+) == Hvd.Sum && Hvd.reduce_op(*) == Hvd.Product
+        @test Hvd.reduce_op(min) == Hvd.Min && Hvd.reduce_op(max) == Hvd.Max
+        @test Hvd.reduce_op(Hvd.Average) == Hvd.Average
+        A = [1, -2, 3]
+        @test Hvd.allreduce!(copy(A), +) == A
+        @test allreduce!(copy(A); op = *) == A
+        @test allreduce(A, min) == A && allreduce(A; op = max) == A
+        @test allreduce(7, +) === 7 && allreduce(2.5; op = *) === 2.5
+        @test allreduce(Float32[1, 2], +) isa Vector{Float32}
+        @test reducescatter([1, 2], +) == [1, 2]
+        @test grouped_allreduce!([[1], [2]], max) == [[1], [2]]
+        @test wait(Hvd.allreduce_async!([5], +)) == [5] && wait(Hvd.allreduce_async([6], *)) == [6]
+        @test allreduce_gradients!((w = [1, 2],); op = +).w == [1, 2]
+        @test DistributedOptimizer(Hvd.Descent(); op = +).op == Hvd.Sum
+        for bad in (-, sum, identity, :+, "+", 0)
+            e = try allreduce!([1], bad); nothing catch err; err end
+            @test e isa ArgumentError && occursin("not a reduction", e.msg)
+            @test_throws ArgumentError allreduce([1]; op = bad)
+        end
+        @test_throws ArgumentError allreduce!([1], +; op = +)          # op twice
+        @test_throws ArgumentError DistributedOptimizer(Hvd.Descent(); op = -)
+        B = [4, 5]
+        @test Hvd.broadcast!(B; root = 0) === B && B == [4, 5]
+        @test Hvd.broadcast!(B, 0) === B
+        @test Hvd.broadcast(B; root = 0) == B
+        @test wait(Hvd.broadcast_async!(B; root = 0)) === B
+        @test broadcast_parameters!((w = B,); root = 0).w === B
+        @test broadcast_parameters!([B], 0) == [B]
+        e = try Hvd.broadcast!(B, 0; root = 0); nothing catch err; err end
+        @test e isa ArgumentError && occursin("root given twice", e.msg)
+        @test_throws ArgumentError broadcast_parameters!([B], 0; root = 0)
+        @test_throws ArgumentError Hvd.broadcast!(B; root = 1.5)
+        @test_throws ArgumentError Hvd.broadcast!(B; root = true)
+        e = hvd_error(() -> Hvd.broadcast!(B; root = 1))                 # no rank 1
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
     end
 
     @testset "allreduce shapes and scalars" begin
@@ -283,6 +380,32 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test Hvd.op_name("allgather", nothing) == "allgather.noname.0"
         @test Hvd.op_name("allreduce", :given) == "given"
         @test allreduce!(ones(2)) == ones(2)            # unnamed ops still run
+    end
+
+    @testset "names of blocking calls" begin
+        seen = String[]
+        x = ones(2)
+        start(n) = (push!(seen, something(n, "counter")); Hvd.allreduce_async!(x; op = Hvd.Sum, name = n))
+        Hvd.run_blocking(start, "allreduce", nothing)
+        Hvd.run_blocking(start, "allreduce", nothing)
+        @test seen == ["allreduce.noname.blocking", "allreduce.noname.blocking"]
+        # while the fixed name is in flight, a blocking call takes a counter name
+        empty!(seen)
+        Hvd.run_blocking(n -> (Hvd.run_blocking(start, "allreduce", nothing); start(n)),
+                         "allreduce", nothing)
+        @test seen == ["counter", "allreduce.noname.blocking"]
+        Hvd.run_blocking(start, "allreduce", "mine")
+        @test seen[end] == "mine"
+        @test Hvd.BLOCKING_BUSY["allreduce"] == false
+        # a call that fails frees the name
+        @test_throws ArgumentError allreduce!(zeros(ComplexF64, 2))
+        @test hvd_error(() -> Hvd.broadcast!(zeros(2), 3)) isa HvdError
+        @test Hvd.BLOCKING_BUSY["allreduce"] == false && Hvd.BLOCKING_BUSY["broadcast"] == false
+        # the fixed name serves calls of other shapes and types, one after another
+        for i in 1:5, T in (Float32, Int64)
+            @test allreduce(fill(T(i), i); op = Hvd.Sum) == fill(T(i), i)
+            @test allgather(fill(T(i), i)) == fill(T(i), i)
+        end
     end
 
     @testset "training helpers, world of one" begin
