@@ -366,6 +366,15 @@ std::vector<std::pair<std::string, std::string>> Job::RankVars(const Rank& r) co
   add("WORLD_SIZE", std::to_string(plan_.size));
   add("LOCAL_RANK", std::to_string(s.local_rank));
   add("LOCAL_WORLD_SIZE", std::to_string(s.local_size));
+  // Horovod's names for the same numbers (horovodrun's Gloo launch sets
+  // them), for scripts and tools that read them.
+  add("HOROVOD_RANK", std::to_string(s.rank));
+  add("HOROVOD_SIZE", std::to_string(plan_.size));
+  add("HOROVOD_LOCAL_RANK", std::to_string(s.local_rank));
+  add("HOROVOD_LOCAL_SIZE", std::to_string(s.local_size));
+  add("HOROVOD_CROSS_RANK", std::to_string(s.cross_rank));
+  add("HOROVOD_CROSS_SIZE", std::to_string(s.cross_size));
+  add("HOROVOD_HOSTNAME", o_.torchrun_style ? HostName() : r.host);
   if (!o_.transport.empty()) add("HVD_TRANSPORT", o_.transport);
   if (!o_.network_interface.empty()) add("HVD_NETWORK_INTERFACE", o_.network_interface);
   if (!o_.timeline_filename.empty()) add("HVD_TIMELINE", o_.timeline_filename);

@@ -55,6 +55,48 @@ bool Truthy(const char* v) {
   return s == "1" || s == "true" || s == "yes" || s == "on" || s == "TRUE" || s == "YES";
 }
 
+std::string Lower(std::string s) {
+  for (char& c : s) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return s;
+}
+
+// horovodrun flags with no hvdrun equivalent: a usage error that says why,
+// rather than "unknown option".
+const char* HorovodrunOnlyFlag(const std::string& name) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"--hierarchical-allreduce", "hvd has no hierarchical allreduce setting"},
+      {"--hierarchical-allgather", "hvd has no hierarchical allgather setting"},
+      {"--timeline-mark-cycles", "hvd's timeline does not mark cycles"},
+      {"--min-np", "elastic training is not available in hvd"},
+      {"--max-np", "elastic training is not available in hvd"},
+      {"--min-num-proc", "elastic training is not available in hvd"},
+      {"--max-num-proc", "elastic training is not available in hvd"},
+      {"--host-discovery-script", "elastic training is not available in hvd"},
+      {"--slots", "elastic training is not available in hvd (give slots in -H host:N)"},
+      {"--reset-limit", "elastic training is not available in hvd"},
+      {"--blacklist-cooldown-range", "elastic training is not available in hvd"},
+      {"--mpi-args", "hvdrun builds the mpirun command itself (docs/mpi.md); run mpirun "
+                     "directly for other MPI options"},
+      {"--binding-args", "hvdrun builds the mpirun command itself (docs/mpi.md); run mpirun "
+                         "directly for other MPI options"},
+      {"--tcp", "hvdrun builds the mpirun command itself (docs/mpi.md); run mpirun directly "
+                "for other MPI options"},
+      {"--mpi-threads-disable", "hvd has no such setting"},
+      {"--num-nccl-streams", "hvd has no NCCL transport"},
+      {"--output-filename", "hvdrun writes every rank's output to its own stdout and stderr "
+                            "(use --tag-output and redirect)"},
+      {"--config-file", "give the settings as flags or HVD_* variables"},
+      {"--check-build", "ask the Python package: hvd.mpi_built(), hvd.gloo_built()"},
+      {"-cb", "ask the Python package: hvd.mpi_built(), hvd.gloo_built()"},
+  };
+  for (const auto& f : kFlags) {
+    if (name == f.first) return f.second;
+  }
+  return nullptr;
+}
+
 // A flag: its spellings, whether it takes a value, and what it does with it.
 // The handler returns an error text, empty on success.
 struct Flag {
@@ -94,11 +136,22 @@ Settings passed to every rank (as environment variables):
   --transport NAME            HVD_TRANSPORT (gloo, mpi, local, ...)
                               mpi: the job is started by mpirun instead (with
                               -np, -H, -x HVD_*; see docs/mpi.md)
+  --gloo, --mpi               --transport gloo, --transport mpi (horovodrun's)
   --network-interface IF      HVD_NETWORK_INTERFACE; also where the store listens
-                              when there are remote hosts
+                              when there are remote hosts (one interface;
+                              --network-interfaces is the same flag)
   --timeline-filename FILE    HVD_TIMELINE
   --fusion-threshold-mb M     HVD_FUSION_THRESHOLD (in bytes: M * 1048576)
   --cycle-time-ms T           HVD_CYCLE_TIME (milliseconds)
+  --autotune                  HVD_AUTOTUNE=1
+  --autotune-log-file FILE    HVD_AUTOTUNE_LOG
+  --log-level LEVEL           HVD_LOG_LEVEL: trace, debug, info, warning, error
+                              (any case; fatal means error)
+  --cache-capacity N          HVD_CACHE_CAPACITY (--disable-cache: 0)
+  --no-stall-check            HVD_STALL_WARNING_TIME=0 HVD_STALL_SHUTDOWN_TIME=0
+  --stall-check-warning-time-seconds S    HVD_STALL_WARNING_TIME
+  --stall-check-shutdown-time-seconds S   HVD_STALL_SHUTDOWN_TIME
+  --gloo-timeout-seconds S    HVD_TRANSPORT_TIMEOUT
   --start-timeout S           HVD_START_TIMEOUT; also how long hvdrun waits for
                               every running rank to connect to the store
                               (default 60, or $HVD_START_TIMEOUT; 0 = no limit)
@@ -120,8 +173,14 @@ Behaviour:
   --version                   show hvdrun's version
 
 Every rank gets HVD_RANK, HVD_SIZE, HVD_LOCAL_RANK, HVD_LOCAL_SIZE,
-HVD_CROSS_RANK, HVD_CROSS_SIZE, HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_HOSTNAME,
-and RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE.
+HVD_CROSS_RANK, HVD_CROSS_SIZE, HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_HOSTNAME;
+the same under Horovod's names: HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK,
+HOROVOD_LOCAL_SIZE, HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE, HOROVOD_HOSTNAME
+(not with --transport mpi: mpirun starts those ranks); and RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE.
+
+horovodrun's flags above keep their meaning, so a launch script works with
+hvdrun in its place; see docs/horovod.md for the ones hvdrun refuses.
 
 Exit status: 0 when every rank exits 0; the first failing rank's exit code
 (128+signal when it was killed by a signal); 128+signal when hvdrun itself
@@ -168,6 +227,27 @@ ParseResult ParseArgs(int argc, char** argv) {
     };
   };
 
+  std::string transport_from;  // the flag that chose o.transport, for conflicts
+  auto set_transport = [&](const std::string& name, const std::string& flag) -> std::string {
+    if (!transport_from.empty() && o.transport != name) {
+      return flag + " conflicts with " + transport_from + " (one transport per job)";
+    }
+    o.transport = name;
+    transport_from = flag;
+    return "";
+  };
+  auto set_env = [&](const char* name, const std::string& value) {
+    o.extra_env.emplace_back(name, value);
+    return std::string();
+  };
+  auto seconds_env = [&](const char* flag, const char* name) {
+    return [&, flag, name](const std::string& v) -> std::string {
+      double s;
+      if (!ParseNonNegative(v, &s)) return std::string("bad ") + flag + " '" + v + "'";
+      return set_env(name, v);
+    };
+  };
+
   std::vector<Flag> flags = {
       {{"-np", "--num-proc", "-n"}, true,
        [&](const std::string& v) {
@@ -180,11 +260,16 @@ ParseResult ParseArgs(int argc, char** argv) {
       {{"--transport"}, true,
        [&](const std::string& v) {
          if (!ValidName(v)) return "bad transport name '" + v + "'";
-         o.transport = v;
-         return std::string();
+         return set_transport(v, "--transport " + v);
        }},
-      {{"--network-interface"}, true,
+      {{"--gloo"}, false, [&](const std::string&) { return set_transport("gloo", "--gloo"); }},
+      {{"--mpi"}, false, [&](const std::string&) { return set_transport("mpi", "--mpi"); }},
+      {{"--network-interface", "--network-interfaces"}, true,
        [&](const std::string& v) {
+         if (v.find(',') != std::string::npos) {
+           return "hvdrun takes one network interface, got '" + v +
+                  "' (hvd sends its data over one interface)";
+         }
          if (!ValidName(v)) return "bad network interface name '" + v + "'";
          o.network_interface = v;
          return std::string();
@@ -220,6 +305,45 @@ ParseResult ParseArgs(int argc, char** argv) {
          if (!ParseNonNegative(v, &ms) || ms <= 0) return "bad --cycle-time-ms '" + v + "'";
          o.cycle_time_ms = v;
          return std::string();
+       }},
+      {{"--autotune"}, false, [&](const std::string&) { return set_env("HVD_AUTOTUNE", "1"); }},
+      {{"--autotune-log-file"}, true,
+       [&](const std::string& v) {
+         if (v.empty()) return std::string("empty --autotune-log-file");
+         return set_env("HVD_AUTOTUNE_LOG", v);
+       }},
+      {{"--log-level"}, true,
+       [&](const std::string& v) {
+         std::string l = Lower(v);
+         if (l == "fatal") l = "error";
+         if (l == "warn") l = "warning";
+         if (l != "trace" && l != "debug" && l != "info" && l != "warning" && l != "error") {
+           return "bad --log-level '" + v + "' (trace, debug, info, warning, error or fatal)";
+         }
+         return set_env("HVD_LOG_LEVEL", l);
+       }},
+      {{"--cache-capacity"}, true,
+       [&](const std::string& v) {
+         int n;
+         if (!ParseInt(v, 0, 1L << 20, &n)) return "bad --cache-capacity '" + v + "'";
+         return set_env("HVD_CACHE_CAPACITY", std::to_string(n));
+       }},
+      {{"--disable-cache"}, false,
+       [&](const std::string&) { return set_env("HVD_CACHE_CAPACITY", "0"); }},
+      {{"--no-stall-check"}, false,
+       [&](const std::string&) {
+         set_env("HVD_STALL_WARNING_TIME", "0");
+         return set_env("HVD_STALL_SHUTDOWN_TIME", "0");
+       }},
+      {{"--stall-check-warning-time-seconds"}, true,
+       seconds_env("--stall-check-warning-time-seconds", "HVD_STALL_WARNING_TIME")},
+      {{"--stall-check-shutdown-time-seconds"}, true,
+       seconds_env("--stall-check-shutdown-time-seconds", "HVD_STALL_SHUTDOWN_TIME")},
+      {{"--gloo-timeout-seconds"}, true,
+       [&](const std::string& v) {
+         double s;
+         if (!ParseNonNegative(v, &s) || s <= 0) return "bad --gloo-timeout-seconds '" + v + "'";
+         return set_env("HVD_TRANSPORT_TIMEOUT", v);
        }},
       {{"-p", "--ssh-port"}, true, positive_int("--ssh-port", &o.ssh_port, 65535)},
       {{"-i", "--ssh-identity-file"}, true,
@@ -308,7 +432,11 @@ ParseResult ParseArgs(int argc, char** argv) {
       }
     }
     if (flag == nullptr) {
-      res.error = "unknown option '" + arg + "'";
+      if (const char* why = HorovodrunOnlyFlag(name)) {
+        res.error = "horovodrun's " + name + " is not supported by hvdrun: " + why;
+      } else {
+        res.error = "unknown option '" + arg + "'";
+      }
       return res;
     }
     if (flag->takes_value && !has_inline) {

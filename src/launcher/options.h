@@ -16,7 +16,7 @@ struct Options {
   std::vector<HostSlots> hosts;     // from -H or --hostfile; empty = localhost:np
   bool hosts_given = false;
 
-  std::string transport;            // HVD_TRANSPORT
+  std::string transport;            // HVD_TRANSPORT (--transport, --gloo, --mpi)
   std::string network_interface;    // HVD_NETWORK_INTERFACE, and the store's address
   std::string timeline_filename;    // HVD_TIMELINE
   std::optional<long long> fusion_threshold_bytes;  // HVD_FUSION_THRESHOLD
@@ -44,7 +44,10 @@ struct Options {
   std::string master_addr;
   int master_port = 0;
 
-  std::vector<std::pair<std::string, std::string>> extra_env;  // -x NAME[=VALUE]
+  // -x NAME[=VALUE], and the horovodrun-style flags that only set a library
+  // variable (--autotune -> HVD_AUTOTUNE=1, --log-level, --cache-capacity, ...),
+  // in command-line order: a later one wins.
+  std::vector<std::pair<std::string, std::string>> extra_env;
   std::vector<std::string> command;
 };
 

@@ -6,7 +6,9 @@
     hvd.shutdown()
 
 Only numpy is required; ``hvd.torch`` needs torch and ``hvd.tensorflow`` /
-``hvd.keras`` need TensorFlow. The C library (libhvd.so) is loaded on first use
+``hvd.keras`` need TensorFlow. A Horovod script runs with its import line
+changed (``import horovod.torch as hvd`` -> ``import hvd.torch as hvd``); see
+docs/horovod.md for what carries over. The C library (libhvd.so) is loaded on first use
 from HVD_LIBRARY_PATH, the package folder, the repository's build trees or the
 system loader.
 """
@@ -14,12 +16,15 @@ system loader.
 from __future__ import annotations
 
 import atexit as _atexit
+import ctypes as _ctypes
+import os as _os
 import threading as _threading
 
 from . import _c_api
 from . import _ops
 from ._api import (  # noqa: F401
     DEFAULT as _DEFAULT,
+    unavailable_module as _unavailable_module,
     Average,
     Collectives as _Collectives,
     Context,
@@ -32,6 +37,7 @@ from ._api import (  # noqa: F401
 from ._c_api import (  # noqa: F401
     AbortedError,
     DuplicateNameError,
+    HorovodInternalError,
     HvdError,
     HvdMemoryError,
     HvdTimeoutError,
@@ -148,10 +154,106 @@ def transport() -> str:
     return out.value.decode() if out.value else ""
 
 
+class _MpiNotEnabledError(UnsupportedError, ValueError):
+    pass
+
+
 def mpi_threads_supported() -> bool:
     """True if the default context runs on MPI at MPI_THREAD_MULTIPLE.
-    Raises UnsupportedError when its transport is not MPI."""
-    return bool(_c_api.get_int("hvd_mpi_threads_supported", None))
+    Raises UnsupportedError when its transport is not MPI, NotInitializedError
+    before init(); both are ValueErrors too, as in Horovod."""
+    try:
+        return bool(_c_api.get_int("hvd_mpi_threads_supported", None))
+    except UnsupportedError as e:
+        raise _MpiNotEnabledError(e.status, e.message) from None
+
+
+# ---------------------------------------------------------------------------
+# What this build and this run have (Horovod's capability queries).
+# ---------------------------------------------------------------------------
+
+_plugin_cache = {}
+
+
+def _plugin_built(name):
+    """Whether a transport plugin libhvd_transport_<name>.so is found where the
+    library looks for one (HVD_TRANSPORT_PATH's folders, then libhvd.so's) and
+    loads as an hvd plugin. Loading it also loads what it needs (the MPI
+    library, for MPI), once per process."""
+    dirs = [d for d in _os.environ.get("HVD_TRANSPORT_PATH", "").split(":") if d]
+    dirs.append(_os.path.dirname(library_path()))
+    key = (name, tuple(dirs))
+    if key not in _plugin_cache:
+        built = False
+        for d in dirs:
+            path = _os.path.join(d, f"libhvd_transport_{name}.so")
+            if not _os.path.isfile(path):
+                continue
+            try:
+                plugin = _ctypes.CDLL(path, mode=_ctypes.RTLD_LOCAL)
+            except OSError:  # not a library, or what it needs is missing
+                continue
+            if hasattr(plugin, "hvd_transport_plugin_v1"):
+                built = True
+                break
+        _plugin_cache[key] = built
+    return _plugin_cache[key]
+
+
+def mpi_built() -> bool:
+    """True if the MPI transport plugin is present and loads (no init needed)."""
+    return _plugin_built("mpi")
+
+
+def gloo_built() -> bool:
+    """True if the Gloo transport plugin is present and loads (no init needed)."""
+    return _plugin_built("gloo")
+
+
+def nccl_built() -> bool:
+    """False: hvd has no NCCL transport. (Horovod returns its NCCL version code,
+    0 when absent; False == 0.)"""
+    return False
+
+
+def ddl_built() -> bool:
+    """False: hvd has no IBM DDL support."""
+    return False
+
+
+def ccl_built() -> bool:
+    """False: hvd has no oneCCL support."""
+    return False
+
+
+def cuda_built() -> bool:
+    """False: hvd has no CUDA transport (GPU tensors are refused)."""
+    return False
+
+
+def rocm_built() -> bool:
+    """False: hvd has no ROCm transport."""
+    return False
+
+
+def _transport_enabled(name):
+    # Like Horovod: False (not an error) before init() and after shutdown().
+    if not is_initialized():
+        return False
+    try:
+        return transport() == name
+    except NotInitializedError:  # shut down meanwhile
+        return False
+
+
+def mpi_enabled() -> bool:
+    """True if the initialized default context runs on the MPI transport."""
+    return _transport_enabled("mpi")
+
+
+def gloo_enabled() -> bool:
+    """True if the initialized default context runs on the Gloo transport."""
+    return _transport_enabled("gloo")
 
 
 def library_path() -> str:
@@ -191,9 +293,14 @@ join_async = _np.join_async
 broadcast_object = _np.broadcast_object
 allgather_object = _np.allgather_object
 
+# Horovod's hvd.elastic: importable, and every use says it is not available.
+elastic = _unavailable_module(__name__ + ".elastic")
+
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "transport", "mpi_threads_supported", "library_path",
+    "cross_rank", "cross_size", "transport", "mpi_threads_supported", "mpi_built", "gloo_built",
+    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "mpi_enabled",
+    "gloo_enabled", "HorovodInternalError", "library_path",
     "library_version", "Sum", "Average", "Min", "Max", "Product", "Handle", "synchronize",
     "poll", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",

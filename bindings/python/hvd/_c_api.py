@@ -131,8 +131,9 @@ class InvalidArgumentError(HvdError, ValueError):
     pass
 
 
-class NotInitializedError(HvdError):
-    pass
+class NotInitializedError(HvdError, ValueError):
+    """No context (hvd.init() not called, or shut down). Also a ValueError, as
+    Horovod raises ValueError for calls before init."""
 
 
 class HvdMemoryError(HvdError, MemoryError):
@@ -147,7 +148,13 @@ class MismatchError(HvdError):
     pass
 
 
-class TransportError(HvdError):
+class HorovodInternalError(HvdError):
+    """The context can no longer communicate: a peer died or went silent, or the
+    transport failed. Every later operation on that context fails the same
+    way; shut it down (and start a new job). Horovod's name for this error."""
+
+
+class TransportError(HorovodInternalError):
     pass
 
 
@@ -163,8 +170,9 @@ class AbortedError(HvdError):
     pass
 
 
-class DuplicateNameError(HvdError):
-    pass
+class DuplicateNameError(HvdError, ValueError):
+    """A second operation with the name of one still in flight. Also a
+    ValueError, as in Horovod."""
 
 
 class VersionError(HvdError):
@@ -206,8 +214,30 @@ def status_name(status: int) -> str:
     return _STATUS_NAMES.get(int(status), f"status {int(status)}")
 
 
+# The core's words for a context that a transport failure has broken (any
+# status: a silent peer gives HVD_ERR_TIMEOUT): such errors are also
+# HorovodInternalError.
+_BROKEN_CONTEXT = "the context can no longer communicate"
+_broken_classes = {}
+
+
+def _broken_class(cls):
+    if issubclass(cls, HorovodInternalError):
+        return cls
+    out = _broken_classes.get(cls)
+    if out is None:
+        out = type(cls.__name__, (cls, HorovodInternalError),
+                   {"__module__": cls.__module__, "__doc__": cls.__doc__,
+                    "__qualname__": cls.__qualname__})
+        _broken_classes[cls] = out
+    return out
+
+
 def make_error(status: int, message: str) -> HvdError:
-    return _ERROR_CLASSES.get(int(status), HvdError)(status, message)
+    cls = _ERROR_CLASSES.get(int(status), HvdError)
+    if message and _BROKEN_CONTEXT in message:
+        cls = _broken_class(cls)
+    return cls(status, message)
 
 
 class LibraryNotFoundError(ImportError):

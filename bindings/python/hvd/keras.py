@@ -41,12 +41,16 @@ import numpy as np
 
 import hvd as _hvd
 from . import _ops
+from ._api import unavailable_module as _unavailable_module
 from .tensorflow import (  # noqa: F401  (re-exported)
     Average,
     Compression,
+    HorovodInternalError,
     HvdError,
+    InvalidArgumentError,
     Max,
     Min,
+    MismatchError,
     Product,
     Sum,
     allgather,
@@ -57,16 +61,26 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     broadcast,
     broadcast_object,
     broadcast_variables,
+    ccl_built,
     cross_rank,
     cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
     grouped_allreduce,
     init,
     is_initialized,
     join,
     local_rank,
     local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
     rank,
     reducescatter,
+    rocm_built,
     shutdown,
     size,
     transport,
@@ -212,6 +226,10 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
             lr = self.model.optimizer.learning_rate
             logs["lr"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)
 
+
+# Horovod's hvd.elastic (KerasState, CommitStateCallback, ...): importable as
+# hvd.keras.elastic, and every use raises NotImplementedError saying why.
+elastic = _unavailable_module(__name__ + ".elastic")
 
 callbacks = types.SimpleNamespace(
     BroadcastGlobalVariablesCallback=BroadcastGlobalVariablesCallback,

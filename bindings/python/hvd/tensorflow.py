@@ -63,10 +63,13 @@ except ImportError as _e:  # pragma: no cover - exercised by a subprocess test
 import numpy as np
 
 import hvd as _hvd
+from . import _c_api as _C
 from . import _ops
 from ._api import DEFAULT as _DEFAULT
+from ._api import unavailable_module as _unavailable_module
 from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a drop-in)
     Average,
+    HorovodInternalError,
     HvdError,
     Max,
     Min,
@@ -75,19 +78,95 @@ from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a
     allgather_object,
     barrier,
     broadcast_object,
+    ccl_built,
     cross_rank,
     cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
     init,
     is_initialized,
     join,
     local_rank,
     local_size,
+    mpi_built,
+    mpi_enabled,
     mpi_threads_supported,
+    nccl_built,
     rank,
+    rocm_built,
     shutdown,
     size,
     transport,
 )
+
+
+# ---------------------------------------------------------------------------
+# Errors as TensorFlow's types. An op that fails because the ranks disagree
+# raises an exception that is both hvd.MismatchError and
+# tf.errors.FailedPreconditionError; bad arguments the library refuses, both
+# hvd.InvalidArgumentError (a ValueError) and tf.errors.InvalidArgumentError.
+# That holds where hvd.tensorflow's op runs eagerly. Inside a tf.function
+# (and Keras' compiled train step) the op runs in a tf.py_function, and
+# TensorFlow turns what it raises into an error by the Python type alone:
+# bad arguments still come out as tf.errors.InvalidArgumentError, a
+# mismatch as tf.errors.UnknownError carrying hvd's message.
+# ---------------------------------------------------------------------------
+
+
+def _tf_error_class(hvd_cls, tf_cls, code):
+    class _Mapped(hvd_cls, tf_cls):
+        # Shadows OpError.message, a read-only property: HvdError sets it.
+        message = None
+
+        def __init__(self, status, message=""):
+            hvd_cls.__init__(self, status, message)
+            # OpError's fields (its __init__ would reset args).
+            self._node_def = None
+            self._op = None
+            self._message = self.message
+            self._error_code = code
+            self._experimental_payloads = {}
+
+        __str__ = RuntimeError.__str__
+
+        def __reduce__(self):
+            return type(self), (self.status, self.message)
+
+    _Mapped.__name__ = _Mapped.__qualname__ = hvd_cls.__name__
+    _Mapped.__module__ = __name__
+    _Mapped.__doc__ = (f"hvd.{hvd_cls.__name__} that is also tf.errors.{tf_cls.__name__} "
+                       "(raised by hvd.tensorflow's ops)")
+    return _Mapped
+
+
+MismatchError = _tf_error_class(_C.MismatchError, tf.errors.FailedPreconditionError,
+                                tf.errors.FAILED_PRECONDITION)
+InvalidArgumentError = _tf_error_class(_C.InvalidArgumentError, tf.errors.InvalidArgumentError,
+                                       tf.errors.INVALID_ARGUMENT)
+_TF_ERRORS = ((_C.MismatchError, MismatchError), (_C.InvalidArgumentError, InvalidArgumentError))
+
+
+def _as_tf_error(e):
+    """e as its TensorFlow-typed class, or None when it has none (or is one)."""
+    if isinstance(e, tf.errors.OpError):
+        return None
+    for hvd_cls, mapped in _TF_ERRORS:
+        if isinstance(e, hvd_cls):
+            return mapped(e.status, e.message)
+    return None
+
+
+def _eager(fn, *args):
+    """fn(*args), with hvd's errors raised as their TensorFlow-typed classes."""
+    try:
+        return fn(*args)
+    except HvdError as e:
+        mapped = _as_tf_error(e)
+        if mapped is None:
+            raise
+        raise mapped.with_traceback(e.__traceback__) from None
 
 
 def _name(op, name):
@@ -108,7 +187,7 @@ def _run(fn, inputs, touts, shapes):
     """Runs fn(list of numpy arrays) -> list of numpy arrays, eagerly or as a
     tf.py_function inside a graph."""
     if tf.executing_eagerly():
-        outs = fn([_to_numpy(x) for x in inputs])
+        outs = _eager(fn, [_to_numpy(x) for x in inputs])
         return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, touts)]
 
     def body(*args):
@@ -220,11 +299,16 @@ def broadcast_variables(variables, root_rank=0, name="broadcast_variables"):
     if not variables:
         return
     arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]
-    handles = [_hvd.broadcast_async_(a, root_rank, name=f"{name}.{i}")
-               for i, a in enumerate(arrays)]
+    handles = _eager(lambda: [_hvd.broadcast_async_(a, root_rank, name=f"{name}.{i}")
+                              for i, a in enumerate(arrays)])
     for v, a, h in zip(variables, arrays, handles):
-        h.wait()
+        _eager(h.wait)
         v.assign(a)
+
+
+# Horovod's hvd.elastic (run, TensorFlowKerasState, ...): importable as
+# hvd.tensorflow.elastic, and every use raises NotImplementedError saying why.
+elastic = _unavailable_module(__name__ + ".elastic")
 
 
 # ---------------------------------------------------------------------------

@@ -43,25 +43,36 @@ from . import _c_api as C
 from . import _ops
 from ._api import DEFAULT as _DEFAULT
 from ._api import Collectives as _Collectives
+from ._api import unavailable_module as _unavailable_module
 from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop-in)
     Average,
     Context,
     Handle,
+    HorovodInternalError,
     HvdError,
     Max,
     Min,
     PerformanceWarning,
     Product,
     Sum,
+    ccl_built,
     cross_rank,
     cross_size,
+    cuda_built,
+    ddl_built,
+    gloo_built,
+    gloo_enabled,
     init,
     is_initialized,
     local_rank,
     local_size,
+    mpi_built,
+    mpi_enabled,
     mpi_threads_supported,
+    nccl_built,
     poll,
     rank,
+    rocm_built,
     shutdown,
     size,
     synchronize,
@@ -161,9 +172,15 @@ alltoall_async = _t.alltoall_async
 reducescatter = _t.reducescatter
 reducescatter_async = _t.reducescatter_async
 barrier = _t.barrier
+barrier_async = _t.barrier_async
 join = _t.join
+join_async = _t.join_async
 broadcast_object = _t.broadcast_object
 allgather_object = _t.allgather_object
+
+# Horovod's hvd.elastic (run, TorchState, ElasticSampler, ...): importable as
+# hvd.torch.elastic, and every use raises NotImplementedError saying why.
+elastic = _unavailable_module(__name__ + ".elastic")
 
 
 class _AllreduceFn(torch.autograd.Function):
