@@ -38,11 +38,13 @@ with the task's traceback as a note and Spark's error as its ``__cause__``.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import logging
 import os
 import pickle
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -224,7 +226,9 @@ def _ship(sc):
             _log.warning("hvd.spark: the driver cannot load libhvd.so (%s); the executors must "
                          "find it themselves (HVD_LIBRARY_PATH or an installed hvd)", e)
             lib = None
-        zpath = _package_zip(tempfile.mkdtemp(prefix="hvd-spark-"))
+        tmp = tempfile.mkdtemp(prefix="hvd-spark-")
+        atexit.register(shutil.rmtree, tmp, True)
+        zpath = _package_zip(tmp)
         sc.addPyFile(zpath)
         _shipped[app] = (zpath, lib)
         return lib

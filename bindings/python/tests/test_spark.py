@@ -185,6 +185,25 @@ def test_an_exception_that_cannot_travel_is_named(sc):
         hvd.spark.run(_raise_unpicklable, num_proc=2, spark_context=sc)
 
 
+def test_the_docs_snippet_runs(sc):
+    """docs/spark.md's hvd.spark.run example, as printed there (its getOrCreate
+    returns this module's session)."""
+    import re
+
+    import numpy as np
+
+    docs = os.path.join(os.path.dirname(PKG_DIR), os.pardir, "docs", "spark.md")
+    with open(docs, encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("## PySpark: `hvd.spark.run`"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    ns = {"__name__": "docs_spark_md"}  # not importable: train() travels by value
+    exec(compile(code, docs, "exec"), ns)
+    assert len(ns["results"]) == 2
+    for r in ns["results"]:
+        np.testing.assert_allclose(r, np.full(4, 0.3), rtol=1e-12)
+
+
 def test_arguments_are_checked(sc):
     with pytest.raises(TypeError):
         hvd.spark.run(lambda: None, num_proc=2, spark_context=sc, rank=3)

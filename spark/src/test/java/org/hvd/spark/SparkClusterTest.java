@@ -19,7 +19,11 @@ import java.util.stream.IntStream;
 import org.apache.spark.SparkException;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
+import org.apache.spark.ml.evaluation.BinaryClassificationEvaluator;
+import org.apache.spark.ml.evaluation.MulticlassClassificationEvaluator;
 import org.apache.spark.ml.linalg.SQLDataTypes;
+import org.apache.spark.ml.linalg.Vector;
+import org.apache.spark.ml.param.ParamMap;
 import org.apache.spark.ml.linalg.Vectors;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Row;
@@ -183,6 +187,37 @@ class SparkClusterTest {
 
   @Test
   @Order(3)
+  void rawPredictionAndProbabilityColumnsAsSparkClassifiersHaveThem() {
+    if (model == null) estimatorReachesTheStatedAccuracy();
+    Dataset<Row> scored = model.transform(test);
+    assertEquals(List.of("features", "label", "rawPrediction", "probability", "prediction"),
+        List.of(scored.columns()));
+    for (Row r : scored.limit(200).collectAsList()) {
+      double[] raw = ((Vector) r.getAs("rawPrediction")).toArray();
+      double[] prob = ((Vector) r.getAs("probability")).toArray();
+      double pred = r.getAs("prediction");
+      assertEquals(2, raw.length);
+      assertEquals(2, prob.length);
+      double e0 = Math.exp(raw[0]), e1 = Math.exp(raw[1]);
+      assertEquals(e1 / (e0 + e1), prob[1], 1e-12, "probability = softmax(rawPrediction)");
+      assertEquals(1.0, prob[0] + prob[1], 1e-12);
+      assertEquals(prob[1] > prob[0] ? 1.0 : 0.0, pred, "prediction = argmax");
+      assertArrayEquals(raw, model.predictRaw((Vector) r.getAs("features")).toArray(), 0.0);
+    }
+    // Spark's evaluators take the columns as they are.
+    double auc = new BinaryClassificationEvaluator().evaluate(scored);  // rawPrediction, label
+    assertTrue(auc >= 0.99, "area under ROC " + auc);
+    double logLoss = new MulticlassClassificationEvaluator().setMetricName("logLoss").evaluate(scored);
+    assertTrue(logLoss < 0.1, "log loss " + logLoss);
+    // An empty name leaves a column out.
+    List<String> cols = List.of(model.copy(ParamMap.empty()).setRawPredictionCol("").setProbabilityCol("")
+        .transform(test).columns());
+    assertEquals(List.of("features", "label", "prediction"), cols);
+    System.out.printf("rawPrediction/probability: AUC %.4f, log loss %.4f%n", auc, logLoss);
+  }
+
+  @Test
+  @Order(4)
   void savedAndLoadedModelPredictsTheSame() throws Exception {
     if (model == null) estimatorReachesTheStatedAccuracy();
     Path dir = Files.createTempDirectory("hvd-mlp-");
@@ -208,7 +243,7 @@ class SparkClusterTest {
   }
 
   @Test
-  @Order(4)
+  @Order(5)
   void aThrowingTaskFailsTheJobWithItsMessageAndNoExecutorHangs() {
     JavaRDD<Integer> data = sc.parallelize(List.of(0, 1), 2);
     long t0 = System.nanoTime();
@@ -236,7 +271,7 @@ class SparkClusterTest {
   }
 
   @Test
-  @Order(5)
+  @Order(6)
   void moreRanksThanSlotsFailsAtOnceNamingBothNumbers() {
     long t0 = System.nanoTime();
     InsufficientSlotsException e = assertThrows(InsufficientSlotsException.class,
@@ -267,7 +302,7 @@ class SparkClusterTest {
   }
 
   @Test
-  @Order(6)
+  @Order(7)
   void staticHvdApiReachesTheTasksContext() {
     for (int round = 0; round < 2; ++round) {  // twice: nothing may be left over from the first
       int offset = round * 10;
@@ -284,6 +319,21 @@ class SparkClusterTest {
     // After the jobs the executors' default context is gone again.
     List<Boolean> initialized = sc.parallelize(List.of(0, 1), 2).map(x -> Hvd.isInitialized()).collect();
     assertEquals(List.of(false, false), initialized);
+  }
+
+  @Test
+  @Order(8)
+  void theDocsRunnerSnippetGivesWhatItSays() {
+    // docs/spark.md, "The barrier runner", as printed there.
+    JavaRDD<Double> values = sc.parallelize(List.of(1.0, 2.0, 3.0, 4.0), 2);   // 2 partitions = 2 ranks
+    List<double[]> perRank = HvdSpark.run(values, (ctx, rows) -> {
+      double local = 0;
+      while (rows.hasNext()) local += rows.next();               // this partition's rows
+      return ctx.hvd().allreduce("sum", new double[] {local}, ReduceOp.SUM);
+    }, HvdConfig.builder().build());                             // per-rank results, in rank order: [10.0], [10.0]
+    assertEquals(2, perRank.size());
+    assertArrayEquals(new double[] {10.0}, perRank.get(0));
+    assertArrayEquals(new double[] {10.0}, perRank.get(1));
   }
 
   static String firstLine(String s) {

@@ -8,6 +8,7 @@ import java.util.List;
 import org.apache.spark.ml.Model;
 import org.apache.spark.ml.linalg.SQLDataTypes;
 import org.apache.spark.ml.linalg.Vector;
+import org.apache.spark.ml.linalg.Vectors;
 import org.apache.spark.ml.param.DoubleParam;
 import org.apache.spark.ml.param.IntParam;
 import org.apache.spark.ml.param.LongParam;
@@ -30,7 +31,8 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * The model {@link HvdMlpClassifier} fits: {@link #transform} adds the
- * prediction column (class index as a double). Predicting needs no hvd and no
+ * prediction column (class index as a double), rawPrediction (the output
+ * layer before the softmax) and probability (Vectors). Predicting needs no hvd and no
  * barrier mode. Saved with Spark ML persistence: params in
  * {@code <path>/metadata}, layer sizes and weights in {@code <path>/data}
  * (Parquet).
@@ -51,6 +53,8 @@ public final class HvdMlpClassificationModel extends Model<HvdMlpClassificationM
     setDefault(p.featuresCol, "features");
     setDefault(p.labelCol, "label");
     setDefault(p.predictionCol, "prediction");
+    setDefault(p.rawPredictionCol, "rawPrediction");
+    setDefault(p.probabilityCol, "probability");
     setDefault(p.numProc, 2);
     setDefault(p.epochs, 10);
     setDefault(p.batchSize, 32);
@@ -67,6 +71,8 @@ public final class HvdMlpClassificationModel extends Model<HvdMlpClassificationM
   public Param<String> featuresCol() { return p.featuresCol; }
   public Param<String> labelCol() { return p.labelCol; }
   public Param<String> predictionCol() { return p.predictionCol; }
+  public Param<String> rawPredictionCol() { return p.rawPredictionCol; }
+  public Param<String> probabilityCol() { return p.probabilityCol; }
   public IntParam numProc() { return p.numProc; }
   public IntParam epochs() { return p.epochs; }
   public IntParam batchSize() { return p.batchSize; }
@@ -76,8 +82,12 @@ public final class HvdMlpClassificationModel extends Model<HvdMlpClassificationM
 
   public HvdMlpClassificationModel setFeaturesCol(String v) { set(p.featuresCol, v); return this; }
   public HvdMlpClassificationModel setPredictionCol(String v) { set(p.predictionCol, v); return this; }
+  public HvdMlpClassificationModel setRawPredictionCol(String v) { set(p.rawPredictionCol, v); return this; }
+  public HvdMlpClassificationModel setProbabilityCol(String v) { set(p.probabilityCol, v); return this; }
   public String getFeaturesCol() { return getOrDefault(p.featuresCol); }
   public String getPredictionCol() { return getOrDefault(p.predictionCol); }
+  public String getRawPredictionCol() { return getOrDefault(p.rawPredictionCol); }
+  public String getProbabilityCol() { return getOrDefault(p.probabilityCol); }
 
   /** Number of input features. */
   public int numFeatures() {
@@ -99,23 +109,62 @@ public final class HvdMlpClassificationModel extends Model<HvdMlpClassificationM
     return mlp.predict(features.toArray());
   }
 
+  /** The output layer's values before the softmax, one per class (Spark's rawPrediction). */
+  public Vector predictRaw(Vector features) {
+    return Vectors.dense(mlp.logits(features.toArray(), new double[mlp.hidden]));
+  }
+
+  /** Class probabilities (the softmax of {@link #predictRaw}). */
+  public Vector predictProbability(Vector features) {
+    return Vectors.dense(Mlp.softmax(mlp.logits(features.toArray(), new double[mlp.hidden])));
+  }
+
+  /**
+   * Adds the prediction column (class index as a double) and, unless their
+   * names are set to "", rawPrediction (the output layer before the softmax)
+   * and probability (the softmax), both Vectors of numClasses values, as
+   * Spark's probabilistic classifiers do (so BinaryClassificationEvaluator
+   * and MulticlassClassificationEvaluator take the output as it is).
+   */
   @Override
   public Dataset<Row> transform(Dataset<?> dataset) {
     transformSchema(dataset.schema());
     Mlp m = mlp;
     int d = m.d;
-    UserDefinedFunction predict = functions.udf((UDF1<Vector, Double>) v -> {
+    String rawCol = getRawPredictionCol(), probCol = getProbabilityCol();
+    // One UDF computes the logits; the other columns derive from them.
+    String logitsCol = rawCol.isEmpty() ? "_hvd_rawPrediction_" + uid : rawCol;
+    UserDefinedFunction raw = functions.udf((UDF1<Vector, Vector>) v -> {
       if (v.size() != d) {
         throw new IllegalArgumentException("expected " + d + " features, got " + v.size());
       }
-      return (double) m.predict(v.toArray());
-    }, DataTypes.DoubleType);
-    return dataset.withColumn(getPredictionCol(), predict.apply(functions.col(getFeaturesCol())));
+      return Vectors.dense(m.logits(v.toArray(), new double[m.hidden]));
+    }, SQLDataTypes.VectorType());
+    UserDefinedFunction prob = functions.udf(
+        (UDF1<Vector, Vector>) z -> Vectors.dense(Mlp.softmax(z.toArray())), SQLDataTypes.VectorType());
+    UserDefinedFunction argmax = functions.udf(
+        (UDF1<Vector, Double>) z -> (double) Mlp.argmax(z.toArray()), DataTypes.DoubleType);
+    Dataset<Row> out = dataset.withColumn(logitsCol, raw.apply(functions.col(getFeaturesCol())));
+    if (!probCol.isEmpty()) out = out.withColumn(probCol, prob.apply(functions.col(logitsCol)));
+    out = out.withColumn(getPredictionCol(), argmax.apply(functions.col(logitsCol)));
+    return rawCol.isEmpty() ? out.drop(logitsCol) : out;
   }
 
   @Override
   public StructType transformSchema(StructType schema) {
-    return checkAndAdd(schema, getFeaturesCol(), null, getPredictionCol(), false);
+    return addVectorColumns(checkAndAdd(schema, getFeaturesCol(), null, getPredictionCol(), false),
+        getRawPredictionCol(), getProbabilityCol());
+  }
+
+  /** Adds the named Vector columns (skipping empty names; an existing one is an error). */
+  static StructType addVectorColumns(StructType schema, String... names) {
+    StructType out = schema;
+    for (String c : names) {
+      if (c.isEmpty()) continue;
+      if (List.of(out.fieldNames()).contains(c)) throw new IllegalArgumentException("column " + c + " already exists");
+      out = out.add(new StructField(c, SQLDataTypes.VectorType(), false, Metadata.empty()));
+    }
+    return out;
   }
 
   static StructType checkAndAdd(StructType schema, String features, String label, String prediction,

@@ -32,7 +32,7 @@ import org.hvd.spark.HvdSpark;
  * HvdMlpClassificationModel model = new HvdMlpClassifier()
  *     .setNumProc(2).setEpochs(20).setBatchSize(32).setLearningRate(0.3)
  *     .fit(train);                      // columns "features" (Vector), "label" (0, 1, ...)
- * Dataset<Row> scored = model.transform(test);   // adds "prediction"
+ * Dataset<Row> scored = model.transform(test);   // adds "rawPrediction", "probability", "prediction"
  * model.write().overwrite().save(path);
  * }</pre>
  *
@@ -54,6 +54,8 @@ public final class HvdMlpClassifier extends Estimator<HvdMlpClassificationModel>
     setDefault(p.featuresCol, "features");
     setDefault(p.labelCol, "label");
     setDefault(p.predictionCol, "prediction");
+    setDefault(p.rawPredictionCol, "rawPrediction");
+    setDefault(p.probabilityCol, "probability");
     setDefault(p.numProc, 2);
     setDefault(p.epochs, 10);
     setDefault(p.batchSize, 32);
@@ -71,6 +73,8 @@ public final class HvdMlpClassifier extends Estimator<HvdMlpClassificationModel>
   public Param<String> featuresCol() { return p.featuresCol; }
   public Param<String> labelCol() { return p.labelCol; }
   public Param<String> predictionCol() { return p.predictionCol; }
+  public Param<String> rawPredictionCol() { return p.rawPredictionCol; }
+  public Param<String> probabilityCol() { return p.probabilityCol; }
   public IntParam numProc() { return p.numProc; }
   public IntParam epochs() { return p.epochs; }
   public IntParam batchSize() { return p.batchSize; }
@@ -81,6 +85,8 @@ public final class HvdMlpClassifier extends Estimator<HvdMlpClassificationModel>
   public HvdMlpClassifier setFeaturesCol(String v) { set(p.featuresCol, v); return this; }
   public HvdMlpClassifier setLabelCol(String v) { set(p.labelCol, v); return this; }
   public HvdMlpClassifier setPredictionCol(String v) { set(p.predictionCol, v); return this; }
+  public HvdMlpClassifier setRawPredictionCol(String v) { set(p.rawPredictionCol, v); return this; }
+  public HvdMlpClassifier setProbabilityCol(String v) { set(p.probabilityCol, v); return this; }
   public HvdMlpClassifier setNumProc(int v) { set(p.numProc, v); return this; }
   public HvdMlpClassifier setEpochs(int v) { set(p.epochs, v); return this; }
   public HvdMlpClassifier setBatchSize(int v) { set(p.batchSize, v); return this; }
@@ -91,6 +97,8 @@ public final class HvdMlpClassifier extends Estimator<HvdMlpClassificationModel>
   public String getFeaturesCol() { return getOrDefault(p.featuresCol); }
   public String getLabelCol() { return getOrDefault(p.labelCol); }
   public String getPredictionCol() { return getOrDefault(p.predictionCol); }
+  public String getRawPredictionCol() { return getOrDefault(p.rawPredictionCol); }
+  public String getProbabilityCol() { return getOrDefault(p.probabilityCol); }
   public int getNumProc() { return (Integer) getOrDefault(p.numProc); }
   public int getEpochs() { return (Integer) getOrDefault(p.epochs); }
   public int getBatchSize() { return (Integer) getOrDefault(p.batchSize); }
@@ -122,8 +130,9 @@ public final class HvdMlpClassifier extends Estimator<HvdMlpClassificationModel>
 
   @Override
   public StructType transformSchema(StructType schema) {
-    return HvdMlpClassificationModel.checkAndAdd(schema, getFeaturesCol(), getLabelCol(),
-        getPredictionCol(), true);
+    return HvdMlpClassificationModel.addVectorColumns(
+        HvdMlpClassificationModel.checkAndAdd(schema, getFeaturesCol(), getLabelCol(), getPredictionCol(), true),
+        getRawPredictionCol(), getProbabilityCol());
   }
 
   @Override

@@ -42,8 +42,8 @@ final class Mlp implements Serializable {
     return m;
   }
 
-  /** Class probabilities for x (length d); hid receives the hidden activations. */
-  private double[] forward(double[] x, double[] hid) {
+  /** The output layer's values before the softmax (length k); hid receives the hidden activations. */
+  double[] logits(double[] x, double[] hid) {
     double[] in = x;
     int inDim = d;
     int layer = 0;
@@ -60,27 +60,41 @@ final class Mlp implements Serializable {
     }
     double[] w = params[layer], b = params[layer + 1];
     double[] z = new double[k];
-    double max = Double.NEGATIVE_INFINITY;
     for (int c = 0; c < k; ++c) {
       double s = b[c];
       for (int i = 0; i < inDim; ++i) s += w[c * inDim + i] * in[i];
       z[c] = s;
-      max = Math.max(max, s);
     }
-    double sum = 0;
-    for (int c = 0; c < k; ++c) {
-      z[c] = Math.exp(z[c] - max);
-      sum += z[c];
-    }
-    for (int c = 0; c < k; ++c) z[c] /= sum;
     return z;
   }
 
-  int predict(double[] x) {
-    double[] p = forward(x, new double[hidden]);
+  /** Softmax of logits, in place; returns it. */
+  static double[] softmax(double[] z) {
+    double max = Double.NEGATIVE_INFINITY;
+    for (double v : z) max = Math.max(max, v);
+    double sum = 0;
+    for (int c = 0; c < z.length; ++c) {
+      z[c] = Math.exp(z[c] - max);
+      sum += z[c];
+    }
+    for (int c = 0; c < z.length; ++c) z[c] /= sum;
+    return z;
+  }
+
+  /** Class probabilities for x (length d); hid receives the hidden activations. */
+  private double[] forward(double[] x, double[] hid) {
+    return softmax(logits(x, hid));
+  }
+
+  /** Index of the largest value (the first of equal ones). */
+  static int argmax(double[] v) {
     int best = 0;
-    for (int c = 1; c < k; ++c) if (p[c] > p[best]) best = c;
+    for (int c = 1; c < v.length; ++c) if (v[c] > v[best]) best = c;
     return best;
+  }
+
+  int predict(double[] x) {
+    return argmax(forward(x, new double[hidden]));
   }
 
   /**
