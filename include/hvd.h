@@ -239,7 +239,10 @@ HVD_API hvd_status_t hvd_context_local_rank(hvd_context_t ctx, int *out);
 HVD_API hvd_status_t hvd_context_local_size(hvd_context_t ctx, int *out);
 HVD_API hvd_status_t hvd_context_cross_rank(hvd_context_t ctx, int *out);
 HVD_API hvd_status_t hvd_context_cross_size(hvd_context_t ctx, int *out);
-/* Name of the transport in use ("local", "gloo", ...); static storage. */
+/* Name of the transport in use ("local", "gloo", "mpi", or the name a
+ * third-party plugin gives itself). The string is owned by libhvd, never
+ * changes, and stays valid after the context is destroyed and its transport
+ * plugin unloaded, for as long as libhvd itself stays loaded; do not free it. */
 HVD_API hvd_status_t hvd_context_transport(hvd_context_t ctx, const char **out);
 /* 1 if the context's transport is MPI and MPI runs at MPI_THREAD_MULTIPLE,
  * else 0; HVD_ERR_UNSUPPORTED if the transport is not MPI. */

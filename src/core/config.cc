@@ -250,6 +250,8 @@ std::string Config::ToString() const {
      << " stall_shutdown_s=" << stall_shutdown_s << " start_timeout_s=" << start_timeout_s
      << " transport_timeout_s=" << transport_timeout_s
      << " timeline=" << (timeline_path.empty() ? "(off)" : timeline_path)
+     << " fusion_buffer_initial=" << fusion_buffer_initial
+     << " buffer_pool_bytes=" << buffer_pool_bytes
      << " autotune=" << (autotune ? "on" : "off")
      << " log_level=" << LogLevelName(log_level);
   return os.str();
@@ -353,6 +355,27 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
   if (set) {
     if (i64 < 0 || i64 > (1 << 20)) return InvalidArgument("cache capacity must be in [0, 1048576]");
     c.cache_capacity = static_cast<int>(i64);
+  }
+
+  // Buffer sizes (bytes): environment only.
+  {
+    struct Size {
+      const char* name;
+      int64_t* out;
+    };
+    const Size sizes[] = {
+        {"HVD_FUSION_BUFFER_INITIAL", &c.fusion_buffer_initial},
+        {"HVD_BUFFER_POOL_SIZE", &c.buffer_pool_bytes},
+    };
+    for (const Size& z : sizes) {
+      HVD_ASSIGN_OR_RETURN(set, EnvInt(env, z.name, &i64));
+      if (!set) continue;
+      if (i64 < 0 || i64 > (int64_t{1} << 50)) {
+        return InvalidArgument(std::string(z.name) + "=" + std::to_string(i64) +
+                               " must be in [0, 2^50] bytes");
+      }
+      *z.out = i64;
+    }
   }
 
   struct Seconds {

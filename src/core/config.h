@@ -51,6 +51,16 @@ struct Config {
   double transport_timeout_s = 30.0;
   std::string timeline_path;
 
+  // Memory the context keeps for reuse (environment only).
+  // HVD_FUSION_BUFFER_INITIAL: bytes of fusion buffer allocated and faulted
+  // in at start (at most fusion_threshold), so the first steps do not pay
+  // for page faults; it grows on demand beyond that.
+  int64_t fusion_buffer_initial = 4ll << 20;
+  // HVD_BUFFER_POOL_SIZE: at most this many bytes of spare buffers (results
+  // of released handles, reducescatter scratch) are kept for the next
+  // operations; 0 keeps none.
+  int64_t buffer_pool_bytes = 512ll << 20;
+
   // Autotuning of fusion threshold and cycle time (rank 0 decides).
   bool autotune = false;             // HVD_AUTOTUNE
   std::string autotune_log;          // HVD_AUTOTUNE_LOG: CSV of every sample (rank 0)

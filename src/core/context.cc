@@ -25,66 +25,13 @@
 #include "core/autotune.h"
 #include "core/config.h"
 #include "core/controller.h"
+#include "core/fusion_buffer.h"
 #include "core/logging.h"
 #include "core/timeline.h"
 #include "core/transport_loader.h"
 #include "rendezvous/store.h"
 
 namespace hvd {
-
-namespace {
-
-// ---- the rendezvous store as the plugin env sees it ----------------------
-
-struct KvScope {
-  rdv::StoreClient* client = nullptr;
-  std::string prefix;
-};
-
-int KvSet(void* kv, const char* key, const void* value, size_t len) {
-  auto* s = static_cast<KvScope*>(kv);
-  const auto* p = static_cast<const uint8_t*>(value);
-  Status st = s->client->Set(s->prefix + key, rdv::Bytes(p, p + len));
-  return st.code();
-}
-
-int KvGet(void* kv, const char* key, void** value, size_t* len, double timeout_s) {
-  auto* s = static_cast<KvScope*>(kv);
-  auto r = s->client->Get(s->prefix + key, timeout_s);
-  if (!r.ok()) return r.status().code();
-  *len = r->size();
-  *value = std::malloc(r->empty() ? 1 : r->size());
-  if (*value == nullptr) return HVD_ERR_NO_MEMORY;
-  if (!r->empty()) std::memcpy(*value, r->data(), r->size());
-  return HVD_OK;
-}
-
-void KvFree(void* value) { std::free(value); }
-
-// A persistent, pre-faulted byte buffer that only grows.
-class FusionBuffer {
- public:
-  uint8_t* Reserve(size_t bytes) {
-    if (bytes > cap_) {
-      size_t cap = std::max(bytes, cap_ * 2);
-      void* p = nullptr;
-      if (posix_memalign(&p, 64, cap == 0 ? 64 : cap) != 0) return nullptr;
-      std::memset(p, 0, cap);  // fault the pages in once, off the steady-state path
-      std::free(data_);
-      data_ = static_cast<uint8_t*>(p);
-      cap_ = cap;
-    }
-    return data_;
-  }
-  ~FusionBuffer() { std::free(data_); }
-  size_t capacity() const { return cap_; }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t cap_ = 0;
-};
-
-}  // namespace
 
 // ---- ContextImpl ---------------------------------------------------------
 
@@ -94,6 +41,8 @@ class ContextImpl : public ControlPlane {
       : cfg_(std::move(cfg)),
         log_(cfg_.log_level, cfg_.log_fn, cfg_.log_user) {
     log_.set_rank(cfg_.rank);
+    kv_.log = &log_;
+    results_ = std::make_shared<BufferPool>(static_cast<size_t>(cfg_.buffer_pool_bytes));
   }
 
   ~ContextImpl() override {
@@ -113,6 +62,12 @@ class ContextImpl : public ControlPlane {
     return transport_->Query(key);
   }
   const char* transport_name() const { return transport_ ? transport_->name() : "none"; }
+  Context::BufferStats buffer_stats() const {
+    Context::BufferStats b;
+    b.fusion_capacity = fusion_.capacity();
+    b.pool_spare_bytes = results_->spare_bytes();
+    return b;
+  }
 
   // ControlPlane
   Status AllreduceMinU8(uint8_t* buf, size_t n) override {
@@ -143,14 +98,16 @@ class ContextImpl : public ControlPlane {
   std::unique_ptr<Controller> controller_;  // made once the topology is final
   std::unique_ptr<rdv::StoreServer> server_;
   std::unique_ptr<rdv::StoreClient> client_;
-  KvScope kv_;
+  PluginKv kv_;
   std::unique_ptr<Transport> transport_;
   Timeline timeline_;
   FusionBuffer fusion_;
   std::vector<hvd_transport_span_t> spans_;  // a fused batch's outputs (in-place transports)
   std::unique_ptr<Autotuner> tuner_;  // made in Start()
-  // Result buffers recycled between handles (allgather, alltoall, reducescatter).
-  std::shared_ptr<BufferPool> results_ = std::make_shared<BufferPool>(size_t{512} << 20);
+  // Buffers recycled between operations: results of released handles
+  // (allgather, alltoall, reducescatter) and reducescatter's scratch;
+  // at most cfg_.buffer_pool_bytes spare.
+  std::shared_ptr<BufferPool> results_;
   int64_t fusion_threshold_ = 0;      // cfg_'s, or the autotuner's current choice
 
   // Shared with user threads (guarded by mu_), and with handles (the signal).
@@ -506,9 +463,9 @@ Status ContextImpl::Start() {
   env.cross_size = cfg_.cross_size;
   if (client_) {
     env.kv = &kv_;
-    env.kv_set = KvSet;
-    env.kv_get = KvGet;
-    env.kv_free = KvFree;
+    env.kv_set = PluginKvSet;
+    env.kv_get = PluginKvGet;
+    env.kv_free = PluginKvFree;
   }
   env.logger = &log_;
   env.log = Logger::PluginLog;
@@ -540,10 +497,14 @@ Status ContextImpl::Start() {
   if (!cfg_.timeline_path.empty() && cfg_.rank == 0) HVD_CHECK(timeline_.Open(cfg_.timeline_path));
   fusion_threshold_ = cfg_.fusion_threshold;
   tuner_ = std::make_unique<Autotuner>(cfg_, &log_);
-  if (cfg_.fusion_threshold > 0) {
+  const int64_t initial = std::min(cfg_.fusion_threshold, cfg_.fusion_buffer_initial);
+  if (initial > 0) {
     // Fault the fusion buffer in now rather than during the first steps.
-    size_t initial = static_cast<size_t>(std::min<int64_t>(cfg_.fusion_threshold, 4ll << 20));
-    if (fusion_.Reserve(initial) == nullptr) return Error(HVD_ERR_NO_MEMORY, "fusion buffer");
+    if (fusion_.ReserveFaulted(static_cast<size_t>(initial)) == nullptr) {
+      return Error(HVD_ERR_NO_MEMORY, "cannot allocate the fusion buffer's initial " +
+                                          std::to_string(initial) +
+                                          " bytes (HVD_FUSION_BUFFER_INITIAL)");
+    }
   }
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
@@ -1071,8 +1032,29 @@ Status ContextImpl::RunOne(OpRequest& req, const Response& resp) {
       const int64_t base = rows / n, extra = rows % n;
       const int64_t my_rows = base + (me < extra ? 1 : 0);
       const int64_t first_row = me * base + std::min<int64_t>(me, extra);
-      uint8_t* buf = fusion_.Reserve(count * esize);
-      if (buf == nullptr) return Error(HVD_ERR_NO_MEMORY, "cannot grow the scratch buffer");
+      // Scratch for the in-place reduction: the fusion buffer where it is
+      // big enough already, else a pool buffer handed back right after (the
+      // pool keeps it only within its cap), so that one large reducescatter
+      // does not pin an input-sized buffer for the context's life.
+      const size_t scratch_bytes = count * esize;
+      struct Scratch {
+        BufferPool* pool;
+        ByteBuffer b;
+        ~Scratch() {
+          if (b.capacity() > 0) pool->Give(std::move(b));
+        }
+      } scratch{results_.get(), ByteBuffer()};
+      uint8_t* buf = nullptr;
+      if (scratch_bytes <= fusion_.capacity()) {
+        buf = fusion_.Reserve(scratch_bytes);
+      } else {
+        scratch.b = results_->Take(scratch_bytes);
+        if (scratch.b.capacity() >= scratch_bytes) buf = scratch.b.data();
+      }
+      if (buf == nullptr) {
+        return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(scratch_bytes) +
+                                            " bytes of reducescatter scratch");
+      }
       Prepare(buf, t.input, count, t.dtype, req.prescale);
       if (transport_->has_reducescatter()) {
         std::vector<size_t> counts(static_cast<size_t>(n));
@@ -1135,6 +1117,7 @@ int Context::cross_rank() const { return impl_->cfg().cross_rank; }
 int Context::cross_size() const { return impl_->cfg().cross_size; }
 const char* Context::transport_name() const { return impl_->transport_name(); }
 Result<int64_t> Context::Query(const std::string& key) const { return impl_->Query(key); }
+Context::BufferStats Context::buffer_stats() const { return impl_->buffer_stats(); }
 
 Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest request) {
   if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");

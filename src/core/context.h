@@ -32,6 +32,15 @@ class Context {
   // HVD_ERR_UNSUPPORTED when the transport does not know it.
   Result<int64_t> Query(const std::string& key) const;
 
+  // Memory the context holds for reuse, for tests and debugging: the
+  // fusion buffer's capacity and the spare bytes of its buffer pool. Reads
+  // the background thread's state: call only while no operation is in flight.
+  struct BufferStats {
+    size_t fusion_capacity = 0;
+    size_t pool_spare_bytes = 0;
+  };
+  BufferStats buffer_stats() const;
+
   // Queues a request and returns at once. OpType::kBarrier and kJoin get
   // their names here (callers leave them empty). Fails immediately (no handle) if the
   // context is shut down or broken, or a tensor name is already in flight.

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 
 namespace hvd {
 
@@ -39,9 +41,29 @@ void Logger::Write(int level, const std::string& msg) const {
   }
 }
 
-void Logger::PluginLog(void* logger, int level, const char* msg) {
+void Logger::WriteRaw(int level, const char* msg, const char* note) const noexcept {
+  const char* sep = note != nullptr ? " (logging failed: " : "";
+  const char* end = note != nullptr ? ")" : "";
+  if (note == nullptr) note = "";
+  if (rank_ >= 0) {
+    std::fprintf(stderr, "[hvd %d] %s: %s%s%s%s\n", rank_, LogLevelName(level), msg, sep, note, end);
+  } else {
+    std::fprintf(stderr, "[hvd] %s: %s%s%s%s\n", LogLevelName(level), msg, sep, note, end);
+  }
+}
+
+void Logger::PluginLog(void* logger, int level, const char* msg) noexcept {
   auto* self = static_cast<Logger*>(logger);
-  if (self != nullptr && msg != nullptr && self->enabled(level)) self->Write(level, msg);
+  if (self == nullptr || msg == nullptr || !self->enabled(level)) return;
+  try {
+    self->Write(level, msg);
+  } catch (const std::bad_alloc&) {
+    self->WriteRaw(level, msg, "out of memory");
+  } catch (const std::exception& e) {
+    self->WriteRaw(level, msg, e.what());
+  } catch (...) {
+    self->WriteRaw(level, msg, "unknown exception");
+  }
 }
 
 }  // namespace hvd

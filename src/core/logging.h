@@ -19,14 +19,21 @@ class Logger {
   void set_rank(int rank) { rank_ = rank; }
   void Write(int level, const std::string& msg) const;
 
-  // Adapter for the transport plugin env table.
-  static void PluginLog(void* logger, int level, const char* msg);
+  // Adapter for the transport plugin env table (env.log). noexcept: an
+  // exception never unwinds into a plugin. If writing throws (out of memory,
+  // or a user sink that throws), the line goes to stderr as it is, with a
+  // note saying why, and the call returns normally.
+  static void PluginLog(void* logger, int level, const char* msg) noexcept;
 
  private:
   int level_ = HVD_LOG_WARNING;
   hvd_log_fn fn_ = nullptr;
   void* user_ = nullptr;
   int rank_ = -1;
+
+  // One line to stderr without allocating; note (may be null): why the
+  // normal path failed.
+  void WriteRaw(int level, const char* msg, const char* note) const noexcept;
 };
 
 const char* LogLevelName(int level);

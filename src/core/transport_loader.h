@@ -14,6 +14,37 @@
 
 namespace hvd {
 
+namespace rdv {
+class StoreClient;
+}
+
+// ---- what the core hands to a plugin (hvd_transport_env_v1_t) -------------
+//
+// The callbacks are noexcept: a plugin is C, and an exception must never
+// unwind through it. Any exception (std::bad_alloc included) becomes an hvd
+// status (HVD_ERR_NO_MEMORY for bad_alloc, HVD_ERR_INTERNAL otherwise) and a
+// logged error naming the call.
+
+// The rendezvous store as a plugin sees it: keys under `prefix` (one per
+// communicator), failures logged to `log` (may be null).
+struct PluginKv {
+  rdv::StoreClient* client = nullptr;
+  std::string prefix;
+  Logger* log = nullptr;
+};
+// env.kv_set / kv_get / kv_free, with env.kv pointing at a PluginKv.
+int PluginKvSet(void* kv, const char* key, const void* value, size_t len) noexcept;
+int PluginKvGet(void* kv, const char* key, void** value, size_t* len, double timeout_s) noexcept;
+void PluginKvFree(void* value) noexcept;
+
+// The transport's name, owned by libhvd with static storage: it stays valid
+// after the transport's plugin is unloaded, until libhvd itself is. The
+// built-in names ("local", "gloo", "mpi") are string literals of libhvd;
+// any other name is copied once into a process-wide table that is never
+// freed (one entry per distinct name: bounded by the plugins there are).
+// nullptr for nullptr.
+const char* PersistentTransportName(const char* name);
+
 class Transport {
  public:
   // Loads `name` and connects (table->init). search_path: ':'-separated folders.
@@ -31,7 +62,9 @@ class Transport {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
-  const char* name() const { return table_->name; }
+  // The name the plugin gives itself (hvd_transport_v1_t::name), with
+  // static storage (PersistentTransportName): valid after this is destroyed.
+  const char* name() const { return name_; }
 
   Status Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
   Status Allgatherv(const void* send, void* recv, const size_t* recv_bytes);
@@ -56,6 +89,7 @@ class Transport {
   Status Check(int rc, const char* what);
 
   const hvd_transport_v1_t* table_ = nullptr;
+  const char* name_ = "";  // PersistentTransportName(table_->name)
   const hvd_transport_v2_t* v2_ = nullptr;  // null: a version 1 plugin
   void* dl_ = nullptr;
   void* comm_ = nullptr;

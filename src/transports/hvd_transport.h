@@ -64,9 +64,12 @@ typedef struct hvd_transport_env_v1 {
     void *mpi_comm;                /* pointer to an MPI_Comm, or NULL         */
 } hvd_transport_env_v1_t;
 
+/* Every entry not marked optional is required: the core refuses, at load,
+ * a plugin whose table leaves one NULL (or name NULL or ""), naming the file
+ * and the entry, and goes on to the next folder of the search path. */
 typedef struct hvd_transport_v1 {
     uint32_t abi_version;          /* HVD_TRANSPORT_ABI_V1 */
-    const char *name;
+    const char *name;              /* the core keeps its own copy */
 
     /* Connects to every peer; on failure returns an error and sets *comm to
      * NULL after writing a message to err (NUL-terminated, err_len bytes). */

@@ -3,11 +3,14 @@
  * bootstrapped through the out-of-band allgather callback (HVD_PARAM_OOB),
  * on the "gloo" transport: exact collective results, mismatches reported on
  * both ranks with the context still usable afterwards, pending-handle
- * semantics, and matching by name rather than by call order.
+ * semantics, and matching by name rather than by call order; the
+ * transport's name outlives the context and its plugin (libhvd owns it).
  *
  * Each test runs one function per rank on its own thread; rank threads
  * record failures (capi_record) and the test thread reports them.
  */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -546,12 +549,17 @@ static void test_barrier(void **state) {
 }
 
 /* Last: destroying the contexts completes rank 0's unmatched op with
- * HVD_ERR_ABORTED, and its handle stays usable until released. */
+ * HVD_ERR_ABORTED, and its handle stays usable until released. The
+ * transport's name stays valid after the context (and its plugin) are gone:
+ * hvd.h says libhvd owns it, so it must not point into the plugin. */
 static void destroy_pending_rank(rank_state *me) {
     float x[2] = {1, 2};
     int64_t shape[1] = {2};
     hvd_tensor_t t = capi_tensor_1d(x, HVD_FLOAT32, shape);
     hvd_handle_t h = NULL;
+    const char *transport = NULL;
+    Dl_info info;
+    OK(me, hvd_context_transport(me->ctx, &transport));
     if (me->rank == 0) {
         OK(me, hvd_allreduce_async(me->ctx, "orphan", &t, x, HVD_SUM, 1.0, 1.0, &h));
         REC_EQ_INT(&me->rec, hvd_handle_poll(h), HVD_IN_PROGRESS);
@@ -566,6 +574,15 @@ static void destroy_pending_rank(rank_state *me) {
         REC_EQ_INT(&me->rec, hvd_handle_poll(h), HVD_ERR_ABORTED);
         OK(me, hvd_handle_release(h));
         REC_EQ_DBL(&me->rec, x[0], 1.0); /* never reduced */
+    }
+    pthread_barrier_wait(&g_sync); /* both contexts gone */
+    REC_STR_EQ(&me->rec, transport, "gloo");
+    memset(&info, 0, sizeof(info));
+    REC_TRUE(&me->rec, transport != NULL && dladdr(transport, &info) != 0);
+    if (info.dli_fname == NULL || strstr(info.dli_fname, "libhvd.so") == NULL ||
+        strstr(info.dli_fname, "transport") != NULL) {
+        capi_fail(&me->rec, __FILE__, __LINE__, "the transport name lies in %s, not in libhvd.so",
+                  info.dli_fname != NULL ? info.dli_fname : "(no object)");
     }
 }
 static void test_destroy_aborts_pending(void **state) {

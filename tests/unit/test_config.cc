@@ -175,6 +175,27 @@ TEST(Config, BadValuesAreClearErrors) {
   bad({{"HVD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, "HVD_AUTOTUNE_STEPS_PER_SAMPLE");
 }
 
+TEST(Config, BufferSizes) {
+  Config d = MustResolve(nullptr, {});
+  EXPECT_EQ(d.fusion_buffer_initial, 4ll << 20);
+  EXPECT_EQ(d.buffer_pool_bytes, 512ll << 20);
+  Config c = MustResolve(nullptr, {{"HVD_FUSION_BUFFER_INITIAL", "0"},
+                                   {"HVD_BUFFER_POOL_SIZE", "1048576"}});
+  EXPECT_EQ(c.fusion_buffer_initial, 0);
+  EXPECT_EQ(c.buffer_pool_bytes, 1048576);
+  EXPECT_NE(c.ToString().find("fusion_buffer_initial=0 buffer_pool_bytes=1048576"),
+            std::string::npos)
+      << c.ToString();
+  for (const char* name : {"HVD_FUSION_BUFFER_INITIAL", "HVD_BUFFER_POOL_SIZE"}) {
+    for (const char* value : {"-1", "lots", "1125899906842625"}) {  // 2^50 + 1
+      auto r = ResolveConfig(nullptr, FakeEnv({{name, value}}));
+      ASSERT_FALSE(r.ok()) << name << "=" << value;
+      EXPECT_EQ(r.status().code(), HVD_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(r.status().message().find(name), std::string::npos) << r.status().message();
+    }
+  }
+}
+
 TEST(Config, Autotune) {
   Config off = MustResolve(nullptr, {});
   EXPECT_FALSE(off.autotune);

@@ -581,8 +581,7 @@ void Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* rec
 // ---------------------------------------------------------------------------
 // Setup.
 
-bool EnabledByEnv(const char* var) {
-  const char* v = std::getenv(var);
+bool SwitchOn(const char* v) {
   if (v == nullptr || v[0] == '\0') return true;
   std::string s(v);
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char ch) { return std::tolower(ch); });
@@ -631,8 +630,7 @@ int Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out, std::st
   auto log = [&](int level, const std::string& msg) {
     if (o.log) o.log(level, me + msg);
   };
-  const bool enabled = EnabledByEnv(o.env_var);
-  std::string id = enabled ? HostIdentity() : "off";
+  std::string id = o.enabled ? HostIdentity() : "off";
   if (id.empty()) id = "unknown rank " + std::to_string(r);  // matches nobody
   std::vector<std::string> all;
   int st = ex.Allgather("host", id, &all, err);
@@ -648,7 +646,7 @@ int Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out, std::st
   for (int j = 0; j < n && why_not.empty(); ++j) {
     const std::string& v = all[j];
     if (v == "off") {
-      why_not = "rank " + std::to_string(j) + " set " + o.env_var + "=0";
+      why_not = "rank " + std::to_string(j) + " set " + o.switch_name + "=0";
     } else if (v.rfind("unknown", 0) == 0) {
       why_not = "rank " + std::to_string(j) + " cannot tell its host identity";
     } else if (v != all[0]) {

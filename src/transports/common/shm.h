@@ -4,7 +4,7 @@
 // A plugin provides an Exchange (an allgather of strings over whatever it
 // has: the core's kv store for Gloo, its own communicator for MPI) and calls
 // Setup once at init. Setup agrees with every peer on whether the path is
-// used (all ranks on this host, the plugin's env switch not 0), and if so
+// used (all ranks on this host, the plugin's switch on everywhere), and if so
 // maps one POSIX shm segment: rank 0 creates it under a random name it sends
 // round, the others open it, everyone reports ok or its failure, and any
 // failure on any rank makes every rank keep its network path. From then on
@@ -53,7 +53,10 @@ class Exchange {
 
 struct Options {
   const char* transport = "";    // log prefix: "gloo", "mpi"
-  const char* env_var = "";      // the switch, e.g. "HVD_GLOO_SHM" (0/false/off/no: off)
+  // The plugin's switch for this path, read by the plugin at init (this
+  // file reads no settings itself): off on any rank keeps every rank off it.
+  bool enabled = true;
+  const char* switch_name = "";  // the setting that turned it off, for the log: "HVD_GLOO_SHM"
   const char* name_prefix = "";  // segment name prefix, e.g. "/hvd-gloo-"
   const char* fallback = "TCP";  // what runs instead, for the log: "TCP", "MPI"
   int rank = 0;
@@ -133,8 +136,9 @@ class Segment {
   uint32_t set_ = 0;
 };
 
-// True unless the variable is 0, false, off or no (any case).
-bool EnabledByEnv(const char* var);
+// An on/off switch's value: true unless it is 0, false, off or no (any
+// case); NULL or "" (unset) is on.
+bool SwitchOn(const char* value);
 
 // Which kernel, /dev/shm and pid space this process lives in: boot id, host
 // name, IPC and PID namespace inodes. Empty if unknown.

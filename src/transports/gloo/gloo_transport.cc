@@ -273,6 +273,7 @@ struct Comm {
 
   // The shared-memory path, when every rank is on this host (else null).
   std::unique_ptr<shm::Segment> shm;
+  bool shm_enabled = true;  // HVD_GLOO_SHM, read at init (ReadSettings)
 
   bool broken = false;
   std::string last_error;
@@ -716,7 +717,8 @@ class KvExchange : public shm::Exchange {
 void SetupShm(Comm& c, Clock::time_point deadline) {
   shm::Options o;
   o.transport = "gloo";
-  o.env_var = "HVD_GLOO_SHM";
+  o.enabled = c.shm_enabled;
+  o.switch_name = "HVD_GLOO_SHM";
   o.name_prefix = "/hvd-gloo-";
   o.fallback = "TCP";
   o.rank = c.rank;
@@ -733,6 +735,13 @@ void SetupShm(Comm& c, Clock::time_point deadline) {
   if (st != HVD_OK) throw StoreError(st, err);
 }
 
+// The plugin's own settings, read once at init, here and nowhere else. The
+// core resolves every other setting and hands it over in the env table, but
+// tables of ABI versions 1 and 2 carry no field for these, so the plugin
+// reads them from the process environment itself:
+//   HVD_GLOO_SHM  the shared-memory path (0, false, off, no: off; default on).
+void ReadSettings(Comm* c) { c->shm_enabled = shm::SwitchOn(std::getenv("HVD_GLOO_SHM")); }
+
 int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
              std::string* msg) {
   if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
@@ -741,6 +750,7 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
   }
   auto c = std::make_unique<Comm>();
   std::memcpy(&c->env, env_in, std::min(env_in->struct_size, sizeof(c->env)));
+  ReadSettings(c.get());
   const hvd_transport_env_v1_t& env = c->env;
   if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
     *msg = "gloo init: bad rank " + std::to_string(env.rank) + " of size " +

@@ -291,6 +291,7 @@ struct Comm {
 
   // The shared-memory path, when every rank is on this host (else null).
   std::unique_ptr<shm::Segment> shm;
+  bool shm_enabled = true;  // HVD_MPI_SHM, read at init (ReadSettings)
 
   bool broken = false;     // a collective failed: every later call fails
   bool abandoned = false;  // requests were left pending (timeout)
@@ -1016,7 +1017,8 @@ class MpiExchange : public shm::Exchange {
 int SetupShm(Comm& c, std::string* err) {
   shm::Options o;
   o.transport = "mpi";
-  o.env_var = "HVD_MPI_SHM";
+  o.enabled = c.shm_enabled;
+  o.switch_name = "HVD_MPI_SHM";
   o.name_prefix = "/hvd-mpi-";
   o.fallback = "MPI";
   o.rank = c.rank;
@@ -1029,6 +1031,13 @@ int SetupShm(Comm& c, std::string* err) {
   return shm::Setup(ex, o, &c.shm, err);
 }
 
+// The plugin's own settings, read once at init, here and nowhere else. The
+// core resolves every other setting and hands it over in the env table, but
+// tables of ABI versions 1 and 2 carry no field for these, so the plugin
+// reads them from the process environment itself:
+//   HVD_MPI_SHM  the shared-memory path (0, false, off, no: off; default on).
+void ReadSettings(Comm* c) { c->shm_enabled = shm::SwitchOn(std::getenv("HVD_MPI_SHM")); }
+
 int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
              std::string* msg) {
   if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, timeout_s) +
@@ -1038,6 +1047,7 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
   }
   auto c = std::make_unique<Comm>();
   std::memcpy(&c->env, env_in, std::min(env_in->struct_size, sizeof(c->env)));
+  ReadSettings(c.get());
   const hvd_transport_env_v1_t& env = c->env;
   const bool has_comm_field =
       env_in->struct_size >= offsetof(hvd_transport_env_v1_t, mpi_comm) + sizeof(void*);
