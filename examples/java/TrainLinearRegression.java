@@ -8,9 +8,10 @@
  * synthetic data set (y = w_true . x + b_true + noise). Runs alone as a world
  * of one, or as N ranks under hvdrun:
  *
- *   bindings/java/build.sh                 # prints bindings/java/target/hvd-java-0.1.0.jar
+ *   scripts/build.sh                              # the README's build: build/bin/hvdrun
+ *   HVD_BUILD_DIR=build bindings/java/build.sh    # prints bindings/java/target/hvd-java-0.1.0.jar
  *   javac -cp bindings/java/target/hvd-java-0.1.0.jar -d /tmp/linreg examples/java/TrainLinearRegression.java
- *   build-java/bin/hvdrun -np 2 java -cp bindings/java/target/hvd-java-0.1.0.jar:/tmp/linreg TrainLinearRegression 20
+ *   build/bin/hvdrun -np 2 java -cp bindings/java/target/hvd-java-0.1.0.jar:/tmp/linreg TrainLinearRegression 20
  *
  * Usage: TrainLinearRegression [epochs]
  * Prints one line per rank at the end:

@@ -164,6 +164,8 @@ def _await_slots(sc, requested):
     conf = sc.getConf()
     master = sc.master
     expected = _expected_slots(master, conf.get)
+    if expected is not None and _LOCAL.match(master.strip()):
+        expected = have  # local mode: the driver's own executor, all there from the start
     wait_s = _time_s(conf.get(SLOT_WAIT_KEY, f"{SLOT_WAIT_DEFAULT_S:g}s"))
     setting = f"master {master}, spark.task.cpus={conf.get('spark.task.cpus', '1')}"
     if expected is not None and expected < requested:

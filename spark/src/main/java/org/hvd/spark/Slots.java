@@ -85,6 +85,7 @@ final class Slots {
     if (have >= requested) return;
     SparkConf conf = sc.getConf();
     int expected = expected(sc.master(), conf);
+    if (sc.isLocal()) expected = have;  // local mode: the driver's own executor, all there from the start
     long waitS = conf.getTimeAsSeconds(WAIT_KEY, WAIT_DEFAULT);
     long t0 = System.nanoTime();
     long deadline = t0 + waitS * 1_000_000_000L;

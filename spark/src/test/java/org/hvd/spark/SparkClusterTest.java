@@ -21,6 +21,7 @@ import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.ml.evaluation.BinaryClassificationEvaluator;
 import org.apache.spark.ml.evaluation.MulticlassClassificationEvaluator;
+import org.apache.spark.ml.evaluation.RegressionEvaluator;
 import org.apache.spark.ml.linalg.SQLDataTypes;
 import org.apache.spark.ml.linalg.Vector;
 import org.apache.spark.ml.param.ParamMap;
@@ -36,7 +37,9 @@ import org.hvd.HvdConfig;
 import org.hvd.HvdContext;
 import org.hvd.ReduceOp;
 import org.hvd.spark.ml.HvdMlpClassificationModel;
+import org.hvd.spark.ml.HvdEstimator;
 import org.hvd.spark.ml.HvdMlpClassifier;
+import org.hvd.spark.ml.HvdModel;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.MethodOrderer;
@@ -334,6 +337,56 @@ class SparkClusterTest {
     assertEquals(2, perRank.size());
     assertArrayEquals(new double[] {10.0}, perRank.get(0));
     assertArrayEquals(new double[] {10.0}, perRank.get(1));
+  }
+
+  /** A user's training function for HvdEstimator: full-batch gradient descent, linear model. */
+  static double[] trainLinear(HvdContext hvd, Iterator<Row> it) {
+    List<double[]> x = new ArrayList<>();
+    List<Double> y = new ArrayList<>();
+    it.forEachRemaining(r -> {
+      x.add(((org.apache.spark.ml.linalg.Vector) r.getAs("features")).toArray());
+      y.add(r.getAs("label"));
+    });
+    int d = x.get(0).length;
+    double[] w = new double[d + 1];  // the same start on every rank
+    for (int step = 0; step < 300; ++step) {
+      double[] g = new double[d + 1];
+      for (int i = 0; i < x.size(); ++i) {
+        double err = w[d] - y.get(i);
+        for (int j = 0; j < d; ++j) err += w[j] * x.get(i)[j];
+        for (int j = 0; j < d; ++j) g[j] += 2 * err * x.get(i)[j] / x.size();
+        g[d] += 2 * err / x.size();
+      }
+      g = hvd.allreduce("grad", g);  // AVERAGE
+      for (int j = 0; j <= d; ++j) w[j] -= 0.1 * g[j];
+    }
+    return w;
+  }
+
+  @Test
+  @Order(9)
+  void anEstimatorAroundTheUsersTrainingFunction() {
+    double[] truth = {1.5, -2.0, 0.5, 0.25};  // 3 weights, then the bias
+    Random rnd = new Random(5);
+    List<Row> rows = new ArrayList<>();
+    for (int i = 0; i < 400; ++i) {
+      double[] f = {rnd.nextGaussian(), rnd.nextGaussian(), rnd.nextGaussian()};
+      double label = truth[3] + truth[0] * f[0] + truth[1] * f[1] + truth[2] * f[2] + 0.01 * rnd.nextGaussian();
+      rows.add(RowFactory.create(Vectors.dense(f), label));
+    }
+    StructType schema = new StructType().add("features", SQLDataTypes.VectorType()).add("label", DataTypes.DoubleType);
+    Dataset<Row> data = spark.createDataFrame(rows, schema);
+    HvdModel<double[]> fitted = new HvdEstimator<double[]>()
+        .setTrainer((ctx, it) -> trainLinear(ctx.hvd(), it))
+        .setPredictor((w, v) -> w[3] + w[0] * v.apply(0) + w[1] * v.apply(1) + w[2] * v.apply(2))
+        .setNumProc(2)
+        .fit(data);
+    assertArrayEquals(truth, fitted.state(), 0.01);
+    Dataset<Row> scored = fitted.transform(data);
+    double rmse = new RegressionEvaluator().setMetricName("rmse").evaluate(scored);
+    System.out.printf("HvdEstimator: weights %s, rmse %.4f%n", java.util.Arrays.toString(fitted.state()), rmse);
+    assertTrue(rmse < 0.05, "rmse " + rmse);
+    assertThrows(IllegalStateException.class, () -> new HvdEstimator<double[]>().fit(data), "no trainer");
   }
 
   static String firstLine(String s) {
