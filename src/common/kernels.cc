@@ -312,17 +312,21 @@ void ScaleIntCopy(T* __restrict d, const T* __restrict s, size_t n, double f) {
 }
 
 template <typename T>
-void ScaleFloatCopy(T* d, const T* s, size_t n, double f) {
+void ScaleFloatCopy(T* d, const T* s, size_t n, double factor) {
+  // The factor is rounded to T and the product computed in T (float32:
+  // x * float(factor), one rounding), as Horovod scales float32 buffers; a
+  // product in double rounded back to float can differ in the last bit.
   // In place (d == s) is allowed, so no restrict; the element-wise pattern is
   // still safe for the vectoriser since each d[i] depends only on s[i].
+  const T f = static_cast<T>(factor);
   size_t i = 0;
   const size_t nb = n - n % kBlock;
   for (; i < nb; i += kBlock) {
     T tmp[kBlock];
-    for (size_t j = 0; j < kBlock; ++j) tmp[j] = static_cast<T>(static_cast<double>(s[i + j]) * f);
+    for (size_t j = 0; j < kBlock; ++j) tmp[j] = s[i + j] * f;
     for (size_t j = 0; j < kBlock; ++j) d[i + j] = tmp[j];
   }
-  for (; i < n; ++i) d[i] = static_cast<T>(static_cast<double>(s[i]) * f);
+  for (; i < n; ++i) d[i] = s[i] * f;
 }
 
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>

@@ -19,9 +19,11 @@ void ReduceInto(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd
 extern "C" void hvd_reduce_kernel(void* dst, const void* src, size_t count, hvd_dtype_t dtype,
                                   hvd_reduce_op_t op);
 
-// buf[i] = buf[i] * factor, computed in double (float16/bfloat16 via float32)
-// and converted back; integers round toward zero. A factor of exactly 1.0 is a
-// no-op. HVD_BOOL is left unchanged.
+// buf[i] = buf[i] * factor. float64: computed in double. float32, float16 and
+// bfloat16: factor rounded to float32 and the product computed in float32
+// (then rounded to the narrow type), bit for bit what Horovod's ScaleBuffer
+// gives. Integers: computed in double, rounded toward zero (saturating). A
+// factor of exactly 1.0 is a no-op. HVD_BOOL is left unchanged.
 void ScaleInPlace(void* buf, size_t count, hvd_dtype_t dtype, double factor);
 
 // dst[i] = src[i] * factor (copy + scale in one pass; factor 1.0 is a memcpy).

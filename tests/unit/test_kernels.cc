@@ -516,6 +516,55 @@ TEST(Scale, FloatsAndNarrowFloats) {
   EXPECT_EQ(BFloat16ToFloat(bv[1]), -2.0f);
 }
 
+TEST(Scale, Float32FactorRoundedToFloatAsHorovod) {
+  // 5.0f * (1/3): float32(5 * double(1/3)) is 0x3FD55555, 5.0f * float32(1/3)
+  // is 0x3FD55556. The kernel must give the latter (Horovod multiplies a
+  // float32 buffer by the float32-rounded factor), for prescale, postscale and
+  // the 1/size of AVERAGE alike, on the blocked path and the tail.
+  const double third = 1.0 / 3.0;
+  const float five = 5.0f;
+  const float via_double = static_cast<float>(static_cast<double>(five) * third);
+  const float via_float = five * static_cast<float>(third);
+  uint32_t bd, bf;
+  std::memcpy(&bd, &via_double, 4);
+  std::memcpy(&bf, &via_float, 4);
+  ASSERT_EQ(bd, 0x3FD55555u);  // the two roundings really differ here
+  ASSERT_EQ(bf, 0x3FD55556u);
+  std::vector<float> buf(37, five), out(37);
+  hvd::ScaleCopy(out.data(), buf.data(), buf.size(), HVD_FLOAT32, third);
+  hvd::ScaleInPlace(buf.data(), buf.size(), HVD_FLOAT32, third);
+  for (size_t i = 0; i < buf.size(); ++i) {
+    uint32_t got_inplace, got_copy;
+    std::memcpy(&got_inplace, &buf[i], 4);
+    std::memcpy(&got_copy, &out[i], 4);
+    ASSERT_EQ(got_inplace, 0x3FD55556u) << i;
+    ASSERT_EQ(got_copy, 0x3FD55556u) << i;
+  }
+  float avg[1] = {five};
+  hvd::DivideInPlace(avg, 1, HVD_FLOAT32, 3);  // AVERAGE over 3 ranks of a sum of 5
+  uint32_t ba;
+  std::memcpy(&ba, &avg[0], 4);
+  EXPECT_EQ(ba, 0x3FD55556u);
+  // float64 keeps the double factor: 5 * (1/3) in double.
+  double d[1] = {5.0};
+  hvd::ScaleInPlace(d, 1, HVD_FLOAT64, third);
+  EXPECT_EQ(d[0], 5.0 * third);
+  // Random float32 values and factors: always x * float(factor).
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> val(-1000.0f, 1000.0f);
+  std::uniform_real_distribution<double> fac(-4.0, 4.0);
+  for (int rep = 0; rep < 20; ++rep) {
+    const double factor = fac(rng);
+    std::vector<float> src(101), dst(101);
+    for (auto& x : src) x = val(rng);
+    hvd::ScaleCopy(dst.data(), src.data(), src.size(), HVD_FLOAT32, factor);
+    for (size_t i = 0; i < src.size(); ++i) {
+      const float want = src[i] * static_cast<float>(factor);
+      ASSERT_EQ(std::memcmp(&dst[i], &want, 4), 0) << "factor " << factor << " x " << src[i];
+    }
+  }
+}
+
 TEST(Scale, NarrowFloatsMatchReferenceOnLongBuffers) {
   // Long enough for the blocked (vectorised) path. As documented, the product
   // is computed in float32 (x * float(factor), rounded to float32) and then
