@@ -56,9 +56,20 @@
 // Gloo close every pair), so the communicator is then marked broken: its
 // connections are closed at once (peers blocked on us fail fast instead of
 // waiting for their own timeout) and later calls fail with the first error.
+// Messages name the peer by rank and host, never by address alone: every
+// rank publishes its host name in the join round, and after the full-mesh
+// connect every peer's endpoints are noted (the addresses Gloo's errors quote:
+// "Read error [127.0.0.1]:40143: ..."; see NotePeerEndpoints). A timeout
+// carries no address: the algorithms note which rank each wait is for
+// (Comm::waiting_for), and the message names it. A rank whose communicator
+// breaks over TCP notes why in the store ("broken/<rank>") before closing its
+// connections, so peers that only see the closing can say what was behind it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,6 +84,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <new>
 #include <string>
@@ -86,6 +98,7 @@
 #include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
@@ -190,7 +203,14 @@ class KvStore : public gloo::rendezvous::Store {
     }
     std::vector<char> out(static_cast<char*>(value), static_cast<char*>(value) + len);
     if (value != nullptr) env_.kv_free(value);
+    seen_[key] = out;
     return out;
+  }
+
+  // A value get() returned (Gloo's rendezvous data), or empty.
+  std::vector<char> Seen(const std::string& key) const {
+    auto it = seen_.find(key);
+    return it == seen_.end() ? std::vector<char>() : it->second;
   }
 
   void wait(const std::vector<std::string>& keys) override { wait(keys, kForever); }
@@ -213,6 +233,7 @@ class KvStore : public gloo::rendezvous::Store {
  private:
   const hvd_transport_env_v1_t& env_;
   Clock::time_point deadline_;
+  std::map<std::string, std::vector<char>> seen_;
 };
 
 // 64-byte aligned, zero-filled (so touched) memory that lives as long as the
@@ -257,7 +278,8 @@ struct Comm {
   AlignedBytes ring_scratch;
   AlignedBytes direct_scratch;
   std::unique_ptr<gloo::transport::UnboundBuffer> ring_ub;
-  std::unique_ptr<gloo::transport::UnboundBuffer> direct_ub;
+  // Direct: one buffer per peer over its slot, so a wait is for one rank.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> direct_in;
 
   // Unbound buffers over caller memory, by pointer (the fusion buffer hits
   // every time). A buffer covers [ptr, ptr + bytes) and serves any call on
@@ -277,6 +299,36 @@ struct Comm {
 
   bool broken = false;
   std::string last_error;
+
+  // Every rank's host name and the endpoints of its Gloo connections, as
+  // Gloo's errors quote them; see the note on errors at the top. Empty where
+  // unknown.
+  struct Endpoint {
+    std::string quoted;  // as Gloo's messages write it
+    std::string shown;   // as messages here write it ("127.0.0.1:40143")
+  };
+  struct Peer {
+    std::string host;
+    std::vector<Endpoint> endpoints;
+  };
+  std::vector<Peer> peers;
+  // The ranks the wait in progress is for, set by the algorithms before each
+  // wait (receiving from / sending to); -1: not known here.
+  int waiting_for = -1;
+  int sending_to = -1;
+
+  // "rank 2 (host h, 127.0.0.1:40143)": addr is the endpoint to show, by
+  // default the first one known.
+  std::string Who(int r, std::string addr = std::string()) const {
+    std::string s = "rank " + std::to_string(r);
+    if (r < 0 || r >= static_cast<int>(peers.size())) return s;
+    const Peer& p = peers[static_cast<size_t>(r)];
+    if (addr.empty() && !p.endpoints.empty()) addr = p.endpoints.front().shown;
+    if (p.host.empty() && addr.empty()) return s;
+    s += " (";
+    if (!p.host.empty()) s += "host " + p.host + (addr.empty() ? "" : ", ");
+    return s + addr + ")";
+  }
 
   void Log(int level, const std::string& msg) const {
     if (env.log != nullptr) env.log(env.logger, level, msg.c_str());
@@ -318,7 +370,7 @@ struct Comm {
       e.bytes = 0;
     }
     ring_ub.reset();
-    direct_ub.reset();
+    for (auto& b : direct_in) b.reset();
   }
 
   // After a failure: close every connection first (so no peer can still write
@@ -370,6 +422,101 @@ bool LooksLikeTimeout(const char* what) {
   return s.find("timed out") != std::string::npos || s.find("timeout") != std::string::npos;
 }
 
+// Gloo's text without its source location ("[./gloo/transport/tcp/pair.cc:589] ").
+std::string WithoutLocation(const std::string& s) {
+  if (s.empty() || s[0] != '[') return s;
+  const size_t end = s.find("] ");
+  if (end == std::string::npos || s.find(':') > end) return s;
+  return s.substr(end + 2);
+}
+
+// The peer whose endpoint the text quotes, or -1; *at and *ep: where, which.
+int QuotedPeer(const Comm& c, const std::string& text, size_t* at, const Comm::Endpoint** ep) {
+  for (size_t r = 0; r < c.peers.size(); ++r) {
+    if (static_cast<int>(r) == c.rank) continue;
+    for (const Comm::Endpoint& e : c.peers[r].endpoints) {
+      const std::string& a = e.quoted;
+      if (a.empty()) continue;
+      for (size_t pos = text.find(a); pos != std::string::npos; pos = text.find(a, pos + 1)) {
+        const size_t after = pos + a.size();
+        if (after < text.size() && std::isdigit(static_cast<unsigned char>(text[after]))) continue;
+        *at = pos;
+        *ep = &e;
+        return static_cast<int>(r);
+      }
+    }
+  }
+  return -1;
+}
+
+// "Read error : Connection reset by peer" -> "read error: connection reset by
+// peer": spaces tidied, each clause starting in lower case.
+std::string Clause(const std::string& in) {
+  std::string s;
+  for (char ch : in) {
+    if (ch == ' ' && (s.empty() || s.back() == ' ')) continue;
+    if (ch == ':' && !s.empty() && s.back() == ' ') s.pop_back();
+    s += ch;
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == ':')) s.pop_back();
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool starts = i == 0 || (i >= 2 && s[i - 2] == ':' && s[i - 1] == ' ');
+    // "Connection" -> "connection", but not an acronym ("EPIPE").
+    if (starts && std::isupper(static_cast<unsigned char>(s[i])) && i + 1 < s.size() &&
+        std::islower(static_cast<unsigned char>(s[i + 1]))) {
+      s[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i])));
+    }
+  }
+  return s;
+}
+
+// "; rank r had failed: <what rank r noted when its communicator broke>"
+// ("broken/<r>"), or "" if it noted nothing (it died or hangs, or the store
+// is gone). A rank notes before it closes its connections, so the note is
+// there once the closing is seen here: the wait is short.
+std::string BrokenNote(const Comm& c, int r) {
+  if (r < 0 || c.env.kv_get == nullptr || c.env.kv_free == nullptr) return "";
+  constexpr double kNoteWaitS = 0.5;
+  const std::string key = "broken/" + std::to_string(r);
+  void* value = nullptr;
+  size_t len = 0;
+  if (c.env.kv_get(c.env.kv, key.c_str(), &value, &len, kNoteWaitS) != HVD_OK) return "";
+  std::string note(static_cast<const char*>(value), len);
+  if (value != nullptr) c.env.kv_free(value);
+  return "; rank " + std::to_string(r) + " had failed: " + note;
+}
+
+// The message for a Gloo exception: the peer by rank and host where the text
+// quotes its address, or the rank a timed-out wait was for.
+std::string DescribeFailure(const Comm& c, const char* op, const std::string& what) {
+  const std::string text = WithoutLocation(what);
+  const std::string head = std::string("gloo ") + op + ": ";
+  size_t at = 0;
+  const Comm::Endpoint* ep = nullptr;
+  const int peer = QuotedPeer(c, text, &at, &ep);
+  if (peer >= 0) {
+    std::string msg = head + c.Who(peer, ep->shown) + ": " +
+                      Clause(text.substr(0, at) + text.substr(at + ep->quoted.size()));
+    // A peer that failed first closes its connections; what it noted then
+    // names the rank behind it all.
+    return msg + BrokenNote(c, peer);
+  }
+  if (LooksLikeTimeout(what.c_str())) {
+    // Gloo says which side of the transfer it waited for.
+    const bool send = text.find("for send") != std::string::npos;
+    const int r = send ? c.sending_to : c.waiting_for;
+    char secs[32];
+    std::snprintf(secs, sizeof(secs), "%g", static_cast<double>(c.timeout.count()) / 1000.0);
+    // Gloo does not wake every wait when a connection fails (a transfer
+    // already under way waits for the timeout), so the rank waited for may
+    // have failed because of another one: its note says.
+    return head + "timed out after " + secs + " s waiting " + (send ? "to send to " : "for ") +
+           (r >= 0 ? c.Who(r) : std::string("another rank")) +
+           " (transport timeout, HVD_TRANSPORT_TIMEOUT)" + BrokenNote(c, r);
+  }
+  return head + text;
+}
+
 template <typename F>
 int Guarded(void* handle, const char* op, F&& body) noexcept {
   Comm* c = static_cast<Comm*>(handle);
@@ -383,6 +530,8 @@ int Guarded(void* handle, const char* op, F&& body) noexcept {
   }
   SigpipeBlock no_sigpipe;
   int status = HVD_OK;
+  std::string raw;  // Gloo's own text, logged at debug level
+  c->waiting_for = c->sending_to = -1;
   try {
     status = body(*c);
     return status;
@@ -393,13 +542,15 @@ int Guarded(void* handle, const char* op, F&& body) noexcept {
     c->last_error = std::string("gloo ") + e.what();
     status = e.code;
   } catch (const gloo::IoException& e) {
-    c->last_error = std::string("gloo ") + op + ": " + e.what();
+    raw = e.what();
+    c->last_error = DescribeFailure(*c, op, raw);
     status = LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
   } catch (const gloo::EnforceNotMet& e) {
     c->last_error = std::string("gloo ") + op + ": " + e.what();
     status = HVD_ERR_TRANSPORT;
   } catch (const gloo::Exception& e) {
-    c->last_error = std::string("gloo ") + op + ": " + e.what();
+    raw = e.what();
+    c->last_error = DescribeFailure(*c, op, raw);
     status = LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
   } catch (const std::bad_alloc&) {
     c->last_error = std::string("gloo ") + op + ": out of memory";
@@ -412,7 +563,14 @@ int Guarded(void* handle, const char* op, F&& body) noexcept {
     status = HVD_ERR_TRANSPORT;
   }
   try {
+    if (!raw.empty()) c->Log(HVD_LOG_DEBUG, std::string("gloo ") + op + ": Gloo said: " + raw);
     c->Log(HVD_LOG_ERROR, c->last_error);
+    // Over TCP, peers see only that this rank closed its connections: the
+    // note tells them why (see BrokenNote). Before Break, which closes them.
+    if (!c->shm && c->size > 1 && c->env.kv_set != nullptr) {
+      const std::string key = "broken/" + std::to_string(c->rank);
+      (void)c->env.kv_set(c->env.kv, key.c_str(), c->last_error.data(), c->last_error.size());
+    }
   } catch (...) {
   }
   c->Break(status);
@@ -499,11 +657,13 @@ void RingPass(Comm& c, uint8_t* base, gloo::transport::UnboundBuffer* ub, size_t
         size_t off;
         const size_t len = rs_recv(t, &off);
         if (!len) return;
+        c.waiting_for = left;
         scratch->waitRecv(to);
         c.reduce(base + off * es, scratch_ptr + slot_off(t), len, dtype, op);
       },
       [&](size_t t) {
         size_t off;
+        c.sending_to = right;
         if (rs_send(t, &off)) ub->waitSend(to);
       });
 
@@ -529,10 +689,12 @@ void RingPass(Comm& c, uint8_t* base, gloo::transport::UnboundBuffer* ub, size_t
       },
       [&](size_t t) {
         size_t off;
+        c.waiting_for = left;
         if (ag_recv(t, &off)) ub->waitRecv(to);
       },
       [&](size_t t) {
         size_t off;
+        c.sending_to = right;
         if (ag_send(t, &off)) ub->waitSend(to);
       });
 }
@@ -546,10 +708,17 @@ void DirectAllreduce(Comm& c, uint8_t* buf, gloo::transport::UnboundBuffer* ub, 
   uint8_t* slots = c.direct_scratch.get();
   const size_t stride = c.direct_max;
   for (int j = 0; j < P; ++j) {
-    if (j != c.rank) c.direct_ub->recv(j, kSlotDirect, static_cast<size_t>(j) * stride, bytes);
+    if (j != c.rank) c.direct_in[static_cast<size_t>(j)]->recv(j, kSlotDirect, 0, bytes);
   }
   for (int i = 1; i < P; ++i) ub->send((c.rank + i) % P, kSlotDirect, 0, bytes);
-  for (int i = 1; i < P; ++i) c.direct_ub->waitRecv(c.timeout);
+  // One wait per peer, in rank order: a timeout names the first peer whose
+  // contribution is missing.
+  for (int j = 0; j < P; ++j) {
+    if (j == c.rank) continue;
+    c.waiting_for = j;
+    c.direct_in[static_cast<size_t>(j)]->waitRecv(c.timeout);
+  }
+  c.waiting_for = -1;
   for (int i = 1; i < P; ++i) ub->waitSend(c.timeout);
   std::memcpy(slots + static_cast<size_t>(c.rank) * stride, buf, bytes);
   std::memcpy(buf, slots, bytes);
@@ -742,6 +911,87 @@ void SetupShm(Comm& c, Clock::time_point deadline) {
 //   HVD_GLOO_SHM  the shared-memory path (0, false, off, no: off; default on).
 void ReadSettings(Comm* c) { c->shm_enabled = shm::SwitchOn(std::getenv("HVD_GLOO_SHM")); }
 
+// "127.0.0.1:40143" or "[fe80::1]:40143".
+std::string ShownAddress(const sockaddr_storage& ss) {
+  char ip[INET6_ADDRSTRLEN] = {0};
+  if (ss.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+    return std::string(ip) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+    return "[" + std::string(ip) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "";
+}
+
+// How Gloo quotes an address in its messages (its own str(), which may not
+// read the port the way ShownAddress does), and how we show it.
+Comm::Endpoint EndpointOf(const gloo::transport::tcp::Address& a) {
+  return Comm::Endpoint{a.str(), ShownAddress(a.getSockaddr())};
+}
+
+// Where each peer's end of its connection with this rank may be, as Gloo's
+// errors here quote it (see the note on errors at the top). A pair's error
+// quotes the peer's address as the pair knows it: the address the peer
+// published for the pair in Gloo's rendezvous, or, in Gloo versions that read
+// it back from the connected socket, the peer's end of that socket, which is
+// what the peer's pair reports as its own address once connected. The first
+// is in the rendezvous data this rank read (every peer's pair addresses, one
+// fixed-size record each); the second each rank publishes ("peer/<rank>").
+void NotePeerEndpoints(Comm& c, const KvStore& store, Clock::time_point deadline) {
+  using TcpAddress = gloo::transport::tcp::Address;
+  const size_t record = TcpAddress().bytes().size();
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
+    const std::vector<char> blob = store.Seen(std::to_string(j));
+    if (record == 0 || blob.empty() || blob.size() % record != 0) continue;
+    for (size_t off = 0; off + record <= blob.size(); off += record) {
+      try {
+        const TcpAddress a(std::vector<char>(blob.begin() + static_cast<std::ptrdiff_t>(off),
+                                             blob.begin() + static_cast<std::ptrdiff_t>(off + record)));
+        c.peers[static_cast<size_t>(j)].endpoints.push_back(EndpointOf(a));
+      } catch (const std::exception&) {
+        // not an address record: this Gloo lays its rendezvous data out otherwise
+      }
+    }
+  }
+  // Each of this rank's pairs, connected: its own end, quoted and shown.
+  std::string mine;
+  for (int i = 0; i < c.size; ++i) {
+    if (i == c.rank) continue;
+    const auto& a = static_cast<const TcpAddress&>(c.ctx->getPair(i)->address());
+    const Comm::Endpoint e = EndpointOf(a);
+    mine += e.quoted + "\t" + e.shown + "\n";
+  }
+  KvSetString(c.env, "peer/" + std::to_string(c.rank), mine);
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
+    const std::string v = KvGetString(c.env, "peer/" + std::to_string(j), deadline);
+    size_t from = 0;
+    for (size_t nl = v.find('\n'); nl != std::string::npos; nl = v.find('\n', from)) {
+      const std::string line = v.substr(from, nl - from);
+      from = nl + 1;
+      const size_t tab = line.find('\t');
+      if (tab == std::string::npos) continue;
+      c.peers[static_cast<size_t>(j)].endpoints.push_back(
+          Comm::Endpoint{line.substr(0, tab), line.substr(tab + 1)});
+    }
+  }
+  if (c.env.log != nullptr) {
+    std::string known;
+    for (int j = 0; j < c.size; ++j) {
+      if (j == c.rank) continue;
+      known += (known.empty() ? "" : ", ") + std::to_string(j) + ": " +
+               std::to_string(c.peers[static_cast<size_t>(j)].endpoints.size());
+    }
+    c.Log(HVD_LOG_DEBUG, "gloo: rank " + std::to_string(c.rank) +
+                             ": endpoints known for naming peers in errors (rank: count): " + known);
+  }
+}
+
 int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
              std::string* msg) {
   if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
@@ -812,10 +1062,14 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
   }
 
   // Join: publish ours, wait for everyone else's within the start timeout.
+  // The value is the rank's host name, for error messages.
+  c->peers.assign(static_cast<size_t>(c->size), Comm::Peer());
   {
+    char host[256] = {0};
+    if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+    c->peers[static_cast<size_t>(c->rank)].host = host;
     const std::string mine = "joined/" + std::to_string(c->rank);
-    const char one = '1';
-    int st = env.kv_set(env.kv, mine.c_str(), &one, 1);
+    int st = env.kv_set(env.kv, mine.c_str(), host, std::strlen(host));
     if (st != HVD_OK) {
       *msg = "gloo init: rendezvous store refused key '" + mine + "' (status " +
              std::to_string(st) + ")";
@@ -832,7 +1086,10 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
       size_t len = 0;
       st = env.kv_get(env.kv, key.c_str(), &value, &len, SecondsLeft(deadline));
       if (st == HVD_OK) {
-        if (value != nullptr) env.kv_free(value);
+        if (value != nullptr) {
+          c->peers[static_cast<size_t>(j)].host.assign(static_cast<const char*>(value), len);
+          env.kv_free(value);
+        }
       } else {
         missing.push_back(j);
         if (st != HVD_ERR_TIMEOUT) other_status = st;
@@ -869,9 +1126,15 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
   c->ctx->setTimeout(c->timeout);
   c->ring_ub = c->ctx->createUnboundBuffer(c->ring_scratch.get(), (kRingDepth + 1) * kSegmentBytes);
   if (c->direct_scratch) {
-    c->direct_ub = c->ctx->createUnboundBuffer(c->direct_scratch.get(),
-                                               static_cast<size_t>(c->size) * c->direct_max);
+    c->direct_in.resize(static_cast<size_t>(c->size));
+    for (int j = 0; j < c->size; ++j) {
+      if (j == c->rank) continue;
+      c->direct_in[static_cast<size_t>(j)] = c->ctx->createUnboundBuffer(
+          c->direct_scratch.get() + static_cast<size_t>(j) * c->direct_max, c->direct_max);
+    }
   }
+  NotePeerEndpoints(*c, store, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                   std::chrono::duration<double>(start_s)));
   SetupShm(*c, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(start_s)));
   c->Log(HVD_LOG_DEBUG, "gloo: rank " + std::to_string(c->rank) + " of " +
@@ -979,6 +1242,9 @@ int Allgatherv(void* comm, const void* send, void* recv, const size_t* recv_byte
       shm::Allgatherv(*c.shm, static_cast<const uint8_t*>(send), out, recv_bytes);
       return HVD_OK;
     }
+    // Gloo's allgatherv is a ring: receives from the left, sends to the right.
+    c.waiting_for = (c.rank + c.size - 1) % c.size;
+    c.sending_to = (c.rank + 1) % c.size;
     gloo::AllgathervOptions opts(c.ctx);
     // In place when send already sits at this rank's offset; otherwise Gloo
     // copies it there first.
