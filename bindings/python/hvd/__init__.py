@@ -286,6 +286,10 @@ alltoall = _np.alltoall
 alltoall_async = _np.alltoall_async
 reducescatter = _np.reducescatter
 reducescatter_async = _np.reducescatter_async
+grouped_allgather = _np.grouped_allgather
+grouped_allgather_async = _np.grouped_allgather_async
+grouped_reducescatter = _np.grouped_reducescatter
+grouped_reducescatter_async = _np.grouped_reducescatter_async
 barrier = _np.barrier
 barrier_async = _np.barrier_async
 join = _np.join
@@ -306,6 +310,7 @@ __all__ = [
     "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_async",
     "broadcast_", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
-    "reducescatter_async", "barrier", "barrier_async", "join", "join_async",
+    "reducescatter_async", "grouped_allgather", "grouped_allgather_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "barrier_async", "join", "join_async",
     "broadcast_object", "allgather_object", "Context", "HvdError", "PerformanceWarning",
 ]

@@ -154,6 +154,34 @@ class Collectives:
         return self.reducescatter_async(tensor, name, op, prescale_factor,
                                         postscale_factor).wait()
 
+    # -- grouped allgather and reducescatter --------------------------------------
+    def grouped_allgather_async(self, tensors, name=None):
+        """Allgathers each tensor of a list (as allgather does); returns one Handle whose
+        result is the list of gathered tensors. Tensor i is named f"{name}.{i}"; the
+        members are negotiated one by one (the C API has no grouped allgather)."""
+        c = self._context
+        return _ops.grouped_allgather_async(c._ptr, self._ad, tensors,
+                                            c._namer("grouped_allgather", name))
+
+    def grouped_allgather(self, tensors, name=None):
+        return self.grouped_allgather_async(tensors, name).wait()
+
+    def grouped_reducescatter_async(self, tensors, name=None, op=None, prescale_factor=1.0,
+                                    postscale_factor=1.0):
+        """Reducescatters each tensor of a list (as reducescatter does, default op
+        Average); one Handle for all, its result the list of outputs. Tensor i is named
+        f"{name}.{i}"; the members are negotiated one by one."""
+        c = self._context
+        return _ops.grouped_reducescatter_async(c._ptr, self._ad, tensors,
+                                                _resolve_op(op, None),
+                                                c._namer("grouped_reducescatter", name),
+                                                prescale_factor, postscale_factor)
+
+    def grouped_reducescatter(self, tensors, name=None, op=None, prescale_factor=1.0,
+                              postscale_factor=1.0):
+        return self.grouped_reducescatter_async(tensors, name, op, prescale_factor,
+                                                postscale_factor).wait()
+
     # -- barrier and join ----------------------------------------------------------
     def barrier_async(self):
         return _ops.barrier_async(self._context._ptr)

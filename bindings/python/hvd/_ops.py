@@ -461,3 +461,117 @@ def barrier_async(ctx):
 def join_async(ctx):
     raw = _submit("hvd_join_async", ctx)
     return Handle(raw, (), lambda r: (None, False), "join")
+
+
+# ---------------------------------------------------------------------------
+# Grouped allgather / reducescatter. The C API has no grouped form of these:
+# every member is submitted as its own operation, named f"{name}.{i}" (as the
+# members of a grouped allreduce are), and one GroupHandle stands for them all.
+# The members are negotiated (and fused) independently, so unlike a grouped
+# allreduce a member may complete before the others are submitted elsewhere.
+# ---------------------------------------------------------------------------
+
+
+class GroupHandle(Handle):
+    """Several pending operations as one handle: ``wait()`` (``synchronize``)
+    returns their results as a list, in member order; ``poll()`` is True once
+    all have completed. When a member fails, the others are still waited for
+    (none is left in flight) and the first error is raised."""
+
+    __slots__ = ("_members",)
+
+    def __init__(self, members, what):
+        super().__init__(None, None, None, what)
+        self._members = list(members)
+
+    def poll(self) -> bool:
+        return all(m.poll() for m in self._members)
+
+    def wait(self, timeout=None):
+        with self._lock:
+            if self._state == 0:
+                deadline = None if timeout is None else time.monotonic() + float(timeout)
+                results, error = [], None
+                for m in self._members:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    try:
+                        results.append(m.wait(left))
+                    except C.HvdTimeoutError as e:
+                        if not m.poll():  # our wait ran out: the group stays usable
+                            raise C.HvdTimeoutError(
+                                C.HVD_ERR_TIMEOUT,
+                                f"{self._what} did not complete within {timeout} s (still "
+                                "pending; wait again or synchronize)") from e
+                        error = error or e
+                    except BaseException as e:  # noqa: B902 - re-raised below
+                        error = error or e
+                if error is not None:
+                    self._error, self._state = error, 2
+                else:
+                    self._result, self._state = results, 1
+                self._members = []
+            if self._state == 2:
+                raise self._error
+            return self._result
+
+
+def _group_inputs(ad, xs, op_name):
+    xs = list(xs)
+    if not xs:
+        raise ValueError(f"hvd: {op_name} needs at least one tensor")
+    bufs = [ad.buf(x, f"{op_name} input {i}", writable=False) for i, x in enumerate(xs)]
+    for b in bufs:
+        _require_rows(b, op_name)
+    return bufs
+
+
+def grouped_allgather_async(ctx, ad, xs, name):
+    """Allgathers every tensor of xs; member i is named f"{name}.{i}"."""
+    bufs = _group_inputs(ad, xs, "grouped_allgather")  # all checked before any is submitted
+    members = []
+    for i, buf in enumerate(bufs):
+        member = f"{name}.{i}"
+        desc, shape_arr = buf.descriptor()
+        raw = _submit("hvd_allgather_async", ctx, _encode(member), byref(desc))
+        members.append(Handle(raw, (buf,), lambda r, b=buf: _owned_result(r, ad, b),
+                              f"allgather '{member}'"))
+    return GroupHandle(members, f"grouped allgather '{name}'")
+
+
+def grouped_reducescatter_async(ctx, ad, xs, op, name, prescale, postscale):
+    """Reducescatters every tensor of xs; member i is named f"{name}.{i}"."""
+    op = check_op(op)
+    bufs = _group_inputs(ad, xs, "grouped_reducescatter")
+    members = []
+    for i, buf in enumerate(bufs):
+        member = f"{name}.{i}"
+        desc, shape_arr = buf.descriptor()
+        raw = _submit("hvd_reducescatter_async", ctx, _encode(member), byref(desc), op,
+                      float(prescale), float(postscale))
+        members.append(Handle(raw, (buf,), lambda r, b=buf: _owned_result(r, ad, b),
+                              f"reducescatter '{member}'"))
+    return GroupHandle(members, f"grouped reducescatter '{name}'")
+
+
+def alltoall_recv_async(ctx, ad, x, splits, name, world_size):
+    """alltoall whose result is always (output, received splits), also for an
+    even split (splits None): what its gradient needs."""
+    buf = ad.buf(x, "alltoall input", writable=False)
+    _require_rows(buf, "alltoall")
+    splits_arr = None
+    if splits is not None:
+        s = ad.splits(splits)
+        if len(s) != world_size:
+            raise ValueError(f"hvd: alltoall splits has {len(s)} entries, need one per rank "
+                             f"({world_size})")
+        splits_arr = (c_int64 * world_size)(*s)
+    desc, shape_arr = buf.descriptor()
+    raw = _submit("hvd_alltoall_async", ctx, _encode(name), byref(desc), splits_arr)
+
+    def finish(r):
+        recv = (c_int64 * world_size)()
+        C.check_call(C.lib().hvd_handle_recv_splits(r, recv, world_size))
+        out, transferred = _owned_result(r, ad, buf)
+        return (out, ad.make_splits(list(recv))), transferred
+
+    return Handle(raw, (buf, splits_arr), finish, f"alltoall '{name}'")

@@ -157,20 +157,17 @@ _t = _Collectives(_DEFAULT, TORCH)
 allreduce_async = _t.allreduce_async
 allreduce_ = _t.allreduce_
 allreduce_async_ = _t.allreduce_async_
-grouped_allreduce = _t.grouped_allreduce
 grouped_allreduce_async = _t.grouped_allreduce_async
 grouped_allreduce_ = _t.grouped_allreduce_
 grouped_allreduce_async_ = _t.grouped_allreduce_async_
-allgather = _t.allgather
 allgather_async = _t.allgather_async
-broadcast = _t.broadcast
+grouped_allgather_async = _t.grouped_allgather_async
 broadcast_async = _t.broadcast_async
 broadcast_ = _t.broadcast_
 broadcast_async_ = _t.broadcast_async_
-alltoall = _t.alltoall
 alltoall_async = _t.alltoall_async
-reducescatter = _t.reducescatter
 reducescatter_async = _t.reducescatter_async
+grouped_reducescatter_async = _t.grouped_reducescatter_async
 barrier = _t.barrier
 barrier_async = _t.barrier_async
 join = _t.join
@@ -218,6 +215,216 @@ def _resolve(op, average):
     if average is None:
         return Average
     return Average if average else Sum
+
+
+# Gradients of the other collectives, as Horovod defines them (horovod.torch's
+# autograd functions): the backward pass runs collectives too, so every rank
+# must call backward. Names: the backward of an op named N uses N + ".grad".
+#   allgather       the rank's rows of the Average-allreduced gradient
+#   broadcast       the Average-allreduced gradient on the root, zeros elsewhere
+#   alltoall        the gradient sent back with alltoall, splits = the rows received
+#   reducescatter   the allgathered gradient, times size for Sum, times the
+#                   prescale and postscale factors
+#   grouped_*       the same, member by member (grouped collectives)
+
+
+def _needs_grad(tensors):
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def _rows_offset(dims, r):
+    return int(dims[:r].sum()) if r else 0
+
+
+class _GroupedAllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, op, name, prescale, postscale, *tensors):
+        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, prescale, postscale
+        return tuple(_t.grouped_allreduce(list(tensors), name=name, op=op,
+                                          prescale_factor=prescale, postscale_factor=postscale))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        g = _t.grouped_allreduce([x.contiguous() for x in grads], name=f"{ctx.name}.grad",
+                                 op=ctx.op, prescale_factor=ctx.pre, postscale_factor=ctx.post)
+        return (None, None, None, None, *g)
+
+
+class _AllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        out = _t.allgather(tensor, name=name)
+        ctx.name, ctx.dim = name, int(tensor.shape[0])
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _t.allreduce(grad.contiguous(), name=f"{ctx.name}.grad", op=Average)
+        dims = _t.allgather(torch.tensor([ctx.dim], dtype=torch.int64),
+                            name=f"{ctx.name}.grad.dims")
+        return g.narrow(0, _rows_offset(dims, rank()), ctx.dim), None
+
+
+class _GroupedAllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, *tensors):
+        out = _t.grouped_allgather(list(tensors), name=name)
+        ctx.name, ctx.dims = name, [int(t.shape[0]) for t in tensors]
+        return tuple(out)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        g = _t.grouped_allreduce([x.contiguous() for x in grads], name=f"{ctx.name}.grad",
+                                 op=Average)
+        dims = _t.grouped_allgather([torch.tensor([d], dtype=torch.int64) for d in ctx.dims],
+                                    name=f"{ctx.name}.grad.dims")
+        r = rank()
+        return (None, *[x.narrow(0, _rows_offset(d, r), n)
+                        for x, d, n in zip(g, dims, ctx.dims)])
+
+
+class _BroadcastFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.name, ctx.root = name, root_rank
+        return _t.broadcast(tensor, root_rank, name=name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _t.allreduce(grad.contiguous(), name=f"{ctx.name}.grad", op=Average)
+        if rank() != ctx.root:
+            g.mul_(0)  # as Horovod: zeros (a NaN or inf gradient stays NaN)
+        return g, None, None
+
+
+class _AlltoallFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        out, recv = _ops.alltoall_recv_async(_DEFAULT._ptr, TORCH, tensor, splits, name,
+                                             _DEFAULT.size()).wait()
+        ctx.name, ctx.recv = name, recv.tolist()
+        ctx.mark_non_differentiable(recv)
+        return out, recv
+
+    @staticmethod
+    def backward(ctx, grad, _grad_splits):
+        g, _ = _t.alltoall(grad.contiguous(), splits=ctx.recv, name=f"{ctx.name}.grad")
+        return g, None, None
+
+
+def _reducescatter_grad_scale(ctx, grad):
+    if ctx.op == Sum:
+        grad = grad * _DEFAULT.size()
+    if ctx.pre != 1.0:
+        grad = grad * ctx.pre
+    if ctx.post != 1.0:
+        grad = grad * ctx.post
+    return grad.contiguous()
+
+
+class _ReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, op, name, prescale, postscale):
+        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, prescale, postscale
+        return _t.reducescatter(tensor, name=name, op=op, prescale_factor=prescale,
+                                postscale_factor=postscale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = _t.allgather(_reducescatter_grad_scale(ctx, grad), name=f"{ctx.name}.grad")
+        return g, None, None, None, None
+
+
+class _GroupedReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, op, name, prescale, postscale, *tensors):
+        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, prescale, postscale
+        return tuple(_t.grouped_reducescatter(list(tensors), name=name, op=op,
+                                              prescale_factor=prescale,
+                                              postscale_factor=postscale))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        g = _t.grouped_allgather([_reducescatter_grad_scale(ctx, x) for x in grads],
+                                 name=f"{ctx.name}.grad")
+        return (None, None, None, None, *g)
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0):
+    """Allreduces a list of tensors (one dtype) negotiated and fused as one unit;
+    tensor i is named f"{name}.{i}". Differentiable (ops Sum and Average)."""
+    tensors = list(tensors)
+    if _needs_grad(tensors):
+        o = _ops.check_op(_resolve(op, average))
+        if o in (Sum, Average):
+            return list(_GroupedAllreduceFn.apply(
+                o, _DEFAULT._namer("grouped_allreduce", name), prescale_factor,
+                postscale_factor, *tensors))
+    return _t.grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor)
+
+
+def allgather(tensor, name=None):
+    """Concatenates every rank's tensor along the first dimension (which may differ
+    between ranks). Differentiable."""
+    if _needs_grad((tensor,)):
+        return _AllgatherFn.apply(tensor, _DEFAULT._namer("allgather", name))
+    return _t.allgather(tensor, name)
+
+
+def grouped_allgather(tensors, name=None):
+    """allgather of each tensor of a list; returns the list of results. Tensor i is
+    named f"{name}.{i}" (negotiated one by one: the library has no grouped
+    allgather). Differentiable."""
+    tensors = list(tensors)
+    if _needs_grad(tensors):
+        return list(_GroupedAllgatherFn.apply(_DEFAULT._namer("grouped_allgather", name),
+                                              *tensors))
+    return _t.grouped_allgather(tensors, name)
+
+
+def broadcast(tensor, root_rank, name=None):
+    """Root's tensor, returned as a new tensor on every rank. Differentiable."""
+    if _needs_grad((tensor,)):
+        return _BroadcastFn.apply(tensor, root_rank, _DEFAULT._namer("broadcast", name))
+    return _t.broadcast(tensor, root_rank, name)
+
+
+def alltoall(tensor, splits=None, name=None):
+    """Sends splits[j] rows to rank j (even split when splits is None). The result
+    is the received rows in rank order; with splits given, (result, received_splits).
+    Differentiable."""
+    if _needs_grad((tensor,)):
+        out, recv = _AlltoallFn.apply(tensor, splits, _DEFAULT._namer("alltoall", name))
+        return out if splits is None else (out, recv)
+    return _t.alltoall(tensor, splits, name)
+
+
+def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over ranks (default op Average); rank r keeps its block of rows (the
+    first shape[0] % size ranks get one extra row). Differentiable (Sum, Average)."""
+    if _needs_grad((tensor,)):
+        o = _ops.check_op(Average if op is None else op)
+        if o in (Sum, Average):
+            return _ReducescatterFn.apply(tensor, o, _DEFAULT._namer("reducescatter", name),
+                                          prescale_factor, postscale_factor)
+    return _t.reducescatter(tensor, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_reducescatter(tensors, name=None, op=None, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """reducescatter of each tensor of a list (default op Average); returns the list
+    of results. Tensor i is named f"{name}.{i}" (negotiated one by one).
+    Differentiable (Sum, Average)."""
+    tensors = list(tensors)
+    if _needs_grad(tensors):
+        o = _ops.check_op(Average if op is None else op)
+        if o in (Sum, Average):
+            return list(_GroupedReducescatterFn.apply(
+                o, _DEFAULT._namer("grouped_reducescatter", name), prescale_factor,
+                postscale_factor, *tensors))
+    return _t.grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor)
 
 
 # ---------------------------------------------------------------------------
@@ -424,6 +631,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                         f"{type(optimizer).__name__}")
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
+    methods["_hvd_distributed"] = True
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
               op, gradient_predivide_factor)
@@ -453,11 +661,48 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast_parameters"):
         h.wait()
 
 
+def _initialize_optimizer_state(optimizer):
+    """As Horovod does before broadcasting: an optimizer that has not stepped
+    yet (no per-parameter state, e.g. no momentum buffers) takes one step with
+    zero gradients, so that its state exists. Unlike Horovod, the parameters
+    and gradients are restored afterwards (a zero-gradient step still moves
+    parameters under weight decay). A DistributedOptimizer steps its wrapped
+    class (no allreduce: the other ranks need not take part). Optimizers whose
+    step needs a closure (LBFGS), and any whose zero-gradient step fails
+    (SparseAdam refuses dense gradients), are left empty."""
+    if len(optimizer.state) > 0 or isinstance(optimizer, torch.optim.LBFGS):
+        return
+    saved = []
+    with torch.no_grad():
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    saved.append((p, p.detach().clone(), p.grad))
+                    p.grad = torch.zeros_like(p)
+    step = optimizer.step
+    if getattr(optimizer, "_hvd_distributed", False):
+        step = super(optimizer.__class__, optimizer).step
+    try:
+        step()
+    except RuntimeError:
+        optimizer.state.clear()
+    finally:
+        with torch.no_grad():
+            for p, value, grad in saved:
+                p.copy_(value)
+                p.grad = grad
+
+
 def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_state"):
     """Makes every rank's optimizer state (per-parameter state and
-    hyperparameters such as lr) equal to root's."""
+    hyperparameters such as lr) equal to root's. As in Horovod, an optimizer
+    that has not stepped yet first gets its state initialized (one step with
+    zero gradients; hvd restores the parameters and gradients after it), so
+    that e.g. momentum buffers exist on every rank even when root has not
+    stepped either."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("hvd.torch.broadcast_optimizer_state: expected a torch.optim.Optimizer")
+    _initialize_optimizer_state(optimizer)
     state = optimizer.state_dict() if rank() == root_rank else None
     state = broadcast_object(state, root_rank, name=name)
     if rank() != root_rank:

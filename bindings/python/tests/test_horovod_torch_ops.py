@@ -1,0 +1,43 @@
+"""Horovod torch scripts on hvd.torch, run under hvdrun on 2 and 3 ranks
+(workers/horovod_torch_ops.py): the gradients of every collective as Horovod
+defines them, grouped_allgather / grouped_reducescatter (also in the numpy
+API), float32 prescale / postscale / Average bit for bit as Horovod, and
+broadcast_optimizer_state initializing a fresh optimizer's state first. Every
+check compares exact values."""
+
+import os
+
+import pytest
+
+import harness
+
+torch = pytest.importorskip("torch", reason="torch is not installed (requirements-test.txt)")
+
+from workers import horovod_torch_ops  # noqa: E402
+
+WORKER = os.path.join(harness.WORKERS, "horovod_torch_ops.py")
+SIZES = (2, 3)
+_jobs = {}
+
+
+def _job(size, tmp_path_factory):
+    if size not in _jobs:
+        _jobs[size] = harness.run_job(size, WORKER, launcher="hvdrun",
+                                      tmp_path=tmp_path_factory.mktemp(f"hvdtorch{size}"))
+    return _jobs[size]
+
+
+@pytest.mark.parametrize("size,check", [pytest.param(s, c, id=f"np{s}-{c}")
+                                        for s in SIZES for c in horovod_torch_ops.CHECKS])
+def test_horovod_torch(size, check, hvdrun, tmp_path_factory):
+    job = _job(size, tmp_path_factory)
+    assert set(job.results) == set(range(size)), "not every rank reported:\n" + job.describe()
+    for r in range(size):
+        err = job.results[r]["checks"].get(check, "check did not run")
+        assert err is None, f"rank {r}: {err}"
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_horovod_torch_job_exit(size, hvdrun, tmp_path_factory):
+    job = _job(size, tmp_path_factory)
+    assert job.ok(), job.describe()
