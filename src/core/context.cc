@@ -27,6 +27,7 @@
 #include "core/controller.h"
 #include "core/fusion_buffer.h"
 #include "core/logging.h"
+#include "core/start_report.h"
 #include "core/timeline.h"
 #include "core/transport_loader.h"
 #include "rendezvous/store.h"
@@ -438,6 +439,7 @@ Status ContextImpl::ResolveLocalTopology() {
 
 Status ContextImpl::Start() {
   HVD_LOG(log_, HVD_LOG_DEBUG, "config: " << cfg_.ToString());
+  ReportStartStage(StartStage::kStarted, cfg_.hostname, log_);  // for hvdrun --transport mpi
   std::string transport = ChooseTransport();
   // A transport asked for by name must exist even where another serves (a
   // world of one), so a typo or a missing plugin still fails.
@@ -477,6 +479,7 @@ Status ContextImpl::Start() {
   env.local_address = local_address.c_str();
   env.mpi_comm = cfg_.mpi_comm;
   HVD_ASSIGN_OR_RETURN(transport_, Transport::Open(transport, cfg_.transport_path, env, &log_));
+  ReportStartStage(StartStage::kReady, cfg_.hostname, log_);
   // A transport that owns its communicator (MPI) has the last word on the
   // topology: a sub-communicator's rank differs from the launcher's.
   struct {

@@ -1,19 +1,28 @@
 #include "launcher/mpi_delegate.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 
 #include "launcher/hosts.h"
 #include "launcher/output.h"
+#include "launcher/process.h"
+#include "rendezvous/store.h"
 
 extern char** environ;
 
@@ -48,7 +57,7 @@ bool IsForeignJobVariable(const std::string& name) {
       "HVD_RANK",       "HVD_SIZE",       "HVD_LOCAL_RANK",      "HVD_LOCAL_SIZE",
       "HVD_CROSS_RANK", "HVD_CROSS_SIZE", "HVD_RENDEZVOUS_ADDR", "HVD_SECRET",
       "HVD_HOSTNAME",   "RANK",           "WORLD_SIZE",          "LOCAL_RANK",
-      "LOCAL_WORLD_SIZE", "GROUP_RANK"};
+      "LOCAL_WORLD_SIZE", "GROUP_RANK", "HVD_START_REPORT_ADDR", "HVD_START_REPORT_SECRET"};
   return kNames.count(name) != 0;
 }
 
@@ -143,6 +152,11 @@ MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
   if (o.fusion_threshold_bytes) set("HVD_FUSION_THRESHOLD", true, std::to_string(*o.fusion_threshold_bytes));
   if (o.cycle_time_ms) set("HVD_CYCLE_TIME", true, *o.cycle_time_ms);
   if (o.start_timeout_given && o.start_timeout_s > 0) set("HVD_START_TIMEOUT", true, o.start_timeout_text);
+  if (host.report_start) {
+    // Values from mpirun's environment: the secret stays off command lines.
+    set("HVD_START_REPORT_ADDR", false, "");
+    set("HVD_START_REPORT_SECRET", false, "");
+  }
   for (const std::string& name : order) {
     const auto& v = vars[name];
     a.push_back("-x");
@@ -151,6 +165,207 @@ MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
   for (const std::string& w : o.command) a.push_back(w);
   return cmd;
 }
+
+std::string StartTimeoutMessage(const std::vector<bool>& started, const std::vector<bool>& ready,
+                                const std::vector<std::string>& where, double timeout_s) {
+  constexpr size_t kMaxListed = 16;
+  std::vector<int> absent, pending;
+  for (size_t r = 0; r < started.size(); ++r) {
+    if (!started[r]) {
+      absent.push_back(static_cast<int>(r));
+    } else if (!ready[r]) {
+      pending.push_back(static_cast<int>(r));
+    }
+  }
+  if (absent.empty() && pending.empty()) return "";
+  auto list = [&](const std::vector<int>& ranks) {
+    std::string s = "[";
+    for (size_t i = 0; i < ranks.size() && i < kMaxListed; ++i) {
+      s += (i ? ", " : "") + std::to_string(ranks[i]);
+    }
+    if (ranks.size() > kMaxListed) s += ", ... (" + std::to_string(ranks.size()) + " in all)";
+    return s + "]";
+  };
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%g", timeout_s);
+  std::string msg = "start timeout: ";
+  if (!absent.empty()) {
+    msg += "ranks " + list(absent) + " did not start within " + secs + " s (no hvd_init";
+    if (!pending.empty()) msg += "; the others wait for them inside MPI's initialisation";
+    msg += ")";
+  } else {
+    // Every rank reached hvd_init, but MPI itself did not come up.
+    msg += "ranks " + list(pending) + " started but MPI did not finish initialising within " +
+           secs + " s:";
+    for (size_t i = 0; i < pending.size() && i < kMaxListed; ++i) {
+      const std::string& w = where[static_cast<size_t>(pending[i])];
+      const size_t sp = w.rfind(' ');
+      msg += (i ? ", rank " : " rank ") + std::to_string(pending[i]) +
+             (sp == std::string::npos ? "" : " (host " + w.substr(0, sp) + ", pid " + w.substr(sp + 1) + ")");
+    }
+  }
+  return msg + "; stopping mpirun (--start-timeout, HVD_START_TIMEOUT)";
+}
+
+namespace {
+
+// ---- supervising mpirun: signals through a self-pipe ----------------------
+int g_signal_pipe_w = -1;
+
+// One byte per signal: its number, with 0x80 set when a process sent it to
+// hvdrun (kill, sigqueue) rather than the kernel (a terminal's ^C reaches
+// mpirun too, being in hvdrun's process group, and is not forwarded).
+void OnSignal(int sig, siginfo_t* info, void*) {
+  const int saved = errno;
+  const bool sent = info != nullptr && info->si_code <= 0;
+  unsigned char b = static_cast<unsigned char>((sig & 0x7f) | (sent ? 0x80 : 0));
+  if (g_signal_pipe_w >= 0) {
+    ssize_t ignored = ::write(g_signal_pipe_w, &b, 1);
+    (void)ignored;
+  }
+  errno = saved;
+}
+
+// Where the report store listens, and the address the ranks are given: as
+// for hvdrun's own rendezvous store (launcher/job.cc).
+Result<std::string> ReportAddress(const Options& o) {
+  bool all_local = true, all_loopback = true;
+  for (const auto& h : o.hosts) {
+    all_local = all_local && IsLocalHost(h.host);
+    all_loopback = all_loopback && IsLoopbackHost(h.host);
+  }
+  if (!o.hosts_given || all_local || all_loopback) return std::string("127.0.0.1");
+  if (!o.network_interface.empty()) return InterfaceAddress(o.network_interface);
+  std::string ifname;
+  return DefaultAddress(&ifname);
+}
+
+std::vector<char*> ArgvOf(std::vector<std::string>& words) {
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(&w[0]);
+  argv.push_back(nullptr);
+  return argv;
+}
+
+void CannotExecute(const std::string& program, int err) {
+  WriteAll(2, "hvdrun: error: cannot execute '" + program + "': " + std::strerror(err) +
+                  " (--transport mpi needs Open MPI's mpirun on PATH, or its path in "
+                  "HVD_LAUNCHER_MPIRUN)\n");
+}
+
+int ExitCodeOf(int wstatus) {
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
+}
+
+// Runs mpirun as a child and enforces the start timeout (see the header).
+int Supervise(const Options& o, std::vector<std::string> words, const rdv::StoreServer& store) {
+  using Clock = std::chrono::steady_clock;
+  int sp[2];
+  int ep[2];
+  if (::pipe2(sp, O_CLOEXEC | O_NONBLOCK) != 0 || ::pipe2(ep, O_CLOEXEC) != 0) {
+    WriteAll(2, std::string("hvdrun: error: pipe: ") + std::strerror(errno) + "\n");
+    return 1;
+  }
+  Fd sig_r(sp[0]), sig_w(sp[1]), exec_r(ep[0]), exec_w(ep[1]);
+  g_signal_pipe_w = sig_w.get();
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = OnSignal;
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) ::sigaction(s, &sa, nullptr);
+
+  std::vector<char*> argv = ArgvOf(words);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    WriteAll(2, std::string("hvdrun: error: fork: ") + std::strerror(errno) + "\n");
+    return 1;
+  }
+  if (pid == 0) {
+    // mpirun: gone with hvdrun (SIGTERM ends its job), signals as hvdrun had them.
+    struct sigaction dfl;
+    std::memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) ::sigaction(s, &dfl, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    ::execvp(argv[0], argv.data());
+    const int err = errno;
+    ssize_t ignored = ::write(exec_w.get(), &err, sizeof(err));
+    (void)ignored;
+    ::_exit(127);
+  }
+  exec_w.reset();
+  int exec_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(exec_r.get(), &exec_errno, sizeof(exec_errno));
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
+    int ws = 0;
+    while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    CannotExecute(words[0], exec_errno);
+    return 127;
+  }
+
+  const int np = o.np;
+  std::vector<bool> started(static_cast<size_t>(np), false), ready(static_cast<size_t>(np), false);
+  std::vector<std::string> where(static_cast<size_t>(np));
+  bool all_ready = np == 0;
+  bool timed_out = false, killed = false;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(o.start_timeout_s));
+  Clock::time_point kill_at{};
+  int wstatus = 0;
+  for (;;) {
+    pollfd pfd = {sig_r.get(), POLLIN, 0};
+    (void)::poll(&pfd, 1, 100);
+    unsigned char buf[64];
+    while ((n = ::read(sig_r.get(), buf, sizeof(buf))) > 0) {
+      for (ssize_t i = 0; i < n; ++i) {
+        const int sig = buf[i] & 0x7f;
+        if (sig != SIGCHLD && (buf[i] & 0x80) != 0) ::kill(pid, sig);
+      }
+    }
+    const pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
+    if (w == pid) break;
+    if (!all_ready) {
+      all_ready = true;
+      for (int r = 0; r < np; ++r) {
+        const std::string id = std::to_string(r);
+        rdv::Bytes v;
+        if (!started[r] && store.TryGet("start/" + id, &v)) {
+          started[r] = true;
+          where[r].assign(v.begin(), v.end());
+          if (o.verbose) WriteAll(2, "hvdrun: rank " + id + " started (host and pid: " + where[r] + ")\n");
+        }
+        if (!ready[r] && store.TryGet("ready/" + id, &v)) ready[r] = true;
+        all_ready = all_ready && ready[r];
+      }
+      if (all_ready && o.verbose) WriteAll(2, "hvdrun: all " + std::to_string(np) + " ranks are up\n");
+    }
+    const auto now = Clock::now();
+    if (!all_ready && !timed_out && now >= deadline) {
+      timed_out = true;
+      WriteAll(2, "hvdrun: error: " + StartTimeoutMessage(started, ready, where, o.start_timeout_s) + "\n");
+      ::kill(pid, SIGTERM);
+      kill_at = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+    }
+    if (timed_out && !killed && now >= kill_at) {
+      WriteAll(2, "hvdrun: mpirun still running after the grace period: SIGKILL\n");
+      ::kill(pid, SIGKILL);
+      killed = true;
+    }
+  }
+  g_signal_pipe_w = -1;
+  return timed_out ? 1 : ExitCodeOf(wstatus);
+}
+
+}  // namespace
 
 int RunWithMpirun(const Options& o) {
   if (!o.network_interface.empty()) {
@@ -164,6 +379,30 @@ int RunWithMpirun(const Options& o) {
   host.cores = UsableCores();
   host.root = geteuid() == 0;
   for (char** e = environ; *e != nullptr; ++e) host.environment.emplace_back(*e);
+
+  // The store the ranks report their start to (see the header).
+  std::unique_ptr<rdv::StoreServer> store;
+  std::string report_addr, report_secret;
+  if (o.start_timeout_s > 0) {
+    auto addr = ReportAddress(o);
+    Status why = addr.ok() ? Status::Ok() : addr.status();
+    if (addr.ok()) {
+      report_secret = rdv::NewSecret();
+      auto s = rdv::StoreServer::Start(*addr, 0, report_secret);
+      if (s.ok()) {
+        store = std::move(s).value();
+        report_addr = JoinHostPort(*addr, store->port());
+      } else {
+        why = s.status();
+      }
+    }
+    if (!store) {
+      WriteAll(2, "hvdrun: warning: no start timeout for this job: cannot serve the ranks' "
+                  "start reports: " + why.message() + "\n");
+    }
+  }
+  host.report_start = store != nullptr;
+
   MpirunCommand cmd = BuildMpirunCommand(o, host);
   if (!cmd.error.empty()) {
     WriteAll(2, "hvdrun: error: " + cmd.error + "\nTry 'hvdrun --help' for the options.\n");
@@ -176,20 +415,21 @@ int RunWithMpirun(const Options& o) {
     if (IsForeignJobVariable(name)) unsetenv(name.c_str());
   }
   if (o.start_timeout_given && o.start_timeout_s <= 0) unsetenv("HVD_START_TIMEOUT");
+  if (store) {
+    setenv("HVD_START_REPORT_ADDR", report_addr.c_str(), 1);
+    setenv("HVD_START_REPORT_SECRET", report_secret.c_str(), 1);
+  }
 
   if (o.verbose) {
     std::string line = "hvdrun: transport mpi: running";
     for (const std::string& w : cmd.argv) line += " " + w;
     WriteAll(2, line + "\n");
+    if (store) WriteAll(2, "hvdrun: start reports: serving at " + report_addr + "\n");
   }
-  std::vector<char*> argv;
-  for (std::string& w : cmd.argv) argv.push_back(&w[0]);
-  argv.push_back(nullptr);
+  if (store) return Supervise(o, cmd.argv, *store);
+  std::vector<char*> argv = ArgvOf(cmd.argv);
   execvp(argv[0], argv.data());
-  const int err = errno;
-  WriteAll(2, "hvdrun: error: cannot execute '" + cmd.argv[0] + "': " + std::strerror(err) +
-                  " (--transport mpi needs Open MPI's mpirun on PATH, or its path in "
-                  "HVD_LAUNCHER_MPIRUN)\n");
+  CannotExecute(cmd.argv[0], errno);
   return 127;
 }
 
