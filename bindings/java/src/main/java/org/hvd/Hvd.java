@@ -16,22 +16,182 @@ import org.hvd.swig.HvdNative;
  *
  * {@link #init()} is reference counted like hvd_init: every call needs a
  * {@link #shutdown()}. For several communicators in one JVM (Spark local mode,
- * threads as ranks) use {@link HvdContext#create} instead.
+ * threads as ranks) use {@link HvdContext#create}, and {@link #bind} each to
+ * its thread where code uses the static API.
+ *
+ * <p>Every static call acts on the context of the calling thread: the one bound
+ * to it with {@link #bind(HvdContext)} (the Spark runner binds each task's), or
+ * else the process's default context of {@link #init()}. Inside a bound scope
+ * {@code init()} only checks that its settings fit the bound context and counts
+ * a reference, {@code shutdown()} releases one and never destroys anything,
+ * and {@code isInitialized()} is true, so code written for hvdrun runs
+ * unchanged on a thread that is one rank among several in the JVM. A binding
+ * belongs to the thread that made it: threads started inside the scope do not
+ * inherit it (bind {@link #context()} there to share it).
  */
 public final class Hvd {
   private static HvdContext current;  // the default context's facade while initialized
   private static int refs;
   private static boolean exitHookAdded;
+  /** The innermost open binding of each thread (not inherited by new threads). */
+  private static final ThreadLocal<Binding> BOUND = new ThreadLocal<>();
 
   private Hvd() {}
 
-  /** Initializes from the environment (launcher variables, HVD_*), or a world of one. */
+  /**
+   * A context bound to one thread, from {@link Hvd#bind(HvdContext)} to
+   * {@link #close()}. Closing restores the binding that was current when this
+   * one was made (none: the process default again); it does not close the
+   * context.
+   */
+  public static final class Binding implements AutoCloseable {
+    private final HvdContext context;
+    private final Binding previous;
+    private final Thread owner;
+    private volatile boolean closed;
+    private volatile int initCount;
+
+    private Binding(HvdContext context, Binding previous, Thread owner) {
+      this.context = context;
+      this.previous = previous;
+      this.owner = owner;
+    }
+
+    /** The bound context. */
+    public HvdContext context() {
+      return context;
+    }
+
+    /** {@link Hvd#init()} calls made in this scope and not yet matched by {@link Hvd#shutdown()}. */
+    public int initCount() {
+      return initCount;
+    }
+
+    public boolean isClosed() {
+      return closed;
+    }
+
+    /**
+     * Ends the binding on its thread (idempotent): the binding current before
+     * {@link Hvd#bind} becomes current again. Bindings made after this one on
+     * the thread and still open end with it (an inner scope that was never
+     * closed cannot outlive the outer one). Throws IllegalStateException on
+     * another thread: a thread's binding can only be changed by that thread.
+     */
+    @Override
+    public void close() {
+      if (closed) return;
+      if (Thread.currentThread() != owner) {
+        throw new IllegalStateException("Hvd.Binding.close: the binding was made on thread '"
+            + owner.getName() + "' and can only be closed there, not on '"
+            + Thread.currentThread().getName() + "'");
+      }
+      for (Binding b = BOUND.get(); b != null && b != this; b = b.previous) b.closed = true;
+      closed = true;
+      if (previous == null) BOUND.remove();
+      else BOUND.set(previous);
+    }
+
+    private HvdContext open(String fn) {
+      if (context.isClosed()) {
+        throw new HvdException(HvdException.NOT_INITIALIZED, fn,
+            "the context bound to this thread (Hvd.bind) was closed");
+      }
+      return context;
+    }
+
+    /** Hvd.init inside the scope: settings given must describe the bound context. */
+    private void init(HvdConfig config) {
+      HvdContext c = open("Hvd.init");
+      if (config != null) {
+        check("rank", config.rank(), c.rank(), c);
+        check("size", config.size(), c.size(), c);
+        check("localRank", config.localRank(), c.localRank(), c);
+        check("localSize", config.localSize(), c.localSize(), c);
+        check("crossRank", config.crossRank(), c.crossRank(), c);
+        check("crossSize", config.crossSize(), c.crossSize(), c);
+      }
+      initCount++;
+    }
+
+    private static void check(String what, Integer asked, int bound, HvdContext c) {
+      if (asked != null && asked != bound) {
+        throw new HvdException(HvdException.INVALID_ARGUMENT, "Hvd.init",
+            "this thread is bound to a context (Hvd.bind) of rank " + c.rank() + " of " + c.size()
+                + " whose " + what + " is " + bound + ", but the settings ask for " + what + " "
+                + asked + "; inside a bound scope Hvd.init() does not create a context");
+      }
+    }
+
+    private void shutdown() {
+      if (initCount > 0) initCount--;
+    }
+
+    @Override
+    public String toString() {
+      return "Hvd.Binding(thread '" + owner.getName() + "', " + (closed ? "closed" : "open") + ")";
+    }
+  }
+
+  /**
+   * Binds ctx to the calling thread: until the returned binding is closed,
+   * every static call on this thread acts on ctx instead of the process
+   * default ({@code Hvd.rank()} is {@code ctx.rank()}, {@code Hvd.allreduce}
+   * reduces over ctx's ranks). Bindings nest; use try-with-resources:
+   *
+   * <pre>{@code
+   * try (Hvd.Binding b = Hvd.bind(ctx)) {
+   *   train();   // code written against Hvd.*
+   * }
+   * }</pre>
+   *
+   * Inside the scope {@link #init} checks that explicit settings (rank, size,
+   * local and cross topology) match ctx and counts a reference, {@link
+   * #shutdown()} only releases one (ctx stays open for its owner), and
+   * {@link #isInitialized()} is true while ctx is open. Not inherited by
+   * threads started inside the scope.
+   */
+  public static Binding bind(HvdContext ctx) {
+    if (ctx == null) throw new IllegalArgumentException("Hvd.bind: the context is null");
+    if (ctx.isClosed()) {
+      throw new HvdException(HvdException.NOT_INITIALIZED, "Hvd.bind",
+          ctx.isDefault() ? "hvd is not initialized (Hvd.init)" : "the context was closed");
+    }
+    Binding b = new Binding(ctx, BOUND.get(), Thread.currentThread());
+    BOUND.set(b);
+    return b;
+  }
+
+  /** The innermost open binding of the calling thread, or null (Hvd.* then use the default context). */
+  public static Binding binding() {
+    return BOUND.get();
+  }
+
+  /**
+   * Initializes from the environment (launcher variables, HVD_*), or a world of
+   * one; on a thread with a {@link #bind bound} context, only counts a reference.
+   */
   public static void init() {
     init(null);
   }
 
-  /** Initializes with explicit settings; later calls only count a reference. */
-  public static synchronized void init(HvdConfig config) {
+  /**
+   * Initializes with explicit settings; later calls only count a reference. On
+   * a thread with a {@link #bind bound} context it creates nothing: it checks
+   * that the settings' rank, size, local and cross topology (those given) are
+   * the bound context's (else HvdException, HVD_ERR_INVALID_ARGUMENT) and
+   * counts a reference.
+   */
+  public static void init(HvdConfig config) {
+    Binding b = BOUND.get();
+    if (b != null) {
+      b.init(config);
+      return;
+    }
+    initDefault(config);
+  }
+
+  private static synchronized void initDefault(HvdConfig config) {
     NativeLibrary.load();
     if (config == null) config = HvdConfig.fromEnvironment();
     HvdConfig.OobAdapter oob =
@@ -79,11 +239,22 @@ public final class Hvd {
    * Releases one {@link #init} reference; the last one destroys the default
    * context (pending operations complete with ABORTED). Without hvd
    * initialized (a second shutdown, or none before) it does nothing, as in
-   * Horovod, Python and Julia.
+   * Horovod, Python and Julia. On a thread with a {@link #bind bound} context
+   * it only releases a reference of the scope: the bound context stays open
+   * (its owner closes it) and the process default is not touched.
    */
-  public static synchronized void shutdown() {
+  public static void shutdown() {
+    Binding b = BOUND.get();
+    if (b != null) {
+      b.shutdown();
+      return;
+    }
+    shutdownDefault();
+  }
+
+  private static synchronized void shutdownDefault() {
     NativeLibrary.load();
-    if (!isInitialized()) {
+    if (!defaultInitialized()) {
       if (current != null) current.markShutDown();
       current = null;
       refs = 0;
@@ -91,23 +262,43 @@ public final class Hvd {
     }
     HvdNative.hvd_shutdown();
     if (refs > 0) refs--;
-    if (!isInitialized() && current != null) {
+    if (!defaultInitialized() && current != null) {
       current.markShutDown();
       current = null;
       refs = 0;
     }
   }
 
+  /**
+   * True when the calling thread's Hvd.* calls have a context: its bound one
+   * is open, or (on a thread without a binding) the default context exists.
+   */
   public static boolean isInitialized() {
+    Binding b = BOUND.get();
+    if (b != null) return !b.context.isClosed();
+    return defaultInitialized();
+  }
+
+  private static boolean defaultInitialized() {
     NativeLibrary.load();
     int[] out = new int[1];
     HvdNative.hvd_is_initialized(out);
     return out[0] != 0;
   }
 
-  /** The default context (valid until the last {@link #shutdown()}). */
-  public static synchronized HvdContext context() {
-    if (current == null || !isInitialized()) {
+  /**
+   * The context the calling thread's Hvd.* calls act on: its bound one
+   * ({@link #bind}), else the default context (valid until the last
+   * {@link #shutdown()}).
+   */
+  public static HvdContext context() {
+    Binding b = BOUND.get();
+    if (b != null) return b.open("Hvd.context");
+    return defaultContext();
+  }
+
+  private static synchronized HvdContext defaultContext() {
+    if (current == null || !defaultInitialized()) {
       throw new HvdException(HvdException.NOT_INITIALIZED, "Hvd.context",
           "hvd is not initialized: call Hvd.init() first");
     }

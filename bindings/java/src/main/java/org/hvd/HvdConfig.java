@@ -94,6 +94,8 @@ public final class HvdConfig implements java.io.Serializable {
   public Integer size() { return size; }
   public Integer localRank() { return localRank; }
   public Integer localSize() { return localSize; }
+  public Integer crossRank() { return crossRank; }
+  public Integer crossSize() { return crossSize; }
   public OobAllgather oobAllgather() { return oobAllgather; }
 
   @Override
