@@ -474,15 +474,17 @@ def join_async(ctx):
 
 class GroupHandle(Handle):
     """Several pending operations as one handle: ``wait()`` (``synchronize``)
-    returns their results as a list, in member order; ``poll()`` is True once
-    all have completed. When a member fails, the others are still waited for
-    (none is left in flight) and the first error is raised."""
+    returns their results as a list, in member order (or combine(list) when
+    combine is given); ``poll()`` is True once all have completed. When a member
+    fails, the others are still waited for (none is left in flight) and the
+    first error is raised."""
 
-    __slots__ = ("_members",)
+    __slots__ = ("_members", "_combine")
 
-    def __init__(self, members, what):
+    def __init__(self, members, what, combine=None):
         super().__init__(None, None, None, what)
         self._members = list(members)
+        self._combine = combine
 
     def poll(self) -> bool:
         return all(m.poll() for m in self._members)
@@ -505,11 +507,16 @@ class GroupHandle(Handle):
                         error = error or e
                     except BaseException as e:  # noqa: B902 - re-raised below
                         error = error or e
+                if error is None and self._combine is not None:
+                    try:
+                        results = self._combine(results)
+                    except BaseException as e:  # noqa: B902 - re-raised below
+                        error = e
                 if error is not None:
                     self._error, self._state = error, 2
                 else:
                     self._result, self._state = results, 1
-                self._members = []
+                self._members, self._combine = [], None
             if self._state == 2:
                 raise self._error
             return self._result

@@ -427,6 +427,49 @@ def grouped_reducescatter(tensors, name=None, op=None, prescale_factor=1.0,
     return _t.grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor)
 
 
+class SparseHandle(_ops.GroupHandle):
+    """The handle of sparse_allreduce_async: ``synchronize(handle)``, or
+    calling it (``handle()``, as Horovod's function-handle), gives the result."""
+
+    __slots__ = ()
+
+    def __call__(self):
+        return self.wait()
+
+
+def sparse_allreduce_async(tensor, name=None, op=Average):
+    """Reduces a sparse COO tensor over all ranks as Horovod does: the indices and
+    the values of every rank are allgathered (names f"{name}.indices" and
+    f"{name}.values"; ranks may have different numbers of nonzeros) and make one
+    sparse tensor, uncoalesced (duplicate indices add up); op Average divides
+    the values by size. Returns a SparseHandle: ``synchronize(h)`` or ``h()``."""
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+        raise TypeError("hvd.torch.sparse_allreduce_async: expected a sparse COO tensor, got "
+                        f"{tensor.layout if isinstance(tensor, torch.Tensor) else type(tensor)}")
+    o = _ops.check_op(op)
+    if o not in (Sum, Average):
+        raise ValueError("hvd.torch.sparse_allreduce_async: op must be Sum or Average")
+    name = _DEFAULT._namer("sparse_allreduce", name)
+    t = tensor.detach()
+    indices = t._indices().transpose(0, 1).contiguous()  # (nnz, sparse_dim): rows to gather
+    values = t._values().contiguous()
+    members = [_t.allgather_async(indices, name=f"{name}.indices"),
+               _t.allgather_async(values, name=f"{name}.values")]
+    shape = t.shape
+
+    def combine(results):
+        idx, vals = results
+        if o == Average:
+            vals = vals / size()
+        try:  # the indices are the ranks' own: no invariant check (and no warning about it)
+            return torch.sparse_coo_tensor(idx.transpose(0, 1), vals, shape,
+                                           check_invariants=False)
+        except TypeError:  # torch < 2.0
+            return torch.sparse_coo_tensor(idx.transpose(0, 1), vals, shape)
+
+    return SparseHandle(members, f"sparse allreduce '{name}'", combine)
+
+
 # ---------------------------------------------------------------------------
 # Gradient compression.
 # ---------------------------------------------------------------------------
@@ -483,9 +526,10 @@ class _DistributedOptimizer:
     """Methods mixed into a subclass of the wrapped optimizer's class."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor):
+                 gradient_predivide_factor, sparse_as_dense=False):
         super(self.__class__, self).__init__(params)
         self._compression = compression
+        self._sparse_as_dense = bool(sparse_as_dense)
         self._op = _ops.check_op(op)
         if backward_passes_per_step < 1:
             raise ValueError("hvd.torch.DistributedOptimizer: backward_passes_per_step must be "
@@ -519,7 +563,7 @@ class _DistributedOptimizer:
         else:
             self._names = {p: f"noname.{i}" for i, p in enumerate(all_params)}
 
-        self._handles = {}  # param -> (Handle, compressed tensor, ctx)
+        self._handles = {}  # param -> (Handle, compressed tensor or None if sparse, ctx)
         self._passes = {}  # param -> backward passes since the last synchronize
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._hooks = []
@@ -559,8 +603,11 @@ class _DistributedOptimizer:
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         grad = p.grad
         if grad.is_sparse:
-            raise TypeError("hvd.torch.DistributedOptimizer: sparse gradients are not supported; "
-                            "use dense embeddings (sparse=False)")
+            if not self._sparse_as_dense:
+                # As Horovod: indices and values allgathered, no compression.
+                return sparse_allreduce_async(
+                    grad, name=f"DistributedOptimizer.{self._names[p]}", op=self._op), None, None
+            grad = grad.to_dense()  # allreduced densely, made sparse again in synchronize()
         compressed, cctx = self._compression.compress(grad)
         prescale, postscale = 1.0, 1.0
         if self._op == Average and self._predivide != 1.0:
@@ -579,8 +626,16 @@ class _DistributedOptimizer:
                 self._handles[p] = self._allreduce_grad_async(p)
         try:
             for p, (handle, compressed, cctx) in self._handles.items():
-                handle.wait()
-                if compressed is not p.grad:
+                result = handle.wait()
+                if p.grad.is_sparse:
+                    if compressed is None:  # sparse allgather
+                        reduced = result
+                    else:  # sparse_as_dense
+                        reduced = self._compression.decompress(compressed, cctx).to_sparse(
+                            p.grad.sparse_dim())
+                    with torch.no_grad():  # sparse tensors have no set_/copy_ from sparse
+                        p.grad.zero_().add_(reduced)
+                elif compressed is not p.grad:
                     with torch.no_grad():
                         p.grad.copy_(self._compression.decompress(compressed, cctx))
         finally:
@@ -618,11 +673,17 @@ class _DistributedOptimizer:
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0):
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         sparse_as_dense=False):
     """Wraps a torch optimizer so that step() applies the gradients averaged
     (op) over all ranks. Each gradient's allreduce starts from a hook as soon
     as autograd has accumulated it (after `backward_passes_per_step` backward
     passes), so communication overlaps the rest of backward; step() waits.
+
+    Sparse gradients (nn.Embedding(sparse=True)) are reduced as Horovod does:
+    their indices and values are allgathered (sparse_allreduce_async), or, with
+    sparse_as_dense=True, they are allreduced as dense tensors (with
+    compression and gradient_predivide_factor) and made sparse again.
 
     The result is an instance of a subclass of optimizer's class built from
     its param_groups (wrap before training: existing state is carried over)."""
@@ -634,7 +695,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     methods["_hvd_distributed"] = True
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-              op, gradient_predivide_factor)
+              op, gradient_predivide_factor, sparse_as_dense)
     opt.state.update(optimizer.state)
     return opt
 

@@ -1,9 +1,10 @@
 """Horovod torch scripts on hvd.torch, run under hvdrun on 2 and 3 ranks
 (workers/horovod_torch_ops.py): the gradients of every collective as Horovod
 defines them, grouped_allgather / grouped_reducescatter (also in the numpy
-API), float32 prescale / postscale / Average bit for bit as Horovod, and
-broadcast_optimizer_state initializing a fresh optimizer's state first. Every
-check compares exact values."""
+API), float32 prescale / postscale / Average bit for bit as Horovod,
+broadcast_optimizer_state initializing a fresh optimizer's state first, and
+sparse gradients (sparse_allreduce_async, DistributedOptimizer with and
+without sparse_as_dense). Every check compares exact values."""
 
 import os
 

@@ -1,7 +1,8 @@
 """A Horovod torch script's use of hvd.torch on N ranks (run by
 test_horovod_torch_ops.py under hvdrun): the gradients of every collective,
 grouped allgather / reducescatter (torch and numpy), float32 scaling bit for
-bit as Horovod, broadcast_optimizer_state on ranks with and without state.
+bit as Horovod, broadcast_optimizer_state on ranks with and without state,
+sparse gradients.
 
 Every expected value is exact: integers (and halves) stored as floats, so the
 checks compare with torch.equal, never with a tolerance.
@@ -39,7 +40,9 @@ CHECKS = ["grad_allreduce_sum", "grad_grouped_allreduce", "grad_allgather",
           "grad_needs_no_grad_path", "grouped_allgather_values", "grouped_allgather_async",
           "grouped_reducescatter_values", "grouped_reducescatter_async", "grouped_numpy",
           "grouped_errors", "scale_float32_bits", "optimizer_state_root_stepped",
-          "optimizer_state_root_fresh", "optimizer_state_distributed_fresh"]
+          "optimizer_state_root_fresh", "optimizer_state_distributed_fresh",
+          "optimizer_state_lbfgs", "sparse_allreduce_async", "optimizer_sparse",
+          "optimizer_sparse_as_dense"]
 
 
 def make_checks(size, rank):
@@ -140,8 +143,9 @@ def make_checks(size, rank):
             blocks.append(a2a_input(k)[lo:lo + s[r]])
         eq(out.detach(), torch.cat(blocks), "forward")
         # rank j weighs what it received with W_j = (j + 1) * (row index + 1)
-        weight = lambda j, rows: (torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2)
-                                  + 1) * (j + 1)
+        def weight(j, rows):
+            return (torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2) + 1) * (j + 1)
+
         (out * weight(r, out.shape[0])).sum().backward()
         want = []
         for j in range(n):  # the block x sent to j comes back as W_j's rows for it
@@ -412,6 +416,95 @@ def make_checks(size, rank):
         same_everywhere(tensors, "os.dist.state")
         one_step(net, opt)
         same_everywhere(list(net.parameters()), "os.dist.params")
+
+    @check
+    def optimizer_state_lbfgs():
+        # LBFGS (step needs a closure; Horovod refuses it): root's state is sent as is.
+        net = small_net(2)
+        opt = torch.optim.LBFGS(net.parameters(), lr=0.5, max_iter=3)
+        if r == 0:
+            x, y = batch()
+
+            def closure():
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(net(x), y)
+                loss.backward()
+                return loss
+            opt.step(closure)
+        hvd.broadcast_parameters(net.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        st = opt.state_dict()["state"][0]
+        assert st["n_iter"] >= 1 and len(st["old_dirs"]) > 0, (st["n_iter"], len(st["old_dirs"]))
+        assert len(set(hvd.allgather_object((st["n_iter"], st["func_evals"])))) == 1
+        same_everywhere([st["d"], st["prev_flat_grad"], st["old_dirs"][0]], "os.lbfgs")
+
+    # -- sparse gradients ------------------------------------------------------------
+    def sparse_input(k):
+        # rank k: rows k and k + 1 of an (n + 2) x 2 tensor, values multiples of n
+        # (so that Average's division is exact), row k + 1 twice (uncoalesced)
+        idx = torch.tensor([[k, k + 1, k + 1]])
+        vals = torch.tensor([[k + 1.0, 1.0], [2.0, 2.0], [0.0, 3.0]]) * n
+        return torch.sparse_coo_tensor(idx, vals, (n + 2, 2), check_invariants=True)
+
+    @check
+    def sparse_allreduce_async():
+        total = sum(sparse_input(k).to_dense() for k in range(n))
+        h = hvd.sparse_allreduce_async(sparse_input(r), name="sp.sum", op=hvd.Sum)
+        assert isinstance(h, hvd.Handle) and callable(h)
+        out = h()  # Horovod's handle is a function
+        assert out.is_sparse and out.shape == (n + 2, 2), out
+        assert out._nnz() == 3 * n, out._nnz()  # every rank's entries, uncoalesced
+        eq(out.to_dense(), total, "Sum")
+        assert hvd.synchronize(h) is out
+        h = hvd.sparse_allreduce_async(sparse_input(r), "sp.avg", hvd.Average)
+        eq(hvd.synchronize(h).to_dense(), total / n, "Average")
+        # a rank with no nonzeros still takes part
+        empty = torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.int64),
+                                        torch.zeros((0, 2)), (n + 2, 2), check_invariants=True)
+        h = hvd.sparse_allreduce_async(sparse_input(r) if r else empty, name="sp.empty",
+                                       op=hvd.Sum)
+        eq(h().to_dense(), total - sparse_input(0).to_dense(), "rank 0 empty")
+        for bad, exc in ((torch.ones(2), TypeError), (sparse_input(r), ValueError)):
+            try:
+                hvd.sparse_allreduce_async(bad, name="sp.bad", op=hvd.Max)
+            except exc:
+                pass
+            else:
+                raise AssertionError(f"{bad.layout} with op Max must raise {exc.__name__}")
+
+    def embedding_run(sparse_as_dense):
+        torch.manual_seed(3)
+        emb = torch.nn.Embedding(n + 3, 2, sparse=True)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.25),
+                                       named_parameters=emb.named_parameters(),
+                                       sparse_as_dense=sparse_as_dense)
+        hvd.broadcast_parameters(emb.state_dict(), root_rank=0)
+        before = emb.weight.detach().clone()
+        # rank k looks up rows k, k + 1, k + 1 with weight n * (k + 1): its gradient
+        # is n * (k + 1) on row k and 2 n (k + 1) on row k + 1; the last row is never used
+        (emb(torch.tensor([r, r + 1, r + 1])) * (n * (r + 1))).sum().backward()
+        assert emb.weight.grad.is_sparse
+        opt.synchronize()
+        want = torch.zeros(n + 3, 2)
+        for k in range(n):
+            want[k] += k + 1.0
+            want[k + 1] += 2.0 * (k + 1)
+        g = emb.weight.grad
+        assert g.is_sparse, "the gradient stays sparse"
+        eq(g.to_dense(), want, "Average of the ranks' sparse gradients")
+        with opt.skip_synchronize():
+            opt.step()
+        same_everywhere([emb.weight], f"sparse.{sparse_as_dense}.params")
+        eq(emb.weight.detach()[n + 2], before[n + 2], "the unused row did not move")
+        assert not torch.equal(emb.weight.detach()[0], before[0]), "row 0 moved"
+
+    @check
+    def optimizer_sparse():
+        embedding_run(False)
+
+    @check
+    def optimizer_sparse_as_dense():
+        embedding_run(True)
 
     assert list(checks) == CHECKS, list(checks)
     return list(checks.items())
