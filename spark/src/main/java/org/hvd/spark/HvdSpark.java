@@ -4,7 +4,6 @@ import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
-import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.stream.Collectors;
 import java.util.stream.IntStream;
 import org.apache.spark.BarrierTaskContext;
@@ -56,15 +55,15 @@ import scala.runtime.AbstractFunction1;
  * default 120 s), and throws {@link InsufficientSlotsException} naming both
  * numbers when it cannot have them, instead of Spark's ten minutes of retries.
  *
- * <p>The static {@link Hvd} API works inside the function when the task is the
- * only rank of the job in its executor JVM (executors with one core, or
- * {@code spark.task.cpus} = executor cores): the runner then makes the job's
- * context hvd's default one ({@code Hvd.init(config)}) for the duration of the
- * function, so code written for hvdrun ({@code Hvd.init(); ... Hvd.rank() ...
- * Hvd.shutdown();}) runs unchanged. Where several ranks share one JVM (local
- * mode, executors with several cores) each gets an explicit context and only
- * {@link HvdTaskContext#hvd()} reaches it ({@link HvdTaskContext#staticApiBound()}
- * tells which).
+ * <p>The static {@link Hvd} API works inside the function, wherever the task
+ * runs: the runner binds the task's context to the task's thread
+ * ({@link Hvd#bind(HvdContext)}) for the duration of the function, so code
+ * written for hvdrun ({@code Hvd.init(); ... Hvd.rank() ... Hvd.allreduce(...)
+ * ... Hvd.shutdown();}) runs unchanged, also where several ranks share one JVM
+ * (local mode, executors with several cores). Its {@code Hvd.init()} only
+ * checks and counts, its {@code Hvd.shutdown()} leaves the context open for the
+ * runner to close. Threads the function starts do not inherit the binding:
+ * bind {@code ctx.hvd()} (or {@code Hvd.context()}) there.
  */
 public final class HvdSpark {
   private static final Logger LOG = LoggerFactory.getLogger(HvdSpark.class);
@@ -137,12 +136,6 @@ public final class HvdSpark {
     Slots.await(rdd.sparkContext(), rp, numProc);
   }
 
-  /**
-   * Set while a task of some job holds hvd's default context (the static Hvd
-   * API) in this JVM; a second one at the same time gets an explicit context.
-   */
-  private static final AtomicBoolean DEFAULT_TAKEN = new AtomicBoolean();
-
   /** How long a task whose collective was aborted by a peer waits to be killed. */
   static final long SECONDARY_FAILURE_GRACE_MS = 5000;
 
@@ -184,35 +177,22 @@ public final class HvdSpark {
           .crossRank(topo.crossRank).crossSize(topo.crossSize)
           .oobAllgather(new BarrierOob(task))
           .build();
-      // The static Hvd API can be this task's only when no other rank of the
-      // job runs in this JVM (one address per executor JVM) and no other job
-      // holds hvd's default context here.
-      int inThisJvm = 0;
-      for (String a : addresses) if (a.equals(addresses[topo.rank])) inThisJvm++;
-      boolean bind = inThisJvm == 1 && DEFAULT_TAKEN.compareAndSet(false, true);
-      if (bind && Hvd.isInitialized()) {  // the JVM's own code (a driver in local mode) has it
-        DEFAULT_TAKEN.set(false);
-        bind = false;
-      }
-      LOG.info("hvd barrier task: {} (stage attempt {}; {})", topo, task.stageAttemptNumber(),
-          bind ? "Hvd.* bound to this task" : inThisJvm + " ranks in this JVM: explicit context only");
+      LOG.info("hvd barrier task: {} (stage attempt {})", topo, task.stageAttemptNumber());
       R result;
-      HvdContext ctx;
-      try {
-        if (bind) {
-          Hvd.init(cfg);
-          ctx = Hvd.context();
-        } else {
-          ctx = HvdContext.create(cfg);
-        }
-      } catch (RuntimeException | Error e) {
-        if (bind) DEFAULT_TAKEN.set(false);
-        throw e;
-      }
+      HvdContext ctx = HvdContext.create(cfg);
       try {
         ctx.setCancellationCheck(task::isInterrupted);
-        result = fn.call(new HvdTaskContext(ctx, task, topo, bind),
-            scala.jdk.javaapi.CollectionConverters.asJava(rows));
+        // Hvd.* on this thread reach this task's context; closing the binding
+        // restores the thread's previous one (Spark reuses its task threads),
+        // also when the function left bindings of its own open.
+        try (Hvd.Binding bound = Hvd.bind(ctx)) {
+          result = fn.call(new HvdTaskContext(ctx, task, topo),
+              scala.jdk.javaapi.CollectionConverters.asJava(rows));
+          if (bound.initCount() > 0) {
+            LOG.debug("hvd rank {}: the function left {} Hvd.init() reference(s) unreleased",
+                topo.rank, bound.initCount());
+          }
+        }
       } catch (HvdException e) {
         if (e.status() == HvdException.ABORTED || e.status() == HvdException.TRANSPORT) {
           // Most likely a consequence of another task's failure (it closed its
@@ -231,18 +211,10 @@ public final class HvdSpark {
         throw new RuntimeException("hvd rank " + topo.rank + " failed: " + e, e);
       } finally {
         try {
-          if (bind) {
-            // Also the references the function's own Hvd.init() calls left
-            // (bounded, like the binding's exit hook).
-            for (int i = 0; i < 1024 && Hvd.isInitialized(); ++i) Hvd.shutdown();
-          } else {
-            ctx.close();
-          }
+          ctx.close();
         } catch (Throwable t) {
           // Logged, never thrown: it must not replace the function's own error.
           LOG.warn("hvd rank {}: closing the context failed", topo.rank, t);
-        } finally {
-          if (bind) DEFAULT_TAKEN.set(false);
         }
       }
       return scala.jdk.javaapi.CollectionConverters.asScala(

@@ -8,29 +8,32 @@ public final class HvdTaskContext {
   private final HvdContext hvd;
   private final BarrierTaskContext task;
   private final Topology topology;
-  private final boolean staticApiBound;
 
-  HvdTaskContext(HvdContext hvd, BarrierTaskContext task, Topology topology, boolean staticApiBound) {
+  HvdTaskContext(HvdContext hvd, BarrierTaskContext task, Topology topology) {
     this.hvd = hvd;
     this.task = task;
     this.topology = topology;
-    this.staticApiBound = staticApiBound;
   }
 
   /**
-   * True when the static {@link org.hvd.Hvd} API reaches this job's context
-   * for the duration of the function (this task is the job's only rank in its
-   * JVM): {@code Hvd.rank()}, {@code Hvd.allreduce(...)}, and {@code Hvd.init()}
-   * / {@code Hvd.shutdown()} pairs (which only count references) then work as
-   * under hvdrun. False where several ranks share the JVM (local mode,
-   * executors with several cores): use {@link #hvd()} there; {@code Hvd.init()}
-   * would make a world of one.
+   * Always true: the runner binds this job's context to the task's thread
+   * ({@link org.hvd.Hvd#bind}) for the duration of the function, wherever the
+   * task runs, so {@code Hvd.rank()}, {@code Hvd.allreduce(...)}, and
+   * {@code Hvd.init()} / {@code Hvd.shutdown()} pairs (which only check and
+   * count references there) work as under hvdrun, and {@code Hvd.context()}
+   * is {@link #hvd()}. Threads the function starts are not bound.
+   *
+   * @deprecated the static API is bound in every task; nothing needs to ask.
    */
+  @Deprecated
   public boolean staticApiBound() {
-    return staticApiBound;
+    return true;
   }
 
-  /** This job's hvd context (closed by the runner): always valid, bound or not. */
+  /**
+   * This job's hvd context (closed by the runner when the function returns);
+   * the same one {@code Hvd.context()} gives on the task's thread.
+   */
   public HvdContext hvd() {
     return hvd;
   }

@@ -294,7 +294,7 @@ class SparkClusterTest {
 
   /** Code written for hvdrun: the static API, with its own init/shutdown pair. */
   static double[] hvdrunStyleStep(double value) {
-    Hvd.init();  // inside a bound Spark task: only counts a reference
+    Hvd.init();  // inside a Spark task (bound): only counts a reference
     try {
       double[] sum = Hvd.allreduce("static.sum", new double[] {value, Hvd.rank()}, ReduceOp.SUM);
       double[] avg = Hvd.allreduce("static.avg", new double[] {value});  // AVERAGE
@@ -310,7 +310,9 @@ class SparkClusterTest {
     for (int round = 0; round < 2; ++round) {  // twice: nothing may be left over from the first
       int offset = round * 10;
       List<double[]> got = HvdSpark.run(sc, 2, (ctx, rows) -> {
-        if (!ctx.staticApiBound()) throw new AssertionError("one rank per executor JVM: Hvd.* must be bound");
+        if (Hvd.binding() == null || Hvd.binding().context() != ctx.hvd()) {
+          throw new AssertionError("the task's context is not bound to the task's thread");
+        }
         if (Hvd.context() != ctx.hvd()) throw new AssertionError("Hvd.context() is not the task's context");
         return hvdrunStyleStep(ctx.rank() + 1 + offset);
       }, HvdConfig.builder().build());
