@@ -10,9 +10,10 @@
         hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.01 * hvd.size(), warmup_epochs=2),
     ], verbose=1 if hvd.rank() == 0 else 0)
 
-hvd ops run in a tf.py_function inside Keras' compiled train step, which XLA
-cannot compile: pass jit_compile=False to compile() (DistributedOptimizer
-raises a clear error otherwise).
+In Keras' compiled train step hvd's collectives are TensorFlow kernels
+(hvd.tensorflow), which XLA cannot compile: pass jit_compile=False to
+compile() on a machine with a GPU (Keras already leaves XLA off on a
+CPU-only one; DistributedOptimizer raises a clear error otherwise).
 
 Do not use it in a process that has loaded PyTorch (hvd.torch): the two
 frameworks cannot share a process (importing this module then warns; see
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import sys as _sys
 import types
+import warnings as _warnings
 
 if "hvd.tensorflow" in _sys.modules:  # else importing it, below, warns
     from .tensorflow import _warn_if_torch_loaded
@@ -57,6 +59,7 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     allgather_object,
     allreduce,
     allreduce_gradients,
+    alltoall,
     barrier,
     broadcast,
     broadcast_object,
@@ -73,18 +76,24 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     is_initialized,
     join,
     local_rank,
+    local_rank_op,
     local_size,
+    local_size_op,
     mpi_built,
     mpi_enabled,
     mpi_threads_supported,
     nccl_built,
     rank,
+    rank_op,
     reducescatter,
     rocm_built,
     shutdown,
     size,
+    size_op,
     transport,
 )
+from .tensorflow import _local_layer_variables, reduce_gradients as _reduce_gradients
+from .tensorflow import broadcast_global_variables as _tf_broadcast_global_variables
 
 
 def _in_xla():
@@ -96,55 +105,208 @@ def _in_xla():
         return False
 
 
+# ---------------------------------------------------------------------------
+# DistributedOptimizer.
+# ---------------------------------------------------------------------------
+
+
+def _set(obj, **attrs):
+    # Past Keras' attribute tracking: a list of the model's variables kept
+    # here must not become optimizer variables.
+    for k, v in attrs.items():
+        object.__setattr__(obj, k, v)
+
+
 class _DistributedOptimizerMixin:
-    """Overrides apply(): gradients are averaged over ranks before the wrapped
-    optimizer's update (model.fit goes through apply_gradients -> apply)."""
+    """Overrides apply() (model.fit goes through apply_gradients -> apply):
+    gradients are reduced over ranks before the wrapped optimizer's update.
+
+    With backward_passes_per_step = n > 1, each step adds its gradients to
+    local accumulators (optimizer variables "hvd_accum" and a step counter
+    "hvd_step"); every n-th step the sums (divided by n with
+    average_aggregated_gradients) are reduced over ranks and applied, and
+    the accumulators are reset. The other steps only count the step in
+    `iterations`, as Horovod's Keras optimizer does."""
+
+    def build(self, variables):
+        super().build(variables)
+        if self._hvd_bpps > 1 and not self._hvd_accums:
+            step = self.add_variable(shape=(), initializer="zeros", dtype="int64",
+                                     name="hvd_step")
+            accums = [self.add_variable_from_reference(v, name="hvd_accum") for v in variables]
+            _set(self, _hvd_step=step, _hvd_accums=accums)
+
+    def register_local_var(self, var):
+        """Marks a variable as local to this rank: its gradient is not reduced
+        (only divided by size, unless scale_local_gradients=False)."""
+        self._hvd_local_ids.add(id(var))
+        self._hvd_local_keep.vars.append(var)
+
+    def _hvd_reduce(self, grads, variables):
+        return _reduce_gradients(grads, variables, self._hvd_local_ids,
+                                 self._hvd_scale_local, op=self._hvd_op,
+                                 compression=self._hvd_compression,
+                                 gradient_predivide_factor=self._hvd_predivide,
+                                 name=self._hvd_name, sparse_as_dense=self._hvd_sparse_as_dense)
 
     def apply(self, grads, trainable_variables=None):
         if _in_xla():
             raise RuntimeError(
                 "hvd.keras.DistributedOptimizer: the train step is XLA-compiled, which cannot "
                 "run hvd's collectives; compile the model with jit_compile=False")
-        grads = allreduce_gradients(list(grads), op=self._hvd_op,
-                                    compression=self._hvd_compression,
-                                    gradient_predivide_factor=self._hvd_predivide,
-                                    name=self._hvd_name)
-        return super().apply(grads, trainable_variables)
+        grads = list(grads)
+        if not grads:
+            return None
+        if trainable_variables is not None:
+            trainable_variables = list(trainable_variables)
+            if not self.built:
+                with keras.backend.name_scope(self.name, caller=self):
+                    self.build(trainable_variables)
+                self.built = True
+        elif not self.built:
+            return super().apply(grads, None)  # Keras' own error
+        variables = (trainable_variables if trainable_variables is not None
+                     else list(self._trainable_variables))
+        parent = super()
+        if self._hvd_bpps == 1:
+            return parent.apply(self._hvd_reduce(grads, variables), trainable_variables)
+        return self._hvd_apply_aggregated(parent, grads, variables, trainable_variables)
+
+    def _hvd_apply_aggregated(self, parent, grads, variables, trainable_variables):
+        n = self._hvd_bpps
+        index = {id(v): i for i, v in enumerate(self._trainable_variables)}
+        accums = [self._hvd_accums[index[id(v)]] for v in variables]
+        for acc, g in zip(accums, grads):
+            if g is not None:
+                acc.assign_add(tf.convert_to_tensor(g))
+        self._hvd_step.assign_add(1)
+        present = [g is not None for g in grads]
+
+        def communicate():
+            sums = [tf.convert_to_tensor(acc) if p else None for acc, p in zip(accums, present)]
+            if self._hvd_average_aggregated:
+                sums = [s / n if s is not None else None for s in sums]
+            parent.apply(self._hvd_reduce(sums, variables), trainable_variables)
+            for acc in accums:
+                acc.assign(tf.zeros_like(acc))
+
+        def count_only():
+            self._iterations.assign_add(1)
+
+        tf.cond(tf.equal(tf.math.floormod(tf.convert_to_tensor(self._hvd_step), n), 0),
+                communicate, count_only)
+        return None
 
 
-def DistributedOptimizer(optimizer, name=None, compression=Compression.none, op=Average,
-                         gradient_predivide_factor=1.0):
-    """A copy of optimizer (same class and config) whose updates use gradients
-    averaged (op) over all ranks."""
+def _make_distributed(optimizer, name, compression, sparse_as_dense, gradient_predivide_factor,
+                      op, backward_passes_per_step, average_aggregated_gradients,
+                      scale_local_gradients, local_variables):
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError("hvd.keras.DistributedOptimizer: expected a keras optimizer, got "
                         f"{type(optimizer).__name__}")
+    op = _ops.check_op(op)
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if int(backward_passes_per_step) != backward_passes_per_step or backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be an int >= 1, got "
+                         f"{backward_passes_per_step!r}")
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizerMixin, optimizer.__class__),
                {})
     opt = cls.from_config(optimizer.get_config())
-    opt._hvd_op = _ops.check_op(op)
-    opt._hvd_compression = compression
-    opt._hvd_predivide = float(gradient_predivide_factor)
-    opt._hvd_name = name or f"DistributedOptimizer.{optimizer.name}"
+    _set(opt, _hvd_bpps=int(backward_passes_per_step), _hvd_accums=None, _hvd_op=op,
+         _hvd_compression=compression, _hvd_predivide=float(gradient_predivide_factor),
+         _hvd_sparse_as_dense=bool(sparse_as_dense),
+         _hvd_average_aggregated=bool(average_aggregated_gradients),
+         _hvd_scale_local=bool(scale_local_gradients),
+         _hvd_name=name or f"DistributedOptimizer.{optimizer.name}",
+         _hvd_local_ids=set(), _hvd_local_keep=types.SimpleNamespace(vars=[]))
+    for v in local_variables:
+        opt.register_local_var(v)
     return opt
 
 
-def broadcast_global_variables(model, root_rank=0):
-    """Root's model weights and optimizer state on every rank."""
-    broadcast_variables(model.variables, root_rank, name="broadcast_global_variables.model")
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         scale_local_gradients=True):
+    """A copy of optimizer (same class and config) whose updates use gradients
+    reduced (op, default Average) over all ranks.
+
+    backward_passes_per_step: reduce and apply every that many steps, the
+    gradients of the steps between accumulated locally (divided by their
+    number with average_aggregated_gradients=True). sparse_as_dense: reduce
+    tf.IndexedSlices gradients as dense tensors (else as Horovod does, by
+    allgathers). gradient_predivide_factor: with op=Average, gradients are
+    scaled by 1/factor before the sum and factor/size after it.
+    device_dense, device_sparse (host memory only), num_groups and groups
+    (all dense gradients of one dtype already form one grouped allreduce)
+    are accepted and change nothing."""
+    return _make_distributed(optimizer, name, compression, sparse_as_dense,
+                             gradient_predivide_factor, op, backward_passes_per_step,
+                             average_aggregated_gradients, scale_local_gradients, [])
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average,
+                                backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, local_layers=None, scale_local_gradients=True):
+    """DistributedOptimizer whose gradients for the trainable weights of
+    local_layers (Keras layers) are not reduced: each rank applies its own
+    (divided by size unless scale_local_gradients=False)."""
+    return _make_distributed(optimizer, name, compression, sparse_as_dense,
+                             gradient_predivide_factor, op, backward_passes_per_step,
+                             average_aggregated_gradients, scale_local_gradients,
+                             _local_layer_variables(local_layers))
+
+
+# ---------------------------------------------------------------------------
+# Variables.
+# ---------------------------------------------------------------------------
+
+
+def _model_and_optimizer_variables(model, local_variables=()):
+    skip = {id(v) for v in local_variables}
+    model_vars = [v for v in model.variables if id(v) not in skip]
     opt = getattr(model, "optimizer", None)
+    opt_vars = []
     if opt is not None and getattr(opt, "variables", None):
-        broadcast_variables(opt.variables, root_rank,
-                            name="broadcast_global_variables.optimizer")
+        opt_vars = [v for v in opt.variables if id(v) not in skip]
+    return model_vars, opt_vars
+
+
+def broadcast_global_variables(model_or_root_rank, root_rank=0):
+    """Root's values on every rank.
+
+    broadcast_global_variables(model, root_rank=0): the model's weights and
+    its optimizer's state (Keras 3 has no global session, so hvd takes the
+    model). broadcast_global_variables(root_rank): Horovod's form, for
+    TensorFlow 1 graphs (hvd.tensorflow.broadcast_global_variables)."""
+    if isinstance(model_or_root_rank, int):
+        return _tf_broadcast_global_variables(model_or_root_rank)
+    model_vars, opt_vars = _model_and_optimizer_variables(model_or_root_rank)
+    broadcast_variables(model_vars, root_rank, name="broadcast_global_variables.model")
+    if opt_vars:
+        broadcast_variables(opt_vars, root_rank, name="broadcast_global_variables.optimizer")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Callbacks (also importable as hvd.keras.callbacks).
+# ---------------------------------------------------------------------------
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """At the start of training, sets every rank's weights and optimizer state
-    to root_rank's, so all ranks start identical."""
+    to root_rank's, so all ranks start identical. local_variables: variables
+    to leave as they are on each rank. device is accepted and ignored."""
 
-    def __init__(self, root_rank=0):
+    def __init__(self, root_rank=0, device="", local_variables=None):
         super().__init__()
         self.root_rank = root_rank
+        self.device = device
+        self.local_variables = list(local_variables or [])
         self.broadcast_done = False
 
     def on_train_begin(self, logs=None):
@@ -153,16 +315,23 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         opt = getattr(self.model, "optimizer", None)
         if opt is not None and not getattr(opt, "built", True):
             opt.build(self.model.trainable_variables)
-        broadcast_global_variables(self.model, self.root_rank)
+        model_vars, opt_vars = _model_and_optimizer_variables(self.model, self.local_variables)
+        broadcast_variables(model_vars, self.root_rank,
+                            name="BroadcastGlobalVariablesCallback.model")
+        if opt_vars:
+            broadcast_variables(opt_vars, self.root_rank,
+                                name="BroadcastGlobalVariablesCallback.optimizer")
         self.broadcast_done = True
 
 
 class MetricAverageCallback(keras.callbacks.Callback):
     """At each epoch end, replaces every metric in logs by its average over
-    ranks. Put it before callbacks that read metrics (checkpoints, LR plateaus)."""
+    ranks. Put it before callbacks that read metrics (checkpoints, LR plateaus).
+    device is accepted and ignored."""
 
-    def __init__(self):
+    def __init__(self, device=""):
         super().__init__()
+        self.device = device
 
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
@@ -177,62 +346,148 @@ class MetricAverageCallback(keras.callbacks.Callback):
             logs[k] = v
 
 
-class LearningRateWarmupCallback(keras.callbacks.Callback):
-    """Ramps the learning rate from initial_lr / size to initial_lr over the
-    first warmup_epochs epochs, batch by batch (Goyal et al., "Accurate,
-    Large Minibatch SGD"), so a large size-scaled rate does not diverge early.
+def _get_value(x):
+    return float(keras.ops.convert_to_numpy(x))
 
-    initial_lr: the target (already scaled by size); steps_per_epoch: defaults
-    to what fit() reports."""
 
-    def __init__(self, initial_lr, warmup_epochs=5, steps_per_epoch=None, verbose=0):
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Sets the learning rate to initial_lr * multiplier(epoch) from
+    start_epoch to end_epoch (exclusive; None: to the end). multiplier is a
+    function of the epoch, or a number m meaning m ** (epoch - start_epoch).
+    staircase=True: set once at the first batch of each epoch; False: at
+    every batch, with the fractional epoch (steps_per_epoch defaults to what
+    fit() reports).
+
+    momentum_correction scales the momentum by new_lr / old_lr for the batch
+    (Goyal et al.); it needs an optimizer whose momentum is a variable:
+    Keras 3's momentum is a Python number fixed when the train step is
+    traced, so there it is skipped, with a warning."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None):
         super().__init__()
-        self.initial_lr = float(initial_lr)
-        self.warmup_epochs = warmup_epochs
+        if initial_lr is None:
+            raise ValueError("Parameter `initial_lr` is required")
+        self.initial_lr = initial_lr
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
-        self.verbose = verbose
-        self.current_epoch = 0
-
-    def _set_lr(self, lr):
-        opt = self.model.optimizer
-        lr_attr = opt.learning_rate
-        if hasattr(lr_attr, "assign"):
-            lr_attr.assign(lr)
+        self.current_epoch = None
+        self.restore_momentum = None
+        self._momentum_warned = False
+        if callable(multiplier):
+            self.multiplier = multiplier
         else:
-            opt.learning_rate = lr
+            self.multiplier = lambda epoch: multiplier ** (epoch - start_epoch)
 
-    def lr_at(self, epoch_float):
-        if epoch_float >= self.warmup_epochs:
-            return self.initial_lr
-        n = size()
-        return self.initial_lr / n * (epoch_float * (n - 1) / self.warmup_epochs + 1)
+    def _autodetect_steps_per_epoch(self):
+        steps = (self.params or {}).get("steps")
+        if steps:
+            return steps
+        raise ValueError("Could not autodetect the number of steps per epoch. Please specify the "
+                         f"steps_per_epoch parameter to the {type(self).__name__}() (fit() "
+                         "reports none for this input).")
+
+    def _momentum_variable(self, opt):
+        m = getattr(opt, "momentum", None)
+        if m is None or hasattr(m, "assign"):
+            return m
+        if m and not self._momentum_warned:
+            self._momentum_warned = True
+            _warnings.warn(
+                f"hvd.keras.{type(self).__name__}: momentum_correction is skipped: this "
+                "optimizer's momentum is a Python number, which the compiled train step "
+                "captured when it was traced (pass momentum_correction=False to silence this)",
+                RuntimeWarning, stacklevel=2)
+        return None
+
+    def _adjust_learning_rate(self, epoch):
+        opt = self.model.optimizer
+        old_lr = _get_value(opt.learning_rate)
+        new_lr = self.initial_lr * self.multiplier(epoch)
+        opt.learning_rate = new_lr
+        if self.momentum_correction:
+            m = self._momentum_variable(opt)
+            if m is not None and old_lr:
+                self.restore_momentum = _get_value(m)
+                m.assign(self.restore_momentum * new_lr / old_lr)
+
+    def _restore_momentum_if_needed(self):
+        if self.restore_momentum is not None:
+            self.model.optimizer.momentum.assign(self.restore_momentum)
+            self.restore_momentum = None
+
+    def on_train_begin(self, logs=None):
+        if not self.staircase and not self.steps_per_epoch:
+            self.steps_per_epoch = self._autodetect_steps_per_epoch()
 
     def on_epoch_begin(self, epoch, logs=None):
         self.current_epoch = epoch
 
-    def on_train_batch_begin(self, batch, logs=None):
-        steps = self.steps_per_epoch or (self.params or {}).get("steps") or 1
-        e = self.current_epoch + float(batch) / steps
-        if self.current_epoch <= self.warmup_epochs:
-            self._set_lr(self.lr_at(e))
+    def on_batch_begin(self, batch, logs=None):
+        if (self.current_epoch < self.start_epoch or
+                (self.end_epoch is not None and self.current_epoch >= self.end_epoch)):
+            return
+        if self.staircase and batch == 0:
+            self._adjust_learning_rate(self.current_epoch)
+        elif not self.staircase:
+            self._adjust_learning_rate(self.current_epoch + float(batch) / self.steps_per_epoch)
+
+    def on_batch_end(self, batch, logs=None):
+        self._restore_momentum_if_needed()
 
     def on_epoch_end(self, epoch, logs=None):
-        if epoch + 1 == self.warmup_epochs:
-            self._set_lr(self.initial_lr)
-            if self.verbose and rank() == 0:
-                print(f"\nEpoch {epoch + 1}: finished learning-rate warmup to "
-                      f"{self.initial_lr:g}.")
         if logs is not None:
-            lr = self.model.optimizer.learning_rate
-            logs["lr"] = float(lr.numpy() if hasattr(lr, "numpy") else lr)
+            logs["lr"] = _get_value(self.model.optimizer.learning_rate)
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Ramps the learning rate from initial_lr / size to initial_lr over the
+    first warmup_epochs epochs, batch by batch (Goyal et al., "Accurate,
+    Large Minibatch SGD"), so a large size-scaled rate does not diverge early.
+    initial_lr is the target (already scaled by size); after the warmup the
+    rate stays there."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
+                 steps_per_epoch=None, verbose=0):
+        def multiplier(epoch):
+            # One step ahead, so the last batch of the warmup reaches initial_lr.
+            epoch += 1.0 / self.steps_per_epoch
+            n = size()
+            return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
+
+        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
+                         staircase=False, momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch)
+        self.warmup_epochs = warmup_epochs
+        self.verbose = verbose
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.end_epoch - 1 and self.verbose > 0 and rank() == 0:
+            new_lr = _get_value(self.model.optimizer.learning_rate)
+            print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {new_lr:g}.")
 
 
 # Horovod's hvd.elastic (KerasState, CommitStateCallback, ...): importable as
 # hvd.keras.elastic, and every use raises NotImplementedError saying why.
 elastic = _unavailable_module(__name__ + ".elastic")
 
-callbacks = types.SimpleNamespace(
-    BroadcastGlobalVariablesCallback=BroadcastGlobalVariablesCallback,
-    MetricAverageCallback=MetricAverageCallback,
-    LearningRateWarmupCallback=LearningRateWarmupCallback,
-)
+
+def _callbacks_module():
+    """hvd.keras.callbacks, a module so that `from hvd.keras.callbacks import
+    BroadcastGlobalVariablesCallback` works as Horovod's import does."""
+    name = __name__ + ".callbacks"
+    mod = _sys.modules.get(name)
+    if mod is None:
+        mod = types.ModuleType(name, "hvd's Keras callbacks (Horovod's names).")
+        _sys.modules[name] = mod
+    for cls in (BroadcastGlobalVariablesCallback, MetricAverageCallback,
+                LearningRateScheduleCallback, LearningRateWarmupCallback):
+        setattr(mod, cls.__name__, cls)
+    return mod
+
+
+callbacks = _callbacks_module()

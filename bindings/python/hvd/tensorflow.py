@@ -8,10 +8,15 @@ DistributedGradientTape.
     tape = hvd.DistributedGradientTape(tape)
     grads = tape.gradient(loss, model.trainable_variables)
 
-Tensors travel through numpy: eagerly, ``tensor.numpy()`` goes to the numpy
-API and the result comes back with ``tf.convert_to_tensor``; inside a
-``tf.function`` the same code runs in a ``tf.py_function`` (so an XLA-compiled
-function cannot contain hvd ops: compile Keras models with jit_compile=False).
+Eagerly, ``tensor.numpy()`` goes to the numpy API and the result comes back
+with ``tf.convert_to_tensor``. In a graph (``tf.function``, Keras' compiled
+train step, ``tf.compat.v1`` ``Session.run``) each op is one of hvd's
+asynchronous TensorFlow kernels, built against the installed TensorFlow on
+first use and cached (hvd/_tf_kernels.py; ``python -m hvd._tf_kernels``
+builds it ahead of time). They never hold a TensorFlow thread while waiting
+for other ranks, so a graph may run any number of independent hvd ops on any
+inter-op thread pool. XLA cannot compile them: compile Keras models with
+jit_compile=False where XLA would be on.
 
 Do not use it in a process that has loaded PyTorch (hvd.torch): the two
 frameworks cannot share a process (importing this module, or hvd.keras, then
@@ -107,11 +112,12 @@ from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a
 # raises an exception that is both hvd.MismatchError and
 # tf.errors.FailedPreconditionError; bad arguments the library refuses, both
 # hvd.InvalidArgumentError (a ValueError) and tf.errors.InvalidArgumentError.
-# That holds where hvd.tensorflow's op runs eagerly. Inside a tf.function
-# (and Keras' compiled train step) the op runs in a tf.py_function, and
-# TensorFlow turns what it raises into an error by the Python type alone:
-# bad arguments still come out as tf.errors.InvalidArgumentError, a
-# mismatch as tf.errors.UnknownError carrying hvd's message.
+# That holds where hvd.tensorflow's op runs eagerly. In a graph (tf.function,
+# Keras' compiled train step, Session.run) the op is hvd's TensorFlow kernel,
+# which fails with TensorFlow's own error for the status (a mismatch
+# tf.errors.FailedPreconditionError, bad arguments
+# tf.errors.InvalidArgumentError, a broken context tf.errors.UnavailableError),
+# carrying hvd's message; TensorFlow raises those classes themselves.
 # ---------------------------------------------------------------------------
 
 
@@ -183,26 +189,82 @@ def _to_numpy(t):
     return np.asarray(t.numpy() if hasattr(t, "numpy") else t)
 
 
-def _run(fn, inputs, touts, shapes):
-    """Runs fn(list of numpy arrays) -> list of numpy arrays, eagerly or as a
-    tf.py_function inside a graph."""
+# ---------------------------------------------------------------------------
+# Graph mode. In a graph (tf.function, Keras' compiled train step,
+# tf.compat.v1 Session.run) every op is one of hvd's asynchronous TensorFlow
+# kernels (_tf_kernels.cc, built on first use by _tf_kernels.py): a kernel
+# submits its collective and returns, and completes when the collective does,
+# so no TensorFlow thread waits for another rank and a graph with any number
+# of independent hvd ops runs on any inter-op thread pool, whatever order
+# each rank's executor picks (the argument is written out in the .cc file).
+#
+# Without the kernels (HVD_TF_KERNELS=0, or no C++ compiler) the op runs in a
+# tf.py_function that blocks its thread until the collective completes:
+# correct while a run has no more independent hvd ops than TensorFlow has
+# inter-op threads, and able to deadlock beyond that.
+# ---------------------------------------------------------------------------
+
+_fallback_warned = []
+
+# AutoGraph converts the Python functions a tf.function calls, recursively;
+# hvd's are plain graph-building code (and the kernel loader runs a
+# compiler), so they are marked to be called as they are.
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
+@_no_autograph
+def _kernels():
+    """hvd's kernel module for graph-mode ops, or None (tf.py_function)."""
+    from . import _tf_kernels
+    mod = _tf_kernels.load()
+    if mod is None and not _fallback_warned and not _tf_kernels.disabled():
+        _fallback_warned.append(True)
+        _warnings.warn(
+            "hvd.tensorflow: could not build hvd's TensorFlow kernels, so graph-mode ops "
+            "(tf.function, Keras fit, Session.run) run in tf.py_function, which blocks a "
+            "TensorFlow thread per pending op: a graph that runs more independent hvd ops at "
+            "once than TensorFlow has inter-op threads can deadlock. Cause: "
+            f"{_tf_kernels.error()}", RuntimeWarning, stacklevel=3)
+    return mod
+
+
+def _scale(x):
+    return tf.constant(float(x), dtype=tf.float64)
+
+
+def _run(fn, inputs, touts, shapes, kernel=None):
+    """Runs a collective on TensorFlow tensors.
+
+    fn(list of numpy arrays) -> list of numpy arrays is the collective through
+    the numpy API: run directly when executing eagerly, and in a
+    tf.py_function in a graph without hvd's kernels. kernel(module) -> list
+    of tensors builds the graph-mode op from hvd's kernels."""
     if tf.executing_eagerly():
         outs = _eager(fn, [_to_numpy(x) for x in inputs])
         return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, touts)]
+    k = _kernels() if kernel is not None else None
+    if k is not None:
+        outs = kernel(k)
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        outs = list(outs)
+    else:
+        def body(*args):
+            return fn([a.numpy() for a in args])
 
-    def body(*args):
-        return fn([a.numpy() for a in args])
-
-    outs = tf.py_function(func=body, inp=list(inputs), Tout=list(touts))
-    if not isinstance(outs, (list, tuple)):
-        outs = [outs]
+        outs = tf.py_function(func=body, inp=list(inputs), Tout=list(touts))
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        outs = list(outs)
     for o, s in zip(outs, shapes):
         if s is not None:
             o.set_shape(s)
-    return list(outs)
+    return outs
 
 
 def _op_of(op, average):
+    if op is not None and average is not None:
+        raise ValueError("hvd.tensorflow: pass op or (deprecated) average, not both")
     if op is not None:
         return op
     if average is None:
@@ -214,16 +276,47 @@ def _allreduce_raw(tensor, op, name, prescale, postscale):
     tensor = tf.convert_to_tensor(tensor)
     return _run(lambda a: [_hvd.allreduce(a[0], name=name, op=op, prescale_factor=prescale,
                                           postscale_factor=postscale)],
-                [tensor], [tensor.dtype], [tensor.shape])[0]
+                [tensor], [tensor.dtype], [tensor.shape],
+                lambda k: k.hvd_allreduce(tensor, _scale(prescale), _scale(postscale),
+                                          tensor_name=name, reduce_op=int(op)))[0]
 
 
-def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0):
-    """Reduces over all ranks (default op Average); differentiable for Sum and Average."""
+def _rows(t):
+    return tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
+
+
+def _sparse_allreduce(slices, op, name):
+    """Horovod's allreduce of tf.IndexedSlices: an allgather of the values and
+    one of the indices (divided by size for Average); the result is
+    IndexedSlices whose repeated indices add up."""
+    values = allgather(slices.values, name=name + ".values")
+    indices = allgather(slices.indices, name=name + ".indices")
+    if op == Average:
+        values = values / tf.cast(size_op(), values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+@_no_autograph
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None,
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Reduces over all ranks (default op Average); differentiable for Sum and
+    Average. tf.IndexedSlices are reduced as Horovod does (allgathers of
+    values and indices) for Sum and Average, densely for other ops.
+    device_dense/device_sparse are accepted and ignored (hvd works in host
+    memory); compression is a Compression class (Compression.fp16 sends
+    float16)."""
     op = _ops.check_op(_op_of(op, average))
     name = _name("allreduce", name)
     if isinstance(tensor, tf.IndexedSlices):
+        if op in (Sum, Average):
+            return _sparse_allreduce(tensor, op, name)
         tensor = tf.convert_to_tensor(tensor)
+    tensor = tf.convert_to_tensor(tensor)
+    if compression is not None and compression is not Compression.none:
+        sent, ctx = compression.compress(tensor)
+        return compression.decompress(
+            allreduce(sent, op=op, prescale_factor=prescale_factor,
+                      postscale_factor=postscale_factor, name=name), ctx)
     if op not in (Sum, Average):
         return _allreduce_raw(tensor, op, name, prescale_factor, postscale_factor)
 
@@ -236,74 +329,199 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
         return y, grad
 
-    return _fn(tf.convert_to_tensor(tensor))
+    return _fn(tensor)
 
 
-def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0):
+@_no_autograph
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
+                      compression=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                      name=None):
     """Allreduces a list of tensors as one fused unit (all of one dtype)."""
     op = _ops.check_op(_op_of(op, average))
     name = _name("grouped_allreduce", name)
     ts = [tf.convert_to_tensor(t) for t in tensors]
+    if not ts:
+        return []
+    if compression is not None and compression is not Compression.none:
+        pairs = [compression.compress(t) for t in ts]
+        outs = grouped_allreduce([p[0] for p in pairs], op=op, prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor, name=name)
+        return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    if len({t.dtype for t in ts}) > 1:
+        raise InvalidArgumentError(
+            _C.HVD_ERR_INVALID_ARGUMENT,
+            f"hvd.tensorflow.grouped_allreduce '{name}': all tensors must have one dtype, got "
+            f"{sorted({t.dtype.name for t in ts})}")
     return _run(lambda a: _hvd.grouped_allreduce(a, name=name, op=op,
                                                  prescale_factor=prescale_factor,
                                                  postscale_factor=postscale_factor),
-                ts, [t.dtype for t in ts], [t.shape for t in ts])
+                ts, [t.dtype for t in ts], [t.shape for t in ts],
+                lambda k: k.hvd_grouped_allreduce(ts, _scale(prescale_factor),
+                                                  _scale(postscale_factor), tensor_name=name,
+                                                  reduce_op=int(op)))
 
 
-def allgather(tensor, name=None):
+@_no_autograph
+def allgather(tensor, name=None, ignore_name_scope=False):
+    """Concatenates every rank's tensor along the first dimension."""
     name = _name("allgather", name)
     t = tf.convert_to_tensor(tensor)
-    shape = tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
-    return _run(lambda a: [_hvd.allgather(a[0], name=name)], [t], [t.dtype], [shape])[0]
+    return _run(lambda a: [_hvd.allgather(a[0], name=name)], [t], [t.dtype], [_rows(t)],
+                lambda k: k.hvd_allgather(t, tensor_name=name))[0]
 
 
-def broadcast(tensor, root_rank, name=None):
+@_no_autograph
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False):
+    """root_rank's tensor on every rank."""
     name = _name("broadcast", name)
     t = tf.convert_to_tensor(tensor)
     return _run(lambda a: [_hvd.broadcast(a[0], root_rank, name=name)], [t], [t.dtype],
-                [t.shape])[0]
+                [t.shape], lambda k: k.hvd_broadcast(t, tensor_name=name,
+                                                     root_rank=int(root_rank)))[0]
 
 
-def alltoall(tensor, splits=None, name=None):
+@_no_autograph
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False):
     """Like hvd.alltoall; with splits given returns (tensor, received_splits)."""
     name = _name("alltoall", name)
     t = tf.convert_to_tensor(tensor)
-    shape = tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
     if splits is None:
-        return _run(lambda a: [_hvd.alltoall(a[0], name=name)], [t], [t.dtype], [shape])[0]
+        empty = tf.zeros([0], tf.int64)
+        return _run(lambda a: [_hvd.alltoall(a[0], name=name)], [t], [t.dtype], [_rows(t)],
+                    lambda k: k.hvd_alltoall(t, empty, tensor_name=name)[:1])[0]
     s = tf.cast(tf.convert_to_tensor(splits), tf.int64)
 
     def fn(a):
         out, recv = _hvd.alltoall(a[0], splits=a[1], name=name)
         return [out, recv]
 
-    out, recv = _run(fn, [t, s], [t.dtype, tf.int64], [shape, tf.TensorShape([None])])
+    out, recv = _run(fn, [t, s], [t.dtype, tf.int64], [_rows(t), tf.TensorShape([None])],
+                     lambda k: k.hvd_alltoall(t, s, tensor_name=name))
     return out, recv
 
 
+@_no_autograph
 def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over ranks (default op Average); rank r keeps its block of rows."""
     op = _ops.check_op(_op_of(op, None))
     name = _name("reducescatter", name)
     t = tf.convert_to_tensor(tensor)
-    shape = tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
     return _run(lambda a: [_hvd.reducescatter(a[0], name=name, op=op,
                                               prescale_factor=prescale_factor,
                                               postscale_factor=postscale_factor)],
-                [t], [t.dtype], [shape])[0]
+                [t], [t.dtype], [_rows(t)],
+                lambda k: k.hvd_reducescatter(t, _scale(prescale_factor),
+                                              _scale(postscale_factor), tensor_name=name,
+                                              reduce_op=int(op)))[0]
 
 
-def broadcast_variables(variables, root_rank=0, name="broadcast_variables"):
-    """Assigns root's value to every variable (in list order, which must match across ranks)."""
+# ---------------------------------------------------------------------------
+# rank_op and friends: int32 scalars evaluated when the graph runs.
+# ---------------------------------------------------------------------------
+
+
+@_no_autograph
+def _topology_op(kernel_name, fn, name):
+    if tf.executing_eagerly():
+        return tf.constant(fn(), dtype=tf.int32, name=name)
+    k = _kernels()
+    if k is not None:
+        out = getattr(k, kernel_name)(name=name)
+    else:
+        out = tf.py_function(func=lambda: np.int32(fn()), inp=[], Tout=tf.int32, name=name)
+    out.set_shape([])
+    return out
+
+
+def rank_op(name=None):
+    """This process's rank as an int32 tensor (read when the graph runs)."""
+    return _topology_op("hvd_rank", rank, name)
+
+
+def size_op(name=None):
+    """The number of ranks as an int32 tensor (read when the graph runs)."""
+    return _topology_op("hvd_size", size, name)
+
+
+def local_rank_op(name=None):
+    """The rank on this host as an int32 tensor (read when the graph runs)."""
+    return _topology_op("hvd_local_rank", local_rank, name)
+
+
+def local_size_op(name=None):
+    """The number of ranks on this host as an int32 tensor (read when the graph runs)."""
+    return _topology_op("hvd_local_size", local_size, name)
+
+
+# ---------------------------------------------------------------------------
+# Variables.
+# ---------------------------------------------------------------------------
+
+
+@_no_autograph
+def broadcast_variables(variables, root_rank=0, name=None, inplace=False):
+    """Assigns root_rank's value to every variable (list order must match
+    across ranks). Eagerly it returns None once done; in a graph
+    (tf.function, tf.compat.v1) it returns the op that does it, and inside a
+    tf.function the assignments take effect as the function runs, as in
+    Horovod's "broadcast at the first step" idiom. inplace is accepted for
+    Horovod's signature (hvd always assigns)."""
     variables = list(variables)
+    base = _name("broadcast_variables", name)
+    if tf.executing_eagerly():
+        if not variables:
+            return None
+        arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]
+        handles = _eager(lambda: [_hvd.broadcast_async_(a, root_rank, name=f"{base}.{i}")
+                                  for i, a in enumerate(arrays)])
+        for h in handles:
+            _eager(h.wait)
+        for v, a in zip(variables, arrays):
+            v.assign(a)
+        return None
     if not variables:
-        return
-    arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]
-    handles = _eager(lambda: [_hvd.broadcast_async_(a, root_rank, name=f"{name}.{i}")
-                              for i, a in enumerate(arrays)])
-    for v, a, h in zip(variables, arrays, handles):
-        _eager(h.wait)
-        v.assign(a)
+        return tf.no_op()
+    assigns = []
+    for i, v in enumerate(variables):
+        value = broadcast(v, root_rank, name=f"{base}.{i}")
+        assigns.append(v.assign(value))
+    return tf.group(*assigns)
+
+
+def _global_variables():
+    return tf.compat.v1.global_variables()
+
+
+@_no_autograph
+def broadcast_global_variables(root_rank):
+    """The op that assigns root_rank's value to every global variable
+    (tf.compat.v1.global_variables()) -- TensorFlow 1 graphs. Eagerly it
+    raises RuntimeError, as Horovod's does: use broadcast_variables."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() does not support eager execution. Please use "
+            "`hvd.broadcast_variables(<model/optimizer variables>)` instead.")
+    return broadcast_variables(_global_variables(), root_rank,
+                               name=_name("broadcast_global_variables", None))
+
+
+class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
+    """SessionRunHook that broadcasts every global variable from root_rank
+    once the session is created (tf.compat.v1.train.MonitoredTrainingSession).
+    device is accepted and ignored."""
+
+    def __init__(self, root_rank, device=""):
+        super().__init__()
+        self.root_rank = root_rank
+        self.bcast_op = None
+        self.device = device
+
+    def begin(self):
+        if self.bcast_op is None or self.bcast_op.graph != tf.compat.v1.get_default_graph():
+            self.bcast_op = broadcast_global_variables(self.root_rank)
+
+    def after_create_session(self, session, coord):
+        session.run(self.bcast_op)
 
 
 # Horovod's hvd.elastic (run, TensorFlowKerasState, ...): importable as
@@ -345,10 +563,18 @@ class Compression:
     fp16 = FP16Compressor
 
 
+# ---------------------------------------------------------------------------
+# Gradients.
+# ---------------------------------------------------------------------------
+
+
+@_no_autograph
 def allreduce_gradients(grads, op=Average, compression=Compression.none,
-                        gradient_predivide_factor=1.0, name="gradients"):
-    """Averages a list of gradients (None entries stay None) as one grouped
-    allreduce per dtype. Shared by DistributedGradientTape and hvd.keras."""
+                        gradient_predivide_factor=1.0, name="gradients", sparse_as_dense=False):
+    """Reduces a list of gradients over ranks (None entries stay None): the
+    dense ones as one grouped allreduce per dtype, tf.IndexedSlices as
+    Horovod does (allgathers; densely with sparse_as_dense=True or an op
+    other than Sum and Average). Shared by the tapes and hvd.keras."""
     op = _ops.check_op(op)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("hvd.tensorflow: gradient_predivide_factor needs op=Average")
@@ -356,17 +582,20 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none,
     if op == Average and gradient_predivide_factor != 1.0:
         pre, post = 1.0 / gradient_predivide_factor, gradient_predivide_factor
     grads = list(grads)
+    out = list(grads)
     idx, sent, ctxs = [], [], []
     for i, g in enumerate(grads):
         if g is None:
             continue
         if isinstance(g, tf.IndexedSlices):
-            g = tf.convert_to_tensor(g)  # sparse gradients are reduced densely
+            if not sparse_as_dense and op in (Sum, Average):
+                out[i] = _sparse_allreduce(g, op, f"{name}.sparse.{i}")
+                continue
+            g = tf.convert_to_tensor(g)
         c, cctx = compression.compress(tf.convert_to_tensor(g))
         idx.append(i)
         sent.append(c)
         ctxs.append(cctx)
-    out = list(grads)
     by_dtype = {}
     for k, t in enumerate(sent):
         by_dtype.setdefault(t.dtype.name, []).append(k)
@@ -379,25 +608,82 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none,
     return out
 
 
-class DistributedGradientTape:
-    """Wraps a tf.GradientTape: gradient() returns gradients averaged (op) over
-    all ranks. Every other attribute is the wrapped tape's."""
+def _scale_local(g, n):
+    """A local (not reduced) gradient divided by size (Horovod's
+    scale_local_gradients)."""
+    if g is None:
+        return None
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(g.values / tf.cast(n, g.values.dtype), g.indices, g.dense_shape)
+    return g / tf.cast(n, g.dtype)
 
-    def __init__(self, gradtape, compression=Compression.none, op=Average,
-                 gradient_predivide_factor=1.0, name="DistributedGradientTape"):
+
+@_no_autograph
+def reduce_gradients(grads, sources, local_ids=(), scale_local_gradients=True, **kwargs):
+    """allreduce_gradients over the gradients whose source is not local
+    (id(source) in local_ids); local ones stay on this rank, divided by size
+    when scale_local_gradients (as Horovod's tapes and optimizers do)."""
+    grads = list(grads)
+    if not local_ids:
+        return allreduce_gradients(grads, **kwargs)
+    is_local = [id(s) in local_ids for s in sources]
+    shared = [g for g, loc in zip(grads, is_local) if not loc]
+    reduced = iter(allreduce_gradients(shared, **kwargs))
+    n = size()
+    out = []
+    for g, loc in zip(grads, is_local):
+        if loc:
+            out.append(_scale_local(g, n) if scale_local_gradients else g)
+        else:
+            out.append(next(reduced))
+    return out
+
+
+class DistributedGradientTape:
+    """Wraps a tf.GradientTape: gradient() returns gradients averaged (op)
+    over all ranks, except those of sources registered with
+    register_local_source. Every other attribute is the wrapped tape's.
+
+    Horovod's arguments: device_dense and device_sparse are accepted and
+    ignored (host memory); num_groups and groups are accepted and change
+    nothing (hvd already reduces all dense gradients of one dtype as one
+    grouped, fused allreduce)."""
+
+    def __init__(self, gradtape, device_dense="", device_sparse="",
+                 compression=Compression.none, sparse_as_dense=False, op=Average,
+                 gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                 scale_local_gradients=True, name="DistributedGradientTape"):
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor not supported with op != Average")
         self._tape = gradtape
         self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
         self._op = _ops.check_op(op)
         self._predivide = gradient_predivide_factor
         self._name = name
+        self._local_ids = set()
+        self._local_keep = []  # keeps the registered sources (and so their ids) alive
+        self.scale_local_gradients = scale_local_gradients
 
-    def gradient(self, target, sources, output_gradients=None, **kwargs):
+    def register_local_source(self, source):
+        """Marks a variable as local to this rank: its gradient is not reduced
+        (only divided by size, unless scale_local_gradients=False)."""
+        self._local_ids.add(id(source))
+        self._local_keep.append(source)
+
+    @_no_autograph
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
+                 **kwargs):
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
-        flat = tf.nest.flatten(grads) if tf.nest.is_nested(grads) else [grads]
-        reduced = allreduce_gradients(flat, op=self._op, compression=self._compression,
-                                      gradient_predivide_factor=self._predivide,
-                                      name=self._name)
-        if tf.nest.is_nested(grads):
+        nested = tf.nest.is_nested(grads)
+        flat = tf.nest.flatten(grads) if nested else [grads]
+        flat_sources = tf.nest.flatten(sources) if tf.nest.is_nested(sources) else [sources]
+        reduced = reduce_gradients(flat, flat_sources, self._local_ids,
+                                   self.scale_local_gradients, op=self._op,
+                                   compression=self._compression,
+                                   gradient_predivide_factor=self._predivide,
+                                   name=self._name, sparse_as_dense=self._sparse_as_dense)
+        if nested:
             return tf.nest.pack_sequence_as(grads, reduced)
         return reduced[0]
 
@@ -410,3 +696,93 @@ class DistributedGradientTape:
 
     def __exit__(self, *exc):
         return self._tape.__exit__(*exc)
+
+
+def _local_layer_variables(local_layers):
+    import keras
+    if local_layers is None:
+        return []
+    if isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    local_layers = list(local_layers)
+    if not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    return [v for layer in local_layers for v in layer.trainable_weights]
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, local_layers=None, scale_local_gradients=True):
+    """DistributedGradientTape whose gradients for the trainable weights of
+    local_layers (Keras layers) are not reduced: each rank keeps its own
+    (divided by size unless scale_local_gradients=False)."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, scale_local_gradients)
+    for v in _local_layer_variables(local_layers):
+        tape.register_local_source(v)
+    return tape
+
+
+class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
+    """A tf.compat.v1.train.Optimizer whose compute_gradients reduces the
+    gradients over all ranks (TensorFlow 1 graphs)."""
+
+    def __init__(self, optimizer, name=None, use_locking=False, compression=Compression.none,
+                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0):
+        if name is None:
+            name = f"Distributed{type(optimizer).__name__}"
+        super().__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._hvd_args = dict(op=_ops.check_op(op), compression=compression,
+                              gradient_predivide_factor=gradient_predivide_factor,
+                              sparse_as_dense=sparse_as_dense, name=name)
+
+    def compute_gradients(self, *args, **kwargs):
+        gradients = self._optimizer.compute_gradients(*args, **kwargs)
+        grads, variables = zip(*gradients) if gradients else ((), ())
+        reduced = allreduce_gradients(list(grads), **self._hvd_args)
+        return list(zip(reduced, variables))
+
+    def apply_gradients(self, *args, **kwargs):
+        return self._optimizer.apply_gradients(*args, **kwargs)
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
+                         device_sparse="", compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         scale_local_gradients=True):
+    """Horovod's hvd.tensorflow.DistributedOptimizer: a
+    tf.compat.v1.train.Optimizer is wrapped so that compute_gradients reduces
+    over ranks (backward_passes_per_step must then be 1); a Keras optimizer
+    becomes hvd.keras.DistributedOptimizer(...)."""
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        if backward_passes_per_step != 1:
+            raise ValueError("hvd.tensorflow.DistributedOptimizer: backward_passes_per_step > 1 "
+                             "is supported for Keras optimizers only (hvd.keras)")
+        return _DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
+                                     op, gradient_predivide_factor)
+    import keras
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        from . import keras as _hvd_keras
+        return _hvd_keras.DistributedOptimizer(
+            optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+            gradient_predivide_factor=gradient_predivide_factor, op=op,
+            backward_passes_per_step=backward_passes_per_step,
+            average_aggregated_gradients=average_aggregated_gradients,
+            scale_local_gradients=scale_local_gradients)
+    raise ValueError("Provided optimizer doesn't inherit from either legacy TensorFlow or Keras "
+                     f"optimizer: {optimizer!r}")

@@ -120,7 +120,7 @@ except tf.errors.FailedPreconditionError as e:
 def step(x):
     return hvd.allreduce(x, name="graph_mismatch")
 
-try:  # in a tf.function: the op runs in a tf.py_function
+try:  # in a tf.function: the op is hvd's TensorFlow kernel
     step(tf.ones([2 + r]))
     out["graph"] = "no error"
 except tf.errors.OpError as e:
@@ -139,10 +139,11 @@ def test_mismatch_is_tf_failed_precondition(tmp_path, hvdrun):
         kind, is_hvd, text = res[r]["eager"]
         assert (kind, is_hvd) == ("FailedPreconditionError", True), res[r]
         assert "HVD_ERR_MISMATCH" in text and "eager_mismatch" in text, text
-        # TensorFlow maps what a tf.py_function raises by Python type alone:
-        # a mismatch arrives as UnknownError with hvd's message (docs/horovod.md).
+        # In a graph hvd's kernel fails the op with TensorFlow's status for
+        # it: FailedPrecondition, with hvd's message (docs/horovod.md).
         kind, text = res[r]["graph"]
-        assert kind == "UnknownError" and "HVD_ERR_MISMATCH" in text, res[r]["graph"]
+        assert kind == "FailedPreconditionError", res[r]["graph"]
+        assert "HVD_ERR_MISMATCH" in text and "graph_mismatch" in text, text
         assert res[r]["after"] == [1.0]  # a mismatch leaves the context usable
 
 
