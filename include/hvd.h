@@ -12,8 +12,64 @@
  *  - Status numbers, enum values and struct layouts never change once released;
  *    new params fields are only ever appended.
  *  - A NULL hvd_context_t means "the default context" (the one hvd_init made).
- *  - No call blocks forever: waits take a timeout, and the stall inspector
- *    completes stuck operations with an error naming the missing ranks.
+ *  - No call blocks forever under the default settings: waits take a
+ *    timeout, and an operation that cannot finish completes with an error:
+ *      . some live rank never submits it: the stall inspector, after
+ *        stall_shutdown_s (default 300 s), naming the missing ranks;
+ *      . a peer stops answering (stopped, frozen, cut off) while the ranks
+ *        negotiate: the peer timeout, peer_timeout_s (default 10 s), naming
+ *        it (gloo transport; see peer_timeout_s below);
+ *      . a peer dies, or a transfer stalls: the transport, at once where it
+ *        sees the peer go (a closed connection, a vanished pid) or at
+ *        transport_timeout_s (default 30 s);
+ *      . the context is destroyed (HVD_ERR_ABORTED).
+ *    Settings that remove a bound: stall_shutdown_s <= 0 removes the only
+ *    bound for operations that some live, answering rank never submits, so
+ *    hvd_handle_wait(h, -1) and the blocking conveniences may then wait for
+ *    ever; peer_timeout_s <= 0 leaves a stopped peer to the transport
+ *    timeout; a transport_timeout_s beyond 3e7 s (about a year) counts as
+ *    none. The mpi transport bounds its waits by transport_timeout_s but
+ *    has no peer timeout. hvd_context_create / hvd_init are bounded by
+ *    start_timeout_s, except inside a user's oob_allgather callback, which
+ *    hvd cannot interrupt. A log_fn that blocks stalls its context's
+ *    background thread (see "Threads and ownership" below).
+ *
+ * Threads and ownership
+ *  - Any thread may call any function. Calls on one context from several
+ *    threads are safe, with these exceptions (caller errors, not detected):
+ *      . hvd_context_destroy (and hvd_shutdown for the default context) must
+ *        not run while another thread is inside a call on that context
+ *        (submitting, querying rank/size); ending it while other threads
+ *        wait on its handles is fine: those waits return HVD_ERR_ABORTED;
+ *      . hvd_handle_release must not run while another thread is inside a
+ *        call on the same handle (wait, poll, output): the handle's memory
+ *        goes. Several threads may wait on or poll one handle at once.
+ *    hvd_init and hvd_shutdown are serialized with each other.
+ *  - Ranks match operations by name, so threads may submit in any order;
+ *    barriers and joins have no name and match in the order each rank
+ *    submits them, so submit those from one thread (or in a fixed order).
+ *  - hvd_last_error is per thread: read it on the thread whose call failed.
+ *  - Handles do not depend on their context: a handle stays valid after its
+ *    context is destroyed (it completes with HVD_ERR_ABORTED) and must still
+ *    be released.
+ *  - Strings in hvd_params_t (transport, rendezvous_addr, secret,
+ *    timeline_path, network_interface, transport_path) are copied during
+ *    hvd_context_create / hvd_init: they may be freed once it returns; the
+ *    same holds for the params struct itself and for tensor names, tensor
+ *    descriptors and shape arrays (read during the *_async call only).
+ *    Data buffers must stay valid until the operation completes.
+ *  - oob_allgather is called only during hvd_context_create / hvd_init, on
+ *    the calling thread: oob_user must live until that call returns.
+ *  - log_fn is called on the thread creating the context (during
+ *    hvd_context_create / hvd_init), then on the context's background
+ *    thread, and last on the thread destroying it (hvd_context_destroy /
+ *    the last hvd_shutdown); for one context never two calls at once (each
+ *    phase ends before the next starts), but the log_fns of different
+ *    contexts may run concurrently. log_user must live until the context is
+ *    destroyed. log_fn may call hvd's query functions (hvd_rank, ...), but
+ *    must not wait on a handle, call a blocking collective, or destroy a
+ *    context: the background thread it runs on is the one that
+ *    would complete it (a deadlock no timeout ends).
  */
 #ifndef HVD_H_
 #define HVD_H_
@@ -154,7 +210,9 @@ typedef struct hvd_params {
     double cycle_time_ms;             /* HVD_PARAM_CYCLE_TIME: max batching wait */
     int32_t cache_capacity;           /* HVD_PARAM_CACHE_CAPACITY; 0 = off    */
     double stall_warning_s;           /* HVD_PARAM_STALL_WARNING; <= 0 = off  */
-    double stall_shutdown_s;          /* HVD_PARAM_STALL_SHUTDOWN; <= 0 = off */
+    double stall_shutdown_s;          /* HVD_PARAM_STALL_SHUTDOWN; <= 0 = off
+                                       * (then an operation some live rank
+                                       * never submits waits for ever)       */
     double start_timeout_s;           /* HVD_PARAM_START_TIMEOUT              */
     const char *timeline_path;        /* HVD_PARAM_TIMELINE: Chrome trace JSON */
 
@@ -164,12 +222,39 @@ typedef struct hvd_params {
 
     const char *network_interface;    /* HVD_PARAM_NETWORK_INTERFACE          */
     void *mpi_comm;                   /* HVD_PARAM_MPI_COMM: pointer to an MPI_Comm */
-    double transport_timeout_s;       /* HVD_PARAM_TRANSPORT_TIMEOUT          */
+    double transport_timeout_s;       /* HVD_PARAM_TRANSPORT_TIMEOUT
+                                       * (HVD_TRANSPORT_TIMEOUT, default 30 s,
+                                       * > 0): the limit for a peer to answer
+                                       * within one transfer; see also
+                                       * peer_timeout_s (the last field)     */
     int32_t autotune;                 /* HVD_PARAM_AUTOTUNE: 0 off, 1 on (the
                                        * tuner's knobs stay HVD_AUTOTUNE_*)   */
     const char *transport_path;       /* HVD_PARAM_TRANSPORT_PATH: ':'-separated
                                        * plugin folders searched before the one
                                        * of libhvd.so; NULL or "" = that one only */
+    double peer_timeout_s;            /* HVD_PARAM_PEER_TIMEOUT (HVD_PEER_TIMEOUT,
+                                       * default 10 s; <= 0 = off): a peer that
+                                       * has not entered the ranks' negotiation
+                                       * for this long is declared silent, and
+                                       * every rank's pending handles fail with
+                                       * an error naming it ("rank 2 (host h)
+                                       * has not answered for 10 s (stopped or
+                                       * cut off?...)"). The negotiation is run
+                                       * by each rank's background thread at
+                                       * least every 0.1 s (or peer_timeout_s/4)
+                                       * whatever the user's threads do, so a
+                                       * slow rank (long compute between steps,
+                                       * no submits) is not silent; a stopped
+                                       * (SIGSTOP), frozen or cut-off one is.
+                                       * Bound: a peer that goes silent between
+                                       * transfers is named within peer_timeout_s
+                                       * plus one negotiation; one that goes
+                                       * silent inside a data transfer, at the
+                                       * transport timeout. Applies only where
+                                       * it is below transport_timeout_s, and
+                                       * only on transports that can change
+                                       * their limit per call (gloo: TCP and
+                                       * shared memory; not mpi).            */
 } hvd_params_t;
 
 #define HVD_PARAM_RANK               (1ULL << 0)
@@ -196,12 +281,13 @@ typedef struct hvd_params {
 #define HVD_PARAM_TRANSPORT_TIMEOUT  (1ULL << 21)
 #define HVD_PARAM_AUTOTUNE           (1ULL << 22)
 #define HVD_PARAM_TRANSPORT_PATH     (1ULL << 23)
-#define HVD_PARAM_ALL_               ((1ULL << 24) - 1) /* bits this header knows */
+#define HVD_PARAM_PEER_TIMEOUT       (1ULL << 24)
+#define HVD_PARAM_ALL_               ((1ULL << 25) - 1) /* bits this header knows */
 
 /* Every field listed, so user code builds cleanly with -Wextra -Werror. */
 #define HVD_PARAMS_INIT                                                              \
     {sizeof(hvd_params_t), 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, 0.0, 0, \
-     0.0, 0.0, 0.0, NULL, NULL, NULL, 0, NULL, NULL, 0.0, 0, NULL}
+     0.0, 0.0, 0.0, NULL, NULL, NULL, 0, NULL, NULL, 0.0, 0, NULL, 0.0}
 
 /* ------------------------------------------------------------------------ */
 /* Library.                                                                 */
@@ -329,8 +415,10 @@ HVD_API hvd_status_t hvd_barrier_async(hvd_context_t ctx, hvd_handle_t *handle);
  * HVD_ERR_UNSUPPORTED. The handle completes once every rank has joined. */
 HVD_API hvd_status_t hvd_join_async(hvd_context_t ctx, hvd_handle_t *handle);
 
-/* Blocking conveniences: submit, wait without a limit (the stall inspector
- * still bounds the wait), release. */
+/* Blocking conveniences: submit, wait without a limit, release. The wait
+ * ends as hvd_handle_wait(h, -1) does (see "No call blocks forever" at the
+ * top: with stall_shutdown_s <= 0 an operation some live rank never submits
+ * waits for ever). */
 HVD_API hvd_status_t hvd_allreduce(hvd_context_t ctx, const char *name,
                                    const hvd_tensor_t *input, void *output, hvd_reduce_op_t op);
 HVD_API hvd_status_t hvd_broadcast(hvd_context_t ctx, const char *name,

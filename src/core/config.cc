@@ -248,7 +248,7 @@ std::string Config::ToString() const {
      << " fusion_threshold=" << fusion_threshold << " cycle_time_ms=" << cycle_time_ms
      << " cache_capacity=" << cache_capacity << " stall_warning_s=" << stall_warning_s
      << " stall_shutdown_s=" << stall_shutdown_s << " start_timeout_s=" << start_timeout_s
-     << " transport_timeout_s=" << transport_timeout_s
+     << " transport_timeout_s=" << transport_timeout_s << " peer_timeout_s=" << peer_timeout_s
      << " timeline=" << (timeline_path.empty() ? "(off)" : timeline_path)
      << " fusion_buffer_initial=" << fusion_buffer_initial
      << " buffer_pool_bytes=" << buffer_pool_bytes
@@ -400,6 +400,8 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
       {HVD_PARAM_TRANSPORT_TIMEOUT, offsetof(hvd_params_t, transport_timeout_s),
        &params->transport_timeout_s, "transport_timeout_s",
        "HVD_TRANSPORT_TIMEOUT", &c.transport_timeout_s, false},
+      {HVD_PARAM_PEER_TIMEOUT, offsetof(hvd_params_t, peer_timeout_s), &params->peer_timeout_s,
+       "peer_timeout_s", "HVD_PEER_TIMEOUT", &c.peer_timeout_s, true},
   };
   for (const Seconds& sec : seconds) {
     HVD_ASSIGN_OR_RETURN(set, r.Get(sec.bit, sec.offset, sec.field, &d, sec.name));

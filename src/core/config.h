@@ -49,6 +49,11 @@ struct Config {
   double stall_shutdown_s = 300.0;
   double start_timeout_s = 60.0;
   double transport_timeout_s = 30.0;
+  // HVD_PEER_TIMEOUT / params.peer_timeout_s: a peer that has not entered
+  // the negotiation for this long is declared silent (stopped or cut off);
+  // <= 0 = off. Only where the transport can change its limit per call
+  // (hvd_transport_v3_t::set_timeout) and while below transport_timeout_s.
+  double peer_timeout_s = 10.0;
   std::string timeline_path;
 
   // Memory the context keeps for reuse (environment only).

@@ -110,6 +110,9 @@ class ContextImpl : public ControlPlane {
   // at most cfg_.buffer_pool_bytes spare.
   std::shared_ptr<BufferPool> results_;
   int64_t fusion_threshold_ = 0;      // cfg_'s, or the autotuner's current choice
+  // The peer timeout in force around each negotiation (seconds); 0 = none:
+  // off, not below the transport timeout, or a transport without set_timeout.
+  double peer_timeout_ = 0;
 
   // Shared with user threads (guarded by mu_), and with handles (the signal).
   std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
@@ -493,6 +496,21 @@ Status ContextImpl::Start() {
     if (v.ok()) *t.field = static_cast<int>(*v);
   }
   log_.set_rank(cfg_.rank);
+  // The peer timeout bounds the negotiation only: every live rank enters it
+  // at least once per heartbeat, whatever its user threads do, so a peer
+  // that has not entered it for that long is stopped or cut off. Data
+  // transfers keep the transport timeout (they may legitimately take long).
+  if (cfg_.size > 1 && cfg_.peer_timeout_s > 0 &&
+      (cfg_.transport_timeout_s <= 0 || cfg_.peer_timeout_s < cfg_.transport_timeout_s)) {
+    if (transport_->has_set_timeout()) {
+      peer_timeout_ = cfg_.peer_timeout_s;
+    } else {
+      HVD_LOG(log_, HVD_LOG_DEBUG,
+              "the " << transport_->name()
+                     << " transport cannot change its limit per call: no peer timeout (a silent "
+                        "peer is noticed at the transport timeout)");
+    }
+  }
   controller_ = std::make_unique<Controller>(
       cfg_.rank, cfg_.size, cfg_.cache_capacity,
       StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
@@ -612,6 +630,12 @@ void ContextImpl::Shutdown() {
 //    ranks that do have work simply wait inside the negotiation collective;
 //    the heartbeat keeps that wait well below the transport timeout and lets
 //    an idle rank notice shutdown, stalls and dead peers.
+//  * Silent peers: the loop thread runs whatever the user's threads do, so
+//    a live rank enters the negotiation at least once per heartbeat (or as
+//    soon as its current transfers end). Where the transport can change its
+//    limit per call, the negotiation runs under the peer timeout
+//    (HVD_PEER_TIMEOUT): a rank that has not entered it by then is stopped
+//    or cut off, and every rank's pending handles fail naming it.
 void ContextImpl::Loop() {
 #if defined(__linux__)
   // The default 50 us of timer slack would be added to every wake-up.
@@ -633,6 +657,7 @@ void ContextImpl::Loop() {
   if (cfg_.transport_timeout_s > 0) {
     heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
   }
+  if (peer_timeout_ > 0) heartbeat_s = std::min(heartbeat_s, peer_timeout_ / 4);
   const auto heartbeat = duration_cast<Clock::duration>(duration<double>(heartbeat_s));
   // Adaptive settle (see below): after kQuietAfter wake-ups in a row whose
   // settle window caught nothing, lone submits are negotiated at once.
@@ -680,7 +705,15 @@ void ContextImpl::Loop() {
     bool shutdown = false;
     const uint64_t full_rounds = controller_->full_rounds();
     controller_->set_proposal(tuner_->Proposal());
-    Status s = controller_->Cycle(this, shutting_down, now, &responses_, &shutdown);
+    // The negotiation runs under the peer timeout, the transfers under the
+    // transport timeout.
+    Status s = peer_timeout_ > 0
+                   ? transport_->SetTimeout(peer_timeout_, HVD_TRANSPORT_LIMIT_PEER)
+                   : Status::Ok();
+    if (s.ok()) s = controller_->Cycle(this, shutting_down, now, &responses_, &shutdown);
+    if (s.ok() && peer_timeout_ > 0) {
+      s = transport_->SetTimeout(cfg_.transport_timeout_s, HVD_TRANSPORT_LIMIT_TRANSFER);
+    }
     const bool changed = !responses_.empty() || controller_->full_rounds() != full_rounds;
     next = changed ? Clock::now() : Clock::now() + cycle;
     if (!s.ok()) {

@@ -18,6 +18,7 @@ extern "C" const hvd_transport_v1_t* hvd_local_transport_table(void);
 #ifdef HVD_BUILTIN_GLOO
 extern "C" const hvd_transport_v1_t* hvd_gloo_transport_table(void);
 extern "C" const hvd_transport_v2_t* hvd_gloo_transport_table_v2(void);
+extern "C" const hvd_transport_v3_t* hvd_gloo_transport_table_v3(void);
 #endif
 
 namespace hvd {
@@ -63,6 +64,7 @@ bool FileExists(const std::string& p) {
 struct Found {
   const hvd_transport_v1_t* table = nullptr;
   const hvd_transport_v2_t* v2 = nullptr;
+  const hvd_transport_v3_t* v3 = nullptr;
   void* dl = nullptr;
 };
 
@@ -118,6 +120,12 @@ Result<Found> LoadPlugin(const std::string& path, bool* bad_table) {
       dlsym(dl, HVD_TRANSPORT_PLUGIN_V2_SYMBOL));
   const hvd_transport_v2_t* t2 = fn2 != nullptr ? fn2() : nullptr;
   if (t2 != nullptr && t2->abi_version == HVD_TRANSPORT_ABI_V2 && t2->v1 == table) f.v2 = t2;
+  if (f.v2 != nullptr) {
+    auto fn3 = reinterpret_cast<hvd_transport_plugin_v3_fn>(
+        dlsym(dl, HVD_TRANSPORT_PLUGIN_V3_SYMBOL));
+    const hvd_transport_v3_t* t3 = fn3 != nullptr ? fn3() : nullptr;
+    if (t3 != nullptr && t3->abi_version == HVD_TRANSPORT_ABI_V3 && t3->v2 == f.v2) f.v3 = t3;
+  }
   *bad_table = false;
   return f;
 }
@@ -130,7 +138,10 @@ Result<Found> Find(const std::string& name, const std::string& search_path) {
   Found f;
   f.table = BuiltinTable(name);
 #ifdef HVD_BUILTIN_GLOO
-  if (name == "gloo") f.v2 = hvd_gloo_transport_table_v2();
+  if (name == "gloo") {
+    f.v2 = hvd_gloo_transport_table_v2();
+    f.v3 = hvd_gloo_transport_table_v3();
+  }
 #endif
   if (f.table != nullptr) {
     if (const char* missing = MissingEntry(*f.table)) {
@@ -286,6 +297,7 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
   t->table_ = f.table;
   t->name_ = PersistentTransportName(f.table->name);
   t->v2_ = f.v2;
+  t->v3_ = f.v3;
   t->dl_ = f.dl;
   char err[1024] = {0};
   int rc = f.table->init(&env, &t->comm_, err, sizeof(err));
@@ -346,6 +358,13 @@ Status Transport::Alltoallv(const void* send, const size_t* send_bytes, void* re
   return Check(table_->alltoallv(comm_, send, send_bytes, recv, recv_bytes), "alltoall");
 }
 Status Transport::Barrier() { return Check(table_->barrier(comm_), "barrier"); }
+
+Status Transport::SetTimeout(double timeout_s, int32_t kind) {
+  if (!has_set_timeout()) {
+    return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " has no set_timeout entry");
+  }
+  return Check(v3_->set_timeout(comm_, timeout_s, kind), "set_timeout");
+}
 
 Result<int64_t> Transport::Query(const std::string& key) const {
   int64_t v = 0;

@@ -83,6 +83,11 @@ class Transport {
                         hvd_reduce_op_t op);
   bool allreduce_spans() const { return spans_; }
   Result<int64_t> Query(const std::string& key) const;
+  // The limit for peers to answer in the calls that follow (kind:
+  // HVD_TRANSPORT_LIMIT_*; hvd_transport_v3_t). HVD_ERR_UNSUPPORTED where the
+  // plugin lacks the entry point (has_set_timeout()).
+  Status SetTimeout(double timeout_s, int32_t kind);
+  bool has_set_timeout() const { return v3_ != nullptr && v3_->set_timeout != nullptr; }
 
  private:
   Transport() = default;
@@ -91,6 +96,7 @@ class Transport {
   const hvd_transport_v1_t* table_ = nullptr;
   const char* name_ = "";  // PersistentTransportName(table_->name)
   const hvd_transport_v2_t* v2_ = nullptr;  // null: a version 1 plugin
+  const hvd_transport_v3_t* v3_ = nullptr;  // null: no version 3 table
   void* dl_ = nullptr;
   void* comm_ = nullptr;
   bool spans_ = false;

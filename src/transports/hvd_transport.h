@@ -145,6 +145,38 @@ typedef struct hvd_transport_v2 {
 typedef const hvd_transport_v2_t *(*hvd_transport_plugin_v2_fn)(void);
 #define HVD_TRANSPORT_PLUGIN_V2_SYMBOL "hvd_transport_plugin_v2"
 
+/*
+ * ABI version 3: a table that points at the plugin's version 2 table. A
+ * plugin may export
+ *     const hvd_transport_v3_t *hvd_transport_plugin_v3(void);
+ * and the core uses it when present (its v2 must be the plugin's version 2
+ * table). Every entry point added here may be NULL.
+ */
+#define HVD_TRANSPORT_ABI_V3 3
+
+/* What a limit set by set_timeout stands for, so a timeout's message can say. */
+#define HVD_TRANSPORT_LIMIT_TRANSFER 0 /* env.timeout_s: a transfer's limit     */
+#define HVD_TRANSPORT_LIMIT_PEER 1     /* the peer timeout: the core negotiates,
+                                        * and every live peer enters within its
+                                        * heartbeat, so a peer that has not
+                                        * answered by then is stopped or cut off */
+
+typedef struct hvd_transport_v3 {
+    uint32_t abi_version;          /* HVD_TRANSPORT_ABI_V3 */
+    const hvd_transport_v2_t *v2;  /* every version 2 entry point (abi_version V2) */
+
+    /* Sets the limit (seconds; <= 0: none) for peers to answer in the calls
+     * that follow, until the next set_timeout; kind is HVD_TRANSPORT_LIMIT_*.
+     * The core brackets its negotiation with (peer timeout, PEER) and
+     * (env.timeout_s, TRANSFER). A timeout under kind PEER should name the
+     * silent rank ("rank 2 (host h) has not answered for 5 s"). NULL: the
+     * core has no peer timeout on this transport (env.timeout_s only). */
+    int (*set_timeout)(void *comm, double timeout_s, int32_t kind);
+} hvd_transport_v3_t;
+
+typedef const hvd_transport_v3_t *(*hvd_transport_plugin_v3_fn)(void);
+#define HVD_TRANSPORT_PLUGIN_V3_SYMBOL "hvd_transport_plugin_v3"
+
 #ifdef __cplusplus
 }
 #endif

@@ -138,7 +138,8 @@ static void test_frozen_numbers_and_layout(void **state) {
     assert_int_equal(HVD_PARAM_TRANSPORT_TIMEOUT, 1ULL << 21);
     assert_int_equal(HVD_PARAM_AUTOTUNE, 1ULL << 22);
     assert_int_equal(HVD_PARAM_TRANSPORT_PATH, 1ULL << 23);
-    assert_int_equal(HVD_PARAM_ALL_, (1ULL << 24) - 1);
+    assert_int_equal(HVD_PARAM_PEER_TIMEOUT, 1ULL << 24);
+    assert_int_equal(HVD_PARAM_ALL_, (1ULL << 25) - 1);
 #if defined(__x86_64__) || defined(__aarch64__)
     assert_int_equal(sizeof(hvd_tensor_t), 40);
     assert_int_equal(offsetof(hvd_tensor_t, dtype), 8);

@@ -322,3 +322,29 @@ TEST(Config, ParamsStructVersioning) {
 
 }  // namespace
 }  // namespace hvd
+
+namespace hvd {
+namespace {
+
+TEST(Config, PeerTimeout) {
+  EXPECT_DOUBLE_EQ(MustResolve(nullptr, {}).peer_timeout_s, 10.0);
+  EXPECT_DOUBLE_EQ(MustResolve(nullptr, {{"HVD_PEER_TIMEOUT", "3"}}).peer_timeout_s, 3.0);
+  EXPECT_DOUBLE_EQ(MustResolve(nullptr, {{"HVD_PEER_TIMEOUT", "0"}}).peer_timeout_s, 0.0);  // off
+  hvd_params_t p = HVD_PARAMS_INIT;
+  p.peer_timeout_s = 4.5;
+  p.mask = HVD_PARAM_PEER_TIMEOUT;
+  EXPECT_DOUBLE_EQ(MustResolve(&p, {{"HVD_PEER_TIMEOUT", "3"}}).peer_timeout_s, 4.5);
+  EXPECT_NE(MustResolve(&p, {}).ToString().find("peer_timeout_s=4.5"), std::string::npos);
+  // A caller built against an older header (a struct without the field)
+  // cannot set the bit.
+  p.struct_size = offsetof(hvd_params_t, peer_timeout_s);
+  auto r = ResolveConfig(&p, FakeEnv({}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("peer_timeout_s"), std::string::npos);
+  p.mask = 0;
+  EXPECT_DOUBLE_EQ(MustResolve(&p, {{"HVD_PEER_TIMEOUT", "2"}}).peer_timeout_s, 2.0);
+  EXPECT_FALSE(ResolveConfig(nullptr, FakeEnv({{"HVD_PEER_TIMEOUT", "soon"}})).ok());
+}
+
+}  // namespace
+}  // namespace hvd

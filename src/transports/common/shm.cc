@@ -266,9 +266,11 @@ void Segment::WaitAll(uint32_t g, const char* what) {
     if (limited && now >= limit_ns) {
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%g", timeout_s_);
-      throw Error(HVD_ERR_TIMEOUT, std::string(what) + " (shm): rank " + std::to_string(rank_) +
-                                       ": ranks " + JoinRanks(Missing(g)) +
-                                       " did not arrive within " + secs + " s");
+      std::vector<int> missing = Missing(g);
+      throw Error(HVD_ERR_TIMEOUT,
+                  std::string(what) + " (shm): rank " + std::to_string(rank_) + ": ranks " +
+                      JoinRanks(missing) + " did not arrive within " + secs + " s",
+                  missing);
     }
     int64_t slice = kSliceNs;
     if (limited) slice = std::min(slice, std::max<int64_t>(limit_ns - now, 1000));

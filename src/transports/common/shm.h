@@ -33,8 +33,10 @@ namespace shm {
 // Thrown by the collectives below; code is an hvd status (HVD_ERR_TIMEOUT,
 // HVD_ERR_TRANSPORT), what() starts with the operation, e.g. "allreduce (shm): ...".
 struct Error : std::runtime_error {
-  Error(int code, const std::string& msg) : std::runtime_error(msg), code(code) {}
+  Error(int code, const std::string& msg, std::vector<int> missing = {})
+      : std::runtime_error(msg), code(code), missing(std::move(missing)) {}
   int code;
+  std::vector<int> missing;  // a timeout: the ranks that did not arrive
 };
 
 // What a plugin provides for Setup: an allgather of strings.
@@ -115,6 +117,9 @@ class Segment {
   void Abort(int code, const std::string& msg);
   // This rank has finalized: peers still waiting for it fail at once.
   void Depart();
+  // The limit of every wait from now on (seconds; <= 0: no limit).
+  void set_timeout(double seconds) { timeout_s_ = seconds; }
+  double timeout() const { return timeout_s_; }
 
  private:
   bool Reached(int j, uint32_t g) const;

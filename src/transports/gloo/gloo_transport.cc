@@ -268,6 +268,9 @@ struct Comm {
   int rank = 0;
   int size = 1;
   Millis timeout{kForever};
+  // The limit in force is the core's peer timeout (set_timeout, kind PEER):
+  // a timeout then means the peer waited for has gone silent.
+  bool peer_limit = false;
   hvd_reduce_kernel_fn reduce = nullptr;
 
   std::shared_ptr<gloo::transport::Device> device;
@@ -510,6 +513,10 @@ std::string DescribeFailure(const Comm& c, const char* op, const std::string& wh
     // Gloo does not wake every wait when a connection fails (a transfer
     // already under way waits for the timeout), so the rank waited for may
     // have failed because of another one: its note says.
+    if (c.peer_limit && r >= 0) {
+      return head + c.Who(r) + " has not answered for " + secs +
+             " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)" + BrokenNote(c, r);
+    }
     return head + "timed out after " + secs + " s waiting " + (send ? "to send to " : "for ") +
            (r >= 0 ? c.Who(r) : std::string("another rank")) +
            " (transport timeout, HVD_TRANSPORT_TIMEOUT)" + BrokenNote(c, r);
@@ -540,6 +547,15 @@ int Guarded(void* handle, const char* op, F&& body) noexcept {
     status = HVD_ERR_RENDEZVOUS;
   } catch (const shm::Error& e) {
     c->last_error = std::string("gloo ") + e.what();
+    if (e.code == HVD_ERR_TIMEOUT && c->peer_limit && !e.missing.empty()) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", static_cast<double>(c->timeout.count()) / 1000.0);
+      std::string who;
+      for (int r : e.missing) who += (who.empty() ? "" : ", ") + c->Who(r);
+      c->last_error = std::string("gloo ") + op + ": " + who +
+                      (e.missing.size() == 1 ? " has" : " have") + " not answered for " + secs +
+                      " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
+    }
     status = e.code;
   } catch (const gloo::IoException& e) {
     raw = e.what();
@@ -1339,6 +1355,15 @@ int Barrier(void* comm) noexcept {
 }
 
 // The shared-memory path's keys (shm::Query); nothing else.
+int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  c->timeout = ToMillis(timeout_s);
+  c->peer_limit = kind == HVD_TRANSPORT_LIMIT_PEER;
+  if (c->shm) c->shm->set_timeout(timeout_s);
+  return HVD_OK;
+}
+
 int Query(void* comm, const char* key, int64_t* value) noexcept {
   const Comm* c = static_cast<const Comm*>(comm);
   if (c == nullptr || key == nullptr || value == nullptr) return HVD_ERR_INVALID_ARGUMENT;
@@ -1372,6 +1397,12 @@ const hvd_transport_v2_t kTableV2 = {
     &AllreduceSpans,
 };
 
+const hvd_transport_v3_t kTableV3 = {
+    HVD_TRANSPORT_ABI_V3,
+    &kTableV2,
+    &SetTimeout,
+};
+
 }  // namespace
 }  // namespace gloo_transport
 }  // namespace hvd
@@ -1382,6 +1413,9 @@ extern "C" const hvd_transport_v1_t* hvd_gloo_transport_table(void) {
 extern "C" const hvd_transport_v2_t* hvd_gloo_transport_table_v2(void) {
   return &hvd::gloo_transport::kTableV2;
 }
+extern "C" const hvd_transport_v3_t* hvd_gloo_transport_table_v3(void) {
+  return &hvd::gloo_transport::kTableV3;
+}
 
 #ifndef HVD_BUILTIN_GLOO
 extern "C" __attribute__((visibility("default"))) const hvd_transport_v1_t*
@@ -1391,5 +1425,9 @@ hvd_transport_plugin_v1(void) {
 extern "C" __attribute__((visibility("default"))) const hvd_transport_v2_t*
 hvd_transport_plugin_v2(void) {
   return &hvd::gloo_transport::kTableV2;
+}
+extern "C" __attribute__((visibility("default"))) const hvd_transport_v3_t*
+hvd_transport_plugin_v3(void) {
+  return &hvd::gloo_transport::kTableV3;
 }
 #endif
