@@ -160,7 +160,7 @@ class _DistributedOptimizerMixin:
         if trainable_variables is not None:
             trainable_variables = list(trainable_variables)
             if not self.built:
-                with keras.backend.name_scope(self.name, caller=self):
+                with keras.name_scope(self.name, caller=self):
                     self.build(trainable_variables)
                 self.built = True
         elif not self.built:
