@@ -1038,6 +1038,49 @@ int SetupShm(Comm& c, std::string* err) {
 //   HVD_MPI_SHM  the shared-memory path (0, false, off, no: off; default on).
 void ReadSettings(Comm* c) { c->shm_enabled = shm::SwitchOn(std::getenv("HVD_MPI_SHM")); }
 
+// MPI_Comm_dup, MPI_Comm_split_type and MPI_Comm_split block until every rank
+// of the communicator calls them: one rank that never gets here would hang the
+// others inside hvd_init. A non-blocking barrier polled against the start
+// timeout goes first: once it completes every rank has arrived, so the
+// blocking calls that follow complete too. Returns HVD_OK, or HVD_ERR_TIMEOUT
+// with *msg naming the limit (MPI cannot say which ranks are missing; the
+// communicator is left as it is: MPI offers no way to cancel a barrier).
+int AwaitEveryRank(MPI_Comm base, double timeout_s, std::string* msg) {
+  if (timeout_s <= 0) return HVD_OK;  // unbounded, as configured
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc = MPI_Ibarrier(base, &req);
+  if (rc != MPI_SUCCESS) {
+    *msg = "mpi init: MPI_Ibarrier failed: " + MpiErrorText(rc);
+    return HVD_ERR_TRANSPORT;
+  }
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(timeout_s));
+  for (;;) {
+    int done = 0;
+    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      *msg = "mpi init: MPI_Test on the start-up barrier failed: " + MpiErrorText(rc);
+      return HVD_ERR_TRANSPORT;
+    }
+    if (done) return HVD_OK;
+    const auto now = Clock::now();
+    if (now > deadline) {
+      int size = 0;
+      MPI_Comm_size(base, &size);
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", timeout_s);
+      *msg = std::string("mpi init: not every one of the ") + std::to_string(size) +
+             " ranks reached hvd's start-up within " + secs +
+             " s (start timeout, HVD_START_TIMEOUT): a rank never started, died, or has "
+             "not called hvd_init; under hvdrun --transport mpi, hvdrun names the missing "
+             "ranks";
+      return HVD_ERR_TIMEOUT;
+    }
+    nanosleep(&kBackoffSleep, nullptr);
+  }
+}
+
 int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
              std::string* msg) {
   if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, timeout_s) +
@@ -1126,6 +1169,14 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out,
   }
   {
     CallLock lock(*c);
+    const int gate = AwaitEveryRank(base, env.start_timeout_s, msg);
+    if (gate != HVD_OK) {
+      // Some ranks are inside the barrier: MPI cannot be finalised safely.
+      c->abandoned = true;
+      ps.abandoned = true;
+      std::string text = *msg;
+      return fail(gate, text);
+    }
     int rc = MPI_Comm_dup(base, &c->comm);
     if (rc != MPI_SUCCESS) {
       c->comm = MPI_COMM_NULL;
