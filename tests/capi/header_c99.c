@@ -11,7 +11,7 @@ typedef char hvd_check_code_[(HVD_VERSION == HVD_VERSION_CODE(HVD_VERSION_MAJOR,
                                                               HVD_VERSION_PATCH)) ? 1 : -1];
 typedef char hvd_check_ndim_[(HVD_MAX_NDIM == 32) ? 1 : -1];
 typedef char hvd_check_all_[(HVD_PARAM_ALL_ & HVD_PARAM_TRANSPORT_TIMEOUT) ? 1 : -1];
-typedef char hvd_check_last_[(HVD_PARAM_ALL_ == (HVD_PARAM_TRANSPORT_PATH << 1) - 1 &&
+typedef char hvd_check_last_[(HVD_PARAM_ALL_ == (HVD_PARAM_PEER_TIMEOUT << 1) - 1 &&
                               (HVD_PARAM_ALL_ & HVD_PARAM_AUTOTUNE)) ? 1 : -1];
 
 static int oob(const void *send, void *recv, size_t bytes, void *user) {

@@ -147,7 +147,7 @@ static void test_frozen_numbers_and_layout(void **state) {
     assert_int_equal(offsetof(hvd_tensor_t, shape), 16);
     assert_int_equal(offsetof(hvd_tensor_t, device), 24);
     assert_int_equal(offsetof(hvd_tensor_t, stream), 32);
-    assert_int_equal(sizeof(hvd_params_t), 200);
+    assert_int_equal(sizeof(hvd_params_t), 208);
     assert_int_equal(offsetof(hvd_params_t, mask), 8);
     assert_int_equal(offsetof(hvd_params_t, rank), 16);
     assert_int_equal(offsetof(hvd_params_t, cross_size), 36);
@@ -163,6 +163,7 @@ static void test_frozen_numbers_and_layout(void **state) {
     assert_int_equal(offsetof(hvd_params_t, transport_timeout_s), 176);
     assert_int_equal(offsetof(hvd_params_t, autotune), 184);
     assert_int_equal(offsetof(hvd_params_t, transport_path), 192);
+    assert_int_equal(offsetof(hvd_params_t, peer_timeout_s), 200);
 #endif
 }
 
