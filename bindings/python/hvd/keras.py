@@ -298,9 +298,12 @@ def broadcast_global_variables(model_or_root_rank, root_rank=0):
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
-    """At the start of training, sets every rank's weights and optimizer state
-    to root_rank's, so all ranks start identical. local_variables: variables
-    to leave as they are on each rank. device is accepted and ignored."""
+    """Sets every rank's weights and optimizer state to root_rank's, so all
+    ranks train the same model: at the start of training when the model is
+    built by then (it has an Input), else -- Keras builds it while tracing
+    the first step -- right after the first batch, as Horovod does.
+    local_variables: variables to leave as they are on each rank. device is
+    accepted and ignored."""
 
     def __init__(self, root_rank=0, device="", local_variables=None):
         super().__init__()
@@ -309,9 +312,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.local_variables = list(local_variables or [])
         self.broadcast_done = False
 
-    def on_train_begin(self, logs=None):
-        if self.broadcast_done:
-            return
+    def _broadcast(self):
         opt = getattr(self.model, "optimizer", None)
         if opt is not None and not getattr(opt, "built", True):
             opt.build(self.model.trainable_variables)
@@ -322,6 +323,15 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             broadcast_variables(opt_vars, self.root_rank,
                                 name="BroadcastGlobalVariablesCallback.optimizer")
         self.broadcast_done = True
+
+    def on_train_begin(self, logs=None):
+        if not self.broadcast_done and getattr(self.model, "built", False) and \
+                self.model.variables:
+            self._broadcast()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.broadcast_done:
+            self._broadcast()
 
 
 class MetricAverageCallback(keras.callbacks.Callback):

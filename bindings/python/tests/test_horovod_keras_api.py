@@ -21,7 +21,7 @@ WORKER = os.path.join(harness.WORKERS, "keras_api.py")
 SIZE = 2
 CHECKS = ["backward_passes_sum", "backward_passes_average", "backward_passes_eager",
           "sparse_as_dense", "predivide", "partial_optimizer", "callbacks_module",
-          "lr_schedule", "lr_warmup"]
+          "lr_schedule", "lr_warmup", "deferred_broadcast"]
 
 
 @pytest.fixture(scope="module")

@@ -209,6 +209,20 @@ def main():
         msgs = [str(m.message) for m in w if issubclass(m.category, RuntimeWarning)]
         assert len([m for m in msgs if "momentum_correction is skipped" in m]) == 1, msgs
 
+    def deferred_broadcast():
+        # No Input: Keras builds the model while tracing the first step, so
+        # the callback broadcasts after the first batch (as Horovod does).
+        keras.utils.set_random_seed(50 + rank)
+        model = keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(1)])
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.0))  # no updates
+        model.compile(optimizer=opt, loss="mse", jit_compile=False)
+        x = np.ones((4, 3), np.float32)
+        model.fit(x, np.zeros((4, 1), np.float32), batch_size=2, epochs=1, verbose=0,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+        mine = [w.tolist() for w in model.get_weights()]
+        every = hvd.allgather_object(mine, name="deferred")
+        assert all(e == every[0] for e in every), "weights differ after the broadcast"
+
     checks = [("backward_passes_sum", lambda: backward_passes(False, False)),
               ("backward_passes_average", lambda: backward_passes(True, False)),
               ("backward_passes_eager", lambda: backward_passes(True, True)),
@@ -217,7 +231,8 @@ def main():
               ("partial_optimizer", partial_optimizer),
               ("callbacks_module", callbacks_module),
               ("lr_schedule", lr_schedule),
-              ("lr_warmup", lr_warmup)]
+              ("lr_warmup", lr_warmup),
+              ("deferred_broadcast", deferred_broadcast)]
     out["checks"] = run_checks(checks, rank)
     write(rank, out)
     hvd.shutdown()
