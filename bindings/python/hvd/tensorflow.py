@@ -298,13 +298,15 @@ def _sparse_allreduce(slices, op, name):
 
 @_no_autograph
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None,
-              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+              ignore_name_scope=False):
     """Reduces over all ranks (default op Average); differentiable for Sum and
     Average. tf.IndexedSlices are reduced as Horovod does (allgathers of
     values and indices) for Sum and Average, densely for other ops.
     device_dense/device_sparse are accepted and ignored (hvd works in host
     memory); compression is a Compression class (Compression.fp16 sends
-    float16)."""
+    float16); ignore_name_scope is accepted (hvd's names never include
+    TensorFlow's name scopes)."""
     op = _ops.check_op(_op_of(op, average))
     name = _name("allreduce", name)
     if isinstance(tensor, tf.IndexedSlices):
@@ -401,11 +403,19 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False):
 
 
 @_no_autograph
-def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over ranks (default op Average); rank r keeps its block of rows."""
+def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
+                  ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over ranks (default op Average); rank r keeps its block of
+    rows. Horovod's argument order; device_dense and ignore_name_scope are
+    accepted and change nothing."""
     op = _ops.check_op(_op_of(op, None))
     name = _name("reducescatter", name)
     t = tf.convert_to_tensor(tensor)
+    if compression is not None and compression is not Compression.none:
+        sent, ctx = compression.compress(t)
+        return compression.decompress(
+            reducescatter(sent, op=op, name=name, prescale_factor=prescale_factor,
+                          postscale_factor=postscale_factor), ctx)
     return _run(lambda a: [_hvd.reducescatter(a[0], name=name, op=op,
                                               prescale_factor=prescale_factor,
                                               postscale_factor=postscale_factor)],
