@@ -273,6 +273,7 @@ HVDJ_OPAQUE(hvd_handle_t)
 %ignore HVD_PARAM_TRANSPORT_TIMEOUT;
 %ignore HVD_PARAM_AUTOTUNE;
 %ignore HVD_PARAM_TRANSPORT_PATH;
+%ignore HVD_PARAM_PEER_TIMEOUT;
 %ignore HVD_PARAM_ALL_;
 %ignore hvd_oob_allgather_fn;
 %ignore hvd_log_fn;
