@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import re
 import sys
 import threading
 import time
@@ -27,6 +28,14 @@ from . import _c_api as C
 # How long one hvd_handle_wait call may block before control returns to
 # Python (so Ctrl-C and timeouts are honoured); the op itself is not delayed.
 _WAIT_SLICE_S = 0.5
+
+
+def _waiting_on(message):
+    """The part of a timed-out wait's library message that names the ranks
+    that have not submitted the tensor ("; ranks [2] have not submitted 'x'"),
+    or "" when the library does not know them yet."""
+    m = re.search(r"ranks \[[0-9, ]*\] have not submitted '.*'$", message or "")
+    return "; " + m.group(0) if m else ""
 
 
 class PerformanceWarning(UserWarning):
@@ -195,7 +204,7 @@ class Handle:
                     raise C.HvdTimeoutError(
                         C.HVD_ERR_TIMEOUT,
                         f"{self._what} did not complete within {timeout} s (still pending; "
-                        "wait again or synchronize)")
+                        f"wait again or synchronize){_waiting_on(C.last_error())}")
                 continue
             break
         raw, self._raw = self._raw, None
@@ -503,7 +512,7 @@ class GroupHandle(Handle):
                             raise C.HvdTimeoutError(
                                 C.HVD_ERR_TIMEOUT,
                                 f"{self._what} did not complete within {timeout} s (still "
-                                "pending; wait again or synchronize)") from e
+                                f"pending; wait again or synchronize){_waiting_on(str(e))}") from e
                         error = error or e
                     except BaseException as e:  # noqa: B902 - re-raised below
                         error = error or e

@@ -87,6 +87,13 @@ Base.fetch(h::Handle) = wait(h)
 """`Hvd.synchronize(h)`: Horovod's name for `wait(h)`."""
 synchronize(h::Handle) = wait(h)
 
+# The part of a timed-out wait's library message that names the ranks that
+# have not submitted the tensor ("; ranks [2] have not submitted 'x'"), or "".
+function waiting_on(message::AbstractString)
+    m = match(r"ranks \[[0-9, ]*\] have not submitted '.*'$", message)
+    return m === nothing ? "" : "; " * m.match
+end
+
 function complete!(h::Handle, timeout)
     deadline = timeout === nothing ? Inf : time() + Float64(timeout)
     local st::Cint
@@ -95,12 +102,13 @@ function complete!(h::Handle, timeout)
         st = hvd_handle_wait(h.raw, slice)
         if st == HVD_ERR_TIMEOUT
             # Our slice ran out, or the operation itself timed out: ask.
+            waiting = waiting_on(last_error())
             st = hvd_handle_poll(h.raw)
             if st == HVD_IN_PROGRESS
                 if time() >= deadline
                     throw(HvdError(Int(HVD_ERR_TIMEOUT),
                                    "$(h.what) did not complete within $(timeout) s " *
-                                   "(still pending; wait again)"))
+                                   "(still pending; wait again)" * waiting))
                 end
                 yield()
                 continue

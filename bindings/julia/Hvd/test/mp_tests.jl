@@ -331,6 +331,22 @@ ts = @testset CountingTestSet "Hvd multi-process" begin
         @test all(wait(h) == fill(Float64(N), 2) for h in handles)
     end
 
+    @testset "a wait that runs out names the ranks not yet there" begin
+        # Rank 0 waits, with a limit, on a tensor the others submit only after
+        # the barrier.
+        if R == 0
+            h = Hvd.allreduce_async!(ones(2); op = Hvd.Sum, name = "late.x")
+            e = hvd_error(() -> wait(h; timeout = 1.5))
+            want = "ranks [" * join(1:N-1, ", ") * "] have not submitted 'late.x'"
+            @test e isa HvdError && e.status == Hvd.HVD_ERR_TIMEOUT && occursin(want, e.message)
+            Hvd.barrier()
+        else
+            Hvd.barrier()
+            h = Hvd.allreduce_async!(ones(2); op = Hvd.Sum, name = "late.x")
+        end
+        @test wait(h) == fill(Float64(N), 2)
+    end
+
     @testset "dropped handles keep their arrays alive" begin
         arrays = [fill(Float64(R), 256) for _ in 1:10]
         let

@@ -84,7 +84,8 @@ def check_names(size):
               "allreduce_noncontiguous_inplace", "grouped_allreduce", "grouped_allreduce_inplace",
               "allgather_async_zero_copy_result", "alltoall_splits", "alltoall_async",
               "reducescatter_uneven", "barrier", "broadcast_object", "allgather_object",
-              "different_order", "mismatch_then_usable", "duplicate_name", "auto_names",
+              "different_order", "mismatch_then_usable", "duplicate_name",
+              "wait_timeout_names_ranks", "auto_names",
               "poll_then_synchronize", "dropped_handle"]
     return names
 
@@ -328,6 +329,27 @@ def make_checks(hvd, size, rank):
                 handles.append(hvd.allreduce_async(np.ones(2), op=hvd.Sum, name=name))
         for h in handles:
             np.testing.assert_array_equal(hvd.synchronize(h), np.full(2, size))
+
+    @add("wait_timeout_names_ranks")
+    def _():
+        # Rank 0 waits, with a limit, on a tensor the others submit only after
+        # the barrier: the timeout names the ranks that have not submitted it.
+        if rank == 0:
+            h = hvd.allreduce_async(np.ones(2), op=hvd.Sum, name="late.x")
+            try:
+                h.wait(1.5)
+            except hvd.HvdTimeoutError as e:
+                want = "ranks [" + ", ".join(str(r) for r in range(1, size)) + \
+                    "] have not submitted 'late.x'"
+                if want not in str(e):
+                    raise AssertionError(f"timeout message does not say {want!r}: {e}")
+            else:
+                raise AssertionError("expected HvdTimeoutError")
+            hvd.barrier()
+        else:
+            hvd.barrier()
+            h = hvd.allreduce_async(np.ones(2), op=hvd.Sum, name="late.x")
+        np.testing.assert_array_equal(hvd.synchronize(h), np.full(2, size))
 
     @add("auto_names")
     def _():

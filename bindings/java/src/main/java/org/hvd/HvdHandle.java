@@ -68,6 +68,19 @@ public final class HvdHandle<T> implements AutoCloseable {
     }
   }
 
+  private static final java.util.regex.Pattern WAITING_ON =
+      java.util.regex.Pattern.compile("ranks \\[[0-9, ]*\\] have not submitted '.*'$");
+
+  /**
+   * The part of a timed-out wait's library message that names the ranks that
+   * have not submitted the tensor ("; ranks [2] have not submitted 'x'"), or "".
+   */
+  static String waitingOn(String message) {
+    if (message == null) return "";
+    java.util.regex.Matcher m = WAITING_ON.matcher(message);
+    return m.find() ? "; " + m.group() : "";
+  }
+
   private T awaitLocked(double timeoutSeconds) {
     if (done) return outcome();
     final long start = System.nanoTime();
@@ -99,7 +112,8 @@ public final class HvdHandle<T> implements AutoCloseable {
       }
       if (timeoutSeconds >= 0 && (System.nanoTime() - start) / 1e9 >= timeoutSeconds) {
         throw new HvdException(HvdException.TIMEOUT, "HvdHandle.await",
-            description + " did not complete within " + timeoutSeconds + " s");
+            description + " did not complete within " + timeoutSeconds + " s"
+                + waitingOn(HvdNative.hvd_last_error()));
       }
     }
   }

@@ -568,4 +568,27 @@ class ThreadsAsRanksTest {
         () -> Ranks.run(1, (ctx, rank) -> ctx.broadcast("bad", new int[] {1}, -1)));
     assertTrue(e.getCause() instanceof HvdException, e.toString());
   }
+  @Test
+  void awaitThatRunsOutNamesTheRanksNotYetThere() throws Exception {
+    final int n = 3;
+    List<String> ok = Ranks.run(n, (ctx, rank) -> {
+      // Rank 0 waits, with a limit, on a tensor the others submit only after
+      // the barrier.
+      HvdHandle<double[]> h;
+      if (rank == 0) {
+        h = ctx.allreduceAsync("late.x", new double[] {1, 1}, ReduceOp.SUM);
+        final HvdHandle<double[]> first = h;
+        HvdException e = assertThrows(HvdException.class, () -> first.await(1.5));
+        assertEquals(HvdException.TIMEOUT, e.status(), e.toString());
+        assertTrue(e.getMessage().contains("ranks [1, 2] have not submitted 'late.x'"), e.getMessage());
+        ctx.barrier();
+      } else {
+        ctx.barrier();
+        h = ctx.allreduceAsync("late.x", new double[] {1, 1}, ReduceOp.SUM);
+      }
+      assertArrayEquals(new double[] {n, n}, h.await());
+      return "ok";
+    });
+    assertEquals(n, ok.size());
+  }
 }
