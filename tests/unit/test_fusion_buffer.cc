@@ -20,6 +20,7 @@
 #include "core/context.h"
 #include "core/fusion_buffer.h"
 #include "core/request.h"
+#include "scoped_env.h"
 
 namespace hvd {
 namespace {
@@ -89,26 +90,7 @@ TEST(FusionBuffer, ZeroBytesIsABufferToo) {
 
 // ---- the context's buffers -----------------------------------------------------
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using hvd::test::ScopedEnv;
 
 // A reducescatter of rows x cols floats in a world of one; checks the result.
 void Reducescatter(Context& ctx, const std::string& name, int64_t rows, int64_t cols) {

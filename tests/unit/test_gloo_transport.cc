@@ -22,6 +22,7 @@
 
 #include "common/kernels.h"
 #include "transports/hvd_transport.h"
+#include "scoped_env.h"
 
 #ifndef HVD_PLUGIN_DIR
 #error "HVD_PLUGIN_DIR must name the folder holding libhvd_transport_gloo.so"
@@ -337,32 +338,7 @@ void CheckResult(hvd_dtype_t dt, hvd_reduce_op_t op, int size, int rank, const v
   }
 }
 
-// Sets (or, with nullptr, unsets) an environment variable for a scope. Only
-// while no rank thread runs: the plugin reads it in init.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using hvd::test::ScopedEnv;
 
 // Runs every GlooWorld test over both paths: shared memory (the default for
 // ranks on one host) and TCP (HVD_GLOO_SHM=0).

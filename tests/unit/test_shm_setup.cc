@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "transports/common/shm.h"
+#include "scoped_env.h"
 
 namespace hvd {
 namespace {
@@ -90,26 +91,7 @@ std::vector<RankResult> SetupTwoRanks(const bool enabled[2]) {
   return out;
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using hvd::test::ScopedEnv;
 
 TEST(ShmSetup, TheSwitchComesFromTheOptionsNotTheEnvironment) {
   if (shm::HostIdentity().empty()) GTEST_SKIP() << "this host cannot tell its identity";

@@ -22,6 +22,7 @@
 #include "core/logging.h"
 #include "core/transport_loader.h"
 #include "rendezvous/store.h"
+#include "scoped_env.h"
 
 #ifndef FAKE_PLUGIN_LIB
 #error "FAKE_PLUGIN_LIB must name the built fake transport plugin"
@@ -30,30 +31,7 @@
 namespace hvd {
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value != nullptr) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_.c_str(), old_.c_str(), 1);
-    } else {
-      unsetenv(name_.c_str());
-    }
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
+using hvd::test::ScopedEnv;
 
 // Not a shared library, and long enough for dlopen to read a header from.
 const std::string kNotElf = std::string(256, 'x') + "\n";
