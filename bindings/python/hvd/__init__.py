@@ -71,7 +71,8 @@ def init(comm=None, **params):
     cache_capacity, stall_warning_s, stall_shutdown_s, start_timeout_s, timeline_path,
     log_level (int or 'error'..'trace'), network_interface, transport_timeout_s,
     autotune (bool; the tuner's knobs stay HVD_AUTOTUNE_*), transport_path (':'-separated
-    folders searched for transport plugins before libhvd.so's own),
+    folders searched for transport plugins before libhvd.so's own), peer_timeout_s (how long
+    a stopped or cut-off peer may stay silent before it is named; <= 0: off),
     oob_allgather (callable(bytes) -> bytes of all ranks), log_fn (callable(level, msg)).
     Unset settings come from HVD_* environment variables and the launcher's variables.
 

@@ -110,7 +110,8 @@ HVD_PARAM_MPI_COMM = 1 << 20
 HVD_PARAM_TRANSPORT_TIMEOUT = 1 << 21
 HVD_PARAM_AUTOTUNE = 1 << 22
 HVD_PARAM_TRANSPORT_PATH = 1 << 23
-HVD_PARAM_ALL_ = (1 << 24) - 1
+HVD_PARAM_PEER_TIMEOUT = 1 << 24
+HVD_PARAM_ALL_ = (1 << 25) - 1
 
 # ---------------------------------------------------------------------------
 # Errors.
@@ -299,6 +300,7 @@ class HvdParams(Structure):
         ("transport_timeout_s", c_double),
         ("autotune", c_int32),
         ("transport_path", c_char_p),
+        ("peer_timeout_s", c_double),
     ]
 
     def __init__(self):  # HVD_PARAMS_INIT
@@ -330,6 +332,7 @@ PARAM_FIELDS = {
     "transport_timeout_s": (HVD_PARAM_TRANSPORT_TIMEOUT, "float"),
     "autotune": (HVD_PARAM_AUTOTUNE, "bool"),
     "transport_path": (HVD_PARAM_TRANSPORT_PATH, "str"),
+    "peer_timeout_s": (HVD_PARAM_PEER_TIMEOUT, "float"),
 }
 
 # ---------------------------------------------------------------------------

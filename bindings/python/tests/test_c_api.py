@@ -47,7 +47,7 @@ def test_constants_match_header():
         assert getattr(C, name) == 1 << int(shift), name
     top = re.search(r"#define HVD_PARAM_ALL_\s+\(\(1ULL << (\d+)\) - 1\)", text)
     assert top and C.HVD_PARAM_ALL_ == (1 << int(top.group(1))) - 1
-    assert C.HVD_PARAM_ALL_ == (C.HVD_PARAM_TRANSPORT_PATH << 1) - 1
+    assert C.HVD_PARAM_ALL_ == (C.HVD_PARAM_PEER_TIMEOUT << 1) - 1
     assert C.HVD_DEVICE_CPU == -1 and C.HVD_MAX_NDIM == 32
 
 
