@@ -438,7 +438,9 @@ def reducescatter_async(ctx, ad, x, op, name, prescale, postscale):
     return Handle(raw, (buf,), lambda r: _owned_result(r, ad, buf), f"reducescatter '{name}'")
 
 
-def alltoall_async(ctx, ad, x, splits, name, world_size):
+def alltoall_async(ctx, ad, x, splits, name, world_size, always_splits=False):
+    """The result is the output, or (output, received splits) when splits were
+    given or always_splits is set."""
     buf = ad.buf(x, "alltoall input", writable=False)
     _require_rows(buf, "alltoall")
     splits_arr = None
@@ -455,7 +457,7 @@ def alltoall_async(ctx, ad, x, splits, name, world_size):
         recv = (c_int64 * world_size)()
         C.check_call(C.lib().hvd_handle_recv_splits(r, recv, world_size))
         out, transferred = _owned_result(r, ad, buf)
-        if splits is None:
+        if splits is None and not always_splits:
             return out, transferred
         return (out, ad.make_splits(list(recv))), transferred
 
@@ -572,22 +574,4 @@ def grouped_reducescatter_async(ctx, ad, xs, op, name, prescale, postscale):
 def alltoall_recv_async(ctx, ad, x, splits, name, world_size):
     """alltoall whose result is always (output, received splits), also for an
     even split (splits None): what its gradient needs."""
-    buf = ad.buf(x, "alltoall input", writable=False)
-    _require_rows(buf, "alltoall")
-    splits_arr = None
-    if splits is not None:
-        s = ad.splits(splits)
-        if len(s) != world_size:
-            raise ValueError(f"hvd: alltoall splits has {len(s)} entries, need one per rank "
-                             f"({world_size})")
-        splits_arr = (c_int64 * world_size)(*s)
-    desc, shape_arr = buf.descriptor()
-    raw = _submit("hvd_alltoall_async", ctx, _encode(name), byref(desc), splits_arr)
-
-    def finish(r):
-        recv = (c_int64 * world_size)()
-        C.check_call(C.lib().hvd_handle_recv_splits(r, recv, world_size))
-        out, transferred = _owned_result(r, ad, buf)
-        return (out, ad.make_splits(list(recv))), transferred
-
-    return Handle(raw, (buf, splits_arr), finish, f"alltoall '{name}'")
+    return alltoall_async(ctx, ad, x, splits, name, world_size, always_splits=True)
