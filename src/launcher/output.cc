@@ -85,6 +85,17 @@ void LineStream::Feed(const char* data, size_t n, Clock::time_point now) {
   std::string out;
   const char* p = data;
   const char* end = data + n;
+  // The held text and [from, to) on this rank's open line (tag first if the
+  // line is not open yet).
+  auto write_segment = [&](const char* from, const char* to) {
+    if (st != Col::kOpen) {
+      out += prefix_;
+      st = Col::kOpen;
+      open_len = 0;
+    }
+    AppendText(out, pending_.data(), pending_.size(), st, open_len);
+    AppendText(out, from, static_cast<size_t>(to - from), st, open_len);
+  };
   while (p < end) {
     const char* t = p;
     while (t < end && *t != '\n' && *t != '\r') ++t;
@@ -94,25 +105,13 @@ void LineStream::Feed(const char* data, size_t n, Clock::time_point now) {
       // Dropped: the line it ends was ended already.
     } else if (*t == '\n') {
       if (!(len == 0 && st == Col::kCr)) {  // after "\r", the '\n' goes alone
-        if (st != Col::kOpen) {
-          out += prefix_;
-          st = Col::kOpen;
-          open_len = 0;
-        }
-        AppendText(out, pending_.data(), pending_.size(), st, open_len);
-        AppendText(out, p, static_cast<size_t>(t - p), st, open_len);
+        write_segment(p, t);
       }
       out += '\n';
       st = Col::kFresh;
       open_len = 0;
     } else if (len > 0 || st == Col::kOpen) {  // a '\r' over nothing of ours: dropped
-      if (st != Col::kOpen) {
-        out += prefix_;
-        st = Col::kOpen;
-        open_len = 0;
-      }
-      AppendText(out, pending_.data(), pending_.size(), st, open_len);
-      AppendText(out, p, static_cast<size_t>(t - p), st, open_len);
+      write_segment(p, t);
       out += '\r';
       st = Col::kCr;
       open_len = 0;

@@ -166,9 +166,9 @@ def frameworks_of_file(path, roots=None):
     roots = roots or [os.path.dirname(path), PKG_ROOT]
     found = {}
     seen = {path}
-    todo = [(path, True, [os.path.basename(path)])]
-    while todo:
-        file, everywhere, chain = todo.pop()
+    pending = [(path, True, [os.path.basename(path)])]
+    while pending:
+        file, everywhere, chain = pending.pop()
         for name in _imports(file, roots, everywhere):
             fw = framework_of(name)
             if fw is not None:
@@ -177,7 +177,7 @@ def frameworks_of_file(path, roots=None):
             for dep in _resolve(name, roots):
                 if dep not in seen:
                     seen.add(dep)
-                    todo.append((dep, False, chain + [name]))
+                    pending.append((dep, False, chain + [name]))
     return found
 
 

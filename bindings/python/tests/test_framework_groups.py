@@ -2,7 +2,7 @@
 classified, the guard that keeps TensorFlow and torch out of one pytest
 process, the group filter and report, and run_tests.sh's closing line.
 
-The guard runs in pytest subprocesses over stub `torch` / `tensorflow`
+The guard runs in pytest subprocesses over stand-in `torch` / `tensorflow`
 packages: the logic is the same, and no real framework is loaded."""
 
 import json
@@ -87,8 +87,8 @@ def test_classification_rules(tmp_path):
 # -- the guard, the filter and the report, in pytest subprocesses -------------
 
 GUARD_FILES = {
-    "stubs/torch/__init__.py": "",
-    "stubs/tensorflow/__init__.py": "",
+    "standins/torch/__init__.py": "",
+    "standins/tensorflow/__init__.py": "",
     "suite/pytest.ini": "[pytest]\n",
     "suite/test_a_tf.py": """\
         import tensorflow
@@ -137,7 +137,7 @@ def _pytest(tmp_path, group, *args):
     env = dict(os.environ)
     for k in ("HVD_TEST_GROUP", "HVD_TEST_REPORT"):
         env.pop(k, None)
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "stubs"), HERE, harness.PKG_ROOT])
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "standins"), HERE, harness.PKG_ROOT])
     if group:
         env["HVD_TEST_GROUP"] = group
     env["HVD_TEST_REPORT"] = str(report)
