@@ -285,6 +285,18 @@ class Poller {
   std::vector<Item> incoming_;
 };
 
+// The completion of an op whose outputs were written in place: its status,
+// then done. `keep` holds the inputs (and anything else the library reads)
+// alive until the op completes.
+template <class Keep>
+Finish StatusOnly(OpKernelContext *ctx, AsyncOpKernel::DoneCallback done, std::string what,
+                  Keep keep) {
+  return [ctx, done, what, keep](hvd_handle_t, hvd_status_t st, const std::string &msg) {
+    if (st < 0) ctx->SetStatus(ToTf(st, what, msg));
+    done();
+  };
+}
+
 // Submits through `submit` (which returns the status and sets *h); on
 // failure fails the op at once, else hands the handle to the poller.
 void Launch(OpKernelContext *ctx, AsyncOpKernel::DoneCallback done, const std::string &what,
@@ -369,10 +381,7 @@ class AllreduceOp : public HvdKernel {
         [&](hvd_handle_t *h) {
           return g_api.allreduce_async(nullptr, name_.c_str(), &d.t, out_ptr, op_, pre, post, h);
         },
-        [ctx, done, in, what](hvd_handle_t, hvd_status_t st, const std::string &msg) {
-          if (st < 0) ctx->SetStatus(ToTf(st, what, msg));
-          done();
-        });
+        StatusOnly(ctx, done, what, in));
   }
 
  private:
@@ -418,10 +427,7 @@ class GroupedAllreduceOp : public HvdKernel {
           return g_api.grouped_allreduce_async(nullptr, n, name_ptrs.data(), ts.data(),
                                                outs.data(), op_, pre, post, h);
         },
-        [ctx, done, keep, what](hvd_handle_t, hvd_status_t st, const std::string &msg) {
-          if (st < 0) ctx->SetStatus(ToTf(st, what, msg));
-          done();
-        });
+        StatusOnly(ctx, done, what, keep));
   }
 
  private:
@@ -448,10 +454,7 @@ class BroadcastOp : public HvdKernel {
         [&](hvd_handle_t *h) {
           return g_api.broadcast_async(nullptr, name_.c_str(), &d.t, out_ptr, root_, h);
         },
-        [ctx, done, in, what](hvd_handle_t, hvd_status_t st, const std::string &msg) {
-          if (st < 0) ctx->SetStatus(ToTf(st, what, msg));
-          done();
-        });
+        StatusOnly(ctx, done, what, in));
   }
 
  private:
