@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "hvd.h"
-#include "transports/hvd_transport.h"
+#include "hvd_transport.h"
 
 namespace {
 

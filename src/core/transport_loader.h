@@ -10,7 +10,7 @@
 
 #include "common/status.h"
 #include "core/logging.h"
-#include "transports/hvd_transport.h"
+#include "hvd_transport.h"
 
 namespace hvd {
 

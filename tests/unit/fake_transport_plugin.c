@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transports/hvd_transport.h"
+#include "hvd_transport.h"
 
 #define FAKE_EXPORT __attribute__((visibility("default")))
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/kernels.h"
-#include "transports/hvd_transport.h"
+#include "hvd_transport.h"
 #include "scoped_env.h"
 
 #ifndef HVD_PLUGIN_DIR

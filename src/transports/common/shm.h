@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "transports/hvd_transport.h"
+#include "hvd_transport.h"
 
 namespace hvd {
 namespace shm {

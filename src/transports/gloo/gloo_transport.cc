@@ -104,7 +104,7 @@
 
 #include "common/kernels.h"
 #include "transports/common/shm.h"
-#include "transports/hvd_transport.h"
+#include "hvd_transport.h"
 
 // Tuning constants (compile-time; see the measurements in README.md).
 #ifndef HVD_GLOO_SEGMENT_BYTES

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <new>
 
-#include "transports/hvd_transport.h"
+#include "hvd_transport.h"
 
 namespace {
 

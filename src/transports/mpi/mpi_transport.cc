@@ -102,7 +102,7 @@
 
 #include "common/kernels.h"
 #include "transports/common/shm.h"
-#include "transports/hvd_transport.h"
+#include "hvd_transport.h"
 
 // Tuning constants (compile-time; the test suite builds a second copy of the
 // plugin with tiny values so that every chunked path runs on small data).
