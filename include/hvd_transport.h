@@ -267,6 +267,12 @@ typedef struct hvd_transport_info {
      * point-to-point); SIZE_MAX: always. Ignored where the entry is NULL.
      * HVD_ALGORITHM_<COLLECTIVE>=native|<algorithm> overrides it. */
     size_t native_max_bytes[HVD_TRANSPORT_COLLECTIVES];
+    /* A transport that owns its communicator (MPI on a sub-communicator)
+     * has the last word on the topology: it writes what it found here. The
+     * core presets each to -1, meaning "as in env". */
+    int32_t rank, size;
+    int32_t local_rank, local_size;
+    int32_t cross_rank, cross_size;
 } hvd_transport_info_t;
 
 typedef struct hvd_transport_v4 {
