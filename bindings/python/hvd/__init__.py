@@ -86,6 +86,7 @@ def init(comm=None, **params):
         _keepalive.append(keep)
         if not was:
             _DEFAULT._namer.reset()
+            _homogeneous.clear()
 
 
 def shutdown():
@@ -146,6 +147,27 @@ def cross_rank() -> int:
 
 def cross_size() -> int:
     return _c_api.get_int("hvd_cross_size")
+
+
+_homogeneous = []  # is_homogeneous()'s answer for the current default context
+
+
+def is_homogeneous() -> bool:
+    """True if every host runs the same number of ranks (Horovod's
+    is_homogeneous). Each rank checks local_size() * cross_size() == size()
+    -- which holds on every rank exactly when all hosts have the same number
+    of ranks -- and the ranks agree with one allreduce (Min). Unlike
+    Horovod's, whose answer is computed during init, the first call after
+    init() is therefore a collective: every rank must make it. Later calls
+    return the remembered answer without communicating."""
+    if not _homogeneous:
+        import numpy as np
+        ok = int(local_size() * cross_size() == size())
+        if size() > 1:
+            ok = int(allreduce(np.array([ok], dtype=np.int32), name="hvd.is_homogeneous",
+                               op=Min)[0])
+        _homogeneous.append(bool(ok))
+    return _homogeneous[0]
 
 
 def transport() -> str:
@@ -305,7 +327,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "transport", "mpi_threads_supported", "mpi_built", "gloo_built",
     "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "mpi_enabled",
-    "gloo_enabled", "HorovodInternalError", "library_path",
+    "gloo_enabled", "is_homogeneous", "HorovodInternalError", "library_path",
     "library_version", "Sum", "Average", "Min", "Max", "Product", "Handle", "synchronize",
     "poll", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",

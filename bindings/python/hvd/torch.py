@@ -63,6 +63,7 @@ from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop
     gloo_built,
     gloo_enabled,
     init,
+    is_homogeneous,
     is_initialized,
     local_rank,
     local_size,
@@ -526,7 +527,7 @@ class _DistributedOptimizer:
     """Methods mixed into a subclass of the wrapped optimizer's class."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, sparse_as_dense=False):
+                 gradient_predivide_factor, sparse_as_dense=False, groups=None):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         self._sparse_as_dense = bool(sparse_as_dense)
@@ -563,14 +564,90 @@ class _DistributedOptimizer:
         else:
             self._names = {p: f"noname.{i}" for i, p in enumerate(all_params)}
 
-        self._handles = {}  # param -> (Handle, compressed tensor or None if sparse, ctx)
+        # param -> (Handle, compressed tensor or None if sparse, ctx); with groups
+        # also tuple of params -> (Handle, [compressed], [ctx]) for a grouped allreduce
+        self._handles = {}
+        self._submitted = set()  # params whose reduction was started since the last synchronize
         self._passes = {}  # param -> backward passes since the last synchronize
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._hooks = []
         self._synchronized = False
         self._should_synchronize = True
+        self._group_of = {}  # param -> its group (a tuple of params), with groups only
+        self._ready = {}  # group -> members whose gradients are ready
+        if groups is not None:
+            self._form_groups(_check_groups(groups))
         # Also in a world of one: the same code path everywhere.
         self._register_hooks()
+
+    # -- groups -----------------------------------------------------------------------
+    def _form_groups(self, groups):
+        """Horovod's grouping: an int n splits the parameters that need
+        gradients (in rank 0's order of their names) into n contiguous groups
+        of nearly equal length; a list of lists makes each inner list a group
+        and every other parameter a group of its own."""
+        plist = list(self._requires_update)
+        if isinstance(groups, int):
+            if size() > 1:
+                # rank 0's order, so that every rank forms the same groups
+                order = broadcast_object([self._names[p] for p in plist], 0,
+                                         name="DistributedOptimizer.groups")
+                pos = {n: i for i, n in enumerate(order)}
+                unknown = [self._names[p] for p in plist if self._names[p] not in pos]
+                if unknown:
+                    raise ValueError("hvd.torch.DistributedOptimizer: parameters "
+                                     f"{unknown} are not among rank 0's; every rank must "
+                                     "wrap the same model")
+                plist.sort(key=lambda p: pos[self._names[p]])
+            per, extra = divmod(len(plist), groups)
+            formed, start = [], 0
+            for i in range(groups):
+                end = start + per + (1 if i < extra else 0)
+                formed.append(plist[start:end])
+                start = end
+        else:
+            wanted = {id(p) for p in plist}
+            formed, seen = [], set()
+            for g in groups:
+                formed.append([p for p in g if id(p) in wanted])
+                seen.update(id(p) for p in g)
+            formed.extend([p] for p in plist if id(p) not in seen)
+        for g in formed:
+            if g:
+                t = tuple(g)
+                for p in t:
+                    self._group_of[p] = t
+                self._ready[t] = 0
+
+    def _grouped_allreduce_grads_async(self, group):
+        """Starts the reduction of a group's gradients: one grouped allreduce
+        per dtype (the library groups one dtype); sparse gradients (without
+        sparse_as_dense) are reduced one by one, as without groups."""
+        by_dtype = {}
+        for p in group:
+            self._submitted.add(p)
+            if p.grad is None:
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            if p.grad.is_sparse and not self._sparse_as_dense:
+                self._handles[p] = self._allreduce_grad_async(p)
+                continue
+            grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
+            compressed, cctx = self._compression.compress(grad)
+            by_dtype.setdefault(compressed.dtype, []).append((p, compressed, cctx))
+        prescale, postscale = self._scales()
+        base = f"DistributedOptimizer.group.{self._names[group[0]]}"
+        for dt, members in by_dtype.items():
+            name = base if len(by_dtype) == 1 else f"{base}.{str(dt).replace('torch.', '')}"
+            handle = _t.grouped_allreduce_async_([m[1] for m in members], name=name,
+                                                 op=self._op, prescale_factor=prescale,
+                                                 postscale_factor=postscale)
+            self._handles[tuple(m[0] for m in members)] = (
+                handle, [m[1] for m in members], [m[2] for m in members])
+
+    def _scales(self):
+        if self._op == Average and self._predivide != 1.0:
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
 
     # -- hooks ------------------------------------------------------------------------
     def _register_hooks(self):
@@ -586,14 +663,21 @@ class _DistributedOptimizer:
 
     def _make_hook(self):
         def hook(p):
-            if p in self._handles:
+            if p in self._submitted or self._passes[p] >= self.backward_passes_per_step:
                 raise AssertionError(
                     "hvd.torch.DistributedOptimizer: gradients were computed more than "
                     f"backward_passes_per_step ({self.backward_passes_per_step}) times before "
                     "step() or synchronize(); raise backward_passes_per_step to accumulate")
             self._passes[p] += 1
             if self._passes[p] == self.backward_passes_per_step:
-                self._handles[p] = self._allreduce_grad_async(p)
+                group = self._group_of.get(p)
+                if group is None:
+                    self._submitted.add(p)
+                    self._handles[p] = self._allreduce_grad_async(p)
+                else:
+                    self._ready[group] += 1
+                    if self._ready[group] == len(group):
+                        self._grouped_allreduce_grads_async(group)
         return hook
 
     def _allreduce_grad_async(self, p):
@@ -609,9 +693,7 @@ class _DistributedOptimizer:
                     grad, name=f"DistributedOptimizer.{self._names[p]}", op=self._op), None, None
             grad = grad.to_dense()  # allreduced densely, made sparse again in synchronize()
         compressed, cctx = self._compression.compress(grad)
-        prescale, postscale = 1.0, 1.0
-        if self._op == Average and self._predivide != 1.0:
-            prescale, postscale = 1.0 / self._predivide, self._predivide
+        prescale, postscale = self._scales()
         handle = _t.allreduce_async_(compressed, name=f"DistributedOptimizer.{self._names[p]}",
                                      op=self._op, prescale_factor=prescale,
                                      postscale_factor=postscale)
@@ -622,27 +704,43 @@ class _DistributedOptimizer:
         """Waits for every gradient's allreduce (starting those whose hook did
         not fire, e.g. parameters unused this step) and writes the results to .grad."""
         for p in self._requires_update:
-            if p not in self._handles:
-                self._handles[p] = self._allreduce_grad_async(p)
+            if p not in self._submitted:
+                group = self._group_of.get(p)
+                if group is None:
+                    self._submitted.add(p)
+                    self._handles[p] = self._allreduce_grad_async(p)
+                else:
+                    self._grouped_allreduce_grads_async(group)
         try:
-            for p, (handle, compressed, cctx) in self._handles.items():
+            for p, (handle, compressed, cctx) in list(self._handles.items()):
                 result = handle.wait()
-                if p.grad.is_sparse:
-                    if compressed is None:  # sparse allgather
-                        reduced = result
-                    else:  # sparse_as_dense
-                        reduced = self._compression.decompress(compressed, cctx).to_sparse(
-                            p.grad.sparse_dim())
+                if isinstance(p, tuple):  # a grouped allreduce, in place in `compressed`
+                    for gp, c, x in zip(p, compressed, cctx):
+                        self._write_grad(gp, c, x)
+                elif compressed is None:  # a sparse gradient, allgathered
                     with torch.no_grad():  # sparse tensors have no set_/copy_ from sparse
-                        p.grad.zero_().add_(reduced)
-                elif compressed is not p.grad:
-                    with torch.no_grad():
-                        p.grad.copy_(self._compression.decompress(compressed, cctx))
+                        p.grad.zero_().add_(result)
+                else:
+                    self._write_grad(p, compressed, cctx)
         finally:
             self._handles.clear()
+            self._submitted.clear()
             for p in self._passes:
                 self._passes[p] = 0
+            for g in self._ready:
+                self._ready[g] = 0
         self._synchronized = True
+
+    def _write_grad(self, p, compressed, cctx):
+        """Puts a densely allreduced gradient (compressed, in place) into p.grad."""
+        if p.grad.is_sparse:  # sparse_as_dense: made sparse again
+            reduced = self._compression.decompress(compressed, cctx).to_sparse(
+                p.grad.sparse_dim())
+            with torch.no_grad():  # sparse tensors have no set_/copy_ from sparse
+                p.grad.zero_().add_(reduced)
+        elif compressed is not p.grad:
+            with torch.no_grad():
+                p.grad.copy_(self._compression.decompress(compressed, cctx))
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -672,9 +770,30 @@ class _DistributedOptimizer:
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
+def _check_groups(groups):
+    """Horovod's checks of DistributedOptimizer's groups: a positive int, or a
+    list of lists of tensors in which no tensor appears twice."""
+    if isinstance(groups, list):
+        seen = set()
+        for g in groups:
+            for p in g:
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("hvd.torch.DistributedOptimizer: groups must consist of "
+                                     f"torch.Tensor, got a {type(p).__name__}")
+                if id(p) in seen:
+                    raise ValueError("hvd.torch.DistributedOptimizer: a parameter can only "
+                                     "appear once in groups")
+                seen.add(id(p))
+        return groups
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
+        raise ValueError("hvd.torch.DistributedOptimizer: groups should be a positive integer "
+                         f"or a list of lists of torch.Tensor, got {groups!r}")
+    return groups
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         sparse_as_dense=False):
+                         num_groups=0, groups=None, sparse_as_dense=False):
     """Wraps a torch optimizer so that step() applies the gradients averaged
     (op) over all ranks. Each gradient's allreduce starts from a hook as soon
     as autograd has accumulated it (after `backward_passes_per_step` backward
@@ -685,19 +804,142 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     sparse_as_dense=True, they are allreduced as dense tensors (with
     compression and gradient_predivide_factor) and made sparse again.
 
+    groups (Horovod's): gradients reduced together as grouped allreduces,
+    each started once every member's gradient is ready. An int n splits the
+    parameters that need gradients (in rank 0's order of names) into n
+    groups of nearly equal length (a collective when the optimizer is built:
+    rank 0's order is broadcast); a list of lists of parameters makes each
+    inner list a group and every other parameter a group of its own. A group
+    is named "DistributedOptimizer.group.<name of its first parameter>" (one
+    grouped allreduce per dtype). num_groups=n is Horovod's deprecated
+    spelling of groups=n (DeprecationWarning).
+
     The result is an instance of a subclass of optimizer's class built from
     its param_groups (wrap before training: existing state is carried over)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("hvd.torch.DistributedOptimizer: expected a torch.optim.Optimizer, got "
                         f"{type(optimizer).__name__}")
+    if num_groups != 0:
+        warnings.warn("hvd.torch.DistributedOptimizer: num_groups has been replaced by groups",
+                      DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
+    if groups is not None:
+        _check_groups(groups)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
                if k not in ("__dict__", "__weakref__")}
     methods["_hvd_distributed"] = True
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-              op, gradient_predivide_factor, sparse_as_dense)
+              op, gradient_predivide_factor, sparse_as_dense, groups)
     opt.state.update(optimizer.state)
     return opt
+
+
+# ---------------------------------------------------------------------------
+# SyncBatchNorm.
+# ---------------------------------------------------------------------------
+
+
+class _SyncBatchNormFn(torch.autograd.Function):
+    """Batch normalization with the statistics of the whole global batch.
+
+    Forward: each rank's (count, mean, biased variance) per channel are
+    allgathered (float64) and combined exactly as the statistics of the
+    concatenated batch (ranks may have different batch sizes, also zero).
+    Backward: with xhat = (x - mean) * invstd, the input gradient of batch
+    norm is invstd * weight * (dy - mean(dy) - xhat * mean(dy * xhat)), the
+    means over the global batch: the two per-channel sums are allreduced
+    (Sum). The weight and bias gradients are this rank's own sums (the
+    optimizer reduces them over ranks, as for any parameter)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, name):
+        c = x.shape[1]
+        dims = [0] + list(range(2, x.dim()))
+        shape = [1, c] + [1] * (x.dim() - 2)
+        n = x.numel() // c if c else 0
+        x64 = x.detach().to(torch.float64)
+        if n > 0:
+            mean_l, var_l = x64.mean(dims), x64.var(dims, unbiased=False)
+        else:
+            mean_l = var_l = torch.zeros(c, dtype=torch.float64)
+        local = torch.cat([torch.tensor([float(n)], dtype=torch.float64), mean_l, var_l])
+        every = _t.allgather(local.unsqueeze(0), name=name)  # (size, 1 + 2c)
+        counts, means, variances = every[:, :1], every[:, 1:c + 1], every[:, c + 1:]
+        total = float(counts.sum())
+        if total == 0:
+            raise ValueError("hvd.torch.SyncBatchNorm: the global batch is empty")
+        mean = (counts * means).sum(0) / total
+        var = (counts * (variances + (means - mean) ** 2)).sum(0) / total
+        if running_mean is not None:
+            with torch.no_grad():
+                running_mean.mul_(1.0 - momentum).add_(mean.to(running_mean.dtype),
+                                                       alpha=momentum)
+                unbiased = var * (total / (total - 1)) if total > 1 else var
+                running_var.mul_(1.0 - momentum).add_(unbiased.to(running_var.dtype),
+                                                      alpha=momentum)
+        invstd = (var + eps).rsqrt().to(x.dtype)
+        xhat = (x - mean.to(x.dtype).view(shape)) * invstd.view(shape)
+        y = xhat
+        if weight is not None:
+            y = y * weight.view(shape)
+        if bias is not None:
+            y = y + bias.view(shape)
+        ctx.save_for_backward(xhat, invstd, weight)
+        ctx.name, ctx.total, ctx.dims, ctx.shape = name, total, dims, shape
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        xhat, invstd, weight = ctx.saved_tensors
+        dims, shape, c = ctx.dims, ctx.shape, xhat.shape[1]
+        dy = dy.contiguous()
+        grad_x = grad_w = grad_b = None
+        sum_dy = dy.sum(dims)
+        sum_dy_xhat = (dy * xhat).sum(dims)
+        if ctx.needs_input_grad[0]:
+            local = torch.cat([sum_dy, sum_dy_xhat]).to(torch.float64)
+            tot = _t.allreduce(local, name=f"{ctx.name}.grad", op=Sum) / ctx.total
+            mean_dy = tot[:c].to(dy.dtype).view(shape)
+            mean_dy_xhat = tot[c:].to(dy.dtype).view(shape)
+            scale = invstd if weight is None else invstd * weight
+            grad_x = (dy - mean_dy - xhat * mean_dy_xhat) * scale.view(shape)
+        if weight is not None and ctx.needs_input_grad[1]:
+            grad_w = sum_dy_xhat
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = sum_dy
+        return grad_x, grad_w, grad_b, None, None, None, None, None
+
+
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+    """Horovod's SyncBatchNorm: batch normalization whose training-time
+    statistics (mean, variance) are those of the batch of all ranks together,
+    with the matching gradient; any input of shape (N, C, ...), and ranks
+    may have different N. As in Horovod, in eval mode or on a world of one it
+    is plain batch normalization. Every rank must run each forward (an
+    allgather) and each backward (an allreduce)."""
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError(f"hvd.torch.SyncBatchNorm: expected an input of at least 2 "
+                             f"dimensions (N, C, ...), got {input.dim()}")
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        if not self.training or size() == 1:
+            return super().forward(input)
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative moving average
+                momentum = 1.0 / float(self.num_batches_tracked)
+        track = self.track_running_stats and self.running_mean is not None
+        return _SyncBatchNormFn.apply(
+            input, self.weight, self.bias, self.running_mean if track else None,
+            self.running_var if track else None, self.eps, momentum,
+            _DEFAULT._namer("sync_batch_norm", None))
 
 
 # ---------------------------------------------------------------------------
