@@ -9,6 +9,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "algorithms/collectives.h"
 #include "core/logging.h"
 
 namespace hvd {
@@ -252,6 +253,7 @@ std::string Config::ToString() const {
      << " timeline=" << (timeline_path.empty() ? "(off)" : timeline_path)
      << " fusion_buffer_initial=" << fusion_buffer_initial
      << " buffer_pool_bytes=" << buffer_pool_bytes
+     << " shm=" << (shm < 0 ? "(auto)" : shm ? "on" : "off")
      << " autotune=" << (autotune ? "on" : "off")
      << " log_level=" << LogLevelName(log_level);
   return os.str();
@@ -465,6 +467,36 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
                                std::to_string(k.hi) + "]");
       }
       *k.out = static_cast<int>(i64);
+    }
+  }
+
+  // Collective algorithms: the switches, and the overrides checked here so a
+  // misspelt one fails at start, naming the setting.
+  {
+    struct Switch {
+      const char* name;
+      int* out;
+    };
+    const Switch switches[] = {{"HVD_SHM", &c.shm}, {"HVD_GLOO_SHM", &c.gloo_shm}, {"HVD_MPI_SHM", &c.mpi_shm}};
+    for (const Switch& w : switches) {
+      std::string v = EnvStr(env, w.name);
+      for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (v.empty()) continue;
+      if (v == "1" || v == "true" || v == "yes" || v == "on") {
+        *w.out = 1;
+      } else if (v == "0" || v == "false" || v == "no" || v == "off") {
+        *w.out = 0;
+      } else {
+        return InvalidArgument(std::string(w.name) + "='" + EnvStr(env, w.name) +
+                               "' is not one of 1, 0, true, false, yes, no, on, off");
+      }
+    }
+    const char* const names[6] = {"HVD_ALGORITHM_ALLREDUCE", "HVD_ALGORITHM_ALLGATHER",
+                                  "HVD_ALGORITHM_BROADCAST", "HVD_ALGORITHM_ALLTOALL",
+                                  "HVD_ALGORITHM_REDUCESCATTER", "HVD_ALGORITHM_BARRIER"};
+    for (int k = 0; k < 6; ++k) {
+      c.algorithm[k] = EnvStr(env, names[k]);
+      HVD_CHECK(algo::ParseAlgorithm(k, names[k], c.algorithm[k]).status());
     }
   }
 

@@ -66,6 +66,18 @@ struct Config {
   // operations; 0 keeps none.
   int64_t buffer_pool_bytes = 512ll << 20;
 
+  // Collective algorithms (environment only: experiment settings).
+  // HVD_SHM: the shared-memory collectives when every rank shares one host
+  // (1 on, 0 off, -1 unset = on); HVD_GLOO_SHM / HVD_MPI_SHM, their older
+  // per-transport names, count for that transport where HVD_SHM is unset.
+  int shm = -1;
+  int gloo_shm = -1;
+  int mpi_shm = -1;
+  // HVD_ALGORITHM_{ALLREDUCE,ALLGATHER,BROADCAST,ALLTOALL,REDUCESCATTER,
+  // BARRIER}: force one algorithm (algorithms/collectives.h), by index
+  // HVD_TRANSPORT_*; "" = auto (by size, ranks and the transport's limits).
+  std::string algorithm[6];
+
   // Autotuning of fusion threshold and cycle time (rank 0 decides).
   bool autotune = false;             // HVD_AUTOTUNE
   std::string autotune_log;          // HVD_AUTOTUNE_LOG: CSV of every sample (rank 0)

@@ -481,7 +481,18 @@ Status ContextImpl::Start() {
   std::string local_address = client_ ? client_->local_address() : "";
   env.local_address = local_address.c_str();
   env.mpi_comm = cfg_.mpi_comm;
-  HVD_ASSIGN_OR_RETURN(transport_, Transport::Open(transport, cfg_.transport_path, env, &log_));
+  TransportOptions topts;
+  topts.hostname = cfg_.hostname;
+  // HVD_SHM decides; unset, the transport's older switch (HVD_GLOO_SHM,
+  // HVD_MPI_SHM) does; unset too, on.
+  const int older = transport == "gloo" ? cfg_.gloo_shm : transport == "mpi" ? cfg_.mpi_shm : -1;
+  topts.shm = (cfg_.shm >= 0 ? cfg_.shm : older) != 0;
+  topts.shm_switch = cfg_.shm >= 0 || older < 0 ? "HVD_SHM"
+                     : transport == "gloo"      ? "HVD_GLOO_SHM"
+                                                : "HVD_MPI_SHM";
+  for (int c = 0; c < HVD_TRANSPORT_COLLECTIVES; ++c) topts.algorithm[c] = cfg_.algorithm[c];
+  HVD_ASSIGN_OR_RETURN(transport_,
+                       Transport::Open(transport, cfg_.transport_path, env, topts, &log_));
   ReportStartStage(StartStage::kReady, cfg_.hostname, log_);
   // A transport that owns its communicator (MPI) has the last word on the
   // topology: a sub-communicator's rank differs from the launcher's.

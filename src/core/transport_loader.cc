@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/kernels.h"
 #include "rendezvous/store.h"
 
 extern "C" const hvd_transport_v1_t* hvd_local_transport_table(void);
@@ -19,6 +20,8 @@ extern "C" const hvd_transport_v1_t* hvd_local_transport_table(void);
 extern "C" const hvd_transport_v1_t* hvd_gloo_transport_table(void);
 extern "C" const hvd_transport_v2_t* hvd_gloo_transport_table_v2(void);
 extern "C" const hvd_transport_v3_t* hvd_gloo_transport_table_v3(void);
+// The version 4 table, where the built-in Gloo has one (weak: NULL if not).
+extern "C" const hvd_transport_v4_t* hvd_gloo_transport_table_v4(void) __attribute__((weak));
 #endif
 
 namespace hvd {
@@ -62,6 +65,8 @@ bool FileExists(const std::string& p) {
 }
 
 struct Found {
+  bool v4 = false;
+  hvd_transport_v4_t v4_table{};  // zero-extended copy
   const hvd_transport_v1_t* table = nullptr;
   const hvd_transport_v2_t* v2 = nullptr;
   const hvd_transport_v3_t* v3 = nullptr;
@@ -84,6 +89,56 @@ const char* MissingEntry(const hvd_transport_v1_t& t) {
   return nullptr;
 }
 
+// A version 4 table, copied into `out` zero-extended to this core's size (a
+// smaller, older struct_size leaves the newer entries NULL). nullptr if
+// usable, else what is wrong with it.
+std::string TakeV4(const hvd_transport_v4_t* t, hvd_transport_v4_t* out) {
+  if (t == nullptr) return "its table is NULL";
+  if (t->abi_version != HVD_TRANSPORT_ABI_V4) {
+    return "its table says ABI version " + std::to_string(t->abi_version) + ", not " +
+           std::to_string(HVD_TRANSPORT_ABI_V4);
+  }
+  const size_t head = offsetof(hvd_transport_v4_t, init);
+  if (t->struct_size < head + sizeof(void*) * 3) {
+    return "its table's struct_size (" + std::to_string(t->struct_size) + ") is too small";
+  }
+  *out = hvd_transport_v4_t{};
+  std::memcpy(out, t, std::min<size_t>(t->struct_size, sizeof(*out)));
+  const hvd_transport_v4_t& v = *out;
+  if (v.name == nullptr || v.name[0] == '\0') return "the required entry 'name' is NULL or empty";
+  struct Need {
+    bool needed;
+    const void* entry;
+    const char* name;
+  };
+  const bool p2p = (v.caps & HVD_TRANSPORT_CAP_P2P) != 0;
+  const Need needs[] = {
+      {true, reinterpret_cast<const void*>(v.init), "init"},
+      {true, reinterpret_cast<const void*>(v.finalize), "finalize"},
+      {true, reinterpret_cast<const void*>(v.last_error), "last_error"},
+      {p2p, reinterpret_cast<const void*>(v.isend), "isend (caps: P2P)"},
+      {p2p, reinterpret_cast<const void*>(v.irecv), "irecv (caps: P2P)"},
+      {p2p, reinterpret_cast<const void*>(v.wait), "wait (caps: P2P)"},
+      {(v.caps & HVD_TRANSPORT_CAP_P2P_TEST) != 0, reinterpret_cast<const void*>(v.test), "test (caps: P2P_TEST)"},
+      {(v.caps & HVD_TRANSPORT_CAP_P2P_TEST) != 0, reinterpret_cast<const void*>(v.progress), "progress (caps: P2P_TEST)"},
+      {(v.caps & HVD_TRANSPORT_CAP_REGISTER_MEMORY) != 0, reinterpret_cast<const void*>(v.register_memory), "register_memory (caps: REGISTER_MEMORY)"},
+      {(v.caps & HVD_TRANSPORT_CAP_REGISTER_MEMORY) != 0, reinterpret_cast<const void*>(v.deregister_memory), "deregister_memory (caps: REGISTER_MEMORY)"},
+      {(v.caps & HVD_TRANSPORT_CAP_ABORT) != 0, reinterpret_cast<const void*>(v.abort), "abort (caps: ABORT)"},
+      {(v.caps & HVD_TRANSPORT_CAP_ABORT) != 0, reinterpret_cast<const void*>(v.async_error), "async_error (caps: ABORT)"},
+      {(v.caps & HVD_TRANSPORT_CAP_PEER_TIMEOUT) != 0, reinterpret_cast<const void*>(v.set_timeout), "set_timeout (caps: PEER_TIMEOUT)"},
+      // Without point-to-point every collective must be native.
+      {!p2p, reinterpret_cast<const void*>(v.allreduce), "allreduce (no P2P in caps)"},
+      {!p2p, reinterpret_cast<const void*>(v.allgatherv), "allgatherv (no P2P in caps)"},
+      {!p2p, reinterpret_cast<const void*>(v.broadcast), "broadcast (no P2P in caps)"},
+      {!p2p, reinterpret_cast<const void*>(v.alltoallv), "alltoallv (no P2P in caps)"},
+      {!p2p, reinterpret_cast<const void*>(v.barrier), "barrier (no P2P in caps)"},
+  };
+  for (const Need& n : needs) {
+    if (n.needed && n.entry == nullptr) return std::string("the required entry '") + n.name + "' is NULL";
+  }
+  return "";
+}
+
 // Loads one candidate file. On failure: the reason (without the path) and
 // whether it was a library that loaded but is no usable plugin.
 Result<Found> LoadPlugin(const std::string& path, bool* bad_table) {
@@ -96,6 +151,22 @@ Result<Found> LoadPlugin(const std::string& path, bool* bad_table) {
       why += " (is the library it needs installed?)";
     }
     return Error(HVD_ERR_NOT_FOUND, "cannot load: " + why);
+  }
+  // The newest table first: a plugin exporting version 4 is used as one.
+  auto fn4 = reinterpret_cast<hvd_transport_plugin_v4_fn>(
+      dlsym(dl, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
+  if (fn4 != nullptr) {
+    Found f;
+    const std::string bad = TakeV4(fn4(), &f.v4_table);
+    if (!bad.empty()) {
+      *bad_table = true;
+      dlclose(dl);
+      return Error(HVD_ERR_VERSION, std::string("its ") + HVD_TRANSPORT_PLUGIN_V4_SYMBOL +
+                                        " table is unusable: " + bad);
+    }
+    f.v4 = true;
+    f.dl = dl;
+    return f;
   }
   auto fn = reinterpret_cast<hvd_transport_plugin_v1_fn>(
       dlsym(dl, HVD_TRANSPORT_PLUGIN_V1_SYMBOL));
@@ -136,6 +207,14 @@ Result<Found> LoadPlugin(const std::string& path, bool* bad_table) {
 // message names every folder tried and what went wrong in each.
 Result<Found> Find(const std::string& name, const std::string& search_path) {
   Found f;
+#ifdef HVD_BUILTIN_GLOO
+  if (name == "gloo" && hvd_gloo_transport_table_v4 != nullptr) {
+    const std::string bad = TakeV4(hvd_gloo_transport_table_v4(), &f.v4_table);
+    if (!bad.empty()) return Error(HVD_ERR_INTERNAL, "built-in transport 'gloo': " + bad);
+    f.v4 = true;
+    return f;
+  }
+#endif
   f.table = BuiltinTable(name);
 #ifdef HVD_BUILTIN_GLOO
   if (name == "gloo") {
@@ -282,6 +361,69 @@ void PluginKvFree(void* value) noexcept { std::free(value); }
 
 // ---- Transport -------------------------------------------------------------
 
+// The algorithms' view of a version 4 plugin's point-to-point. A failure's
+// message is the plugin's (it names the peer), under the collective's name.
+class Transport::PluginLinks : public algo::Links {
+ public:
+  PluginLinks(Transport* t, int rank, int size) : t_(t), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status Isend(int peer, uint32_t tag, const void* data, size_t bytes, algo::Req* req) override {
+    const hvd_transport_buffer_t b = t_->Host(data, bytes);
+    return t_->Check(t_->v4_table_.isend(t_->comm_, peer, tag, &b, req), t_->op_);
+  }
+  Status Irecv(int peer, uint32_t tag, void* data, size_t bytes, algo::Req* req) override {
+    const hvd_transport_buffer_t b = t_->Host(data, bytes);
+    return t_->Check(t_->v4_table_.irecv(t_->comm_, peer, tag, &b, req), t_->op_);
+  }
+  Status Wait(algo::Req req) override {
+    return t_->Check(t_->v4_table_.wait(t_->comm_, req, -1.0), t_->op_);
+  }
+
+ private:
+  Transport* t_;
+  int rank_, size_;
+};
+
+namespace {
+
+// shm::Setup's allgather of strings, over the transport itself (its
+// allgatherv, before the shared-memory path exists): needs no store, so it
+// serves MPI too.
+class TransportExchange : public shm::Exchange {
+ public:
+  TransportExchange(Transport* t, int size) : t_(t), size_(size) {}
+  int Allgather(const char*, const std::string& mine, std::vector<std::string>* all,
+                std::string* err) override {
+    std::vector<uint64_t> lens(static_cast<size_t>(size_));
+    const uint64_t my_len = mine.size();
+    std::vector<size_t> eight(static_cast<size_t>(size_), sizeof(uint64_t));
+    Status st = t_->Allgatherv(&my_len, lens.data(), eight.data());
+    std::vector<size_t> bytes(lens.begin(), lens.end());
+    size_t total = 0;
+    for (size_t b : bytes) total += b;
+    std::string joined(total, '\0');
+    if (st.ok()) st = t_->Allgatherv(mine.data(), &joined[0], bytes.data());
+    if (!st.ok()) {
+      *err = st.message();
+      return st.code();
+    }
+    all->clear();
+    size_t at = 0;
+    for (size_t b : bytes) {
+      all->push_back(joined.substr(at, b));
+      at += b;
+    }
+    return HVD_OK;
+  }
+
+ private:
+  Transport* t_;
+  int size_;
+};
+
+}  // namespace
+
 Status Transport::Check(const std::string& name, const std::string& search_path) {
   auto f = Find(name, search_path);
   if (!f.ok()) return f.status();
@@ -291,14 +433,24 @@ Status Transport::Check(const std::string& name, const std::string& search_path)
 
 Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
                                                    const std::string& search_path,
-                                                   const hvd_transport_env_v1_t& env, Logger* log) {
+                                                   const hvd_transport_env_v1_t& env,
+                                                   const TransportOptions& opts, Logger* log) {
   HVD_ASSIGN_OR_RETURN(Found f, Find(name, search_path));
   std::unique_ptr<Transport> t(new Transport());
+  t->log_ = log;
+  t->dl_ = f.dl;
+  t->size_ = env.size;
+  if (f.v4) {
+    t->v4_ = true;
+    t->v4_table_ = f.v4_table;
+    t->name_ = PersistentTransportName(f.v4_table.name);
+    HVD_CHECK(t->StartV4(env, opts, log).Wrap("transport '" + name + "' failed to start"));
+    return t;
+  }
   t->table_ = f.table;
   t->name_ = PersistentTransportName(f.table->name);
   t->v2_ = f.v2;
   t->v3_ = f.v3;
-  t->dl_ = f.dl;
   char err[1024] = {0};
   int rc = f.table->init(&env, &t->comm_, err, sizeof(err));
   if (rc != HVD_OK || t->comm_ == nullptr) {
@@ -308,6 +460,18 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
     return Error(code, "transport '" + name + "' failed to start: " +
                            (err[0] ? std::string(err) : std::string("no reason given")));
   }
+  // Everything the core will want to know, asked now, on this thread, once.
+  auto ask = [&t](const char* key) {
+    int64_t v = 0;
+    if (t->table_->query != nullptr && t->table_->query(t->comm_, key, &v) == HVD_OK) {
+      t->facts_.emplace_back(key, v);
+    }
+  };
+  for (const char* key : {"rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
+                          "mpi_thread_level", "shm", "allreduce_spans"}) {
+    ask(key);
+  }
+  t->facts_.emplace_back("abi", t->v3_ ? 3 : t->v2_ ? 2 : 1);
   if (t->v2_ != nullptr && t->v2_->allreduce_spans != nullptr) {
     auto q = t->Query("allreduce_spans");
     t->spans_ = q.ok() && *q == 1;
@@ -317,62 +481,356 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
   return t;
 }
 
+Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts,
+                          Logger* log) {
+  const hvd_transport_v4_t& v = v4_table_;
+  info_ = hvd_transport_info_t{};
+  info_.struct_size = sizeof(info_);
+  info_.mpi_thread_level = -1;
+  info_.rank = info_.size = info_.local_rank = info_.local_size = -1;
+  info_.cross_rank = info_.cross_size = -1;
+  char err[1024] = {0};
+  const int rc = v.init(&env, &info_, &comm_, err, sizeof(err));
+  if (rc != HVD_OK || comm_ == nullptr) {
+    err[sizeof(err) - 1] = '\0';
+    comm_ = nullptr;
+    return Error(rc < 0 ? static_cast<hvd_status_t>(rc) : HVD_ERR_TRANSPORT,
+                 err[0] ? std::string(err) : std::string("no reason given"));
+  }
+  reduce_ = env.reduce != nullptr ? env.reduce : hvd_reduce_kernel;
+  const int rank = info_.rank >= 0 ? info_.rank : env.rank;
+  const int size = info_.size > 0 ? info_.size : env.size;
+  size_ = size;
+  const struct {
+    const char* key;
+    int32_t found, given;
+  } topo[] = {{"rank", info_.rank, env.rank},
+              {"size", info_.size, env.size},
+              {"local_rank", info_.local_rank, env.local_rank},
+              {"local_size", info_.local_size, env.local_size},
+              {"cross_rank", info_.cross_rank, env.cross_rank},
+              {"cross_size", info_.cross_size, env.cross_size}};
+  for (const auto& k : topo) {
+    if (k.found >= 0) facts_.emplace_back(k.key, k.found);
+  }
+  if (info_.mpi_thread_level >= 0) facts_.emplace_back("mpi_thread_level", info_.mpi_thread_level);
+  facts_.emplace_back("abi", 4);
+  if (v.caps & HVD_TRANSPORT_CAP_P2P) links_ = std::make_unique<PluginLinks>(this, rank, size);
+
+  // Forced algorithms must be ones this transport can run.
+  const void* natives[HVD_TRANSPORT_COLLECTIVES] = {
+      reinterpret_cast<const void*>(v.allreduce), reinterpret_cast<const void*>(v.allgatherv),
+      reinterpret_cast<const void*>(v.broadcast), reinterpret_cast<const void*>(v.alltoallv),
+      reinterpret_cast<const void*>(v.reducescatter), reinterpret_cast<const void*>(v.barrier)};
+  const char* const names[HVD_TRANSPORT_COLLECTIVES] = {
+      "HVD_ALGORITHM_ALLREDUCE", "HVD_ALGORITHM_ALLGATHER", "HVD_ALGORITHM_BROADCAST",
+      "HVD_ALGORITHM_ALLTOALL", "HVD_ALGORITHM_REDUCESCATTER", "HVD_ALGORITHM_BARRIER"};
+  bool want_shm = false;
+  for (int c = 0; c < HVD_TRANSPORT_COLLECTIVES; ++c) {
+    HVD_ASSIGN_OR_RETURN(forced_[c], algo::ParseAlgorithm(c, names[c], opts.algorithm[c]));
+    const algo::Algorithm a = forced_[c];
+    if (a == algo::Algorithm::kNative && natives[c] == nullptr) {
+      return InvalidArgument(std::string(names[c]) + "=native, but the " + name_ +
+                             " transport has no native entry for it");
+    }
+    if (algo::IsP2pAlgorithm(c, a) && !links_) {
+      return InvalidArgument(std::string(names[c]) + "=" + algo::AlgorithmName(a) + ", but the " +
+                             name_ + " transport has no point-to-point");
+    }
+    want_shm = want_shm || a == algo::Algorithm::kShm;
+  }
+
+  // Every rank's host name, so messages about a peer can name its host.
+  if (size > 1) {
+    TransportExchange ex(this, size);
+    std::string why;
+    const int st = ex.Allgather("hosts", opts.hostname, &hosts_, &why);
+    if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
+  }
+  // The shared-memory path: agreed with every peer over the transport itself.
+  if (size > 1) {
+    shm::Options o;
+    o.transport = name_;
+    o.enabled = opts.shm;
+    o.switch_name = opts.shm_switch;
+    const std::string prefix = std::string("/hvd-") + name_ + "-";
+    o.name_prefix = prefix.c_str();
+    o.fallback = links_ ? "point-to-point" : "native collectives";
+    o.rank = rank;
+    o.size = size;
+    o.timeout_s = env.timeout_s;
+    o.log = [log](int level, const std::string& msg) { log->Write(level, msg); };
+    TransportExchange ex(this, size);
+    std::string why;
+    const int st = shm::Setup(ex, o, &shm_, &why);
+    if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
+  }
+  if (shm_) facts_.emplace_back("shm", 1);
+  if (want_shm && !shm_) {
+    return InvalidArgument(
+        "an HVD_ALGORITHM_* setting asks for shm, but the shared-memory path is off (ranks on "
+        "several hosts, or " + std::string(opts.shm_switch) + "=0)");
+  }
+  spans_ = shm_ != nullptr && (forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kAuto ||
+                               forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kShm);
+  HVD_LOG(*log, HVD_LOG_DEBUG,
+          "transport '" << name_ << "' connected (ABI v4" << (dl_ ? ", plugin" : ", built in")
+                        << (links_ ? ", point-to-point" : "") << (shm_ ? ", shared memory" : "")
+                        << "); allreduce of 4 B: " << algo::AlgorithmName(Choose(0, 4))
+                        << ", of 64 MiB: " << algo::AlgorithmName(Choose(0, size_t{64} << 20)));
+  return Status::Ok();
+}
+
 Transport::~Transport() {
-  if (comm_ != nullptr) table_->finalize(comm_);
+  if (shm_) shm_->Depart();
+  shm_.reset();
+  if (comm_ != nullptr) (v4_ ? v4_table_.finalize : table_->finalize)(comm_);
   if (dl_ != nullptr) dlclose(dl_);
 }
 
 Status Transport::Check(int rc, const char* what) {
   if (rc == HVD_OK) return Status::Ok();
-  const char* msg = table_->last_error(comm_);
+  const char* msg = (v4_ ? v4_table_.last_error : table_->last_error)(comm_);
   hvd_status_t code = rc < 0 ? static_cast<hvd_status_t>(rc) : HVD_ERR_TRANSPORT;
   return Error(code, std::string(name_) + " " + what + " failed: " +
                          (msg && *msg ? msg : "no reason given"));
 }
 
-Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
-  return Check(table_->allreduce(comm_, buf, count, dtype, op), "allreduce");
+hvd_transport_buffer_t Transport::Host(const void* data, size_t bytes) const {
+  hvd_transport_buffer_t b{};
+  b.data = const_cast<void*>(data);
+  b.bytes = bytes;
+  b.memory_type = HVD_MEMORY_HOST;
+  b.device = HVD_DEVICE_CPU;
+  return b;
 }
+
+Status Transport::ShmFailure(const char* what, const shm::Error& e) {
+  std::string msg = e.what();
+  if (e.code == HVD_ERR_TIMEOUT && peer_limit_ && !e.missing.empty()) {
+    char secs[32];
+    std::snprintf(secs, sizeof(secs), "%g", shm_->timeout());
+    std::string who;
+    for (int r : e.missing) who += (who.empty() ? "" : ", ") + Who(r);
+    msg = std::string(what) + " (shm): " + who + (e.missing.size() == 1 ? " has" : " have") +
+          " not answered for " + secs + " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
+  }
+  shm_->Abort(e.code, msg);  // peers waiting in the segment fail at once
+  return Error(static_cast<hvd_status_t>(e.code), std::string(name_) + " " + what + " failed: " + msg);
+}
+
+algo::Algorithm Transport::Choose(int c, size_t bytes) const {
+  using algo::Algorithm;
+  if (forced_[c] != Algorithm::kAuto) return forced_[c];
+  if (shm_ && c != HVD_TRANSPORT_ALLTOALLV) return Algorithm::kShm;
+  const hvd_transport_v4_t& v = v4_table_;
+  const void* natives[HVD_TRANSPORT_COLLECTIVES] = {
+      reinterpret_cast<const void*>(v.allreduce), reinterpret_cast<const void*>(v.allgatherv),
+      reinterpret_cast<const void*>(v.broadcast), reinterpret_cast<const void*>(v.alltoallv),
+      reinterpret_cast<const void*>(v.reducescatter), reinterpret_cast<const void*>(v.barrier)};
+  if (natives[c] != nullptr && (!links_ || bytes <= info_.native_max_bytes[c])) return Algorithm::kNative;
+  const int size = links_ ? links_->size() : 1;
+  switch (c) {
+    case HVD_TRANSPORT_ALLREDUCE: return algo::ChooseAllreduce(size, bytes);
+    case HVD_TRANSPORT_BROADCAST: return algo::ChooseBroadcast(size, bytes);
+    case HVD_TRANSPORT_ALLTOALLV: return Algorithm::kPairwise;
+    case HVD_TRANSPORT_BARRIER: return Algorithm::kDissemination;
+    default: return Algorithm::kRing;
+  }
+}
+
+Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  if (!v4_) return Check(table_->allreduce(comm_, buf, count, dtype, op), "allreduce");
+  op_ = "allreduce";
+  const size_t es = DtypeSize(dtype);
+  switch (Choose(HVD_TRANSPORT_ALLREDUCE, count * es)) {
+    case algo::Algorithm::kShm:
+      try {
+        shm::Allreduce(*shm_, reduce_, static_cast<uint8_t*>(buf), count, es, dtype, op);
+        return Status::Ok();
+      } catch (const shm::Error& e) {
+        return ShmFailure("allreduce", e);
+      }
+    case algo::Algorithm::kNative: {
+      const hvd_transport_buffer_t b = Host(buf, count * es);
+      return Check(v4_table_.allreduce(comm_, &b, count, dtype, op), "allreduce");
+    }
+    case algo::Algorithm::kDirect:
+      return algo::AllreduceDirect(*links_, scratch_, reduce_, buf, count, dtype, op);
+    default:
+      return algo::AllreduceRing(*links_, scratch_, reduce_, buf, count, dtype, op);
+  }
+}
+
 Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype,
                                 hvd_reduce_op_t op) {
   if (!has_reducescatter()) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " has no reducescatter entry");
   }
-  return Check(v2_->reducescatter(comm_, buf, counts, dtype, op), "reducescatter");
+  if (!v4_) return Check(v2_->reducescatter(comm_, buf, counts, dtype, op), "reducescatter");
+  op_ = "reducescatter";
+  const size_t es = DtypeSize(dtype);
+  const int size = static_cast<int>(comm_size());
+  std::vector<size_t> start(static_cast<size_t>(size) + 1, 0);
+  for (int p = 0; p < size; ++p) start[p + 1] = start[p] + counts[p];
+  switch (Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es)) {
+    case algo::Algorithm::kShm:
+      try {
+        shm::Reducescatter(*shm_, reduce_, static_cast<uint8_t*>(buf), start.data(), es, dtype, op);
+        return Status::Ok();
+      } catch (const shm::Error& e) {
+        return ShmFailure("reducescatter", e);
+      }
+    case algo::Algorithm::kNative: {
+      const hvd_transport_buffer_t b = Host(buf, start.back() * es);
+      return Check(v4_table_.reducescatter(comm_, &b, counts, dtype, op), "reducescatter");
+    }
+    default:
+      return algo::ReducescatterRing(*links_, scratch_, reduce_, buf, counts, dtype, op);
+  }
 }
+
 Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans,
                                  hvd_dtype_t dtype, hvd_reduce_op_t op) {
   if (!spans_) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " does not serve allreduce_spans");
   }
-  return Check(v2_->allreduce_spans(comm_, spans, nspans, dtype, op), "allreduce");
+  if (!v4_) return Check(v2_->allreduce_spans(comm_, spans, nspans, dtype, op), "allreduce");
+  try {
+    shm::AllreduceSpans(*shm_, reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
+    return Status::Ok();
+  } catch (const shm::Error& e) {
+    return ShmFailure("allreduce", e);
+  }
 }
+
 Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_bytes) {
-  return Check(table_->allgatherv(comm_, send, recv, recv_bytes), "allgather");
+  if (!v4_) return Check(table_->allgatherv(comm_, send, recv, recv_bytes), "allgather");
+  op_ = "allgather";
+  const int size = static_cast<int>(comm_size());
+  size_t total = 0;
+  for (int p = 0; p < size; ++p) total += recv_bytes[p];
+  switch (Choose(HVD_TRANSPORT_ALLGATHERV, total)) {
+    case algo::Algorithm::kShm:
+      try {
+        shm::Allgatherv(*shm_, static_cast<const uint8_t*>(send), static_cast<uint8_t*>(recv), recv_bytes);
+        return Status::Ok();
+      } catch (const shm::Error& e) {
+        return ShmFailure("allgather", e);
+      }
+    case algo::Algorithm::kNative: {
+      const int rank = links_ ? links_->rank() : static_cast<int>(FactOr("rank", 0));
+      const hvd_transport_buffer_t s = Host(send, recv_bytes[rank]), r = Host(recv, total);
+      return Check(v4_table_.allgatherv(comm_, &s, &r, recv_bytes), "allgather");
+    }
+    default:
+      return algo::AllgathervRing(*links_, send, recv, recv_bytes);
+  }
 }
+
 Status Transport::Broadcast(void* buf, size_t bytes, int root) {
-  return Check(table_->broadcast(comm_, buf, bytes, root), "broadcast");
+  if (!v4_) return Check(table_->broadcast(comm_, buf, bytes, root), "broadcast");
+  op_ = "broadcast";
+  switch (Choose(HVD_TRANSPORT_BROADCAST, bytes)) {
+    case algo::Algorithm::kShm:
+      try {
+        shm::Broadcast(*shm_, static_cast<uint8_t*>(buf), bytes, root);
+        return Status::Ok();
+      } catch (const shm::Error& e) {
+        return ShmFailure("broadcast", e);
+      }
+    case algo::Algorithm::kNative: {
+      const hvd_transport_buffer_t b = Host(buf, bytes);
+      return Check(v4_table_.broadcast(comm_, &b, root), "broadcast");
+    }
+    case algo::Algorithm::kChain:
+      return algo::BroadcastChain(*links_, buf, bytes, root);
+    default:
+      return algo::BroadcastTree(*links_, buf, bytes, root);
+  }
 }
+
 Status Transport::Alltoallv(const void* send, const size_t* send_bytes, void* recv,
                             const size_t* recv_bytes) {
-  return Check(table_->alltoallv(comm_, send, send_bytes, recv, recv_bytes), "alltoall");
+  if (!v4_) return Check(table_->alltoallv(comm_, send, send_bytes, recv, recv_bytes), "alltoall");
+  op_ = "alltoall";
+  const int size = static_cast<int>(comm_size());
+  size_t sent = 0, got = 0;
+  for (int p = 0; p < size; ++p) {
+    sent += send_bytes[p];
+    got += recv_bytes[p];
+  }
+  if (Choose(HVD_TRANSPORT_ALLTOALLV, std::max(sent, got)) == algo::Algorithm::kNative) {
+    const hvd_transport_buffer_t s = Host(send, sent), r = Host(recv, got);
+    return Check(v4_table_.alltoallv(comm_, &s, send_bytes, &r, recv_bytes), "alltoall");
+  }
+  return algo::AlltoallvPairwise(*links_, send, send_bytes, recv, recv_bytes);
 }
-Status Transport::Barrier() { return Check(table_->barrier(comm_), "barrier"); }
+
+Status Transport::Barrier() {
+  if (!v4_) return Check(table_->barrier(comm_), "barrier");
+  op_ = "barrier";
+  switch (Choose(HVD_TRANSPORT_BARRIER, 0)) {
+    case algo::Algorithm::kShm:
+      try {
+        shm_->Barrier("barrier (shm)");
+        return Status::Ok();
+      } catch (const shm::Error& e) {
+        return ShmFailure("barrier", e);
+      }
+    case algo::Algorithm::kNative:
+      return Check(v4_table_.barrier(comm_), "barrier");
+    default:
+      return algo::BarrierDissemination(*links_);
+  }
+}
 
 Status Transport::SetTimeout(double timeout_s, int32_t kind) {
   if (!has_set_timeout()) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " has no set_timeout entry");
   }
-  return Check(v3_->set_timeout(comm_, timeout_s, kind), "set_timeout");
+  if (!v4_) return Check(v3_->set_timeout(comm_, timeout_s, kind), "set_timeout");
+  peer_limit_ = kind == HVD_TRANSPORT_LIMIT_PEER;
+  if (shm_) shm_->set_timeout(timeout_s);
+  return Check(v4_table_.set_timeout(comm_, timeout_s, kind), "set_timeout");
 }
 
-Result<int64_t> Transport::Query(const std::string& key) const {
-  int64_t v = 0;
-  if (table_->query == nullptr || table_->query(comm_, key.c_str(), &v) != HVD_OK) {
-    return Error(HVD_ERR_UNSUPPORTED,
-                 std::string("the ") + name_ + " transport does not report '" + key + "'");
+bool Transport::Abort(hvd_status_t status, const std::string& reason) noexcept {
+  bool done = false;
+  try {
+    if (shm_) {
+      shm_->Abort(status, reason);
+      done = true;
+    }
+  } catch (...) {
   }
-  return v;
+  if (v4_ && comm_ != nullptr && v4_table_.abort != nullptr) {
+    done = v4_table_.abort(comm_, status, reason.c_str()) == HVD_OK || done;
+  }
+  return done;
+}
+
+std::string Transport::Who(int r) const {
+  std::string s = "rank " + std::to_string(r);
+  if (r >= 0 && r < static_cast<int>(hosts_.size()) && !hosts_[r].empty()) s += " (host " + hosts_[r] + ")";
+  return s;
+}
+
+int64_t Transport::FactOr(const char* key, int64_t dflt) const {
+  for (const auto& f : facts_) {
+    if (f.first == key) return f.second;
+  }
+  return dflt;
+}
+
+size_t Transport::comm_size() const { return static_cast<size_t>(size_); }
+
+Result<int64_t> Transport::Query(const std::string& key) const {
+  for (const auto& f : facts_) {
+    if (f.first == key) return f.second;
+  }
+  return Error(HVD_ERR_UNSUPPORTED,
+               std::string("the ") + name_ + " transport does not report '" + key + "'");
 }
 
 }  // namespace hvd

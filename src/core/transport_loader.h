@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/collectives.h"
+#include "algorithms/shm.h"
 #include "common/status.h"
 #include "core/logging.h"
 #include "hvd_transport.h"
@@ -45,12 +47,28 @@ void PluginKvFree(void* value) noexcept;
 // nullptr for nullptr.
 const char* PersistentTransportName(const char* name);
 
+// How the core runs collectives over a transport (from Config).
+struct TransportOptions {
+  // The shared-memory collectives where every rank shares one host (a
+  // version 4 transport; older ones decide themselves): on unless 0.
+  bool shm = true;
+  const char* shm_switch = "HVD_SHM";  // the setting that turned it off, for the log
+  std::string hostname;  // this rank's, told to peers so messages name hosts
+  // Forced algorithm per collective (HVD_TRANSPORT_* index): "" = auto.
+  std::string algorithm[HVD_TRANSPORT_COLLECTIVES];
+};
+
+// A loaded, connected transport and the collectives over it. For a version 4
+// plugin the core's algorithms run over its point-to-point (algorithms/),
+// with the shared-memory path and the plugin's native collectives chosen
+// per call (Choose); versions 1-3 run their own collectives.
 class Transport {
  public:
   // Loads `name` and connects (table->init). search_path: ':'-separated folders.
   static Result<std::unique_ptr<Transport>> Open(const std::string& name,
                                                  const std::string& search_path,
-                                                 const hvd_transport_env_v1_t& env, Logger* log);
+                                                 const hvd_transport_env_v1_t& env,
+                                                 const TransportOptions& opts, Logger* log);
   // OK if a table for `name` can be found (does not connect); else why not,
   // naming the folders searched.
   static Status Check(const std::string& name, const std::string& search_path);
@@ -75,23 +93,44 @@ class Transport {
   // reduction (see hvd_transport_v2_t). HVD_ERR_UNSUPPORTED where the plugin
   // lacks the entry point (has_reducescatter()).
   Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype, hvd_reduce_op_t op);
-  bool has_reducescatter() const { return v2_ != nullptr && v2_->reducescatter != nullptr; }
+  bool has_reducescatter() const {
+    return v4_ || (v2_ != nullptr && v2_->reducescatter != nullptr);
+  }
   // In place over the concatenation of spans, as one allreduce of them packed
   // (hvd_transport_v2_t). Only where allreduce_spans(): the plugin has the
   // entry point and its query("allreduce_spans") answered 1 at start.
   Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                         hvd_reduce_op_t op);
   bool allreduce_spans() const { return spans_; }
+  // What the transport said at start (never asks it again: answered from
+  // what Open kept, so any thread may call it): "rank", "size",
+  // "local_rank", "local_size", "cross_rank", "cross_size" (where the
+  // transport owns its communicator), "mpi_thread_level", "shm" (1 if the
+  // shared-memory path runs), "abi" (the table version).
   Result<int64_t> Query(const std::string& key) const;
   // The limit for peers to answer in the calls that follow (kind:
   // HVD_TRANSPORT_LIMIT_*; hvd_transport_v3_t). HVD_ERR_UNSUPPORTED where the
   // plugin lacks the entry point (has_set_timeout()).
   Status SetTimeout(double timeout_s, int32_t kind);
-  bool has_set_timeout() const { return v3_ != nullptr && v3_->set_timeout != nullptr; }
+  bool has_set_timeout() const {
+    return v4_ ? v4_table_.set_timeout != nullptr : (v3_ != nullptr && v3_->set_timeout != nullptr);
+  }
+  // Any thread: every call blocked in this transport returns `status`
+  // promptly, and every later one fails (version 4 plugins with abort, and
+  // the shared-memory path). False where the transport cannot.
+  bool Abort(hvd_status_t status, const std::string& reason) noexcept;
+
+  // The algorithm the next call of `collective` over `bytes` bytes runs
+  // (version 4), for logs and tests.
+  algo::Algorithm Choose(int collective, size_t bytes) const;
 
  private:
+  class PluginLinks;
   Transport() = default;
   Status Check(int rc, const char* what);
+  Status StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts, Logger* log);
+  Status ShmFailure(const char* what, const shm::Error& e);
+  hvd_transport_buffer_t Host(const void* data, size_t bytes) const;
 
   const hvd_transport_v1_t* table_ = nullptr;
   const char* name_ = "";  // PersistentTransportName(table_->name)
@@ -100,6 +139,26 @@ class Transport {
   void* dl_ = nullptr;
   void* comm_ = nullptr;
   bool spans_ = false;
+  std::vector<std::pair<std::string, int64_t>> facts_;  // Query's answers
+
+  // Version 4.
+  bool v4_ = false;
+  hvd_transport_v4_t v4_table_{};  // the plugin's table, zero-extended to this core's size
+  hvd_transport_info_t info_{};
+  std::unique_ptr<algo::Links> links_;
+  std::unique_ptr<shm::Segment> shm_;
+  algo::Scratch scratch_;
+  algo::Algorithm forced_[HVD_TRANSPORT_COLLECTIVES] = {};
+  hvd_reduce_kernel_fn reduce_ = nullptr;
+  Logger* log_ = nullptr;
+  int size_ = 1;             // env.size
+  bool peer_limit_ = false;  // the limit in force is the peer timeout
+  const char* op_ = "";      // the collective running, for messages
+
+  std::vector<std::string> hosts_;  // every rank's host name (version 4), for messages
+  std::string Who(int r) const;     // "rank 2 (host h)"
+  int64_t FactOr(const char* key, int64_t dflt) const;
+  size_t comm_size() const;  // the communicator's size
 };
 
 }  // namespace hvd

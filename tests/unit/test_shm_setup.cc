@@ -1,4 +1,4 @@
-// The plugins' shared-memory setup (transports/common/shm.cc) takes its
+// The plugins' shared-memory setup (algorithms/shm.cc) takes its
 // switch from the plugin (Options::enabled), never from the environment:
 // the plugin reads its settings once, in its init. Two ranks as threads
 // with an in-memory exchange.
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "transports/common/shm.h"
+#include "algorithms/shm.h"
 #include "scoped_env.h"
 
 namespace hvd {

@@ -95,7 +95,7 @@ TEST(TransportName, OutlivesThePluginThatGaveIt) {
   TempDir dir;
   const std::string plugin = dir.CopyFake();
   Logger log;
-  auto t = Transport::Open("fake", dir.path(), OneRankEnv(), &log);
+  auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
   ASSERT_TRUE(t.ok()) << t.status().message();
   const char* name = (*t)->name();
   ASSERT_NE(name, nullptr);
@@ -112,7 +112,7 @@ TEST(TransportName, OutlivesThePluginThatGaveIt) {
   ASSERT_FALSE(Loaded(plugin)) << "the fake plugin was not unloaded; the test proves nothing";
   EXPECT_STREQ(name, "fake");
   // The same name again: the same storage.
-  auto t2 = Transport::Open("fake", dir.path(), OneRankEnv(), &log);
+  auto t2 = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
   ASSERT_TRUE(t2.ok()) << t2.status().message();
   EXPECT_EQ((*t2)->name(), name);
 }
@@ -151,7 +151,7 @@ TEST(TransportLoader, EveryRequiredEntryIsCheckedAtLoad) {
     ScopedEnv null_entry("FAKE_PLUGIN_NULL", entry);
     Status check = Transport::Check("fake", dir.path());
     EXPECT_EQ(check.code(), HVD_ERR_VERSION) << check.message();
-    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), &log);
+    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
     ASSERT_FALSE(t.ok());
     EXPECT_EQ(t.status().code(), HVD_ERR_VERSION);
     const std::string& msg = t.status().message();
@@ -168,7 +168,7 @@ TEST(TransportLoader, NullOptionalEntriesAreAbsent) {
   {
     // Version 2 table with NULL reducescatter and allreduce_spans, and a
     // query that claims allreduce_spans: neither entry may be called.
-    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), &log);
+    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
     ASSERT_TRUE(t.ok()) << t.status().message();
     Transport& tr = **t;
     EXPECT_FALSE(tr.has_reducescatter());
@@ -186,7 +186,7 @@ TEST(TransportLoader, NullOptionalEntriesAreAbsent) {
   {
     // Version 1's optional query, NULL: unsupported, not a crash.
     ScopedEnv null_entry("FAKE_PLUGIN_NULL", "query");
-    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), &log);
+    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
     ASSERT_TRUE(t.ok()) << t.status().message();
     auto v = (*t)->Query("answer");
     EXPECT_EQ(v.status().code(), HVD_ERR_UNSUPPORTED);
@@ -203,7 +203,7 @@ TEST(TransportLoader, ABrokenPluginDoesNotEndTheSearch) {
   Logger log;
   const std::string path = broken.path() + ":" + good.path();
   EXPECT_TRUE(Transport::Check("fake", path).ok()) << Transport::Check("fake", path).message();
-  auto t = Transport::Open("fake", path, OneRankEnv(), &log);
+  auto t = Transport::Open("fake", path, OneRankEnv(), TransportOptions(), &log);
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_STREQ((*t)->name(), "fake");
 }

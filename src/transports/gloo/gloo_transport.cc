@@ -103,7 +103,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "common/kernels.h"
-#include "transports/common/shm.h"
+#include "algorithms/shm.h"
 #include "hvd_transport.h"
 
 // Tuning constants (compile-time; see the measurements in README.md).

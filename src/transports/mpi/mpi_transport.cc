@@ -101,7 +101,7 @@
 #include <vector>
 
 #include "common/kernels.h"
-#include "transports/common/shm.h"
+#include "algorithms/shm.h"
 #include "hvd_transport.h"
 
 // Tuning constants (compile-time; the test suite builds a second copy of the

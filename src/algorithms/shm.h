@@ -13,8 +13,8 @@
 // while blocked, and a failure throws shm::Error (the plugin then calls
 // Segment::Abort so peers fail at once, and marks its communicator broken).
 // Layout, rounds and measurements: src/transports/gloo/README.md.
-#ifndef HVD_TRANSPORTS_COMMON_SHM_H_
-#define HVD_TRANSPORTS_COMMON_SHM_H_
+#ifndef HVD_ALGORITHMS_SHM_H_
+#define HVD_ALGORITHMS_SHM_H_
 
 #include <atomic>
 #include <cstddef>
@@ -203,4 +203,4 @@ std::string JoinRanks(const std::vector<int>& ranks);
 }  // namespace shm
 }  // namespace hvd
 
-#endif  // HVD_TRANSPORTS_COMMON_SHM_H_
+#endif  // HVD_ALGORITHMS_SHM_H_

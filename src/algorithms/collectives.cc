@@ -1,0 +1,473 @@
+#include "algorithms/collectives.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "common/kernels.h"
+
+namespace hvd {
+namespace algo {
+
+// ---- scratch ----------------------------------------------------------------
+
+void Scratch::Free::operator()(uint8_t* p) const { std::free(p); }
+
+Result<uint8_t*> Scratch::Get(size_t bytes) {
+  if (bytes <= bytes_ && mem_) return mem_.get();
+  const size_t rounded = (std::max<size_t>(bytes, 64) + 63) / 64 * 64;
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, rounded));
+  if (p == nullptr) {
+    return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(rounded) +
+                                        " bytes of collective scratch memory");
+  }
+  std::memset(p, 0, rounded);  // fault the pages in now, not inside a transfer
+  mem_.reset(p);
+  bytes_ = rounded;
+  return p;
+}
+
+// ---- names and selection ------------------------------------------------------
+
+const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kNative: return "native";
+    case Algorithm::kShm: return "shm";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kTree: return "tree";
+    case Algorithm::kChain: return "chain";
+    case Algorithm::kPairwise: return "pairwise";
+    case Algorithm::kDissemination: return "dissemination";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<Algorithm> P2pAlgorithms(int collective) {
+  switch (collective) {
+    case HVD_TRANSPORT_ALLREDUCE: return {Algorithm::kDirect, Algorithm::kRing};
+    case HVD_TRANSPORT_REDUCESCATTER: return {Algorithm::kRing};
+    case HVD_TRANSPORT_ALLGATHERV: return {Algorithm::kRing};
+    case HVD_TRANSPORT_BROADCAST: return {Algorithm::kTree, Algorithm::kChain};
+    case HVD_TRANSPORT_ALLTOALLV: return {Algorithm::kPairwise};
+    case HVD_TRANSPORT_BARRIER: return {Algorithm::kDissemination};
+    default: return {};
+  }
+}
+
+// Collectives the shared-memory path serves (alltoallv is not one).
+bool ShmServes(int collective) { return collective != HVD_TRANSPORT_ALLTOALLV; }
+
+}  // namespace
+
+bool IsP2pAlgorithm(int collective, Algorithm a) {
+  const auto all = P2pAlgorithms(collective);
+  return std::find(all.begin(), all.end(), a) != all.end();
+}
+
+std::string AlgorithmsOf(int collective) {
+  std::string s = "auto, native";
+  if (ShmServes(collective)) s += ", shm";
+  for (Algorithm a : P2pAlgorithms(collective)) s += std::string(", ") + AlgorithmName(a);
+  return s;
+}
+
+Result<Algorithm> ParseAlgorithm(int collective, const std::string& setting,
+                                 const std::string& value) {
+  std::string v;
+  for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v.empty() || v == "auto") return Algorithm::kAuto;
+  if (v == "native") return Algorithm::kNative;
+  if (v == "shm" && ShmServes(collective)) return Algorithm::kShm;
+  for (Algorithm a : P2pAlgorithms(collective)) {
+    if (v == AlgorithmName(a)) return a;
+  }
+  return InvalidArgument(setting + "='" + value + "' is not an algorithm of this collective (one of: " +
+                         AlgorithmsOf(collective) + ")");
+}
+
+Algorithm ChooseAllreduce(int size, size_t bytes) {
+  // Direct sends (size - 1) copies: worth its single latency while that
+  // stays small.
+  constexpr size_t kDirectFanoutBytes = size_t{64} << 10;
+  if (size <= 1) return Algorithm::kDirect;
+  return bytes <= kDirectFanoutBytes / static_cast<size_t>(size - 1) ? Algorithm::kDirect
+                                                                     : Algorithm::kRing;
+}
+
+Algorithm ChooseBroadcast(int size, size_t bytes) {
+  // The tree sends the whole message log2(size) times in sequence; the chain
+  // pipelines segments, so beyond one segment it wins from 3 ranks on.
+  return (size <= 2 || bytes <= kSegmentBytes) ? Algorithm::kTree : Algorithm::kChain;
+}
+
+// ---- helpers ---------------------------------------------------------------
+
+namespace {
+
+size_t Mod(long long a, size_t p) {
+  const long long m = static_cast<long long>(p);
+  return static_cast<size_t>(((a % m) + m) % m);
+}
+
+Status CheckReduction(const char* what, void* buf, size_t count, hvd_dtype_t dtype,
+                      hvd_reduce_op_t op, size_t* es) {
+  *es = DtypeSize(dtype);
+  if (*es == 0) return InvalidArgument(std::string(what) + ": invalid dtype " + std::to_string(dtype));
+  if (op != HVD_SUM && op != HVD_MIN && op != HVD_MAX && op != HVD_PRODUCT) {
+    return InvalidArgument(std::string(what) + ": unsupported op " + ReduceOpName(op) +
+                           " (the core turns AVERAGE into SUM)");
+  }
+  if (count > 0 && buf == nullptr) return InvalidArgument(std::string(what) + ": NULL buffer");
+  if (count > SIZE_MAX / *es) return InvalidArgument(std::string(what) + ": byte count overflows");
+  return Status::Ok();
+}
+
+// The ring's division: P parts with element boundaries start[0..P], each cut
+// into K segments of at most seg elements (K the same for every part, so the
+// ranks agree on the transfer count; a short part's last segments are empty
+// and are neither sent nor received).
+struct Plan {
+  const size_t* start;
+  size_t P, K, seg;
+  size_t Seg(size_t p, size_t k, size_t* off) const {
+    const size_t plen = start[p + 1] - start[p];
+    const size_t begin = std::min(plen, k * seg);
+    *off = start[p] + begin;
+    return std::min(seg, plen - begin);
+  }
+};
+
+Plan MakePlan(const size_t* start, size_t P, size_t es) {
+  size_t max_part = 0;
+  for (size_t p = 0; p < P; ++p) max_part = std::max(max_part, start[p + 1] - start[p]);
+  const size_t seg_max = std::max<size_t>(1, kSegmentBytes / es);
+  const size_t K = std::max<size_t>(1, (max_part + seg_max - 1) / seg_max);
+  return Plan{start, P, K, std::max<size_t>(1, (max_part + K - 1) / K)};
+}
+
+// Drives one ring phase of T transfers; transfer u receives from the left and
+// sends to the right. Up to kRingDepth + 1 receives are in flight (posted
+// early so the left neighbour can write as soon as it is ready), and send u
+// goes out once its data exists: transfer u - K must have completed, because
+// the segment sent at u is the one received (and, reducing, reduced) K
+// transfers earlier.
+template <typename PostRecv, typename PostSend, typename FinishRecv, typename FinishSend>
+Status RingPhase(size_t T, size_t K, PostRecv post_recv, PostSend post_send,
+                 FinishRecv finish_recv, FinishSend finish_send) {
+  size_t next_recv = 0;
+  size_t next_send = 0;
+  for (size_t t = 0; t < T; ++t) {
+    for (; next_recv < T && next_recv <= t + kRingDepth; ++next_recv) HVD_CHECK(post_recv(next_recv));
+    for (; next_send < T && next_send < t + K && next_send <= t + kRingDepth; ++next_send) {
+      HVD_CHECK(post_send(next_send));
+    }
+    HVD_CHECK(finish_recv(t));
+    HVD_CHECK(finish_send(t));
+  }
+  return Status::Ok();
+}
+
+// Phase 1 (reduce-scatter): afterwards this rank holds part (rank + o) % P
+// reduced over every rank. Received segments land in scratch slots and are
+// reduced into place.
+Status ReducePhase(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, uint8_t* base,
+                   const Plan& plan, size_t es, size_t o, uint32_t tag, hvd_dtype_t dtype,
+                   hvd_reduce_op_t op) {
+  const size_t P = plan.P, K = plan.K, r = static_cast<size_t>(l.rank());
+  const int right = static_cast<int>((r + 1) % P), left = static_cast<int>((r + P - 1) % P);
+  const size_t slot_bytes = (plan.seg * es + 63) / 64 * 64;
+  HVD_ASSIGN_OR_RETURN(uint8_t* scratch, s.Get(slot_bytes * (kRingDepth + 1)));
+  Req recv[kRingDepth + 1] = {}, send[kRingDepth + 1] = {};
+  auto send_seg = [&](size_t t, size_t* off) {
+    return plan.Seg(Mod(static_cast<long long>(r + o) - 1 - static_cast<long long>(t / K), P), t % K, off);
+  };
+  auto recv_seg = [&](size_t t, size_t* off) {
+    return plan.Seg(Mod(static_cast<long long>(r + o) - 2 - static_cast<long long>(t / K), P), t % K, off);
+  };
+  auto slot = [&](size_t t) { return scratch + (t % (kRingDepth + 1)) * slot_bytes; };
+  return RingPhase(
+      (P - 1) * K, K,
+      [&](size_t t) {
+        size_t off;
+        const size_t len = recv_seg(t, &off);
+        return len ? l.Irecv(left, tag, slot(t), len * es, &recv[t % (kRingDepth + 1)]) : Status::Ok();
+      },
+      [&](size_t t) {
+        size_t off;
+        const size_t len = send_seg(t, &off);
+        return len ? l.Isend(right, tag, base + off * es, len * es, &send[t % (kRingDepth + 1)])
+                   : Status::Ok();
+      },
+      [&](size_t t) {
+        size_t off;
+        const size_t len = recv_seg(t, &off);
+        if (!len) return Status::Ok();
+        HVD_CHECK(l.Wait(recv[t % (kRingDepth + 1)]));
+        reduce(base + off * es, slot(t), len, dtype, op);
+        return Status::Ok();
+      },
+      [&](size_t t) {
+        size_t off;
+        return send_seg(t, &off) ? l.Wait(send[t % (kRingDepth + 1)]) : Status::Ok();
+      });
+}
+
+// Phase 2 (allgather): this rank holds part (rank + o) % P; afterwards every
+// part everywhere. Received segments land in place.
+Status GatherPhase(Links& l, uint8_t* base, const Plan& plan, size_t es, size_t o, uint32_t tag) {
+  const size_t P = plan.P, K = plan.K, r = static_cast<size_t>(l.rank());
+  const int right = static_cast<int>((r + 1) % P), left = static_cast<int>((r + P - 1) % P);
+  Req recv[kRingDepth + 1] = {}, send[kRingDepth + 1] = {};
+  auto send_seg = [&](size_t t, size_t* off) {
+    return plan.Seg(Mod(static_cast<long long>(r + o) - static_cast<long long>(t / K), P), t % K, off);
+  };
+  auto recv_seg = [&](size_t t, size_t* off) {
+    return plan.Seg(Mod(static_cast<long long>(r + o) - 1 - static_cast<long long>(t / K), P), t % K, off);
+  };
+  return RingPhase(
+      (P - 1) * K, K,
+      [&](size_t t) {
+        size_t off;
+        const size_t len = recv_seg(t, &off);
+        return len ? l.Irecv(left, tag, base + off * es, len * es, &recv[t % (kRingDepth + 1)])
+                   : Status::Ok();
+      },
+      [&](size_t t) {
+        size_t off;
+        const size_t len = send_seg(t, &off);
+        return len ? l.Isend(right, tag, base + off * es, len * es, &send[t % (kRingDepth + 1)])
+                   : Status::Ok();
+      },
+      [&](size_t t) {
+        size_t off;
+        return recv_seg(t, &off) ? l.Wait(recv[t % (kRingDepth + 1)]) : Status::Ok();
+      },
+      [&](size_t t) {
+        size_t off;
+        return send_seg(t, &off) ? l.Wait(send[t % (kRingDepth + 1)]) : Status::Ok();
+      });
+}
+
+}  // namespace
+
+// ---- allreduce ---------------------------------------------------------------
+
+Status AllreduceDirect(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* buf, size_t count,
+                       hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  size_t es = 0;
+  HVD_CHECK(CheckReduction("allreduce", buf, count, dtype, op, &es));
+  const int P = l.size(), r = l.rank();
+  if (count == 0 || P == 1) return Status::Ok();
+  const size_t bytes = count * es, stride = (bytes + 63) / 64 * 64;
+  HVD_ASSIGN_OR_RETURN(uint8_t* slots, s.Get(stride * static_cast<size_t>(P)));
+  std::vector<Req> recv(static_cast<size_t>(P)), send(static_cast<size_t>(P));
+  for (int j = 0; j < P; ++j) {
+    if (j != r) HVD_CHECK(l.Irecv(j, kTagDirect, slots + static_cast<size_t>(j) * stride, bytes, &recv[j]));
+  }
+  for (int i = 1; i < P; ++i) {
+    const int to = (r + i) % P;
+    HVD_CHECK(l.Isend(to, kTagDirect, buf, bytes, &send[to]));
+  }
+  // In rank order: a timeout names the first rank whose contribution is missing.
+  for (int j = 0; j < P; ++j) {
+    if (j != r) HVD_CHECK(l.Wait(recv[j]));
+  }
+  for (int i = 1; i < P; ++i) HVD_CHECK(l.Wait(send[(r + i) % P]));
+  uint8_t* out = static_cast<uint8_t*>(buf);
+  std::memcpy(slots + static_cast<size_t>(r) * stride, out, bytes);
+  std::memcpy(out, slots, bytes);
+  for (int j = 1; j < P; ++j) reduce(out, slots + static_cast<size_t>(j) * stride, count, dtype, op);
+  return Status::Ok();
+}
+
+Status AllreduceRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* buf, size_t count,
+                     hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  size_t es = 0;
+  HVD_CHECK(CheckReduction("allreduce", buf, count, dtype, op, &es));
+  const size_t P = static_cast<size_t>(l.size());
+  if (count == 0 || P == 1) return Status::Ok();
+  std::vector<size_t> start(P + 1);
+  for (size_t p = 0; p <= P; ++p) start[p] = p * (count / P) + std::min(p, count % P);
+  const Plan plan = MakePlan(start.data(), P, es);
+  uint8_t* base = static_cast<uint8_t*>(buf);
+  HVD_CHECK(ReducePhase(l, s, reduce, base, plan, es, 1, kTagRing, dtype, op));
+  return GatherPhase(l, base, plan, es, 1, kTagRing);
+}
+
+// ---- reducescatter ---------------------------------------------------------------
+
+Status ReducescatterRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* buf,
+                         const size_t* counts, hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  const size_t P = static_cast<size_t>(l.size());
+  if (counts == nullptr) return InvalidArgument("reducescatter: NULL counts");
+  std::vector<size_t> start(P + 1, 0);
+  for (size_t p = 0; p < P; ++p) {
+    if (counts[p] > SIZE_MAX - start[p]) return InvalidArgument("reducescatter: counts overflow");
+    start[p + 1] = start[p] + counts[p];
+  }
+  size_t es = 0;
+  HVD_CHECK(CheckReduction("reducescatter", buf, start[P], dtype, op, &es));
+  if (start[P] == 0 || P == 1) return Status::Ok();
+  const Plan plan = MakePlan(start.data(), P, es);
+  return ReducePhase(l, s, reduce, static_cast<uint8_t*>(buf), plan, es, 0, kTagReducescatter,
+                     dtype, op);
+}
+
+// ---- allgatherv ---------------------------------------------------------------
+
+Status AllgathervRing(Links& l, const void* send, void* recv, const size_t* recv_bytes) {
+  const size_t P = static_cast<size_t>(l.size()), r = static_cast<size_t>(l.rank());
+  if (recv_bytes == nullptr) return InvalidArgument("allgatherv: NULL recv_bytes");
+  std::vector<size_t> start(P + 1, 0);
+  for (size_t p = 0; p < P; ++p) {
+    if (recv_bytes[p] > SIZE_MAX - start[p]) return InvalidArgument("allgatherv: sizes overflow");
+    start[p + 1] = start[p] + recv_bytes[p];
+  }
+  if (start[P] > 0 && recv == nullptr) return InvalidArgument("allgatherv: NULL recv buffer");
+  if (recv_bytes[r] > 0 && send == nullptr) return InvalidArgument("allgatherv: NULL send buffer");
+  uint8_t* out = static_cast<uint8_t*>(recv);
+  if (recv_bytes[r] > 0 && out + start[r] != send) std::memmove(out + start[r], send, recv_bytes[r]);
+  if (P == 1 || start[P] == 0) return Status::Ok();
+  const Plan plan = MakePlan(start.data(), P, 1);
+  return GatherPhase(l, out, plan, 1, 0, kTagAllgatherv);
+}
+
+// ---- broadcast ------------------------------------------------------------------
+
+Status BroadcastTree(Links& l, void* buf, size_t bytes, int root) {
+  const int P = l.size();
+  if (root < 0 || root >= P) return InvalidArgument("broadcast: root " + std::to_string(root) + " out of range");
+  if (bytes == 0 || P == 1) return Status::Ok();
+  if (buf == nullptr) return InvalidArgument("broadcast: NULL buffer");
+  // Binomial tree over ranks relative to the root: rel receives from rel
+  // minus its lowest set bit, then sends to rel + 2^k for every 2^k below it.
+  const int rel = (l.rank() - root + P) % P;
+  int mask = 1;
+  while (mask < P) {
+    if (rel & mask) {
+      Req rq = nullptr;
+      HVD_CHECK(l.Irecv((rel - mask + root) % P, kTagTree, buf, bytes, &rq));
+      HVD_CHECK(l.Wait(rq));
+      break;
+    }
+    mask <<= 1;
+  }
+  std::vector<Req> sends;
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (rel + mask < P) {
+      sends.emplace_back();
+      HVD_CHECK(l.Isend((rel + mask + root) % P, kTagTree, buf, bytes, &sends.back()));
+    }
+  }
+  for (Req rq : sends) HVD_CHECK(l.Wait(rq));
+  return Status::Ok();
+}
+
+Status BroadcastChain(Links& l, void* buf, size_t bytes, int root) {
+  const int P = l.size();
+  if (root < 0 || root >= P) return InvalidArgument("broadcast: root " + std::to_string(root) + " out of range");
+  if (bytes == 0 || P == 1) return Status::Ok();
+  if (buf == nullptr) return InvalidArgument("broadcast: NULL buffer");
+  const int rel = (l.rank() - root + P) % P;
+  const int prev = (l.rank() - 1 + P) % P, next = (l.rank() + 1) % P;
+  const bool recvs = rel != 0, sends = rel != P - 1;
+  uint8_t* base = static_cast<uint8_t*>(buf);
+  const size_t K = (bytes + kSegmentBytes - 1) / kSegmentBytes;
+  auto seg = [&](size_t k, size_t* len) {
+    *len = std::min(kSegmentBytes, bytes - k * kSegmentBytes);
+    return base + k * kSegmentBytes;
+  };
+  Req rq[kRingDepth + 1] = {}, sq[kRingDepth + 1] = {};
+  size_t next_recv = 0;
+  for (size_t k = 0; k < K; ++k) {
+    size_t len = 0;
+    if (recvs) {
+      for (; next_recv < K && next_recv <= k + kRingDepth; ++next_recv) {
+        size_t n = 0;
+        uint8_t* p = seg(next_recv, &n);
+        HVD_CHECK(l.Irecv(prev, kTagChain, p, n, &rq[next_recv % (kRingDepth + 1)]));
+      }
+      HVD_CHECK(l.Wait(rq[k % (kRingDepth + 1)]));
+    }
+    if (sends) {
+      if (k > kRingDepth) HVD_CHECK(l.Wait(sq[k % (kRingDepth + 1)]));  // its slot's last send
+      uint8_t* p = seg(k, &len);
+      HVD_CHECK(l.Isend(next, kTagChain, p, len, &sq[k % (kRingDepth + 1)]));
+    }
+  }
+  if (sends) {
+    for (size_t k = K > kRingDepth + 1 ? K - (kRingDepth + 1) : 0; k < K; ++k) {
+      HVD_CHECK(l.Wait(sq[k % (kRingDepth + 1)]));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- alltoallv --------------------------------------------------------------------
+
+Status AlltoallvPairwise(Links& l, const void* send, const size_t* send_bytes, void* recv,
+                         const size_t* recv_bytes) {
+  const int P = l.size(), r = l.rank();
+  if (send_bytes == nullptr || recv_bytes == nullptr) return InvalidArgument("alltoallv: NULL sizes");
+  std::vector<size_t> soff(static_cast<size_t>(P) + 1, 0), roff(static_cast<size_t>(P) + 1, 0);
+  for (int p = 0; p < P; ++p) {
+    if (send_bytes[p] > SIZE_MAX - soff[p] || recv_bytes[p] > SIZE_MAX - roff[p]) {
+      return InvalidArgument("alltoallv: sizes overflow");
+    }
+    soff[p + 1] = soff[p] + send_bytes[p];
+    roff[p + 1] = roff[p] + recv_bytes[p];
+  }
+  if ((soff[P] > 0 && send == nullptr) || (roff[P] > 0 && recv == nullptr)) {
+    return InvalidArgument("alltoallv: NULL buffer");
+  }
+  const auto* in = static_cast<const uint8_t*>(send);
+  auto* out = static_cast<uint8_t*>(recv);
+  if (recv_bytes[r] != send_bytes[r]) {
+    return InvalidArgument("alltoallv: this rank sends itself " + std::to_string(send_bytes[r]) +
+                           " bytes but expects " + std::to_string(recv_bytes[r]));
+  }
+  if (send_bytes[r] > 0) std::memmove(out + roff[r], in + soff[r], send_bytes[r]);
+  // Step i: receive from rank - i, send to rank + i; every message is posted
+  // at once (a request each), then completed in step order.
+  std::vector<Req> rq(static_cast<size_t>(P), nullptr), sq(static_cast<size_t>(P), nullptr);
+  for (int i = 1; i < P; ++i) {
+    const int from = (r - i + P) % P;
+    if (recv_bytes[from] > 0) HVD_CHECK(l.Irecv(from, kTagAlltoallv, out + roff[from], recv_bytes[from], &rq[from]));
+  }
+  for (int i = 1; i < P; ++i) {
+    const int to = (r + i) % P;
+    if (send_bytes[to] > 0) HVD_CHECK(l.Isend(to, kTagAlltoallv, in + soff[to], send_bytes[to], &sq[to]));
+  }
+  for (int i = 1; i < P; ++i) {
+    const int from = (r - i + P) % P;
+    if (rq[from] != nullptr) HVD_CHECK(l.Wait(rq[from]));
+  }
+  for (int i = 1; i < P; ++i) {
+    const int to = (r + i) % P;
+    if (sq[to] != nullptr) HVD_CHECK(l.Wait(sq[to]));
+  }
+  return Status::Ok();
+}
+
+// ---- barrier ----------------------------------------------------------------------
+
+Status BarrierDissemination(Links& l) {
+  const int P = l.size(), r = l.rank();
+  uint8_t out = 1, in = 0;
+  for (int k = 1; k < P; k <<= 1) {
+    Req rq = nullptr, sq = nullptr;
+    HVD_CHECK(l.Irecv((r - k + P) % P, kTagBarrier, &in, 1, &rq));
+    HVD_CHECK(l.Isend((r + k) % P, kTagBarrier, &out, 1, &sq));
+    HVD_CHECK(l.Wait(rq));
+    HVD_CHECK(l.Wait(sq));
+  }
+  return Status::Ok();
+}
+
+}  // namespace algo
+}  // namespace hvd
