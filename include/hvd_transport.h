@@ -198,9 +198,11 @@ typedef const hvd_transport_v3_t *(*hvd_transport_plugin_v3_fn)(void);
  * ones). A plugin exports
  *     const hvd_transport_v4_t *hvd_transport_plugin_v4(void);
  * The core checks abi_version, reads only the fields that fit in struct_size
- * (so entries appended later are NULL for older plugins), and refuses at load
- * a table whose required entries are NULL or whose caps promise an entry
- * that is NULL, naming the entry.
+ * (so entries appended later are NULL for older plugins, and a capability
+ * whose entries lie beyond struct_size is ignored), and refuses at load a
+ * table whose required entries are NULL or whose caps promise an entry that
+ * is NULL, naming the entry. A plugin whose hvd_transport_plugin_v4 returns
+ * NULL declines version 4: its older tables serve.
  */
 #define HVD_TRANSPORT_ABI_V4 4
 #define HVD_TRANSPORT_ABI_NEWEST HVD_TRANSPORT_ABI_V4

@@ -104,6 +104,21 @@ std::string TakeV4(const hvd_transport_v4_t* t, hvd_transport_v4_t* out) {
   }
   *out = hvd_transport_v4_t{};
   std::memcpy(out, t, std::min<size_t>(t->struct_size, sizeof(*out)));
+  // A capability whose entries lie beyond an older table's struct_size is
+  // one that table cannot offer.
+  const struct {
+    uint64_t cap;
+    size_t end;
+  } reach[] = {
+      {HVD_TRANSPORT_CAP_P2P, offsetof(hvd_transport_v4_t, wait) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_P2P_TEST, offsetof(hvd_transport_v4_t, progress) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_REGISTER_MEMORY, offsetof(hvd_transport_v4_t, deregister_memory) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_ABORT, offsetof(hvd_transport_v4_t, async_error) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_PEER_TIMEOUT, offsetof(hvd_transport_v4_t, set_timeout) + sizeof(void*)},
+  };
+  for (const auto& r : reach) {
+    if (t->struct_size < r.end) out->caps &= ~r.cap;
+  }
   const hvd_transport_v4_t& v = *out;
   if (v.name == nullptr || v.name[0] == '\0') return "the required entry 'name' is NULL or empty";
   struct Need {
@@ -155,9 +170,12 @@ Result<Found> LoadPlugin(const std::string& path, bool* bad_table) {
   // The newest table first: a plugin exporting version 4 is used as one.
   auto fn4 = reinterpret_cast<hvd_transport_plugin_v4_fn>(
       dlsym(dl, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
-  if (fn4 != nullptr) {
+  // A NULL table declines version 4 (a plugin that decides at run time):
+  // the older tables serve.
+  const hvd_transport_v4_t* t4 = fn4 != nullptr ? fn4() : nullptr;
+  if (t4 != nullptr) {
     Found f;
-    const std::string bad = TakeV4(fn4(), &f.v4_table);
+    const std::string bad = TakeV4(t4, &f.v4_table);
     if (!bad.empty()) {
       *bad_table = true;
       dlclose(dl);

@@ -178,9 +178,10 @@ TEST(TransportLoader, NullOptionalEntriesAreAbsent) {
     EXPECT_EQ(tr.Reducescatter(buf, counts, HVD_FLOAT32, HVD_SUM).code(), HVD_ERR_UNSUPPORTED);
     hvd_transport_span_t span{buf, 2};
     EXPECT_EQ(tr.AllreduceSpans(&span, 1, HVD_FLOAT32, HVD_SUM).code(), HVD_ERR_UNSUPPORTED);
-    auto v = tr.Query("answer");
-    ASSERT_TRUE(v.ok()) << v.status().message();
-    EXPECT_EQ(*v, 42);
+    // The core asks a plugin only at start, for the keys it knows; any other
+    // key is unsupported without a call into the plugin (any thread may ask).
+    EXPECT_EQ(tr.Query("answer").status().code(), HVD_ERR_UNSUPPORTED);
+    EXPECT_EQ(*tr.Query("abi"), 2);
     EXPECT_TRUE(tr.Allreduce(buf, 2, HVD_FLOAT32, HVD_SUM).ok());
   }
   {
@@ -376,6 +377,68 @@ TEST(PluginEnv, PluginLogNeverThrows) {
   Logger::PluginLog(&quiet, HVD_LOG_ERROR, nullptr);
   Logger::PluginLog(nullptr, HVD_LOG_ERROR, "x");
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
+}  // namespace
+}  // namespace hvd
+
+namespace hvd {
+namespace {
+
+// Version 4: the newest table wins; every entry the caps promise is checked
+// at load; a smaller (older) struct_size leaves the newer entries absent.
+TEST(TransportLoaderV4, TablesAreCheckedAndUsed) {
+  TempDir dir;
+  dir.CopyFake();
+  Logger log;
+  {
+    ScopedEnv v4("FAKE_PLUGIN_V4", "native");
+    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    EXPECT_EQ(*(*t)->Query("abi"), 4);
+    EXPECT_TRUE((*t)->has_set_timeout());
+    float buf[2] = {1, 2};
+    EXPECT_TRUE((*t)->Allreduce(buf, 2, HVD_FLOAT32, HVD_SUM).ok());
+    EXPECT_EQ((*t)->Choose(HVD_TRANSPORT_ALLREDUCE, 8), algo::Algorithm::kNative);
+    EXPECT_TRUE((*t)->Barrier().ok());
+  }
+  struct Bad {
+    const char* mode;
+    const char* null_entry;
+    const char* says;
+  };
+  const Bad bad[] = {{"p2p", "isend", "'isend (caps: P2P)'"},
+                     {"p2p", "wait", "'wait (caps: P2P)'"},
+                     {"native", "barrier", "'barrier (no P2P in caps)'"},
+                     {"native", "init", "'init'"},
+                     {"native", "set_timeout", "'set_timeout (caps: PEER_TIMEOUT)'"}};
+  for (const Bad& b : bad) {
+    ScopedEnv v4("FAKE_PLUGIN_V4", b.mode), null_entry("FAKE_PLUGIN_NULL", b.null_entry);
+    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
+    ASSERT_FALSE(t.ok()) << b.null_entry;
+    EXPECT_EQ(t.status().code(), HVD_ERR_VERSION);
+    EXPECT_NE(t.status().message().find(b.says), std::string::npos) << t.status().message();
+    EXPECT_NE(t.status().message().find("hvd_transport_plugin_v4"), std::string::npos);
+  }
+  {
+    // An older, smaller table: set_timeout lies beyond its struct_size.
+    ScopedEnv v4("FAKE_PLUGIN_V4", "native"),
+        size("FAKE_PLUGIN_V4_SIZE", std::to_string(offsetof(hvd_transport_v4_t, set_timeout)).c_str());
+    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    EXPECT_FALSE((*t)->has_set_timeout());
+  }
+  {
+    // A forced algorithm the transport cannot run fails at start, naming it.
+    ScopedEnv v4("FAKE_PLUGIN_V4", "native");
+    TransportOptions o;
+    o.algorithm[HVD_TRANSPORT_ALLREDUCE] = "ring";
+    auto t = Transport::Open("fake", dir.path(), OneRankEnv(), o, &log);
+    ASSERT_FALSE(t.ok());
+    EXPECT_NE(t.status().message().find("HVD_ALGORITHM_ALLREDUCE=ring"), std::string::npos)
+        << t.status().message();
+    EXPECT_NE(t.status().message().find("no point-to-point"), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,45 @@
+// Bootstrap: config -> rendezvous -> topology -> transport. Run once per
+// context, on the thread creating it, before the loop exists: it forms the
+// job (the store, every rank's host, local and cross ranks), loads and
+// connects the transport, and leaves the topology in the Config it was given.
+// It keeps the store client the transport's key-value callbacks use, so it
+// lives as long as the context (destroyed after the transport).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "core/transport_loader.h"
+#include "rendezvous/store.h"
+
+namespace hvd {
+
+class Bootstrap {
+ public:
+  Bootstrap(Config* cfg, Logger* log) : cfg_(cfg), log_(log) { kv_.log = log; }
+  ~Bootstrap();
+
+  // Rendezvous (for more than one rank, where the transport needs a store),
+  // topology, transport. Updates *cfg (topology, as the transport found it).
+  Result<std::unique_ptr<Transport>> Run();
+
+ private:
+  std::string ChooseTransport() const;
+  Status Rendezvous();
+  Status ResolveLocalTopology();
+  bool ParseMissingMark(const rdv::Bytes& value, std::vector<int>* missing) const;
+  std::vector<int> MissingRanks(int r);
+  Status NotJoined(const std::vector<int>& missing);
+
+  Config* cfg_;
+  Logger* log_;
+  std::unique_ptr<rdv::StoreServer> server_;
+  std::unique_ptr<rdv::StoreClient> client_;
+  PluginKv kv_;
+};
+
+}  // namespace hvd

@@ -1,0 +1,50 @@
+// The executor: runs one negotiated unit (a fused allreduce batch, or one
+// operation) over the transport and returns its status. It never completes
+// handles (the loop does, from the status) and never negotiates: it sees
+// only what the loop hands it. Owns the memory the runs reuse: the fusion
+// buffer, the spans of an in-place fused batch, the pool results come from.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "core/controller.h"
+#include "core/fusion_buffer.h"
+#include "core/request.h"
+#include "core/timeline.h"
+#include "core/transport_loader.h"
+
+namespace hvd {
+
+class Executor {
+ public:
+  Executor(Transport* transport, Timeline* timeline, int rank, int size, size_t pool_bytes)
+      : transport_(transport), timeline_(timeline), rank_(rank), size_(size),
+        results_(std::make_shared<BufferPool>(pool_bytes)) {}
+
+  // A fused allreduce: every request has the same dtype, op and scale
+  // factors (the loop's bucketing guarantees it).
+  Status RunAllreduceBatch(std::vector<OpRequest*>& batch);
+  // One operation as the negotiated response describes it.
+  Status RunOne(OpRequest& req, const Response& resp);
+
+  FusionBuffer& fusion() { return fusion_; }
+  const FusionBuffer& fusion() const { return fusion_; }
+  const BufferPool& results() const { return *results_; }
+
+ private:
+  Status TakeOutput(Handle* h, size_t bytes);
+
+  Transport* transport_;
+  Timeline* timeline_;
+  int rank_;
+  int size_;
+  FusionBuffer fusion_;
+  std::vector<hvd_transport_span_t> spans_;  // a fused batch's outputs (in-place transports)
+  // Buffers recycled between operations: results of released handles
+  // (allgather, alltoall, reducescatter) and reducescatter's scratch.
+  std::shared_ptr<BufferPool> results_;
+};
+
+}  // namespace hvd
