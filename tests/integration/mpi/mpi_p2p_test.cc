@@ -1,5 +1,5 @@
 // The MPI plugin's version 4 table, driven directly (no core), under mpirun:
-//   mpi_p2p_test PLUGIN.so
+//   mpi_p2p_test PLUGIN.so [app]
 // dlopens the plugin, takes hvd_transport_plugin_v4 and checks, on every
 // rank: the table and the info init writes; point-to-point to every peer at
 // once (sizes 0, 1, 7, 1 MiB + 3; one tag for several messages, whose order
@@ -8,10 +8,13 @@
 // values computed independently (exact); a receive nobody sends to times out
 // within its limit naming the silent rank (transfer and peer limits); abort
 // from another thread ends a blocked wait and a blocked collective within a
-// second. The plugin initialises MPI itself (the test does not link MPI) and
-// must finalise it cleanly, or mpirun fails the run. Every rank prints
-// "rank R: N passed, F failed". Every wait is bounded.
+// second. The plugin initialises MPI itself and must finalise it cleanly, or
+// mpirun fails the run. With "app" the test initialises MPI instead (at
+// MPI_THREAD_SERIALIZED, so the plugin serialises its calls) and hands the
+// plugin a sub-communicator whose ranks are the world's reversed (env.mpi_comm).
+// Every rank prints "rank R: N passed, F failed". Every wait is bounded.
 #include <dlfcn.h>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -40,27 +43,31 @@ const hvd_transport_v4_t* T = nullptr;
 int rank_ = -1, size_ = 0;
 int passed = 0, failed = 0;
 std::atomic<int> kv_calls{0};
+MPI_Comm app_comm = MPI_COMM_NULL;  // "app": the communicator handed to the plugin
 
-#define CHECK(cond, ...)                                                       \
-  do {                                                                         \
-    if (cond) {                                                                \
-      ++passed;                                                                \
-    } else {                                                                   \
-      ++failed;                                                                \
+#define CHECK(cond, ...)                                                           \
+  do {                                                                             \
+    if (cond) {                                                                    \
+      ++passed;                                                                    \
+    } else {                                                                       \
+      ++failed;                                                                    \
       std::fprintf(stderr, "rank %d: FAIL line %d: %s: ", rank_, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                       \
-      std::fprintf(stderr, "\n");                                              \
-    }                                                                          \
+      std::fprintf(stderr, __VA_ARGS__);                                           \
+      std::fprintf(stderr, "\n");                                                  \
+    }                                                                              \
   } while (0)
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // The plugin must not need the core's store when MPI forms the job.
 int KvSet(void*, const char*, const void*, size_t) { return ++kv_calls, HVD_ERR_UNSUPPORTED; }
 int KvGet(void*, const char*, void**, size_t*, double) { return ++kv_calls, HVD_ERR_UNSUPPORTED; }
 void KvFree(void* p) { std::free(p); }
 void Log(void*, int level, const char* msg) {
-  if (level <= HVD_LOG_WARNING) std::fprintf(stderr, "rank %d: plugin log %d: %s\n", rank_, level, msg);
+  if (level <= HVD_LOG_WARNING)
+    std::fprintf(stderr, "rank %d: plugin log %d: %s\n", rank_, level, msg);
 }
 
 void* Init(hvd_transport_info_t* info, double timeout_s) {
@@ -78,6 +85,7 @@ void* Init(hvd_transport_info_t* info, double timeout_s) {
   env.reduce = &hvd::hvd_reduce_kernel;
   env.timeout_s = timeout_s;
   env.start_timeout_s = 60;
+  env.mpi_comm = app_comm != MPI_COMM_NULL ? &app_comm : nullptr;
   hvd_transport_info_t local{};
   if (info == nullptr) info = &local;
   *info = hvd_transport_info_t{};
@@ -123,20 +131,23 @@ void TestP2P(void* comm, uint32_t max_tag) {
       if (p == rank_) continue;
       int idx = 0;
       for (int rep = 0; rep < 2; ++rep) {
-        for (size_t s : sizes) msgs.push_back({p, 5, idx++, recv, std::vector<uint8_t>(s), nullptr});
+        for (size_t s : sizes)
+          msgs.push_back({p, 5, idx++, recv, std::vector<uint8_t>(s), nullptr});
       }
       uint32_t tag = 100;
-      for (size_t s : sizes) msgs.push_back({p, tag++, idx++, recv, std::vector<uint8_t>(s), nullptr});
+      for (size_t s : sizes)
+        msgs.push_back({p, tag++, idx++, recv, std::vector<uint8_t>(s), nullptr});
       msgs.push_back({p, max_tag, idx++, recv, std::vector<uint8_t>(13), nullptr});
     }
   }
   for (Msg& m : msgs) {
     const int src = m.recv ? m.peer : rank_, dst = m.recv ? rank_ : m.peer;
-    for (size_t j = 0; j < m.data.size(); ++j) m.data[j] = m.recv ? 0 : Pattern(src, dst, m.tag, m.idx, j);
+    for (size_t j = 0; j < m.data.size(); ++j)
+      m.data[j] = m.recv ? 0 : Pattern(src, dst, m.tag, m.idx, j);
     hvd_transport_buffer_t b = Buf(m.data.data(), m.data.size());
     const int st = (m.recv ? T->irecv : T->isend)(comm, m.peer, m.tag, &b, &m.req);
-    CHECK(st == HVD_OK && m.req != nullptr, "post %s peer %d tag %u: %d %s", m.recv ? "recv" : "send", m.peer, m.tag,
-          st, T->last_error(comm));
+    CHECK(st == HVD_OK && m.req != nullptr, "post %s peer %d tag %u: %d %s",
+          m.recv ? "recv" : "send", m.peer, m.tag, st, T->last_error(comm));
   }
   // Half by wait, half by test + progress, each bounded.
   for (size_t i = 0; i < msgs.size(); ++i) {
@@ -155,27 +166,33 @@ void TestP2P(void* comm, uint32_t max_tag) {
       }
       if (!done) st = T->wait(comm, m.req, 1);  // releases it
     }
-    CHECK(st == HVD_OK, "complete %s peer %d tag %u idx %d: %d %s", m.recv ? "recv" : "send", m.peer, m.tag, m.idx,
-          st, T->last_error(comm));
+    CHECK(st == HVD_OK, "complete %s peer %d tag %u idx %d: %d %s", m.recv ? "recv" : "send",
+          m.peer, m.tag, m.idx, st, T->last_error(comm));
     if (!m.recv) continue;
     size_t bad = 0;
-    for (size_t j = 0; j < m.data.size(); ++j) bad += m.data[j] != Pattern(m.peer, rank_, m.tag, m.idx, j);
-    CHECK(bad == 0, "recv from %d tag %u idx %d (%zu B): %zu bytes differ", m.peer, m.tag, m.idx, m.data.size(), bad);
+    for (size_t j = 0; j < m.data.size(); ++j)
+      bad += m.data[j] != Pattern(m.peer, rank_, m.tag, m.idx, j);
+    CHECK(bad == 0, "recv from %d tag %u idx %d (%zu B): %zu bytes differ", m.peer, m.tag, m.idx,
+          m.data.size(), bad);
   }
   // Bad arguments fail without breaking the communicator.
   uint8_t x = 0;
   hvd_transport_buffer_t b = Buf(&x, 1);
   hvd_transport_request_t* r = nullptr;
-  CHECK(T->isend(comm, rank_, 1, &b, &r) == HVD_ERR_INVALID_ARGUMENT && r == nullptr, "send to self");
+  CHECK(T->isend(comm, rank_, 1, &b, &r) == HVD_ERR_INVALID_ARGUMENT && r == nullptr,
+        "send to self");
   CHECK(T->irecv(comm, size_, 1, &b, &r) == HVD_ERR_INVALID_ARGUMENT, "peer out of range");
-  if (max_tag < UINT32_MAX) CHECK(T->isend(comm, (rank_ + 1) % size_, max_tag + 1, &b, &r) == HVD_ERR_INVALID_ARGUMENT, "tag");
+  if (max_tag < UINT32_MAX)
+    CHECK(T->isend(comm, (rank_ + 1) % size_, max_tag + 1, &b, &r) == HVD_ERR_INVALID_ARGUMENT,
+          "tag");
   CHECK(T->async_error(comm) == HVD_OK, "async_error after bad arguments");
 }
 
 // ---- native collectives ------------------------------------------------------
 
-const hvd_dtype_t kDtypes[] = {HVD_UINT8, HVD_INT8,    HVD_UINT16,   HVD_INT16,   HVD_INT32, HVD_INT64,
-                               HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64, HVD_BOOL};
+const hvd_dtype_t kDtypes[] = {HVD_UINT8,   HVD_INT8,    HVD_UINT16,  HVD_INT16,
+                               HVD_INT32,   HVD_INT64,   HVD_FLOAT16, HVD_BFLOAT16,
+                               HVD_FLOAT32, HVD_FLOAT64, HVD_BOOL};
 const hvd_reduce_op_t kOps[] = {HVD_SUM, HVD_MIN, HVD_MAX, HVD_PRODUCT};
 
 std::vector<uint8_t> Inputs(hvd_dtype_t d, hvd_reduce_op_t op, int r, size_t n) {
@@ -191,7 +208,8 @@ void TestNatives(void* comm) {
         std::vector<uint8_t> v = Inputs(d, op, rank_, n);
         hvd_transport_buffer_t b = Buf(v.data(), n * hvd::DtypeSize(d));
         const int st = T->allreduce(comm, &b, n, d, op);
-        CHECK(st == HVD_OK, "allreduce dtype %d op %d n %zu: %d %s", d, op, n, st, T->last_error(comm));
+        CHECK(st == HVD_OK, "allreduce dtype %d op %d n %zu: %d %s", d, op, n, st,
+              T->last_error(comm));
         size_t bad = 0;
         for (size_t i = 0; i < n; ++i) bad += Load(d, v.data(), i) != Expected(d, op, size_, i);
         CHECK(bad == 0, "allreduce dtype %d op %d n %zu: %zu wrong", d, op, n, bad);
@@ -209,7 +227,8 @@ void TestNatives(void* comm) {
       const int st = T->reducescatter(comm, &b, counts.data(), d, op);
       CHECK(st == HVD_OK, "reducescatter dtype %d op %d: %d %s", d, op, st, T->last_error(comm));
       size_t bad = 0;
-      for (size_t i = mine; i < mine + counts[rank_]; ++i) bad += Load(d, v.data(), i) != Expected(d, op, size_, i);
+      for (size_t i = mine; i < mine + counts[rank_]; ++i)
+        bad += Load(d, v.data(), i) != Expected(d, op, size_, i);
       CHECK(bad == 0, "reducescatter dtype %d op %d: %zu wrong", d, op, bad);
     }
   }
@@ -226,7 +245,8 @@ void TestNatives(void* comm) {
     std::vector<uint8_t> out(total, 0), own(bytes[rank_]);
     for (size_t j = 0; j < own.size(); ++j) own[j] = Pattern(rank_, 0, 1, in_place, j);
     if (in_place) std::memcpy(out.data() + mine, own.data(), own.size());
-    hvd_transport_buffer_t s = Buf(in_place ? out.data() + mine : own.data(), own.size()), rv = Buf(out.data(), total);
+    hvd_transport_buffer_t s = Buf(in_place ? out.data() + mine : own.data(), own.size()),
+                           rv = Buf(out.data(), total);
     const int st = T->allgatherv(comm, &s, &rv, bytes.data());
     CHECK(st == HVD_OK, "allgatherv: %d %s", st, T->last_error(comm));
     size_t bad = 0, off = 0;
@@ -250,7 +270,9 @@ void TestNatives(void* comm) {
     }
   }
   // Alltoallv: src sends (src + dst) % 3 * 1000 + dst + 1 bytes to dst.
-  const auto len = [](int src, int dst) { return static_cast<size_t>((src + dst) % 3 * 1000 + dst + 1); };
+  const auto len = [](int src, int dst) {
+    return static_cast<size_t>((src + dst) % 3 * 1000 + dst + 1);
+  };
   std::vector<size_t> sb(size_), rb(size_);
   size_t stotal = 0, rtotal = 0;
   for (int p = 0; p < size_; ++p) {
@@ -274,7 +296,8 @@ void TestNatives(void* comm) {
   // Bad arguments.
   uint8_t x = 0;
   hvd_transport_buffer_t b = Buf(&x, 1);
-  CHECK(T->allreduce(comm, &b, 1, HVD_UINT8, HVD_AVERAGE) == HVD_ERR_INVALID_ARGUMENT, "AVERAGE is the core's");
+  CHECK(T->allreduce(comm, &b, 1, HVD_UINT8, HVD_AVERAGE) == HVD_ERR_INVALID_ARGUMENT,
+        "AVERAGE is the core's");
   CHECK(T->broadcast(comm, &b, size_) == HVD_ERR_INVALID_ARGUMENT, "root out of range");
 }
 
@@ -292,7 +315,8 @@ void TestTimeout(bool peer_kind) {
   const int from = peer_kind ? size_ - 1 : 1;
   if (rank_ == 0) {
     const double limit = peer_kind ? 1.5 : 2;
-    if (peer_kind) CHECK(T->set_timeout(comm, limit, HVD_TRANSPORT_LIMIT_PEER) == HVD_OK, "set_timeout");
+    if (peer_kind)
+      CHECK(T->set_timeout(comm, limit, HVD_TRANSPORT_LIMIT_PEER) == HVD_OK, "set_timeout");
     uint8_t x[4];
     hvd_transport_buffer_t b = Buf(x, sizeof(x));
     hvd_transport_request_t* r = nullptr;
@@ -303,9 +327,12 @@ void TestTimeout(bool peer_kind) {
     const std::string err = T->last_error(comm);
     const std::string who = "rank " + std::to_string(from) + " (host " + Host() + ")";
     CHECK(st == HVD_ERR_TIMEOUT, "wait returned %d: %s", st, err.c_str());
-    CHECK(took >= limit - 0.05 && took < limit + 1, "timed out after %.3f s, limit %g", took, limit);
-    const std::string want = peer_kind ? who + " has not answered for 1.5 s" : "timed out after 2 s waiting for " + who;
-    CHECK(err.find(want) != std::string::npos, "last_error '%s' lacks '%s'", err.c_str(), want.c_str());
+    CHECK(took >= limit - 0.05 && took < limit + 1, "timed out after %.3f s, limit %g", took,
+          limit);
+    const std::string want =
+        peer_kind ? who + " has not answered for 1.5 s" : "timed out after 2 s waiting for " + who;
+    CHECK(err.find(want) != std::string::npos, "last_error '%s' lacks '%s'", err.c_str(),
+          want.c_str());
     CHECK(T->async_error(comm) == HVD_ERR_TIMEOUT, "async_error %d", T->async_error(comm));
     CHECK(T->barrier(comm) == HVD_ERR_TIMEOUT, "broken communicator still used");
   }
@@ -340,12 +367,16 @@ void TestAbort(void* world) {
       }
       const auto returned = Clock::now();
       t.join();
-      CHECK(aborted && std::chrono::duration<double>(returned - abort_at).count() < 1.0, "returned %.3f s after the abort",
+      CHECK(aborted && std::chrono::duration<double>(returned - abort_at).count() < 1.0,
+            "returned %.3f s after the abort",
             std::chrono::duration<double>(returned - abort_at).count());
       CHECK(st == HVD_ERR_ABORTED, "coll %d: status %d", coll, st);
-      CHECK(std::string(T->last_error(comm)).find("test abort") != std::string::npos, "last_error %s", T->last_error(comm));
+      CHECK(std::string(T->last_error(comm)).find("test abort") != std::string::npos,
+            "last_error %s", T->last_error(comm));
       CHECK(T->async_error(comm) == HVD_ERR_ABORTED, "async_error");
-      CHECK(T->abort(comm, HVD_ERR_TRANSPORT, "again") == HVD_OK && T->barrier(comm) == HVD_ERR_ABORTED, "idempotent");
+      CHECK(T->abort(comm, HVD_ERR_TRANSPORT, "again") == HVD_OK &&
+                T->barrier(comm) == HVD_ERR_ABORTED,
+            "idempotent");
     }
     // The others join the aborted allreduce late; rank 0's request completes
     // in the background (its buffer stays alive until finalize).
@@ -370,26 +401,40 @@ int main(int argc, char** argv) {
   }
   rank_ = std::atoi(r);
   size_ = std::atoi(n);
+  const bool app = argc > 2 && std::strcmp(argv[2], "app") == 0;
+  if (app) {
+    int level = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &level);
+    MPI_Comm_split(MPI_COMM_WORLD, 0, size_ - 1 - rank_, &app_comm);
+    MPI_Comm_rank(app_comm, &rank_);
+    CHECK(level == MPI_THREAD_SERIALIZED && rank_ == size_ - 1 - std::atoi(r), "level %d", level);
+  }
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  auto fn = lib != nullptr ? reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_V4_SYMBOL)) : nullptr;
+  auto fn =
+      lib != nullptr
+          ? reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_V4_SYMBOL))
+          : nullptr;
   T = fn != nullptr ? fn() : nullptr;
   if (T == nullptr || size_ < 2) {
-    std::fprintf(stderr, "rank %d: no v4 table in %s (%s) or size %d < 2\n", rank_, argv[1], dlerror(), size_);
+    std::fprintf(stderr, "rank %d: no v4 table in %s (%s) or size %d < 2\n", rank_, argv[1],
+                 dlerror(), size_);
     return 1;
   }
-  const uint64_t caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
-                        HVD_TRANSPORT_CAP_PEER_TIMEOUT;
+  const uint64_t caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST |
+                        HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT;
   CHECK(T->abi_version == HVD_TRANSPORT_ABI_V4 && T->struct_size == sizeof(hvd_transport_v4_t) &&
             std::strcmp(T->name, "mpi") == 0 && T->caps == caps,
         "table header");
-  CHECK(T->isend && T->irecv && T->wait && T->test && T->progress && T->allreduce && T->allgatherv && T->broadcast &&
-            T->alltoallv && T->reducescatter && T->barrier && T->abort && T->async_error && T->set_timeout,
+  CHECK(T->isend && T->irecv && T->wait && T->test && T->progress && T->allreduce &&
+            T->allgatherv && T->broadcast && T->alltoallv && T->reducescatter && T->barrier &&
+            T->abort && T->async_error && T->set_timeout,
         "entries");
 
   hvd_transport_info_t info{};
   void* world = Init(&info, 30);
   CHECK(info.max_tag >= 32767, "max_tag %u", info.max_tag);
-  CHECK(info.mpi_thread_level >= 2, "thread level %d", info.mpi_thread_level);  // SERIALIZED or MULTIPLE
+  const int level = app ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
+  CHECK(info.mpi_thread_level == level, "thread level %d", info.mpi_thread_level);
   CHECK(info.native_max_bytes[HVD_TRANSPORT_BARRIER] == SIZE_MAX, "barrier limit");
   if (rank_ == 0) {
     std::printf("native_max_bytes at %d ranks:", size_);
@@ -405,6 +450,13 @@ int main(int argc, char** argv) {
   TestP2P(world, info.max_tag);  // the world communicator is untouched by the others' faults
   CHECK(kv_calls == 0, "the store was used %d times", kv_calls.load());
   T->finalize(world);
+  if (app) {
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    CHECK(!finalized, "the plugin finalised the application's MPI");
+    MPI_Comm_free(&app_comm);
+    MPI_Finalize();
+  }
   std::printf("rank %d: %d passed, %d failed\n", rank_, passed, failed);
   return failed == 0 ? 0 : 1;
 }
