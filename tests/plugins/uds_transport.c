@@ -647,8 +647,6 @@ static int set_nonblocking(int fd) {
 
 /* Listens on a fresh address; writes it to *addr / *len. */
 static int listen_on(uds_comm *c, struct sockaddr_un *addr, socklen_t *len) {
-    static unsigned counter = 0; /* many communicators per process */
-    char name[96];
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     struct timespec ts;
     if (fd < 0) return -1;
@@ -656,16 +654,24 @@ static int listen_on(uds_comm *c, struct sockaddr_un *addr, socklen_t *len) {
     memset(addr, 0, sizeof(*addr));
     addr->sun_family = AF_UNIX;
 #ifdef __linux__ /* abstract namespace: nothing left in the file system */
-    snprintf(name, sizeof(name), "hvd-uds-%ld-%d-%u-%lx", (long)getpid(), (int)c->rank,
-             counter++, (unsigned long)ts.tv_nsec);
+    char name[96];
+    /* pid, rank, this communicator's address, the clock: unique per process
+     * without a shared counter (contexts may start on several threads) */
+    snprintf(name, sizeof(name), "hvd-uds-%ld-%d-%lx-%lx", (long)getpid(), (int)c->rank,
+             (unsigned long)(uintptr_t)c, (unsigned long)ts.tv_nsec);
     memcpy(addr->sun_path + 1, name, strlen(name));
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name));
 #else
     {
         const char *tmp = getenv("TMPDIR");
-        snprintf(name, sizeof(name), "%s/hvd-uds-%ld-%d-%u.sock", tmp && *tmp ? tmp : "/tmp",
-                 (long)getpid(), (int)c->rank, counter++);
-        snprintf(addr->sun_path, sizeof(addr->sun_path), "%s", name);
+        int n = snprintf(addr->sun_path, sizeof(addr->sun_path), "%s/hvd-uds-%ld-%d-%lx.sock",
+                         tmp && *tmp ? tmp : "/tmp", (long)getpid(), (int)c->rank,
+                         (unsigned long)(uintptr_t)c);
+        if (n < 0 || (size_t)n >= sizeof(addr->sun_path)) { /* $TMPDIR too long */
+            close(fd);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
         unlink(addr->sun_path);
         *len = (socklen_t)sizeof(*addr);
     }
