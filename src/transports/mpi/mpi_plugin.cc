@@ -400,13 +400,13 @@ int Int(size_t v, const char* what) {
 
 // Starts one MPI_I* collective under the call lock and completes it.
 template <typename Start>
-void Coll(Comm& c, const char* what, Start&& start) {
+void Coll(Comm& c, const char* what, Start&& start, double timeout_s = -1) {
   MPI_Request r = MPI_REQUEST_NULL;
   {
     CallLock lock(c.serialize);
     Check(start(&r), what);
   }
-  Poll(c, &r, 1, -1, -1, false, what);
+  Poll(c, &r, 1, timeout_s, -1, false, what);
 }
 
 int Allreduce(void* comm, const hvd_transport_buffer_t* buf, size_t count, hvd_dtype_t dtype,
@@ -602,35 +602,6 @@ void ReleaseProcess(Process& ps) {
   }
 }
 
-// The bounded start-up gate: MPI_Comm_dup blocks until every rank calls it.
-void AwaitEveryRank(MPI_Comm base, double timeout_s, bool serialize) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  {
-    CallLock lock(serialize);
-    Check(MPI_Ibarrier(base, &r), "init: MPI_Ibarrier");
-  }
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
-  for (;;) {
-    int done = 0;
-    {
-      CallLock lock(serialize);
-      Check(MPI_Test(&r, &done, MPI_STATUS_IGNORE), "init: MPI_Test");
-    }
-    if (done) return;
-    if (timeout_s > 0 && Clock::now() > deadline) {
-      int size = 0;
-      MPI_Comm_size(base, &size);
-      Proc().abandoned = true;  // ranks wait inside the barrier: no MPI_Finalize
-      Throw(HVD_ERR_TIMEOUT,
-            "mpi init: not every one of the " + std::to_string(size) +
-                " ranks reached hvd's start-up within " + Secs(timeout_s) +
-                " s (start timeout): a rank never started, died, or has not called hvd_init");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-}
-
 void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Comm* c) {
   if (env == nullptr ||
       env->struct_size < offsetof(hvd_transport_env_v1_t, timeout_s) + sizeof(double)) {
@@ -674,7 +645,10 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   MPI_Comm base = user_comm != nullptr ? *static_cast<MPI_Comm*>(user_comm) : MPI_COMM_WORLD;
   if (base == MPI_COMM_NULL)
     Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: env.mpi_comm is MPI_COMM_NULL");
-  AwaitEveryRank(base, start_timeout, c->serialize);
+  // The bounded start-up gate: MPI_Comm_dup blocks until every rank calls it.
+  Coll(
+      *c, "init: start-up barrier (start timeout)",
+      [&](MPI_Request* r) { return MPI_Ibarrier(base, r); }, start_timeout);
   {
     CallLock lock(c->serialize);
     Check(MPI_Comm_dup(base, &c->comm), "init: MPI_Comm_dup");
@@ -738,16 +712,15 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
              (user_comm != nullptr ? ", the application's communicator" : ", world"));
 }
 
-void CleanUp(Comm* c) {
+void CleanUp(Comm* c, double wait_s) {
   Process& ps = Proc();
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin) {
     // Completes what was given up within a bounded time (cancelled receives
     // at once; collectives once the other ranks catch up).
-    const double bound = c->env_timeout > 0 ? std::min(c->env_timeout, 2.0) : 2.0;
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(bound));
+                                             std::chrono::duration<double>(wait_s));
     bool coll_left = false;
     for (auto& l : c->left) {
       int done = 0;
@@ -794,7 +767,7 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
     if (c != nullptr) {
       c->Log(HVD_LOG_ERROR, msg);
       std::lock_guard<std::mutex> guard(Proc().mu);
-      CleanUp(c);
+      CleanUp(c, 0);  // a failed start-up: nothing to wait for
     }
   } catch (...) {
   }
@@ -810,7 +783,7 @@ void Finalize(void* comm) noexcept {
     std::lock_guard<std::mutex> guard(Proc().mu);
     CallLock lock(c->serialize);
     --Proc().live;
-    CleanUp(c);
+    CleanUp(c, c->env_timeout > 0 ? std::min(c->env_timeout, 2.0) : 2.0);
   } catch (...) {
   }
   delete c;
