@@ -86,7 +86,8 @@ parser.add_argument('--synthetic-samples', type=int, default=60000,
 
 # Arguments when not run through horovodrun
 parser.add_argument('--num-proc', type=int)
-parser.add_argument('--hosts', help='hosts to run on in notation: hostname:slots[,host2:slots[,...]]')
+parser.add_argument('--hosts',
+                    help='hosts to run on in notation: hostname:slots[,host2:slots[,...]]')
 parser.add_argument('--communication', help='collaborative communication to use: gloo, mpi')
 
 

@@ -71,8 +71,11 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     ddl_built,
     gloo_built,
     gloo_enabled,
+    grouped_allgather,
     grouped_allreduce,
+    grouped_reducescatter,
     init,
+    is_homogeneous,
     is_initialized,
     join,
     local_rank,
@@ -481,6 +484,97 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
             print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to {new_lr:g}.")
 
 
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Horovod's BestModelCheckpoint: keras' ModelCheckpoint with
+    save_best_only=True and the full model saved, on rank 0 only (the other
+    ranks do nothing). As in Horovod, filepath may be left out and set later
+    (``cb.filepath = "best.keras"``, before fit); hvd also takes it as a
+    keyword."""
+
+    def __init__(self, monitor="val_loss", verbose=0, mode="auto", save_freq="epoch",
+                 filepath=None):
+        # keras checks the file name at construction: a stand-in until filepath is set
+        super().__init__(filepath="best.keras" if filepath is None else filepath,
+                         monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=False, mode=mode, save_freq=save_freq)
+        if filepath is None:
+            self.filepath = None
+
+    def on_train_begin(self, logs=None):
+        if self.filepath is None:
+            raise ValueError("hvd.keras.callbacks.BestModelCheckpoint: set its filepath "
+                             "(cb.filepath = 'best.keras') before training")
+        super().on_train_begin(logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if rank() == 0:
+            super().on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if rank() == 0:
+            super().on_epoch_end(epoch, logs)
+
+
+# ---------------------------------------------------------------------------
+# load_model.
+# ---------------------------------------------------------------------------
+
+
+def _loading_class(base, compression):
+    """A stand-in for optimizer class base while a model loads: building it
+    from a config builds hvd's DistributedOptimizer of base instead."""
+
+    def from_config(cls, config, custom_objects=None):
+        return DistributedOptimizer(base.from_config(config), compression=compression)
+
+    return type(base.__name__, (base,), {"from_config": classmethod(from_config),
+                                         "__module__": __name__})
+
+
+def _keras_optimizer_classes():
+    out = {}
+    for attr in dir(keras.optimizers):
+        obj = getattr(keras.optimizers, attr)
+        if (isinstance(obj, type) and issubclass(obj, keras.optimizers.Optimizer)
+                and obj is not keras.optimizers.Optimizer):
+            out[obj.__name__] = obj
+    return out
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None,
+               compression=Compression.none, legacy_opts=False):
+    """Loads a saved Keras model (keras.models.load_model) whose optimizer
+    becomes hvd's DistributedOptimizer (compression as given), with the
+    saved optimizer state, as Horovod's load_model does. Works for a model
+    saved with a Keras optimizer and for one saved while training with hvd's
+    DistributedOptimizer. custom_optimizers: optimizer classes of your own
+    that the file uses; custom_objects: passed to keras. legacy_opts is
+    accepted for Horovod's signature (Keras 3 has no legacy optimizers)."""
+    objects = {name: _loading_class(cls, compression)
+               for name, cls in _keras_optimizer_classes().items()}
+    for cls in custom_optimizers or ():
+        objects[cls.__name__] = _loading_class(cls, compression)
+    objects.update(custom_objects or {})
+    model = keras.models.load_model(filepath, custom_objects=objects)
+    opt = getattr(model, "optimizer", None)
+    if opt is None or isinstance(opt, _DistributedOptimizerMixin):
+        return model
+    # Saved with a Keras optimizer (keras resolves its own classes before
+    # custom_objects): wrap it now and carry its state over.
+    dist = DistributedOptimizer(opt, compression=compression)
+    if opt.built:
+        dist.build(model.trainable_variables)
+        old, new = list(opt.variables), list(dist.variables)
+        if len(old) != len(new) or any(tuple(a.shape) != tuple(b.shape)
+                                       for a, b in zip(old, new)):
+            raise ValueError("hvd.keras.load_model: the loaded optimizer's state does not "
+                             "match its distributed copy's")
+        for a, b in zip(old, new):
+            b.assign(a)
+    model.optimizer = dist
+    return model
+
+
 # Horovod's hvd.elastic (KerasState, CommitStateCallback, ...): importable as
 # hvd.keras.elastic, and every use raises NotImplementedError saying why.
 elastic = _unavailable_module(__name__ + ".elastic")
@@ -495,7 +589,7 @@ def _callbacks_module():
         mod = types.ModuleType(name, "hvd's Keras callbacks (Horovod's names).")
         _sys.modules[name] = mod
     for cls in (BroadcastGlobalVariablesCallback, MetricAverageCallback,
-                LearningRateScheduleCallback, LearningRateWarmupCallback):
+                LearningRateScheduleCallback, LearningRateWarmupCallback, BestModelCheckpoint):
         setattr(mod, cls.__name__, cls)
     return mod
 

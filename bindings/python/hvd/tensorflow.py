@@ -91,6 +91,7 @@ from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a
     gloo_built,
     gloo_enabled,
     init,
+    is_homogeneous,
     is_initialized,
     join,
     local_rank,
@@ -425,6 +426,56 @@ def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
                                               reduce_op=int(op)))[0]
 
 
+@_no_autograph
+def grouped_allgather(tensors, name=None, ignore_name_scope=False):
+    """Allgathers every tensor of the list (each along its first dimension,
+    which may differ between ranks); returns the list of results. The library
+    has no grouped form of allgather: member i is a separate allgather named
+    f"{name}.{i}", so members are not negotiated as one unit (eagerly the call
+    returns when all have completed; in a graph each is its own kernel)."""
+    name = _name("grouped_allgather", name)
+    ts = [tf.convert_to_tensor(t) for t in tensors]
+    if not ts:
+        raise ValueError("hvd.tensorflow.grouped_allgather needs at least one tensor")
+
+    def kernel(k):
+        return [k.hvd_allgather(t, tensor_name=f"{name}.{i}") for i, t in enumerate(ts)]
+
+    return _run(lambda a: _hvd.grouped_allgather(a, name=name), ts, [t.dtype for t in ts],
+                [_rows(t) for t in ts], kernel)
+
+
+@_no_autograph
+def grouped_reducescatter(tensors, device_dense="", compression=None, op=None, name=None,
+                          ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
+    """Reducescatters every tensor of the list (default op Average): rank r
+    keeps its block of rows of each. Member i is a separate reducescatter
+    named f"{name}.{i}" (the library has no grouped form of it).
+    device_dense and ignore_name_scope are accepted and change nothing;
+    compression is a Compression class, applied member by member."""
+    op = _ops.check_op(_op_of(op, None))
+    name = _name("grouped_reducescatter", name)
+    ts = [tf.convert_to_tensor(t) for t in tensors]
+    if not ts:
+        raise ValueError("hvd.tensorflow.grouped_reducescatter needs at least one tensor")
+    if compression is not None and compression is not Compression.none:
+        pairs = [compression.compress(t) for t in ts]
+        outs = grouped_reducescatter([p[0] for p in pairs], op=op, name=name,
+                                     prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor)
+        return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+    def kernel(k):
+        pre, post = _scale(prescale_factor), _scale(postscale_factor)
+        return [k.hvd_reducescatter(t, pre, post, tensor_name=f"{name}.{i}", reduce_op=int(op))
+                for i, t in enumerate(ts)]
+
+    return _run(lambda a: _hvd.grouped_reducescatter(a, name=name, op=op,
+                                                     prescale_factor=prescale_factor,
+                                                     postscale_factor=postscale_factor),
+                ts, [t.dtype for t in ts], [_rows(t) for t in ts], kernel)
+
+
 # ---------------------------------------------------------------------------
 # rank_op and friends: int32 scalars evaluated when the graph runs.
 # ---------------------------------------------------------------------------
@@ -461,6 +512,18 @@ def local_rank_op(name=None):
 def local_size_op(name=None):
     """The number of ranks on this host as an int32 tensor (read when the graph runs)."""
     return _topology_op("hvd_local_size", local_size, name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """Whether this rank belongs to the process set, as an int32 scalar
+    (Horovod's). hvd has no process sets: the one set is Horovod's global
+    set, id 0, which every rank belongs to (1); any other id raises
+    ValueError."""
+    if process_set_id != 0:
+        raise ValueError(f"hvd.tensorflow.process_set_included_op: no process set with id "
+                         f"{process_set_id!r} (hvd has only the global set, id 0)")
+    size()  # NotInitializedError before init(), as Horovod's op fails
+    return tf.constant(1, dtype=tf.int32, name=name)
 
 
 # ---------------------------------------------------------------------------

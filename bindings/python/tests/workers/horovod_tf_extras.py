@@ -1,0 +1,321 @@
+"""Horovod TensorFlow / Keras scripts' use of hvd.tensorflow.grouped_allgather,
+grouped_reducescatter (eagerly and inside tf.function), hvd.keras.load_model
+and callbacks.BestModelCheckpoint, on 2 ranks (run by
+test_horovod_tf_extras.py under hvdrun).
+
+Collective results are integers (or halves) and compared exactly. That the
+members of a group are named f"{name}.{i}" is checked by the other rank
+submitting the members one by one under those names: the collectives only
+complete if the names match. The Keras checks compare optimizer state
+exactly and the weights after one step with the averaged gradient within
+1e-6 (float32 rounding of the update)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+CHECKS = ["grouped_allgather_eager", "grouped_allgather_graph", "grouped_allgather_names",
+          "grouped_reducescatter_eager", "grouped_reducescatter_graph",
+          "grouped_reducescatter_names", "grouped_reducescatter_fp16", "grouped_empty",
+          "keras_grouped_names", "load_model_keras_optimizer", "load_model_hvd_optimizer",
+          "load_model_trains_distributed", "best_model_checkpoint",
+          "best_model_checkpoint_filepath_later", "is_homogeneous", "process_set_included_op"]
+
+
+def main():
+    import tensorflow as tf
+    import keras
+    import hvd.keras as hvdk
+    import hvd.tensorflow as hvd
+    from common import run_checks
+
+    hvd.init()
+    n, r = hvd.size(), hvd.rank()
+    out_dir = os.environ["HVD_TEST_OUT"]
+    checks = {}
+
+    def check(fn):
+        checks[fn.__name__] = fn
+        return fn
+
+    def eq(got, want, what=""):
+        got = np.asarray(got)
+        assert got.dtype == want.dtype and got.shape == want.shape, \
+            f"{what}: {got.dtype} {got.shape} vs {want.dtype} {want.shape}"
+        assert np.array_equal(got, want), f"{what}:\n got {got}\nwant {want}"
+
+    # -- grouped allgather ------------------------------------------------------------
+    def gather_inputs(k):
+        # rank k: k + 1 rows of float32, 2 rows of int32
+        return [np.arange((k + 1) * 3, dtype=np.float32).reshape(k + 1, 3) + 10 * k,
+                np.full((2, 2), k + 1, dtype=np.int32)]
+
+    def gather_want():
+        per = [gather_inputs(k) for k in range(n)]
+        return [np.concatenate([p[i] for p in per]) for i in range(2)]
+
+    @check
+    def grouped_allgather_eager():
+        outs = hvd.grouped_allgather([tf.constant(x) for x in gather_inputs(r)], name="tg.ag")
+        assert isinstance(outs, list) and len(outs) == 2, outs
+        for i, (o, w) in enumerate(zip(outs, gather_want())):
+            assert isinstance(o, tf.Tensor)
+            eq(o.numpy(), w, f"member {i}")
+
+    @check
+    def grouped_allgather_graph():
+        @tf.function
+        def fn(a, b):
+            return hvd.grouped_allgather([a, b], name="tg.ag.graph")
+
+        for step in range(2):  # the traced graph runs twice under the same names
+            outs = fn(*[tf.constant(x) for x in gather_inputs(r)])
+            for i, (o, w) in enumerate(zip(outs, gather_want())):
+                eq(o.numpy(), w, f"step {step} member {i}")
+                assert o.shape.as_list() == list(w.shape)
+
+    @check
+    def grouped_allgather_names():
+        # one rank submits the group (eagerly, then in a tf.function), the
+        # other its members one by one by name
+        xs = [tf.constant(x) for x in gather_inputs(r)]
+        graph = tf.function(lambda a, b: hvd.grouped_allgather([a, b], name="tg.ag.names.g"))
+        for grouped_rank, name, fn in ((0, "tg.ag.names", None), (1, "tg.ag.names.g", graph)):
+            if r != grouped_rank:
+                outs = [hvd.allgather(x, name=f"{name}.{i}") for i, x in enumerate(xs)]
+            elif fn is None:
+                outs = hvd.grouped_allgather(xs, name=name)
+            else:
+                outs = fn(*xs)
+            for i, (o, w) in enumerate(zip(outs, gather_want())):
+                eq(o.numpy(), w, f"{name} member {i}")
+
+    # -- grouped reducescatter --------------------------------------------------------
+    def scatter_inputs(k):
+        return [np.arange(4 * 3, dtype=np.float32).reshape(4, 3) * (k + 1),
+                np.arange(2 * n, dtype=np.int32).reshape(2 * n, 1) + k]
+
+    def scatter_want(op_average=False, pre=1.0, post=1.0):
+        per = [scatter_inputs(k) for k in range(n)]
+        out = []
+        for i in range(2):
+            total = sum(p[i] for p in per)
+            if i == 0:
+                total = (total * np.float32(pre)) * np.float32(post)
+                if op_average:
+                    total = total / np.float32(n)
+            rows = total.shape[0] // n
+            out.append(total[r * rows:(r + 1) * rows].astype(per[0][i].dtype))
+        return out
+
+    @check
+    def grouped_reducescatter_eager():
+        xs = [tf.constant(x) for x in scatter_inputs(r)]
+        outs = hvd.grouped_reducescatter(xs, op=hvd.Sum, name="tg.rs")
+        for i, (o, w) in enumerate(zip(outs, scatter_want())):
+            eq(o.numpy(), w, f"Sum member {i}")
+        outs = hvd.grouped_reducescatter(xs[:1], name="tg.rs.avg")  # default op: Average
+        eq(outs[0].numpy(), scatter_want(op_average=True)[0], "Average")
+        outs = hvd.grouped_reducescatter(xs[:1], op=hvd.Sum, prescale_factor=2.0,
+                                         postscale_factor=0.5, name="tg.rs.scaled")
+        eq(outs[0].numpy(), scatter_want(pre=2.0, post=0.5)[0], "scaled")
+
+    @check
+    def grouped_reducescatter_graph():
+        @tf.function
+        def fn(a, b):
+            return hvd.grouped_reducescatter([a, b], op=hvd.Sum, name="tg.rs.graph")
+
+        for step in range(2):
+            outs = fn(*[tf.constant(x) for x in scatter_inputs(r)])
+            for i, (o, w) in enumerate(zip(outs, scatter_want())):
+                eq(o.numpy(), w, f"step {step} member {i}")
+
+    @check
+    def grouped_reducescatter_names():
+        xs = [tf.constant(x) for x in scatter_inputs(r)]
+        graph = tf.function(lambda a, b: hvd.grouped_reducescatter([a, b], op=hvd.Sum,
+                                                                   name="tg.rs.names.g"))
+        for grouped_rank, name, fn in ((0, "tg.rs.names", None), (1, "tg.rs.names.g", graph)):
+            if r != grouped_rank:
+                outs = [hvd.reducescatter(x, op=hvd.Sum, name=f"{name}.{i}")
+                        for i, x in enumerate(xs)]
+            elif fn is None:
+                outs = hvd.grouped_reducescatter(xs, op=hvd.Sum, name=name)
+            else:
+                outs = fn(*xs)
+            for i, (o, w) in enumerate(zip(outs, scatter_want())):
+                eq(o.numpy(), w, f"{name} member {i}")
+
+    @check
+    def grouped_reducescatter_fp16():
+        x = tf.constant(scatter_inputs(r)[0])
+        outs = hvd.grouped_reducescatter([x], op=hvd.Sum, compression=hvd.Compression.fp16,
+                                         name="tg.rs.fp16")
+        assert outs[0].dtype == tf.float32
+        eq(outs[0].numpy(), scatter_want()[0], "fp16 compressed Sum")
+
+    @check
+    def grouped_empty():
+        for fn in (hvd.grouped_allgather, hvd.grouped_reducescatter):
+            try:
+                fn([])
+            except ValueError as e:
+                assert "at least one tensor" in str(e), str(e)
+            else:
+                raise AssertionError(f"{fn.__name__}([]) was accepted")
+
+    @check
+    def keras_grouped_names():
+        assert hvdk.grouped_allgather is hvd.grouped_allgather
+        assert hvdk.grouped_reducescatter is hvd.grouped_reducescatter
+
+    # -- load_model ---------------------------------------------------------------------
+    def value_loss(y_true, y_pred):
+        # the loss is the prediction: for a bias-free linear layer the
+        # gradient is the batch mean of x, whatever the weights
+        return y_pred
+
+    def trained_model(optimizer):
+        model = keras.Sequential([keras.Input((3,)),
+                                  keras.layers.Dense(1, use_bias=False, name="w",
+                                                     kernel_initializer="ones")])
+        model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
+        rng = np.random.default_rng(5)
+        model.fit(rng.normal(size=(8, 3)).astype(np.float32),
+                  rng.normal(size=(8, 1)).astype(np.float32), batch_size=4, epochs=1,
+                  verbose=0)
+        return model
+
+    def save_and_load(tag, distributed):
+        # Every rank builds and trains the same model (a distributed
+        # optimizer's collectives, and Keras' automatic optimizer names, must
+        # be the same on every rank); rank 0 saves it.
+        path = os.path.join(out_dir, f"{tag}.keras")
+        opt = keras.optimizers.Adam(0.01)
+        if distributed:
+            opt = hvdk.DistributedOptimizer(opt)
+        model = trained_model(opt)
+        state = None
+        if r == 0:
+            model.save(path)
+            state = [v.numpy().tolist() for v in model.optimizer.variables]
+        state = hvd.broadcast_object(state, 0, name=f"{tag}.state")
+        hvd.barrier()
+        loaded = hvdk.load_model(path)
+        opt = loaded.optimizer
+        assert isinstance(opt, keras.optimizers.Adam), type(opt)
+        assert isinstance(opt, hvdk._DistributedOptimizerMixin), type(opt).__mro__
+        assert int(opt.iterations.numpy()) == 2, int(opt.iterations.numpy())
+        got = [v.numpy().tolist() for v in opt.variables]
+        assert got == state, f"optimizer state:\n got {got}\nwant {state}"
+        return loaded
+
+    @check
+    def load_model_keras_optimizer():
+        save_and_load("plain", distributed=False)
+
+    @check
+    def load_model_hvd_optimizer():
+        save_and_load("distributed", distributed=True)
+
+    @check
+    def load_model_trains_distributed():
+        path = os.path.join(out_dir, "sgd.keras")
+        model = keras.Sequential([keras.Input((3,)),
+                                  keras.layers.Dense(1, use_bias=False, name="w",
+                                                     kernel_initializer="ones")])
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss=value_loss, jit_compile=False)
+        if r == 0:
+            model.save(path)
+        hvd.barrier()
+        model = hvdk.load_model(path, custom_objects={"value_loss": value_loss})
+        xs = [np.arange(6, dtype=np.float32).reshape(2, 3) * (k + 1) for k in range(n)]
+        before = model.get_weights()[0]
+        model.fit(xs[r], np.zeros((2, 1), np.float32), batch_size=2, epochs=1, verbose=0)
+        after = model.get_weights()[0]
+        grad = np.mean([x.mean(axis=0) for x in xs], axis=0).reshape(3, 1)
+        want = before - np.float32(0.5) * grad
+        assert np.allclose(after, want, rtol=0, atol=1e-6), (after, want)
+        every = hvd.allgather_object(after.tolist(), name="sgd.weights")
+        assert all(e == every[0] for e in every), every
+
+    # -- BestModelCheckpoint ------------------------------------------------------------
+    class Inject(keras.callbacks.Callback):
+        """Puts a fixed value of 'score' into the epoch logs (before the checkpoint)."""
+
+        def __init__(self, values):
+            super().__init__()
+            self.values = values
+
+        def on_epoch_end(self, epoch, logs=None):
+            logs["score"] = self.values[epoch]
+
+    def fit_with(cb, epochs):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(0.01)),
+                      loss="mse", jit_compile=False)
+        x = np.ones((4, 3), np.float32)
+        model.fit(x, np.zeros((4, 1), np.float32), batch_size=2, epochs=epochs, verbose=0,
+                  callbacks=[Inject([3.0, 1.0, 2.0, 0.5, 4.0]), cb])
+
+    def saved(prefix):
+        return sorted(f for f in os.listdir(out_dir) if f.startswith(prefix))
+
+    @check
+    def best_model_checkpoint():
+        cb = hvdk.callbacks.BestModelCheckpoint(
+            monitor="score", mode="min",
+            filepath=os.path.join(out_dir, f"best-r{r}-{{epoch}}.keras"))
+        assert cb.save_best_only and not cb.save_weights_only
+        fit_with(cb, 5)
+        hvd.barrier()
+        # improvements at epochs 1, 2 and 4 (3.0, 1.0, 0.5), saved by rank 0 only
+        assert saved("best-r0-") == ["best-r0-1.keras", "best-r0-2.keras", "best-r0-4.keras"], \
+            saved("best-r0-")
+        assert saved("best-r1-") == [], saved("best-r1-")
+        loaded = hvdk.load_model(os.path.join(out_dir, "best-r0-4.keras"))
+        assert isinstance(loaded.optimizer, hvdk._DistributedOptimizerMixin)
+
+    @check
+    def best_model_checkpoint_filepath_later():
+        cb = hvdk.callbacks.BestModelCheckpoint(monitor="score", mode="max")
+        assert cb.filepath is None
+        try:
+            fit_with(cb, 1)
+        except ValueError as e:
+            assert "filepath" in str(e), str(e)
+        else:
+            raise AssertionError("training with no filepath was accepted")
+        cb.filepath = os.path.join(out_dir, f"later-r{r}.keras")
+        fit_with(cb, 5)
+        hvd.barrier()
+        assert saved("later-r") == ["later-r0.keras"], saved("later-r")
+
+    @check
+    def is_homogeneous():
+        assert hvd.is_homogeneous() is True and hvdk.is_homogeneous() is True
+
+    @check
+    def process_set_included_op():
+        got = hvd.process_set_included_op()
+        assert got.dtype == tf.int32 and int(got) == 1, got
+        assert int(tf.function(lambda: hvd.process_set_included_op(0))()) == 1
+        try:
+            hvd.process_set_included_op(1)
+        except ValueError as e:
+            assert "only the global set" in str(e), str(e)
+        else:
+            raise AssertionError("process set id 1 was accepted")
+
+    assert list(checks) == CHECKS, list(checks)
+    run_checks(list(checks.items()), r)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
