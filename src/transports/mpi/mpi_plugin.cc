@@ -70,6 +70,8 @@
 struct hvd_transport_request {
   std::vector<MPI_Request> mpi;
   int32_t peer = -1;
+  uint32_t tag = 0;
+  size_t bytes = 0;
   bool recv = false;
 };
 
@@ -188,18 +190,26 @@ void GiveUp(Comm& c, MPI_Request* reqs, int n, bool recv, bool coll) {
   }
 }
 
-// Completes n requests within `timeout_s` (< 0: the set_timeout limit, else
-// env.timeout_s; <= 0 after that: none), or throws having given them up.
-// peer < 0: a collective.
-void Poll(Comm& c, MPI_Request* reqs, int n, double timeout_s, int peer, bool recv,
+// Completes a point-to-point request (p2p) or one collective's request
+// (*reqs, named `what`) within `timeout_s` (< 0: the set_timeout limit, else
+// env.timeout_s; <= 0 after that: none), or throws having given it up.
+void Poll(Comm& c, MPI_Request* reqs, int n, double timeout_s, const Request* p2p,
           const char* what) {
   const double limit_s = timeout_s >= 0 ? timeout_s : c.limit_set ? c.limit : c.env_timeout;
   const bool peer_kind = timeout_s < 0 && c.limit_set && c.limit_kind == HVD_TRANSPORT_LIMIT_PEER;
   const auto start = Clock::now();
-  const bool limited = limit_s > 0;
-  const auto deadline = limited ? start + std::chrono::duration_cast<Clock::duration>(
-                                              std::chrono::duration<double>(limit_s))
-                                : Clock::time_point::max();
+  const auto deadline = limit_s > 0 ? start + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(limit_s))
+                                    : Clock::time_point::max();
+  const bool recv = p2p != nullptr && p2p->recv;
+  // "rank 0 (host a): ", and what was waited for (built on failure only).
+  const auto self = [&] { return "mpi: " + c.Peer(c.rank) + ": "; };
+  const auto op = [&](bool with_peer) {
+    if (p2p == nullptr) return std::string(what);
+    return std::string(recv ? "receive" : "send") +
+           (with_peer ? (recv ? " from " : " to ") + c.Peer(p2p->peer) : "") + ", tag " +
+           std::to_string(p2p->tag) + ", " + std::to_string(p2p->bytes) + " bytes";
+  };
   for (unsigned polls = 1;; ++polls) {
     int done = 0, rc;
     {
@@ -207,32 +217,31 @@ void Poll(Comm& c, MPI_Request* reqs, int n, double timeout_s, int peer, bool re
       rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
     }
     if (rc != MPI_SUCCESS) {
-      GiveUp(c, reqs, n, recv, peer < 0);
-      Throw(HVD_ERR_TRANSPORT,
-            std::string("mpi ") + what + (peer >= 0 ? " with " + c.Peer(peer) : "") + ": " +
-                MpiText(rc),
-            true);
+      GiveUp(c, reqs, n, recv, p2p == nullptr);
+      Throw(HVD_ERR_TRANSPORT, self() + op(true) + ": " + MpiText(rc), true);
     }
     if (done) return;
     if (int st = c.aborted.load()) {
-      GiveUp(c, reqs, n, recv, peer < 0);
+      GiveUp(c, reqs, n, recv, p2p == nullptr);
       Throw(st, "", false);  // the abort's reason becomes last_error
     }
     if (polls % 32 != 0) continue;
     const auto now = Clock::now();
     if (now > deadline) {
-      GiveUp(c, reqs, n, recv, peer < 0);
-      std::string m;
-      if (peer < 0) {
-        m = std::string("mpi ") + what + ": timed out after " + Secs(limit_s) +
-            " s waiting for the other ranks (one is stuck or gone)";
-      } else if (peer_kind) {
-        m = "mpi: " + c.Peer(peer) + " has not answered for " + Secs(limit_s) + " s";
-      } else {
-        m = "mpi: timed out after " + Secs(limit_s) + " s waiting for " + c.Peer(peer) + " (" +
-            what + ")";
+      GiveUp(c, reqs, n, recv, p2p == nullptr);
+      const std::string secs = Secs(limit_s) + " s";
+      if (p2p == nullptr) {
+        Throw(HVD_ERR_TIMEOUT,
+              self() + what + ": timed out after " + secs +
+                  " waiting for the other ranks (one is stuck or gone)",
+              true);
       }
-      Throw(HVD_ERR_TIMEOUT, m, true);
+      Throw(HVD_ERR_TIMEOUT,
+            self() + (peer_kind ? c.Peer(p2p->peer) + " has not answered for " + secs + " (" +
+                                      op(false) + ") (stopped or cut off?; peer timeout)"
+                                : "timed out after " + secs + " waiting for " + c.Peer(p2p->peer) +
+                                      " (" + op(false) + "; transfer timeout)"),
+            true);
     }
     const auto waited = now - start;
     if (waited >= std::chrono::milliseconds(5)) {
@@ -288,6 +297,8 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
     if (buf->memory_type != HVD_MEMORY_HOST) Throw(HVD_ERR_UNSUPPORTED, "mpi: only host memory");
     Request* r = new Request();
     r->peer = peer;
+    r->tag = tag;
+    r->bytes = buf->bytes;
     r->recv = recv;
     auto* p = static_cast<char*>(buf->data);
     size_t off = 0;
@@ -331,8 +342,7 @@ int Release(Comm& c, Request* req, int st) {
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   if (comm == nullptr || req == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   return Release(*static_cast<Comm*>(comm), req, Guard(comm, [&](Comm& c) {
-    Poll(c, req->mpi.data(), static_cast<int>(req->mpi.size()), timeout_s, req->peer, req->recv,
-         req->recv ? "receive" : "send");
+    Poll(c, req->mpi.data(), static_cast<int>(req->mpi.size()), timeout_s, req, nullptr);
     return HVD_OK;
   }));
 }
@@ -406,7 +416,7 @@ void Coll(Comm& c, const char* what, Start&& start, double timeout_s = -1) {
     CallLock lock(c.serialize);
     Check(start(&r), what);
   }
-  Poll(c, &r, 1, timeout_s, -1, false, what);
+  Poll(c, &r, 1, timeout_s, nullptr, what);
 }
 
 int Allreduce(void* comm, const hvd_transport_buffer_t* buf, size_t count, hvd_dtype_t dtype,

@@ -329,10 +329,14 @@ void TestTimeout(bool peer_kind) {
     CHECK(st == HVD_ERR_TIMEOUT, "wait returned %d: %s", st, err.c_str());
     CHECK(took >= limit - 0.05 && took < limit + 1, "timed out after %.3f s, limit %g", took,
           limit);
+    const std::string me = "mpi: rank 0 (host " + Host() + "): ";
     const std::string want =
-        peer_kind ? who + " has not answered for 1.5 s" : "timed out after 2 s waiting for " + who;
-    CHECK(err.find(want) != std::string::npos, "last_error '%s' lacks '%s'", err.c_str(),
-          want.c_str());
+        peer_kind ? me + who +
+                        " has not answered for 1.5 s (receive, tag 9, 4 bytes) (stopped or "
+                        "cut off?; peer timeout)"
+                  : me + "timed out after 2 s waiting for " + who +
+                        " (receive, tag 9, 4 bytes; transfer timeout)";
+    CHECK(err == want, "last_error '%s' lacks '%s'", err.c_str(), want.c_str());
     CHECK(T->async_error(comm) == HVD_ERR_TIMEOUT, "async_error %d", T->async_error(comm));
     CHECK(T->barrier(comm) == HVD_ERR_TIMEOUT, "broken communicator still used");
   }
