@@ -22,6 +22,7 @@
 
 #include "common/kernels.h"
 #include "hvd_transport.h"
+#include "mem_kv.h"
 #include "scoped_env.h"
 
 #ifndef HVD_PLUGIN_DIR
@@ -36,51 +37,7 @@ double SecondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// ---------------------------------------------------------------------------
-// In-memory key-value store implementing the env's kv callbacks.
-class MemKv {
- public:
-  // Optional: rewrites a value as it is stored (to fake peers' answers).
-  std::function<void(const std::string& key, std::string* value)> rewrite;
-
-  static int Set(void* kv, const char* key, const void* value, size_t len) {
-    auto* self = static_cast<MemKv*>(kv);
-    {
-      std::string v(static_cast<const char*>(value), len);
-      if (self->rewrite) self->rewrite(key, &v);
-      std::lock_guard<std::mutex> lock(self->mu_);
-      self->map_[key] = std::move(v);
-    }
-    self->cv_.notify_all();
-    return HVD_OK;
-  }
-
-  static int Get(void* kv, const char* key, void** value, size_t* len, double timeout_s) {
-    auto* self = static_cast<MemKv*>(kv);
-    std::unique_lock<std::mutex> lock(self->mu_);
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 0.0));
-    auto it = self->map_.end();
-    const bool found = self->cv_.wait_until(lock, deadline, [&] {
-      it = self->map_.find(key);
-      return it != self->map_.end();
-    });
-    if (!found) return HVD_ERR_TIMEOUT;
-    *len = it->second.size();
-    *value = std::malloc(it->second.size() + 1);
-    if (*value == nullptr) return HVD_ERR_NO_MEMORY;
-    std::memcpy(*value, it->second.data(), it->second.size());
-    return HVD_OK;
-  }
-
-  static void Free(void* value) { std::free(value); }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::string> map_;
-};
+using hvd::test::MemKv;
 
 // ---------------------------------------------------------------------------
 // The plugin, loaded once.

@@ -1,0 +1,64 @@
+// An in-memory key-value store with the callbacks of hvd_transport_env_v1_t
+// (kv_set, kv_get, kv_free), for tests that run a transport plugin's ranks
+// as threads of one process.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "hvd.h"
+
+namespace hvd::test {
+
+class MemKv {
+ public:
+  // Optional: rewrites a value as it is stored (to fake peers' answers).
+  std::function<void(const std::string& key, std::string* value)> rewrite;
+
+  static int Set(void* kv, const char* key, const void* value, size_t len) {
+    auto* self = static_cast<MemKv*>(kv);
+    {
+      std::string v(static_cast<const char*>(value), len);
+      if (self->rewrite) self->rewrite(key, &v);
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->map_[key] = std::move(v);
+    }
+    self->cv_.notify_all();
+    return HVD_OK;
+  }
+
+  static int Get(void* kv, const char* key, void** value, size_t* len, double timeout_s) {
+    using Clock = std::chrono::steady_clock;
+    auto* self = static_cast<MemKv*>(kv);
+    std::unique_lock<std::mutex> lock(self->mu_);
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(timeout_s > 0 ? timeout_s : 0.0));
+    auto it = self->map_.end();
+    const bool found = self->cv_.wait_until(lock, deadline, [&] {
+      it = self->map_.find(key);
+      return it != self->map_.end();
+    });
+    if (!found) return HVD_ERR_TIMEOUT;
+    *len = it->second.size();
+    *value = std::malloc(it->second.size() + 1);
+    if (*value == nullptr) return HVD_ERR_NO_MEMORY;
+    std::memcpy(*value, it->second.data(), it->second.size());
+    return HVD_OK;
+  }
+
+  static void Free(void* value) { std::free(value); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> map_;
+};
+
+}  // namespace hvd::test

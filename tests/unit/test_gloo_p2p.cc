@@ -1,0 +1,650 @@
+// The Gloo plugin's version 4 table (point-to-point, faults), loaded the way
+// the core loads it (dlopen + hvd_transport_plugin_v4), with N ranks as
+// threads of this process sharing an in-memory rendezvous store. Every wait
+// here is bounded: the plugin's waits by an explicit limit or a short
+// env.timeout_s, the test's own by deadlines.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvd_transport.h"
+#include "mem_kv.h"
+
+#ifndef HVD_PLUGIN_DIR
+#error "HVD_PLUGIN_DIR must name the folder holding libhvd_transport_gloo.so"
+#endif
+
+namespace {
+
+using hvd::test::MemKv;
+using Clock = std::chrono::steady_clock;
+
+// Limit of every wait that should succeed (far above what any takes).
+constexpr double kWaitS = 30.0;
+
+double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string HostName() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "";
+  return host;
+}
+
+const hvd_transport_v4_t* Plugin() {
+  static const hvd_transport_v4_t* table = [] {
+    const std::string path = std::string(HVD_PLUGIN_DIR) + "/libhvd_transport_gloo.so";
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      ADD_FAILURE() << "dlopen " << path << ": " << dlerror();
+      return static_cast<const hvd_transport_v4_t*>(nullptr);
+    }
+    auto fn =
+        reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
+    if (fn == nullptr) {
+      ADD_FAILURE() << "no symbol " << HVD_TRANSPORT_PLUGIN_V4_SYMBOL << " in " << path;
+      return static_cast<const hvd_transport_v4_t*>(nullptr);
+    }
+    return fn();
+  }();
+  return table;
+}
+
+struct WorldOptions {
+  double timeout_s = 60.0;
+  double start_timeout_s = 30.0;
+};
+
+hvd_transport_env_v1_t MakeEnv(MemKv* kv, int rank, int size, const WorldOptions& opt) {
+  hvd_transport_env_v1_t env;
+  std::memset(&env, 0, sizeof(env));
+  env.struct_size = sizeof(env);
+  env.rank = rank;
+  env.size = size;
+  env.local_rank = rank;
+  env.local_size = size;
+  env.cross_size = 1;
+  env.kv = kv;
+  env.kv_set = &MemKv::Set;
+  env.kv_get = &MemKv::Get;
+  env.kv_free = &MemKv::Free;
+  env.timeout_s = opt.timeout_s;
+  env.start_timeout_s = opt.start_timeout_s;
+  env.network_interface = "";
+  env.local_address = "";
+  return env;
+}
+
+// Runs body(rank, comm) on `size` threads after init (whose info it checks);
+// finalizes afterwards unless body returned true (it finalized itself).
+void RunWorldEx(int size, const std::function<bool(int, void*)>& body,
+                const WorldOptions& opt = WorldOptions()) {
+  const hvd_transport_v4_t* t = Plugin();
+  ASSERT_NE(t, nullptr);
+  MemKv kv;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      hvd_transport_env_v1_t env = MakeEnv(&kv, r, size, opt);
+      hvd_transport_info_t info;
+      std::memset(&info, 0xAB, sizeof(info));  // the plugin must write every field
+      info.struct_size = sizeof(info);
+      void* comm = nullptr;
+      char err[512] = {0};
+      const int st = t->init(&env, &info, &comm, err, sizeof(err));
+      if (st != HVD_OK) {
+        ADD_FAILURE() << "rank " << r << " init failed (" << st << "): " << err;
+        return;
+      }
+      EXPECT_GE(info.max_tag, 32767u);
+      EXPECT_EQ(info.mpi_thread_level, -1);
+      for (size_t m : info.native_max_bytes) EXPECT_EQ(m, 0u);
+      if (!body(r, comm)) t->finalize(comm);
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
+void RunWorld(int size, const std::function<void(int, void*)>& body,
+              const WorldOptions& opt = WorldOptions()) {
+  RunWorldEx(
+      size,
+      [&](int r, void* comm) {
+        body(r, comm);
+        return false;
+      },
+      opt);
+}
+
+hvd_transport_buffer_t Host(void* data, size_t bytes) {
+  hvd_transport_buffer_t b;
+  std::memset(&b, 0, sizeof(b));
+  b.data = data;
+  b.bytes = bytes;
+  b.memory_type = HVD_MEMORY_HOST;
+  b.device = HVD_DEVICE_CPU;
+  return b;
+}
+
+hvd_transport_request_t* Post(void* comm, bool send, int peer, uint32_t tag, void* data,
+                              size_t bytes) {
+  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_buffer_t b = Host(data, bytes);
+  hvd_transport_request_t* req = nullptr;
+  const int st = send ? t->isend(comm, peer, tag, &b, &req) : t->irecv(comm, peer, tag, &b, &req);
+  EXPECT_EQ(st, HVD_OK) << t->last_error(comm);
+  EXPECT_TRUE(st != HVD_OK || req != nullptr);
+  return req;
+}
+
+// Byte i of the message from `src` to `dst` with `tag`, number `seq`.
+uint8_t Pattern(int src, int dst, uint32_t tag, int seq, size_t i) {
+  uint32_t x = static_cast<uint32_t>(src * 131 + dst * 31 + seq * 7) ^ (tag * 2654435761u) ^
+               static_cast<uint32_t>(i * 40503u);
+  x ^= x >> 13;
+  return static_cast<uint8_t>(x * 0x9E3779B1u >> 24);
+}
+
+std::vector<uint8_t> Message(int src, int dst, uint32_t tag, int seq, size_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = Pattern(src, dst, tag, seq, i);
+  return v;
+}
+
+class GlooP2p : public ::testing::TestWithParam<int> {
+ protected:
+  int Ranks() const { return GetParam(); }
+};
+
+// ---------------------------------------------------------------------------
+
+TEST(GlooP2pTable, PassesTheLoadersChecks) {
+  const hvd_transport_v4_t* t = Plugin();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->abi_version, static_cast<uint32_t>(HVD_TRANSPORT_ABI_V4));
+  EXPECT_EQ(t->struct_size, sizeof(hvd_transport_v4_t));
+  ASSERT_NE(t->name, nullptr);
+  EXPECT_STREQ(t->name, "gloo");
+  EXPECT_NE(t->init, nullptr);
+  EXPECT_NE(t->finalize, nullptr);
+  EXPECT_NE(t->last_error, nullptr);
+  // Every capability promised has its entries, and every entry present is promised.
+  const uint64_t caps = t->caps;
+  EXPECT_EQ(caps, HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT);
+  auto both = [&](uint64_t cap, bool present) { EXPECT_EQ((caps & cap) != 0, present) << cap; };
+  both(HVD_TRANSPORT_CAP_P2P, t->isend && t->irecv && t->wait);
+  both(HVD_TRANSPORT_CAP_P2P_TEST, t->test && t->progress);
+  both(HVD_TRANSPORT_CAP_REGISTER_MEMORY, t->register_memory && t->deregister_memory);
+  both(HVD_TRANSPORT_CAP_ABORT, t->abort && t->async_error);
+  both(HVD_TRANSPORT_CAP_PEER_TIMEOUT, t->set_timeout != nullptr);
+  EXPECT_EQ(t->test, nullptr);
+  EXPECT_EQ(t->progress, nullptr);
+  // No native collectives: the core runs them all over point-to-point.
+  EXPECT_EQ(t->allreduce, nullptr);
+  EXPECT_EQ(t->allgatherv, nullptr);
+  EXPECT_EQ(t->broadcast, nullptr);
+  EXPECT_EQ(t->alltoallv, nullptr);
+  EXPECT_EQ(t->reducescatter, nullptr);
+  EXPECT_EQ(t->barrier, nullptr);
+}
+
+TEST(GlooP2pTable, WorldOfOneAndBadArguments) {
+  const hvd_transport_v4_t* t = Plugin();
+  ASSERT_NE(t, nullptr);
+  MemKv kv;
+  hvd_transport_env_v1_t env = MakeEnv(&kv, 0, 1, WorldOptions());
+  hvd_transport_info_t info;
+  std::memset(&info, 0, sizeof(info));
+  info.struct_size = sizeof(info);
+  void* comm = nullptr;
+  char err[256] = {0};
+  ASSERT_EQ(t->init(&env, &info, &comm, err, sizeof(err)), HVD_OK) << err;
+  ASSERT_NE(comm, nullptr);
+  uint8_t b = 0;
+  const hvd_transport_buffer_t buf = Host(&b, 1);
+  hvd_transport_request_t* req = nullptr;
+  EXPECT_EQ(t->isend(comm, 0, 0, &buf, &req), HVD_ERR_INVALID_ARGUMENT);  // itself
+  EXPECT_EQ(req, nullptr);
+  EXPECT_NE(std::string(t->last_error(comm)), "");
+  EXPECT_EQ(t->async_error(comm), HVD_OK);
+  t->finalize(comm);
+
+  env = MakeEnv(&kv, 3, 2, WorldOptions());
+  comm = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(t->init(&env, &info, &comm, err, sizeof(err)), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_NE(std::string(err).find("bad rank"), std::string::npos) << err;
+}
+
+TEST_P(GlooP2p, BadArgumentsLeaveTheCommunicatorUsable) {
+  const int size = Ranks();
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v4_t* t = Plugin();
+    uint8_t b = 0;
+    const hvd_transport_buffer_t buf = Host(&b, 1);
+    hvd_transport_request_t* req = nullptr;
+    EXPECT_EQ(t->isend(comm, rank, 0, &buf, &req), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(t->irecv(comm, size, 0, &buf, &req), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(t->irecv(comm, -1, 0, &buf, &req), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(t->isend(comm, (rank + 1) % size, 0xFFFFFFFFu, &buf, &req), HVD_ERR_INVALID_ARGUMENT);
+    const hvd_transport_buffer_t null_data = Host(nullptr, 4);
+    EXPECT_EQ(t->isend(comm, (rank + 1) % size, 0, &null_data, &req), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(req, nullptr);
+    EXPECT_EQ(t->async_error(comm), HVD_OK);
+    // Still fine: one message around the ring at the largest tag.
+    const uint32_t top = 32767;
+    uint8_t out = static_cast<uint8_t>(rank), in = 0xFF;
+    auto* r = Post(comm, false, (rank + size - 1) % size, top, &in, 1);
+    auto* s = Post(comm, true, (rank + 1) % size, top, &out, 1);
+    ASSERT_EQ(t->wait(comm, r, kWaitS), HVD_OK) << t->last_error(comm);
+    ASSERT_EQ(t->wait(comm, s, kWaitS), HVD_OK) << t->last_error(comm);
+    EXPECT_EQ(in, (rank + size - 1) % size);
+  });
+}
+
+// Every rank sends to every other rank: for each size a message with a tag
+// of its own, and kSame messages with one shared tag (which must arrive in
+// the order sent). Half the ranks post their sends before their receives;
+// waits go in a shuffled order, each for exactly its own request.
+TEST_P(GlooP2p, ManyMessagesInFlightToEveryPeer) {
+  const int size = Ranks();
+  const std::vector<size_t> sizes = {0, 1, 7, (size_t{1} << 20) + 3};
+  constexpr int kSame = 6;
+  constexpr uint32_t kSameTag = 1000;
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v4_t* t = Plugin();
+    struct Op {
+      hvd_transport_request_t* req;
+      bool send;
+      int peer;
+      uint32_t tag;
+      int seq;
+      std::vector<uint8_t> data;
+    };
+    std::vector<Op> ops;
+    auto plan = [&](bool send) {
+      for (int peer = 0; peer < size; ++peer) {
+        if (peer == rank) continue;
+        const int src = send ? rank : peer, dst = send ? peer : rank;
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          const uint32_t tag = static_cast<uint32_t>(10 + k);
+          ops.push_back(
+              {nullptr, send, peer, tag, 0,
+               send ? Message(src, dst, tag, 0, sizes[k]) : std::vector<uint8_t>(sizes[k], 0xEE)});
+        }
+        for (int seq = 0; seq < kSame; ++seq) {
+          const size_t bytes = sizes[static_cast<size_t>(seq) % sizes.size()] + 1;
+          ops.push_back(
+              {nullptr, send, peer, kSameTag, seq,
+               send ? Message(src, dst, kSameTag, seq, bytes) : std::vector<uint8_t>(bytes, 0xEE)});
+        }
+      }
+    };
+    const bool sends_first = rank % 2 == 0;
+    plan(sends_first);
+    plan(!sends_first);
+    for (Op& op : ops) {
+      op.req = Post(comm, op.send, op.peer, op.tag, op.data.data(), op.data.size());
+      ASSERT_NE(op.req, nullptr);
+    }
+    std::vector<size_t> order(ops.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937(1234 + rank));
+    for (size_t i : order) {
+      ASSERT_EQ(t->wait(comm, ops[i].req, kWaitS), HVD_OK)
+          << "rank " << rank << ": " << t->last_error(comm);
+    }
+    for (const Op& op : ops) {
+      if (op.send) continue;
+      const std::vector<uint8_t> want = Message(op.peer, rank, op.tag, op.seq, op.data.size());
+      ASSERT_TRUE(op.data == want) << "rank " << rank << " from " << op.peer << " tag " << op.tag
+                                   << " seq " << op.seq << " bytes " << op.data.size();
+    }
+  });
+}
+
+// A receive completes on its own: with two receives pending from one peer,
+// the second one's message arrives first and its wait returns while the
+// first is still pending.
+TEST_P(GlooP2p, WaitCompletesExactlyItsOwnRequest) {
+  const int size = Ranks();
+  std::atomic<bool> second_done{false};
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v4_t* t = Plugin();
+    const int last = size - 1;
+    if (rank == 0) {
+      uint32_t a = 0, b = 0;
+      auto* ra = Post(comm, false, last, 1, &a, sizeof(a));
+      auto* rb = Post(comm, false, last, 2, &b, sizeof(b));
+      ASSERT_EQ(t->wait(comm, rb, kWaitS), HVD_OK) << t->last_error(comm);
+      EXPECT_EQ(b, 222u);
+      EXPECT_EQ(a, 0u);  // not sent yet
+      second_done = true;
+      ASSERT_EQ(t->wait(comm, ra, kWaitS), HVD_OK) << t->last_error(comm);
+      EXPECT_EQ(a, 111u);
+    } else if (rank == last) {
+      uint32_t a = 111, b = 222;
+      auto* sb = Post(comm, true, 0, 2, &b, sizeof(b));
+      ASSERT_EQ(t->wait(comm, sb, kWaitS), HVD_OK) << t->last_error(comm);
+      const auto t0 = Clock::now();
+      while (!second_done && SecondsSince(t0) < kWaitS) std::this_thread::yield();
+      ASSERT_TRUE(second_done.load());
+      auto* sa = Post(comm, true, 0, 1, &a, sizeof(a));
+      ASSERT_EQ(t->wait(comm, sa, kWaitS), HVD_OK) << t->last_error(comm);
+    }
+  });
+}
+
+// Every rank's token (1 MiB + 3 bytes) goes once around the ring: each step
+// every rank sends its token right, receives the left one and adds its rank
+// to every byte; after `size` steps each token is home with every rank added.
+TEST_P(GlooP2p, RingPass) {
+  const int size = Ranks();
+  const size_t bytes = (size_t{1} << 20) + 3;
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v4_t* t = Plugin();
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    std::vector<uint8_t> token(bytes), in(bytes);
+    for (size_t i = 0; i < bytes; ++i) token[i] = static_cast<uint8_t>(i * 7 + rank * 13);
+    for (int step = 0; step < size; ++step) {
+      const uint32_t tag = static_cast<uint32_t>(step);
+      auto* r = Post(comm, false, left, tag, in.data(), bytes);
+      auto* s = Post(comm, true, right, tag, token.data(), bytes);
+      ASSERT_EQ(t->wait(comm, r, kWaitS), HVD_OK) << t->last_error(comm);
+      ASSERT_EQ(t->wait(comm, s, kWaitS), HVD_OK) << t->last_error(comm);
+      token.swap(in);
+      for (auto& v : token) v = static_cast<uint8_t>(v + rank);
+    }
+    const int sum = size * (size - 1) / 2;
+    for (size_t i = 0; i < bytes; ++i) {
+      ASSERT_EQ(token[i], static_cast<uint8_t>(i * 7 + rank * 13 + sum))
+          << "rank " << rank << " byte " << i;
+    }
+  });
+}
+
+// A peer that never posts its send: the wait returns HVD_ERR_TIMEOUT within
+// the limit, naming that rank and its host; the communicator stays failed.
+TEST_P(GlooP2p, MissingSendTimesOutNamingThePeer) {
+  const int size = Ranks();
+  WorldOptions opt;
+  opt.timeout_s = 1.0;
+  const std::string host = HostName();
+  std::atomic<int> done{0};
+  for (int variant = 0; variant < 3; ++variant) {
+    done = 0;
+    RunWorldEx(
+        size,
+        [&](int rank, void* comm) {
+          const hvd_transport_v4_t* t = Plugin();
+          const int silent = size - 1;
+          if (rank == 0) {
+            uint8_t b = 0, extra = 0;
+            double limit = 1.0, timeout_arg = -1;
+            std::string want;
+            if (variant == 0) {
+              want = "gloo: timed out after 1 s waiting for rank " + std::to_string(silent) +
+                     " (host " + host + ")";
+            } else if (variant == 1) {
+              EXPECT_EQ(t->set_timeout(comm, 0.5, HVD_TRANSPORT_LIMIT_PEER), HVD_OK);
+              limit = 0.5;
+              want = "gloo: rank " + std::to_string(silent) + " (host " + host +
+                     ") has not answered for 0.5 s (stopped or cut off?; peer timeout, "
+                     "HVD_PEER_TIMEOUT)";
+            } else {
+              timeout_arg = 0.3;  // explicit: overrides env.timeout_s
+              limit = 0.3;
+              want = "timed out after 0.3 s waiting for rank " + std::to_string(silent);
+            }
+            auto* r = Post(comm, false, silent, 5, &b, 1);
+            auto* never_waited = Post(comm, false, silent, 6, &extra, 1);  // finalize releases it
+            const auto t0 = Clock::now();
+            const int st = t->wait(comm, r, timeout_arg);
+            const double took = SecondsSince(t0);
+            EXPECT_EQ(st, HVD_ERR_TIMEOUT) << t->last_error(comm);
+            EXPECT_GE(took, limit * 0.9);
+            EXPECT_LT(took, limit + 1.5);
+            const std::string msg = t->last_error(comm);
+            EXPECT_NE(msg.find(want), std::string::npos) << "variant " << variant << ": " << msg;
+            EXPECT_EQ(t->async_error(comm), HVD_ERR_TIMEOUT);
+            // Later calls fail fast with the first error.
+            const auto t1 = Clock::now();
+            hvd_transport_request_t* req = nullptr;
+            const hvd_transport_buffer_t buf = Host(&b, 1);
+            EXPECT_EQ(t->isend(comm, silent, 5, &buf, &req), HVD_ERR_TIMEOUT);
+            EXPECT_EQ(req, nullptr);
+            EXPECT_NE(std::string(t->last_error(comm)).find(want), std::string::npos);
+            EXPECT_LT(SecondsSince(t1), 0.5);
+            (void)never_waited;
+            const auto t2 = Clock::now();
+            t->finalize(comm);
+            EXPECT_LT(SecondsSince(t2), opt.timeout_s + 0.5);
+            done.fetch_add(1);
+            return true;  // finalized
+          }
+          // The others (the silent rank included) wait for rank 0 to finish.
+          const auto t0 = Clock::now();
+          while (done.load() == 0 && SecondsSince(t0) < kWaitS) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          }
+          EXPECT_EQ(done.load(), 1);
+          return false;
+        },
+        opt);
+  }
+}
+
+// abort from another thread while this rank is blocked in wait: every
+// pending request returns the abort status within a second, later calls fail
+// with it, and the peer blocked on this rank fails fast too.
+TEST_P(GlooP2p, AbortFromAnotherThreadWakesEveryWait) {
+  const int size = Ranks();
+  WorldOptions opt;
+  opt.timeout_s = 20.0;
+  const int peer = size - 1;
+  std::atomic<bool> aborted_seen{false};
+  RunWorldEx(
+      size,
+      [&](int rank, void* comm) {
+        const hvd_transport_v4_t* t = Plugin();
+        if (rank == 0) {
+          std::vector<uint8_t> big(size_t{8} << 20, 1), in(16);
+          std::vector<hvd_transport_request_t*> reqs;
+          reqs.push_back(Post(comm, false, peer, 3, in.data(), in.size()));   // never sent
+          reqs.push_back(Post(comm, true, peer, 4, big.data(), big.size()));  // never received
+          for (int p = 1; p < size; ++p) reqs.push_back(Post(comm, false, p, 9, in.data(), 1));
+          Clock::time_point aborted_at;
+          std::thread killer([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            aborted_at = Clock::now();
+            EXPECT_EQ(t->abort(comm, HVD_ERR_ABORTED, "test: shutting down"), HVD_OK);
+            EXPECT_EQ(t->abort(comm, HVD_ERR_TRANSPORT, "second abort is ignored"), HVD_OK);
+          });
+          const int st = t->wait(comm, reqs[0], opt.timeout_s);
+          const auto woke = Clock::now();
+          killer.join();
+          EXPECT_EQ(st, HVD_ERR_ABORTED) << t->last_error(comm);
+          EXPECT_LT(std::chrono::duration<double>(woke - aborted_at).count(), 1.0);
+          for (size_t i = 1; i < reqs.size(); ++i) {
+            const auto t0 = Clock::now();
+            EXPECT_EQ(t->wait(comm, reqs[i], opt.timeout_s), HVD_ERR_ABORTED) << i;
+            EXPECT_LT(SecondsSince(t0), 1.0);
+          }
+          EXPECT_NE(std::string(t->last_error(comm)).find("test: shutting down"), std::string::npos)
+              << t->last_error(comm);
+          EXPECT_EQ(t->async_error(comm), HVD_ERR_ABORTED);
+          hvd_transport_request_t* req = nullptr;
+          const hvd_transport_buffer_t buf = Host(in.data(), 1);
+          EXPECT_EQ(t->irecv(comm, peer, 1, &buf, &req), HVD_ERR_ABORTED);
+          EXPECT_EQ(req, nullptr);
+          aborted_seen = true;
+          return false;
+        }
+        if (rank == peer) {
+          // Blocked on rank 0, which aborts: fails once rank 0 closes its connections.
+          uint8_t b = 0;
+          auto* r = Post(comm, false, 0, 77, &b, 1);
+          const auto t0 = Clock::now();
+          const int st = t->wait(comm, r, opt.timeout_s);
+          EXPECT_NE(st, HVD_OK);
+          EXPECT_LT(SecondsSince(t0), 5.0) << t->last_error(comm);
+          const std::string msg = t->last_error(comm);
+          EXPECT_EQ(msg.rfind("gloo: rank 0 (host " + HostName() + ", ", 0), 0u) << msg;
+        }
+        const auto t0 = Clock::now();
+        while (!aborted_seen && SecondsSince(t0) < kWaitS) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        return false;
+      },
+      opt);
+}
+
+// A peer that finalizes while this rank waits for it: the wait fails well
+// before its limit, naming the peer's rank.
+TEST_P(GlooP2p, PeerGoneFailsTheWaitNamingIt) {
+  const int size = Ranks();
+  WorldOptions opt;
+  opt.timeout_s = 20.0;
+  const int leaver = size - 1;
+  RunWorldEx(
+      size,
+      [&](int rank, void* comm) {
+        const hvd_transport_v4_t* t = Plugin();
+        if (rank == leaver) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          const auto t0 = Clock::now();
+          t->finalize(comm);
+          EXPECT_LT(SecondsSince(t0), 2.0);
+          return true;
+        }
+        uint8_t b = 0;
+        auto* r = Post(comm, false, leaver, 1, &b, 1);
+        const auto t0 = Clock::now();
+        const int st = t->wait(comm, r, opt.timeout_s);
+        EXPECT_EQ(st, HVD_ERR_TRANSPORT) << t->last_error(comm);
+        EXPECT_LT(SecondsSince(t0), 5.0);
+        const std::string msg = t->last_error(comm);
+        // Gloo quotes the peer's address; the message names rank and host.
+        const std::string want =
+            "gloo: rank " + std::to_string(leaver) + " (host " + HostName() + ", ";
+        EXPECT_EQ(msg.rfind(want, 0), 0u) << msg;
+        EXPECT_EQ(t->async_error(comm), HVD_ERR_TRANSPORT);
+        return false;
+      },
+      opt);
+}
+
+TEST_P(GlooP2p, RankThatNeverJoinsFailsInitNamingIt) {
+  const int size = Ranks();
+  const hvd_transport_v4_t* t = Plugin();
+  ASSERT_NE(t, nullptr);
+  WorldOptions opt;
+  opt.start_timeout_s = 1.5;
+  const int absent = size - 1;
+  MemKv kv;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < absent; ++r) {
+    threads.emplace_back([&, r] {
+      hvd_transport_env_v1_t env = MakeEnv(&kv, r, size, opt);
+      hvd_transport_info_t info;
+      std::memset(&info, 0, sizeof(info));
+      info.struct_size = sizeof(info);
+      void* comm = reinterpret_cast<void*>(0x1);
+      char err[512] = {0};
+      const auto t0 = Clock::now();
+      const int st = t->init(&env, &info, &comm, err, sizeof(err));
+      const double took = SecondsSince(t0);
+      EXPECT_EQ(st, HVD_ERR_RENDEZVOUS) << err;
+      EXPECT_EQ(comm, nullptr);
+      const std::string want = "rank " + std::to_string(absent) + " did not join";
+      EXPECT_NE(std::string(err).find(want), std::string::npos) << "rank " << r << ": " << err;
+      EXPECT_GE(took, opt.start_timeout_s * 0.9);
+      EXPECT_LT(took, opt.start_timeout_s + 2.0);
+      if (st == HVD_OK) t->finalize(comm);
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
+// Finalize with requests still pending and no failure: returns promptly.
+TEST_P(GlooP2p, FinalizeReleasesPendingRequests) {
+  const int size = Ranks();
+  std::atomic<int> posted{0};
+  RunWorldEx(size, [&](int rank, void* comm) {
+    std::vector<uint8_t> b(64);
+    Post(comm, false, (rank + 1) % size, 42, b.data(), b.size());  // never sent
+    // Posting a receive writes to the peer: every rank posts before any leaves.
+    posted.fetch_add(1);
+    const auto t_wait = Clock::now();
+    while (posted.load() < size && SecondsSince(t_wait) < kWaitS) std::this_thread::yield();
+    const auto t0 = Clock::now();
+    Plugin()->finalize(comm);
+    EXPECT_LT(SecondsSince(t0), 2.0);
+    return true;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GlooP2p, ::testing::Values(2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return std::to_string(i.param);
+                         });
+
+// Per-message cost, printed (not a pass/fail measure): round trips of small
+// messages between two ranks, and bursts of 64 one-way messages.
+TEST(GlooP2pCost, PingPongAndBursts) {
+  constexpr int kTrips = 2000;
+  constexpr int kBursts = 200, kBurst = 64;
+  RunWorld(2, [&](int rank, void* comm) {
+    const hvd_transport_v4_t* t = Plugin();
+    const int other = 1 - rank;
+    for (size_t bytes : {size_t{0}, size_t{8}, size_t{4096}}) {
+      std::vector<uint8_t> buf(std::max<size_t>(bytes, 1));
+      const auto t0 = Clock::now();
+      for (int i = 0; i < kTrips; ++i) {
+        if (rank == 0) {
+          ASSERT_EQ(t->wait(comm, Post(comm, true, other, 1, buf.data(), bytes), kWaitS), HVD_OK);
+          ASSERT_EQ(t->wait(comm, Post(comm, false, other, 1, buf.data(), bytes), kWaitS), HVD_OK);
+        } else {
+          ASSERT_EQ(t->wait(comm, Post(comm, false, other, 1, buf.data(), bytes), kWaitS), HVD_OK);
+          ASSERT_EQ(t->wait(comm, Post(comm, true, other, 1, buf.data(), bytes), kWaitS), HVD_OK);
+        }
+      }
+      if (rank == 0) {
+        std::printf("[ cost     ] %zu-byte round trip: %.1f us\n", bytes,
+                    SecondsSince(t0) * 1e6 / kTrips);
+      }
+    }
+    std::vector<uint8_t> buf(kBurst * 8);
+    std::vector<hvd_transport_request_t*> reqs(kBurst);
+    const auto t0 = Clock::now();
+    for (int b = 0; b < kBursts; ++b) {
+      for (int i = 0; i < kBurst; ++i) {
+        reqs[i] = Post(comm, rank == 0, other, static_cast<uint32_t>(i), buf.data() + i * 8, 8);
+      }
+      for (auto* r : reqs) ASSERT_EQ(t->wait(comm, r, kWaitS), HVD_OK) << t->last_error(comm);
+      // One round trip per burst keeps the sender from running ahead.
+      uint8_t ack = 0;
+      ASSERT_EQ(t->wait(comm, Post(comm, rank == 1, other, 999, &ack, 1), kWaitS), HVD_OK);
+    }
+    if (rank == 0) {
+      std::printf("[ cost     ] 8-byte messages in bursts of %d: %.2f us per message\n", kBurst,
+                  SecondsSince(t0) * 1e6 / (kBursts * kBurst));
+    }
+  });
+}
+
+}  // namespace
