@@ -23,7 +23,8 @@ CHECKS = ["grouped_allgather_eager", "grouped_allgather_graph", "grouped_allgath
           "grouped_reducescatter_names", "grouped_reducescatter_fp16", "grouped_empty",
           "keras_grouped_names", "load_model_keras_optimizer", "load_model_hvd_optimizer",
           "load_model_trains_distributed", "best_model_checkpoint",
-          "best_model_checkpoint_filepath_later", "is_homogeneous", "process_set_included_op"]
+          "best_model_checkpoint_filepath_later", "is_homogeneous", "process_set_included_op",
+          "tensorflow_keras_module"]
 
 
 def main():
@@ -311,6 +312,22 @@ def main():
             assert "only the global set" in str(e), str(e)
         else:
             raise AssertionError("process set id 1 was accepted")
+
+    @check
+    def tensorflow_keras_module():
+        # Horovod's `import horovod.tensorflow.keras as hvd` with the import line changed
+        import importlib
+        hk = importlib.import_module("hvd.tensorflow.keras")
+        assert hk is hvdk and hvd.keras is hvdk, (hk, getattr(hvd, "keras", None))
+        cb = importlib.import_module("hvd.tensorflow.keras.callbacks")
+        assert cb is hvdk.callbacks and cb.BestModelCheckpoint is hvdk.BestModelCheckpoint
+        assert hk.load_model is hvdk.load_model
+        try:
+            importlib.import_module("hvd.tensorflow.no_such_module")
+        except ImportError:
+            pass
+        else:
+            raise AssertionError("hvd.tensorflow.no_such_module was imported")
 
     assert list(checks) == CHECKS, list(checks)
     run_checks(list(checks.items()), r)
