@@ -4,7 +4,8 @@ grouped_reducescatter eagerly and in tf.function (members named
 "<name>.<i>", exact values), hvd.keras.load_model (a model saved with a
 Keras optimizer and one saved with hvd's DistributedOptimizer: the loaded
 optimizer is hvd's, with the saved state, and trains on averaged
-gradients), callbacks.BestModelCheckpoint (best by monitor, rank 0 only)."""
+gradients), callbacks.BestModelCheckpoint (best by monitor, rank 0 only),
+process_set_included_op, and hvd.tensorflow.keras as Horovod's module path."""
 
 import os
 
