@@ -201,8 +201,18 @@ typedef const hvd_transport_v3_t *(*hvd_transport_plugin_v3_fn)(void);
  * (so entries appended later are NULL for older plugins, and a capability
  * whose entries lie beyond struct_size is ignored), and refuses at load a
  * table whose required entries are NULL or whose caps promise an entry that
- * is NULL, naming the entry. A plugin whose hvd_transport_plugin_v4 returns
- * NULL declines version 4: its older tables serve.
+ * is NULL, naming the entry (and does not fall back to the same file's
+ * older tables: a broken table is a bug to fix). A plugin whose
+ * hvd_transport_plugin_v4 returns NULL declines version 4: its older tables
+ * serve.
+ *
+ * The env (hvd_transport_env_v1_t, shared with version 1): valid during init
+ * only, except the callbacks and their handles (kv, logger), which stay
+ * valid until finalize returns and may be called from any entry point but
+ * abort and async_error. kv_set/kv_get/kv_free are NULL where the context
+ * has no store (a world of one; MPI launches). env.timeout_s <= 0 means no
+ * limit. The core never calls abort or async_error concurrently with, or
+ * after, finalize.
  */
 #define HVD_TRANSPORT_ABI_V4 4
 #define HVD_TRANSPORT_ABI_NEWEST HVD_TRANSPORT_ABI_V4
@@ -252,14 +262,17 @@ typedef struct hvd_transport_request hvd_transport_request_t;
 #define HVD_TRANSPORT_COLLECTIVES 6
 
 /* Per-communicator facts that init writes (the core reads them once, after
- * init, and never asks again). The core zero-fills it and sets struct_size;
- * a plugin writes only the fields that fit in struct_size. */
+ * init, and never asks again). The core zero-fills it, presets
+ * mpi_thread_level and the topology fields to -1 ("not known here") and sets
+ * struct_size; a plugin writes only the fields that fit in struct_size. */
 typedef struct hvd_transport_info {
     size_t struct_size;
     /* Largest tag isend/irecv accept on this communicator (>= 32767; 0 =
      * 32767). The core keeps its tags at or below it. */
     uint32_t max_tag;
-    /* MPI transports: the MPI_THREAD_* level MPI provided; others: -1. */
+    /* MPI transports: the thread level MPI provided, as hvd numbers them
+     * (MPI's own constants differ between implementations): 0 single,
+     * 1 funneled, 2 serialized, 3 multiple; others: -1. */
     int32_t mpi_thread_level;
     /* Per collective (HVD_TRANSPORT_*): the core uses the plugin's native
      * entry for messages of at most this many bytes (the whole message:
@@ -309,20 +322,28 @@ typedef struct hvd_transport_v4 {
     int (*irecv)(void *comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t *buf,
                  hvd_transport_request_t **req);
     /* Blocks until req completes, at most timeout_s seconds (< 0: the limit
-     * set by set_timeout, else env.timeout_s). Returns HVD_OK, or an error
-     * (HVD_ERR_TIMEOUT naming the peer; HVD_ERR_TRANSPORT; the abort status).
-     * Either way the request is released and must not be used again. */
+     * in force: set_timeout's, else env.timeout_s; 0: no limit). Returns
+     * HVD_OK, or an error (HVD_ERR_TIMEOUT naming the peer; HVD_ERR_TRANSPORT;
+     * the abort status). Either way the request is released and must not be
+     * used again. A wait that fails breaks the communicator (later calls fail
+     * with the first error); what became of a message half sent or half
+     * received then is the plugin's business (finalize releases it). */
     int (*wait)(void *comm, hvd_transport_request_t *req, double timeout_s);
     /* Optional (HVD_TRANSPORT_CAP_P2P_TEST): never blocks. *done = 1 and
      * the request released when it completed (the status is its outcome),
-     * else *done = 0. */
+     * else *done = 0 and HVD_OK (or the error that broke the communicator:
+     * the request is then released too). */
     int (*test)(void *comm, hvd_transport_request_t *req, int *done);
     /* Optional (HVD_TRANSPORT_CAP_P2P_TEST): advances pending transfers
      * without blocking (progress-driven transports). */
     int (*progress)(void *comm);
-    /* Optional (HVD_TRANSPORT_CAP_REGISTER_MEMORY): registers a region for
-     * transfers (pinning, RDMA keys); the handle goes into
-     * hvd_transport_buffer_t.memory_handle for buffers inside it. */
+    /* Optional (HVD_TRANSPORT_CAP_REGISTER_MEMORY, which covers both
+     * entries): registers a region for transfers (pinning, RDMA keys); the
+     * handle goes into hvd_transport_buffer_t.memory_handle for buffers
+     * inside it. Point-to-point on CUDA memory: the core has made the data
+     * ready (its stream synchronised) before isend, and reads a receive's
+     * buffer only after wait; CAP_STREAM_ORDERED concerns native collectives
+     * only. */
     int (*register_memory)(void *comm, void *data, size_t bytes, int32_t memory_type,
                            int32_t device, void **handle);
     int (*deregister_memory)(void *comm, void *handle);

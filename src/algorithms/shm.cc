@@ -176,6 +176,7 @@ void Segment::Barrier(const char* what) {
 }
 
 void Segment::Abort(int code, const std::string& msg) {
+  aborted_here_.store(code != 0 ? code : HVD_ERR_ABORTED, std::memory_order_release);
   Header* h = header();
   uint32_t zero = 0;
   if (h->abort_by.compare_exchange_strong(zero, kAbortClaimed)) {
@@ -213,6 +214,11 @@ void Segment::WakeEveryone() {
 // missing peer finalized or died.
 void Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
   const Header* h = header();
+  // Aborted by this rank (another thread of it, while this one waits).
+  if (const int code = aborted_here_.load(std::memory_order_acquire)) {
+    throw Error(code, std::string(what) + " (shm): rank " + std::to_string(rank_) +
+                          ": aborted on this rank");
+  }
   const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
   if (ab != 0 && ab != kAbortClaimed && ab != static_cast<uint32_t>(rank_) + 1) {
     std::string why(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));

@@ -1,9 +1,9 @@
-// Shared-memory collectives between the ranks of one host, for transport
-// plugins (compiled into each plugin that uses it: hidden, no shared state).
+// Shared-memory collectives between the ranks of one host. The core runs
+// them over every version 4 transport (core/transport_loader.cc), with an
+// Exchange over the transport itself.
 //
-// A plugin provides an Exchange (an allgather of strings over whatever it
-// has: the core's kv store for Gloo, its own communicator for MPI) and calls
-// Setup once at init. Setup agrees with every peer on whether the path is
+// The caller provides an Exchange (an allgather of strings) and calls Setup
+// once at start. Setup agrees with every peer on whether the path is
 // used (all ranks on this host, the plugin's switch on everywhere), and if so
 // maps one POSIX shm segment: rank 0 creates it under a random name it sends
 // round, the others open it, everyone reports ok or its failure, and any
@@ -113,7 +113,8 @@ class Segment {
   // the operation in error messages. Throws Error.
   void Barrier(const char* what);
   // Marks the communicator broken for every rank (the first caller's status
-  // and message win) and wakes everyone asleep on it.
+  // and message win) and wakes everyone asleep on it, this rank's other
+  // threads included (any thread may call it: Transport::Abort does).
   void Abort(int code, const std::string& msg);
   // This rank has finalized: peers still waiting for it fail at once.
   void Depart();
@@ -138,6 +139,7 @@ class Segment {
   int64_t spin_ns_;
   int64_t yield_ns_;
   uint32_t gen_ = 0;  // barriers this rank has entered (same on every rank between ops)
+  std::atomic<int> aborted_here_{0};  // Abort's status, set from any thread of this rank
   uint32_t set_ = 0;
 };
 

@@ -279,8 +279,9 @@ void ContextImpl::Shutdown() {
       if (!exit_cv_.wait_for(lock, std::chrono::seconds(kShutdownGraceS), [this] { return loop_exited_; }) &&
           transport_) {
         lock.unlock();
+        // A timeout's status: the peer it waits for may be gone for good.
         const bool aborted = transport_->Abort(
-            HVD_ERR_ABORTED, "rank " + std::to_string(cfg_.rank) +
+            HVD_ERR_TIMEOUT, "rank " + std::to_string(cfg_.rank) +
                                  " is shutting down its context while a collective is blocked");
         HVD_LOG(log_, HVD_LOG_WARNING,
                 "shutdown: the background thread is still inside a collective after "

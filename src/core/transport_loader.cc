@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <set>
@@ -20,8 +21,7 @@ extern "C" const hvd_transport_v1_t* hvd_local_transport_table(void);
 extern "C" const hvd_transport_v1_t* hvd_gloo_transport_table(void);
 extern "C" const hvd_transport_v2_t* hvd_gloo_transport_table_v2(void);
 extern "C" const hvd_transport_v3_t* hvd_gloo_transport_table_v3(void);
-// The version 4 table, where the built-in Gloo has one (weak: NULL if not).
-extern "C" const hvd_transport_v4_t* hvd_gloo_transport_table_v4(void) __attribute__((weak));
+extern "C" const hvd_transport_v4_t* hvd_gloo_transport_table_v4(void);
 #endif
 
 namespace hvd {
@@ -226,7 +226,7 @@ Result<Found> LoadPlugin(const std::string& path, bool* bad_table) {
 Result<Found> Find(const std::string& name, const std::string& search_path) {
   Found f;
 #ifdef HVD_BUILTIN_GLOO
-  if (name == "gloo" && hvd_gloo_transport_table_v4 != nullptr) {
+  if (name == "gloo") {
     const std::string bad = TakeV4(hvd_gloo_transport_table_v4(), &f.v4_table);
     if (!bad.empty()) return Error(HVD_ERR_INTERNAL, "built-in transport 'gloo': " + bad);
     f.v4 = true;
@@ -486,7 +486,7 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
     }
   };
   for (const char* key : {"rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
-                          "mpi_thread_level", "shm", "allreduce_spans"}) {
+                          "mpi_thread_level", "mpi_thread_multiple", "shm", "allreduce_spans"}) {
     ask(key);
   }
   t->facts_.emplace_back("abi", t->v3_ ? 3 : t->v2_ ? 2 : 1);
@@ -531,7 +531,10 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
   for (const auto& k : topo) {
     if (k.found >= 0) facts_.emplace_back(k.key, k.found);
   }
-  if (info_.mpi_thread_level >= 0) facts_.emplace_back("mpi_thread_level", info_.mpi_thread_level);
+  if (info_.mpi_thread_level >= 0) {
+    facts_.emplace_back("mpi_thread_level", info_.mpi_thread_level);
+    facts_.emplace_back("mpi_thread_multiple", info_.mpi_thread_level >= 3 ? 1 : 0);
+  }
   facts_.emplace_back("abi", 4);
   if (v.caps & HVD_TRANSPORT_CAP_P2P) links_ = std::make_unique<PluginLinks>(this, rank, size);
 
@@ -610,8 +613,27 @@ Status Transport::Check(int rc, const char* what) {
   if (rc == HVD_OK) return Status::Ok();
   const char* msg = (v4_ ? v4_table_.last_error : table_->last_error)(comm_);
   hvd_status_t code = rc < 0 ? static_cast<hvd_status_t>(rc) : HVD_ERR_TRANSPORT;
-  return Error(code, std::string(name_) + " " + what + " failed: " +
-                         (msg && *msg ? msg : "no reason given"));
+  Status s = Error(code, std::string(name_) + " " + what + " failed: " +
+                             (msg && *msg ? msg : "no reason given"));
+  if (v4_) Broke(s);
+  return s;
+}
+
+void Transport::Broke(const Status& s) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(fail_mu_);
+    if (failure_.load() != HVD_OK) return;
+    fail_msg_ = s.message();
+    failure_.store(s.code());
+  } catch (...) {
+    failure_.store(s.code());
+  }
+}
+
+Status Transport::Unusable() const {
+  std::lock_guard<std::mutex> lock(fail_mu_);
+  return Error(static_cast<hvd_status_t>(failure_.load()),
+               fail_msg_ + " (communicator unusable after this failure)");
 }
 
 hvd_transport_buffer_t Transport::Host(const void* data, size_t bytes) const {
@@ -633,8 +655,13 @@ Status Transport::ShmFailure(const char* what, const shm::Error& e) {
     msg = std::string(what) + " (shm): " + who + (e.missing.size() == 1 ? " has" : " have") +
           " not answered for " + secs + " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
   }
+  Status st = Error(static_cast<hvd_status_t>(e.code), std::string(name_) + " " + what + " failed: " + msg);
+  Broke(st);
   shm_->Abort(e.code, msg);  // peers waiting in the segment fail at once
-  return Error(static_cast<hvd_status_t>(e.code), std::string(name_) + " " + what + " failed: " + msg);
+  // The communicator is broken for the core: the plugin's too (its finalize
+  // then knows a peer may be gone, and nothing waits on it).
+  if (v4_table_.abort != nullptr) v4_table_.abort(comm_, e.code, msg.c_str());
+  return st;
 }
 
 algo::Algorithm Transport::Choose(int c, size_t bytes) const {
@@ -659,6 +686,7 @@ algo::Algorithm Transport::Choose(int c, size_t bytes) const {
 
 Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   if (!v4_) return Check(table_->allreduce(comm_, buf, count, dtype, op), "allreduce");
+  if (broken()) return Unusable();
   op_ = "allreduce";
   const size_t es = DtypeSize(dtype);
   switch (Choose(HVD_TRANSPORT_ALLREDUCE, count * es)) {
@@ -686,6 +714,7 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " has no reducescatter entry");
   }
   if (!v4_) return Check(v2_->reducescatter(comm_, buf, counts, dtype, op), "reducescatter");
+  if (broken()) return Unusable();
   op_ = "reducescatter";
   const size_t es = DtypeSize(dtype);
   const int size = static_cast<int>(comm_size());
@@ -714,6 +743,7 @@ Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspan
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " does not serve allreduce_spans");
   }
   if (!v4_) return Check(v2_->allreduce_spans(comm_, spans, nspans, dtype, op), "allreduce");
+  if (broken()) return Unusable();
   try {
     shm::AllreduceSpans(*shm_, reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
     return Status::Ok();
@@ -724,6 +754,7 @@ Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspan
 
 Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_bytes) {
   if (!v4_) return Check(table_->allgatherv(comm_, send, recv, recv_bytes), "allgather");
+  if (broken()) return Unusable();
   op_ = "allgather";
   const int size = static_cast<int>(comm_size());
   size_t total = 0;
@@ -748,6 +779,7 @@ Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_by
 
 Status Transport::Broadcast(void* buf, size_t bytes, int root) {
   if (!v4_) return Check(table_->broadcast(comm_, buf, bytes, root), "broadcast");
+  if (broken()) return Unusable();
   op_ = "broadcast";
   switch (Choose(HVD_TRANSPORT_BROADCAST, bytes)) {
     case algo::Algorithm::kShm:
@@ -771,6 +803,7 @@ Status Transport::Broadcast(void* buf, size_t bytes, int root) {
 Status Transport::Alltoallv(const void* send, const size_t* send_bytes, void* recv,
                             const size_t* recv_bytes) {
   if (!v4_) return Check(table_->alltoallv(comm_, send, send_bytes, recv, recv_bytes), "alltoall");
+  if (broken()) return Unusable();
   op_ = "alltoall";
   const int size = static_cast<int>(comm_size());
   size_t sent = 0, got = 0;
@@ -787,6 +820,7 @@ Status Transport::Alltoallv(const void* send, const size_t* send_bytes, void* re
 
 Status Transport::Barrier() {
   if (!v4_) return Check(table_->barrier(comm_), "barrier");
+  if (broken()) return Unusable();
   op_ = "barrier";
   switch (Choose(HVD_TRANSPORT_BARRIER, 0)) {
     case algo::Algorithm::kShm:
@@ -815,6 +849,12 @@ Status Transport::SetTimeout(double timeout_s, int32_t kind) {
 
 bool Transport::Abort(hvd_status_t status, const std::string& reason) noexcept {
   bool done = false;
+  if (v4_) {
+    try {
+      Broke(Error(status, std::string(name_) + ": aborted: " + reason));
+    } catch (...) {
+    }
+  }
   try {
     if (shm_) {
       shm_->Abort(status, reason);

@@ -4,7 +4,9 @@
 // (params.transport_path or HVD_TRANSPORT_PATH) and next to libhvd.so itself.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -158,6 +160,15 @@ class Transport {
   std::vector<std::string> hosts_;  // every rank's host name (version 4), for messages
   std::string Who(int r) const;     // "rank 2 (host h)"
   int64_t FactOr(const char* key, int64_t dflt) const;
+
+  // The first failure (version 4): later calls fail at once with it, and
+  // an abort from another thread sets it too.
+  std::atomic<int> failure_{HVD_OK};
+  mutable std::mutex fail_mu_;
+  std::string fail_msg_;
+  bool broken() const { return failure_.load() != HVD_OK; }
+  void Broke(const Status& s) noexcept;
+  Status Unusable() const;
   size_t comm_size() const;  // the communicator's size
 };
 

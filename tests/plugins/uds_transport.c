@@ -497,9 +497,9 @@ static int complete(uds_comm *c, uds_req *r) {
 
 static int uds_wait(void *comm, hvd_transport_request_t *req, double timeout_s) {
     uds_comm *c = (uds_comm *)comm;
-    /* An explicit limit is exact (0: check once); a derived one <= 0 is none. */
+    /* An explicit limit is exact (0: none); a derived one <= 0 is none. */
     double limit = timeout_s >= 0 ? timeout_s : (c->has_limit ? c->limit_s : c->timeout_s);
-    int bounded = timeout_s >= 0 || limit > 0;
+    int bounded = limit > 0;
     double start = now_s();
     int s;
     if (req == NULL) return fail(c, HVD_ERR_INVALID_ARGUMENT, "uds: wait on a NULL request");

@@ -535,7 +535,7 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   if (c == nullptr || req == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   SigpipeBlock no_sigpipe;
   const bool peer_kind = timeout_s < 0 && c->peer_limit;
-  const double secs = timeout_s < 0 ? c->limit_s : std::max(timeout_s, 0.001);
+  const double secs = timeout_s < 0 ? c->limit_s : timeout_s;  // 0: no limit (ToMillis)
   int status = HVD_OK;
   if (c->failed.load() != HVD_OK) {
     status = c->Failed();

@@ -79,7 +79,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Request = hvd_transport_request;
-constexpr size_t kChunk = size_t{1} << 30;
+#ifndef HVD_MPI_MAX_MESSAGE_BYTES
+#define HVD_MPI_MAX_MESSAGE_BYTES (size_t{1} << 30)
+#endif
+constexpr size_t kChunk = HVD_MPI_MAX_MESSAGE_BYTES;
 constexpr int kMaxHost = 256;
 
 // Process-wide: MPI is one per process.
@@ -635,9 +638,15 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   MPI_Finalized(&finalized);
   if (finalized)
     Throw(HVD_ERR_UNSUPPORTED,
-          "mpi init: MPI was already finalised and cannot be initialised again");
+          ps.we_initialized
+              ? "mpi init: hvd finalised MPI when this process's last MPI context was "
+                "destroyed, and MPI cannot be initialised twice; keep one hvd context alive, "
+                "or call MPI_Init_thread and MPI_Finalize in the application yourself"
+              : "mpi init: the application has already finalised MPI");
   if (user_comm != nullptr && !initialized)
-    Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: env.mpi_comm is set but MPI is not initialised");
+    Throw(HVD_ERR_INVALID_ARGUMENT,
+          "mpi init: params.mpi_comm is set but MPI is not initialised (call MPI_Init_thread "
+          "before creating the context)");
   int level = MPI_THREAD_SINGLE;
   if (!initialized) {
     Check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &level), "init: MPI_Init_thread");
@@ -645,11 +654,32 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   } else {
     MPI_Query_thread(&level);
   }
+  auto level_name = [](int l) {
+    return l == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+           : l == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+           : l == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+           : l == MPI_THREAD_MULTIPLE   ? "MPI_THREAD_MULTIPLE"
+                                        : "an unknown MPI thread level";
+  };
   if (level < MPI_THREAD_SERIALIZED) {
-    Throw(HVD_ERR_UNSUPPORTED, "mpi init: MPI provides thread level " + std::to_string(level) +
-                                   " (below MPI_THREAD_SERIALIZED) but hvd calls MPI from its loop "
-                                   "thread; initialise MPI with "
-                                   "MPI_THREAD_MULTIPLE, or let hvd initialise it");
+    Throw(HVD_ERR_UNSUPPORTED,
+          std::string("mpi init: MPI runs at ") + level_name(level) +
+              (ps.we_initialized ? " (the most this MPI library provides)"
+                                 : " (as the application initialised it)") +
+              ", so only the thread that initialised MPI may call it, but hvd makes its MPI "
+              "calls from the context's background thread. Initialise MPI with "
+              "MPI_Init_thread(..., MPI_THREAD_MULTIPLE (or MPI_THREAD_SERIALIZED), ...) before "
+              "hvd (mpi4py: set mpi4py.rc.thread_level = \"multiple\" before importing MPI), or "
+              "leave MPI uninitialised and let hvd initialise it");
+  }
+  if (level < MPI_THREAD_MULTIPLE) {
+    c->Log(HVD_LOG_WARNING,
+           std::string("mpi: MPI runs at ") + level_name(level) +
+               ", not MPI_THREAD_MULTIPLE. hvd makes its MPI calls from its background thread "
+               "and serialises them across its contexts, which is enough for hvd itself; but "
+               "the application must not call MPI (mpi4py included) while hvd operations are "
+               "in flight, i.e. between submitting an operation and its handle completing. "
+               "Initialise MPI with MPI_THREAD_MULTIPLE to mix freely.");
   }
   c->serialize = level < MPI_THREAD_MULTIPLE;
   MPI_Comm base = user_comm != nullptr ? *static_cast<MPI_Comm*>(user_comm) : MPI_COMM_WORLD;
@@ -679,12 +709,6 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
       }
     }
   }
-  if (env->size > 0 && (env->size != c->size || env->rank != c->rank)) {
-    Throw(HVD_ERR_MISMATCH, "mpi init: hvd's rank " + std::to_string(env->rank) + " of " +
-                                std::to_string(env->size) + " is MPI's rank " +
-                                std::to_string(c->rank) + " of " + std::to_string(c->size) +
-                                " on this communicator; they must agree");
-  }
   // Processor names, so that errors name the host.
   char name[kMaxHost] = {0};
   int len = 0;
@@ -703,9 +727,32 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   int flag = 0;
   MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &flag);
   c->max_tag = flag && ub != nullptr && *ub > 0 ? static_cast<uint32_t>(*ub) : 32767;
-  if (info != nullptr && info->struct_size >= sizeof(*info)) {  // the first version of it
+  // This communicator has the last word on the topology (a sub-communicator's
+  // ranks differ from the launcher's): rank and size from MPI, local and
+  // cross ranks from the processor names (ranks of one host, in rank order;
+  // the cross group of a rank: the ranks of every host with its local rank).
+  int local_rank = 0, local_size = 0, cross_rank = 0, cross_size = 0;
+  {
+    std::vector<int> local_of(static_cast<size_t>(c->size));
+    for (int r = 0; r < c->size; ++r) {
+      int before = 0;
+      for (int q = 0; q < r; ++q) before += c->hosts[q] == c->hosts[r] ? 1 : 0;
+      local_of[r] = before;
+      if (c->hosts[r] == c->hosts[c->rank]) ++local_size;
+    }
+    local_rank = local_of[c->rank];
+    for (int r = 0; r < c->size; ++r) {
+      if (local_of[r] != local_rank) continue;
+      if (r < c->rank) ++cross_rank;
+      ++cross_size;
+    }
+  }
+  if (info != nullptr && info->struct_size >= offsetof(hvd_transport_info_t, rank)) {
     info->max_tag = c->max_tag;
-    info->mpi_thread_level = level;
+    info->mpi_thread_level = level >= MPI_THREAD_MULTIPLE     ? 3
+                             : level >= MPI_THREAD_SERIALIZED ? 2
+                             : level >= MPI_THREAD_FUNNELED   ? 1
+                                                              : 0;
     const bool two = c->size <= 2;  // the measurements at the top of this file
     const size_t limits[HVD_TRANSPORT_COLLECTIVES] = {two ? 0 : size_t{1} << 20,  // allreduce
                                                       SIZE_MAX,                   // allgatherv
@@ -715,17 +762,32 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
                                                       SIZE_MAX};                  // barrier
     std::memcpy(info->native_max_bytes, limits, sizeof(limits));
   }
+  if (info != nullptr && info->struct_size >= offsetof(hvd_transport_info_t, cross_size) + sizeof(int32_t)) {
+    info->rank = c->rank;
+    info->size = c->size;
+    info->local_rank = local_rank;
+    info->local_size = local_size;
+    info->cross_rank = cross_rank;
+    info->cross_size = cross_size;
+  }
   ++ps.live;
   c->Log(HVD_LOG_DEBUG,
          "mpi: " + c->Peer(c->rank) + " of " + std::to_string(c->size) + ", thread level " +
              std::to_string(level) +
-             (user_comm != nullptr ? ", the application's communicator" : ", world"));
+             (user_comm != nullptr ? ", the application's communicator" : ", world") +
+             ", messages of at most " + std::to_string(kChunk) + " B");
 }
 
 void CleanUp(Comm* c, double wait_s) {
   Process& ps = Proc();
   int fin = 0;
   MPI_Finalized(&fin);
+  // A communicator broken by a timeout or a transport failure (an abort with
+  // such a status included) may have lost a peer for good (dead, stopped):
+  // MPI_Finalize would wait for it. Leave MPI to the process exit then. An
+  // abort with HVD_ERR_ABORTED is an orderly decision: MPI is finalised.
+  const int failure = c->failure.load();
+  if (failure == HVD_ERR_TIMEOUT || failure == HVD_ERR_TRANSPORT) ps.abandoned = true;
   if (!fin) {
     // Completes what was given up within a bounded time (cancelled receives
     // at once; collectives once the other ranks catch up).

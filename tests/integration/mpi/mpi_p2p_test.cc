@@ -437,7 +437,7 @@ int main(int argc, char** argv) {
   hvd_transport_info_t info{};
   void* world = Init(&info, 30);
   CHECK(info.max_tag >= 32767, "max_tag %u", info.max_tag);
-  const int level = app ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
+  const int level = app ? 2 : 3;  // hvd's numbering: serialized, multiple
   CHECK(info.mpi_thread_level == level, "thread level %d", info.mpi_thread_level);
   CHECK(info.native_max_bytes[HVD_TRANSPORT_BARRIER] == SIZE_MAX, "barrier limit");
   if (rank_ == 0) {
@@ -460,6 +460,14 @@ int main(int argc, char** argv) {
     CHECK(!finalized, "the plugin finalised the application's MPI");
     MPI_Comm_free(&app_comm);
     MPI_Finalize();
+  } else {
+    // The plugin initialised MPI, and leaves it unfinalised once one of its
+    // communicators broke on a timeout (a peer may be gone for good, and
+    // MPI_Finalize would wait for it): these peers are all alive, so the
+    // test finalises.
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
   }
   std::printf("rank %d: %d passed, %d failed\n", rank_, passed, failed);
   return failed == 0 ? 0 : 1;
