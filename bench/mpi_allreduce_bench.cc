@@ -11,8 +11,9 @@
 //           --chunk bytes (default 4M): bounds Open MPI's per-call temporaries
 //   hvd     hvd_allreduce through the public C API, on a context made from
 //           MPI_COMM_WORLD (params.mpi_comm), MPI initialised with MULTIPLE
-//   plugin  the MPI transport plugin's allreduce entry called directly (no
-//           negotiation, no background thread): the transport's own cost
+//   plugin  the MPI transport plugin's native allreduce entry (version 4
+//           table) called directly (no negotiation, no background thread, none
+//           of the core's algorithms): MPI's own cost through the plugin
 //
 // For every size (4 KiB .. 256 MiB, x4 steps, plus 32 and 128 MiB by default;
 // --sizes to choose) the buffer is allocated and touched once, the result is
@@ -68,17 +69,18 @@ void PluginLog(void*, int level, const char* msg) {
 }
 
 struct Plugin {
-  const hvd_transport_v1_t* table = nullptr;
+  const hvd_transport_v4_t* table = nullptr;
   void* comm = nullptr;
 };
 
 Plugin OpenPlugin(const std::string& path, MPI_Comm* world) {
   void* dl = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (dl == nullptr) Die("cannot load " + path + ": " + dlerror());
-  auto fn = reinterpret_cast<hvd_transport_plugin_v1_fn>(dlsym(dl, HVD_TRANSPORT_PLUGIN_V1_SYMBOL));
-  if (fn == nullptr) Die(path + " is not an hvd transport plugin");
+  auto fn = reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(dl, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
+  if (fn == nullptr) Die(path + " is not an hvd transport plugin of ABI version 4");
   Plugin p;
   p.table = fn();
+  if (p.table == nullptr || p.table->allreduce == nullptr) Die(path + " has no native allreduce");
   hvd_transport_env_v1_t env{};
   env.struct_size = sizeof(env);
   env.rank = g_rank;
@@ -88,7 +90,11 @@ Plugin OpenPlugin(const std::string& path, MPI_Comm* world) {
   env.start_timeout_s = 60;
   env.mpi_comm = world;
   char err[512] = {0};
-  if (p.table->init(&env, &p.comm, err, sizeof(err)) != HVD_OK) Die(std::string("plugin init: ") + err);
+  hvd_transport_info_t info{};
+  info.struct_size = sizeof(info);
+  if (p.table->init(&env, &info, &p.comm, err, sizeof(err)) != HVD_OK) {
+    Die(std::string("plugin init: ") + err);
+  }
   return p;
 }
 
@@ -124,7 +130,12 @@ struct Runner {
         break;
       }
       case Mode::kPlugin: {
-        int rc = plugin.table->allreduce(plugin.comm, buf, count, HVD_FLOAT32, HVD_SUM);
+        hvd_transport_buffer_t b{};
+        b.data = buf;
+        b.bytes = count * sizeof(float);
+        b.memory_type = HVD_MEMORY_HOST;
+        b.device = HVD_DEVICE_CPU;
+        int rc = plugin.table->allreduce(plugin.comm, &b, count, HVD_FLOAT32, HVD_SUM);
         if (rc != HVD_OK) Die(std::string("plugin allreduce: ") + plugin.table->last_error(plugin.comm));
         break;
       }

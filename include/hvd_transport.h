@@ -280,6 +280,9 @@ typedef struct hvd_transport_info {
      * totals sent and received), and its own algorithms over
      * point-to-point above it. 0: never (unless the plugin has no
      * point-to-point); SIZE_MAX: always. Ignored where the entry is NULL.
+     * Every rank must reach the same choice: for alltoallv, whose size
+     * differs per rank, the core reads only SIZE_MAX (always) and anything
+     * else as 0 (never).
      * HVD_ALGORITHM_<COLLECTIVE>=native|<algorithm> overrides it. */
     size_t native_max_bytes[HVD_TRANSPORT_COLLECTIVES];
     /* A transport that owns its communicator (MPI on a sub-communicator)

@@ -1,5 +1,5 @@
 // Shared-memory collectives between the ranks of one host; see shm.h and
-// src/transports/gloo/README.md. One POSIX shm segment per communicator:
+// src/algorithms/README.md. One POSIX shm segment per communicator:
 //
 //   [Header][RankLine x size][pad to 4 KiB][2 sets x size slots of slot bytes]
 //

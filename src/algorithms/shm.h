@@ -12,7 +12,7 @@
 // the Segment; every wait is bounded by the timeout, peers' pids are checked
 // while blocked, and a failure throws shm::Error (the plugin then calls
 // Segment::Abort so peers fail at once, and marks its communicator broken).
-// Layout, rounds and measurements: src/transports/gloo/README.md.
+// Layout, rounds and measurements: src/algorithms/README.md.
 #ifndef HVD_ALGORITHMS_SHM_H_
 #define HVD_ALGORITHMS_SHM_H_
 

@@ -18,9 +18,6 @@
 
 extern "C" const hvd_transport_v1_t* hvd_local_transport_table(void);
 #ifdef HVD_BUILTIN_GLOO
-extern "C" const hvd_transport_v1_t* hvd_gloo_transport_table(void);
-extern "C" const hvd_transport_v2_t* hvd_gloo_transport_table_v2(void);
-extern "C" const hvd_transport_v3_t* hvd_gloo_transport_table_v3(void);
 extern "C" const hvd_transport_v4_t* hvd_gloo_transport_table_v4(void);
 #endif
 
@@ -30,9 +27,6 @@ namespace {
 
 const hvd_transport_v1_t* BuiltinTable(const std::string& name) {
   if (name == "local") return hvd_local_transport_table();
-#ifdef HVD_BUILTIN_GLOO
-  if (name == "gloo") return hvd_gloo_transport_table();
-#endif
   return nullptr;
 }
 
@@ -234,12 +228,6 @@ Result<Found> Find(const std::string& name, const std::string& search_path) {
   }
 #endif
   f.table = BuiltinTable(name);
-#ifdef HVD_BUILTIN_GLOO
-  if (name == "gloo") {
-    f.v2 = hvd_gloo_transport_table_v2();
-    f.v3 = hvd_gloo_transport_table_v3();
-  }
-#endif
   if (f.table != nullptr) {
     if (const char* missing = MissingEntry(*f.table)) {
       return Error(HVD_ERR_INTERNAL, "built-in transport '" + name + "' lacks the entry '" +
@@ -673,7 +661,11 @@ algo::Algorithm Transport::Choose(int c, size_t bytes) const {
       reinterpret_cast<const void*>(v.allreduce), reinterpret_cast<const void*>(v.allgatherv),
       reinterpret_cast<const void*>(v.broadcast), reinterpret_cast<const void*>(v.alltoallv),
       reinterpret_cast<const void*>(v.reducescatter), reinterpret_cast<const void*>(v.barrier)};
-  if (natives[c] != nullptr && (!links_ || bytes <= info_.native_max_bytes[c])) return Algorithm::kNative;
+  // Every rank must choose alike: alltoallv's size differs per rank, so
+  // only "always" counts there.
+  const size_t limit = info_.native_max_bytes[c];
+  const bool within = c == HVD_TRANSPORT_ALLTOALLV ? limit == SIZE_MAX : bytes <= limit;
+  if (natives[c] != nullptr && (!links_ || within)) return Algorithm::kNative;
   const int size = links_ ? links_->size() : 1;
   switch (c) {
     case HVD_TRANSPORT_ALLREDUCE: return algo::ChooseAllreduce(size, bytes);

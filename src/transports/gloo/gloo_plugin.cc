@@ -150,6 +150,13 @@ struct Comm {
   bool peer_limit = false;  // ... and it is the core's peer timeout
   void* logger = nullptr;
   void (*log)(void*, int, const char*) = nullptr;
+  // The store (valid until finalize): a rank whose communicator breaks notes
+  // why under "broken/<rank>" before closing its connections, so peers that
+  // only see the closing can say what was behind it (BrokenNote).
+  void* kv = nullptr;
+  int (*kv_set)(void*, const char*, const void*, size_t) = nullptr;
+  int (*kv_get)(void*, const char*, void**, size_t*, double) = nullptr;
+  void (*kv_free)(void*) = nullptr;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::vector<std::string> hosts;  // every rank's host name
@@ -322,6 +329,10 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, s
   c->limit_s = env.timeout_s;
   c->logger = env.logger;
   c->log = env.log;
+  c->kv = env.kv;
+  c->kv_set = env.kv_set;
+  c->kv_get = env.kv_get;
+  c->kv_free = env.kv_free;
   if (c->size == 1) {
     *out = std::move(c);
     return HVD_OK;
@@ -450,10 +461,31 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
 // ---------------------------------------------------------------------------
 // Point-to-point.
 
+// "; rank r had failed: <what rank r noted when its communicator broke>", or
+// "" if it noted nothing (it died or hangs, or there is no store). A rank
+// notes before it closes its connections, so the note is there once the
+// closing is seen here: the wait is short. Loop thread only.
+std::string BrokenNote(const Comm& c, int r) {
+  if (r < 0 || c.kv_get == nullptr || c.kv_free == nullptr) return "";
+  constexpr double kNoteWaitS = 0.5;
+  const std::string key = "broken/" + std::to_string(r);
+  void* value = nullptr;
+  size_t len = 0;
+  if (c.kv_get(c.kv, key.c_str(), &value, &len, kNoteWaitS) != HVD_OK) return "";
+  std::string note(static_cast<const char*>(value), len);
+  if (value != nullptr) c.kv_free(value);
+  return "; rank " + std::to_string(r) + " had failed: " + note;
+}
+
 // A failure of this call that breaks the communicator; returns the first.
+// Loop thread only (it writes this rank's note to the store).
 int Break(Comm& c, int status, const std::string& msg) {
   if (c.Fail(status, msg)) {
     c.Log(HVD_LOG_ERROR, msg);
+    if (c.kv_set != nullptr && c.size > 1) {
+      const std::string key = "broken/" + std::to_string(c.rank);
+      (void)c.kv_set(c.kv, key.c_str(), msg.data(), msg.size());
+    }
     c.Close();
   }
   return c.Failed();
@@ -509,7 +541,7 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
       c->last_error = std::string(op) + WithoutLocation(e.what());
       return dynamic_cast<const std::bad_alloc*>(&e) ? HVD_ERR_NO_MEMORY : HVD_ERR_TRANSPORT;
     }
-    Break(*c, HVD_ERR_TRANSPORT, DescribeFailure(*c, *linked, e.what()));
+    Break(*c, HVD_ERR_TRANSPORT, DescribeFailure(*c, *linked, e.what()) + BrokenNote(*c, linked->peer));
   } catch (...) {
     Break(*c, HVD_ERR_TRANSPORT, std::string(op) + "unknown exception");
   }
@@ -549,10 +581,11 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       if (c->failed.load() != HVD_OK) {
         status = c->Failed();  // the failure behind it came first
       } else if (what.find("Timed out waiting") != std::string::npos) {
-        status = Break(*c, HVD_ERR_TIMEOUT, TimeoutMessage(*c, *req, secs, peer_kind));
+        status = Break(*c, HVD_ERR_TIMEOUT,
+                       TimeoutMessage(*c, *req, secs, peer_kind) + BrokenNote(*c, req->peer));
       } else {
         status = Break(*c, LooksLikeTimeout(what.c_str()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
-                       DescribeFailure(*c, *req, what));
+                       DescribeFailure(*c, *req, what) + BrokenNote(*c, req->peer));
       }
       c->Log(HVD_LOG_DEBUG, "gloo: Gloo said: " + what);
     } catch (...) {

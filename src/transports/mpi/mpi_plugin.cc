@@ -753,11 +753,17 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
                              : level >= MPI_THREAD_SERIALIZED ? 2
                              : level >= MPI_THREAD_FUNNELED   ? 1
                                                               : 0;
-    const bool two = c->size <= 2;  // the measurements at the top of this file
+    // From the measurements at the top of this file, with two rules of
+    // consistency: allgatherv native only up to 1 GiB (MPI's int counts and
+    // displacements end at 2 GiB; beyond, the core's ring), and alltoallv
+    // never (its message size differs per rank, so any limit but 0 or
+    // SIZE_MAX could split the ranks between MPI's and the core's; the
+    // core's pairwise exchange tied MPI's up to 4 MiB at 2 ranks and won at 4).
+    const bool two = c->size <= 2;
     const size_t limits[HVD_TRANSPORT_COLLECTIVES] = {two ? 0 : size_t{1} << 20,  // allreduce
-                                                      SIZE_MAX,                   // allgatherv
+                                                      size_t{1} << 30,            // allgatherv
                                                       SIZE_MAX,                   // broadcast
-                                                      two ? size_t{4} << 20 : 0,  // alltoallv
+                                                      0,                          // alltoallv
                                                       two ? 0 : size_t{1} << 20,  // reducescatter
                                                       SIZE_MAX};                  // barrier
     std::memcpy(info->native_max_bytes, limits, sizeof(limits));
