@@ -172,85 +172,80 @@ Status RingPhase(size_t T, size_t K, PostRecv post_recv, PostSend post_send,
   return Status::Ok();
 }
 
-// Phase 1 (reduce-scatter): afterwards this rank holds part (rank + o) % P
-// reduced over every rank. Received segments land in scratch slots and are
-// reduced into place.
-Status ReducePhase(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, uint8_t* base,
-                   const Plan& plan, size_t es, size_t o, uint32_t tag, hvd_dtype_t dtype,
-                   hvd_reduce_op_t op) {
-  const size_t P = plan.P, K = plan.K, r = static_cast<size_t>(l.rank());
+// One ring phase over the plan: transfer t = s*K + k sends segment k of
+// part (rank + send_shift - s) to the right and receives segment k of part
+// (rank + send_shift - 1 - s) from the left. Reducing (reduce != nullptr),
+// received segments land in scratch slots and are reduced into place;
+// otherwise they land in place.
+struct PhaseArgs {
+  const Plan& plan;
+  size_t es;
+  long long send_shift;
+  uint32_t tag;
+  hvd_reduce_kernel_fn reduce;  // nullptr: gather
+  Scratch* scratch;             // reducing only
+  hvd_dtype_t dtype;
+  hvd_reduce_op_t op;
+};
+
+Status RingPass(Links& l, uint8_t* base, const PhaseArgs& a) {
+  const Plan& plan = a.plan;
+  const size_t P = plan.P, K = plan.K, es = a.es, r = static_cast<size_t>(l.rank());
   const int right = static_cast<int>((r + 1) % P), left = static_cast<int>((r + P - 1) % P);
+  constexpr size_t kSlots = kRingDepth + 1;
   const size_t slot_bytes = (plan.seg * es + 63) / 64 * 64;
-  HVD_ASSIGN_OR_RETURN(uint8_t* scratch, s.Get(slot_bytes * (kRingDepth + 1)));
-  Req recv[kRingDepth + 1] = {}, send[kRingDepth + 1] = {};
-  auto send_seg = [&](size_t t, size_t* off) {
-    return plan.Seg(Mod(static_cast<long long>(r + o) - 1 - static_cast<long long>(t / K), P), t % K, off);
+  uint8_t* scratch = nullptr;
+  if (a.reduce != nullptr) {
+    HVD_ASSIGN_OR_RETURN(scratch, a.scratch->Get(slot_bytes * kSlots));
+  }
+  Req recv[kSlots] = {}, send[kSlots] = {};
+  auto seg = [&](long long shift, size_t t, size_t* off) {
+    return plan.Seg(Mod(static_cast<long long>(r) + shift - static_cast<long long>(t / K), P), t % K, off);
   };
-  auto recv_seg = [&](size_t t, size_t* off) {
-    return plan.Seg(Mod(static_cast<long long>(r + o) - 2 - static_cast<long long>(t / K), P), t % K, off);
+  auto send_seg = [&](size_t t, size_t* off) { return seg(a.send_shift, t, off); };
+  auto recv_seg = [&](size_t t, size_t* off) { return seg(a.send_shift - 1, t, off); };
+  auto into = [&](size_t t, size_t off) {
+    return scratch != nullptr ? scratch + (t % kSlots) * slot_bytes : base + off * es;
   };
-  auto slot = [&](size_t t) { return scratch + (t % (kRingDepth + 1)) * slot_bytes; };
   return RingPhase(
       (P - 1) * K, K,
       [&](size_t t) {
         size_t off;
         const size_t len = recv_seg(t, &off);
-        return len ? l.Irecv(left, tag, slot(t), len * es, &recv[t % (kRingDepth + 1)]) : Status::Ok();
+        return len ? l.Irecv(left, a.tag, into(t, off), len * es, &recv[t % kSlots]) : Status::Ok();
       },
       [&](size_t t) {
         size_t off;
         const size_t len = send_seg(t, &off);
-        return len ? l.Isend(right, tag, base + off * es, len * es, &send[t % (kRingDepth + 1)])
-                   : Status::Ok();
+        return len ? l.Isend(right, a.tag, base + off * es, len * es, &send[t % kSlots]) : Status::Ok();
       },
       [&](size_t t) {
         size_t off;
         const size_t len = recv_seg(t, &off);
         if (!len) return Status::Ok();
-        HVD_CHECK(l.Wait(recv[t % (kRingDepth + 1)]));
-        reduce(base + off * es, slot(t), len, dtype, op);
+        HVD_CHECK(l.Wait(recv[t % kSlots]));
+        if (scratch != nullptr) a.reduce(base + off * es, into(t, off), len, a.dtype, a.op);
         return Status::Ok();
       },
       [&](size_t t) {
         size_t off;
-        return send_seg(t, &off) ? l.Wait(send[t % (kRingDepth + 1)]) : Status::Ok();
+        return send_seg(t, &off) ? l.Wait(send[t % kSlots]) : Status::Ok();
       });
 }
 
+// Phase 1 (reduce-scatter): afterwards this rank holds part (rank + o) % P
+// reduced over every rank.
+Status ReducePhase(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, uint8_t* base,
+                   const Plan& plan, size_t es, size_t o, uint32_t tag, hvd_dtype_t dtype,
+                   hvd_reduce_op_t op) {
+  return RingPass(l, base, PhaseArgs{plan, es, static_cast<long long>(o) - 1, tag, reduce, &s, dtype, op});
+}
+
 // Phase 2 (allgather): this rank holds part (rank + o) % P; afterwards every
-// part everywhere. Received segments land in place.
+// part everywhere.
 Status GatherPhase(Links& l, uint8_t* base, const Plan& plan, size_t es, size_t o, uint32_t tag) {
-  const size_t P = plan.P, K = plan.K, r = static_cast<size_t>(l.rank());
-  const int right = static_cast<int>((r + 1) % P), left = static_cast<int>((r + P - 1) % P);
-  Req recv[kRingDepth + 1] = {}, send[kRingDepth + 1] = {};
-  auto send_seg = [&](size_t t, size_t* off) {
-    return plan.Seg(Mod(static_cast<long long>(r + o) - static_cast<long long>(t / K), P), t % K, off);
-  };
-  auto recv_seg = [&](size_t t, size_t* off) {
-    return plan.Seg(Mod(static_cast<long long>(r + o) - 1 - static_cast<long long>(t / K), P), t % K, off);
-  };
-  return RingPhase(
-      (P - 1) * K, K,
-      [&](size_t t) {
-        size_t off;
-        const size_t len = recv_seg(t, &off);
-        return len ? l.Irecv(left, tag, base + off * es, len * es, &recv[t % (kRingDepth + 1)])
-                   : Status::Ok();
-      },
-      [&](size_t t) {
-        size_t off;
-        const size_t len = send_seg(t, &off);
-        return len ? l.Isend(right, tag, base + off * es, len * es, &send[t % (kRingDepth + 1)])
-                   : Status::Ok();
-      },
-      [&](size_t t) {
-        size_t off;
-        return recv_seg(t, &off) ? l.Wait(recv[t % (kRingDepth + 1)]) : Status::Ok();
-      },
-      [&](size_t t) {
-        size_t off;
-        return send_seg(t, &off) ? l.Wait(send[t % (kRingDepth + 1)]) : Status::Ok();
-      });
+  return RingPass(l, base, PhaseArgs{plan, es, static_cast<long long>(o), tag, nullptr, nullptr,
+                                     HVD_UINT8, HVD_SUM});
 }
 
 }  // namespace

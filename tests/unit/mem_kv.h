@@ -13,6 +13,7 @@
 #include <string>
 
 #include "hvd.h"
+#include "hvd_transport.h"
 
 namespace hvd::test {
 
@@ -60,5 +61,27 @@ class MemKv {
   std::condition_variable cv_;
   std::map<std::string, std::string> map_;
 };
+
+// The env of one thread rank of `size` on this host, over the store kv.
+inline hvd_transport_env_v1_t ThreadRankEnv(MemKv* kv, int rank, int size, double timeout_s,
+                                            double start_timeout_s) {
+  hvd_transport_env_v1_t env;
+  std::memset(&env, 0, sizeof(env));
+  env.struct_size = sizeof(env);
+  env.rank = rank;
+  env.size = size;
+  env.local_rank = rank;
+  env.local_size = size;
+  env.cross_size = 1;
+  env.kv = kv;
+  env.kv_set = &MemKv::Set;
+  env.kv_get = &MemKv::Get;
+  env.kv_free = &MemKv::Free;
+  env.timeout_s = timeout_s;
+  env.start_timeout_s = start_timeout_s;
+  env.network_interface = "";
+  env.local_address = "";
+  return env;
+}
 
 }  // namespace hvd::test

@@ -69,23 +69,7 @@ struct WorldOptions {
 };
 
 hvd_transport_env_v1_t MakeEnv(MemKv* kv, int rank, int size, const WorldOptions& opt) {
-  hvd_transport_env_v1_t env;
-  std::memset(&env, 0, sizeof(env));
-  env.struct_size = sizeof(env);
-  env.rank = rank;
-  env.size = size;
-  env.local_rank = rank;
-  env.local_size = size;
-  env.cross_size = 1;
-  env.kv = kv;
-  env.kv_set = &MemKv::Set;
-  env.kv_get = &MemKv::Get;
-  env.kv_free = &MemKv::Free;
-  env.timeout_s = opt.timeout_s;
-  env.start_timeout_s = opt.start_timeout_s;
-  env.network_interface = "";
-  env.local_address = "";
-  return env;
+  return hvd::test::ThreadRankEnv(kv, rank, size, opt.timeout_s, opt.start_timeout_s);
 }
 
 // Runs body(rank, comm) on `size` threads after init (whose info it checks);

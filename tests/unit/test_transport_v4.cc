@@ -35,23 +35,9 @@ std::vector<Rank> OpenRanks(int n, test::MemKv* kv, const TransportOptions& opts
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r) {
     ts.emplace_back([&, r] {
-      hvd_transport_env_v1_t env{};
-      env.struct_size = sizeof(env);
-      env.rank = r;
-      env.size = n;
-      env.local_rank = r;
-      env.local_size = n;
-      env.cross_rank = 0;
-      env.cross_size = 1;
-      env.kv = kv;
-      env.kv_set = test::MemKv::Set;
-      env.kv_get = test::MemKv::Get;
-      env.kv_free = test::MemKv::Free;
+      hvd_transport_env_v1_t env = test::ThreadRankEnv(kv, r, n, 20, 20);
       env.reduce = hvd_reduce_kernel;
-      env.timeout_s = 20;
-      env.start_timeout_s = 20;
       env.local_address = "127.0.0.1";
-      env.network_interface = "";
       TransportOptions o = opts;
       o.hostname = "host" + std::to_string(r);
       auto t = Transport::Open("gloo", "", env, o, log);
