@@ -138,7 +138,24 @@ typedef enum hvd_reduce_op {
     HVD_AVERAGE = 1,   /* sum / size; integers round toward zero             */
     HVD_MIN = 2,
     HVD_MAX = 3,
-    HVD_PRODUCT = 4
+    HVD_PRODUCT = 4,
+    HVD_ADASUM = 5     /* Adaptive summation (Horovod's Adasum): per tensor,
+                        * adasum(a, b) = (1 - a.b / (2|a|^2)) a
+                        *              + (1 - a.b / (2|b|^2)) b
+                        * (a side with |x|^2 = 0 has coefficient 1), with
+                        * dot products and norms accumulated in double,
+                        * combined over the ranks as a binary tree: level 1
+                        * pairs ranks (0,1), (2,3), ...; each next level pairs
+                        * the previous results in rank order; an odd one out
+                        * passes up unchanged. The result is bitwise the same
+                        * on every rank. HVD_FLOAT16, HVD_BFLOAT16 (computed
+                        * in float32), HVD_FLOAT32 and HVD_FLOAT64 only, CPU
+                        * tensors, allreduce and grouped allreduce only (each
+                        * tensor of a group is combined on its own); other
+                        * dtypes and operations fail with
+                        * HVD_ERR_INVALID_ARGUMENT. prescale and postscale
+                        * apply as for HVD_SUM. Each rank gathers every
+                        * rank's copy: memory of size x the tensor's bytes. */
 } hvd_reduce_op_t;
 
 #define HVD_DEVICE_CPU (-1)

@@ -288,9 +288,18 @@ hvd::Status ValidateName(const char* fn, const char* arg, const char* name) {
 }
 
 hvd::Status ValidateReduceOp(const char* fn, const TensorTag& tag, int op, int dtype,
-                             double prescale, double postscale) {
-  if (op < HVD_SUM || op > HVD_PRODUCT) {
+                             double prescale, double postscale, bool allreduce = true) {
+  if (op < HVD_SUM || op > HVD_ADASUM) {
     return Invalid(fn, Cat("op ", op, " is not a valid hvd_reduce_op_t", tag));
+  }
+  if (op == HVD_ADASUM && !allreduce) {
+    return Invalid(fn, Cat("op HVD_ADASUM is defined for allreduce and grouped allreduce only",
+                           tag));
+  }
+  if (op == HVD_ADASUM && dtype != HVD_FLOAT16 && dtype != HVD_BFLOAT16 &&
+      dtype != HVD_FLOAT32 && dtype != HVD_FLOAT64) {
+    return Invalid(fn, Cat("op HVD_ADASUM is not defined for dtype ", hvd::DtypeName(dtype), tag,
+                           ": it needs float16, bfloat16, float32 or float64"));
   }
   if (op == HVD_AVERAGE && dtype == HVD_BOOL) {
     return hvd::Status(HVD_ERR_UNSUPPORTED,
@@ -974,7 +983,7 @@ hvd_status_t hvd_reducescatter_async(hvd_context_t ctx, const char* name,
   if (s.ok()) s = RequireRows(fn, tag, p.request.tensors[0]);
   if (s.ok()) {
     s = ValidateReduceOp(fn, tag, RawEnum(op), static_cast<int>(p.request.tensors[0].dtype),
-                         prescale, postscale);
+                         prescale, postscale, /*allreduce=*/false);
   }
   if (!s.ok()) return Report(s);
   p.request.reduce_op = op;

@@ -84,6 +84,8 @@ void ReduceInt(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
     case HVD_PRODUCT:
       Combine(d, s, n, [](T a, T b) { return WrapMul(a, b); });
       break;
+    case HVD_ADASUM:  // not element-wise: the core runs it (algorithms/adasum.h)
+      break;
   }
 }
 
@@ -114,6 +116,8 @@ void ReduceFloat(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
       break;
     case HVD_PRODUCT:
       Combine(d, s, n, [](T a, T b) { return a * b; });
+      break;
+    case HVD_ADASUM:  // not element-wise: the core runs it (algorithms/adasum.h)
       break;
   }
 }
@@ -269,6 +273,7 @@ void ReduceHalf(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
       case HVD_MIN: ReduceHalfF16c<HVD_MIN>(d, s, n); return;
       case HVD_MAX: ReduceHalfF16c<HVD_MAX>(d, s, n); return;
       case HVD_PRODUCT: ReduceHalfF16c<HVD_PRODUCT>(d, s, n); return;
+      case HVD_ADASUM: return;  // not element-wise
     }
     return;
   }
@@ -288,6 +293,8 @@ void ReduceBool(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
     case HVD_MIN:
     case HVD_PRODUCT:
       Combine(d, s, n, [](uint8_t a, uint8_t b) -> uint8_t { return (a != 0) & (b != 0); });
+      break;
+    case HVD_ADASUM:  // not element-wise
       break;
   }
 }
@@ -536,6 +543,7 @@ const char* ReduceOpName(int op) {
     case HVD_MIN: return "min";
     case HVD_MAX: return "max";
     case HVD_PRODUCT: return "product";
+    case HVD_ADASUM: return "adasum";
     default: return "unknown";
   }
 }

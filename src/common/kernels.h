@@ -13,6 +13,8 @@ namespace hvd {
 // (HVD_AVERAGE is treated as HVD_SUM; the caller divides afterwards). float16
 // and bfloat16 are computed in float32 and rounded to nearest even. For
 // HVD_BOOL, SUM and MAX are logical or, MIN and PRODUCT logical and.
+// HVD_ADASUM is not element-wise: dst is left unchanged (the core combines
+// whole tensors, algorithms/adasum.h).
 void ReduceInto(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
 
 // Same signature as hvd_reduce_kernel_fn, for the plugin env table.

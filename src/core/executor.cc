@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "algorithms/adasum.h"
 #include "common/kernels.h"
 
 namespace hvd {
@@ -45,11 +46,51 @@ hvd_reduce_op_t TransportOp(hvd_reduce_op_t op) { return op == HVD_AVERAGE ? HVD
 
 }  // namespace
 
+// HVD_ADASUM: tensor by tensor (dot products and norms are per tensor, so a
+// fused batch is never combined as one concatenated vector): prescale into
+// the output, allgatherv every rank's copy into the fusion buffer (size x
+// the tensor's bytes), combine them with the tree of algorithms/adasum.h
+// (the same bits on every rank), postscale.
+Status Executor::RunAdasumBatch(std::vector<OpRequest*>& batch) {
+  const OpRequest& first = *batch.front();
+  const hvd_dtype_t dtype = first.tensors.front().dtype;
+  const size_t esize = DtypeSize(dtype);
+  if (!AdasumSupportsDtype(dtype)) {
+    return Error(HVD_ERR_INVALID_ARGUMENT,
+                 std::string("adasum is not defined for dtype ") + DtypeName(dtype));
+  }
+  std::vector<size_t> recv(static_cast<size_t>(size_));
+  for (OpRequest* r : batch) {
+    for (TensorSpec& t : r->tensors) {
+      auto t0 = Clock::now();
+      const size_t n = static_cast<size_t>(t.NumElements());
+      const size_t bytes = n * esize;
+      if (n == 0) continue;
+      Prepare(t.output, t.input, n, dtype, first.prescale);
+      uint8_t* buf = fusion_.Reserve(bytes * static_cast<size_t>(size_));
+      if (buf == nullptr) {
+        return Error(HVD_ERR_NO_MEMORY, "cannot grow the fusion buffer for adasum of '" +
+                                            t.name + "'");
+      }
+      recv.assign(static_cast<size_t>(size_), bytes);
+      HVD_CHECK(transport_->Allgatherv(t.output, buf, recv.data()));
+      AdasumCombine(buf, size_, n, dtype, t.output);
+      Finalize(t.output, t.output, n, dtype, HVD_ADASUM, first.postscale, size_);
+      if (timeline_->enabled()) {
+        timeline_->Span(t.name, "ADASUM_ALLREDUCE", t0, Clock::now(),
+                        "{\"bytes\":" + std::to_string(bytes) + "}");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
   const OpRequest& first = *batch.front();
   const hvd_dtype_t dtype = first.tensors.front().dtype;
   const size_t esize = DtypeSize(dtype);
   const hvd_reduce_op_t op = first.reduce_op;
+  if (op == HVD_ADASUM) return RunAdasumBatch(batch);
   auto t0 = Clock::now();
 
   size_t total = 0;

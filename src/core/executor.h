@@ -25,6 +25,7 @@ class Executor {
 
   // A fused allreduce: every request has the same dtype, op and scale
   // factors (the loop's bucketing guarantees it).
+  // HVD_ADASUM batches run tensor by tensor (RunAdasumBatch).
   Status RunAllreduceBatch(std::vector<OpRequest*>& batch);
   // One operation as the negotiated response describes it.
   Status RunOne(OpRequest& req, const Response& resp);
@@ -35,6 +36,7 @@ class Executor {
 
  private:
   Status TakeOutput(Handle* h, size_t bytes);
+  Status RunAdasumBatch(std::vector<OpRequest*>& batch);
 
   Transport* transport_;
   Timeline* timeline_;

@@ -164,7 +164,7 @@ bool DecodeDesc(ByteReader* r, RequestDesc* d) {
       !r->U32(&root) || !r->F64(&d->prescale) || !r->F64(&d->postscale) || !r->U32(&n)) {
     return false;
   }
-  if (type > static_cast<uint8_t>(OpType::kJoin) || op > HVD_PRODUCT || !IsValidDtype(dtype) ||
+  if (type > static_cast<uint8_t>(OpType::kJoin) || op > HVD_ADASUM || !IsValidDtype(dtype) ||
       n > kMaxItems || n == 0) {
     return false;
   }

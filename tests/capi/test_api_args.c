@@ -687,7 +687,17 @@ static void test_allreduce_bad_arguments(void **state) {
                     HVD_ERR_INVALID_ARGUMENT, "op", "w1");
     EXPECT_FAIL(hvd_allreduce_async(g_ctx, "w1", &t, y, (hvd_reduce_op_t)-1, 1.0, 1.0, &h),
                 HVD_ERR_INVALID_ARGUMENT);
-    EXPECT_FAIL(hvd_allreduce(g_ctx, "w1", &t, y, (hvd_reduce_op_t)5), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL(hvd_allreduce(g_ctx, "w1", &t, y, (hvd_reduce_op_t)6), HVD_ERR_INVALID_ARGUMENT);
+    /* HVD_ADASUM: floating dtypes only, the refusal names op and dtype. */
+    bad = t;
+    bad.dtype = HVD_INT32;
+    EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_ADASUM, 1.0, 1.0, &h),
+                    HVD_ERR_INVALID_ARGUMENT, "HVD_ADASUM", "int32");
+    bad.dtype = HVD_BOOL;
+    EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_ADASUM, 1.0, 1.0, &h),
+                    HVD_ERR_INVALID_ARGUMENT, "HVD_ADASUM", "bool");
+    EXPECT_OK(hvd_allreduce(g_ctx, "w1", &t, y, HVD_ADASUM)); /* one rank: the input */
+    assert_float_equal(y[3], 4.0f, 0.0f);
     bad = t;
     bad.ndim = -1;
     EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_SUM, 1.0, 1.0, &h),
@@ -820,6 +830,8 @@ static void test_other_collectives_bad_arguments(void **state) {
                 HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_reducescatter_async(g_ctx, "r", &scalar, HVD_SUM, 1.0, 1.0, &h),
                 HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL_MSG(hvd_reducescatter_async(g_ctx, "r", &t, HVD_ADASUM, 1.0, 1.0, &h),
+                    HVD_ERR_INVALID_ARGUMENT, "HVD_ADASUM", "allreduce");
     EXPECT_FAIL_MSG(hvd_reducescatter_async(g_ctx, "r", &t, (hvd_reduce_op_t)42, 1.0, 1.0, &h),
                     HVD_ERR_INVALID_ARGUMENT, "op", "'r'");
     EXPECT_FAIL(hvd_reducescatter_async(g_ctx, "r", &t, HVD_SUM, NAN, 1.0, &h),

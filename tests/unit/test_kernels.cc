@@ -248,6 +248,7 @@ T RefInt(hvd_reduce_op_t op, T a, T b) {
     case HVD_PRODUCT: return static_cast<T>(ua * ub);
     case HVD_MIN: return a < b ? a : b;
     case HVD_MAX: return a > b ? a : b;
+    case HVD_ADASUM: break;  // not element-wise; ReduceInto leaves dst alone
   }
   return 0;
 }
@@ -284,6 +285,7 @@ double RefFloatOp(hvd_reduce_op_t op, double a, double b) {
     case HVD_PRODUCT: return a * b;
     case HVD_MIN: return (std::isnan(a) || std::isnan(b)) ? NAN : std::min(a, b);
     case HVD_MAX: return (std::isnan(a) || std::isnan(b)) ? NAN : std::max(a, b);
+    case HVD_ADASUM: break;  // not element-wise
   }
   return 0;
 }
@@ -706,6 +708,7 @@ TEST(Dtype, SizesNamesAndValidity) {
   EXPECT_STREQ(hvd::ReduceOpName(HVD_MIN), "min");
   EXPECT_STREQ(hvd::ReduceOpName(HVD_MAX), "max");
   EXPECT_STREQ(hvd::ReduceOpName(HVD_PRODUCT), "product");
+  EXPECT_STREQ(hvd::ReduceOpName(HVD_ADASUM), "adasum");
   EXPECT_STREQ(hvd::ReduceOpName(-3), "unknown");
 }
 

@@ -25,6 +25,7 @@ from . import _ops
 from ._api import (  # noqa: F401
     DEFAULT as _DEFAULT,
     unavailable_module as _unavailable_module,
+    Adasum,
     Average,
     Collectives as _Collectives,
     Context,
@@ -328,7 +329,7 @@ __all__ = [
     "cross_rank", "cross_size", "transport", "mpi_threads_supported", "mpi_built", "gloo_built",
     "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "mpi_enabled",
     "gloo_enabled", "is_homogeneous", "HorovodInternalError", "library_path",
-    "library_version", "Sum", "Average", "Min", "Max", "Product", "Handle", "synchronize",
+    "library_version", "Sum", "Average", "Min", "Max", "Product", "Adasum", "Handle", "synchronize",
     "poll", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_async",

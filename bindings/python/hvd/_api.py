@@ -22,6 +22,9 @@ Average = C.HVD_AVERAGE
 Min = C.HVD_MIN
 Max = C.HVD_MAX
 Product = C.HVD_PRODUCT
+# Adaptive summation (Horovod's Adasum): float16/bfloat16/float32/float64,
+# allreduce and grouped allreduce only; see include/hvd.h.
+Adasum = C.HVD_ADASUM
 
 _LOG_LEVELS = {"error": C.HVD_LOG_ERROR, "warning": C.HVD_LOG_WARNING, "info": C.HVD_LOG_INFO,
                "debug": C.HVD_LOG_DEBUG, "trace": C.HVD_LOG_TRACE}

@@ -294,7 +294,7 @@ class Namer:
 #   make_splits(np_int64_array) -> obj      received splits in the framework's type
 # ---------------------------------------------------------------------------
 
-_VALID_OPS = {C.HVD_SUM, C.HVD_AVERAGE, C.HVD_MIN, C.HVD_MAX, C.HVD_PRODUCT}
+_VALID_OPS = {C.HVD_SUM, C.HVD_AVERAGE, C.HVD_MIN, C.HVD_MAX, C.HVD_PRODUCT, C.HVD_ADASUM}
 
 
 def check_op(op):
@@ -303,7 +303,8 @@ def check_op(op):
     except (TypeError, ValueError):
         o = None
     if o not in _VALID_OPS or isinstance(op, bool):
-        raise ValueError(f"hvd: op must be one of hvd.Sum, Average, Min, Max, Product; got {op!r}")
+        raise ValueError("hvd: op must be one of hvd.Sum, Average, Min, Max, Product, Adasum; "
+                         f"got {op!r}")
     return o
 
 

@@ -45,6 +45,7 @@ import hvd as _hvd
 from . import _ops
 from ._api import unavailable_module as _unavailable_module
 from .tensorflow import (  # noqa: F401  (re-exported)
+    Adasum,
     Average,
     Compression,
     HorovodInternalError,
@@ -208,6 +209,12 @@ def _make_distributed(optimizer, name, compression, sparse_as_dense, gradient_pr
         raise TypeError("hvd.keras.DistributedOptimizer: expected a keras optimizer, got "
                         f"{type(optimizer).__name__}")
     op = _ops.check_op(op)
+    if op == Adasum:
+        raise NotImplementedError(
+            "hvd.keras.DistributedOptimizer: op=Adasum is not implemented for TensorFlow/Keras "
+            "optimizers (Horovod reduces the parameter update there); use "
+            "hvd.torch.DistributedOptimizer, or DistributedGradientTape / "
+            "allreduce(op=hvd.Adasum) on the gradients")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if int(backward_passes_per_step) != backward_passes_per_step or backward_passes_per_step < 1:

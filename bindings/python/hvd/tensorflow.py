@@ -73,6 +73,7 @@ from . import _ops
 from ._api import DEFAULT as _DEFAULT
 from ._api import unavailable_module as _unavailable_module
 from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a drop-in)
+    Adasum,
     Average,
     HorovodInternalError,
     HvdError,
@@ -877,6 +878,12 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        if _ops.check_op(op) == Adasum:
+            raise NotImplementedError(
+                "hvd.tensorflow.DistributedOptimizer: op=Adasum is not implemented for "
+                "TensorFlow/Keras optimizers (Horovod reduces the parameter update there); use "
+                "hvd.torch.DistributedOptimizer, or DistributedGradientTape / "
+                "allreduce(op=hvd.Adasum) on the gradients")
         if backward_passes_per_step != 1:
             raise ValueError("hvd.tensorflow.DistributedOptimizer: backward_passes_per_step > 1 "
                              "is supported for Keras optimizers only (hvd.keras)")

@@ -45,6 +45,7 @@ from ._api import DEFAULT as _DEFAULT
 from ._api import Collectives as _Collectives
 from ._api import unavailable_module as _unavailable_module
 from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop-in)
+    Adasum,
     Average,
     Context,
     Handle,
@@ -770,6 +771,117 @@ class _DistributedOptimizer:
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
+class _DistributedAdasumOptimizer:
+    """Methods mixed into a subclass of the wrapped optimizer's class for
+    op=Adasum, with Horovod's semantics: the parameter UPDATE is reduced, not
+    the gradient. When a parameter's gradient is ready (after
+    backward_passes_per_step passes), this rank applies the wrapped
+    optimizer's step to that parameter alone (its state, e.g. momentum, stays
+    local), takes delta = new - old, restores old, and starts an in-place
+    allreduce of delta with op Adasum (compressed if asked); step() waits for
+    every delta and sets param = old + adasum(delta) on every rank (the same
+    bits everywhere). synchronize() only starts the reductions not started
+    yet; step() does the rest."""
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        if backward_passes_per_step < 1:
+            raise ValueError("hvd.torch.DistributedOptimizer: backward_passes_per_step must be "
+                             ">= 1")
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        all_params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            by_id = {id(p): n for n, p in list(named_parameters)}
+            missing = [p for p in all_params if id(p) not in by_id]
+            if missing or len(set(by_id.values())) != len(by_id):
+                raise ValueError("hvd.torch.DistributedOptimizer: named_parameters must name "
+                                 "every parameter of the optimizer once")
+            self._names = {p: by_id[id(p)] for p in all_params}
+        else:
+            self._names = {p: f"noname.{i}" for i, p in enumerate(all_params)}
+        self._requires_update = [p for p in all_params if p.requires_grad]
+        self._starts = {p: torch.zeros_like(p, memory_format=torch.contiguous_format)
+                        for p in self._requires_update}
+        self._handles = {}  # param -> (Handle, compressed delta, ctx)
+        self._passes = {p: 0 for p in self._requires_update}
+        self._hooks = []
+        for p in self._requires_update:
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._adasum_hook))
+            else:  # torch < 2.1: hook the gradient accumulator node
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(acc.register_hook(lambda *_, p=p: self._adasum_hook(p)))
+                self._hooks.append(acc)
+
+    def _adasum_hook(self, p):
+        if p in self._handles or self._passes[p] >= self.backward_passes_per_step:
+            raise AssertionError(
+                "hvd.torch.DistributedOptimizer: gradients were computed more than "
+                f"backward_passes_per_step ({self.backward_passes_per_step}) times before "
+                "step(); raise backward_passes_per_step to accumulate")
+        self._passes[p] += 1
+        if self._passes[p] == self.backward_passes_per_step:
+            self._handles[p] = self._adasum_delta_async(p)
+
+    def _adasum_delta_async(self, p):
+        start = self._starts[p]
+        with torch.no_grad():
+            start.copy_(p)
+        # The wrapped optimizer's step on p alone (a parameter without a
+        # gradient is left as it is: its delta is zero).
+        saved = [g["params"] for g in self.param_groups]
+        try:
+            for g in self.param_groups:
+                g["params"] = [p] if any(q is p for q in g["params"]) else []
+            super(self.__class__, self).step()
+        finally:
+            for g, ps in zip(self.param_groups, saved):
+                g["params"] = ps
+        with torch.no_grad():
+            delta = (p - start).contiguous()
+            p.copy_(start)
+        compressed, cctx = self._compression.compress(delta)
+        handle = _t.allreduce_async_(compressed, name=f"DistributedOptimizer.{self._names[p]}",
+                                     op=Adasum)
+        return handle, compressed, cctx
+
+    def synchronize(self):
+        """Starts the reduction of every parameter whose hook did not fire
+        (unused this step); step() waits and applies."""
+        for p in self._requires_update:
+            if p not in self._handles:
+                self._handles[p] = self._adasum_delta_async(p)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Accepted for Horovod compatibility: with Adasum step() always applies
+        the reduced updates."""
+        yield
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        self.synchronize()
+        try:
+            for p, (handle, compressed, cctx) in list(self._handles.items()):
+                handle.wait()
+                delta = self._compression.decompress(compressed, cctx)
+                with torch.no_grad():
+                    p.copy_(self._starts[p] + delta.to(p.dtype))
+        finally:
+            self._handles.clear()
+            for p in self._passes:
+                self._passes[p] = 0
+        return loss
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError(
+                "hvd.torch.DistributedOptimizer: zero_grad() was called after backward() but "
+                "before step(): the pending Adasum reductions would be lost")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
 def _check_groups(groups):
     """Horovod's checks of DistributedOptimizer's groups: a positive int, or a
     list of lists of tensors in which no tensor appears twice."""
@@ -814,6 +926,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     grouped allreduce per dtype). num_groups=n is Horovod's deprecated
     spelling of groups=n (DeprecationWarning).
 
+    op=hvd.Adasum (Horovod's): the parameter update is reduced instead of the
+    gradient: each rank applies its own step to a parameter as soon as its
+    gradient is ready, the deltas (new - old) are combined with Adasum, and
+    step() sets param = old + adasum(deltas) on every rank. No groups, no
+    gradient_predivide_factor; the wrapped optimizer's state stays local.
+
     The result is an instance of a subclass of optimizer's class built from
     its param_groups (wrap before training: existing state is carried over)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -824,6 +942,21 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                       DeprecationWarning, stacklevel=2)
         if groups is None:
             groups = num_groups
+    if _ops.check_op(op) == Adasum:
+        if gradient_predivide_factor != 1.0:
+            raise ValueError("hvd.torch.DistributedOptimizer: gradient_predivide_factor needs "
+                             "op=Average")
+        if groups is not None:
+            raise ValueError("hvd.torch.DistributedOptimizer: groups are not supported with "
+                             "op=Adasum (each parameter's update is combined on its own)")
+        methods = {k: v for k, v in _DistributedAdasumOptimizer.__dict__.items()
+                   if k not in ("__dict__", "__weakref__")}
+        methods["_hvd_distributed"] = True
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
+        opt = cls(optimizer.param_groups, named_parameters, compression,
+                  backward_passes_per_step)
+        opt.state.update(optimizer.state)
+        return opt
     if groups is not None:
         _check_groups(groups)
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
