@@ -256,9 +256,11 @@ tensor(A::AbstractArray, shape::Vector{Int64}) =
 Reduction operations: `Hvd.Sum`, `Hvd.Average` (sum / size; integers round
 toward zero), `Hvd.Min`, `Hvd.Max`, `Hvd.Product`. For `Bool`, `Sum` and
 `Max` are logical or, `Min` and `Product` logical and, and `Average` is
-refused by the library (`HvdError(HVD_ERR_UNSUPPORTED)`).
+refused by the library (`HvdError(HVD_ERR_UNSUPPORTED)`). `Hvd.Adasum` is
+Horovod's adaptive summation, per array (see `HVD_ADASUM` in hvd.h): `Float16`,
+`Float32`, `Float64` only, allreduce and grouped allreduce only.
 """
-@enum ReduceOp::Cint Sum = 0 Average = 1 Min = 2 Max = 3 Product = 4
+@enum ReduceOp::Cint Sum = 0 Average = 1 Min = 2 Max = 3 Product = 4 Adasum = 5
 
 """
     Hvd.reduce_op(op) -> ReduceOp
@@ -274,8 +276,8 @@ reduce_op(::typeof(min)) = Min
 reduce_op(::typeof(max)) = Max
 reduce_op(op) =
     throw(ArgumentError("Hvd: op = $(repr(op)) is not a reduction hvd has; pass +, *, min or " *
-                        "max, or Hvd.Sum, Hvd.Average, Hvd.Min, Hvd.Max, Hvd.Product (the mean " *
-                        "is Hvd.Average)"))
+                        "max, or Hvd.Sum, Hvd.Average, Hvd.Min, Hvd.Max, Hvd.Product, " *
+                        "Hvd.Adasum (the mean is Hvd.Average)"))
 
 # Merges a positional op (MPI.jl's `Allreduce!(A, +, comm)` order) with the op
 # keyword; giving both is an error.

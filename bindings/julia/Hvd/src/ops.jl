@@ -108,7 +108,7 @@ Reduces `A` over all ranks, in place: afterwards every rank holds
 `postscale * op(prescale * A on each rank)`. Every rank must pass the same
 element type and size.
 
-`op` is `Hvd.Sum`, `Hvd.Average`, `Hvd.Min`, `Hvd.Max`, `Hvd.Product`, or
+`op` is `Hvd.Sum`, `Hvd.Average`, `Hvd.Min`, `Hvd.Max`, `Hvd.Product`, `Hvd.Adasum`, or
 Julia's `+`, `*`, `min`, `max` (as in MPI.jl: `allreduce!(A, +)` sums).
 **Without `op` the result is the average** (the sum divided by the number of
 ranks, as Horovod does for gradients), not a sum.

@@ -70,6 +70,17 @@ ts = @testset CountingTestSet "Hvd multi-process" begin
         @test allreduce(z; op = Hvd.Sum, postscale = 2) == fill(Int32(2 * total), 2)
     end
 
+    @testset "allreduce Adasum" begin
+        v = [0.25, -3.0, 7.5]                   # identical on every rank: the vector
+        @test allreduce(v; op = Hvd.Adasum) == v
+        e = zeros(Float32, N + 1); e[R + 1] = R + 1   # orthogonal: the sum
+        @test allreduce(e; op = Hvd.Adasum) == Float32[1:N; 0]
+        a = R == 0 ? [1.0, 0.0] : R == 1 ? [1.0, 1.0] : [0.0, 0.0]
+        # (1,0) and (1,1): a.b = 1 -> 0.5 a + 0.75 b; zero vectors leave it as is
+        @test allreduce(a; op = Hvd.Adasum) == [1.25, 0.75]
+        @test_throws HvdError allreduce(Int32[1, 2]; op = Hvd.Adasum)
+    end
+
     @testset "MPI.jl forms: +, *, min, max; root keyword" begin
         A = Int64[R + 1, -(R + 2), 3(R + 1)]
         rows = [Int64[r + 1, -(r + 2), 3(r + 1)] for r in 0:N-1]

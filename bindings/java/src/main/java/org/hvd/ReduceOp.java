@@ -9,7 +9,12 @@ public enum ReduceOp {
   AVERAGE(HvdNativeConstants.HVD_AVERAGE),
   MIN(HvdNativeConstants.HVD_MIN),
   MAX(HvdNativeConstants.HVD_MAX),
-  PRODUCT(HvdNativeConstants.HVD_PRODUCT);
+  PRODUCT(HvdNativeConstants.HVD_PRODUCT),
+  /**
+   * Adaptive summation (Horovod's Adasum), per tensor: float16, bfloat16, float32 and float64
+   * only, allreduce and grouped allreduce only (see HVD_ADASUM in hvd.h).
+   */
+  ADASUM(HvdNativeConstants.HVD_ADASUM);
 
   private final int code;
 
