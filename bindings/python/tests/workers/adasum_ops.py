@@ -77,7 +77,7 @@ def check_names(size):
     names += ["allreduce_inplace", "grouped_per_tensor", "scaling", "identical_vectors",
               "orthogonal_vectors", "zero_on_one_rank", "bad_dtype", "bad_operation",
               "op_constant"]
-    names += ["torch_allreduce", "torch_optimizer"]
+    names += ["torch_allreduce", "torch_optimizer", "torch_optimizer_accumulate"]
     return names
 
 
@@ -246,6 +246,40 @@ def make_checks(hvd, size, rank):
             assert err < 1e-5, f"parameter differs from the reference by {err}"
         flat = torch.cat([p.detach().ravel() for p in net.parameters()])
         same_on_every_rank(hvd, flat.numpy(), "ada.torch.params")
+
+    @add("torch_optimizer_accumulate")
+    def _():
+        # backward_passes_per_step=2 (the step uses the sum of both passes'
+        # gradients) and a parameter without a gradient (its delta is zero on
+        # every rank, so it stays as it was).
+        if torch is None:
+            return
+        torch.manual_seed(1)
+        lin = torch.nn.Linear(3, 2)
+        unused = torch.nn.Parameter(torch.ones(4))
+        params = [("w", lin.weight), ("b", lin.bias), ("u", unused)]
+        start = [p.detach().clone() for _, p in params]
+        opt = ht.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1),
+                                      named_parameters=params, op=ht.Adasum,
+                                      backward_passes_per_step=2)
+        xs = [torch.tensor(value(r, (5, 3), seed=31), dtype=torch.float32)
+              for r in range(size)]
+        for k in range(2):
+            (lin(xs[rank] * (k + 1)) ** 2).sum().backward()
+        opt.step()
+        deltas = []
+        for r in range(size):
+            w = start[0].clone().requires_grad_()
+            b = start[1].clone().requires_grad_()
+            for k in range(2):
+                ((xs[r] * (k + 1) @ w.T + b) ** 2).sum().backward()
+            deltas.append([(-0.1 * w.grad).double().numpy(), (-0.1 * b.grad).double().numpy()])
+        for i, (_, p) in enumerate(params[:2]):
+            want = start[i].double().numpy() + ref_adasum([d[i] for d in deltas]).reshape(
+                p.shape)
+            err = float(np.max(np.abs(p.detach().double().numpy() - want)))
+            assert err < 1e-5, f"{params[i][0]} differs from the reference by {err}"
+        assert torch.equal(unused.detach(), start[2])
 
     return checks
 
