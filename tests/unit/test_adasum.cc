@@ -49,8 +49,12 @@ struct Codec {
     switch (dtype) {
       case HVD_FLOAT64: static_cast<double*>(p)[i] = v; break;
       case HVD_FLOAT32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-      case HVD_FLOAT16: static_cast<uint16_t*>(p)[i] = hvd::FloatToHalf(static_cast<float>(v)); break;
-      default: static_cast<uint16_t*>(p)[i] = hvd::FloatToBFloat16(static_cast<float>(v)); break;
+      case HVD_FLOAT16:
+        static_cast<uint16_t*>(p)[i] = hvd::FloatToHalf(static_cast<float>(v));
+        break;
+      default:
+        static_cast<uint16_t*>(p)[i] = hvd::FloatToBFloat16(static_cast<float>(v));
+        break;
     }
   }
   double Get(const void* p, size_t i) const {
