@@ -291,6 +291,10 @@ typedef struct hvd_transport_info {
     int32_t rank, size;
     int32_t local_rank, local_size;
     int32_t cross_rank, cross_size;
+    /* The message size the core's pipelined algorithms (ring, chain) cut
+     * large transfers into on this transport: the best trade between
+     * per-message cost and pipelining. 0: the core's default (1 MiB). */
+    size_t segment_bytes;
 } hvd_transport_info_t;
 
 typedef struct hvd_transport_v4 {

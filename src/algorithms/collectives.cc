@@ -99,10 +99,10 @@ Algorithm ChooseAllreduce(int size, size_t bytes) {
                                                                      : Algorithm::kRing;
 }
 
-Algorithm ChooseBroadcast(int size, size_t bytes) {
+Algorithm ChooseBroadcast(int size, size_t bytes, size_t segment_bytes) {
   // The tree sends the whole message log2(size) times in sequence; the chain
   // pipelines segments, so beyond one segment it wins from 3 ranks on.
-  return (size <= 2 || bytes <= kSegmentBytes) ? Algorithm::kTree : Algorithm::kChain;
+  return (size <= 2 || bytes <= segment_bytes) ? Algorithm::kTree : Algorithm::kChain;
 }
 
 // ---- helpers ---------------------------------------------------------------
@@ -142,10 +142,10 @@ struct Plan {
   }
 };
 
-Plan MakePlan(const size_t* start, size_t P, size_t es) {
+Plan MakePlan(const size_t* start, size_t P, size_t es, size_t segment_bytes) {
   size_t max_part = 0;
   for (size_t p = 0; p < P; ++p) max_part = std::max(max_part, start[p + 1] - start[p]);
-  const size_t seg_max = std::max<size_t>(1, kSegmentBytes / es);
+  const size_t seg_max = std::max<size_t>(1, segment_bytes / es);
   const size_t K = std::max<size_t>(1, (max_part + seg_max - 1) / seg_max);
   return Plan{start, P, K, std::max<size_t>(1, (max_part + K - 1) / K)};
 }
@@ -288,7 +288,7 @@ Status AllreduceRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* bu
   if (count == 0 || P == 1) return Status::Ok();
   std::vector<size_t> start(P + 1);
   for (size_t p = 0; p <= P; ++p) start[p] = p * (count / P) + std::min(p, count % P);
-  const Plan plan = MakePlan(start.data(), P, es);
+  const Plan plan = MakePlan(start.data(), P, es, l.segment_bytes());
   uint8_t* base = static_cast<uint8_t*>(buf);
   HVD_CHECK(ReducePhase(l, s, reduce, base, plan, es, 1, kTagRing, dtype, op));
   return GatherPhase(l, base, plan, es, 1, kTagRing);
@@ -308,7 +308,7 @@ Status ReducescatterRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void
   size_t es = 0;
   HVD_CHECK(CheckReduction("reducescatter", buf, start[P], dtype, op, &es));
   if (start[P] == 0 || P == 1) return Status::Ok();
-  const Plan plan = MakePlan(start.data(), P, es);
+  const Plan plan = MakePlan(start.data(), P, es, l.segment_bytes());
   return ReducePhase(l, s, reduce, static_cast<uint8_t*>(buf), plan, es, 0, kTagReducescatter,
                      dtype, op);
 }
@@ -328,7 +328,7 @@ Status AllgathervRing(Links& l, const void* send, void* recv, const size_t* recv
   uint8_t* out = static_cast<uint8_t*>(recv);
   if (recv_bytes[r] > 0 && out + start[r] != send) std::memmove(out + start[r], send, recv_bytes[r]);
   if (P == 1 || start[P] == 0) return Status::Ok();
-  const Plan plan = MakePlan(start.data(), P, 1);
+  const Plan plan = MakePlan(start.data(), P, 1, l.segment_bytes());
   return GatherPhase(l, out, plan, 1, 0, kTagAllgatherv);
 }
 
@@ -372,10 +372,11 @@ Status BroadcastChain(Links& l, void* buf, size_t bytes, int root) {
   const int prev = (l.rank() - 1 + P) % P, next = (l.rank() + 1) % P;
   const bool recvs = rel != 0, sends = rel != P - 1;
   uint8_t* base = static_cast<uint8_t*>(buf);
-  const size_t K = (bytes + kSegmentBytes - 1) / kSegmentBytes;
+  const size_t S = std::max<size_t>(1, l.segment_bytes());
+  const size_t K = (bytes + S - 1) / S;
   auto seg = [&](size_t k, size_t* len) {
-    *len = std::min(kSegmentBytes, bytes - k * kSegmentBytes);
-    return base + k * kSegmentBytes;
+    *len = std::min(S, bytes - k * S);
+    return base + k * S;
   };
   Req rq[kRingDepth + 1] = {}, sq[kRingDepth + 1] = {};
   size_t next_recv = 0;

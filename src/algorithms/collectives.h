@@ -48,9 +48,9 @@ enum Tag : uint32_t {
   kTagBarrier = 8,
 };
 
-// Segment size of the ring and chain pipelines, and how many segments are in
-// flight at once beyond the one being worked on.
-constexpr size_t kSegmentBytes = size_t{1} << 20;
+// How many segments of the ring and chain pipelines are in flight at once
+// beyond the one being worked on (the segment size is the transport's:
+// Links::segment_bytes).
 constexpr size_t kRingDepth = 2;
 
 // Scratch memory an algorithm needs, allocated (and touched) once and kept by
@@ -99,7 +99,7 @@ Status AllgathervRing(Links& l, const void* send, void* recv, const size_t* recv
 
 Status BroadcastTree(Links& l, void* buf, size_t bytes, int root);
 Status BroadcastChain(Links& l, void* buf, size_t bytes, int root);
-Algorithm ChooseBroadcast(int size, size_t bytes);
+Algorithm ChooseBroadcast(int size, size_t bytes, size_t segment_bytes);
 
 // send holds size blocks of send_bytes[r] (to rank r), recv receives size
 // blocks of recv_bytes[r] (from rank r).

@@ -37,6 +37,9 @@ class Links {
   virtual Status Irecv(int peer, uint32_t tag, void* data, size_t bytes, Req* req) = 0;
   // Blocks until req completes, bounded by the transport's limit; releases it.
   virtual Status Wait(Req req) = 0;
+  // The message size pipelined algorithms cut large transfers into (the
+  // transport's hvd_transport_info_t.segment_bytes, else 1 MiB).
+  virtual size_t segment_bytes() const { return size_t{1} << 20; }
 };
 
 // A subset of another Links' ranks as a communicator of its own: rank i here
@@ -67,6 +70,7 @@ class SubsetLinks : public Links {
     return parent_->Irecv(members_[static_cast<size_t>(peer)], tag_base_ + tag, data, bytes, req);
   }
   Status Wait(Req req) override { return parent_->Wait(req); }
+  size_t segment_bytes() const override { return parent_->segment_bytes(); }
 
  private:
   Links* parent_;

@@ -385,6 +385,9 @@ class Transport::PluginLinks : public algo::Links {
   Status Wait(algo::Req req) override {
     return t_->Check(t_->v4_table_.wait(t_->comm_, req, -1.0), t_->op_);
   }
+  size_t segment_bytes() const override {
+    return t_->info_.segment_bytes > 0 ? t_->info_.segment_bytes : algo::Links::segment_bytes();
+  }
 
  private:
   Transport* t_;
@@ -669,7 +672,8 @@ algo::Algorithm Transport::Choose(int c, size_t bytes) const {
   const int size = links_ ? links_->size() : 1;
   switch (c) {
     case HVD_TRANSPORT_ALLREDUCE: return algo::ChooseAllreduce(size, bytes);
-    case HVD_TRANSPORT_BROADCAST: return algo::ChooseBroadcast(size, bytes);
+    case HVD_TRANSPORT_BROADCAST:
+      return algo::ChooseBroadcast(size, bytes, links_->segment_bytes());
     case HVD_TRANSPORT_ALLTOALLV: return Algorithm::kPairwise;
     case HVD_TRANSPORT_BARRIER: return Algorithm::kDissemination;
     default: return Algorithm::kRing;

@@ -34,8 +34,9 @@ using algo::Req;
 
 class Fabric {
  public:
-  explicit Fabric(int n) : n_(n) {}
+  explicit Fabric(int n, size_t segment = size_t{1} << 20) : n_(n), segment_(segment) {}
   int n() const { return n_; }
+  size_t segment() const { return segment_; }
 
   struct Request {
     bool send = false;
@@ -123,6 +124,7 @@ class Fabric {
     uint64_t taken = 0;   // messages received
   };
   int n_;
+  size_t segment_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::tuple<int, int, uint32_t>, Queue> queues_;
@@ -143,6 +145,7 @@ class FabricLinks : public algo::Links {
     return f_->Irecv(rank_, peer, tag, data, bytes, req);
   }
   Status Wait(Req req) override { return f_->Wait(req); }
+  size_t segment_bytes() const override { return f_->segment(); }
 
  private:
   Fabric* f_;
@@ -249,11 +252,11 @@ std::vector<size_t> Counts(hvd_dtype_t d) {
 using Allreduce = Status (*)(algo::Links&, algo::Scratch&, hvd_reduce_kernel_fn, void*, size_t,
                              hvd_dtype_t, hvd_reduce_op_t);
 
-void CheckAllreduce(const char* name, Allreduce fn, int n) {
+void CheckAllreduce(const char* name, Allreduce fn, int n, size_t segment = size_t{1} << 20) {
   for (hvd_dtype_t d : kDtypes) {
     for (hvd_reduce_op_t op : kOps) {
       for (size_t count : Counts(d)) {
-        Fabric fab(n);
+        Fabric fab(n, segment);
         std::vector<std::vector<uint8_t>> out(static_cast<size_t>(n));
         auto st = OnRanks(n, [&](algo::Links& l, int r) {
           out[r] = Filled(d, op, r, count);
@@ -281,6 +284,11 @@ class Ranks : public ::testing::TestWithParam<int> {};
 
 TEST_P(Ranks, AllreduceDirect) { CheckAllreduce("direct", algo::AllreduceDirect, GetParam()); }
 TEST_P(Ranks, AllreduceRing) { CheckAllreduce("ring", algo::AllreduceRing, GetParam()); }
+// Segments of 4000 bytes (not a multiple of 8- or 16-byte rows): many
+// pipeline stages and uneven last segments on every size above.
+TEST_P(Ranks, AllreduceRingSmallSegments) {
+  CheckAllreduce("ring/4000", algo::AllreduceRing, GetParam(), 4000);
+}
 
 TEST_P(Ranks, ReducescatterRing) {
   const int n = GetParam();
@@ -350,10 +358,11 @@ TEST_P(Ranks, AllgathervRing) {
   }
 }
 
-void CheckBroadcast(Status (*fn)(algo::Links&, void*, size_t, int), int n) {
+void CheckBroadcast(Status (*fn)(algo::Links&, void*, size_t, int), int n,
+                    size_t segment = size_t{1} << 20) {
   for (size_t bytes : {size_t{0}, size_t{1}, size_t{4093}, (size_t{5} << 20) + 11}) {
     for (int root = 0; root < n; ++root) {
-      Fabric fab(n);
+      Fabric fab(n, segment);
       std::vector<std::vector<uint8_t>> out(static_cast<size_t>(n));
       auto st = OnRanks(n, [&](algo::Links& l, int r) {
         out[r].assign(std::max<size_t>(bytes, 1), static_cast<uint8_t>(0xA0 + r));
@@ -376,6 +385,9 @@ void CheckBroadcast(Status (*fn)(algo::Links&, void*, size_t, int), int n) {
 
 TEST_P(Ranks, BroadcastTree) { CheckBroadcast(algo::BroadcastTree, GetParam()); }
 TEST_P(Ranks, BroadcastChain) { CheckBroadcast(algo::BroadcastChain, GetParam()); }
+TEST_P(Ranks, BroadcastChainSmallSegments) {
+  CheckBroadcast(algo::BroadcastChain, GetParam(), 65536 + 3);
+}
 
 TEST_P(Ranks, AlltoallvPairwise) {
   const int n = GetParam();
@@ -483,7 +495,8 @@ TEST(Selection, NamesAndDefaults) {
   EXPECT_FALSE(algo::ParseAlgorithm(HVD_TRANSPORT_ALLTOALLV, "X", "shm").ok());  // shm has no alltoall
   EXPECT_EQ(algo::ChooseAllreduce(2, 4), algo::Algorithm::kDirect);
   EXPECT_EQ(algo::ChooseAllreduce(2, size_t{1} << 20), algo::Algorithm::kRing);
-  EXPECT_EQ(algo::ChooseBroadcast(4, size_t{8} << 20), algo::Algorithm::kChain);
+  EXPECT_EQ(algo::ChooseBroadcast(4, size_t{8} << 20, size_t{1} << 20), algo::Algorithm::kChain);
+  EXPECT_EQ(algo::ChooseBroadcast(4, size_t{2} << 20, size_t{4} << 20), algo::Algorithm::kTree);
 }
 
 }  // namespace
