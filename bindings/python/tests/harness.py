@@ -145,6 +145,14 @@ def run_job(np_, script, args=(), launcher="hvdrun", tmp_path=None, timeout=240,
     return JobResult(rcs, output, results)
 
 
+def assert_check(job, size, check):
+    """Every rank of the job reported, and reported check `check` passed."""
+    assert set(job.results) == set(range(size)), "not every rank reported:\n" + job.describe()
+    for r in range(size):
+        err = job.results[r]["checks"].get(check, "check did not run")
+        assert err is None, f"rank {r}: {err}"
+
+
 def write_script(tmp_path, body, name="job.py"):
     path = os.path.join(str(tmp_path), name)
     with open(path, "w") as f:

@@ -25,10 +25,7 @@ def _job(size, tmp_path_factory):
 @pytest.mark.parametrize("check", CHECKS)
 def test_adasum_tf(size, check, hvdrun, tmp_path_factory):
     job = _job(size, tmp_path_factory)
-    assert set(job.results) == set(range(size)), "not every rank reported:\n" + job.describe()
-    for r in range(size):
-        err = job.results[r]["checks"].get(check, "check did not run")
-        assert err is None, f"rank {r}: {err}"
+    harness.assert_check(job, size, check)
 
 
 @pytest.mark.parametrize("size", (2, 3))
