@@ -602,3 +602,10 @@ def _callbacks_module():
 
 
 callbacks = _callbacks_module()
+
+
+def __getattr__(name):
+    if name == "SyncBatchNormalization":
+        from .tensorflow import _sync_batch_normalization_class
+        return _sync_batch_normalization_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

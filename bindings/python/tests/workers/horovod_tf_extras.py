@@ -1,6 +1,7 @@
 """Horovod TensorFlow / Keras scripts' use of hvd.tensorflow.grouped_allgather,
-grouped_reducescatter (eagerly and inside tf.function), hvd.keras.load_model
-and callbacks.BestModelCheckpoint, on 2 ranks (run by
+grouped_reducescatter (eagerly and inside tf.function), hvd.keras.load_model,
+callbacks.BestModelCheckpoint and SyncBatchNormalization (against
+BatchNormalization on the concatenated batch, within 1e-4), on 2 ranks (run by
 test_horovod_tf_extras.py under hvdrun).
 
 Collective results are integers (or halves) and compared exactly. That the
@@ -24,7 +25,7 @@ CHECKS = ["grouped_allgather_eager", "grouped_allgather_graph", "grouped_allgath
           "keras_grouped_names", "load_model_keras_optimizer", "load_model_hvd_optimizer",
           "load_model_trains_distributed", "best_model_checkpoint",
           "best_model_checkpoint_filepath_later", "is_homogeneous", "process_set_included_op",
-          "tensorflow_keras_module"]
+          "tensorflow_keras_module", "sync_batch_norm_eager", "sync_batch_norm_graph"]
 
 
 def main():
@@ -328,6 +329,65 @@ def main():
             pass
         else:
             raise AssertionError("hvd.tensorflow.no_such_module was imported")
+
+    # -- SyncBatchNormalization -------------------------------------------------------
+    # Rank k holds 3 + 2k rows; the layer's outputs, input gradients, moving
+    # statistics and (summed over ranks) parameter gradients must equal plain
+    # BatchNormalization's on the concatenated batch, within 1e-4 (float32;
+    # the global variance is E[x^2] - E[x]^2 as Horovod computes it).
+    def sync_bn_case(graph):
+        C = 4
+        rows = [3 + 2 * k for k in range(n)]
+        rng = np.random.RandomState(7)
+        xs = [(rng.standard_normal((rows[k], C)) * (k + 1) + k).astype(np.float32) for k in range(n)]
+        ws = [rng.standard_normal((rows[k], C)).astype(np.float32) for k in range(n)]
+        layer = hvd.SyncBatchNormalization(momentum=0.5)
+        assert isinstance(layer, keras.layers.BatchNormalization)
+        assert hvdk.SyncBatchNormalization is hvd.SyncBatchNormalization
+        ref = keras.layers.BatchNormalization(momentum=0.5)
+        w = tf.constant(ws[r])
+
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=True)
+                loss = tf.reduce_sum(y * w)
+            return (y,) + tuple(tape.gradient(loss, [x, layer.gamma, layer.beta]))
+
+        if graph:
+            step = tf.function(step)
+        y, gx, gg, gb = step(tf.constant(xs[r]))
+        big_x, big_w = tf.constant(np.concatenate(xs)), tf.constant(np.concatenate(ws))
+        with tf.GradientTape() as tape:
+            tape.watch(big_x)
+            big_y = ref(big_x, training=True)
+            loss = tf.reduce_sum(big_y * big_w)
+        want_gx, want_gg, want_gb = tape.gradient(loss, [big_x, ref.gamma, ref.beta])
+        lo = sum(rows[:r])
+        hi = lo + rows[r]
+
+        def close(got, want, what):
+            got, want = np.asarray(got), np.asarray(want)
+            assert np.allclose(got, want, rtol=1e-4, atol=1e-4), f"{what}:\n got {got}\nwant {want}"
+
+        close(y, big_y[lo:hi], "outputs")
+        close(gx, want_gx[lo:hi], "input gradient")
+        tag = "graph" if graph else "eager"
+        close(hvd.allreduce(gg, op=hvd.Sum, name=f"sbn.gg.{tag}"), want_gg, "gamma gradient")
+        close(hvd.allreduce(gb, op=hvd.Sum, name=f"sbn.gb.{tag}"), want_gb, "beta gradient")
+        close(layer.moving_mean, ref.moving_mean, "moving mean")
+        close(layer.moving_variance, ref.moving_variance, "moving variance")
+        # Inference uses the moving statistics alone: no collective.
+        close(layer(tf.constant(xs[r]), training=False), ref(tf.constant(xs[r]), training=False),
+              "inference")
+
+    @check
+    def sync_batch_norm_eager():
+        sync_bn_case(False)
+
+    @check
+    def sync_batch_norm_graph():
+        sync_bn_case(True)
 
     assert list(checks) == CHECKS, list(checks)
     run_checks(list(checks.items()), r)
