@@ -470,6 +470,59 @@ HVD_API hvd_status_t hvd_handle_output_shape(hvd_handle_t handle, int64_t *shape
  * size are set to 0). */
 HVD_API hvd_status_t hvd_handle_recv_splits(hvd_handle_t handle, int64_t *splits, int32_t n);
 
+/* ------------------------------------------------------------------------ */
+/* Process sets.                                                            */
+/* ------------------------------------------------------------------------ */
+/* A process set is a context over some of a parent context's ranks, made
+ * without a new rendezvous. It shares the parent's connections and
+ * background thread, and has its own ranks (0 .. n-1 in the set's order),
+ * local and cross ranks (among its members), negotiation, response cache
+ * and names: the same name in two sets, or in a set and its parent, never
+ * clashes. Every operation works on it; broadcast roots are ranks within
+ * the set; hvd_context_rank / _size / ... answer within the set.
+ *  - Making one is collective over the parent: every rank of the parent
+ *    calls, in the same order as its other process-set calls on that
+ *    parent (from one thread, as barriers). A rank outside the new set gets
+ *    *child = NULL and HVD_OK.
+ *  - If ranks disagree (different lists, or one rank splits while another
+ *    creates), every rank fails with HVD_ERR_MISMATCH naming both; a bad
+ *    list or color on any rank makes every rank fail with
+ *    HVD_ERR_INVALID_ARGUMENT naming that rank. Nothing is made then.
+ *  - hvd_context_destroy(child) is collective over the set's members: it
+ *    returns once every member has destroyed the set (bounded as any
+ *    operation: the stall inspector), and the set's pending operations
+ *    complete with HVD_ERR_ABORTED. The child is freed whatever it returns.
+ *  - Destroying the parent stops its sets: their pending operations
+ *    complete with HVD_ERR_ABORTED and later ones fail; the children must
+ *    still be destroyed (each then only frees memory), and the parent's
+ *    connections close when the last of them is.
+ *  - A set's operations are negotiated in the parent's rounds (one
+ *    allreduce serves the parent and all its sets), so every rank of the
+ *    parent takes part in them: while some set is busy the others negotiate
+ *    continuously, and an idle parent with live sets negotiates every 10 ms
+ *    (not every 100 ms). While sets exist the negotiation is bounded by the
+ *    transport timeout instead of the peer timeout: a rank outside a set
+ *    waits while the set's members move its data.
+ *  - Sets of sets are not supported (HVD_ERR_UNSUPPORTED): split the parent.
+ *    A set of more than one rank needs a transport with point-to-point
+ *    (gloo, mpi); its collectives run over the parent's connections (MPI:
+ *    the parent's communicator, with tags of its own), and over shared
+ *    memory of its own when its members share a host. */
+#define HVD_UNDEFINED_COLOR (-1)
+
+/* MPI_Comm_split: ranks passing the same color >= 0 form one set, ordered
+ * by (key, parent rank); HVD_UNDEFINED_COLOR joins none (*child = NULL). */
+HVD_API hvd_status_t hvd_context_split(hvd_context_t parent, int color, int key,
+                                       hvd_context_t *child);
+/* The n ranks listed (parent ranks, sorted ascending, no duplicates, the
+ * same list on every rank); the set's rank i is ranks[i]. */
+HVD_API hvd_status_t hvd_process_set_create(hvd_context_t parent, int32_t n,
+                                            const int32_t *ranks, hvd_context_t *child);
+/* The parent's ranks of ctx's members, in ctx's rank order: writes the
+ * first min(n, size) of them. A context that is not a process set:
+ * 0 .. size-1. */
+HVD_API hvd_status_t hvd_context_parent_ranks(hvd_context_t ctx, int32_t *ranks, int32_t n);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -626,8 +626,74 @@ hvd_status_t hvd_context_destroy(hvd_context_t ctx) {
   c->magic = kDeadMagic;
   std::unique_ptr<hvd::Context> impl = std::move(c->impl);
   delete c;
-  impl->Shutdown();  // pending ops complete with HVD_ERR_ABORTED; peers are told
+  // Pending ops complete with HVD_ERR_ABORTED; peers are told. A process
+  // set: its members agree first (the status says if they did not).
+  const hvd::Status st = impl->Shutdown();
   impl.reset();
+  if (!st.ok()) return Report(st.Wrap(__func__));
+  return HVD_OK;
+  HVD_API_END();
+}
+
+// ===========================================================================
+// Process sets.
+// ===========================================================================
+
+namespace {
+
+// A process-set call's result: the child (nullptr where this rank is not a
+// member) wrapped as an hvd_context_t.
+hvd_status_t WrapChild(const char* fn, hvd::Result<std::unique_ptr<hvd::Context>> r,
+                       hvd_context_t* child) {
+  if (!r.ok()) return Report(r.status().Wrap(fn));
+  std::unique_ptr<hvd::Context> made = std::move(r).value();
+  if (!made) return HVD_OK;
+  auto wrapper = std::make_unique<hvd_context_s>();
+  wrapper->impl = std::move(made);
+  *child = wrapper.release();
+  return HVD_OK;
+}
+
+}  // namespace
+
+hvd_status_t hvd_context_split(hvd_context_t parent, int color, int key, hvd_context_t* child) {
+  HVD_API_BEGIN();
+  if (child == nullptr) return Report(Invalid(__func__, "child is NULL"));
+  *child = nullptr;
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, parent, &c);
+  if (!s.ok()) return Report(s);
+  // A bad color still takes part, so every rank fails together naming it.
+  return WrapChild(__func__, c->impl->Split(color, key), child);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_process_set_create(hvd_context_t parent, int32_t n, const int32_t* ranks,
+                                    hvd_context_t* child) {
+  HVD_API_BEGIN();
+  if (child == nullptr) return Report(Invalid(__func__, "child is NULL"));
+  *child = nullptr;
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, parent, &c);
+  if (!s.ok()) return Report(s);
+  // NULL ranks or a negative n are caught here; a bad list otherwise takes
+  // part, so every rank fails together naming it.
+  if (n < 0) return Report(Invalid(__func__, Cat("n is negative (", n, ")")));
+  if (n > 0 && ranks == nullptr) return Report(Invalid(__func__, "ranks is NULL"));
+  std::vector<int32_t> list(ranks, ranks + n);
+  return WrapChild(__func__, c->impl->CreateProcessSet(list), child);
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_parent_ranks(hvd_context_t ctx, int32_t* ranks, int32_t n) {
+  HVD_API_BEGIN();
+  if (n < 0) return Report(Invalid(__func__, Cat("n is negative (", n, ")")));
+  if (n > 0 && ranks == nullptr) return Report(Invalid(__func__, "ranks is NULL"));
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, ctx, &c);
+  if (!s.ok()) return Report(s);
+  const std::vector<int>& m = c->impl->parent_ranks();
+  for (int32_t i = 0; i < n && i < static_cast<int32_t>(m.size()); ++i) ranks[i] = m[static_cast<size_t>(i)];
   return HVD_OK;
   HVD_API_END();
 }
@@ -755,7 +821,7 @@ hvd_status_t hvd_shutdown(void) {
   dying->magic = kDeadMagic;
   std::unique_ptr<hvd::Context> impl = std::move(dying->impl);
   delete dying;
-  impl->Shutdown();
+  (void)impl->Shutdown();  // a context from hvd_init: never fails
   impl.reset();
   return HVD_OK;
   HVD_API_END();

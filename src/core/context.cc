@@ -10,6 +10,8 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <map>
+#include <unordered_map>
 #include <unordered_set>
 
 #if defined(__linux__)
@@ -20,6 +22,7 @@
 #define HVD_SETTLE_US 50
 #endif
 
+#include "algorithms/shm.h"
 #include "common/kernels.h"
 #include "common/netif.h"
 #include "core/autotune.h"
@@ -36,9 +39,109 @@
 
 namespace hvd {
 
+// ---- Scope: the context itself, or one of its process sets --------------
+
+// The two control-plane collectives over one communicator.
+class CommPlane : public ControlPlane {
+ public:
+  explicit CommPlane(Comm* comm) : comm_(comm) {}
+  Status AllreduceMinU8(uint8_t* buf, size_t n) override {
+    return comm_->Allreduce(buf, n, HVD_UINT8, HVD_MIN);
+  }
+  Status AllgatherBytes(const std::vector<uint8_t>& mine,
+                        std::vector<std::vector<uint8_t>>* all) override;
+
+ private:
+  Comm* comm_;
+  std::vector<uint64_t> lens_;
+  std::vector<size_t> len_bytes_;
+  std::vector<uint8_t> gather_buf_;
+};
+
+Status CommPlane::AllgatherBytes(const std::vector<uint8_t>& mine,
+                                 std::vector<std::vector<uint8_t>>* all) {
+  const int n = comm_->size();
+  lens_.assign(static_cast<size_t>(n), 0);
+  len_bytes_.assign(static_cast<size_t>(n), sizeof(uint64_t));
+  uint64_t my_len = mine.size();
+  HVD_CHECK(comm_->Allgatherv(&my_len, lens_.data(), len_bytes_.data()));
+  size_t total = 0;
+  for (int r = 0; r < n; ++r) {
+    len_bytes_[r] = static_cast<size_t>(lens_[r]);
+    total += len_bytes_[r];
+  }
+  gather_buf_.resize(std::max<size_t>(total, 1));
+  HVD_CHECK(comm_->Allgatherv(mine.data(), gather_buf_.data(), len_bytes_.data()));
+  all->resize(static_cast<size_t>(n));
+  size_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    (*all)[r].assign(gather_buf_.begin() + static_cast<std::ptrdiff_t>(off),
+                     gather_buf_.begin() + static_cast<std::ptrdiff_t>(off + len_bytes_[r]));
+    off += len_bytes_[r];
+  }
+  return Status::Ok();
+}
+
+// One communicator the loop drives: the context itself (slot -1) or one of
+// its process sets. The identity fields are fixed once made.
+struct Scope {
+  int slot = -1;             // the set's slot in the loop's table; -1: the context
+  std::vector<int> members;  // ranks of the context, in this scope's rank order
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  Comm* comm = nullptr;      // the transport, or own_comm
+  std::unique_ptr<Comm> own_comm;
+  std::unique_ptr<CommPlane> plane;
+  std::unique_ptr<Controller> controller;
+  // Under the context's mu_.
+  std::deque<OpRequest> queue;
+  std::unordered_set<std::string> inflight;
+  uint64_t barrier_count = 0;
+  uint64_t set_count = 0;  // process-set calls on this scope (names their requests)
+  bool closed = false;     // a destroyed process set, or a stopped context's
+  Status closed_reason;
+  // Background thread only.
+  std::deque<OpRequest> batch;
+  std::vector<Response> responses;
+  bool close_agreed = false;  // the set's destruction was agreed this cycle
+};
+
+namespace {
+
+// The control bytes of one process-set slot in the packed negotiation:
+// [0] 0 while some member holds the set, [1] 0 if some member has requests
+// pending in it, then the set's controller's bytes. 0xFF (MIN's identity)
+// from ranks outside the set and for free slots.
+constexpr size_t kSlotHeader = 2;
+
+// The specification a process-set request allgathers (int32 each):
+// [kind, host, ...]: kind 0 (a rank list): n, ranks...; kind 1 (split):
+// color, key. host: a hash of this rank's host identity (local ranks).
+constexpr int32_t kSpecList = 0;
+constexpr int32_t kSpecSplit = 1;
+
+int32_t HostHash(const std::string& identity) {
+  // FNV-1a, folded to 31 bits: equal on the ranks of one host, distinct
+  // across hosts in all but astronomically unlucky cases.
+  uint32_t h = 2166136261u;
+  for (unsigned char c : identity) h = (h ^ c) * 16777619u;
+  return static_cast<int32_t>(h & 0x7fffffffu);
+}
+
+std::string ListText(const int32_t* v, size_t n) {
+  std::ostringstream os;
+  os << "[";
+  const size_t shown = std::min<size_t>(n, 16);
+  for (size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << v[i];
+  if (n > shown) os << ", ... (" << n << " ranks)";
+  os << "]";
+  return os.str();
+}
+
+}  // namespace
+
 // ---- ContextImpl ---------------------------------------------------------
 
-class ContextImpl : public ControlPlane {
+class ContextImpl {
  public:
   explicit ContextImpl(Config cfg)
       : cfg_(std::move(cfg)),
@@ -46,17 +149,24 @@ class ContextImpl : public ControlPlane {
     log_.set_rank(cfg_.rank);
   }
 
-  ~ContextImpl() override {
+  ~ContextImpl() {
     Shutdown();
+    ReleaseSets();
     transport_.reset();
     boot_.reset();
   }
 
   Status Start();
-  Result<std::shared_ptr<Handle>> Enqueue(OpRequest req);
+  Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest req);
   void Shutdown();
 
+  // Process sets: the collective request behind Context::Split and
+  // CreateProcessSet (spec as above), and a set's destruction.
+  Result<std::shared_ptr<Scope>> MakeSet(std::vector<int32_t> spec);
+  Status CloseSet(Scope* set);
+
   const Config& cfg() const { return cfg_; }
+  const std::shared_ptr<Scope>& root() const { return root_; }
   Result<int64_t> Query(const std::string& key) const {
     if (!transport_) return Error(HVD_ERR_NOT_INITIALIZED, "no transport");
     return transport_->Query(key);
@@ -70,24 +180,21 @@ class ContextImpl : public ControlPlane {
     return b;
   }
 
-  // ControlPlane
-  Status AllreduceMinU8(uint8_t* buf, size_t n) override {
-    return transport_->Allreduce(buf, n, HVD_UINT8, HVD_MIN);
-  }
-  Status AllgatherBytes(const std::vector<uint8_t>& mine,
-                        std::vector<std::vector<uint8_t>>* all) override;
-
  private:
   void Loop();
-  void Cycle();
-  uint64_t Execute(std::vector<Response>& responses);  // returns the bytes moved
-  void Finish(OpRequest& req, Status status);
-  void FinishAll(OpRequest* const* reqs, size_t n, const Status& status);
+  // One negotiation for the context and all its sets (one allreduce).
+  Status Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown);
+  uint64_t Execute(Scope& scope);  // returns the bytes moved
+  Status FinishProcessSet(OpRequest& req, const Response& resp);
+  void CloseAgreed(Scope& set);
+  void Finish(Scope& scope, OpRequest& req, Status status);
+  void FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status);
   void FailEverything(const Status& why);
+  void ReleaseSets();
+  size_t pending() const;
 
   Config cfg_;
   Logger log_;
-  std::unique_ptr<Controller> controller_;  // made once the topology is final
   std::unique_ptr<Bootstrap> boot_;  // the store (and its client) the transport may use
   std::unique_ptr<Transport> transport_;
   Timeline timeline_;
@@ -97,15 +204,15 @@ class ContextImpl : public ControlPlane {
   // The peer timeout in force around each negotiation (seconds); 0 = none:
   // off, not below the transport timeout, or a transport without set_timeout.
   double peer_timeout_ = 0;
+  std::shared_ptr<Scope> root_ = std::make_shared<Scope>();
 
   // Shared with user threads (guarded by mu_), and with handles (the signal).
   std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
   std::mutex& mu_ = signal_->mu;
   std::condition_variable& cv_ = signal_->cv;
-  std::deque<OpRequest> queue_;
-  Clock::time_point last_enqueue_;  // of the newest request in queue_
-  std::unordered_set<std::string> inflight_;
-  uint64_t barrier_count_ = 0;
+  size_t queued_ = 0;                // requests in every scope's queue
+  Clock::time_point first_enqueue_;  // of the oldest queued request
+  Clock::time_point last_enqueue_;   // of the newest
   bool shutdown_requested_ = false;
   bool stopped_ = false;  // the loop has exited; enqueue fails with stop_reason_
   Status stop_reason_;
@@ -114,37 +221,21 @@ class ContextImpl : public ControlPlane {
   std::condition_variable exit_cv_;
   static constexpr int kShutdownGraceS = 2;
   std::once_flag shutdown_once_;
+  // What a process-set request made (null: this rank is not a member), for
+  // its caller to collect, by handle.
+  std::unordered_map<const Handle*, std::shared_ptr<Scope>> made_;
+  std::vector<std::weak_ptr<Scope>> all_sets_;  // every set made here, for the shutdown
 
   // Background thread only.
-  std::vector<uint64_t> lens_;
-  std::vector<size_t> len_bytes_;
-  std::vector<uint8_t> gather_buf_;
-  std::vector<Response> responses_;
+  // The process-set table by slot: the sets this rank belongs to (null where
+  // it does not, or the slot is free), and which slots any rank holds (the
+  // same on every rank: slots are taken by the context's own responses and
+  // freed by what a negotiation shows).
+  std::vector<std::shared_ptr<Scope>> sets_;
+  std::vector<bool> slot_live_;
+  bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
+  std::vector<uint8_t> ctrl_;  // the packed control bytes
 };
-
-Status ContextImpl::AllgatherBytes(const std::vector<uint8_t>& mine,
-                                   std::vector<std::vector<uint8_t>>* all) {
-  const int n = cfg_.size;
-  lens_.assign(static_cast<size_t>(n), 0);
-  len_bytes_.assign(static_cast<size_t>(n), sizeof(uint64_t));
-  uint64_t my_len = mine.size();
-  HVD_CHECK(transport_->Allgatherv(&my_len, lens_.data(), len_bytes_.data()));
-  size_t total = 0;
-  for (int r = 0; r < n; ++r) {
-    len_bytes_[r] = static_cast<size_t>(lens_[r]);
-    total += len_bytes_[r];
-  }
-  gather_buf_.resize(std::max<size_t>(total, 1));
-  HVD_CHECK(transport_->Allgatherv(mine.data(), gather_buf_.data(), len_bytes_.data()));
-  all->resize(static_cast<size_t>(n));
-  size_t off = 0;
-  for (int r = 0; r < n; ++r) {
-    (*all)[r].assign(gather_buf_.begin() + static_cast<std::ptrdiff_t>(off),
-                     gather_buf_.begin() + static_cast<std::ptrdiff_t>(off + len_bytes_[r]));
-    off += len_bytes_[r];
-  }
-  return Status::Ok();
-}
 
 Status ContextImpl::Start() {
   HVD_LOG(log_, HVD_LOG_DEBUG, "config: " << cfg_.ToString());
@@ -167,12 +258,23 @@ Status ContextImpl::Start() {
                         "peer is noticed at the transport timeout)");
     }
   }
-  controller_ = std::make_unique<Controller>(
+  Scope& root = *root_;
+  root.members.resize(static_cast<size_t>(cfg_.size));
+  for (int r = 0; r < cfg_.size; ++r) root.members[static_cast<size_t>(r)] = r;
+  root.rank = cfg_.rank;
+  root.size = cfg_.size;
+  root.local_rank = cfg_.local_rank;
+  root.local_size = cfg_.local_size;
+  root.cross_rank = cfg_.cross_rank;
+  root.cross_size = cfg_.cross_size;
+  root.comm = transport_.get();
+  root.plane = std::make_unique<CommPlane>(root.comm);
+  root.controller = std::make_unique<Controller>(
       cfg_.rank, cfg_.size, cfg_.cache_capacity,
       StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
 
   if (!cfg_.timeline_path.empty() && cfg_.rank == 0) HVD_CHECK(timeline_.Open(cfg_.timeline_path));
-  executor_ = std::make_unique<Executor>(transport_.get(), &timeline_, cfg_.rank, cfg_.size,
+  executor_ = std::make_unique<Executor>(transport_.get(), &timeline_,
                                          static_cast<size_t>(cfg_.buffer_pool_bytes));
   fusion_threshold_ = cfg_.fusion_threshold;
   tuner_ = std::make_unique<Autotuner>(cfg_, &log_);
@@ -194,51 +296,58 @@ Status ContextImpl::Start() {
   return Status::Ok();
 }
 
-Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(OpRequest req) {
+Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest req) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || shutdown_requested_) {
     return stopped_ && !stop_reason_.ok()
                ? stop_reason_
                : Error(HVD_ERR_ABORTED, "the context has been shut down");
   }
+  if (scope->closed) return scope->closed_reason;
   if (req.type == OpType::kBarrier) {
-    req.tensors.front().name = "barrier#" + std::to_string(barrier_count_++);
+    req.tensors.front().name = "barrier#" + std::to_string(scope->barrier_count++);
   } else if (req.type == OpType::kJoin) {
     req.tensors.front().name = "join";
+  } else if (req.type == OpType::kProcessSet) {
+    req.tensors.front().name = "process_set#" + std::to_string(scope->set_count++);
+  } else if (req.type == OpType::kCloseSet) {
+    req.tensors.front().name = "process_set.destroy";
   }
   for (size_t i = 0; i < req.tensors.size(); ++i) {
-    if (inflight_.count(req.tensors[i].name) != 0) {
-      for (size_t j = 0; j < i; ++j) inflight_.erase(req.tensors[j].name);
+    if (scope->inflight.count(req.tensors[i].name) != 0) {
+      for (size_t j = 0; j < i; ++j) scope->inflight.erase(req.tensors[j].name);
       return Error(HVD_ERR_DUPLICATE_NAME,
                    "an operation on '" + req.tensors[i].name +
                        "' is already in flight; wait for it before reusing the name");
     }
-    inflight_.insert(req.tensors[i].name);
+    scope->inflight.insert(req.tensors[i].name);
   }
   std::shared_ptr<Handle> h = req.handle;
   req.enqueued = Clock::now();
   last_enqueue_ = req.enqueued;
   signal_->caller_waits = false;
   req.handle->set_signal(signal_);
-  const bool was_empty = queue_.empty();
-  queue_.push_back(std::move(req));
-  // The loop waits for the queue to become non-empty; later submits of a
+  const bool was_empty = queued_ == 0;
+  if (was_empty) first_enqueue_ = req.enqueued;
+  scope->queue.push_back(std::move(req));
+  ++queued_;
+  // The loop waits for the queues to become non-empty; later submits of a
   // burst need no wake-up (it reads last_enqueue_ when it settles).
   if (was_empty) cv_.notify_one();
   return h;
 }
 
-void ContextImpl::Finish(OpRequest& req, Status status) {
+void ContextImpl::Finish(Scope& scope, OpRequest& req, Status status) {
   OpRequest* one = &req;
-  FinishAll(&one, 1, status);
+  FinishAll(scope, &one, 1, status);
 }
 
 // One lock for the whole batch: a fused step completes hundreds of requests.
-void ContextImpl::FinishAll(OpRequest* const* reqs, size_t n, const Status& status) {
+void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < n; ++i) {
-      for (const TensorSpec& t : reqs[i]->tensors) inflight_.erase(t.name);
+      for (const TensorSpec& t : reqs[i]->tensors) scope.inflight.erase(t.name);
     }
   }
   for (size_t i = 0; i < n; ++i) {
@@ -250,16 +359,57 @@ void ContextImpl::FinishAll(OpRequest* const* reqs, size_t n, const Status& stat
   }
 }
 
+size_t ContextImpl::pending() const {
+  size_t n = root_->controller->pending();
+  for (const auto& s : sets_) {
+    if (s) n += s->controller->pending();
+  }
+  return n;
+}
+
 void ContextImpl::FailEverything(const Status& why) {
-  std::deque<OpRequest> queued;
+  std::vector<std::shared_ptr<Scope>> scopes{root_};
+  for (const auto& w : all_sets_) {
+    if (auto s = w.lock()) scopes.push_back(std::move(s));
+  }
+  std::vector<std::deque<OpRequest>> queued(scopes.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopped_) stop_reason_ = why;  // keep the first reason
     stopped_ = true;
-    queued.swap(queue_);
+    for (size_t i = 0; i < scopes.size(); ++i) {
+      queued[i].swap(scopes[i]->queue);
+      if (i > 0 && !scopes[i]->closed) {
+        scopes[i]->closed = true;
+        scopes[i]->closed_reason =
+            Error(why.code(), "the process set's parent context stopped: " + why.message());
+      }
+    }
+    queued_ = 0;
   }
-  for (OpRequest& r : (controller_ ? controller_->TakeAll() : std::vector<OpRequest>())) Finish(r, why);
-  for (OpRequest& r : queued) Finish(r, why);
+  for (size_t i = 0; i < scopes.size(); ++i) {
+    Scope& sc = *scopes[i];
+    const Status st = i == 0 ? why : sc.closed_reason;
+    if (sc.controller) {
+      for (OpRequest& r : sc.controller->TakeAll()) Finish(sc, r, st);
+    }
+    for (OpRequest& r : queued[i]) Finish(sc, r, st);
+    for (OpRequest& r : sc.batch) Finish(sc, r, st);
+    sc.batch.clear();
+  }
+}
+
+// The sets' communicators go before the transport they run over (the loop
+// has stopped: nothing runs over them).
+void ContextImpl::ReleaseSets() {
+  std::vector<std::unique_ptr<Comm>> comms;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& w : all_sets_) {
+      if (auto s = w.lock()) comms.push_back(std::move(s->own_comm));
+    }
+  }
+  sets_.clear();
 }
 
 void ContextImpl::Shutdown() {
@@ -291,8 +441,62 @@ void ContextImpl::Shutdown() {
     }
     if (thread_.joinable()) thread_.join();
     FailEverything(Error(HVD_ERR_ABORTED, "the context has been shut down"));
+    ReleaseSets();
     timeline_.Close();
   });
+}
+
+Result<std::shared_ptr<Scope>> ContextImpl::MakeSet(std::vector<int32_t> spec) {
+  spec.insert(spec.begin() + 1, HostHash(shm::HostIdentity() + "|" + cfg_.hostname));
+  OpRequest req;
+  req.type = OpType::kProcessSet;
+  TensorSpec t;
+  t.dtype = HVD_INT32;
+  t.shape = {static_cast<int64_t>(spec.size())};
+  t.input = spec.data();
+  req.tensors.push_back(std::move(t));
+  req.handle = std::make_shared<Handle>("process set creation");
+  HVD_ASSIGN_OR_RETURN(std::shared_ptr<Handle> h, Enqueue(root_.get(), std::move(req)));
+  // Bounded: every rank of the context takes part, or the stall inspector
+  // (or the context stopping) ends it.
+  const Status st = h->Wait(-1);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = made_.find(h.get());
+  std::shared_ptr<Scope> set;
+  if (it != made_.end()) {
+    set = std::move(it->second);
+    made_.erase(it);
+  }
+  if (!st.ok()) return st;
+  return set;
+}
+
+Status ContextImpl::CloseSet(Scope* set) {
+  OpRequest req;
+  req.type = OpType::kCloseSet;
+  TensorSpec t;
+  t.dtype = HVD_UINT8;
+  t.shape = {0};
+  req.tensors.push_back(std::move(t));
+  req.handle = std::make_shared<Handle>("process set destruction");
+  auto h = Enqueue(set, std::move(req));
+  if (!h.ok()) {
+    // Already closed, or the context stopped: nothing left to agree on.
+    return Status::Ok();
+  }
+  Status st = (*h)->Wait(-1);
+  if (!st.ok()) {
+    // The members did not agree (a member never destroyed it: the stall
+    // inspector ended the wait): this rank leaves the set alone (the loop
+    // drops it); its pending requests fail.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!set->closed) {
+      set->closed = true;
+      set->closed_reason = Error(HVD_ERR_ABORTED, "the process set was destroyed on this rank");
+    }
+    cv_.notify_one();
+  }
+  return st;
 }
 
 // When the loop negotiates:
@@ -319,6 +523,15 @@ void ContextImpl::Shutdown() {
 //    limit per call, the negotiation runs under the peer timeout
 //    (HVD_PEER_TIMEOUT): a rank that has not entered it by then is stopped
 //    or cut off, and every rank's pending handles fail naming it.
+//  * Process sets: one negotiation serves the context and all its sets, so
+//    every rank takes part in the rounds that run a set's requests, member
+//    or not. While the last negotiation showed a set with pending requests,
+//    every rank negotiates again at once (ranks outside it wait inside the
+//    collective while its members run their data), and the heartbeat is
+//    10 ms while sets exist, so a set's first request after a quiet spell
+//    waits at most that for the ranks outside it. A rank outside a busy set
+//    can wait in the negotiation for as long as the set's transfers take, so
+//    with sets the negotiation keeps the transport timeout: no peer timeout.
 void ContextImpl::Loop() {
 #if defined(__linux__)
   // The default 50 us of timer slack would be added to every wake-up.
@@ -342,6 +555,8 @@ void ContextImpl::Loop() {
   }
   if (peer_timeout_ > 0) heartbeat_s = std::min(heartbeat_s, peer_timeout_ / 4);
   const auto heartbeat = duration_cast<Clock::duration>(duration<double>(heartbeat_s));
+  const auto set_heartbeat =
+      std::min<Clock::duration>(heartbeat, std::chrono::milliseconds(10));
   // Adaptive settle (see below): after kQuietAfter wake-ups in a row whose
   // settle window caught nothing, lone submits are negotiated at once.
   constexpr int kQuietAfter = 8;
@@ -349,25 +564,26 @@ void ContextImpl::Loop() {
   int quiet_wakeups = 0;
   uint64_t wakeups = 0;
   auto next = Clock::now();
-  std::deque<OpRequest> batch;
+  std::vector<std::shared_ptr<Scope>> dropped;  // sets closed on this rank alone
   while (true) {
     bool shutting_down;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [this] { return shutdown_requested_ || !queue_.empty(); };
-      if (controller_->pending() == 0) {
-        cv_.wait_until(lock, Clock::now() + heartbeat, ready);
+      auto ready = [this] { return shutdown_requested_ || queued_ > 0; };
+      if (pending() == 0 && !sets_busy_) {
+        cv_.wait_until(lock, Clock::now() + (slot_live_.empty() ? heartbeat : set_heartbeat),
+                       ready);
       } else {
         cv_.wait_until(lock, next, ready);
       }
-      if (!queue_.empty() && !shutdown_requested_) {
+      if (queued_ > 0 && !shutdown_requested_) {
         // Settle only where submits come in bursts: several already queued
         // by the time this thread runs, or a recent settle window caught
         // more; a probe every kProbeEvery-th wake-up notices a change.
         ++wakeups;
-        const size_t queued = queue_.size();
+        const size_t queued = queued_;
         if (queued > 1 || quiet_wakeups < kQuietAfter || wakeups % kProbeEvery == 0) {
-          const auto limit = queue_.front().enqueued + cycle;
+          const auto limit = first_enqueue_ + cycle;
           // A caller blocking on a handle ends the burst at once.
           auto done = [this] { return shutdown_requested_ || signal_->caller_waits; };
           for (;;) {
@@ -375,29 +591,61 @@ void ContextImpl::Loop() {
             if (Clock::now() >= until) break;
             if (cv_.wait_until(lock, until, done)) break;
           }
-          quiet_wakeups = queued > 1 || queue_.size() > queued ? 0 : quiet_wakeups + 1;
+          quiet_wakeups = queued > 1 || queued_ > queued ? 0 : quiet_wakeups + 1;
         }
       }
       shutting_down = shutdown_requested_;
-      batch.swap(queue_);
+      root_->batch.swap(root_->queue);
+      for (auto& set : sets_) {
+        if (!set) continue;
+        set->batch.swap(set->queue);
+        if (set->closed) dropped.push_back(std::move(set));  // its destruction failed here
+      }
+      queued_ = 0;
     }
+    for (auto& set : dropped) {
+      for (OpRequest& r : set->batch) Finish(*set, r, set->closed_reason);
+      set->batch.clear();
+      for (OpRequest& r : set->controller->TakeAll()) Finish(*set, r, set->closed_reason);
+      set->own_comm.reset();
+    }
+    dropped.clear();
     auto now = Clock::now();
-    for (OpRequest& r : batch) controller_->Add(std::move(r), now);
-    batch.clear();
+    uint64_t full_rounds = 0;
+    for (Scope* sc = root_.get(); sc != nullptr;) {
+      for (OpRequest& r : sc->batch) sc->controller->Add(std::move(r), now);
+      sc->batch.clear();
+      full_rounds += sc->controller->full_rounds();
+      // Next scope: the member sets in slot order.
+      Scope* following = nullptr;
+      for (size_t k = sc->slot < 0 ? 0 : static_cast<size_t>(sc->slot) + 1; k < sets_.size(); ++k) {
+        if (sets_[k]) {
+          following = sets_[k].get();
+          break;
+        }
+      }
+      sc = following;
+    }
 
     bool shutdown = false;
-    const uint64_t full_rounds = controller_->full_rounds();
-    controller_->set_proposal(tuner_->Proposal());
+    root_->controller->set_proposal(tuner_->Proposal());
     // The negotiation runs under the peer timeout, the transfers under the
-    // transport timeout.
-    Status s = peer_timeout_ > 0
-                   ? transport_->SetTimeout(peer_timeout_, HVD_TRANSPORT_LIMIT_PEER)
-                   : Status::Ok();
-    if (s.ok()) s = controller_->Cycle(this, shutting_down, now, &responses_, &shutdown);
-    if (s.ok() && peer_timeout_ > 0) {
+    // transport timeout (with process sets, both under the transport's).
+    const bool peer_limit = peer_timeout_ > 0 && slot_live_.empty();
+    Status s = peer_limit ? transport_->SetTimeout(peer_timeout_, HVD_TRANSPORT_LIMIT_PEER)
+                          : Status::Ok();
+    if (s.ok()) s = Negotiate(shutting_down, now, &shutdown);
+    if (s.ok() && peer_limit) {
       s = transport_->SetTimeout(cfg_.transport_timeout_s, HVD_TRANSPORT_LIMIT_TRANSFER);
     }
-    const bool changed = !responses_.empty() || controller_->full_rounds() != full_rounds;
+    bool changed = sets_busy_ || !root_->responses.empty();
+    uint64_t full_rounds_after = root_->controller->full_rounds();
+    for (const auto& set : sets_) {
+      if (!set) continue;
+      changed = changed || !set->responses.empty();
+      full_rounds_after += set->controller->full_rounds();
+    }
+    changed = changed || full_rounds_after != full_rounds;
     next = changed ? Clock::now() : Clock::now() + cycle;
     if (!s.ok()) {
       HVD_LOG(log_, HVD_LOG_ERROR, s.message());
@@ -411,7 +659,7 @@ void ContextImpl::Loop() {
       return;
     }
     TuneParams tuned;
-    if (tuner_->Apply(controller_->decided(), &tuned)) {
+    if (tuner_->Apply(root_->controller->decided(), &tuned)) {
       // Every rank switches in this same cycle, before bucketing its responses.
       fusion_threshold_ = tuned.fusion_threshold;
       cycle = duration_cast<Clock::duration>(duration<double, std::milli>(tuned.cycle_time_ms));
@@ -420,20 +668,75 @@ void ContextImpl::Loop() {
               "autotune: fusion threshold " << tuned.fusion_threshold << " bytes, cycle time "
                                             << tuned.cycle_time_ms << " ms");
     }
-    if (!responses_.empty()) {
-      const uint64_t bytes = Execute(responses_);
-      tuner_->Observe(bytes, now, Clock::now());
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopped_) return;
+    // The context's responses first (they may make sets: those take part
+    // from the next cycle), then each set's, in slot order: the same order
+    // on every rank, so sets sharing ranks never wait on each other.
+    uint64_t bytes = 0;
+    bool ran = false;
+    for (size_t k = 0; k <= sets_.size(); ++k) {
+      Scope* sc = k == 0 ? root_.get() : sets_[k - 1].get();
+      if (sc == nullptr || (sc->responses.empty() && !sc->close_agreed)) continue;
+      ran = true;
+      executor_->Use(sc->comm);
+      bytes += Execute(*sc);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopped_) return;
+      }
+      if (sc->close_agreed) CloseAgreed(*sc);
     }
+    if (ran) tuner_->Observe(bytes, now, Clock::now());
   }
+}
+
+// One allreduce (MIN over bytes) of the context's control bytes followed by
+// each slot's (see kSlotHeader), then each busy set's full rounds, if any,
+// over the set's own communicator. Every rank contributes to every cycle of
+// every set it belongs to, busy or not, so the sets' caches age alike.
+Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown) {
+  Controller& rc = *root_->controller;
+  const size_t head = rc.control_bytes();
+  const size_t per_slot = kSlotHeader + head;  // every set's controller has the same size
+  ctrl_.assign(head + slot_live_.size() * per_slot, 0xFF);
+  rc.Contribute(shutting_down, now, ctrl_.data());
+  for (size_t k = 0; k < sets_.size(); ++k) {
+    Scope* set = sets_[k].get();
+    if (set == nullptr) continue;
+    uint8_t* p = ctrl_.data() + head + k * per_slot;
+    p[0] = 0;
+    p[1] = set->controller->pending() > 0 ? 0 : 0xFF;
+    set->controller->Contribute(false, now, p + kSlotHeader);
+  }
+  HVD_CHECK(transport_->Allreduce(ctrl_.data(), ctrl_.size(), HVD_UINT8, HVD_MIN)
+                .Wrap("negotiation"));
+  HVD_CHECK(rc.Conclude(root_->plane.get(), ctrl_.data(), now, &root_->responses, shutdown));
+  if (*shutdown) return Status::Ok();
+  sets_busy_ = false;
+  for (size_t k = 0; k < slot_live_.size(); ++k) {
+    const uint8_t* p = ctrl_.data() + head + k * per_slot;
+    // No member holds the set any more: the slot is free on every rank.
+    if (p[0] != 0) slot_live_[k] = false;
+    Scope* set = k < sets_.size() ? sets_[k].get() : nullptr;
+    if (set != nullptr) set->responses.clear();
+    if (p[1] != 0) continue;
+    sets_busy_ = true;
+    if (set == nullptr) continue;
+    bool unused = false;
+    HVD_CHECK(set->controller->Conclude(set->plane.get(), p + kSlotHeader, now, &set->responses,
+                                        &unused)
+                  .Wrap("process set negotiation"));
+  }
+  while (!slot_live_.empty() && !slot_live_.back()) slot_live_.pop_back();
+  if (sets_.size() > slot_live_.size()) sets_.resize(slot_live_.size());
+  return Status::Ok();
 }
 
 // Groups allreduces into fusion batches (same dtype, op, scaling and device,
 // at most the fusion threshold of bytes), keeping every other operation in
 // response order. All ranks hold the same responses, so all build the same
 // batches in the same order.
-uint64_t ContextImpl::Execute(std::vector<Response>& responses) {
+uint64_t ContextImpl::Execute(Scope& scope) {
+  std::vector<Response>& responses = scope.responses;
   struct Unit {
     std::vector<OpRequest*> batch;  // allreduce batch
     OpRequest* single = nullptr;
@@ -457,13 +760,13 @@ uint64_t ContextImpl::Execute(std::vector<Response>& responses) {
 
   for (size_t i = 0; i < responses.size(); ++i) {
     Response& resp = responses[i];
-    have[i] = controller_->Take(resp.key, &reqs[i]);
+    have[i] = scope.controller->Take(resp.key, &reqs[i]);
     if (!have[i] && resp.error.ok() && resp.all && !resp.all->empty() &&
         resp.desc(0).type == OpType::kAllreduce &&
-        std::find(resp.joined.begin(), resp.joined.end(), cfg_.rank) != resp.joined.end()) {
+        std::find(resp.joined.begin(), resp.joined.end(), scope.rank) != resp.joined.end()) {
       // This rank has joined: it contributes zeros of the same shape and
       // throws the result away.
-      const RequestDesc& d = resp.desc(cfg_.rank);
+      const RequestDesc& d = resp.desc(scope.rank);
       OpRequest& ph = reqs[i];
       ph.type = OpType::kAllreduce;
       ph.reduce_op = d.reduce_op;
@@ -488,7 +791,14 @@ uint64_t ContextImpl::Execute(std::vector<Response>& responses) {
       timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
     }
     if (!resp.error.ok()) {
-      Finish(req, resp.error);
+      Finish(scope, req, resp.error);
+      continue;
+    }
+    if (req.type == OpType::kCloseSet) {
+      // Every member agreed: the set goes once this cycle's other
+      // responses have run (CloseAgreed).
+      scope.close_agreed = true;
+      Finish(scope, req, Status::Ok());
       continue;
     }
     if (req.type != OpType::kAllreduce) {
@@ -541,18 +851,27 @@ uint64_t ContextImpl::Execute(std::vector<Response>& responses) {
     }
     Status s = u.single != nullptr ? executor_->RunOne(*u.single, *u.resp)
                                        : executor_->RunAllreduceBatch(u.batch);
-    if (u.single != nullptr) {
-      Finish(*u.single, s);
-    } else {
-      FinishAll(u.batch.data(), u.batch.size(), s);
+    if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
+      s = FinishProcessSet(*u.single, *u.resp);
     }
-    if (!s.ok() && s.code() != HVD_ERR_MISMATCH && s.code() != HVD_ERR_INVALID_ARGUMENT) {
+    if (u.single != nullptr) {
+      Finish(scope, *u.single, s);
+    } else {
+      FinishAll(scope, u.batch.data(), u.batch.size(), s);
+    }
+    // Errors every rank reached alike leave the communicator working (a
+    // process set's bad list or tag range: HVD_ERR_UNSUPPORTED too).
+    const bool agreed =
+        s.code() == HVD_ERR_MISMATCH || s.code() == HVD_ERR_INVALID_ARGUMENT ||
+        (s.code() == HVD_ERR_UNSUPPORTED && u.single != nullptr &&
+         u.single->type == OpType::kProcessSet);
+    if (!s.ok() && !agreed) {
       // The transport failed: peers are gone or out of step.
       Status broken(s.code(), "the context can no longer communicate: " + s.message());
       HVD_LOG(log_, HVD_LOG_ERROR, broken.message());
       for (size_t j = k + 1; j < units.size(); ++j) {
-        if (units[j].single != nullptr) Finish(*units[j].single, broken);
-        for (OpRequest* r : units[j].batch) Finish(*r, broken);
+        if (units[j].single != nullptr) Finish(scope, *units[j].single, broken);
+        for (OpRequest* r : units[j].batch) Finish(scope, *r, broken);
       }
       FailEverything(broken);
       return moved;
@@ -563,24 +882,219 @@ uint64_t ContextImpl::Execute(std::vector<Response>& responses) {
 }
 
 
+// A process-set request's response, on every rank of the context in the
+// same cycle: every rank's spec has been allgathered into the handle's
+// output; every rank reaches the same verdict and, if it makes sets, the
+// same slots.
+Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
+  const int n = root_->size;
+  const int32_t* all = reinterpret_cast<const int32_t*>(req.handle->output.data());
+  std::vector<const int32_t*> spec(static_cast<size_t>(n));
+  std::vector<size_t> len(static_cast<size_t>(n));
+  size_t off = 0;
+  for (int r = 0; r < n; ++r) {
+    spec[r] = all + off;
+    len[r] = static_cast<size_t>(resp.desc(r).shapes[0][0]);
+    off += len[r];
+  }
+  const std::string what = "process set call '" + resp.key + "'";
+  auto describe = [&](int r) {
+    const int32_t* s = spec[r];
+    if (len[r] >= 3 && s[0] == kSpecList) {
+      return "hvd_process_set_create " + ListText(s + 3, len[r] - 3);
+    }
+    if (len[r] >= 4 && s[0] == kSpecSplit) {
+      return "hvd_context_split (color " + std::to_string(s[2]) + ", key " + std::to_string(s[3]) + ")";
+    }
+    return std::string("a malformed request");
+  };
+  for (int r = 0; r < n; ++r) {
+    const bool ok = (len[r] >= 3 && spec[r][0] == kSpecList &&
+                     len[r] == 3 + static_cast<size_t>(std::max(spec[r][2], 0))) ||
+                    (len[r] == 4 && spec[r][0] == kSpecSplit);
+    if (!ok) return Error(HVD_ERR_INTERNAL, what + ": rank " + std::to_string(r) + " sent a malformed request");
+  }
+  for (int r = 1; r < n; ++r) {
+    if (spec[r][0] != spec[0][0]) {
+      return Error(HVD_ERR_MISMATCH, "ranks disagree on the " + what + ": rank 0 called " +
+                                         describe(0) + ", rank " + std::to_string(r) + " called " +
+                                         describe(r));
+    }
+  }
+  std::vector<std::vector<int>> groups;
+  if (spec[0][0] == kSpecList) {
+    for (int r = 0; r < n; ++r) {
+      const int32_t* v = spec[r] + 3;
+      const size_t m = len[r] - 3;
+      std::string bad;
+      if (m == 0) bad = "it is empty";
+      for (size_t i = 0; i < m && bad.empty(); ++i) {
+        if (v[i] < 0 || v[i] >= n) {
+          bad = "rank " + std::to_string(v[i]) + " is out of range (the context has " +
+                std::to_string(n) + " ranks)";
+        } else if (i > 0 && v[i] == v[i - 1]) {
+          bad = "it lists rank " + std::to_string(v[i]) + " twice";
+        } else if (i > 0 && v[i] < v[i - 1]) {
+          bad = "it is not sorted ascending";
+        }
+      }
+      if (!bad.empty()) {
+        return Error(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) +
+                                                   " passed the process-set rank list " +
+                                                   ListText(v, m) + ": " + bad);
+      }
+    }
+    for (int r = 1; r < n; ++r) {
+      if (len[r] != len[0] || !std::equal(spec[r] + 3, spec[r] + len[r], spec[0] + 3)) {
+        return Error(HVD_ERR_MISMATCH, "ranks disagree on the process set's ranks (" + what +
+                                           "): rank 0 listed " + ListText(spec[0] + 3, len[0] - 3) +
+                                           ", rank " + std::to_string(r) + " listed " +
+                                           ListText(spec[r] + 3, len[r] - 3));
+      }
+    }
+    groups.emplace_back(spec[0] + 3, spec[0] + len[0]);
+  } else {
+    std::map<int32_t, std::vector<std::pair<int32_t, int>>> by_color;
+    for (int r = 0; r < n; ++r) {
+      const int32_t color = spec[r][2];
+      if (color < 0 && color != HVD_UNDEFINED_COLOR) {
+        return Error(HVD_ERR_INVALID_ARGUMENT,
+                     "rank " + std::to_string(r) + " passed color " + std::to_string(color) +
+                         " to hvd_context_split (a color is >= 0, or HVD_UNDEFINED_COLOR)");
+      }
+      if (color >= 0) by_color[color].emplace_back(spec[r][3], r);
+    }
+    for (auto& [color, v] : by_color) {
+      std::sort(v.begin(), v.end());
+      groups.emplace_back();
+      for (const auto& kr : v) groups.back().push_back(kr.second);
+    }
+  }
+
+  // Slots: the lowest free ones, in group order; a set of more than one
+  // rank needs a tag band (slot + 1) within the transport's range.
+  std::vector<size_t> slots;
+  std::vector<bool> taken = slot_live_;
+  for (const auto& g : groups) {
+    size_t k = 0;
+    while (k < taken.size() && taken[k]) ++k;
+    if (k == taken.size()) taken.push_back(false);
+    taken[k] = true;
+    slots.push_back(k);
+    if (g.size() > 1 && k + 1 >= transport_->tag_bands()) {
+      return Error(HVD_ERR_UNSUPPORTED,
+                   transport_->tag_bands() == 0
+                       ? std::string("process sets of more than one rank need a transport with "
+                                     "point-to-point; the ") + transport_->name() + " transport has none"
+                       : "too many process sets at once for the " + std::string(transport_->name()) +
+                             " transport's tag range (" + std::to_string(transport_->tag_bands() - 1) +
+                             " sets of more than one rank); destroy some first");
+    }
+  }
+  std::vector<int32_t> hosts(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) hosts[r] = spec[r][1];
+  std::shared_ptr<Scope> mine;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const size_t k = slots[i];
+    if (k >= slot_live_.size()) slot_live_.resize(k + 1, false);
+    slot_live_[k] = true;
+    if (sets_.size() < slot_live_.size()) sets_.resize(slot_live_.size());
+    const auto& g = groups[i];
+    auto at = std::find(g.begin(), g.end(), root_->rank);
+    if (at == g.end()) continue;
+    auto set = std::make_shared<Scope>();
+    set->slot = static_cast<int>(k);
+    set->members = g;
+    set->size = static_cast<int>(g.size());
+    set->rank = static_cast<int>(at - g.begin());
+    // Local ranks: members on this rank's host, in the set's order; cross
+    // ranks: members with this rank's local rank (Horovod's definition).
+    std::vector<int> local_of(g.size());
+    for (size_t j = 0; j < g.size(); ++j) {
+      int before = 0;
+      for (size_t q = 0; q < j; ++q) before += hosts[g[q]] == hosts[g[j]] ? 1 : 0;
+      local_of[j] = before;
+    }
+    const int me = set->rank;
+    set->local_rank = local_of[me];
+    set->local_size = 0;
+    set->cross_rank = 0;
+    set->cross_size = 0;
+    for (size_t j = 0; j < g.size(); ++j) {
+      if (hosts[g[j]] == hosts[g[me]]) ++set->local_size;
+      if (local_of[j] == set->local_rank) {
+        if (static_cast<int>(j) < me) ++set->cross_rank;
+        ++set->cross_size;
+      }
+    }
+    auto comm = transport_->OpenSubset(g, static_cast<uint32_t>(k + 1));
+    if (!comm.ok()) return comm.status().Wrap("making a process set");
+    set->own_comm = std::move(comm).value();
+    set->comm = set->own_comm.get();
+    set->plane = std::make_unique<CommPlane>(set->comm);
+    set->controller = std::make_unique<Controller>(
+        set->rank, set->size, cfg_.cache_capacity,
+        StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
+    sets_[k] = set;
+    mine = set;
+    HVD_LOG(log_, HVD_LOG_DEBUG,
+            "process set in slot " << k << ": " << set->size << " ranks, this rank is its rank "
+                                   << set->rank);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mine) all_sets_.push_back(mine);
+  // Forget sets already gone, so 1,000 create/destroy cycles keep this short.
+  all_sets_.erase(std::remove_if(all_sets_.begin(), all_sets_.end(),
+                                 [](const std::weak_ptr<Scope>& w) { return w.expired(); }),
+                  all_sets_.end());
+  made_[req.handle.get()] = mine;
+  return Status::Ok();
+}
+
+// Every member agreed to destroy the set (its kCloseSet response ran this
+// cycle): what is still pending in it fails, and its slot is released (the
+// next negotiation shows every rank that it is free).
+void ContextImpl::CloseAgreed(Scope& set) {
+  const Status why = Error(HVD_ERR_ABORTED, "the process set was destroyed");
+  std::deque<OpRequest> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    set.closed = true;
+    set.closed_reason = why;
+    queued.swap(set.queue);
+    queued_ -= std::min(queued_, queued.size());
+  }
+  for (OpRequest& r : set.controller->TakeAll()) Finish(set, r, why);
+  for (OpRequest& r : queued) Finish(set, r, why);
+  set.close_agreed = false;
+  set.own_comm.reset();
+  set.comm = nullptr;
+  const int slot = set.slot;
+  sets_[static_cast<size_t>(slot)].reset();  // may release the set: last use of `set`
+}
+
 // ---- Context -------------------------------------------------------------
 
-Context::Context(std::unique_ptr<ContextImpl> impl) : impl_(std::move(impl)) {}
-Context::~Context() { Shutdown(); }
+Context::Context(std::shared_ptr<ContextImpl> impl, std::shared_ptr<Scope> scope)
+    : impl_(std::move(impl)), scope_(std::move(scope)) {}
+Context::~Context() { (void)Shutdown(); }
 
 Result<std::unique_ptr<Context>> Context::Create(const hvd_params_t* params) {
   HVD_ASSIGN_OR_RETURN(Config cfg, ResolveConfig(params, ProcessEnv()));
-  auto impl = std::make_unique<ContextImpl>(std::move(cfg));
+  auto impl = std::make_shared<ContextImpl>(std::move(cfg));
   HVD_CHECK(impl->Start());
-  return std::unique_ptr<Context>(new Context(std::move(impl)));
+  std::shared_ptr<Scope> root = impl->root();
+  return std::unique_ptr<Context>(new Context(std::move(impl), std::move(root)));
 }
 
-int Context::rank() const { return impl_->cfg().rank; }
-int Context::size() const { return impl_->cfg().size; }
-int Context::local_rank() const { return impl_->cfg().local_rank; }
-int Context::local_size() const { return impl_->cfg().local_size; }
-int Context::cross_rank() const { return impl_->cfg().cross_rank; }
-int Context::cross_size() const { return impl_->cfg().cross_size; }
+int Context::rank() const { return scope_->rank; }
+int Context::size() const { return scope_->size; }
+int Context::local_rank() const { return scope_->local_rank; }
+int Context::local_size() const { return scope_->local_size; }
+int Context::cross_rank() const { return scope_->cross_rank; }
+int Context::cross_size() const { return scope_->cross_size; }
+bool Context::is_process_set() const { return scope_->slot >= 0; }
+const std::vector<int>& Context::parent_ranks() const { return scope_->members; }
 const char* Context::transport_name() const { return impl_->transport_name(); }
 Result<int64_t> Context::Query(const std::string& key) const { return impl_->Query(key); }
 Context::BufferStats Context::buffer_stats() const { return impl_->buffer_stats(); }
@@ -588,11 +1102,38 @@ Context::BufferStats Context::buffer_stats() const { return impl_->buffer_stats(
 Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest request) {
   if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");
   if (request.tensors.empty()) return Error(HVD_ERR_INTERNAL, "request without tensors");
-  return impl_->Enqueue(std::move(request));
+  return impl_->Enqueue(scope_.get(), std::move(request));
 }
 
-void Context::Shutdown() {
-  if (impl_) impl_->Shutdown();
+Result<std::unique_ptr<Context>> Context::Split(int color, int key) {
+  if (is_process_set()) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 "process sets of process sets are not supported: split the parent context");
+  }
+  HVD_ASSIGN_OR_RETURN(std::shared_ptr<Scope> set, impl_->MakeSet({1, color, key}));
+  if (!set) return std::unique_ptr<Context>();
+  return std::unique_ptr<Context>(new Context(impl_, std::move(set)));
+}
+
+Result<std::unique_ptr<Context>> Context::CreateProcessSet(const std::vector<int32_t>& ranks) {
+  if (is_process_set()) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 "process sets of process sets are not supported: create the set from the "
+                 "parent context");
+  }
+  std::vector<int32_t> spec{0, static_cast<int32_t>(ranks.size())};
+  spec.insert(spec.end(), ranks.begin(), ranks.end());
+  HVD_ASSIGN_OR_RETURN(std::shared_ptr<Scope> set, impl_->MakeSet(std::move(spec)));
+  if (!set) return std::unique_ptr<Context>();
+  return std::unique_ptr<Context>(new Context(impl_, std::move(set)));
+}
+
+Status Context::Shutdown() {
+  if (shut_ || !impl_) return Status::Ok();
+  shut_ = true;
+  if (is_process_set()) return impl_->CloseSet(scope_.get());
+  impl_->Shutdown();
+  return Status::Ok();
 }
 
 }  // namespace hvd

@@ -1,10 +1,14 @@
 // A Context is one communicator: it owns its configuration, rendezvous
 // client, transport, queue, fusion buffer, timeline and background thread.
+// A process set (Split, CreateProcessSet) is a Context too: its own ranks,
+// queue, negotiation, response cache and name scope, over its parent's
+// connections and driven by its parent's one background thread.
 // Nothing here is process-global.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "core/request.h"
@@ -13,6 +17,7 @@
 namespace hvd {
 
 class ContextImpl;
+struct Scope;
 
 class Context {
  public:
@@ -20,6 +25,23 @@ class Context {
   // and starts the background thread. params may be NULL.
   static Result<std::unique_ptr<Context>> Create(const hvd_params_t* params);
   ~Context();  // = Shutdown()
+
+  // Process sets: collective over this context's ranks (every rank calls,
+  // in the same order as its other process-set calls on this context). A
+  // rank outside the new set gets nullptr. Only a context made by Create
+  // can have process sets (not a process set itself).
+  //  - Split: MPI_Comm_split: ranks with the same color >= 0 form one set,
+  //    ordered by (key, rank); color HVD_UNDEFINED_COLOR joins none.
+  //  - CreateProcessSet: the listed ranks (sorted, distinct, in range), the
+  //    same list on every rank.
+  // Disagreeing ranks all get HVD_ERR_MISMATCH, a bad list or color
+  // HVD_ERR_INVALID_ARGUMENT, naming the rank and what it gave.
+  Result<std::unique_ptr<Context>> Split(int color, int key);
+  Result<std::unique_ptr<Context>> CreateProcessSet(const std::vector<int32_t>& ranks);
+  bool is_process_set() const;
+  // Ranks of the parent context, in this context's rank order (a context
+  // made by Create: 0 .. size - 1).
+  const std::vector<int>& parent_ranks() const;
 
   int rank() const;
   int size() const;
@@ -47,12 +69,18 @@ class Context {
   Result<std::shared_ptr<Handle>> Enqueue(OpRequest request);
 
   // Stops the background thread; pending handles complete with
-  // HVD_ERR_ABORTED; peers are told. Idempotent.
-  void Shutdown();
+  // HVD_ERR_ABORTED; peers are told; process sets made from it stop too
+  // (their pending handles complete with HVD_ERR_ABORTED and later calls
+  // fail). For a process set: destroys the set, collective over its
+  // members (pending handles complete with HVD_ERR_ABORTED). Idempotent.
+  // Returns the set's close status (Ok for a context made by Create).
+  Status Shutdown();
 
  private:
-  explicit Context(std::unique_ptr<ContextImpl> impl);
-  std::unique_ptr<ContextImpl> impl_;
+  Context(std::shared_ptr<ContextImpl> impl, std::shared_ptr<Scope> scope);
+  std::shared_ptr<ContextImpl> impl_;
+  std::shared_ptr<Scope> scope_;
+  bool shut_ = false;
 };
 
 }  // namespace hvd

@@ -125,7 +125,7 @@ Status Controller::Validate(const std::vector<RequestDesc>& all) const {
       what = "operation";
     } else if (a.names != b.names) {
       what = "group members";
-    } else if (a.type != OpType::kBarrier && a.dtype != b.dtype) {
+    } else if (a.type != OpType::kBarrier && a.type != OpType::kCloseSet && a.dtype != b.dtype) {
       what = "dtype";
     } else if ((a.device == HVD_DEVICE_CPU) != (b.device == HVD_DEVICE_CPU)) {
       what = "device kind";
@@ -139,12 +139,13 @@ Status Controller::Validate(const std::vector<RequestDesc>& all) const {
       for (size_t t = 0; t < a.shapes.size() && what == nullptr; ++t) {
         const auto& sa = a.shapes[t];
         const auto& sb = b.shapes[t];
-        if (a.type == OpType::kAllgather || a.type == OpType::kAlltoall) {
+        if (a.type == OpType::kAllgather || a.type == OpType::kAlltoall ||
+            a.type == OpType::kProcessSet) {
           if (sa.size() != sb.size() || !std::equal(sa.begin() + (sa.empty() ? 0 : 1), sa.end(),
                                                     sb.begin() + (sb.empty() ? 0 : 1))) {
             what = "shape (all dimensions but the first must agree)";
           }
-        } else if (a.type != OpType::kBarrier && sa != sb) {
+        } else if (a.type != OpType::kBarrier && a.type != OpType::kCloseSet && sa != sb) {
           what = "shape";
         }
         if (what != nullptr) member = t;
@@ -182,21 +183,26 @@ Status Controller::Validate(const std::vector<RequestDesc>& all) const {
 
 Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point now,
                          std::vector<Response>* out, bool* shutdown) {
+  Contribute(shutting_down, now, ctrl_.data());
+  HVD_CHECK(cp->AllreduceMinU8(ctrl_.data(), ctrl_.size()).Wrap("negotiation"));
+  return Conclude(cp, ctrl_.data(), now, out, shutdown);
+}
+
+void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* ctrl) {
   ++tick_;
-  out->clear();
-  *shutdown = false;
 
   // 1. Local state: find cache slots for new requests; drop stale slots.
   bool has_new = false;
   bool want_stall = false;
   bool want_warning = false;
-  std::fill(ctrl_.begin(), ctrl_.end(), 0);
+  std::fill(ctrl, ctrl + ctrl_.size(), 0);
   for (auto& [key, e] : pending_) {
     if (e.state == State::kCached && !cache_.Holds(e.slot, key)) {
       e.state = State::kNew;
       e.slot = -1;
     }
-    if (e.state == State::kNew && e.req.type != OpType::kBarrier) {
+    if (e.state == State::kNew && e.req.type != OpType::kBarrier &&
+        e.req.type != OpType::kProcessSet && e.req.type != OpType::kCloseSet) {
       int slot = cache_.Lookup(key, e.req, rank_);
       if (slot >= 0) {
         e.state = State::kCached;
@@ -204,7 +210,7 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
       }
     }
     if (e.state == State::kNew) has_new = true;
-    if (e.state == State::kCached) ctrl_[kHeader + e.slot] = 1;
+    if (e.state == State::kCached) ctrl[kHeader + e.slot] = 1;
     double age = Seconds(now - e.enqueued);
     if (stall_.warning_s > 0 && age >= stall_.warning_s &&
         Seconds(now - last_stall_warning_) >= stall_.warning_s) {
@@ -217,24 +223,30 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
   }
   if (joined_[rank_]) {
     // A joined rank takes part in whatever the others are ready for.
-    std::fill(ctrl_.begin() + kHeader, ctrl_.end(), 1);
+    std::fill(ctrl + kHeader, ctrl + ctrl_.size(), 1);
   }
-  ctrl_[0] = has_new ? 0 : 1;
-  ctrl_[1] = shutting_down ? 0 : 1;
-  ctrl_[2] = want_stall ? 0 : 1;
-  ctrl_[3] = proposal_;
+  ctrl[0] = has_new ? 0 : 1;
+  ctrl[1] = shutting_down ? 0 : 1;
+  ctrl[2] = want_stall ? 0 : 1;
+  ctrl[3] = proposal_;
+  want_warning_ = want_warning;
+}
 
-  HVD_CHECK(cp->AllreduceMinU8(ctrl_.data(), ctrl_.size()).Wrap("negotiation"));
-  decided_ = ctrl_[3];
+Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, Clock::time_point now,
+                            std::vector<Response>* out, bool* shutdown) {
+  out->clear();
+  *shutdown = false;
+  const bool want_warning = want_warning_;
+  decided_ = ctrl[3];
 
-  if (ctrl_[1] == 0) {
+  if (ctrl[1] == 0) {
     *shutdown = true;
     return Status::Ok();
   }
 
   // 2. Requests every rank has in the cache: ready now, in slot order.
   for (int s = 0; s < cache_.capacity(); ++s) {
-    if (ctrl_[kHeader + s] == 0) continue;
+    if (ctrl[kHeader + s] == 0) continue;
     cache_.Touch(s, tick_);
     Response r;
     r.key = cache_.KeyOf(s);
@@ -251,8 +263,8 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
     if (it != pending_.end()) it->second.state = State::kAnnounced;
   }
 
-  bool full = ctrl_[0] == 0;
-  bool stall_round = ctrl_[2] == 0;
+  bool full = ctrl[0] == 0;
+  bool stall_round = ctrl[2] == 0;
   if (!full && !stall_round) return Status::Ok();
 
   // 3. Full round: everyone's new descriptors (and, on request, stall reports).
@@ -433,7 +445,8 @@ bool Controller::TryComplete(const std::string& key, std::vector<Response>* out)
   }
   if (resp.error.ok()) {
     resp.all = std::make_shared<const std::vector<RequestDesc>>(std::move(row.descs));
-    if (type != OpType::kBarrier && type != OpType::kJoin && absent.empty()) {
+    if (type != OpType::kBarrier && type != OpType::kJoin && type != OpType::kProcessSet &&
+        type != OpType::kCloseSet && absent.empty()) {
       cache_.Insert(key, resp.all, tick_);
     }
   }

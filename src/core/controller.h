@@ -102,8 +102,20 @@ class Controller {
 
   // One negotiation cycle. Fills `out` with the responses, in the same order
   // on every rank, and sets *shutdown when any rank is shutting down.
+  // = Contribute, cp->AllreduceMinU8 of those bytes, Conclude.
   Status Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point now,
                std::vector<Response>* out, bool* shutdown);
+
+  // The two halves of a cycle, for a caller that runs the MIN itself (the
+  // loop packs the control bytes of a context and of its process sets into
+  // one allreduce, where ranks outside a set contribute 0xFF, MIN's
+  // identity). Contribute writes this rank's control_bytes() bytes;
+  // Conclude reads their MIN over the ranks and runs any full round
+  // over cp (its AllgatherBytes only).
+  size_t control_bytes() const { return ctrl_.size(); }
+  void Contribute(bool shutting_down, Clock::time_point now, uint8_t* ctrl);
+  Status Conclude(ControlPlane* cp, const uint8_t* ctrl, Clock::time_point now,
+                  std::vector<Response>* out, bool* shutdown);
 
   // The local request behind a response; false if this rank has none (e.g.
   // a stall error for a request this rank never made).
@@ -151,6 +163,7 @@ class Controller {
   std::map<std::string, TableRow> table_;
   std::vector<bool> joined_;  // ranks whose join was announced, until all join
   std::vector<uint8_t> ctrl_;
+  bool want_warning_ = false;  // Contribute -> Conclude
   uint8_t proposal_ = 255, decided_ = 255;
   uint64_t tick_ = 0;
   uint64_t full_rounds_ = 0;

@@ -201,7 +201,8 @@ Status Executor::RunOne(OpRequest& req, const Response& resp) {
       HVD_CHECK(transport_->Broadcast(t.output, bytes, req.root));
       break;
     }
-    case OpType::kAllgather: {
+    case OpType::kAllgather:
+    case OpType::kProcessSet: {
       std::vector<size_t> recv(static_cast<size_t>(n));
       int64_t rows = 0;
       size_t total = 0;
@@ -288,6 +289,7 @@ Status Executor::RunOne(OpRequest& req, const Response& resp) {
       HVD_CHECK(transport_->Barrier());
       break;
     case OpType::kJoin:
+    case OpType::kCloseSet:
       break;  // negotiation did the work: every rank has joined
     case OpType::kAllreduce:
       return Error(HVD_ERR_INTERNAL, "allreduce routed outside the fusion path");

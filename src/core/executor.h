@@ -13,15 +13,24 @@
 #include "core/fusion_buffer.h"
 #include "core/request.h"
 #include "core/timeline.h"
-#include "core/transport_loader.h"
+#include "core/comm.h"
 
 namespace hvd {
 
 class Executor {
  public:
-  Executor(Transport* transport, Timeline* timeline, int rank, int size, size_t pool_bytes)
-      : transport_(transport), timeline_(timeline), rank_(rank), size_(size),
+  Executor(Comm* comm, Timeline* timeline, size_t pool_bytes)
+      : transport_(comm), timeline_(timeline), rank_(comm->rank()), size_(comm->size()),
         results_(std::make_shared<BufferPool>(pool_bytes)) {}
+
+  // The communicator the next runs use: the context's, or one of its
+  // process sets' (which share this executor's buffers: one loop thread
+  // runs them all, one at a time).
+  void Use(Comm* comm) {
+    transport_ = comm;
+    rank_ = comm->rank();
+    size_ = comm->size();
+  }
 
   // A fused allreduce: every request has the same dtype, op and scale
   // factors (the loop's bucketing guarantees it).
@@ -38,7 +47,7 @@ class Executor {
   Status TakeOutput(Handle* h, size_t bytes);
   Status RunAdasumBatch(std::vector<OpRequest*>& batch);
 
-  Transport* transport_;
+  Comm* transport_;
   Timeline* timeline_;
   int rank_;
   int size_;

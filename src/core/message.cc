@@ -31,7 +31,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 std::string RequestDesc::Describe() const {
   std::ostringstream os;
   os << OpTypeName(type) << " '" << key << "'";
-  if (type == OpType::kBarrier || type == OpType::kJoin) return os.str();
+  if (type == OpType::kBarrier || type == OpType::kJoin || type == OpType::kCloseSet) return os.str();
   os << " " << DtypeName(dtype);
   if (shapes.size() == 1) {
     os << ShapeString(shapes[0]);
@@ -164,7 +164,7 @@ bool DecodeDesc(ByteReader* r, RequestDesc* d) {
       !r->U32(&root) || !r->F64(&d->prescale) || !r->F64(&d->postscale) || !r->U32(&n)) {
     return false;
   }
-  if (type > static_cast<uint8_t>(OpType::kJoin) || op > HVD_ADASUM || !IsValidDtype(dtype) ||
+  if (type > static_cast<uint8_t>(OpType::kCloseSet) || op > HVD_ADASUM || !IsValidDtype(dtype) ||
       n > kMaxItems || n == 0) {
     return false;
   }

@@ -15,6 +15,8 @@ const char* OpTypeName(OpType t) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
     case OpType::kJoin: return "join";
+    case OpType::kProcessSet: return "process set creation";
+    case OpType::kCloseSet: return "process set destruction";
   }
   return "unknown";
 }

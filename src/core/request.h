@@ -23,6 +23,9 @@ enum class OpType : uint8_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
+  // Internal (the loop makes and runs them; no user call submits them directly):
+  kProcessSet = 7,  // hvd_process_set_create / hvd_context_split: an allgather of int32 specs
+  kCloseSet = 8,    // destroying a process set: no data, like a barrier
 };
 const char* OpTypeName(OpType t);
 

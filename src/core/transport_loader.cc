@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -401,7 +402,7 @@ namespace {
 // serves MPI too.
 class TransportExchange : public shm::Exchange {
  public:
-  TransportExchange(Transport* t, int size) : t_(t), size_(size) {}
+  TransportExchange(Comm* t, int size) : t_(t), size_(size) {}
   int Allgather(const char*, const std::string& mine, std::vector<std::string>* all,
                 std::string* err) override {
     std::vector<uint64_t> lens(static_cast<size_t>(size_));
@@ -427,7 +428,7 @@ class TransportExchange : public shm::Exchange {
   }
 
  private:
-  Transport* t_;
+  Comm* t_;
   int size_;
 };
 
@@ -448,7 +449,11 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
   std::unique_ptr<Transport> t(new Transport());
   t->log_ = log;
   t->dl_ = f.dl;
+  t->rank_ = env.rank;
   t->size_ = env.size;
+  t->limit_s_ = env.timeout_s;
+  t->shm_enabled_ = opts.shm;
+  t->shm_switch_ = opts.shm_switch;
   if (f.v4) {
     t->v4_ = true;
     t->v4_table_ = f.v4_table;
@@ -509,6 +514,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
   reduce_ = env.reduce != nullptr ? env.reduce : hvd_reduce_kernel;
   const int rank = info_.rank >= 0 ? info_.rank : env.rank;
   const int size = info_.size > 0 ? info_.size : env.size;
+  rank_ = rank;
   size_ = size;
   const struct {
     const char* key;
@@ -636,19 +642,23 @@ hvd_transport_buffer_t Transport::Host(const void* data, size_t bytes) const {
   return b;
 }
 
-Status Transport::ShmFailure(const char* what, const shm::Error& e) {
+Status Transport::ShmFailure(shm::Segment& seg, const char* what, const shm::Error& e,
+                             const std::vector<int>* members) {
   std::string msg = e.what();
   if (e.code == HVD_ERR_TIMEOUT && peer_limit_ && !e.missing.empty()) {
     char secs[32];
-    std::snprintf(secs, sizeof(secs), "%g", shm_->timeout());
+    std::snprintf(secs, sizeof(secs), "%g", seg.timeout());
     std::string who;
-    for (int r : e.missing) who += (who.empty() ? "" : ", ") + Who(r);
+    for (int r : e.missing) {
+      const int pr = members != nullptr ? (*members)[static_cast<size_t>(r)] : r;
+      who += (who.empty() ? "" : ", ") + Who(pr);
+    }
     msg = std::string(what) + " (shm): " + who + (e.missing.size() == 1 ? " has" : " have") +
           " not answered for " + secs + " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
   }
   Status st = Error(static_cast<hvd_status_t>(e.code), std::string(name_) + " " + what + " failed: " + msg);
   Broke(st);
-  shm_->Abort(e.code, msg);  // peers waiting in the segment fail at once
+  seg.Abort(e.code, msg);  // peers waiting in the segment fail at once
   // The communicator is broken for the core: the plugin's too (its finalize
   // then knows a peer may be gone, and nothing waits on it).
   if (v4_table_.abort != nullptr) v4_table_.abort(comm_, e.code, msg.c_str());
@@ -669,11 +679,15 @@ algo::Algorithm Transport::Choose(int c, size_t bytes) const {
   const size_t limit = info_.native_max_bytes[c];
   const bool within = c == HVD_TRANSPORT_ALLTOALLV ? limit == SIZE_MAX : bytes <= limit;
   if (natives[c] != nullptr && (!links_ || within)) return Algorithm::kNative;
-  const int size = links_ ? links_->size() : 1;
+  return ChooseP2p(c, bytes, *links_);
+}
+
+algo::Algorithm Transport::ChooseP2p(int c, size_t bytes, const algo::Links& links) const {
+  using algo::Algorithm;
   switch (c) {
-    case HVD_TRANSPORT_ALLREDUCE: return algo::ChooseAllreduce(size, bytes);
+    case HVD_TRANSPORT_ALLREDUCE: return algo::ChooseAllreduce(links.size(), bytes);
     case HVD_TRANSPORT_BROADCAST:
-      return algo::ChooseBroadcast(size, bytes, links_->segment_bytes());
+      return algo::ChooseBroadcast(links.size(), bytes, links.segment_bytes());
     case HVD_TRANSPORT_ALLTOALLV: return Algorithm::kPairwise;
     case HVD_TRANSPORT_BARRIER: return Algorithm::kDissemination;
     default: return Algorithm::kRing;
@@ -691,7 +705,7 @@ Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_redu
         shm::Allreduce(*shm_, reduce_, static_cast<uint8_t*>(buf), count, es, dtype, op);
         return Status::Ok();
       } catch (const shm::Error& e) {
-        return ShmFailure("allreduce", e);
+        return ShmFailure(*shm_, "allreduce", e);
       }
     case algo::Algorithm::kNative: {
       const hvd_transport_buffer_t b = Host(buf, count * es);
@@ -722,7 +736,7 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
         shm::Reducescatter(*shm_, reduce_, static_cast<uint8_t*>(buf), start.data(), es, dtype, op);
         return Status::Ok();
       } catch (const shm::Error& e) {
-        return ShmFailure("reducescatter", e);
+        return ShmFailure(*shm_, "reducescatter", e);
       }
     case algo::Algorithm::kNative: {
       const hvd_transport_buffer_t b = Host(buf, start.back() * es);
@@ -744,7 +758,7 @@ Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspan
     shm::AllreduceSpans(*shm_, reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
     return Status::Ok();
   } catch (const shm::Error& e) {
-    return ShmFailure("allreduce", e);
+    return ShmFailure(*shm_, "allreduce", e);
   }
 }
 
@@ -761,7 +775,7 @@ Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_by
         shm::Allgatherv(*shm_, static_cast<const uint8_t*>(send), static_cast<uint8_t*>(recv), recv_bytes);
         return Status::Ok();
       } catch (const shm::Error& e) {
-        return ShmFailure("allgather", e);
+        return ShmFailure(*shm_, "allgather", e);
       }
     case algo::Algorithm::kNative: {
       const int rank = links_ ? links_->rank() : static_cast<int>(FactOr("rank", 0));
@@ -783,7 +797,7 @@ Status Transport::Broadcast(void* buf, size_t bytes, int root) {
         shm::Broadcast(*shm_, static_cast<uint8_t*>(buf), bytes, root);
         return Status::Ok();
       } catch (const shm::Error& e) {
-        return ShmFailure("broadcast", e);
+        return ShmFailure(*shm_, "broadcast", e);
       }
     case algo::Algorithm::kNative: {
       const hvd_transport_buffer_t b = Host(buf, bytes);
@@ -824,7 +838,7 @@ Status Transport::Barrier() {
         shm_->Barrier("barrier (shm)");
         return Status::Ok();
       } catch (const shm::Error& e) {
-        return ShmFailure("barrier", e);
+        return ShmFailure(*shm_, "barrier", e);
       }
     case algo::Algorithm::kNative:
       return Check(v4_table_.barrier(comm_), "barrier");
@@ -833,12 +847,235 @@ Status Transport::Barrier() {
   }
 }
 
+// ---- process sets ------------------------------------------------------------
+
+// A process set over the transport's point-to-point (OpenSubset). A set of
+// one rank needs no peer: its collectives are copies or nothing.
+class Transport::Subset : public Comm {
+ public:
+  Subset(Transport* t, std::vector<int> members, uint32_t band)
+      : t_(t), members_(std::move(members)), size_(static_cast<int>(members_.size())) {
+    for (int i = 0; i < size_; ++i) {
+      if (members_[static_cast<size_t>(i)] == t->rank_) rank_ = i;
+    }
+    if (size_ > 1) {
+      links_ = std::make_unique<algo::SubsetLinks>(t->links_.get(), members_,
+                                                   band * algo::SubsetLinks::kTagBand);
+    }
+  }
+  ~Subset() override {
+    if (shm_) {
+      {
+        std::lock_guard<std::mutex> lock(t_->fail_mu_);
+        auto& v = t_->subset_shm_;
+        v.erase(std::remove(v.begin(), v.end(), shm_.get()), v.end());
+      }
+      shm_->Depart();
+    }
+  }
+
+  // The shared-memory path, agreed among the members as the transport's own.
+  Status Start() {
+    if (size_ == 1) return Status::Ok();
+    shm::Options o;
+    o.transport = t_->name_;
+    o.enabled = t_->shm_enabled_;
+    o.switch_name = t_->shm_switch_.c_str();
+    const std::string prefix = std::string("/hvd-") + t_->name_ + "-";
+    o.name_prefix = prefix.c_str();
+    o.fallback = "point-to-point";
+    o.rank = rank_;
+    o.size = size_;
+    o.timeout_s = t_->limit_s_;
+    Logger* log = t_->log_;
+    o.log = [log](int level, const std::string& msg) {
+      if (log != nullptr) log->Write(level, "process set: " + msg);
+    };
+    TransportExchange ex(this, size_);
+    std::string why;
+    const int st = shm::Setup(ex, o, &shm_, &why);
+    if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), "process set: " + why);
+    if (shm_) {
+      std::lock_guard<std::mutex> lock(t_->fail_mu_);
+      t_->subset_shm_.push_back(shm_.get());
+    }
+    return Status::Ok();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  bool has_reducescatter() const override { return true; }
+  bool allreduce_spans() const override { return shm_ != nullptr && Choose(0, 0) == algo::Algorithm::kShm; }
+
+  Status Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) override {
+    HVD_CHECK(Enter("allreduce"));
+    if (size_ == 1) return Status::Ok();
+    const size_t es = DtypeSize(dtype);
+    switch (Choose(HVD_TRANSPORT_ALLREDUCE, count * es)) {
+      case algo::Algorithm::kShm:
+        try {
+          shm::Allreduce(*shm_, t_->reduce_, static_cast<uint8_t*>(buf), count, es, dtype, op);
+          return Status::Ok();
+        } catch (const shm::Error& e) {
+          return t_->ShmFailure(*shm_, "allreduce", e, &members_);
+        }
+      case algo::Algorithm::kDirect:
+        return algo::AllreduceDirect(*links_, scratch_, t_->reduce_, buf, count, dtype, op);
+      default:
+        return algo::AllreduceRing(*links_, scratch_, t_->reduce_, buf, count, dtype, op);
+    }
+  }
+  Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype,
+                       hvd_reduce_op_t op) override {
+    HVD_CHECK(Enter("reducescatter"));
+    if (size_ == 1) return Status::Ok();
+    const size_t es = DtypeSize(dtype);
+    std::vector<size_t> start(static_cast<size_t>(size_) + 1, 0);
+    for (int p = 0; p < size_; ++p) start[p + 1] = start[p] + counts[p];
+    if (Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es) == algo::Algorithm::kShm) {
+      try {
+        shm::Reducescatter(*shm_, t_->reduce_, static_cast<uint8_t*>(buf), start.data(), es, dtype, op);
+        return Status::Ok();
+      } catch (const shm::Error& e) {
+        return t_->ShmFailure(*shm_, "reducescatter", e, &members_);
+      }
+    }
+    return algo::ReducescatterRing(*links_, scratch_, t_->reduce_, buf, counts, dtype, op);
+  }
+  Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
+                        hvd_reduce_op_t op) override {
+    HVD_CHECK(Enter("allreduce"));
+    if (!allreduce_spans()) {
+      return Error(HVD_ERR_UNSUPPORTED, "this process set does not serve allreduce_spans");
+    }
+    try {
+      shm::AllreduceSpans(*shm_, t_->reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
+      return Status::Ok();
+    } catch (const shm::Error& e) {
+      return t_->ShmFailure(*shm_, "allreduce", e, &members_);
+    }
+  }
+  Status Allgatherv(const void* send, void* recv, const size_t* recv_bytes) override {
+    HVD_CHECK(Enter("allgather"));
+    size_t total = 0;
+    for (int p = 0; p < size_; ++p) total += recv_bytes[p];
+    if (size_ == 1) {
+      if (total > 0 && recv != send) std::memmove(recv, send, total);
+      return Status::Ok();
+    }
+    if (Choose(HVD_TRANSPORT_ALLGATHERV, total) == algo::Algorithm::kShm) {
+      try {
+        shm::Allgatherv(*shm_, static_cast<const uint8_t*>(send), static_cast<uint8_t*>(recv), recv_bytes);
+        return Status::Ok();
+      } catch (const shm::Error& e) {
+        return t_->ShmFailure(*shm_, "allgather", e, &members_);
+      }
+    }
+    return algo::AllgathervRing(*links_, send, recv, recv_bytes);
+  }
+  Status Broadcast(void* buf, size_t bytes, int root) override {
+    HVD_CHECK(Enter("broadcast"));
+    if (size_ == 1) return Status::Ok();
+    switch (Choose(HVD_TRANSPORT_BROADCAST, bytes)) {
+      case algo::Algorithm::kShm:
+        try {
+          shm::Broadcast(*shm_, static_cast<uint8_t*>(buf), bytes, root);
+          return Status::Ok();
+        } catch (const shm::Error& e) {
+          return t_->ShmFailure(*shm_, "broadcast", e, &members_);
+        }
+      case algo::Algorithm::kChain:
+        return algo::BroadcastChain(*links_, buf, bytes, root);
+      default:
+        return algo::BroadcastTree(*links_, buf, bytes, root);
+    }
+  }
+  Status Alltoallv(const void* send, const size_t* send_bytes, void* recv,
+                   const size_t* recv_bytes) override {
+    HVD_CHECK(Enter("alltoall"));
+    if (size_ == 1) {
+      if (send_bytes[0] > 0 && recv != send) std::memmove(recv, send, send_bytes[0]);
+      return Status::Ok();
+    }
+    return algo::AlltoallvPairwise(*links_, send, send_bytes, recv, recv_bytes);
+  }
+  Status Barrier() override {
+    HVD_CHECK(Enter("barrier"));
+    if (size_ == 1) return Status::Ok();
+    if (Choose(HVD_TRANSPORT_BARRIER, 0) == algo::Algorithm::kShm) {
+      try {
+        shm_->Barrier("barrier (shm)");
+        return Status::Ok();
+      } catch (const shm::Error& e) {
+        return t_->ShmFailure(*shm_, "barrier", e, &members_);
+      }
+    }
+    return algo::BarrierDissemination(*links_);
+  }
+
+ private:
+  // Every call: the transport still works, and the limit in force applies.
+  Status Enter(const char* op) {
+    if (t_->broken()) return t_->Unusable();
+    t_->op_ = op;
+    if (shm_) shm_->set_timeout(t_->limit_s_);
+    return Status::Ok();
+  }
+  // The transport's forced algorithm where a set can run it (natives span
+  // the plugin's whole communicator), else shared memory, else point-to-point.
+  algo::Algorithm Choose(int c, size_t bytes) const {
+    using algo::Algorithm;
+    const Algorithm forced = t_->forced_[c];
+    if (forced == Algorithm::kShm && shm_) return forced;
+    if (forced != Algorithm::kAuto && forced != Algorithm::kShm && forced != Algorithm::kNative) {
+      return forced;
+    }
+    if (shm_ && c != HVD_TRANSPORT_ALLTOALLV) return Algorithm::kShm;
+    return t_->ChooseP2p(c, bytes, *links_);
+  }
+
+  Transport* t_;
+  std::vector<int> members_;
+  int size_;
+  int rank_ = -1;
+  std::unique_ptr<algo::SubsetLinks> links_;
+  std::unique_ptr<shm::Segment> shm_;
+  algo::Scratch scratch_;
+};
+
+uint32_t Transport::tag_bands() const {
+  if (!v4_ || !links_) return 0;
+  const uint64_t tags = static_cast<uint64_t>(info_.max_tag) + 1;
+  return static_cast<uint32_t>(std::min<uint64_t>(tags / algo::SubsetLinks::kTagBand, UINT32_MAX));
+}
+
+Result<std::unique_ptr<Comm>> Transport::OpenSubset(std::vector<int> members, uint32_t band) {
+  if (members.size() > 1 && (!v4_ || !links_)) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 std::string("process sets of more than one rank need a transport with "
+                             "point-to-point (a version 4 plugin with HVD_TRANSPORT_CAP_P2P); the ") +
+                     name_ + " transport has none");
+  }
+  if (members.size() > 1 && (band == 0 || band >= tag_bands())) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 std::string("too many process sets at once for the ") + name_ +
+                     " transport's tag range (max_tag " + std::to_string(info_.max_tag) + ": " +
+                     std::to_string(tag_bands() > 0 ? tag_bands() - 1 : 0) +
+                     " sets); remove some first");
+  }
+  if (broken()) return Unusable();
+  auto sub = std::make_unique<Subset>(this, std::move(members), band);
+  HVD_CHECK(sub->Start());
+  return std::unique_ptr<Comm>(std::move(sub));
+}
+
 Status Transport::SetTimeout(double timeout_s, int32_t kind) {
   if (!has_set_timeout()) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " has no set_timeout entry");
   }
   if (!v4_) return Check(v3_->set_timeout(comm_, timeout_s, kind), "set_timeout");
   peer_limit_ = kind == HVD_TRANSPORT_LIMIT_PEER;
+  limit_s_ = timeout_s;
   if (shm_) shm_->set_timeout(timeout_s);
   return Check(v4_table_.set_timeout(comm_, timeout_s, kind), "set_timeout");
 }
@@ -856,6 +1093,8 @@ bool Transport::Abort(hvd_status_t status, const std::string& reason) noexcept {
       shm_->Abort(status, reason);
       done = true;
     }
+    std::lock_guard<std::mutex> lock(fail_mu_);
+    for (shm::Segment* seg : subset_shm_) seg->Abort(status, reason);
   } catch (...) {
   }
   if (v4_ && comm_ != nullptr && v4_table_.abort != nullptr) {

@@ -13,6 +13,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/shm.h"
 #include "common/status.h"
+#include "core/comm.h"
 #include "core/logging.h"
 #include "hvd_transport.h"
 
@@ -64,7 +65,7 @@ struct TransportOptions {
 // plugin the core's algorithms run over its point-to-point (algorithms/),
 // with the shared-memory path and the plugin's native collectives chosen
 // per call (Choose); versions 1-3 run their own collectives.
-class Transport {
+class Transport : public Comm {
  public:
   // Loads `name` and connects (table->init). search_path: ':'-separated folders.
   static Result<std::unique_ptr<Transport>> Open(const std::string& name,
@@ -86,24 +87,28 @@ class Transport {
   // static storage (PersistentTransportName): valid after this is destroyed.
   const char* name() const { return name_; }
 
-  Status Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
-  Status Allgatherv(const void* send, void* recv, const size_t* recv_bytes);
-  Status Broadcast(void* buf, size_t bytes, int root);
-  Status Alltoallv(const void* send, const size_t* send_bytes, void* recv, const size_t* recv_bytes);
-  Status Barrier();
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) override;
+  Status Allgatherv(const void* send, void* recv, const size_t* recv_bytes) override;
+  Status Broadcast(void* buf, size_t bytes, int root) override;
+  Status Alltoallv(const void* send, const size_t* send_bytes, void* recv,
+                   const size_t* recv_bytes) override;
+  Status Barrier() override;
   // In place over sum(counts) elements; on return this rank's block holds its
   // reduction (see hvd_transport_v2_t). HVD_ERR_UNSUPPORTED where the plugin
   // lacks the entry point (has_reducescatter()).
-  Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype, hvd_reduce_op_t op);
-  bool has_reducescatter() const {
+  Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype,
+                       hvd_reduce_op_t op) override;
+  bool has_reducescatter() const override {
     return v4_ || (v2_ != nullptr && v2_->reducescatter != nullptr);
   }
   // In place over the concatenation of spans, as one allreduce of them packed
   // (hvd_transport_v2_t). Only where allreduce_spans(): the plugin has the
   // entry point and its query("allreduce_spans") answered 1 at start.
   Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
-                        hvd_reduce_op_t op);
-  bool allreduce_spans() const { return spans_; }
+                        hvd_reduce_op_t op) override;
+  bool allreduce_spans() const override { return spans_; }
   // What the transport said at start (never asks it again: answered from
   // what Open kept, so any thread may call it): "rank", "size",
   // "local_rank", "local_size", "cross_rank", "cross_size" (where the
@@ -126,12 +131,39 @@ class Transport {
   // (version 4), for logs and tests.
   algo::Algorithm Choose(int collective, size_t bytes) const;
 
+  // A process set: `members` (ranks of this transport, distinct, in the
+  // set's rank order, this rank among them) as a communicator of its own.
+  // It runs the core's algorithms over this transport's point-to-point with
+  // its tags in band `band` (algo::SubsetLinks; band 0 is this transport's
+  // own, so 1 <= band < tag_bands()), and shared memory of its own where
+  // every member shares a host (the same choice as the transport's: on
+  // unless TransportOptions::shm is off). No native collectives: they span
+  // the plugin's whole communicator. Collective over the members (the
+  // shared-memory set-up); the loop thread only; this transport must
+  // outlive it. A failure breaks the transport (every communicator over it).
+  // HVD_ERR_UNSUPPORTED for a set of more than one rank where the transport
+  // has no point-to-point (versions 1-3, or a version 4 plugin without it).
+  Result<std::unique_ptr<Comm>> OpenSubset(std::vector<int> members, uint32_t band);
+  // How many tag bands of algo::SubsetLinks::kTagBand tags the plugin's tag
+  // range holds (0 without point-to-point).
+  uint32_t tag_bands() const;
+  // Rank r's host name ("" if unknown), as the transport learned it.
+  std::string host_of(int r) const {
+    return r >= 0 && r < static_cast<int>(hosts_.size()) ? hosts_[static_cast<size_t>(r)] : "";
+  }
+
  private:
   class PluginLinks;
+  class Subset;
   Transport() = default;
   Status Check(int rc, const char* what);
   Status StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts, Logger* log);
-  Status ShmFailure(const char* what, const shm::Error& e);
+  // A shared-memory collective failed: breaks the transport, wakes the
+  // segment's peers. members maps the segment's ranks to this transport's
+  // (null: the same).
+  Status ShmFailure(shm::Segment& seg, const char* what, const shm::Error& e,
+                    const std::vector<int>* members = nullptr);
+  algo::Algorithm ChooseP2p(int c, size_t bytes, const algo::Links& links) const;
   hvd_transport_buffer_t Host(const void* data, size_t bytes) const;
 
   const hvd_transport_v1_t* table_ = nullptr;
@@ -153,7 +185,12 @@ class Transport {
   algo::Algorithm forced_[HVD_TRANSPORT_COLLECTIVES] = {};
   hvd_reduce_kernel_fn reduce_ = nullptr;
   Logger* log_ = nullptr;
-  int size_ = 1;             // env.size
+  int rank_ = 0;             // env.rank (or the plugin's)
+  int size_ = 1;             // env.size (or the plugin's)
+  // Kept from Open for OpenSubset.
+  bool shm_enabled_ = true;
+  std::string shm_switch_ = "HVD_SHM";
+  double limit_s_ = 0;  // the limit SetTimeout set last (env.timeout_s at first)
   bool peer_limit_ = false;  // the limit in force is the peer timeout
   const char* op_ = "";      // the collective running, for messages
 
@@ -166,6 +203,7 @@ class Transport {
   std::atomic<int> failure_{HVD_OK};
   mutable std::mutex fail_mu_;
   std::string fail_msg_;
+  std::vector<shm::Segment*> subset_shm_;  // live subsets' segments (Abort wakes them); under fail_mu_
   bool broken() const { return failure_.load() != HVD_OK; }
   void Broke(const Status& s) noexcept;
   Status Unusable() const;

@@ -1,0 +1,39 @@
+// The collectives the executor and the negotiation run over one
+// communicator: a whole transport (Transport), or a process set over a
+// transport's point-to-point (Transport::OpenSubset). Used by the loop
+// thread only; a failure leaves the communicator (and the transport under
+// it) broken.
+#pragma once
+
+#include <cstddef>
+
+#include "common/status.h"
+#include "hvd.h"
+#include "hvd_transport.h"
+
+namespace hvd {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Status Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) = 0;
+  virtual Status Allgatherv(const void* send, void* recv, const size_t* recv_bytes) = 0;
+  virtual Status Broadcast(void* buf, size_t bytes, int root) = 0;
+  virtual Status Alltoallv(const void* send, const size_t* send_bytes, void* recv,
+                           const size_t* recv_bytes) = 0;
+  virtual Status Barrier() = 0;
+  // In place over sum(counts) elements; on return this rank's block holds its
+  // reduction. HVD_ERR_UNSUPPORTED where !has_reducescatter().
+  virtual Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype,
+                               hvd_reduce_op_t op) = 0;
+  virtual bool has_reducescatter() const = 0;
+  // In place over the concatenation of spans, as one allreduce of them
+  // packed; only where allreduce_spans().
+  virtual Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans,
+                                hvd_dtype_t dtype, hvd_reduce_op_t op) = 0;
+  virtual bool allreduce_spans() const = 0;
+};
+
+}  // namespace hvd
