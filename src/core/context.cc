@@ -485,6 +485,9 @@ Status ContextImpl::CloseSet(Scope* set) {
     return Status::Ok();
   }
   Status st = (*h)->Wait(-1);
+  // The parent stopped (here or on another rank) before the members agreed:
+  // the set is gone with it, which is what destroying it asked for.
+  if (st.code() == HVD_ERR_ABORTED) return Status::Ok();
   if (!st.ok()) {
     // The members did not agree (a member never destroyed it: the stall
     // inspector ended the wait): this rank leaves the set alone (the loop

@@ -878,7 +878,8 @@ class Transport::Subset : public Comm {
   Status Start() {
     if (size_ == 1) return Status::Ok();
     shm::Options o;
-    o.transport = t_->name_;
+    label_ = std::string(t_->name_) + " process set";
+    o.transport = label_.c_str();
     o.enabled = t_->shm_enabled_;
     o.switch_name = t_->shm_switch_.c_str();
     const std::string prefix = std::string("/hvd-") + t_->name_ + "-";
@@ -888,8 +889,10 @@ class Transport::Subset : public Comm {
     o.size = size_;
     o.timeout_s = t_->limit_s_;
     Logger* log = t_->log_;
+    // The transport logged its own choice at start; a set's (one per set
+    // made) is for debugging.
     o.log = [log](int level, const std::string& msg) {
-      if (log != nullptr) log->Write(level, "process set: " + msg);
+      if (log != nullptr) log->Write(std::max(level, static_cast<int>(HVD_LOG_DEBUG)), msg);
     };
     TransportExchange ex(this, size_);
     std::string why;
@@ -1038,6 +1041,7 @@ class Transport::Subset : public Comm {
   std::vector<int> members_;
   int size_;
   int rank_ = -1;
+  std::string label_;  // "<transport> process set", for the shared-memory path's messages
   std::unique_ptr<algo::SubsetLinks> links_;
   std::unique_ptr<shm::Segment> shm_;
   algo::Scratch scratch_;

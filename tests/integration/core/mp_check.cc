@@ -11,6 +11,7 @@
 
 #include "hvd.h"
 #include "mp_checks.h"
+#include "process_set_checks.h"
 #include "reference.h"
 
 using namespace hvd::test;  // NOLINT
@@ -276,6 +277,10 @@ int main(int argc, char** argv) {
   OtherCollectives(n);
   // Steady state: the same step again hits the response cache.
   Matrix(n);
+  // Process sets over the same connections (every collective and dtype).
+  hvd::test::ProcessSetChecks(nullptr, g_rank, n, [](bool ok, const std::string& what) {
+    CHECK_TRUE(ok, "%s", what.c_str());
+  });
   CHECK_OK(hvd_shutdown());
   std::printf("mp_check rank %d of %d: %d checks, %d failed\n", g_rank, n, g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
