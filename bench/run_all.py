@@ -238,6 +238,17 @@ class Runner:
             self.run(f"{system} coll {n} ranks",
                      self.mpirun_cmd(n, [hb, "coll", "--system", system] + c,
                                      dict(HVD_TRANSPORT="mpi", **extra)), timeout=600, tags={"rep": rep})
+        for system, transport, sargs in self.set_systems(n):
+            ps = [hb, "coll", "--system", system] + sargs + c
+            if transport == "gloo":
+                env = self.base_env()
+                env["HVD_TRANSPORT"] = "gloo"
+                self.run(f"{system} coll {n} ranks", self.hvdrun(n, ps), env=env, timeout=600,
+                         tags={"rep": rep})
+            else:
+                self.run(f"{system} coll {n} ranks",
+                         self.mpirun_cmd(n, ps, dict(HVD_TRANSPORT="mpi")), timeout=600,
+                         tags={"rep": rep})
         if "gloo-bench" in self.bins:
             self.run(f"gloo coll {n} ranks",
                      self.hvdrun(n, [self.bins["gloo-bench"], "coll", "--store", self.store()] + c,
@@ -274,6 +285,19 @@ class Runner:
         if not (self.have_mpi_plugin and self.mpirun):
             return []
         return [("hvd-mpi", {}), ("hvd-mpi-p2p", {"HVD_MPI_SHM": "0"})]
+
+    def set_systems(self, n):
+        """hvd's process sets: a set of every rank beside its parent (the same size, the same
+        transport), and at 4+ ranks two half-size sets running at once (the ensemble pattern;
+        reported at the set's size, to read beside the parent's half-size line)."""
+        out = []
+        if self.have_gloo_plugin:
+            out.append(("hvd-gloo-set", "gloo", ["--process-set", "all"]))
+            if n >= 4:
+                out.append(("hvd-gloo-halves", "gloo", ["--process-set", "halves"]))
+        if self.have_mpi_plugin and self.mpirun:
+            out.append(("hvd-mpi-set", "mpi", ["--process-set", "all"]))
+        return out
 
     def fusion_specs(self):
         return ["200x16K"] if self.quick else ["200x16K", "1000x4K"]

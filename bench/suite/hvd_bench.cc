@@ -16,6 +16,11 @@
 //            allreduces at once (async), then waits for all of them.
 //   latency  --steps S: one 4-byte allreduce per step, back to back (no
 //            barrier: a training loop's steady state), median step time.
+//   coll --process-set all: the same over a process set of every rank (the
+//        cost of a set against its parent of the same size, same run);
+//        --process-set halves: two sets of half the ranks each, running the
+//        same collectives at once (the ensemble pattern), reported at the
+//        set's size by the first half's rank 0.
 // Common: --system NAME (the label in the results), --quick (1 warm-up, 1
 // iteration), --iters-scale X. Transport, cycle time and fusion threshold
 // come from the environment (HVD_TRANSPORT, HVD_CYCLE_TIME, ...), as for any
@@ -36,6 +41,8 @@ using hvdbench::NowUs;
 
 int g_rank = 0;
 int g_size = 1;
+hvd_context_t g_ctx = nullptr;  // where the collectives run: the default context, or a set
+bool g_emit = true;             // this rank prints the results
 
 void Check(hvd_status_t st, const char* what) {
   if (st == HVD_OK) return;
@@ -60,7 +67,7 @@ std::vector<double> SlowestRank(std::vector<double> t, const std::string& tag) {
   const int64_t shape[1] = {static_cast<int64_t>(t.size())};
   hvd_tensor_t x = Tensor1D(t.data(), HVD_FLOAT64, shape);
   hvd_handle_t h = nullptr;
-  Check(hvd_allreduce_async(nullptr, ("times." + tag).c_str(), &x, t.data(), HVD_MAX, 1.0, 1.0, &h),
+  Check(hvd_allreduce_async(g_ctx, ("times." + tag).c_str(), &x, t.data(), HVD_MAX, 1.0, 1.0, &h),
         "allreduce(times)");
   Check(hvd_handle_wait(h, -1), "wait(times)");
   Check(hvd_handle_release(h), "release");
@@ -91,10 +98,10 @@ void RunAllreduce(const std::string& system, size_t bytes, const hvdbench::Sched
   std::vector<double> times;
   for (int i = 0; i < sch.warmup + sch.iters; ++i) {
     if (i == 0) hvdbench::FillPattern(buf.p, count, g_rank);
-    Check(hvd_barrier(nullptr), "barrier");
+    Check(hvd_barrier(g_ctx), "barrier");
     const double t0 = NowUs();
     hvd_handle_t h = nullptr;
-    Check(hvd_allreduce_async(nullptr, name.c_str(), &t, buf.p, HVD_SUM, 1.0, 1.0, &h), "allreduce");
+    Check(hvd_allreduce_async(g_ctx, name.c_str(), &t, buf.p, HVD_SUM, 1.0, 1.0, &h), "allreduce");
     Check(hvd_handle_wait(h, -1), "wait(allreduce)");
     const double t1 = NowUs();
     Check(hvd_handle_release(h), "release");
@@ -108,7 +115,7 @@ void RunAllreduce(const std::string& system, size_t bytes, const hvdbench::Sched
     if (i >= sch.warmup) times.push_back(t1 - t0);
   }
   times = SlowestRank(times, name);
-  if (g_rank == 0) {
+  if (g_emit) {
     hvdbench::EmitColl(system, "allreduce", "inplace", g_size, count * sizeof(float), times, EnvExtra());
   }
 }
@@ -122,10 +129,10 @@ void RunAllgather(const std::string& system, size_t bytes, const hvdbench::Sched
   const std::string name = "ag." + std::to_string(bytes);
   std::vector<double> times;
   for (int i = 0; i < sch.warmup + sch.iters; ++i) {
-    Check(hvd_barrier(nullptr), "barrier");
+    Check(hvd_barrier(g_ctx), "barrier");
     const double t0 = NowUs();
     hvd_handle_t h = nullptr;
-    Check(hvd_allgather_async(nullptr, name.c_str(), &t, &h), "allgather");
+    Check(hvd_allgather_async(g_ctx, name.c_str(), &t, &h), "allgather");
     Check(hvd_handle_wait(h, -1), "wait(allgather)");
     const double t1 = NowUs();
     if (i == 0) {
@@ -143,7 +150,7 @@ void RunAllgather(const std::string& system, size_t bytes, const hvdbench::Sched
     if (i >= sch.warmup) times.push_back(t1 - t0);
   }
   times = SlowestRank(times, name);
-  if (g_rank == 0) {
+  if (g_emit) {
     hvdbench::EmitColl(system, "allgather", "outofplace", g_size,
                        per_rank * sizeof(float) * static_cast<size_t>(g_size), times, EnvExtra());
   }
@@ -160,10 +167,10 @@ void RunBroadcast(const std::string& system, size_t bytes, const hvdbench::Sched
     if (i == 0) {
       for (size_t k = 0; k < count; ++k) buf.p[k] = g_rank == 0 ? 7.0f : 0.0f;
     }
-    Check(hvd_barrier(nullptr), "barrier");
+    Check(hvd_barrier(g_ctx), "barrier");
     const double t0 = NowUs();
     hvd_handle_t h = nullptr;
-    Check(hvd_broadcast_async(nullptr, name.c_str(), &t, buf.p, 0, &h), "broadcast");
+    Check(hvd_broadcast_async(g_ctx, name.c_str(), &t, buf.p, 0, &h), "broadcast");
     Check(hvd_handle_wait(h, -1), "wait(broadcast)");
     const double t1 = NowUs();
     Check(hvd_handle_release(h), "release");
@@ -174,7 +181,7 @@ void RunBroadcast(const std::string& system, size_t bytes, const hvdbench::Sched
     if (i >= sch.warmup) times.push_back(t1 - t0);
   }
   times = SlowestRank(times, name);
-  if (g_rank == 0) {
+  if (g_emit) {
     hvdbench::EmitColl(system, "broadcast", "inplace", g_size, count * sizeof(float), times, EnvExtra());
   }
 }
@@ -198,7 +205,7 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
     if (s == 0) {
       for (auto& b : bufs) hvdbench::FillPattern(b.p, count, g_rank);
     }
-    Check(hvd_barrier(nullptr), "barrier");
+    Check(hvd_barrier(g_ctx), "barrier");
     const double t0 = NowUs();
     for (int i = 0; i < n; ++i) {
       hvd_tensor_t t = Tensor1D(bufs[i].p, HVD_FLOAT32, shape);
@@ -239,7 +246,7 @@ void RunLatency(const Args& a, const std::string& system, bool quick) {
   const int64_t shape[1] = {1};
   hvd_tensor_t t = Tensor1D(&x, HVD_FLOAT32, shape);
   std::vector<double> times;
-  Check(hvd_barrier(nullptr), "barrier");
+  Check(hvd_barrier(g_ctx), "barrier");
   for (int s = 0; s < warmup + steps; ++s) {
     x = 1.0f;
     const double t0 = NowUs();
@@ -283,6 +290,21 @@ int main(int argc, char** argv) {
   Check(hvd_size(&g_size), "hvd_size");
   const std::string system = a.Get("--system", "hvd-" + TransportName());
 
+  const std::string set = a.Get("--process-set", "");
+  g_emit = g_rank == 0;
+  if (!set.empty()) {
+    if (mode != "coll" || (set != "all" && set != "halves") || (set == "halves" && g_size < 2)) {
+      std::fprintf(stderr, "hvd-bench: --process-set all|halves (halves: 2+ ranks), coll only\n");
+      return 2;
+    }
+    const int parent_rank = g_rank;
+    const int color = set == "all" ? 0 : (g_rank < g_size / 2 ? 0 : 1);
+    Check(hvd_context_split(nullptr, color, g_rank, &g_ctx), "hvd_context_split");
+    Check(hvd_context_rank(g_ctx, &g_rank), "hvd_context_rank");
+    Check(hvd_context_size(g_ctx, &g_size), "hvd_context_size");
+    g_emit = parent_rank == 0;
+  }
+
   if (mode == "coll") {
     const auto ops = hvdbench::SplitList(a.Get("--ops", "allreduce,allgather,broadcast"));
     const auto sizes = hvdbench::ParseSizes(a.Get("--sizes", "4:256M"));
@@ -308,6 +330,10 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "hvd-bench: unknown mode '%s'\n", mode.c_str());
     return 2;
+  }
+  if (g_ctx != nullptr) {
+    Check(hvd_context_destroy(g_ctx), "hvd_context_destroy");
+    Check(hvd_barrier(nullptr), "barrier");  // the other half may still be running
   }
   Check(hvd_shutdown(), "hvd_shutdown");
   return 0;

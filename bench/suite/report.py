@@ -13,7 +13,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Display order of the series in tables and plots; hvd first.
-SERIES_ORDER = ["hvd-gloo", "hvd-gloo-tcp", "hvd-mpi", "hvd-mpi-p2p", "gloo:ring", "gloo:ringchunked", "gloo:allreduce", "gloo",
+SERIES_ORDER = ["hvd-gloo", "hvd-gloo-tcp", "hvd-mpi", "hvd-mpi-p2p", "hvd-gloo-set",
+                "hvd-gloo-halves", "hvd-mpi-set", "gloo:ring", "gloo:ringchunked", "gloo:allreduce", "gloo",
                 "mpi:inplace", "mpi:outofplace", "mpi", "mpi-nommap:inplace",
                 "mpi-nommap:outofplace", "mpi-nommap", "torch", "horovod"]
 SERIES_LABEL = {
@@ -21,6 +22,9 @@ SERIES_LABEL = {
     "hvd-gloo-tcp": "hvd (gloo, TCP only)",
     "hvd-mpi": "hvd (mpi)",
     "hvd-mpi-p2p": "hvd (mpi, MPI only)",
+    "hvd-gloo-set": "hvd (gloo) process set of all ranks",
+    "hvd-gloo-halves": "hvd (gloo) two half-size sets at once",
+    "hvd-mpi-set": "hvd (mpi) process set of all ranks",
     "gloo:ring": "Gloo AllreduceRing",
     "gloo:ringchunked": "Gloo AllreduceRingChunked",
     "gloo:allreduce": "gloo::allreduce",
@@ -34,7 +38,10 @@ SERIES_LABEL = {
     "torch": "torch.distributed (gloo)",
     "horovod": "Horovod 0.28.1",
 }
-HVD_SERIES = ("hvd-gloo", "hvd-gloo-tcp", "hvd-mpi", "hvd-mpi-p2p")
+HVD_SERIES = ("hvd-gloo", "hvd-gloo-tcp", "hvd-mpi", "hvd-mpi-p2p", "hvd-gloo-set",
+              "hvd-gloo-halves", "hvd-mpi-set")
+# A process set against its parent context of the same size (same transport).
+SET_PARENT = {"hvd-gloo-set": "hvd-gloo", "hvd-mpi-set": "hvd-mpi"}
 
 
 MEASURED = {"time_us", "min_us", "iters", "rep", "submit_us", "samples_per_s", "step_ms",
@@ -327,6 +334,32 @@ def target_mpi(recs):
         status += "; no collapse"
     return ("Over MPI: ≥ 0.9× raw MPI_Allreduce (no-mmap) at every size, no collapse at "
             "64–256 MiB", "; ".join(lines), status)
+
+
+def target_process_sets(recs):
+    """A process set's collectives against its parent context of the same size: the set of
+    every rank beside the parent, per op, rank count and size (parent time / set time)."""
+    lines, worst = [], None
+    for key, parent in SET_PARENT.items():
+        for op in ("allreduce", "allgather", "broadcast"):
+            for n in (2, 4):
+                s = coll_series(recs, op, n)
+                if key not in s or parent not in s:
+                    continue
+                parts = []
+                for b in sorted(s[key]):
+                    r = ratio(s[key][b], s[parent].get(b))
+                    if r is None:
+                        continue
+                    worst = r if worst is None else min(worst, r)
+                    parts.append(f"{fmt_bytes(b)} {r:.2f}")
+                if parts:
+                    lines.append(f"{SERIES_LABEL[key]} {op}, {n} ranks: " + ", ".join(parts))
+    if worst is None:
+        return None
+    status = "met" if worst >= 1 / 1.1 else "missed"
+    return ("A process set's collectives within 1.1× of its parent context of the same size "
+            "(parent time ÷ set time ≥ 0.91)", "; ".join(lines) + f" (worst {worst:.2f})", status)
 
 
 def target_physical(recs):
@@ -630,7 +663,8 @@ def write_all(out):
 
     # Targets
     targets = [t for t in (target_large_gloo(recs), target_mpi(recs), target_physical(recs),
-                           target_fusion(recs), target_latency(recs, horovod_ok), target_e2e(recs))
+                           target_fusion(recs), target_latency(recs, horovod_ok), target_e2e(recs),
+                           target_process_sets(recs))
                if t]
     if targets:
         L.append("## Targets (issue 8)\n")
