@@ -638,7 +638,7 @@ int Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out, std::st
   auto log = [&](int level, const std::string& msg) {
     if (o.log) o.log(level, me + msg);
   };
-  std::string id = o.enabled ? HostIdentity() : "off";
+  std::string id = !o.enabled ? "off" : o.identity.empty() ? HostIdentity() : o.identity;
   if (id.empty()) id = "unknown rank " + std::to_string(r);  // matches nobody
   std::vector<std::string> all;
   int st = ex.Allgather("host", id, &all, err);

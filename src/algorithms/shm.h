@@ -63,6 +63,9 @@ struct Options {
   const char* fallback = "TCP";  // what runs instead, for the log: "TCP", "MPI"
   int rank = 0;
   int size = 1;
+  // This rank's host identity (ranks with equal ones share the segment);
+  // empty: HostIdentity().
+  std::string identity;
   double timeout_s = 0;  // every wait; <= 0: no limit
   // Per-rank slot (a multiple of 4 KiB); smaller with many ranks so the
   // segment stays within 32 MiB (at least 256 KiB, or slot_bytes if smaller).

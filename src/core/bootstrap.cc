@@ -69,6 +69,8 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
                      : transport == "gloo"      ? "HVD_GLOO_SHM"
                                                 : "HVD_MPI_SHM";
   for (int c = 0; c < HVD_TRANSPORT_COLLECTIVES; ++c) topts.algorithm[c] = cfg_->algorithm[c];
+  topts.hierarchical = cfg_->hierarchical;
+  topts.host_id = cfg_->host_id;
   HVD_ASSIGN_OR_RETURN(std::unique_ptr<Transport> opened,
                        Transport::Open(transport, cfg_->transport_path, env, topts, log_));
   ReportStartStage(StartStage::kReady, cfg_->hostname, *log_);

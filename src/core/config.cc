@@ -477,7 +477,11 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
       const char* name;
       int* out;
     };
-    const Switch switches[] = {{"HVD_SHM", &c.shm}, {"HVD_GLOO_SHM", &c.gloo_shm}, {"HVD_MPI_SHM", &c.mpi_shm}};
+    const Switch switches[] = {{"HVD_SHM", &c.shm},
+                               {"HVD_GLOO_SHM", &c.gloo_shm},
+                               {"HVD_MPI_SHM", &c.mpi_shm},
+                               {"HVD_HIERARCHICAL", &c.hierarchical}};
+    c.host_id = EnvStr(env, "HVD_HOST_ID");
     for (const Switch& w : switches) {
       std::string v = EnvStr(env, w.name);
       for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

@@ -73,6 +73,14 @@ struct Config {
   int shm = -1;
   int gloo_shm = -1;
   int mpi_shm = -1;
+  // HVD_HIERARCHICAL: the hierarchical collectives where ranks span several
+  // hosts and some host has several (1 on, 0 off, -1 unset = on).
+  int hierarchical = -1;
+  // HVD_HOST_ID: this rank's host identity for the shared-memory and
+  // hierarchical paths (ranks with equal ones count as one host); unset:
+  // the machine's (boot id, host name, IPC and PID namespaces). For
+  // simulating hosts on one machine in tests.
+  std::string host_id;
   // HVD_ALGORITHM_{ALLREDUCE,ALLGATHER,BROADCAST,ALLTOALL,REDUCESCATTER,
   // BARRIER}: force one algorithm (algorithms/collectives.h), by index
   // HVD_TRANSPORT_*; "" = auto (by size, ranks and the transport's limits).

@@ -975,7 +975,8 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
   }
 
   // Slots: the lowest free ones, in group order; a set of more than one
-  // rank needs a tag band (slot + 1) within the transport's range.
+  // rank needs a tag band (slot + Transport::kFirstSetBand) within the
+  // transport's range.
   std::vector<size_t> slots;
   std::vector<bool> taken = slot_live_;
   for (const auto& g : groups) {
@@ -984,13 +985,14 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
     if (k == taken.size()) taken.push_back(false);
     taken[k] = true;
     slots.push_back(k);
-    if (g.size() > 1 && k + 1 >= transport_->tag_bands()) {
+    if (g.size() > 1 && k + Transport::kFirstSetBand >= transport_->tag_bands()) {
       return Error(HVD_ERR_UNSUPPORTED,
                    transport_->tag_bands() == 0
                        ? std::string("process sets of more than one rank need a transport with "
                                      "point-to-point; the ") + transport_->name() + " transport has none"
                        : "too many process sets at once for the " + std::string(transport_->name()) +
-                             " transport's tag range (" + std::to_string(transport_->tag_bands() - 1) +
+                             " transport's tag range (" +
+                             std::to_string(transport_->tag_bands() - Transport::kFirstSetBand) +
                              " sets of more than one rank); destroy some first");
     }
   }
@@ -1030,7 +1032,7 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
         ++set->cross_size;
       }
     }
-    auto comm = transport_->OpenSubset(g, static_cast<uint32_t>(k + 1));
+    auto comm = transport_->OpenSubset(g, static_cast<uint32_t>(k + Transport::kFirstSetBand));
     if (!comm.ok()) return comm.status().Wrap("making a process set");
     set->own_comm = std::move(comm).value();
     set->comm = set->own_comm.get();

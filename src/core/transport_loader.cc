@@ -498,6 +498,7 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
 Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts,
                           Logger* log) {
   const hvd_transport_v4_t& v = v4_table_;
+  host_id_ = opts.host_id.empty() ? shm::HostIdentity() : opts.host_id;
   info_ = hvd_transport_info_t{};
   info_.struct_size = sizeof(info_);
   info_.mpi_thread_level = -1;
@@ -576,6 +577,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
     o.fallback = links_ ? "point-to-point" : "native collectives";
     o.rank = rank;
     o.size = size;
+    o.identity = host_id_;
     o.timeout_s = env.timeout_s;
     o.log = [log](int level, const std::string& msg) { log->Write(level, msg); };
     TransportExchange ex(this, size);
@@ -583,6 +585,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
     const int st = shm::Setup(ex, o, &shm_, &why);
     if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
   }
+  if (size > 1 && !shm_ && links_ && opts.hierarchical != 0) HVD_CHECK(StartHierarchy(opts, log));
   if (shm_) facts_.emplace_back("shm", 1);
   if (want_shm && !shm_) {
     return InvalidArgument(
@@ -594,12 +597,14 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
   HVD_LOG(*log, HVD_LOG_DEBUG,
           "transport '" << name_ << "' connected (ABI v4" << (dl_ ? ", plugin" : ", built in")
                         << (links_ ? ", point-to-point" : "") << (shm_ ? ", shared memory" : "")
+                        << (hier_ ? ", hierarchical" : "")
                         << "); allreduce of 4 B: " << algo::AlgorithmName(Choose(0, 4))
                         << ", of 64 MiB: " << algo::AlgorithmName(Choose(0, size_t{64} << 20)));
   return Status::Ok();
 }
 
 Transport::~Transport() {
+  hier_.reset();  // its communicators run over this one's
   if (shm_) shm_->Depart();
   shm_.reset();
   if (comm_ != nullptr) (v4_ ? v4_table_.finalize : table_->finalize)(comm_);
@@ -699,6 +704,9 @@ Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_redu
   if (broken()) return Unusable();
   op_ = "allreduce";
   const size_t es = DtypeSize(dtype);
+  if (hier_ && forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kAuto) {
+    return AllreduceHier(buf, count, dtype, op);
+  }
   switch (Choose(HVD_TRANSPORT_ALLREDUCE, count * es)) {
     case algo::Algorithm::kShm:
       try {
@@ -791,6 +799,9 @@ Status Transport::Broadcast(void* buf, size_t bytes, int root) {
   if (!v4_) return Check(table_->broadcast(comm_, buf, bytes, root), "broadcast");
   if (broken()) return Unusable();
   op_ = "broadcast";
+  if (hier_ && hier_->even && forced_[HVD_TRANSPORT_BROADCAST] == algo::Algorithm::kAuto) {
+    return BroadcastHier(buf, bytes, root);
+  }
   switch (Choose(HVD_TRANSPORT_BROADCAST, bytes)) {
     case algo::Algorithm::kShm:
       try {
@@ -887,12 +898,14 @@ class Transport::Subset : public Comm {
     o.fallback = "point-to-point";
     o.rank = rank_;
     o.size = size_;
+    o.identity = t_->host_id_;
     o.timeout_s = t_->limit_s_;
     Logger* log = t_->log_;
     // The transport logged its own choice at start; a set's (one per set
     // made) is for debugging.
     o.log = [log](int level, const std::string& msg) {
-      if (log != nullptr) log->Write(std::max(level, static_cast<int>(HVD_LOG_DEBUG)), msg);
+      const int at = std::max(level, static_cast<int>(HVD_LOG_DEBUG));
+      if (log != nullptr && log->enabled(at)) log->Write(at, msg);
     };
     TransportExchange ex(this, size_);
     std::string why;
@@ -1071,6 +1084,116 @@ Result<std::unique_ptr<Comm>> Transport::OpenSubset(std::vector<int> members, ui
   auto sub = std::make_unique<Subset>(this, std::move(members), band);
   HVD_CHECK(sub->Start());
   return std::unique_ptr<Comm>(std::move(sub));
+}
+
+// ---- hierarchical collectives ---------------------------------------------
+
+// Groups the ranks by host identity (hosts in order of their first rank) and
+// opens the two steps' communicators: each host's ranks (shared memory where
+// the host allows it) and, across hosts, the ranks with one local index (or,
+// where hosts have different rank counts, the hosts' first ranks).
+// Collective over every rank. Auto (-1): only where ranks span several hosts
+// and some host has several; 1 asks for it wherever there is more than one
+// host.
+Status Transport::StartHierarchy(const TransportOptions& opts, Logger* log) {
+  TransportExchange ex(this, size_);
+  std::vector<std::string> ids;
+  std::string why;
+  const int st = ex.Allgather("host ids", host_id_, &ids, &why);
+  if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
+  auto h = std::make_unique<Hierarchy>();
+  std::vector<std::string> order;
+  std::vector<std::vector<int>> hosts;
+  h->host_of.assign(static_cast<size_t>(size_), 0);
+  h->local_index.assign(static_cast<size_t>(size_), 0);
+  for (int r = 0; r < size_; ++r) {
+    size_t k = std::find(order.begin(), order.end(), ids[r]) - order.begin();
+    if (k == order.size()) {
+      order.push_back(ids[r]);
+      hosts.emplace_back();
+    }
+    h->host_of[r] = static_cast<int>(k);
+    h->local_index[r] = static_cast<int>(hosts[k].size());
+    hosts[k].push_back(r);
+  }
+  size_t most = 0;
+  for (const auto& g : hosts) most = std::max(most, g.size());
+  if (hosts.size() < 2 || (most < 2 && opts.hierarchical < 0)) {
+    HVD_LOG(*log, HVD_LOG_DEBUG,
+            "hierarchical collectives not used: " << hosts.size() << " host(s), at most " << most
+                                                  << " rank(s) on one");
+    return Status::Ok();
+  }
+  for (const auto& g : hosts) h->even = h->even && g.size() == hosts[0].size();
+  const int me = rank_;
+  const std::vector<int>& mine = hosts[static_cast<size_t>(h->host_of[me])];
+  const int li = h->local_index[me];
+  std::vector<int> cross;
+  for (const auto& g : hosts) {
+    if (h->even) {
+      cross.push_back(g[static_cast<size_t>(li)]);
+    } else if (li == 0) {
+      cross.push_back(g[0]);
+    }
+  }
+  // Every host's ranks at once (disjoint), then every cross group at once.
+  HVD_ASSIGN_OR_RETURN(h->local, OpenSubset(mine, 1));
+  if (!cross.empty()) {
+    HVD_ASSIGN_OR_RETURN(h->cross, OpenSubset(cross, 2));
+  }
+  HVD_LOG(*log, HVD_LOG_INFO,
+          "hierarchical collectives: " << hosts.size() << " hosts, " << mine.size()
+                                       << " rank(s) on this one"
+                                       << (h->even ? "" : " (hosts differ in rank count: "
+                                                          "their first ranks reduce across hosts)"));
+  hier_ = std::move(h);
+  return Status::Ok();
+}
+
+// Even hosts: each host's ranks reduce-scatter the buffer among themselves
+// (shared memory), every block is allreduced across hosts by the ranks
+// holding it (one cross group per local index, all at once), and each host
+// allgathers its blocks back. Only 1x the buffer leaves each host.
+// Uneven hosts: host allreduce, leaders across hosts, host broadcast.
+// Every rank ends with the same bits: each block is reduced once per cross
+// group in one order, then copied.
+Status Transport::AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  Hierarchy& h = *hier_;
+  const size_t es = DtypeSize(dtype);
+  uint8_t* base = static_cast<uint8_t*>(buf);
+  if (!h.even) {
+    HVD_CHECK(h.local->Allreduce(buf, count, dtype, op));
+    if (h.cross) HVD_CHECK(h.cross->Allreduce(buf, count, dtype, op));
+    HVD_CHECK(h.local->Broadcast(buf, count * es, 0));
+    op_ = "allreduce";
+    return Status::Ok();
+  }
+  const int L = h.local->size();
+  const int li = h.local->rank();
+  std::vector<size_t> counts(static_cast<size_t>(L)), bytes(static_cast<size_t>(L));
+  size_t start = 0, my_start = 0;
+  for (int i = 0; i < L; ++i) {
+    counts[i] = count / L + (static_cast<size_t>(i) < count % L ? 1 : 0);
+    bytes[i] = counts[i] * es;
+    if (i == li) my_start = start;
+    start += counts[i];
+  }
+  HVD_CHECK(h.local->Reducescatter(buf, counts.data(), dtype, op));
+  if (counts[li] > 0) HVD_CHECK(h.cross->Allreduce(base + my_start * es, counts[li], dtype, op));
+  HVD_CHECK(h.local->Allgatherv(base + my_start * es, buf, bytes.data()));
+  op_ = "allreduce";
+  return Status::Ok();
+}
+
+// Even hosts: the root's cross group (the ranks with its local index)
+// broadcasts from it, then every host broadcasts from that local index.
+Status Transport::BroadcastHier(void* buf, size_t bytes, int root) {
+  Hierarchy& h = *hier_;
+  const int lr = h.local_index[static_cast<size_t>(root)];
+  if (h.local->rank() == lr) HVD_CHECK(h.cross->Broadcast(buf, bytes, h.host_of[static_cast<size_t>(root)]));
+  HVD_CHECK(h.local->Broadcast(buf, bytes, lr));
+  op_ = "broadcast";
+  return Status::Ok();
 }
 
 Status Transport::SetTimeout(double timeout_s, int32_t kind) {

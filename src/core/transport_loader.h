@@ -59,6 +59,10 @@ struct TransportOptions {
   std::string hostname;  // this rank's, told to peers so messages name hosts
   // Forced algorithm per collective (HVD_TRANSPORT_* index): "" = auto.
   std::string algorithm[HVD_TRANSPORT_COLLECTIVES];
+  // The hierarchical collectives (HVD_HIERARCHICAL): 1 on, 0 off, -1 auto
+  // (on where ranks span several hosts and some host has several).
+  int hierarchical = -1;
+  std::string host_id;  // HVD_HOST_ID; empty: shm::HostIdentity()
 };
 
 // A loaded, connected transport and the collectives over it. For a version 4
@@ -145,8 +149,13 @@ class Transport : public Comm {
   // has no point-to-point (versions 1-3, or a version 4 plugin without it).
   Result<std::unique_ptr<Comm>> OpenSubset(std::vector<int> members, uint32_t band);
   // How many tag bands of algo::SubsetLinks::kTagBand tags the plugin's tag
-  // range holds (0 without point-to-point).
+  // range holds (0 without point-to-point). Band 0 is the transport's own,
+  // bands 1 and 2 its hierarchical steps'; process sets start at
+  // kFirstSetBand.
   uint32_t tag_bands() const;
+  static constexpr uint32_t kFirstSetBand = 3;
+  // The hierarchical collectives are in use (StartHierarchy), for logs and tests.
+  bool hierarchical() const { return hier_ != nullptr; }
   // Rank r's host name ("" if unknown), as the transport learned it.
   std::string host_of(int r) const {
     return r >= 0 && r < static_cast<int>(hosts_.size()) ? hosts_[static_cast<size_t>(r)] : "";
@@ -158,6 +167,9 @@ class Transport : public Comm {
   Transport() = default;
   Status Check(int rc, const char* what);
   Status StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts, Logger* log);
+  Status StartHierarchy(const TransportOptions& opts, Logger* log);
+  Status AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
+  Status BroadcastHier(void* buf, size_t bytes, int root);
   // A shared-memory collective failed: breaks the transport, wakes the
   // segment's peers. members maps the segment's ranks to this transport's
   // (null: the same).
@@ -195,6 +207,18 @@ class Transport : public Comm {
   const char* op_ = "";      // the collective running, for messages
 
   std::vector<std::string> hosts_;  // every rank's host name (version 4), for messages
+  std::string host_id_;  // this rank's host identity (TransportOptions::host_id or the machine's)
+  // The hierarchical steps: the ranks of this host (shared memory), and
+  // the ranks with this rank's local index on every host (point-to-point).
+  // Where hosts have different rank counts, only each host's first rank
+  // (its leader) has a cross communicator, of the leaders.
+  struct Hierarchy {
+    std::unique_ptr<Comm> local, cross;
+    bool even = true;              // every host has the same number of ranks
+    std::vector<int> host_of;      // rank -> host index (first appearance order)
+    std::vector<int> local_index;  // rank -> index among its host's ranks
+  };
+  std::unique_ptr<Hierarchy> hier_;
   std::string Who(int r) const;     // "rank 2 (host h)"
   int64_t FactOr(const char* key, int64_t dflt) const;
 
