@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "hvd.h"
 
@@ -126,7 +127,7 @@ extern "C" JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void*) {
 %enddef
 HVDJ_OPAQUE(hvd_context_t)
 HVDJ_OPAQUE(hvd_handle_t)
-%apply hvd_context_t *OUT { hvd_context_t *out };
+%apply hvd_context_t *OUT { hvd_context_t *out, hvd_context_t *child };
 %apply hvd_handle_t *OUT { hvd_handle_t *handle };
 
 // ---- scalar out-pointers as one-element arrays -------------------------------
@@ -172,6 +173,44 @@ HVDJ_OPAQUE(hvd_handle_t)
   jenv->SetLongArrayRegion($input, 0, $2, (const jlong*)$1);
 }
 %typemap(freearg) (int64_t *splits, int32_t n) { std::free($1); }
+
+// ---- process sets: rank lists as int[] ------------------------------------------
+// hvd_process_set_create's list: copied in (null: an empty list, which the
+// library refuses on every rank together, as any bad list). The copy lives in
+// a typemap local, freed however the call returns (the status typemap returns
+// early on failure).
+%typemap(jni) (int32_t n, const int32_t *ranks) "jintArray"
+%typemap(jtype) (int32_t n, const int32_t *ranks) "int[]"
+%typemap(jstype) (int32_t n, const int32_t *ranks) "int[]"
+%typemap(javain) (int32_t n, const int32_t *ranks) "$javainput"
+%typemap(in) (int32_t n, const int32_t *ranks) (std::vector<int32_t> temp) {
+  $1 = 0;
+  $2 = nullptr;
+  if ($input != nullptr) {
+    jsize len = jenv->GetArrayLength($input);
+    temp.resize((size_t)len + 1);
+    if (len > 0) jenv->GetIntArrayRegion($input, 0, len, (jint*)temp.data());
+    $1 = (int32_t)len;
+    $2 = temp.data();
+  }
+}
+// hvd_context_parent_ranks: fills an int[] (its length is n).
+%typemap(jni) (int32_t *ranks, int32_t n) "jintArray"
+%typemap(jtype) (int32_t *ranks, int32_t n) "int[]"
+%typemap(jstype) (int32_t *ranks, int32_t n) "int[]"
+%typemap(javain) (int32_t *ranks, int32_t n) "$javainput"
+%typemap(in) (int32_t *ranks, int32_t n) (std::vector<int32_t> temp) {
+  if ($input == nullptr) {
+    hvdj_illegal_argument(jenv, "$symname: ranks is null");
+    return $null;
+  }
+  $2 = (int32_t)jenv->GetArrayLength($input);
+  temp.assign((size_t)$2 + 1, -1);
+  $1 = temp.data();
+}
+%typemap(argout) (int32_t *ranks, int32_t n) {
+  if ($2 > 0) jenv->SetIntArrayRegion($input, 0, $2, (const jint*)$1);
+}
 
 // ---- tensor data: direct java.nio buffers -------------------------------------
 %typemap(jni) void *BUFFER "jobject"

@@ -53,19 +53,37 @@ import org.hvd.swig.HvdjParams;
  *
  * <p>Reductions default to {@link ReduceOp#AVERAGE} where the op is left out,
  * as in Horovod and the Python and Julia bindings.
+ *
+ * <p>Process sets: {@link #split(int, int)} and {@link #processSet(int...)}
+ * make a context over some of this one's ranks (no new rendezvous; it shares
+ * this context's connections and background thread). It is an HvdContext like
+ * any other: every operation works on it, its ranks are {@code 0 .. n-1} in
+ * the set's order, broadcast roots are ranks within the set, and its names
+ * are its own. Ranks outside the new set get {@code null}.
  */
 public final class HvdContext implements AutoCloseable {
+  /**
+   * The color for {@link #split(int, int)} that joins no set (the rank gets
+   * null): {@code HVD_UNDEFINED_COLOR}, MPI_UNDEFINED's counterpart.
+   */
+  public static final int UNDEFINED_COLOR = -1;
+
   private final boolean isDefault;
+  private final HvdContext parent;  // the context this process set was made from; else null
   private volatile long ptr;  // 0 for the default context (NULL in the C API)
   private volatile boolean closed;
+  private volatile String closedWhy = "the context was closed";
+  /** Process sets made from this context and not yet closed. */
+  private final Set<HvdContext> children = ConcurrentHashMap.newKeySet();
   private final ReentrantReadWriteLock life = new ReentrantReadWriteLock();
   private final Set<HvdHandle<?>> pending = ConcurrentHashMap.newKeySet();
   private final ConcurrentHashMap<String, AtomicLong> unnamed = new ConcurrentHashMap<>();
   private volatile BooleanSupplier cancellation;
 
-  private HvdContext(long ptr, boolean isDefault) {
+  private HvdContext(long ptr, boolean isDefault, HvdContext parent) {
     this.ptr = ptr;
     this.isDefault = isDefault;
+    this.parent = parent;
   }
 
   /** Creates a context (collective: every rank of the job calls it). */
@@ -84,12 +102,12 @@ public final class HvdContext implements AutoCloseable {
     } finally {
       params.delete();
     }
-    return new HvdContext(out[0], false);
+    return new HvdContext(out[0], false, null);
   }
 
   /** The default context's facade (made by {@link Hvd}). */
   static HvdContext forDefault() {
-    return new HvdContext(0, true);
+    return new HvdContext(0, true, null);
   }
 
   /**
@@ -124,35 +142,72 @@ public final class HvdContext implements AutoCloseable {
    * Destroys an explicit context: pending operations complete with ABORTED and
    * the other ranks are told. Idempotent. For the default context use
    * {@link Hvd#shutdown()}; close() on it does nothing.
+   *
+   * <p>On a process set this is collective over the set's members (not the
+   * parent's other ranks): it returns once every member has closed the set
+   * (bounded by the stall inspector, as any operation), and the set's pending
+   * operations complete with ABORTED. The set is freed whatever happens; a
+   * failure still throws HvdException.
+   *
+   * <p>Closing a context that still has process sets stops them on every rank
+   * (their pending operations complete with ABORTED: the parent's ranks
+   * schedule the sets' operations together, so meet in a barrier on the
+   * parent before closing it) and then closes this rank's sets too: a set's
+   * native destroy only frees memory once its parent is gone, so no rank waits
+   * there. Later calls on such a set throw {@link HvdException#NOT_INITIALIZED}.
    */
   @Override
   public void close() {
     if (isDefault) return;
+    closeAs("the context was closed");
+  }
+
+  private void closeAs(String why) {
     life.writeLock().lock();
     try {
       if (closed) return;
+      closedWhy = why;
       closed = true;
       long p = ptr;
       ptr = 0;
       try {
         HvdNative.hvd_context_destroy(p);
       } finally {
-        abandonAll("the context was closed");
+        abandonAll(why);
+        if (parent != null) parent.children.remove(this);
       }
     } finally {
       life.writeLock().unlock();
+      // After the native destroy: the sets' destroys are then local.
+      closeChildren();
     }
+  }
+
+  /** Closes the process sets of a context that was just destroyed. */
+  private void closeChildren() {
+    RuntimeException first = null;
+    for (HvdContext c : new ArrayList<>(children)) {
+      try {
+        c.closeAs("its parent context was closed");
+      } catch (RuntimeException e) {
+        if (first == null) first = e;
+      }
+    }
+    children.clear();
+    if (first != null) throw first;
   }
 
   /** The default context was destroyed by its last {@link Hvd#shutdown()}. */
   void markShutDown() {
     life.writeLock().lock();
     try {
+      closedWhy = "hvd was shut down";
       closed = true;
       abandonAll("hvd was shut down");
     } finally {
       life.writeLock().unlock();
     }
+    closeChildren();
   }
 
   private void abandonAll(String why) {
@@ -226,8 +281,94 @@ public final class HvdContext implements AutoCloseable {
   private void checkOpen() {
     if (closed) {
       throw new HvdException(HvdException.NOT_INITIALIZED, "HvdContext",
-          isDefault ? "hvd is not initialized (Hvd.init)" : "the context was closed");
+          isDefault ? "hvd is not initialized (Hvd.init)" : closedWhy);
     }
+  }
+
+  // ---- process sets -------------------------------------------------------------
+
+  /**
+   * MPI_Comm_split: the ranks passing the same {@code color >= 0} form one
+   * process set, ordered by {@code (key, rank in this context)}; a rank passing
+   * {@link #UNDEFINED_COLOR} joins none. Returns the set this rank joined, or
+   * {@code null} (as MPI_COMM_NULL) for a rank that joined none.
+   *
+   * <p>Collective over this context: every rank calls it, in the same order as
+   * its other process-set calls on this context (from one thread per rank, as
+   * barriers). When ranks disagree (one splits while another calls
+   * {@link #processSet}) every rank throws HvdException with
+   * {@link HvdException#MISMATCH}; a color below -1 on any rank makes every
+   * rank throw {@link HvdException#INVALID_ARGUMENT} naming that rank. Sets of
+   * sets are not supported: on a process set this throws
+   * {@link HvdException#UNSUPPORTED} (split the parent instead). A set of more
+   * than one rank needs a transport with point-to-point (gloo, mpi).
+   */
+  public HvdContext split(int color, int key) {
+    return makeSet(out -> HvdNative.hvd_context_split(ptr, color, key, out));
+  }
+
+  /**
+   * The process set of the listed ranks of this context: sorted ascending, no
+   * duplicates, the same list on every rank; the set's rank i is
+   * {@code ranks[i]}. Returns it on the listed ranks and {@code null} on the
+   * others.
+   *
+   * <p>Collective over this context, as {@link #split}. The list is checked by
+   * the library on every rank together, so a bad list (empty or null, unsorted,
+   * a duplicate, a rank out of range) on any rank makes every rank throw
+   * HvdException with {@link HvdException#INVALID_ARGUMENT} naming that rank
+   * and list, and different lists on different ranks make every rank throw
+   * {@link HvdException#MISMATCH}; nothing is made then and this context goes
+   * on working. On a process set: {@link HvdException#UNSUPPORTED}.
+   */
+  public HvdContext processSet(int... ranks) {
+    int[] list = ranks == null ? new int[0] : ranks.clone();
+    return makeSet(out -> HvdNative.hvd_process_set_create(ptr, list, out));
+  }
+
+  private HvdContext makeSet(Submit call) {  // call fills the child (0: none)
+    long[] out = new long[1];
+    life.readLock().lock();
+    try {
+      checkOpen();
+      call.call(out);
+      if (out[0] == 0) return null;
+      HvdContext child = new HvdContext(out[0], false, this);
+      children.add(child);
+      return child;
+    } finally {
+      life.readLock().unlock();
+    }
+  }
+
+  /**
+   * The ranks in the parent context of this context's members, in this
+   * context's rank order ({@code parentRanks()[rank()]} is this rank's rank
+   * in the parent). For a context that is not a process set: {@code 0 .. size()-1}.
+   */
+  public int[] parentRanks() {
+    int[] size = new int[1];
+    life.readLock().lock();
+    try {
+      checkOpen();
+      long p = ptr;
+      HvdNative.hvd_context_size(p, size);
+      int[] ranks = new int[size[0]];
+      HvdNative.hvd_context_parent_ranks(p, ranks);
+      return ranks;
+    } finally {
+      life.readLock().unlock();
+    }
+  }
+
+  /** True for a context made by {@link #split} or {@link #processSet}. */
+  public boolean isProcessSet() {
+    return parent != null;
+  }
+
+  /** The context a process set was made from; null for one that is not a process set. */
+  public HvdContext parent() {
+    return parent;
   }
 
   // ---- allreduce --------------------------------------------------------------

@@ -82,6 +82,41 @@ class MultiProcessTest {
   }
 
   /**
+   * Process sets across processes: org.hvd.it.ProcessSetMain under hvdrun
+   * (Gloo) at 3 and 4 ranks; see that class for the checks.
+   */
+  @ParameterizedTest(name = "np={0}")
+  @ValueSource(ints = {3, 4})
+  void processSetsAcrossProcesses(int np) throws Exception {
+    Result r = hvdrun(np, "org.hvd.it.ProcessSetMain");
+    assertEquals(0, r.exit, r.output);
+    checkProcessSetOutput(r, np);
+  }
+
+  static void checkProcessSetOutput(Result r, int np) {
+    for (int rank = 0; rank < np; ++rank) {
+      assertTrue(r.output.contains("rank " + rank + "/" + np + ": process set checks passed"), r.output);
+      assertTrue(r.output.contains("rank " + rank + ": refused: HVD_ERR_INVALID_ARGUMENT (-1) in"
+          + " hvd_process_set_create: "), r.output);
+      assertTrue(r.output.contains("rank " + rank + ": refused: HVD_ERR_MISMATCH (-5) in"
+          + " hvd_process_set_create: "), r.output);
+      assertTrue(r.output.contains("rank " + rank + ": refused: HVD_ERR_UNSUPPORTED (-7) in"
+          + " hvd_context_split: "), r.output);
+    }
+  }
+
+  /** The same under mpirun (the MPI transport), where Open MPI is installed. */
+  @Test
+  void processSetsUnderMpirun() throws Exception {
+    String mpirun = mpirun();
+    assumeTrue(mpirun != null, "no mpirun on PATH");
+    Result r = launch(List.of(mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3"),
+        "org.hvd.it.ProcessSetMain");
+    assertEquals(0, r.exit, r.output);
+    checkProcessSetOutput(r, 3);
+  }
+
+  /**
    * 2 processes: 1.5f + 1.5f through a direct ByteBuffer with DataType.FLOAT32
    * is exactly 3.0f; the untyped ByteBuffer form throws IllegalArgumentException.
    */
