@@ -4,7 +4,8 @@
 #
 #   1. Hvd/test/runtests.jl   one process (a world of one)
 #   2. Hvd/test/mp_tests.jl   2 ranks under hvdrun
-#   3. examples/julia/train_logreg.jl alone, then with 2 ranks (1 test each)
+#   3. Hvd/test/process_set_tests.jl   3 ranks, then 4 ranks under hvdrun
+#   4. examples/julia/train_logreg.jl alone, then with 2 ranks (1 test each)
 #
 # Julia: $JULIA if set, else a `julia` (1.5 or newer) on PATH, else the one
 # scripts/install-julia.sh installs (Debian bullseye's 1.5.3 in a private
@@ -111,6 +112,12 @@ count runtests.jl "${PIPESTATUS[0]}"
 say "$np ranks: Hvd/test/mp_tests.jl"
 timeout -k 10 "$step_timeout" "$hvdrun" -np "$np" "${jl[@]}" "$pkg/test/mp_tests.jl" 2>&1 | tee "$log"
 count mp_tests.jl "${PIPESTATUS[0]}"
+
+for ps_np in 3 4; do
+  say "$ps_np ranks: Hvd/test/process_set_tests.jl"
+  timeout -k 10 "$step_timeout" "$hvdrun" -np "$ps_np" "${jl[@]}" "$pkg/test/process_set_tests.jl" 2>&1 | tee "$log"
+  count "process_set_tests.jl ($ps_np ranks)" "${PIPESTATUS[0]}"
+done
 
 say "example alone: examples/julia/train_logreg.jl"
 timeout -k 10 "$step_timeout" "$julia" --startup-file=no "$root/examples/julia/train_logreg.jl" 2>&1

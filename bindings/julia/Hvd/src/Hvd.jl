@@ -22,6 +22,10 @@ which allgather concatenates and alltoall / reducescatter split) is the
 **last** Julia dimension. A vector is gathered end to end; a matrix whose
 columns are samples is gathered column-wise (`hcat` of the ranks' matrices).
 
+Process sets (`Hvd.split(ctx, color)`, `Hvd.process_set(ctx, ranks)`) are
+`Hvd.Context`s over some of the ranks; every collective takes one as its last
+positional argument (`allreduce!(g, +, set)`), as MPI.jl takes `comm`.
+
 See docs/julia.md for the whole guide.
 """
 module Hvd
@@ -292,8 +296,9 @@ end
 # operations in the same order (which unnamed operations need anyway).
 #
 #   - An async call without a name gets "<kind>.noname.<n>" from a counter
-#     per operation kind, reset when the default context is created (the
-#     Python binding's scheme).
+#     per operation kind and per context, the default context's reset when
+#     it is created (the Python binding's scheme); a process set starts its
+#     own at 0.
 #   - A blocking call without a name (allreduce!, allreduce, broadcast!, ...)
 #     uses one fixed name per kind, "<kind>.noname.blocking", call after call:
 #     the operation is over before the call returns, so the name is free
@@ -301,12 +306,19 @@ end
 #     (a fresh name costs a full negotiation round every time). While that
 #     name is still in flight (another task's blocking call, or a wait that
 #     was interrupted), a blocking call takes a counter name instead.
+#     Names are scoped to their context in the library too, so the same
+#     fixed name in a set and in the default context never clash.
 # ---------------------------------------------------------------------------
 const NAME_COUNTERS = Dict{String,Int}()
 const BLOCKING_BUSY = Dict{String,Bool}()
 const NAME_LOCK = ReentrantLock()
 
-function op_name(kind::String, name)
+include("contexts.jl")
+
+# The counters and busy flags are per context (Context.names, .busy): the
+# default context's are NAME_COUNTERS and BLOCKING_BUSY.
+op_name(kind::String, name) = op_name(DEFAULT_CONTEXT, kind, name)
+function op_name(ctx::Context, kind::String, name)
     if name !== nothing
         s = string(name)
         isempty(s) && throw(ArgumentError("Hvd: name must not be empty"))
@@ -314,8 +326,8 @@ function op_name(kind::String, name)
         return s
     end
     lock(NAME_LOCK) do
-        n = get(NAME_COUNTERS, kind, 0)
-        NAME_COUNTERS[kind] = n + 1
+        n = get(ctx.names, kind, 0)
+        ctx.names[kind] = n + 1
         return "$kind.noname.$n"
     end
 end
@@ -323,17 +335,20 @@ end
 reset_names!() = lock(() -> (empty!(NAME_COUNTERS); empty!(BLOCKING_BUSY)), NAME_LOCK)
 
 """
-    run_blocking(start, kind, name)
+    run_blocking(start, [ctx,] kind, name)
 
-Runs a blocking collective: `start(n)` submits it under name `n` and returns
-its Handle, which is then awaited. Without a `name`, the kind's fixed name is
-used while it is free (see the naming notes above).
+Runs a blocking collective on `ctx` (default: the default context):
+`start(n)` submits it under name `n` and returns its Handle, which is then
+awaited. Without a `name`, the kind's fixed name is used while it is free
+in `ctx` (see the naming notes above).
 """
-function run_blocking(start, kind::String, name)
+run_blocking(start, kind::String, name) = run_blocking(start, DEFAULT_CONTEXT, kind, name)
+function run_blocking(start, ctx::Context, kind::String, name)
     name === nothing || return wait(start(name))
+    busy = ctx.busy
     fixed = lock(NAME_LOCK) do
-        get(BLOCKING_BUSY, kind, false) && return nothing
-        BLOCKING_BUSY[kind] = true
+        get(busy, kind, false) && return nothing
+        busy[kind] = true
         return kind * ".noname.blocking"
     end
     fixed === nothing && return wait(start(nothing))
@@ -345,7 +360,7 @@ function run_blocking(start, kind::String, name)
         # The name is free once the operation is over -- not when the wait
         # was interrupted while the operation still runs.
         if h === nothing || h.state != 0
-            lock(() -> (BLOCKING_BUSY[kind] = false), NAME_LOCK)
+            lock(() -> (busy[kind] = false), NAME_LOCK)
         end
     end
 end
@@ -468,6 +483,9 @@ function shutdown_at_exit()
         INIT_REFS[] -= 1
         hvd_shutdown() < 0 && break
     end
+    # Process sets left open: their parent has stopped, so destroying them
+    # only frees memory (and lets the parent's connections close).
+    free_live_sets()
 end
 
 """`true` while the default context exists."""
@@ -477,23 +495,41 @@ function is_initialized()
     return out[] != 0
 end
 
-"""This process's rank in the default context (0-based)."""
+"""
+    Hvd.rank([ctx]) -> Int
+
+This process's rank (0-based) in the default context, or in `ctx` (a
+process set: its rank within the set).
+"""
 rank() = get_int(hvd_rank)
-"""Number of ranks in the default context."""
+"""`Hvd.size([ctx])`: number of ranks in the default context, or in `ctx`."""
 size() = get_int(hvd_size)
-"""Rank among the processes on this host."""
+"""`Hvd.local_rank([ctx])`: rank among the processes (of `ctx`) on this host."""
 local_rank() = get_int(hvd_local_rank)
-"""Number of ranks on this host."""
+"""`Hvd.local_size([ctx])`: number of ranks (of `ctx`) on this host."""
 local_size() = get_int(hvd_local_size)
-"""Index of this host among the hosts with a rank of the same local rank."""
+"""
+`Hvd.cross_rank([ctx])`: index of this host among the hosts with a rank (of
+`ctx`) of the same local rank.
+"""
 cross_rank() = get_int(hvd_cross_rank)
-"""Number of hosts with a rank of this local rank."""
+"""`Hvd.cross_size([ctx])`: number of hosts with a rank (of `ctx`) of this local rank."""
 cross_size() = get_int(hvd_cross_size)
 
-"""Name of the default context's transport (`"local"`, `"gloo"`, ...)."""
-function transport()
+rank(ctx::Context) = get_int(out -> hvd_context_rank(ctxptr(ctx, "Hvd.rank"), out))
+size(ctx::Context) = get_int(out -> hvd_context_size(ctxptr(ctx, "Hvd.size"), out))
+local_rank(ctx::Context) = get_int(out -> hvd_context_local_rank(ctxptr(ctx, "Hvd.local_rank"), out))
+local_size(ctx::Context) = get_int(out -> hvd_context_local_size(ctxptr(ctx, "Hvd.local_size"), out))
+cross_rank(ctx::Context) = get_int(out -> hvd_context_cross_rank(ctxptr(ctx, "Hvd.cross_rank"), out))
+cross_size(ctx::Context) = get_int(out -> hvd_context_cross_size(ctxptr(ctx, "Hvd.cross_size"), out))
+
+"""
+`Hvd.transport([ctx])`: name of the default context's (or `ctx`'s) transport
+(`"local"`, `"gloo"`, ...); a process set's is its parent's.
+"""
+function transport(ctx::Context = DEFAULT_CONTEXT)
     out = Ref{Ptr{UInt8}}(C_NULL)
-    @check hvd_context_transport(C_NULL, out)
+    @check hvd_context_transport(ctxptr(ctx, "Hvd.transport"), out)
     return unsafe_string(out[])
 end
 

@@ -55,6 +55,7 @@ const HVD_FLOAT64 = Cint(9)
 const HVD_BOOL = Cint(10)
 
 const HVD_DEVICE_CPU = Int32(-1)
+const HVD_UNDEFINED_COLOR = Cint(-1)
 const HVD_MAX_NDIM = 32
 
 const HVD_PARAM_RANK = UInt64(1) << 0
@@ -191,6 +192,20 @@ end
 @cfunc hvd_cross_rank(out::Ptr{Cint})::Cint
 @cfunc hvd_cross_size(out::Ptr{Cint})::Cint
 @cfunc hvd_context_transport(ctx::Ptr{Cvoid}, out::Ptr{Ptr{UInt8}})::Cint
+@cfunc hvd_context_destroy(ctx::Ptr{Cvoid})::Cint
+@cfunc hvd_context_rank(ctx::Ptr{Cvoid}, out::Ptr{Cint})::Cint
+@cfunc hvd_context_size(ctx::Ptr{Cvoid}, out::Ptr{Cint})::Cint
+@cfunc hvd_context_local_rank(ctx::Ptr{Cvoid}, out::Ptr{Cint})::Cint
+@cfunc hvd_context_local_size(ctx::Ptr{Cvoid}, out::Ptr{Cint})::Cint
+@cfunc hvd_context_cross_rank(ctx::Ptr{Cvoid}, out::Ptr{Cint})::Cint
+@cfunc hvd_context_cross_size(ctx::Ptr{Cvoid}, out::Ptr{Cint})::Cint
+
+# Process sets (hvd.h "Process sets").
+@cfunc hvd_context_split(parent::Ptr{Cvoid}, color::Cint, key::Cint,
+                         child::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_process_set_create(parent::Ptr{Cvoid}, n::Int32, ranks::Ptr{Int32},
+                              child::Ptr{Ptr{Cvoid}})::Cint
+@cfunc hvd_context_parent_ranks(ctx::Ptr{Cvoid}, ranks::Ptr{Int32}, n::Int32)::Cint
 
 @cfunc hvd_allreduce_async(ctx::Ptr{Cvoid}, name::Cstring, input::Ptr{HvdTensor},
                            output::Ptr{Cvoid}, op::Cint, prescale::Cdouble,
@@ -255,6 +270,13 @@ const JULIA_CALLS = Dict{String,String}(
     "hvd_local_rank" => "Hvd.local_rank()", "hvd_local_size" => "Hvd.local_size()",
     "hvd_cross_rank" => "Hvd.cross_rank()", "hvd_cross_size" => "Hvd.cross_size()",
     "hvd_context_transport" => "Hvd.transport()",
+    "hvd_context_rank" => "Hvd.rank(ctx)", "hvd_context_size" => "Hvd.size(ctx)",
+    "hvd_context_local_rank" => "Hvd.local_rank(ctx)",
+    "hvd_context_local_size" => "Hvd.local_size(ctx)",
+    "hvd_context_cross_rank" => "Hvd.cross_rank(ctx)",
+    "hvd_context_cross_size" => "Hvd.cross_size(ctx)",
+    "hvd_context_split" => "Hvd.split", "hvd_process_set_create" => "Hvd.process_set",
+    "hvd_context_parent_ranks" => "Hvd.parent_ranks", "hvd_context_destroy" => "close(set)",
     "hvd_allreduce_async" => "Hvd.allreduce", "hvd_grouped_allreduce_async" => "Hvd.grouped_allreduce!",
     "hvd_allgather_async" => "Hvd.allgather", "hvd_broadcast_async" => "Hvd.broadcast",
     "hvd_alltoall_async" => "Hvd.alltoall", "hvd_reducescatter_async" => "Hvd.reducescatter",
@@ -284,6 +306,7 @@ function julia_message(msg::AbstractString)
     end
     occursin("hvd_", msg) || occursin("params.", msg) || return String(msg)
     s = replace(msg, r"\bhvd_[a-z_]+\b" => julia_call)
+    s = replace(s, "HVD_UNDEFINED_COLOR" => "Hvd.UNDEFINED_COLOR")
     s = replace(s, r"\bparams\.([a-z_]+)" => m -> "keyword " * m[8:end])
     s = replace(s, r"\bparams: " => "")
     return s

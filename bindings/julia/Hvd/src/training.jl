@@ -103,22 +103,24 @@ function submit_all(leaves::Vector{Leaf}, what::AbstractString, submit_one)
 end
 
 """
-    allreduce_gradients!(grads; op=Hvd.Average, name="allreduce_gradients", prescale=1, postscale=1) -> grads
+    allreduce_gradients!(grads[, ctx]; op=Hvd.Average, name="allreduce_gradients", prescale=1, postscale=1) -> grads
 
 Allreduces every gradient array in `grads` in place (averages them over the
-ranks by default; `op` as in `allreduce!`, e.g. `op = +` to sum). `grads` is an iterable of arrays, a (nested) NamedTuple,
+ranks by default; `op` as in `allreduce!`, e.g. `op = +` to sum), over `ctx`
+when given (a process set) or the default context. `grads` is an iterable of arrays, a (nested) NamedTuple,
 a Dict keyed by names, or a struct holding arrays. All operations are
 submitted before any is awaited, so the core fuses them. The ranks must pass
 the same structure with the same sizes; each array is named
 `name * path` (e.g. `"allreduce_gradients.W"`).
 """
-function allreduce_gradients!(grads; op = Average, name = "allreduce_gradients",
-                              prescale::ScaleArg = 1, postscale::ScaleArg = 1)
+function allreduce_gradients!(grads, ctx::Context = DEFAULT_CONTEXT; op = Average,
+                              name = "allreduce_gradients", prescale::ScaleArg = 1,
+                              postscale::ScaleArg = 1)
     op = reduce_op(op)
     ls = leaves(grads, "allreduce_gradients!")
     base = string(name)
     submit_all(ls, "allreduce_gradients!", (path, A) ->
-        allreduce_async!(A; op = op, name = base * path, prescale = prescale,
+        allreduce_async!(A, ctx; op = op, name = base * path, prescale = prescale,
                          postscale = postscale))
     return grads
 end
@@ -126,20 +128,26 @@ end
 """
     broadcast_parameters!(params; root=0, name="broadcast_parameters") -> params
     broadcast_parameters!(params, root; name="broadcast_parameters") -> params
+    broadcast_parameters!(params[, root], ctx; ...) -> params
 
 Copies rank `root`'s parameter arrays into every rank's, in place, so all
-ranks start from the same model. `params` is any of what
-`allreduce_gradients!` takes (a model struct too).
+ranks start from the same model (the ranks of `ctx` when given; `root` is
+then a rank within it). `params` is any of what `allreduce_gradients!` takes
+(a model struct too).
 """
-function broadcast_parameters!(params, pos_root = nothing; root = nothing,
+function broadcast_parameters!(params, pos_root, ctx::Context; root = nothing,
                                name = "broadcast_parameters")
     r = pick_root(pos_root, root)
     ls = leaves(params, "broadcast_parameters!")
     base = string(name)
     submit_all(ls, "broadcast_parameters!", (path, A) ->
-        broadcast_async!(A; root = r, name = base * path))
+        broadcast_async!(A, ctx; root = r, name = base * path))
     return params
 end
+broadcast_parameters!(params, ctx::Context; kw...) =
+    broadcast_parameters!(params, nothing, ctx; kw...)
+broadcast_parameters!(params, pos_root = nothing; kw...) =
+    broadcast_parameters!(params, pos_root, DEFAULT_CONTEXT; kw...)
 
 # ---------------------------------------------------------------------------
 # Optimisers.
@@ -179,9 +187,10 @@ function apply!(o::Momentum, x, Δ)
 end
 
 """
-    DistributedOptimizer(opt; apply=Hvd.apply!, op=Hvd.Average, name="DistributedOptimizer")
+    DistributedOptimizer(opt[, ctx]; apply=Hvd.apply!, op=Hvd.Average, name="DistributedOptimizer")
 
-(`op` as in `allreduce!`: the gradients are averaged unless told otherwise.)
+(`op` as in `allreduce!`: the gradients are averaged unless told otherwise;
+over the ranks of `ctx` when given, e.g. a process set of model replicas.)
 
 Wraps an update rule so that `Hvd.update!(dopt, params, grads)` first
 allreduces (averages) the gradients over the ranks -- all submitted, then all
@@ -194,16 +203,18 @@ struct DistributedOptimizer{O,F}
     apply::F
     op::ReduceOp
     name::String
+    ctx::Context
 end
-DistributedOptimizer(opt; apply = apply!, op = Average, name = "DistributedOptimizer") =
-    DistributedOptimizer(opt, apply, reduce_op(op), string(name))
+DistributedOptimizer(opt, ctx::Context = DEFAULT_CONTEXT; apply = apply!, op = Average,
+                     name = "DistributedOptimizer") =
+    DistributedOptimizer(opt, apply, reduce_op(op), string(name), ctx)
 
 Base.show(io::IO, d::DistributedOptimizer) = print(io, "DistributedOptimizer(", d.opt, ")")
 
 """
     Hvd.update!(dopt::DistributedOptimizer, params, grads) -> params
 
-Averages `grads` over the ranks (in place), then updates every parameter
+Averages `grads` over the ranks (of the optimizer's context) in place, then updates every parameter
 with the wrapped rule. `params` and `grads` have the same structure (same
 NamedTuple keys, same order of arrays), or `grads` is a dictionary keyed by
 the parameter arrays themselves (Flux's implicit style, an `IdDict`).
@@ -243,7 +254,7 @@ function update!(d::DistributedOptimizer, params, grads)
     pairs = filter(t -> haskey(seen, t[2]) ? false : (seen[t[2]] = nothing; true), pairs)
     base = d.name
     submit_all(Leaf[(path, g) for (path, _, g) in pairs], "update!", (path, G) ->
-        allreduce_async!(G; op = d.op, name = base * path))
+        allreduce_async!(G, d.ctx; op = d.op, name = base * path))
     for (_, p, g) in pairs
         p .-= d.apply(d.opt, p, g)
     end

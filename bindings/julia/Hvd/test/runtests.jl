@@ -120,7 +120,11 @@ ts = @testset CountingTestSet "Hvd single process" begin
                           (() -> allreduce!(zeros(3)), "Hvd.allreduce"),
                           (() -> allgather(zeros(3)), "Hvd.allgather"),
                           (() -> Hvd.broadcast!(zeros(3)), "Hvd.broadcast"),
-                          (Hvd.barrier, "Hvd.barrier()"))
+                          (Hvd.barrier, "Hvd.barrier()"),
+                          (() -> Hvd.rank(Hvd.default_context()), "Hvd.rank(ctx)"),
+                          (() -> Hvd.split(Hvd.default_context(), 0; key = 0), "Hvd.split"),
+                          (() -> Hvd.process_set(Hvd.default_context(), [0]), "Hvd.process_set"),
+                          (() -> allreduce!(zeros(3), +, Hvd.default_context()), "Hvd.allreduce"))
             e = hvd_error(f)
             @test e isa HvdError && e.status == Hvd.HVD_ERR_NOT_INITIALIZED
             @test e !== nothing && e.message == "$call: not initialized; call Hvd.init() first"
@@ -206,6 +210,88 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test Hvd.cross_rank() == 0
         @test Hvd.cross_size() == 1
         @test Hvd.transport() isa String
+    end
+
+    @testset "process sets, world of one" begin
+        W = Hvd.default_context()
+        @test W === Hvd.default_context() && !Hvd.is_process_set(W) && isopen(W)
+        @test Hvd.rank(W) == 0 && Hvd.size(W) == 1 && Hvd.local_rank(W) == 0 &&
+              Hvd.local_size(W) == 1 && Hvd.cross_rank(W) == 0 && Hvd.cross_size(W) == 1
+        @test Hvd.transport(W) == Hvd.transport() && Hvd.parent_ranks(W) == [0]
+        @test Hvd.UNDEFINED_COLOR == -1
+        @test Hvd.split(W, Hvd.UNDEFINED_COLOR) === nothing
+        @test isempty(Hvd.LIVE_SETS)
+        s = Hvd.split(W, 4)
+        @test s isa Hvd.Context && Hvd.is_process_set(s) && haskey(Hvd.LIVE_SETS, s)
+        @test Hvd.rank(s) == 0 && Hvd.size(s) == 1 && Hvd.parent_ranks(s) == [0]
+        @test Hvd.local_size(s) == 1 && Hvd.cross_size(s) == 1
+        @test sprint(show, s) == "Hvd.Context(process set of parent ranks [0])"
+        # every operation on a set of one: the identity, under names the
+        # default context uses at the same time
+        h1 = Hvd.allreduce_async([1.5, 2.5], +, s; name = "same")
+        h2 = Hvd.allreduce_async([7], +, W; name = "same")
+        @test wait(h1) == [1.5, 2.5] && wait(h2) == [7]
+        @test allreduce!([3, 4], s) == [3, 4] && allreduce(5, max, s) == 5
+        @test grouped_allreduce!([[1.0], [2.0]], +, s) == [[1.0], [2.0]]
+        @test Hvd.broadcast!([9], 0, s) == [9] && Hvd.broadcast([8], s; root = 0) == [8]
+        @test allgather([1, 2], s) == [1, 2] && allgather(3, s) == [3]
+        @test alltoall([1, 2], s) == [1, 2] && alltoall([1, 2], [2], s) == ([1, 2], [2])
+        @test reducescatter([1.0, 2.0], +, s) == [1.0, 2.0]
+        @test Hvd.barrier(s) === nothing && wait(Hvd.barrier_async(s)) === nothing
+        @test allreduce_gradients!((w = [2.0],), s).w == [2.0]
+        @test broadcast_parameters!([ones(2)], 0, s) == [ones(2)]
+        # Julia-side refusals in a set, as in the default context
+        @test_throws ArgumentError alltoall([1, 2], [1, 1], s)
+        @test_throws ArgumentError allreduce!(copy([1]), -, s)
+        e = hvd_error(() -> Hvd.broadcast!([1], 1, s))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT
+        # sets of sets are refused
+        e = hvd_error(() -> Hvd.split(s, 0))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_UNSUPPORTED && occursin("split the parent", e.message)
+        e = hvd_error(() -> Hvd.process_set(s, [0]))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_UNSUPPORTED
+        # bad lists and colors
+        for bad in ([1], [0, 0], Int[], [-3])
+            e = hvd_error(() -> Hvd.process_set(W, bad))
+            @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT &&
+                  occursin("rank 0 passed the process-set rank list", e.message)
+        end
+        e = hvd_error(() -> Hvd.split(W, -2))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_INVALID_ARGUMENT &&
+              occursin("Hvd.split", e.message) && occursin("Hvd.UNDEFINED_COLOR", e.message)
+        @test_throws ArgumentError Hvd.split(W, 1.5)
+        @test_throws ArgumentError Hvd.split(W, 0; key = "a")
+        @test_throws ArgumentError Hvd.process_set(W, [0.0])
+        @test_throws ArgumentError Hvd.process_set(W, 0)
+        @test_throws ArgumentError Hvd.process_set(W, [true])
+        # by list; closing
+        t = Hvd.process_set(W, 0:0)
+        @test Hvd.parent_ranks(t) == [0]
+        close(t)
+        @test !isopen(t) && close(t) === nothing
+        e = hvd_error(() -> allreduce([1], t))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_ABORTED && occursin("closed", e.message)
+        @test_throws ArgumentError close(W)
+        @test haskey(Hvd.LIVE_SETS, s) && !haskey(Hvd.LIVE_SETS, t)
+        close(s)
+        @test isempty(Hvd.LIVE_SETS)
+        # the default context carries on
+        @test allreduce([1], +; name = "same") == [1]
+        # a set outliving the default context: its operations then fail with
+        # HVD_ERR_ABORTED, and closing it only frees it
+        u = Hvd.split(W, 0)
+        @test allreduce([2], u) == [2]
+        Hvd.shutdown()
+        @test !Hvd.is_initialized()
+        e = hvd_error(() -> allreduce([2], u; name = "after.parent"))
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_ABORTED
+        @test close(u) === nothing && isempty(Hvd.LIVE_SETS)
+        Hvd.init(cycle_time_ms = 1.0)
+        @test allreduce([3], +, W) == [3]
+    end
+
+    @testset "no ambiguous methods" begin
+        @test isempty(Test.detect_ambiguities(Hvd))
     end
 
     @testset "allreduce $T $op" for T in SUPPORTED, op in OPS
