@@ -31,9 +31,12 @@ from ._api import (  # noqa: F401
     Context,
     Max,
     Min,
+    ProcessSet,
+    ProcessSetContext,
     Product,
     Sum,
     build_params as _build_params,
+    global_process_set,
 )
 from ._c_api import (  # noqa: F401
     AbortedError,
@@ -62,11 +65,20 @@ _init_refs = 0  # hvd.init() calls not yet matched by shutdown(), this process
 _keepalive = []  # callbacks and communicators passed to init, per reference
 
 
-def init(comm=None, **params):
+# hvd_context_split's color for "join no process set" (hvd.Context.split).
+UNDEFINED_COLOR = _c_api.HVD_UNDEFINED_COLOR
+
+
+def init(comm=None, process_sets=None, **params):
     """Creates (or, if one exists, counts another reference to) the default context.
 
     comm: an mpi4py communicator (MPI transport on that communicator; rank and size
     come from it, so ``MPI.COMM_WORLD.Split(...)`` works).
+    process_sets: Horovod's. A list of ProcessSet (or rank lists) registered in
+    order once the context exists, as add_process_set does (every rank passes the
+    same list); "dynamic" is accepted and changes nothing (hvd's sets can always
+    be added and removed later). When registering fails, this init's reference is
+    released again and the error raised.
     params: any hvd_params_t setting -- rank, size, local_rank, local_size, cross_rank,
     cross_size, transport, rendezvous_addr, secret, fusion_threshold_bytes, cycle_time_ms,
     cache_capacity, stall_warning_s, stall_shutdown_s, start_timeout_s, timeline_path,
@@ -79,6 +91,17 @@ def init(comm=None, **params):
 
     Like hvd_init, init is reference counted: each call needs a shutdown()."""
     global _init_refs
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise ValueError(f"hvd.init: process_sets must be a list of ProcessSet or "
+                             f"\"dynamic\", got {process_sets!r}")
+        process_sets = None
+    elif process_sets is not None:
+        try:
+            process_sets = list(process_sets)
+        except TypeError:
+            raise TypeError("hvd.init: process_sets must be a list of ProcessSet or "
+                            f"\"dynamic\", got {type(process_sets).__name__}") from None
     p, keep = _build_params(comm, params)
     with _lifecycle:
         was = is_initialized()
@@ -88,6 +111,14 @@ def init(comm=None, **params):
         if not was:
             _DEFAULT._namer.reset()
             _homogeneous.clear()
+        global_process_set.ranks = list(range(size()))
+    if process_sets:
+        try:
+            for ps in process_sets:
+                add_process_set(ps)
+        except BaseException:
+            shutdown()
+            raise
 
 
 def shutdown():
@@ -99,6 +130,8 @@ def shutdown():
         _init_refs = max(0, _init_refs - 1)
         last = not is_initialized()
         if last:
+            _DEFAULT._registry.clear("was dropped when hvd.shutdown() destroyed the default "
+                                     "context")
             _ops.reap_orphans(wait=True)
             _keepalive.clear()
 
@@ -109,12 +142,42 @@ def _shutdown_at_exit():
     # the background thread stops before the interpreter does.
     global _init_refs
     with _lifecycle:
+        stopped = False
         while _init_refs > 0:
             _init_refs -= 1
             try:
                 _c_api.lib().hvd_shutdown()
+                stopped = True
             except Exception:
                 break
+        if stopped:
+            try:  # the sets' contexts, once their parent stopped (that only frees them)
+                if not is_initialized():
+                    _DEFAULT._registry.clear("was dropped at exit")
+            except Exception:
+                pass
+
+
+def add_process_set(process_set):
+    """Registers a process set (a ProcessSet, or a list of ranks) on the
+    default context and returns the ProcessSet (Horovod's). Collective: every
+    rank calls it, in the same order; the set's members get a context for it,
+    the other ranks the same ProcessSet without one. Ranks are sorted, as
+    Horovod's ProcessSet does; an empty list, duplicates or ranks out of range
+    make every rank raise InvalidArgumentError, different lists on different
+    ranks MismatchError; a set with the ranks of a registered one is refused
+    (ValueError), as in Horovod."""
+    return _DEFAULT.add_process_set(process_set)
+
+
+def remove_process_set(process_set) -> bool:
+    """Unregisters a process set (Horovod's): call it on every rank, in the same
+    order as add_process_set. The set's members destroy its context together
+    (pending operations on it complete with AbortedError); other ranks only
+    forget it. Returns True; False (and does nothing) for the global set or a
+    set that is not registered. Operations on the ProcessSet then raise
+    ValueError."""
+    return _DEFAULT.remove_process_set(process_set)
 
 
 def is_initialized() -> bool:
@@ -337,4 +400,6 @@ __all__ = [
     "reducescatter_async", "grouped_allgather", "grouped_allgather_async",
     "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "barrier_async", "join", "join_async",
     "broadcast_object", "allgather_object", "Context", "HvdError", "PerformanceWarning",
+    "ProcessSet", "ProcessSetContext", "global_process_set", "add_process_set",
+    "remove_process_set", "UNDEFINED_COLOR",
 ]

@@ -15,7 +15,13 @@ import numpy as np
 
 from . import _c_api as C
 from . import _ops
+from . import _process_sets
 from ._numpy import NUMPY
+from ._process_sets import ProcessSet  # noqa: F401  (re-exported by hvd)
+
+# Horovod's global process set: the whole default context (id 0). Its
+# registry is the default context's, attached below.
+global_process_set = _process_sets.make_global(None)
 
 Sum = C.HVD_SUM
 Average = C.HVD_AVERAGE
@@ -40,194 +46,219 @@ def _resolve_op(op, average, default=Average):
 
 class Collectives:
     """Every collective, on one context (ptr None = the default context) and
-    one array adapter."""
+    one array adapter. Each takes process_set= (Horovod's; default the global
+    set, i.e. the whole context): a registered ProcessSet runs the operation
+    on the set's own context, among its members; broadcast roots are then
+    still ranks of the whole context (hvd.rank()), as in Horovod."""
 
     def __init__(self, context, adapter):
         self._context = context
         self._ad = adapter
 
+    def _target(self, process_set):
+        """(context to run on, the ProcessSet or None for the whole context)."""
+        if process_set is None:
+            return self._context, None
+        bind = getattr(process_set, "_hvd_bind", None)
+        if bind is None:
+            raise TypeError(f"hvd: process_set must be an hvd.ProcessSet, got "
+                            f"{type(process_set).__name__}")
+        return bind(self._context)
+
+    @staticmethod
+    def _root(ps, root_rank):
+        return root_rank if ps is None else ps._set_rank_of(root_rank)
+
     # -- allreduce -----------------------------------------------------------
     def allreduce_async(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                        postscale_factor=1.0):
+                        postscale_factor=1.0, process_set=global_process_set):
         """Starts an allreduce into a new output; returns a Handle (synchronize() gives
         the result). op defaults to Average, as in Horovod."""
-        c = self._context
+        c, _ = self._target(process_set)
         return _ops.allreduce_async(c._ptr, self._ad, tensor, _resolve_op(op, average),
                                     c._namer("allreduce", name), prescale_factor,
                                     postscale_factor, inplace=False)
 
     def allreduce(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                  postscale_factor=1.0):
-        """Reduces tensor over all ranks; returns a new tensor (default op Average)."""
+                  postscale_factor=1.0, process_set=global_process_set):
+        """Reduces tensor over all ranks (of process_set); returns a new tensor
+        (default op Average)."""
         return self.allreduce_async(tensor, average, name, op, prescale_factor,
-                                    postscale_factor).wait()
+                                    postscale_factor, process_set).wait()
 
     def allreduce_async_(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                         postscale_factor=1.0):
+                         postscale_factor=1.0, process_set=global_process_set):
         """In-place allreduce: tensor is overwritten with the result."""
-        c = self._context
+        c, _ = self._target(process_set)
         return _ops.allreduce_async(c._ptr, self._ad, tensor, _resolve_op(op, average),
                                     c._namer("allreduce", name), prescale_factor,
                                     postscale_factor, inplace=True)
 
     def allreduce_(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                   postscale_factor=1.0):
+                   postscale_factor=1.0, process_set=global_process_set):
         return self.allreduce_async_(tensor, average, name, op, prescale_factor,
-                                     postscale_factor).wait()
+                                     postscale_factor, process_set).wait()
 
     # -- grouped allreduce ----------------------------------------------------
     def grouped_allreduce_async(self, tensors, average=None, name=None, op=None,
-                                prescale_factor=1.0, postscale_factor=1.0):
+                                prescale_factor=1.0, postscale_factor=1.0,
+                                process_set=global_process_set):
         """Allreduces a list of tensors (one dtype) negotiated and fused as one unit.
         Tensor i is named f"{name}.{i}"."""
-        c = self._context
+        c, _ = self._target(process_set)
         return _ops.grouped_allreduce_async(c._ptr, self._ad, tensors, _resolve_op(op, average),
                                             c._namer("grouped_allreduce", name), prescale_factor,
                                             postscale_factor, inplace=False)
 
     def grouped_allreduce(self, tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                          postscale_factor=1.0):
+                          postscale_factor=1.0, process_set=global_process_set):
         return self.grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                            postscale_factor).wait()
+                                            postscale_factor, process_set).wait()
 
     def grouped_allreduce_async_(self, tensors, average=None, name=None, op=None,
-                                 prescale_factor=1.0, postscale_factor=1.0):
-        c = self._context
+                                 prescale_factor=1.0, postscale_factor=1.0,
+                                 process_set=global_process_set):
+        c, _ = self._target(process_set)
         return _ops.grouped_allreduce_async(c._ptr, self._ad, tensors, _resolve_op(op, average),
                                             c._namer("grouped_allreduce", name), prescale_factor,
                                             postscale_factor, inplace=True)
 
     def grouped_allreduce_(self, tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                           postscale_factor=1.0):
+                           postscale_factor=1.0, process_set=global_process_set):
         return self.grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                             postscale_factor).wait()
+                                             postscale_factor, process_set).wait()
 
     # -- allgather --------------------------------------------------------------
-    def allgather_async(self, tensor, name=None):
+    def allgather_async(self, tensor, name=None, process_set=global_process_set):
         """Concatenates every rank's tensor along the first dimension (which may differ
-        between ranks)."""
-        c = self._context
+        between ranks), in rank order (within process_set)."""
+        c, _ = self._target(process_set)
         return _ops.allgather_async(c._ptr, self._ad, tensor, c._namer("allgather", name))
 
-    def allgather(self, tensor, name=None):
-        return self.allgather_async(tensor, name).wait()
+    def allgather(self, tensor, name=None, process_set=global_process_set):
+        return self.allgather_async(tensor, name, process_set).wait()
 
     # -- broadcast --------------------------------------------------------------
-    def broadcast_async(self, tensor, root_rank, name=None):
-        """Root's tensor, returned as a new tensor on every rank."""
-        c = self._context
-        return _ops.broadcast_async(c._ptr, self._ad, tensor, root_rank,
+    def broadcast_async(self, tensor, root_rank, name=None, process_set=global_process_set):
+        """Root's tensor, returned as a new tensor on every rank. root_rank is a rank
+        of the whole context (hvd.rank()), one of process_set's ranks."""
+        c, ps = self._target(process_set)
+        return _ops.broadcast_async(c._ptr, self._ad, tensor, self._root(ps, root_rank),
                                     c._namer("broadcast", name), inplace=False)
 
-    def broadcast(self, tensor, root_rank, name=None):
-        return self.broadcast_async(tensor, root_rank, name).wait()
+    def broadcast(self, tensor, root_rank, name=None, process_set=global_process_set):
+        return self.broadcast_async(tensor, root_rank, name, process_set).wait()
 
-    def broadcast_async_(self, tensor, root_rank, name=None):
+    def broadcast_async_(self, tensor, root_rank, name=None, process_set=global_process_set):
         """In-place broadcast: tensor is overwritten with root's."""
-        c = self._context
-        return _ops.broadcast_async(c._ptr, self._ad, tensor, root_rank,
+        c, ps = self._target(process_set)
+        return _ops.broadcast_async(c._ptr, self._ad, tensor, self._root(ps, root_rank),
                                     c._namer("broadcast", name), inplace=True)
 
-    def broadcast_(self, tensor, root_rank, name=None):
-        return self.broadcast_async_(tensor, root_rank, name).wait()
+    def broadcast_(self, tensor, root_rank, name=None, process_set=global_process_set):
+        return self.broadcast_async_(tensor, root_rank, name, process_set).wait()
 
     # -- alltoall ---------------------------------------------------------------
-    def alltoall_async(self, tensor, splits=None, name=None):
-        """Sends splits[j] rows to rank j (even split when splits is None). The result
-        is the received rows in rank order; with splits given, (result, received_splits)."""
-        c = self._context
+    def alltoall_async(self, tensor, splits=None, name=None, process_set=global_process_set):
+        """Sends splits[j] rows to rank j (even split when splits is None; j counts the
+        ranks of process_set). The result is the received rows in rank order; with
+        splits given, (result, received_splits)."""
+        c, _ = self._target(process_set)
         return _ops.alltoall_async(c._ptr, self._ad, tensor, splits, c._namer("alltoall", name),
                                    c.size())
 
-    def alltoall(self, tensor, splits=None, name=None):
-        return self.alltoall_async(tensor, splits, name).wait()
+    def alltoall(self, tensor, splits=None, name=None, process_set=global_process_set):
+        return self.alltoall_async(tensor, splits, name, process_set).wait()
 
     # -- reducescatter ----------------------------------------------------------
     def reducescatter_async(self, tensor, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0):
-        """Reduces over ranks (default op Average); rank r keeps its block of rows
-        (the first shape[0] % size ranks get one extra row)."""
-        c = self._context
+                            postscale_factor=1.0, process_set=global_process_set):
+        """Reduces over ranks (default op Average); rank r (within process_set) keeps
+        its block of rows (the first shape[0] % size ranks get one extra row)."""
+        c, _ = self._target(process_set)
         return _ops.reducescatter_async(c._ptr, self._ad, tensor, _resolve_op(op, None),
                                         c._namer("reducescatter", name), prescale_factor,
                                         postscale_factor)
 
     def reducescatter(self, tensor, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0):
+                      postscale_factor=1.0, process_set=global_process_set):
         return self.reducescatter_async(tensor, name, op, prescale_factor,
-                                        postscale_factor).wait()
+                                        postscale_factor, process_set).wait()
 
     # -- grouped allgather and reducescatter --------------------------------------
-    def grouped_allgather_async(self, tensors, name=None):
+    def grouped_allgather_async(self, tensors, name=None, process_set=global_process_set):
         """Allgathers each tensor of a list (as allgather does); returns one Handle whose
         result is the list of gathered tensors. Tensor i is named f"{name}.{i}"; the
         members are negotiated one by one (the C API has no grouped allgather)."""
-        c = self._context
+        c, _ = self._target(process_set)
         return _ops.grouped_allgather_async(c._ptr, self._ad, tensors,
                                             c._namer("grouped_allgather", name))
 
-    def grouped_allgather(self, tensors, name=None):
-        return self.grouped_allgather_async(tensors, name).wait()
+    def grouped_allgather(self, tensors, name=None, process_set=global_process_set):
+        return self.grouped_allgather_async(tensors, name, process_set).wait()
 
     def grouped_reducescatter_async(self, tensors, name=None, op=None, prescale_factor=1.0,
-                                    postscale_factor=1.0):
+                                    postscale_factor=1.0, process_set=global_process_set):
         """Reducescatters each tensor of a list (as reducescatter does, default op
         Average); one Handle for all, its result the list of outputs. Tensor i is named
         f"{name}.{i}"; the members are negotiated one by one."""
-        c = self._context
+        c, _ = self._target(process_set)
         return _ops.grouped_reducescatter_async(c._ptr, self._ad, tensors,
                                                 _resolve_op(op, None),
                                                 c._namer("grouped_reducescatter", name),
                                                 prescale_factor, postscale_factor)
 
     def grouped_reducescatter(self, tensors, name=None, op=None, prescale_factor=1.0,
-                              postscale_factor=1.0):
+                              postscale_factor=1.0, process_set=global_process_set):
         return self.grouped_reducescatter_async(tensors, name, op, prescale_factor,
-                                                postscale_factor).wait()
+                                                postscale_factor, process_set).wait()
 
     # -- barrier and join ----------------------------------------------------------
-    def barrier_async(self):
-        return _ops.barrier_async(self._context._ptr)
+    def barrier_async(self, process_set=global_process_set):
+        c, _ = self._target(process_set)
+        return _ops.barrier_async(c._ptr)
 
-    def barrier(self):
-        """Returns once every rank has called barrier()."""
-        self.barrier_async().wait()
+    def barrier(self, process_set=global_process_set):
+        """Returns once every rank (of process_set) has called barrier()."""
+        self.barrier_async(process_set).wait()
 
-    def join_async(self, device=-1):
+    def join_async(self, device=-1, process_set=global_process_set):
         _check_device(device)
-        return _ops.join_async(self._context._ptr)
+        c, _ = self._target(process_set)
+        return _ops.join_async(c._ptr)
 
-    def join(self, device=-1):
+    def join(self, device=-1, process_set=global_process_set):
         """Marks this rank as out of data; until every rank joined, it contributes
         zeros to the others' allreduces. Returns once every rank has joined.
 
         device: accepted for Horovod's signature and ignored: hvd keeps every
         tensor in host memory, so the zeros a joined rank contributes are on the
         CPU whatever device is named. Returns None (Horovod returns the rank that
-        joined last)."""
-        self.join_async(device).wait()
+        joined last). process_set (not in Horovod's join): join within a set."""
+        self.join_async(device, process_set).wait()
 
     # -- Python objects ---------------------------------------------------------------
-    def broadcast_object(self, obj, root_rank=0, name=None):
+    def broadcast_object(self, obj, root_rank=0, name=None, process_set=global_process_set):
         """Root's picklable object, unpickled on every rank (size first, then bytes)."""
-        c = self._context
+        c, ps = self._target(process_set)
+        root = self._root(ps, root_rank)
         name = c._namer("broadcast_object", name)
-        if c.rank() == root_rank:
+        if c.rank() == root:
             payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
                                     dtype=np.uint8).copy()
             size = np.array([payload.size], dtype=np.int64)
         else:
             payload = None
             size = np.zeros(1, dtype=np.int64)
-        _ops.broadcast_async(c._ptr, NUMPY, size, root_rank, name + ".size", True).wait()
+        _ops.broadcast_async(c._ptr, NUMPY, size, root, name + ".size", True).wait()
         if payload is None:
             payload = np.empty(int(size[0]), dtype=np.uint8)
-        _ops.broadcast_async(c._ptr, NUMPY, payload, root_rank, name + ".data", True).wait()
+        _ops.broadcast_async(c._ptr, NUMPY, payload, root, name + ".data", True).wait()
         return pickle.loads(payload.tobytes())
 
-    def allgather_object(self, obj, name=None):
-        """Every rank's picklable object, as a list in rank order."""
-        c = self._context
+    def allgather_object(self, obj, name=None, process_set=global_process_set):
+        """Every rank's picklable object (of process_set), as a list in rank order."""
+        c, _ = self._target(process_set)
         name = c._namer("allgather_object", name)
         payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
                                 dtype=np.uint8).copy()
@@ -398,10 +429,67 @@ def _wrap_log(fn):
     return C.LOG_FN(cb)
 
 
-class Context(Collectives):
+def _make_child(fn_name, parent, *args):
+    """A process-set call on parent (collective over its ranks): the child's
+    ProcessSetContext, or None on a rank outside it."""
+    out = ctypes.c_void_p()
+    C.call(fn_name, parent._ptr, *args, ctypes.byref(out))
+    return ProcessSetContext(out.value, parent) if out.value else None
+
+
+def _rank_list(ranks, what):
+    try:
+        ranks = list(ranks)
+    except TypeError:
+        raise TypeError(f"hvd: {what} takes a list of ranks, got {type(ranks).__name__}") from None
+    for r in ranks:
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+            raise TypeError(f"hvd: {what}: ranks must be ints, got {r!r}")
+    return (ctypes.c_int32 * max(len(ranks), 1))(*[int(r) for r in ranks]), len(ranks)
+
+
+class _Root:
+    """What the default context and hvd.Context share: making and
+    registering process sets."""
+
+    def _make_set(self, ranks):
+        arr, n = _rank_list(ranks, "a process set")
+        return _make_child("hvd_process_set_create", self, n, arr)
+
+    def add_process_set(self, process_set):
+        """Registers a process set (a ProcessSet or a list of ranks) on this
+        context and returns the ProcessSet. Collective: every rank calls it, in
+        the same order; ranks outside the set get the same ProcessSet, without
+        a context. Ranks are sorted (as Horovod's ProcessSet does); a list
+        that is empty, has duplicates or ranks out of range makes every rank
+        raise InvalidArgumentError, ranks passing different lists
+        MismatchError. A set with the same ranks as a registered one is
+        refused (ValueError), as in Horovod."""
+        return self._registry.add(process_set)
+
+    def remove_process_set(self, process_set):
+        """Unregisters a process set (every rank calls it, in the same order as
+        add_process_set): its members destroy its context together, the other
+        ranks only forget it. Returns True, or False (doing nothing) for the
+        global set and a set not registered here, as Horovod does. Using the
+        ProcessSet afterwards raises ValueError."""
+        return self._registry.remove(process_set)
+
+    def process_sets(self):
+        """The registered process sets, in id order (global set excluded)."""
+        return self._registry.live()
+
+
+class Context(_Root, Collectives):
     """An explicit communicator (hvd_context_create): any number per process,
     e.g. ranks as threads. Takes the same settings as hvd.init(). Use as a
-    context manager, or call close()."""
+    context manager, or call close().
+
+    Process sets on it: add_process_set(ranks) / remove_process_set(ps) and
+    process_set= on its collectives (as hvd's module-level functions), or
+    split(color, key) and process_set(ranks), which return the set's own
+    context (a ProcessSetContext, with every collective; ranks and broadcast
+    roots within it) on members and None elsewhere."""
 
     def __init__(self, comm=None, **params):
         p, self._keep = build_params(comm, params)
@@ -410,6 +498,7 @@ class Context(Collectives):
         self._handle = out.value
         self._namer = _ops.Namer()
         self._lock = threading.Lock()
+        self._registry = _process_sets.Registry(self)
         super().__init__(self, NUMPY)
 
     def _require(self):
@@ -424,14 +513,37 @@ class Context(Collectives):
         with self._lock:
             ptr, self._handle = self._handle, None
         if ptr:
-            C.call("hvd_context_destroy", ptr)
-            _ops.reap_orphans()
+            try:
+                C.call("hvd_context_destroy", ptr)
+            finally:
+                self._registry.clear("was dropped when its hvd.Context was closed")
+                _ops.reap_orphans()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+    def split(self, color, key=0):
+        """MPI_Comm_split over this context (hvd_context_split), collective over
+        its ranks: ranks passing the same color >= 0 form one process set,
+        ordered by (key, rank); color hvd.UNDEFINED_COLOR (-1) joins none.
+        Returns this rank's set as a ProcessSetContext, or None. Close it when
+        done (collective over its members)."""
+        for what, v in (("color", color), ("key", key)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"hvd.Context.split: {what} must be an int, got {v!r}")
+        return _make_child("hvd_context_split", self, int(color), int(key))
+
+    def process_set(self, ranks):
+        """A process set of the listed ranks (sorted ascending, no duplicates,
+        the same list on every rank; hvd_process_set_create), collective over
+        this context's ranks. Returns its ProcessSetContext on members, None
+        elsewhere. An unsorted or otherwise bad list makes every rank raise
+        InvalidArgumentError."""
+        arr, n = _rank_list(ranks, "hvd.Context.process_set")
+        return _make_child("hvd_process_set_create", self, n, arr)
 
     def rank(self):
         return C.get_int("hvd_context_rank", self._require())
@@ -460,13 +572,90 @@ class Context(Collectives):
         return bool(C.get_int("hvd_mpi_threads_supported", self._require()))
 
 
-class DefaultContext:
+class ProcessSetContext(Collectives):
+    """A process set's own context (include/hvd.h, "Process sets"): every
+    collective among the set's members, with ranks 0 .. size()-1 in the set's
+    order (broadcast roots too) and names of its own. Made by Context.split /
+    Context.process_set, and behind every registered ProcessSet on its
+    members. close() (or leaving a with block) is collective over the
+    members; sets of sets are not supported (UnsupportedError)."""
+
+    def __init__(self, handle, parent):
+        self._handle = handle
+        self._parent = parent
+        self._namer = _ops.Namer()
+        self._lock = threading.Lock()
+        super().__init__(self, NUMPY)
+
+    def _require(self):
+        if self._handle is None:
+            raise C.AbortedError(C.HVD_ERR_ABORTED, "hvd: this process set was destroyed")
+        return self._handle
+
+    _ptr = property(_require)
+
+    def close(self):
+        """Destroys the set (collective over its members; returns once every
+        member has); its pending operations complete with AbortedError."""
+        with self._lock:
+            ptr, self._handle = self._handle, None
+        if ptr:
+            try:
+                C.call("hvd_context_destroy", ptr)
+            finally:
+                _ops.reap_orphans()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def split(self, color, key=0):
+        raise C.UnsupportedError(C.HVD_ERR_UNSUPPORTED, "hvd: process sets of process sets are "
+                                 "not supported; split the parent context instead")
+
+    process_set = split
+
+    def parent_ranks(self):
+        """The parent's ranks of the members, in this set's rank order."""
+        n = self.size()
+        arr = (ctypes.c_int32 * max(n, 1))()
+        C.call("hvd_context_parent_ranks", self._require(), arr, n)
+        return [int(arr[i]) for i in range(n)]
+
+    def rank(self):
+        return C.get_int("hvd_context_rank", self._require())
+
+    def size(self):
+        return C.get_int("hvd_context_size", self._require())
+
+    def local_rank(self):
+        return C.get_int("hvd_context_local_rank", self._require())
+
+    def local_size(self):
+        return C.get_int("hvd_context_local_size", self._require())
+
+    def cross_rank(self):
+        return C.get_int("hvd_context_cross_rank", self._require())
+
+    def cross_size(self):
+        return C.get_int("hvd_context_cross_size", self._require())
+
+    def transport(self):
+        out = ctypes.c_char_p()
+        C.call("hvd_context_transport", self._require(), ctypes.byref(out))
+        return out.value.decode() if out.value else ""
+
+
+class DefaultContext(_Root):
     """The Horovod-style default context (hvd_init / hvd_shutdown)."""
 
     _ptr = None  # NULL: every C call resolves the default context itself
 
     def __init__(self):
         self._namer = _ops.Namer()
+        self._registry = _process_sets.Registry(self)
 
     def size(self):
         return C.get_int("hvd_size")
@@ -476,3 +665,4 @@ class DefaultContext:
 
 
 DEFAULT = DefaultContext()
+global_process_set._registry = DEFAULT._registry

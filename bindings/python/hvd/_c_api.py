@@ -80,6 +80,7 @@ HVD_ADASUM = 5
 
 HVD_DEVICE_CPU = -1
 HVD_MAX_NDIM = 32
+HVD_UNDEFINED_COLOR = -1  # hvd_context_split: join no process set
 
 HVD_LOG_ERROR = 0
 HVD_LOG_WARNING = 1
@@ -359,6 +360,11 @@ FUNCTIONS = {
     "hvd_context_cross_size": (_S, [hvd_context_t, _P_INT]),
     "hvd_context_transport": (_S, [hvd_context_t, POINTER(c_char_p)]),
     "hvd_mpi_threads_supported": (_S, [hvd_context_t, _P_INT]),
+    # process sets
+    "hvd_context_split": (_S, [hvd_context_t, c_int, c_int, POINTER(hvd_context_t)]),
+    "hvd_process_set_create": (
+        _S, [hvd_context_t, c_int32, POINTER(c_int32), POINTER(hvd_context_t)]),
+    "hvd_context_parent_ranks": (_S, [hvd_context_t, POINTER(c_int32), c_int32]),
     # default context
     "hvd_init": (_S, [POINTER(HvdParams)]),
     "hvd_shutdown": (_S, []),

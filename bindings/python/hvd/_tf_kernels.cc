@@ -52,6 +52,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -119,6 +120,7 @@ struct Api {
   hvd_status_t (*size)(int *);
   hvd_status_t (*local_rank)(int *);
   hvd_status_t (*local_size)(int *);
+  hvd_status_t (*context_size)(hvd_context_t, int *);
   const char *(*last_error)(void);
 };
 
@@ -215,6 +217,34 @@ struct Desc {
 };
 
 // ---------------------------------------------------------------------------
+// Process sets. An op's `process_set_id` attr names a process set registered
+// on the default context (hvd.add_process_set); the Python package tells
+// this library each set's context (hvd_tf_kernels_set_context) and takes it
+// back before destroying the set. An op looks the id up and submits while
+// holding the table's lock, so a set is never destroyed between the lookup
+// and the submit; id 0 is the default context itself.
+// ---------------------------------------------------------------------------
+std::mutex g_sets_mu;
+std::unordered_map<int64_t, hvd_context_t> g_sets;
+
+// Runs submit(ctx) for the op's process set under the table's lock; an id
+// that is not registered (never, or removed since the graph was built) fails
+// without submitting.
+hvd_status_t WithSet(int64_t id, const std::function<hvd_status_t(hvd_context_t)> &submit,
+                     std::string *why) {
+  if (id == 0) return submit(nullptr);
+  std::lock_guard<std::mutex> lk(g_sets_mu);
+  auto it = g_sets.find(id);
+  if (it == g_sets.end()) {
+    *why = "process set " + std::to_string(id) +
+           " is not registered on this rank (removed with hvd.remove_process_set, or this "
+           "rank is not one of its members)";
+    return -1;
+  }
+  return submit(it->second);
+}
+
+// ---------------------------------------------------------------------------
 // The poller: completes pending handles on a thread of its own.
 // ---------------------------------------------------------------------------
 using Finish = std::function<void(hvd_handle_t, hvd_status_t, const std::string &)>;
@@ -297,14 +327,19 @@ Finish StatusOnly(OpKernelContext *ctx, AsyncOpKernel::DoneCallback done, std::s
   };
 }
 
-// Submits through `submit` (which returns the status and sets *h); on
-// failure fails the op at once, else hands the handle to the poller.
+// Submits through `submit` on process set `set_id`'s context (it returns the
+// status and sets *h); on failure fails the op at once, else hands the handle
+// to the poller.
 void Launch(OpKernelContext *ctx, AsyncOpKernel::DoneCallback done, const std::string &what,
-            const std::function<hvd_status_t(hvd_handle_t *)> &submit, Finish finish) {
+            int64_t set_id,
+            const std::function<hvd_status_t(hvd_context_t, hvd_handle_t *)> &submit,
+            Finish finish) {
   hvd_handle_t h = nullptr;
-  hvd_status_t st = submit(&h);
+  std::string why;
+  hvd_status_t st = WithSet(set_id, [&](hvd_context_t c) { return submit(c, &h); }, &why);
   if (st < 0) {
-    ctx->SetStatus(ToTf(st, what, LastError()));
+    ctx->SetStatus(why.empty() ? ToTf(st, what, LastError())
+                               : errors::FailedPrecondition("hvd: ", what, ": ", why));
     done();
     return;
   }
@@ -351,11 +386,13 @@ class HvdKernel : public AsyncOpKernel {
  public:
   explicit HvdKernel(OpKernelConstruction *c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("tensor_name", &name_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &set_));
   }
 
  protected:
   std::string What(const char *op) const { return std::string(op) + " '" + name_ + "'"; }
   std::string name_;
+  int64_t set_ = 0;
 };
 
 class AllreduceOp : public HvdKernel {
@@ -377,9 +414,9 @@ class AllreduceOp : public HvdKernel {
     void *out_ptr = in.NumElements() ? const_cast<char *>(out->tensor_data().data()) : nullptr;
     std::string what = What("allreduce");
     Launch(
-        ctx, done, what,
-        [&](hvd_handle_t *h) {
-          return g_api.allreduce_async(nullptr, name_.c_str(), &d.t, out_ptr, op_, pre, post, h);
+        ctx, done, what, set_,
+        [&](hvd_context_t hc, hvd_handle_t *h) {
+          return g_api.allreduce_async(hc, name_.c_str(), &d.t, out_ptr, op_, pre, post, h);
         },
         StatusOnly(ctx, done, what, in));
   }
@@ -422,10 +459,10 @@ class GroupedAllreduceOp : public HvdKernel {
     }
     std::string what = What("grouped allreduce");
     Launch(
-        ctx, done, what,
-        [&](hvd_handle_t *h) {
-          return g_api.grouped_allreduce_async(nullptr, n, name_ptrs.data(), ts.data(),
-                                               outs.data(), op_, pre, post, h);
+        ctx, done, what, set_,
+        [&](hvd_context_t hc, hvd_handle_t *h) {
+          return g_api.grouped_allreduce_async(hc, n, name_ptrs.data(), ts.data(), outs.data(),
+                                               op_, pre, post, h);
         },
         StatusOnly(ctx, done, what, keep));
   }
@@ -450,9 +487,9 @@ class BroadcastOp : public HvdKernel {
     void *out_ptr = in.NumElements() ? const_cast<char *>(out->tensor_data().data()) : nullptr;
     std::string what = What("broadcast");
     Launch(
-        ctx, done, what,
-        [&](hvd_handle_t *h) {
-          return g_api.broadcast_async(nullptr, name_.c_str(), &d.t, out_ptr, root_, h);
+        ctx, done, what, set_,
+        [&](hvd_context_t hc, hvd_handle_t *h) {
+          return g_api.broadcast_async(hc, name_.c_str(), &d.t, out_ptr, root_, h);
         },
         StatusOnly(ctx, done, what, in));
   }
@@ -472,8 +509,10 @@ class AllgatherOp : public HvdKernel {
     OP_REQUIRES_OK_ASYNC(ctx, d.Fill(in), done);
     std::string what = What("allgather");
     Launch(
-        ctx, done, what,
-        [&](hvd_handle_t *h) { return g_api.allgather_async(nullptr, name_.c_str(), &d.t, h); },
+        ctx, done, what, set_,
+        [&](hvd_context_t hc, hvd_handle_t *h) {
+          return g_api.allgather_async(hc, name_.c_str(), &d.t, h);
+        },
         [ctx, done, in, what](hvd_handle_t h, hvd_status_t st, const std::string &msg) {
           if (st < 0) {
             ctx->SetStatus(ToTf(st, what, msg));
@@ -501,9 +540,9 @@ class ReducescatterOp : public HvdKernel {
     OP_REQUIRES_OK_ASYNC(ctx, d.Fill(in), done);
     std::string what = What("reducescatter");
     Launch(
-        ctx, done, what,
-        [&](hvd_handle_t *h) {
-          return g_api.reducescatter_async(nullptr, name_.c_str(), &d.t, op_, pre, post, h);
+        ctx, done, what, set_,
+        [&](hvd_context_t hc, hvd_handle_t *h) {
+          return g_api.reducescatter_async(hc, name_.c_str(), &d.t, op_, pre, post, h);
         },
         [ctx, done, in, what](hvd_handle_t h, hvd_status_t st, const std::string &msg) {
           if (st < 0) {
@@ -528,8 +567,16 @@ class AlltoallOp : public HvdKernel {
     Tensor in = ctx->input(0);
     const Tensor &splits = ctx->input(1);
     int size = 0;
-    hvd_status_t st = g_api.size(&size);
-    OP_REQUIRES_ASYNC(ctx, st >= 0, ToTf(st, What("alltoall"), LastError()), done);
+    std::string why;
+    hvd_status_t st = WithSet(
+        set_,
+        [&](hvd_context_t hc) { return hc ? g_api.context_size(hc, &size) : g_api.size(&size); },
+        &why);
+    OP_REQUIRES_ASYNC(ctx, st >= 0,
+                      why.empty() ? ToTf(st, What("alltoall"), LastError())
+                                  : errors::FailedPrecondition("hvd: ", What("alltoall"), ": ",
+                                                               why),
+                      done);
     std::vector<int64_t> split_vec;
     if (splits.NumElements() > 0) {
       OP_REQUIRES_ASYNC(ctx, splits.NumElements() == size,
@@ -544,9 +591,9 @@ class AlltoallOp : public HvdKernel {
     OP_REQUIRES_OK_ASYNC(ctx, d.Fill(in), done);
     std::string what = What("alltoall");
     Launch(
-        ctx, done, what,
-        [&](hvd_handle_t *h) {
-          return g_api.alltoall_async(nullptr, name_.c_str(), &d.t,
+        ctx, done, what, set_,
+        [&](hvd_context_t hc, hvd_handle_t *h) {
+          return g_api.alltoall_async(hc, name_.c_str(), &d.t,
                                       split_vec.empty() ? nullptr : split_vec.data(), h);
         },
         [ctx, done, in, what, size](hvd_handle_t h, hvd_status_t st, const std::string &msg) {
@@ -623,6 +670,7 @@ Status FirstDimUnknown(si::InferenceContext *c) {
 REGISTER_OP("HvdAllreduce")
     .Attr("T: " HVD_TYPES)
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .Attr("reduce_op: int")
     .Input("tensor: T")
     .Input("prescale_factor: double")
@@ -635,6 +683,7 @@ REGISTER_OP("HvdGroupedAllreduce")
     .Attr("T: " HVD_TYPES)
     .Attr("N: int >= 1")
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .Attr("reduce_op: int")
     .Input("tensors: N * T")
     .Input("prescale_factor: double")
@@ -650,6 +699,7 @@ REGISTER_OP("HvdGroupedAllreduce")
 REGISTER_OP("HvdBroadcast")
     .Attr("T: " HVD_TYPES)
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .Attr("root_rank: int")
     .Input("tensor: T")
     .Output("output: T")
@@ -659,6 +709,7 @@ REGISTER_OP("HvdBroadcast")
 REGISTER_OP("HvdAllgather")
     .Attr("T: " HVD_TYPES)
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Output("output: T")
     .SetIsStateful()
@@ -667,6 +718,7 @@ REGISTER_OP("HvdAllgather")
 REGISTER_OP("HvdReducescatter")
     .Attr("T: " HVD_TYPES)
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .Attr("reduce_op: int")
     .Input("tensor: T")
     .Input("prescale_factor: double")
@@ -678,6 +730,7 @@ REGISTER_OP("HvdReducescatter")
 REGISTER_OP("HvdAlltoall")
     .Attr("T: " HVD_TYPES)
     .Attr("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .Input("tensor: T")
     .Input("splits: int64")
     .Output("output: T")
@@ -755,6 +808,7 @@ extern "C" __attribute__((visibility("default"))) int hvd_tf_kernels_bind(const 
   HVD_BIND(size, "hvd_size")
   HVD_BIND(local_rank, "hvd_local_rank")
   HVD_BIND(local_size, "hvd_local_size")
+  HVD_BIND(context_size, "hvd_context_size")
   HVD_BIND(last_error, "hvd_last_error")
 #undef HVD_BIND
   if (!ok) return fail(std::string(path) + " lacks" + missing);
@@ -769,4 +823,17 @@ extern "C" __attribute__((visibility("default"))) int hvd_tf_kernels_bind(const 
   g_api = api;
   hvd_tf::g_bound = true;
   return 0;
+}
+
+// Tells the kernels process set `id`'s context (ctx NULL: forget the id).
+// Called by hvd.tensorflow when an op is built for a set and before the set
+// is destroyed; waits for any op submitting on the set at that moment.
+extern "C" __attribute__((visibility("default"))) void hvd_tf_kernels_set_context(int64_t id,
+                                                                                  void *ctx) {
+  std::lock_guard<std::mutex> lk(hvd_tf::g_sets_mu);
+  if (ctx == nullptr) {
+    hvd_tf::g_sets.erase(id);
+  } else {
+    hvd_tf::g_sets[id] = static_cast<hvd_tf::hvd_context_t>(ctx);
+  }
 }

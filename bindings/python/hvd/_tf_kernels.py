@@ -46,7 +46,7 @@ BUILD_TIMEOUT_S = 900.0  # the compiler run
 LOCK_TIMEOUT_S = 1200.0  # waiting for another process's build
 
 _lock = threading.Lock()
-_state = {"module": None, "error": None, "tried": False}
+_state = {"module": None, "error": None, "tried": False, "so": None}
 
 
 class KernelBuildError(RuntimeError):
@@ -167,6 +167,10 @@ def _bind(path):
     if fn(libhvd.encode(), err, len(err)) != 0:
         raise KernelBuildError(f"binding {path} to {libhvd}: "
                                f"{err.value.decode('utf-8', 'replace')}")
+    set_ctx = so.hvd_tf_kernels_set_context
+    set_ctx.argtypes = [ctypes.c_int64, ctypes.c_void_p]
+    set_ctx.restype = None
+    return set_ctx
 
 
 def load():
@@ -182,7 +186,7 @@ def load():
         try:
             path = build()
             module = tf.load_op_library(path)
-            _bind(path)
+            _state["so"] = _bind(path)
         except (KernelBuildError, tf.errors.OpError, OSError) as e:
             _state["error"] = str(e)
             return None
@@ -211,6 +215,15 @@ def _run_independently(op_types):
         acd.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(current) | frozenset(op_types)
     except (ImportError, AttributeError, TypeError):
         pass
+
+
+def set_context(process_set_id, ptr):
+    """Tells the loaded kernels the context of a process set of the default
+    context (ptr None: forget it; done before the set is destroyed). Does
+    nothing when the kernels are not loaded."""
+    fn = _state["so"]
+    if fn is not None:
+        fn(int(process_set_id), ptr)
 
 
 def error():

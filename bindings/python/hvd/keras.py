@@ -54,8 +54,10 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     Max,
     Min,
     MismatchError,
+    ProcessSet,
     Product,
     Sum,
+    add_process_set,
     allgather,
     allgather_object,
     allreduce,
@@ -72,6 +74,7 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     ddl_built,
     gloo_built,
     gloo_enabled,
+    global_process_set,
     grouped_allgather,
     grouped_allreduce,
     grouped_reducescatter,
@@ -90,6 +93,7 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     rank,
     rank_op,
     reducescatter,
+    remove_process_set,
     rocm_built,
     shutdown,
     size,
@@ -151,7 +155,8 @@ class _DistributedOptimizerMixin:
                                  self._hvd_scale_local, op=self._hvd_op,
                                  compression=self._hvd_compression,
                                  gradient_predivide_factor=self._hvd_predivide,
-                                 name=self._hvd_name, sparse_as_dense=self._hvd_sparse_as_dense)
+                                 name=self._hvd_name, sparse_as_dense=self._hvd_sparse_as_dense,
+                                 process_set=self._hvd_process_set)
 
     def apply(self, grads, trainable_variables=None):
         if _in_xla():
@@ -204,10 +209,11 @@ class _DistributedOptimizerMixin:
 
 def _make_distributed(optimizer, name, compression, sparse_as_dense, gradient_predivide_factor,
                       op, backward_passes_per_step, average_aggregated_gradients,
-                      scale_local_gradients, local_variables):
+                      scale_local_gradients, local_variables, process_set):
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError("hvd.keras.DistributedOptimizer: expected a keras optimizer, got "
                         f"{type(optimizer).__name__}")
+    _hvd._np._target(process_set)  # a registered set this rank is in
     op = _ops.check_op(op)
     if op == Adasum:
         raise NotImplementedError(
@@ -227,7 +233,7 @@ def _make_distributed(optimizer, name, compression, sparse_as_dense, gradient_pr
          _hvd_compression=compression, _hvd_predivide=float(gradient_predivide_factor),
          _hvd_sparse_as_dense=bool(sparse_as_dense),
          _hvd_average_aggregated=bool(average_aggregated_gradients),
-         _hvd_scale_local=bool(scale_local_gradients),
+         _hvd_scale_local=bool(scale_local_gradients), _hvd_process_set=process_set,
          _hvd_name=name or f"DistributedOptimizer.{optimizer.name}",
          _hvd_local_ids=set(), _hvd_local_keep=types.SimpleNamespace(vars=[]))
     for v in local_variables:
@@ -239,9 +245,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
-                         scale_local_gradients=True):
+                         process_set=global_process_set, scale_local_gradients=True):
     """A copy of optimizer (same class and config) whose updates use gradients
-    reduced (op, default Average) over all ranks.
+    reduced (op, default Average) over all ranks, or over process_set's ranks
+    only (Horovod's process_set; a rank outside the set cannot build one).
 
     backward_passes_per_step: reduce and apply every that many steps, the
     gradients of the steps between accumulated locally (divided by their
@@ -254,21 +261,23 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     are accepted and change nothing."""
     return _make_distributed(optimizer, name, compression, sparse_as_dense,
                              gradient_predivide_factor, op, backward_passes_per_step,
-                             average_aggregated_gradients, scale_local_gradients, [])
+                             average_aggregated_gradients, scale_local_gradients, [],
+                             process_set)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                                 compression=Compression.none, sparse_as_dense=False,
                                 gradient_predivide_factor=1.0, op=Average,
                                 backward_passes_per_step=1, average_aggregated_gradients=False,
-                                groups=None, local_layers=None, scale_local_gradients=True):
+                                groups=None, process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
     """DistributedOptimizer whose gradients for the trainable weights of
     local_layers (Keras layers) are not reduced: each rank applies its own
     (divided by size unless scale_local_gradients=False)."""
     return _make_distributed(optimizer, name, compression, sparse_as_dense,
                              gradient_predivide_factor, op, backward_passes_per_step,
                              average_aggregated_gradients, scale_local_gradients,
-                             _local_layer_variables(local_layers))
+                             _local_layer_variables(local_layers), process_set)
 
 
 # ---------------------------------------------------------------------------

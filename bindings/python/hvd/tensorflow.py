@@ -79,8 +79,10 @@ from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a
     HvdError,
     Max,
     Min,
+    ProcessSet,
     Product,
     Sum,
+    add_process_set,
     allgather_object,
     barrier,
     broadcast_object,
@@ -91,6 +93,7 @@ from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a
     ddl_built,
     gloo_built,
     gloo_enabled,
+    global_process_set,
     init,
     is_homogeneous,
     is_initialized,
@@ -102,6 +105,7 @@ from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a
     mpi_threads_supported,
     nccl_built,
     rank,
+    remove_process_set,
     rocm_built,
     shutdown,
     size,
@@ -177,10 +181,40 @@ def _eager(fn, *args):
         raise mapped.with_traceback(e.__traceback__) from None
 
 
-def _name(op, name):
+def _target(process_set):
+    """(context, ProcessSet or None) an op on process_set runs on; raises
+    ValueError for a set that is not registered or lacks this rank."""
+    return _hvd._np._target(process_set)
+
+
+def _name(op, name, process_set=None):
     # Resolved once, in Python (at trace time inside tf.function): the same
-    # name on every rank and at every execution of the traced graph.
-    return _DEFAULT._namer(op, name)
+    # name on every rank and at every execution of the traced graph. A
+    # process set numbers its unnamed ops itself.
+    return _target(process_set)[0]._namer(op, name)
+
+
+def _set_id(process_set):
+    """The kernels' process_set_id attr for process_set (0: the whole job),
+    telling the kernels the set's context."""
+    ctx, ps = _target(process_set)
+    if ps is None:
+        return 0
+    from . import _tf_kernels
+    _tf_kernels.set_context(ps.process_set_id, ctx._ptr)
+    return ps.process_set_id
+
+
+def _forget_set(process_set_id):
+    # Before a process set's context is destroyed: graph ops on it then fail
+    # (FailedPreconditionError) instead of reaching a destroyed context.
+    kernels = _sys.modules.get("hvd._tf_kernels")
+    if kernels is not None:
+        kernels.set_context(process_set_id, None)
+
+
+if _forget_set not in _DEFAULT._registry.on_remove:
+    _DEFAULT._registry.on_remove.append(_forget_set)
 
 
 def _to_numpy(t):
@@ -274,62 +308,65 @@ def _op_of(op, average):
     return Average if average else Sum
 
 
-def _allreduce_raw(tensor, op, name, prescale, postscale):
+def _allreduce_raw(tensor, op, name, prescale, postscale, ps=None):
     tensor = tf.convert_to_tensor(tensor)
     return _run(lambda a: [_hvd.allreduce(a[0], name=name, op=op, prescale_factor=prescale,
-                                          postscale_factor=postscale)],
+                                          postscale_factor=postscale, process_set=ps)],
                 [tensor], [tensor.dtype], [tensor.shape],
                 lambda k: k.hvd_allreduce(tensor, _scale(prescale), _scale(postscale),
-                                          tensor_name=name, reduce_op=int(op)))[0]
+                                          tensor_name=name, reduce_op=int(op),
+                                          process_set_id=_set_id(ps)))[0]
 
 
 def _rows(t):
     return tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
 
 
-def _sparse_allreduce(slices, op, name):
+def _sparse_allreduce(slices, op, name, ps=None):
     """Horovod's allreduce of tf.IndexedSlices: an allgather of the values and
     one of the indices (divided by size for Average); the result is
     IndexedSlices whose repeated indices add up."""
-    values = allgather(slices.values, name=name + ".values")
-    indices = allgather(slices.indices, name=name + ".indices")
+    values = allgather(slices.values, name=name + ".values", process_set=ps)
+    indices = allgather(slices.indices, name=name + ".indices", process_set=ps)
     if op == Average:
-        values = values / tf.cast(size_op(), values.dtype)
+        n = size_op() if ps is None or ps._global else _target(ps)[0].size()
+        values = values / tf.cast(n, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
 @_no_autograph
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None,
               op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
-              ignore_name_scope=False):
-    """Reduces over all ranks (default op Average); differentiable for Sum and
-    Average. tf.IndexedSlices are reduced as Horovod does (allgathers of
-    values and indices) for Sum and Average, densely for other ops.
-    device_dense/device_sparse are accepted and ignored (hvd works in host
-    memory); compression is a Compression class (Compression.fp16 sends
-    float16); ignore_name_scope is accepted (hvd's names never include
-    TensorFlow's name scopes)."""
+              process_set=global_process_set, ignore_name_scope=False):
+    """Reduces over all ranks (of process_set; default op Average);
+    differentiable for Sum and Average. tf.IndexedSlices are reduced as
+    Horovod does (allgathers of values and indices) for Sum and Average,
+    densely for other ops. device_dense/device_sparse are accepted and
+    ignored (hvd works in host memory); compression is a Compression class
+    (Compression.fp16 sends float16); ignore_name_scope is accepted (hvd's
+    names never include TensorFlow's name scopes)."""
     op = _ops.check_op(_op_of(op, average))
-    name = _name("allreduce", name)
+    name = _name("allreduce", name, process_set)
+    ps = process_set
     if isinstance(tensor, tf.IndexedSlices):
         if op in (Sum, Average):
-            return _sparse_allreduce(tensor, op, name)
+            return _sparse_allreduce(tensor, op, name, ps)
         tensor = tf.convert_to_tensor(tensor)
     tensor = tf.convert_to_tensor(tensor)
     if compression is not None and compression is not Compression.none:
         sent, ctx = compression.compress(tensor)
         return compression.decompress(
             allreduce(sent, op=op, prescale_factor=prescale_factor,
-                      postscale_factor=postscale_factor, name=name), ctx)
+                      postscale_factor=postscale_factor, name=name, process_set=ps), ctx)
     if op not in (Sum, Average):
-        return _allreduce_raw(tensor, op, name, prescale_factor, postscale_factor)
+        return _allreduce_raw(tensor, op, name, prescale_factor, postscale_factor, ps)
 
     @tf.custom_gradient
     def _fn(x):
-        y = _allreduce_raw(x, op, name, prescale_factor, postscale_factor)
+        y = _allreduce_raw(x, op, name, prescale_factor, postscale_factor, ps)
 
         def grad(dy):
-            return _allreduce_raw(dy, op, name + ".grad", prescale_factor, postscale_factor)
+            return _allreduce_raw(dy, op, name + ".grad", prescale_factor, postscale_factor, ps)
 
         return y, grad
 
@@ -339,17 +376,18 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 @_no_autograph
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                      name=None):
+                      name=None, process_set=global_process_set):
     """Allreduces a list of tensors as one fused unit (all of one dtype)."""
     op = _ops.check_op(_op_of(op, average))
-    name = _name("grouped_allreduce", name)
+    name = _name("grouped_allreduce", name, process_set)
+    ps = process_set
     ts = [tf.convert_to_tensor(t) for t in tensors]
     if not ts:
         return []
     if compression is not None and compression is not Compression.none:
         pairs = [compression.compress(t) for t in ts]
         outs = grouped_allreduce([p[0] for p in pairs], op=op, prescale_factor=prescale_factor,
-                                 postscale_factor=postscale_factor, name=name)
+                                 postscale_factor=postscale_factor, name=name, process_set=ps)
         return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
     if len({t.dtype for t in ts}) > 1:
         raise InvalidArgumentError(
@@ -358,104 +396,129 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
             f"{sorted({t.dtype.name for t in ts})}")
     return _run(lambda a: _hvd.grouped_allreduce(a, name=name, op=op,
                                                  prescale_factor=prescale_factor,
-                                                 postscale_factor=postscale_factor),
+                                                 postscale_factor=postscale_factor,
+                                                 process_set=ps),
                 ts, [t.dtype for t in ts], [t.shape for t in ts],
                 lambda k: k.hvd_grouped_allreduce(ts, _scale(prescale_factor),
                                                   _scale(postscale_factor), tensor_name=name,
-                                                  reduce_op=int(op)))
+                                                  reduce_op=int(op), process_set_id=_set_id(ps)))
 
 
 @_no_autograph
-def allgather(tensor, name=None, ignore_name_scope=False):
-    """Concatenates every rank's tensor along the first dimension."""
-    name = _name("allgather", name)
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Concatenates every rank's tensor (of process_set, in its rank order) along
+    the first dimension."""
+    name = _name("allgather", name, process_set)
+    ps = process_set
     t = tf.convert_to_tensor(tensor)
-    return _run(lambda a: [_hvd.allgather(a[0], name=name)], [t], [t.dtype], [_rows(t)],
-                lambda k: k.hvd_allgather(t, tensor_name=name))[0]
+    return _run(lambda a: [_hvd.allgather(a[0], name=name, process_set=ps)], [t], [t.dtype],
+                [_rows(t)],
+                lambda k: k.hvd_allgather(t, tensor_name=name, process_set_id=_set_id(ps)))[0]
 
 
 @_no_autograph
-def broadcast(tensor, root_rank, name=None, ignore_name_scope=False):
-    """root_rank's tensor on every rank."""
-    name = _name("broadcast", name)
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
+    """root_rank's tensor on every rank (of process_set; root_rank is a rank of
+    the job, as hvd.rank() numbers it)."""
+    name = _name("broadcast", name, process_set)
+    ps = process_set
+    _, bound = _target(ps)
+    root = int(root_rank) if bound is None else bound._set_rank_of(root_rank)
     t = tf.convert_to_tensor(tensor)
-    return _run(lambda a: [_hvd.broadcast(a[0], root_rank, name=name)], [t], [t.dtype],
-                [t.shape], lambda k: k.hvd_broadcast(t, tensor_name=name,
-                                                     root_rank=int(root_rank)))[0]
+    return _run(lambda a: [_hvd.broadcast(a[0], root_rank, name=name, process_set=ps)], [t],
+                [t.dtype], [t.shape],
+                lambda k: k.hvd_broadcast(t, tensor_name=name, root_rank=root,
+                                          process_set_id=_set_id(ps)))[0]
 
 
 @_no_autograph
-def alltoall(tensor, splits=None, name=None, ignore_name_scope=False):
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
+             process_set=global_process_set):
     """Like hvd.alltoall; with splits given returns (tensor, received_splits)."""
-    name = _name("alltoall", name)
+    name = _name("alltoall", name, process_set)
+    ps = process_set
     t = tf.convert_to_tensor(tensor)
     if splits is None:
         empty = tf.zeros([0], tf.int64)
-        return _run(lambda a: [_hvd.alltoall(a[0], name=name)], [t], [t.dtype], [_rows(t)],
-                    lambda k: k.hvd_alltoall(t, empty, tensor_name=name)[:1])[0]
+        return _run(lambda a: [_hvd.alltoall(a[0], name=name, process_set=ps)], [t], [t.dtype],
+                    [_rows(t)],
+                    lambda k: k.hvd_alltoall(t, empty, tensor_name=name,
+                                             process_set_id=_set_id(ps))[:1])[0]
     s = tf.cast(tf.convert_to_tensor(splits), tf.int64)
 
     def fn(a):
-        out, recv = _hvd.alltoall(a[0], splits=a[1], name=name)
+        out, recv = _hvd.alltoall(a[0], splits=a[1], name=name, process_set=ps)
         return [out, recv]
 
     out, recv = _run(fn, [t, s], [t.dtype, tf.int64], [_rows(t), tf.TensorShape([None])],
-                     lambda k: k.hvd_alltoall(t, s, tensor_name=name))
+                     lambda k: k.hvd_alltoall(t, s, tensor_name=name,
+                                              process_set_id=_set_id(ps)))
     return out, recv
 
 
 @_no_autograph
 def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
-                  ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over ranks (default op Average); rank r keeps its block of
-    rows. Horovod's argument order; device_dense and ignore_name_scope are
-    accepted and change nothing."""
+                  ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
+    """Reduces over ranks (of process_set; default op Average); rank r keeps its
+    block of rows. Horovod's argument order; device_dense and
+    ignore_name_scope are accepted and change nothing."""
     op = _ops.check_op(_op_of(op, None))
-    name = _name("reducescatter", name)
+    name = _name("reducescatter", name, process_set)
+    ps = process_set
     t = tf.convert_to_tensor(tensor)
     if compression is not None and compression is not Compression.none:
         sent, ctx = compression.compress(t)
         return compression.decompress(
             reducescatter(sent, op=op, name=name, prescale_factor=prescale_factor,
-                          postscale_factor=postscale_factor), ctx)
+                          postscale_factor=postscale_factor, process_set=ps), ctx)
     return _run(lambda a: [_hvd.reducescatter(a[0], name=name, op=op,
                                               prescale_factor=prescale_factor,
-                                              postscale_factor=postscale_factor)],
+                                              postscale_factor=postscale_factor,
+                                              process_set=ps)],
                 [t], [t.dtype], [_rows(t)],
                 lambda k: k.hvd_reducescatter(t, _scale(prescale_factor),
                                               _scale(postscale_factor), tensor_name=name,
-                                              reduce_op=int(op)))[0]
+                                              reduce_op=int(op),
+                                              process_set_id=_set_id(ps)))[0]
 
 
 @_no_autograph
-def grouped_allgather(tensors, name=None, ignore_name_scope=False):
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
     """Allgathers every tensor of the list (each along its first dimension,
     which may differ between ranks); returns the list of results. The library
     has no grouped form of allgather: member i is a separate allgather named
     f"{name}.{i}", so members are not negotiated as one unit (eagerly the call
     returns when all have completed; in a graph each is its own kernel)."""
-    name = _name("grouped_allgather", name)
+    name = _name("grouped_allgather", name, process_set)
+    ps = process_set
     ts = [tf.convert_to_tensor(t) for t in tensors]
     if not ts:
         raise ValueError("hvd.tensorflow.grouped_allgather needs at least one tensor")
 
     def kernel(k):
-        return [k.hvd_allgather(t, tensor_name=f"{name}.{i}") for i, t in enumerate(ts)]
+        sid = _set_id(ps)
+        return [k.hvd_allgather(t, tensor_name=f"{name}.{i}", process_set_id=sid)
+                for i, t in enumerate(ts)]
 
-    return _run(lambda a: _hvd.grouped_allgather(a, name=name), ts, [t.dtype for t in ts],
-                [_rows(t) for t in ts], kernel)
+    return _run(lambda a: _hvd.grouped_allgather(a, name=name, process_set=ps), ts,
+                [t.dtype for t in ts], [_rows(t) for t in ts], kernel)
 
 
 @_no_autograph
 def grouped_reducescatter(tensors, device_dense="", compression=None, op=None, name=None,
-                          ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0):
+                          ignore_name_scope=False, prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=global_process_set):
     """Reducescatters every tensor of the list (default op Average): rank r
     keeps its block of rows of each. Member i is a separate reducescatter
     named f"{name}.{i}" (the library has no grouped form of it).
     device_dense and ignore_name_scope are accepted and change nothing;
     compression is a Compression class, applied member by member."""
     op = _ops.check_op(_op_of(op, None))
-    name = _name("grouped_reducescatter", name)
+    name = _name("grouped_reducescatter", name, process_set)
+    ps = process_set
     ts = [tf.convert_to_tensor(t) for t in tensors]
     if not ts:
         raise ValueError("hvd.tensorflow.grouped_reducescatter needs at least one tensor")
@@ -463,17 +526,20 @@ def grouped_reducescatter(tensors, device_dense="", compression=None, op=None, n
         pairs = [compression.compress(t) for t in ts]
         outs = grouped_reducescatter([p[0] for p in pairs], op=op, name=name,
                                      prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor)
+                                     postscale_factor=postscale_factor, process_set=ps)
         return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
     def kernel(k):
         pre, post = _scale(prescale_factor), _scale(postscale_factor)
-        return [k.hvd_reducescatter(t, pre, post, tensor_name=f"{name}.{i}", reduce_op=int(op))
+        sid = _set_id(ps)
+        return [k.hvd_reducescatter(t, pre, post, tensor_name=f"{name}.{i}", reduce_op=int(op),
+                                    process_set_id=sid)
                 for i, t in enumerate(ts)]
 
     return _run(lambda a: _hvd.grouped_reducescatter(a, name=name, op=op,
                                                      prescale_factor=prescale_factor,
-                                                     postscale_factor=postscale_factor),
+                                                     postscale_factor=postscale_factor,
+                                                     process_set=ps),
                 ts, [t.dtype for t in ts], [_rows(t) for t in ts], kernel)
 
 
@@ -500,9 +566,25 @@ def rank_op(name=None):
     return _topology_op("hvd_rank", rank, name)
 
 
-def size_op(name=None):
-    """The number of ranks as an int32 tensor (read when the graph runs)."""
-    return _topology_op("hvd_size", size, name)
+def _registered_set(process_set_id, what):
+    if isinstance(process_set_id, bool) or not isinstance(process_set_id, int):
+        raise TypeError(f"hvd.tensorflow.{what}: process_set_id must be an int, got "
+                        f"{process_set_id!r}")
+    size()  # NotInitializedError before init(), as Horovod's op fails
+    ps = _DEFAULT._registry.by_id(process_set_id)
+    if ps is None:
+        raise ValueError(f"hvd.tensorflow.{what}: no process set with id {process_set_id!r} "
+                         "is registered (hvd.add_process_set)")
+    return ps
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks (of the process set with that id; 0: the whole job)
+    as an int32 tensor (read when the graph runs; a set's size is fixed)."""
+    if process_set_id == 0:
+        return _topology_op("hvd_size", size, name)
+    ps = _registered_set(process_set_id, "size_op")
+    return tf.constant(len(ps.ranks), dtype=tf.int32, name=name)
 
 
 def local_rank_op(name=None):
@@ -516,15 +598,14 @@ def local_size_op(name=None):
 
 
 def process_set_included_op(process_set_id=0, name=None):
-    """Whether this rank belongs to the process set, as an int32 scalar
-    (Horovod's). hvd has no process sets: the one set is Horovod's global
-    set, id 0, which every rank belongs to (1); any other id raises
-    ValueError."""
-    if process_set_id != 0:
-        raise ValueError(f"hvd.tensorflow.process_set_included_op: no process set with id "
-                         f"{process_set_id!r} (hvd has only the global set, id 0)")
-    size()  # NotInitializedError before init(), as Horovod's op fails
-    return tf.constant(1, dtype=tf.int32, name=name)
+    """Whether this rank belongs to the process set with that id, as an int32
+    scalar, 1 or 0 (Horovod's). Id 0 is the global set (every rank); an id
+    that is not registered raises ValueError."""
+    if process_set_id == 0:
+        size()  # NotInitializedError before init(), as Horovod's op fails
+        return tf.constant(1, dtype=tf.int32, name=name)
+    ps = _registered_set(process_set_id, "process_set_included_op")
+    return tf.constant(int(bool(ps.included())), dtype=tf.int32, name=name)
 
 
 # ---------------------------------------------------------------------------
@@ -533,20 +614,24 @@ def process_set_included_op(process_set_id=0, name=None):
 
 
 @_no_autograph
-def broadcast_variables(variables, root_rank=0, name=None, inplace=False):
+def broadcast_variables(variables, root_rank=0, name=None, inplace=False,
+                        process_set=global_process_set):
     """Assigns root_rank's value to every variable (list order must match
     across ranks). Eagerly it returns None once done; in a graph
     (tf.function, tf.compat.v1) it returns the op that does it, and inside a
     tf.function the assignments take effect as the function runs, as in
     Horovod's "broadcast at the first step" idiom. inplace is accepted for
-    Horovod's signature (hvd always assigns)."""
+    Horovod's signature (hvd always assigns). process_set: among its ranks
+    only (root_rank is one of them, as hvd.rank() numbers it)."""
     variables = list(variables)
-    base = _name("broadcast_variables", name)
+    ps = process_set
+    base = _name("broadcast_variables", name, ps)
     if tf.executing_eagerly():
         if not variables:
             return None
         arrays = [np.array(v.numpy(), order="C", copy=True) for v in variables]
-        handles = _eager(lambda: [_hvd.broadcast_async_(a, root_rank, name=f"{base}.{i}")
+        handles = _eager(lambda: [_hvd.broadcast_async_(a, root_rank, name=f"{base}.{i}",
+                                                        process_set=ps)
                                   for i, a in enumerate(arrays)])
         for h in handles:
             _eager(h.wait)
@@ -557,7 +642,7 @@ def broadcast_variables(variables, root_rank=0, name=None, inplace=False):
         return tf.no_op()
     assigns = []
     for i, v in enumerate(variables):
-        value = broadcast(v, root_rank, name=f"{base}.{i}")
+        value = broadcast(v, root_rank, name=f"{base}.{i}", process_set=ps)
         assigns.append(v.assign(value))
     return tf.group(*assigns)
 
@@ -678,11 +763,13 @@ class Compression:
 
 @_no_autograph
 def allreduce_gradients(grads, op=Average, compression=Compression.none,
-                        gradient_predivide_factor=1.0, name="gradients", sparse_as_dense=False):
-    """Reduces a list of gradients over ranks (None entries stay None): the
-    dense ones as one grouped allreduce per dtype, tf.IndexedSlices as
-    Horovod does (allgathers; densely with sparse_as_dense=True or an op
-    other than Sum and Average). Shared by the tapes and hvd.keras."""
+                        gradient_predivide_factor=1.0, name="gradients", sparse_as_dense=False,
+                        process_set=global_process_set):
+    """Reduces a list of gradients over ranks (of process_set; None entries
+    stay None): the dense ones as one grouped allreduce per dtype,
+    tf.IndexedSlices as Horovod does (allgathers; densely with
+    sparse_as_dense=True or an op other than Sum and Average). Shared by the
+    tapes and hvd.keras."""
     op = _ops.check_op(op)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("hvd.tensorflow: gradient_predivide_factor needs op=Average")
@@ -697,7 +784,7 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none,
             continue
         if isinstance(g, tf.IndexedSlices):
             if not sparse_as_dense and op in (Sum, Average):
-                out[i] = _sparse_allreduce(g, op, f"{name}.sparse.{i}")
+                out[i] = _sparse_allreduce(g, op, f"{name}.sparse.{i}", process_set)
                 continue
             g = tf.convert_to_tensor(g)
         c, cctx = compression.compress(tf.convert_to_tensor(g))
@@ -710,7 +797,8 @@ def allreduce_gradients(grads, op=Average, compression=Compression.none,
     for dname in sorted(by_dtype):
         ks = by_dtype[dname]
         reduced = grouped_allreduce([sent[k] for k in ks], name=f"{name}.{dname}", op=op,
-                                    prescale_factor=pre, postscale_factor=post)
+                                    prescale_factor=pre, postscale_factor=post,
+                                    process_set=process_set)
         for k, r in zip(ks, reduced):
             out[idx[k]] = compression.decompress(r, ctxs[k])
     return out
@@ -737,7 +825,7 @@ def reduce_gradients(grads, sources, local_ids=(), scale_local_gradients=True, *
     is_local = [id(s) in local_ids for s in sources]
     shared = [g for g, loc in zip(grads, is_local) if not loc]
     reduced = iter(allreduce_gradients(shared, **kwargs))
-    n = size()
+    n = _target(kwargs.get("process_set", global_process_set))[0].size()
     out = []
     for g, loc in zip(grads, is_local):
         if loc:
@@ -760,9 +848,12 @@ class DistributedGradientTape:
     def __init__(self, gradtape, device_dense="", device_sparse="",
                  compression=Compression.none, sparse_as_dense=False, op=Average,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                 scale_local_gradients=True, name="DistributedGradientTape"):
+                 process_set=global_process_set, scale_local_gradients=True,
+                 name="DistributedGradientTape"):
         if gradient_predivide_factor != 1.0 and op != Average:
             raise ValueError("gradient_predivide_factor not supported with op != Average")
+        _target(process_set)  # a registered set this rank is in
+        self._process_set = process_set
         self._tape = gradtape
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
@@ -790,7 +881,8 @@ class DistributedGradientTape:
                                    self.scale_local_gradients, op=self._op,
                                    compression=self._compression,
                                    gradient_predivide_factor=self._predivide,
-                                   name=self._name, sparse_as_dense=self._sparse_as_dense)
+                                   name=self._name, sparse_as_dense=self._sparse_as_dense,
+                                   process_set=self._process_set)
         if nested:
             return tf.nest.pack_sequence_as(grads, reduced)
         return reduced[0]
@@ -821,13 +913,14 @@ def _local_layer_variables(local_layers):
 def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
                                    compression=Compression.none, sparse_as_dense=False,
                                    op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                                   groups=None, local_layers=None, scale_local_gradients=True):
+                                   groups=None, process_set=global_process_set,
+                                   local_layers=None, scale_local_gradients=True):
     """DistributedGradientTape whose gradients for the trainable weights of
     local_layers (Keras layers) are not reduced: each rank keeps its own
     (divided by size unless scale_local_gradients=False)."""
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
                                    sparse_as_dense, op, gradient_predivide_factor, num_groups,
-                                   groups, scale_local_gradients)
+                                   groups, process_set, scale_local_gradients)
     for v in _local_layer_variables(local_layers):
         tape.register_local_source(v)
     return tape
@@ -838,14 +931,16 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
     gradients over all ranks (TensorFlow 1 graphs)."""
 
     def __init__(self, optimizer, name=None, use_locking=False, compression=Compression.none,
-                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0):
+                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
+                 process_set=global_process_set):
         if name is None:
             name = f"Distributed{type(optimizer).__name__}"
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._hvd_args = dict(op=_ops.check_op(op), compression=compression,
                               gradient_predivide_factor=gradient_predivide_factor,
-                              sparse_as_dense=sparse_as_dense, name=name)
+                              sparse_as_dense=sparse_as_dense, name=name,
+                              process_set=process_set)
 
     def compute_gradients(self, *args, **kwargs):
         gradients = self._optimizer.compute_gradients(*args, **kwargs)
@@ -870,13 +965,14 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          device_sparse="", compression=Compression.none, sparse_as_dense=False,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
-                         scale_local_gradients=True):
+                         process_set=global_process_set, scale_local_gradients=True):
     """Horovod's hvd.tensorflow.DistributedOptimizer: a
     tf.compat.v1.train.Optimizer is wrapped so that compute_gradients reduces
-    over ranks (backward_passes_per_step must then be 1); a Keras optimizer
-    becomes hvd.keras.DistributedOptimizer(...)."""
+    over ranks (of process_set; backward_passes_per_step must then be 1); a
+    Keras optimizer becomes hvd.keras.DistributedOptimizer(...)."""
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
+    _target(process_set)  # a registered set this rank is in
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         if _ops.check_op(op) == Adasum:
             raise NotImplementedError(
@@ -888,7 +984,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             raise ValueError("hvd.tensorflow.DistributedOptimizer: backward_passes_per_step > 1 "
                              "is supported for Keras optimizers only (hvd.keras)")
         return _DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
-                                     op, gradient_predivide_factor)
+                                     op, gradient_predivide_factor, process_set)
     import keras
     if isinstance(optimizer, keras.optimizers.Optimizer):
         from . import keras as _hvd_keras
@@ -897,7 +993,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             gradient_predivide_factor=gradient_predivide_factor, op=op,
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients,
-            scale_local_gradients=scale_local_gradients)
+            process_set=process_set, scale_local_gradients=scale_local_gradients)
     raise ValueError("Provided optimizer doesn't inherit from either legacy TensorFlow or Keras "
                      f"optimizer: {optimizer!r}")
 

@@ -54,8 +54,10 @@ from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop
     Max,
     Min,
     PerformanceWarning,
+    ProcessSet,
     Product,
     Sum,
+    add_process_set,
     ccl_built,
     cross_rank,
     cross_size,
@@ -72,8 +74,10 @@ from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop
     mpi_enabled,
     mpi_threads_supported,
     nccl_built,
+    global_process_set,
     poll,
     rank,
+    remove_process_set,
     rocm_built,
     shutdown,
     size,
@@ -187,28 +191,44 @@ class _AllreduceFn(torch.autograd.Function):
     allreduce (same op) of the incoming gradients."""
 
     @staticmethod
-    def forward(ctx, tensor, op, name, prescale, postscale):
-        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, prescale, postscale
+    def forward(ctx, tensor, op, name, prescale, postscale, ps):
+        ctx.op, ctx.name, ctx.pre, ctx.post, ctx.ps = op, name, prescale, postscale, ps
         return _t.allreduce(tensor, name=name, op=op, prescale_factor=prescale,
-                            postscale_factor=postscale)
+                            postscale_factor=postscale, process_set=ps)
 
     @staticmethod
     def backward(ctx, grad):
         g = _t.allreduce(grad.contiguous(), name=f"{ctx.name}.grad", op=ctx.op,
-                         prescale_factor=ctx.pre, postscale_factor=ctx.post)
-        return g, None, None, None, None
+                         prescale_factor=ctx.pre, postscale_factor=ctx.post, process_set=ctx.ps)
+        return g, None, None, None, None, None
+
+
+def _name(op, name, process_set):
+    """The operation's name, from the namer of the context it runs on (a
+    process set has its own counters; checks the set first)."""
+    return _t._target(process_set)[0]._namer(op, name)
+
+
+def _set_rank(process_set):
+    """This rank's rank within process_set (within the job for the global set)."""
+    return _t._target(process_set)[0].rank()
+
+
+def _set_size(process_set):
+    return _t._target(process_set)[0].size()
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0):
-    """Reduces tensor over all ranks (default op Average) into a new tensor;
-    differentiable when tensor requires grad (ops Sum and Average)."""
+              postscale_factor=1.0, process_set=global_process_set):
+    """Reduces tensor over all ranks (of process_set; default op Average) into a
+    new tensor; differentiable when tensor requires grad (ops Sum and Average)."""
     if torch.is_grad_enabled() and isinstance(tensor, torch.Tensor) and tensor.requires_grad:
         o = _ops.check_op(_resolve(op, average))
         if o in (Sum, Average):
-            return _AllreduceFn.apply(tensor, o, _DEFAULT._namer("allreduce", name),
-                                      prescale_factor, postscale_factor)
-    return _t.allreduce(tensor, average, name, op, prescale_factor, postscale_factor)
+            return _AllreduceFn.apply(tensor, o, _name("allreduce", name, process_set),
+                                      prescale_factor, postscale_factor, process_set)
+    return _t.allreduce(tensor, average, name, op, prescale_factor, postscale_factor,
+                        process_set)
 
 
 def _resolve(op, average):
@@ -241,83 +261,89 @@ def _rows_offset(dims, r):
 
 class _GroupedAllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, op, name, prescale, postscale, *tensors):
-        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, prescale, postscale
+    def forward(ctx, op, name, prescale, postscale, ps, *tensors):
+        ctx.op, ctx.name, ctx.pre, ctx.post, ctx.ps = op, name, prescale, postscale, ps
         return tuple(_t.grouped_allreduce(list(tensors), name=name, op=op,
-                                          prescale_factor=prescale, postscale_factor=postscale))
+                                          prescale_factor=prescale, postscale_factor=postscale,
+                                          process_set=ps))
 
     @staticmethod
     def backward(ctx, *grads):
         g = _t.grouped_allreduce([x.contiguous() for x in grads], name=f"{ctx.name}.grad",
-                                 op=ctx.op, prescale_factor=ctx.pre, postscale_factor=ctx.post)
-        return (None, None, None, None, *g)
+                                 op=ctx.op, prescale_factor=ctx.pre, postscale_factor=ctx.post,
+                                 process_set=ctx.ps)
+        return (None, None, None, None, None, *g)
 
 
 class _AllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
-        out = _t.allgather(tensor, name=name)
-        ctx.name, ctx.dim = name, int(tensor.shape[0])
+    def forward(ctx, tensor, name, ps):
+        out = _t.allgather(tensor, name=name, process_set=ps)
+        ctx.name, ctx.dim, ctx.ps = name, int(tensor.shape[0]), ps
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        g = _t.allreduce(grad.contiguous(), name=f"{ctx.name}.grad", op=Average)
+        g = _t.allreduce(grad.contiguous(), name=f"{ctx.name}.grad", op=Average,
+                         process_set=ctx.ps)
         dims = _t.allgather(torch.tensor([ctx.dim], dtype=torch.int64),
-                            name=f"{ctx.name}.grad.dims")
-        return g.narrow(0, _rows_offset(dims, rank()), ctx.dim), None
+                            name=f"{ctx.name}.grad.dims", process_set=ctx.ps)
+        return g.narrow(0, _rows_offset(dims, _set_rank(ctx.ps)), ctx.dim), None, None
 
 
 class _GroupedAllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, *tensors):
-        out = _t.grouped_allgather(list(tensors), name=name)
-        ctx.name, ctx.dims = name, [int(t.shape[0]) for t in tensors]
+    def forward(ctx, name, ps, *tensors):
+        out = _t.grouped_allgather(list(tensors), name=name, process_set=ps)
+        ctx.name, ctx.dims, ctx.ps = name, [int(t.shape[0]) for t in tensors], ps
         return tuple(out)
 
     @staticmethod
     def backward(ctx, *grads):
         g = _t.grouped_allreduce([x.contiguous() for x in grads], name=f"{ctx.name}.grad",
-                                 op=Average)
+                                 op=Average, process_set=ctx.ps)
         dims = _t.grouped_allgather([torch.tensor([d], dtype=torch.int64) for d in ctx.dims],
-                                    name=f"{ctx.name}.grad.dims")
-        r = rank()
-        return (None, *[x.narrow(0, _rows_offset(d, r), n)
-                        for x, d, n in zip(g, dims, ctx.dims)])
+                                    name=f"{ctx.name}.grad.dims", process_set=ctx.ps)
+        r = _set_rank(ctx.ps)
+        return (None, None, *[x.narrow(0, _rows_offset(d, r), n)
+                              for x, d, n in zip(g, dims, ctx.dims)])
 
 
 class _BroadcastFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.name, ctx.root = name, root_rank
-        return _t.broadcast(tensor, root_rank, name=name)
+    def forward(ctx, tensor, root_rank, name, ps):
+        ctx.name, ctx.root, ctx.ps = name, root_rank, ps
+        return _t.broadcast(tensor, root_rank, name=name, process_set=ps)
 
     @staticmethod
     def backward(ctx, grad):
-        g = _t.allreduce(grad.contiguous(), name=f"{ctx.name}.grad", op=Average)
-        if rank() != ctx.root:
+        g = _t.allreduce(grad.contiguous(), name=f"{ctx.name}.grad", op=Average,
+                         process_set=ctx.ps)
+        if rank() != ctx.root:  # roots are ranks of the job, also within a process set
             g.mul_(0)  # as Horovod: zeros (a NaN or inf gradient stays NaN)
-        return g, None, None
+        return g, None, None, None
 
 
 class _AlltoallFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        out, recv = _ops.alltoall_recv_async(_DEFAULT._ptr, TORCH, tensor, splits, name,
-                                             _DEFAULT.size()).wait()
-        ctx.name, ctx.recv = name, recv.tolist()
+    def forward(ctx, tensor, splits, name, ps):
+        c, _ = _t._target(ps)
+        out, recv = _ops.alltoall_recv_async(c._ptr, TORCH, tensor, splits, name,
+                                             c.size()).wait()
+        ctx.name, ctx.recv, ctx.ps = name, recv.tolist(), ps
         ctx.mark_non_differentiable(recv)
         return out, recv
 
     @staticmethod
     def backward(ctx, grad, _grad_splits):
-        g, _ = _t.alltoall(grad.contiguous(), splits=ctx.recv, name=f"{ctx.name}.grad")
-        return g, None, None
+        g, _ = _t.alltoall(grad.contiguous(), splits=ctx.recv, name=f"{ctx.name}.grad",
+                           process_set=ctx.ps)
+        return g, None, None, None
 
 
 def _reducescatter_grad_scale(ctx, grad):
     if ctx.op == Sum:
-        grad = grad * _DEFAULT.size()
+        grad = grad * _set_size(ctx.ps)
     if ctx.pre != 1.0:
         grad = grad * ctx.pre
     if ctx.post != 1.0:
@@ -327,34 +353,35 @@ def _reducescatter_grad_scale(ctx, grad):
 
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, op, name, prescale, postscale):
-        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, prescale, postscale
+    def forward(ctx, tensor, op, name, prescale, postscale, ps):
+        ctx.op, ctx.name, ctx.pre, ctx.post, ctx.ps = op, name, prescale, postscale, ps
         return _t.reducescatter(tensor, name=name, op=op, prescale_factor=prescale,
-                                postscale_factor=postscale)
+                                postscale_factor=postscale, process_set=ps)
 
     @staticmethod
     def backward(ctx, grad):
-        g = _t.allgather(_reducescatter_grad_scale(ctx, grad), name=f"{ctx.name}.grad")
-        return g, None, None, None, None
+        g = _t.allgather(_reducescatter_grad_scale(ctx, grad), name=f"{ctx.name}.grad",
+                         process_set=ctx.ps)
+        return g, None, None, None, None, None
 
 
 class _GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, op, name, prescale, postscale, *tensors):
-        ctx.op, ctx.name, ctx.pre, ctx.post = op, name, prescale, postscale
+    def forward(ctx, op, name, prescale, postscale, ps, *tensors):
+        ctx.op, ctx.name, ctx.pre, ctx.post, ctx.ps = op, name, prescale, postscale, ps
         return tuple(_t.grouped_reducescatter(list(tensors), name=name, op=op,
                                               prescale_factor=prescale,
-                                              postscale_factor=postscale))
+                                              postscale_factor=postscale, process_set=ps))
 
     @staticmethod
     def backward(ctx, *grads):
         g = _t.grouped_allgather([_reducescatter_grad_scale(ctx, x) for x in grads],
-                                 name=f"{ctx.name}.grad")
-        return (None, None, None, None, *g)
+                                 name=f"{ctx.name}.grad", process_set=ctx.ps)
+        return (None, None, None, None, None, *g)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0):
+                      postscale_factor=1.0, process_set=global_process_set):
     """Allreduces a list of tensors (one dtype) negotiated and fused as one unit;
     tensor i is named f"{name}.{i}". Differentiable (ops Sum and Average)."""
     tensors = list(tensors)
@@ -362,60 +389,66 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
         o = _ops.check_op(_resolve(op, average))
         if o in (Sum, Average):
             return list(_GroupedAllreduceFn.apply(
-                o, _DEFAULT._namer("grouped_allreduce", name), prescale_factor,
-                postscale_factor, *tensors))
-    return _t.grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor)
+                o, _name("grouped_allreduce", name, process_set), prescale_factor,
+                postscale_factor, process_set, *tensors))
+    return _t.grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
+                                process_set)
 
 
-def allgather(tensor, name=None):
-    """Concatenates every rank's tensor along the first dimension (which may differ
-    between ranks). Differentiable."""
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's tensor (of process_set, in its rank order) along
+    the first dimension (which may differ between ranks). Differentiable."""
     if _needs_grad((tensor,)):
-        return _AllgatherFn.apply(tensor, _DEFAULT._namer("allgather", name))
-    return _t.allgather(tensor, name)
+        return _AllgatherFn.apply(tensor, _name("allgather", name, process_set), process_set)
+    return _t.allgather(tensor, name, process_set)
 
 
-def grouped_allgather(tensors, name=None):
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """allgather of each tensor of a list; returns the list of results. Tensor i is
     named f"{name}.{i}" (negotiated one by one: the library has no grouped
     allgather). Differentiable."""
     tensors = list(tensors)
     if _needs_grad(tensors):
-        return list(_GroupedAllgatherFn.apply(_DEFAULT._namer("grouped_allgather", name),
-                                              *tensors))
-    return _t.grouped_allgather(tensors, name)
+        return list(_GroupedAllgatherFn.apply(_name("grouped_allgather", name, process_set),
+                                              process_set, *tensors))
+    return _t.grouped_allgather(tensors, name, process_set)
 
 
-def broadcast(tensor, root_rank, name=None):
-    """Root's tensor, returned as a new tensor on every rank. Differentiable."""
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Root's tensor, returned as a new tensor on every rank (of process_set; root_rank
+    is a rank of the job, as hvd.rank() numbers it). Differentiable."""
     if _needs_grad((tensor,)):
-        return _BroadcastFn.apply(tensor, root_rank, _DEFAULT._namer("broadcast", name))
-    return _t.broadcast(tensor, root_rank, name)
+        return _BroadcastFn.apply(tensor, root_rank, _name("broadcast", name, process_set),
+                                  process_set)
+    return _t.broadcast(tensor, root_rank, name, process_set)
 
 
-def alltoall(tensor, splits=None, name=None):
-    """Sends splits[j] rows to rank j (even split when splits is None). The result
-    is the received rows in rank order; with splits given, (result, received_splits).
-    Differentiable."""
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[j] rows to rank j (of process_set; even split when splits is
+    None). The result is the received rows in rank order; with splits given,
+    (result, received_splits). Differentiable."""
     if _needs_grad((tensor,)):
-        out, recv = _AlltoallFn.apply(tensor, splits, _DEFAULT._namer("alltoall", name))
+        out, recv = _AlltoallFn.apply(tensor, splits, _name("alltoall", name, process_set),
+                                      process_set)
         return out if splits is None else (out, recv)
-    return _t.alltoall(tensor, splits, name)
+    return _t.alltoall(tensor, splits, name, process_set)
 
 
-def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over ranks (default op Average); rank r keeps its block of rows (the
-    first shape[0] % size ranks get one extra row). Differentiable (Sum, Average)."""
+def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
+    """Reduces over ranks (of process_set; default op Average); rank r keeps its
+    block of rows (the first shape[0] % size ranks get one extra row).
+    Differentiable (Sum, Average)."""
     if _needs_grad((tensor,)):
         o = _ops.check_op(Average if op is None else op)
         if o in (Sum, Average):
-            return _ReducescatterFn.apply(tensor, o, _DEFAULT._namer("reducescatter", name),
-                                          prescale_factor, postscale_factor)
-    return _t.reducescatter(tensor, name, op, prescale_factor, postscale_factor)
+            return _ReducescatterFn.apply(tensor, o, _name("reducescatter", name, process_set),
+                                          prescale_factor, postscale_factor, process_set)
+    return _t.reducescatter(tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_reducescatter(tensors, name=None, op=None, prescale_factor=1.0,
-                          postscale_factor=1.0):
+                          postscale_factor=1.0, process_set=global_process_set):
     """reducescatter of each tensor of a list (default op Average); returns the list
     of results. Tensor i is named f"{name}.{i}" (negotiated one by one).
     Differentiable (Sum, Average)."""
@@ -424,9 +457,10 @@ def grouped_reducescatter(tensors, name=None, op=None, prescale_factor=1.0,
         o = _ops.check_op(Average if op is None else op)
         if o in (Sum, Average):
             return list(_GroupedReducescatterFn.apply(
-                o, _DEFAULT._namer("grouped_reducescatter", name), prescale_factor,
-                postscale_factor, *tensors))
-    return _t.grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor)
+                o, _name("grouped_reducescatter", name, process_set), prescale_factor,
+                postscale_factor, process_set, *tensors))
+    return _t.grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor,
+                                    process_set)
 
 
 class SparseHandle(_ops.GroupHandle):
@@ -439,30 +473,32 @@ class SparseHandle(_ops.GroupHandle):
         return self.wait()
 
 
-def sparse_allreduce_async(tensor, name=None, op=Average):
-    """Reduces a sparse COO tensor over all ranks as Horovod does: the indices and
-    the values of every rank are allgathered (names f"{name}.indices" and
-    f"{name}.values"; ranks may have different numbers of nonzeros) and make one
-    sparse tensor, uncoalesced (duplicate indices add up); op Average divides
-    the values by size. Returns a SparseHandle: ``synchronize(h)`` or ``h()``."""
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
+    """Reduces a sparse COO tensor over all ranks (of process_set) as Horovod does:
+    the indices and the values of every rank are allgathered (names
+    f"{name}.indices" and f"{name}.values"; ranks may have different numbers of
+    nonzeros) and make one sparse tensor, uncoalesced (duplicate indices add up);
+    op Average divides the values by the number of ranks. Returns a
+    SparseHandle: ``synchronize(h)`` or ``h()``."""
     if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
         raise TypeError("hvd.torch.sparse_allreduce_async: expected a sparse COO tensor, got "
                         f"{tensor.layout if isinstance(tensor, torch.Tensor) else type(tensor)}")
     o = _ops.check_op(op)
     if o not in (Sum, Average):
         raise ValueError("hvd.torch.sparse_allreduce_async: op must be Sum or Average")
-    name = _DEFAULT._namer("sparse_allreduce", name)
+    name = _name("sparse_allreduce", name, process_set)
+    n = _set_size(process_set)
     t = tensor.detach()
     indices = t._indices().transpose(0, 1).contiguous()  # (nnz, sparse_dim): rows to gather
     values = t._values().contiguous()
-    members = [_t.allgather_async(indices, name=f"{name}.indices"),
-               _t.allgather_async(values, name=f"{name}.values")]
+    members = [_t.allgather_async(indices, name=f"{name}.indices", process_set=process_set),
+               _t.allgather_async(values, name=f"{name}.values", process_set=process_set)]
     shape = t.shape
 
     def combine(results):
         idx, vals = results
         if o == Average:
-            vals = vals / size()
+            vals = vals / n
         try:  # the indices are the ranks' own: no invariant check (and no warning about it)
             return torch.sparse_coo_tensor(idx.transpose(0, 1), vals, shape,
                                            check_invariants=False)
@@ -528,8 +564,10 @@ class _DistributedOptimizer:
     """Methods mixed into a subclass of the wrapped optimizer's class."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, sparse_as_dense=False, groups=None):
+                 gradient_predivide_factor, sparse_as_dense=False, groups=None,
+                 process_set=global_process_set):
         super(self.__class__, self).__init__(params)
+        self._process_set = process_set
         self._compression = compression
         self._sparse_as_dense = bool(sparse_as_dense)
         self._op = _ops.check_op(op)
@@ -589,10 +627,12 @@ class _DistributedOptimizer:
         and every other parameter a group of its own."""
         plist = list(self._requires_update)
         if isinstance(groups, int):
-            if size() > 1:
-                # rank 0's order, so that every rank forms the same groups
-                order = broadcast_object([self._names[p] for p in plist], 0,
-                                         name="DistributedOptimizer.groups")
+            ps = self._process_set
+            if _set_size(ps) > 1:
+                # the first rank's order, so that every rank forms the same groups
+                first = 0 if ps is None or ps._global else ps.ranks[0]
+                order = broadcast_object([self._names[p] for p in plist], first,
+                                         name="DistributedOptimizer.groups", process_set=ps)
                 pos = {n: i for i, n in enumerate(order)}
                 unknown = [self._names[p] for p in plist if self._names[p] not in pos]
                 if unknown:
@@ -641,7 +681,8 @@ class _DistributedOptimizer:
             name = base if len(by_dtype) == 1 else f"{base}.{str(dt).replace('torch.', '')}"
             handle = _t.grouped_allreduce_async_([m[1] for m in members], name=name,
                                                  op=self._op, prescale_factor=prescale,
-                                                 postscale_factor=postscale)
+                                                 postscale_factor=postscale,
+                                                 process_set=self._process_set)
             self._handles[tuple(m[0] for m in members)] = (
                 handle, [m[1] for m in members], [m[2] for m in members])
 
@@ -691,13 +732,14 @@ class _DistributedOptimizer:
             if not self._sparse_as_dense:
                 # As Horovod: indices and values allgathered, no compression.
                 return sparse_allreduce_async(
-                    grad, name=f"DistributedOptimizer.{self._names[p]}", op=self._op), None, None
+                    grad, name=f"DistributedOptimizer.{self._names[p]}", op=self._op,
+                    process_set=self._process_set), None, None
             grad = grad.to_dense()  # allreduced densely, made sparse again in synchronize()
         compressed, cctx = self._compression.compress(grad)
         prescale, postscale = self._scales()
         handle = _t.allreduce_async_(compressed, name=f"DistributedOptimizer.{self._names[p]}",
                                      op=self._op, prescale_factor=prescale,
-                                     postscale_factor=postscale)
+                                     postscale_factor=postscale, process_set=self._process_set)
         return handle, compressed, cctx
 
     # -- public -----------------------------------------------------------------------
@@ -783,8 +825,10 @@ class _DistributedAdasumOptimizer:
     bits everywhere). synchronize() only starts the reductions not started
     yet; step() does the rest."""
 
-    def __init__(self, params, named_parameters, compression, backward_passes_per_step):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step,
+                 process_set=global_process_set):
         super(self.__class__, self).__init__(params)
+        self._process_set = process_set
         self._compression = compression
         if backward_passes_per_step < 1:
             raise ValueError("hvd.torch.DistributedOptimizer: backward_passes_per_step must be "
@@ -843,7 +887,7 @@ class _DistributedAdasumOptimizer:
             p.copy_(start)
         compressed, cctx = self._compression.compress(delta)
         handle = _t.allreduce_async_(compressed, name=f"DistributedOptimizer.{self._names[p]}",
-                                     op=Adasum)
+                                     op=Adasum, process_set=self._process_set)
         return handle, compressed, cctx
 
     def synchronize(self):
@@ -905,7 +949,8 @@ def _check_groups(groups):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False):
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
     """Wraps a torch optimizer so that step() applies the gradients averaged
     (op) over all ranks. Each gradient's allreduce starts from a hook as soon
     as autograd has accumulated it (after `backward_passes_per_step` backward
@@ -932,11 +977,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     step() sets param = old + adasum(deltas) on every rank. No groups, no
     gradient_predivide_factor; the wrapped optimizer's state stays local.
 
+    process_set (Horovod's): gradients are reduced (averaged) among the set's
+    ranks only, e.g. to train one model per set; every rank of the set must
+    wrap the same model, and a rank outside the set cannot build one
+    (ValueError).
+
     The result is an instance of a subclass of optimizer's class built from
     its param_groups (wrap before training: existing state is carried over)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("hvd.torch.DistributedOptimizer: expected a torch.optim.Optimizer, got "
                         f"{type(optimizer).__name__}")
+    _t._target(process_set)  # a registered set this rank is in
     if num_groups != 0:
         warnings.warn("hvd.torch.DistributedOptimizer: num_groups has been replaced by groups",
                       DeprecationWarning, stacklevel=2)
@@ -954,7 +1005,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         methods["_hvd_distributed"] = True
         cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
         opt = cls(optimizer.param_groups, named_parameters, compression,
-                  backward_passes_per_step)
+                  backward_passes_per_step, process_set)
         opt.state.update(optimizer.state)
         return opt
     if groups is not None:
@@ -964,7 +1015,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     methods["_hvd_distributed"] = True
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-              op, gradient_predivide_factor, sparse_as_dense, groups)
+              op, gradient_predivide_factor, sparse_as_dense, groups, process_set)
     opt.state.update(optimizer.state)
     return opt
 
@@ -1080,9 +1131,12 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
 # ---------------------------------------------------------------------------
 
 
-def broadcast_parameters(params, root_rank=0, prefix="broadcast_parameters"):
+def broadcast_parameters(params, root_rank=0, prefix="broadcast_parameters",
+                         process_set=global_process_set):
     """Overwrites every tensor in params with root's, in place.
-    params: a state_dict (name -> tensor) or (name, tensor) pairs (named_parameters())."""
+    params: a state_dict (name -> tensor) or (name, tensor) pairs (named_parameters()).
+    process_set: within a set only (root_rank is then one of its ranks, as
+    hvd.rank() numbers it)."""
     if isinstance(params, dict):
         items = sorted(params.items())
     else:
@@ -1092,7 +1146,8 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast_parameters"):
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"hvd.torch.broadcast_parameters: {name!r} is a "
                             f"{type(p).__name__}, not a tensor")
-        handles.append(broadcast_async_(p, root_rank, name=f"{prefix}.{name}"))
+        handles.append(broadcast_async_(p, root_rank, name=f"{prefix}.{name}",
+                                        process_set=process_set))
     for h in handles:
         h.wait()
 
@@ -1129,17 +1184,20 @@ def _initialize_optimizer_state(optimizer):
                 p.grad = grad
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_state"):
+def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_state",
+                              process_set=global_process_set):
     """Makes every rank's optimizer state (per-parameter state and
     hyperparameters such as lr) equal to root's. As in Horovod, an optimizer
     that has not stepped yet first gets its state initialized (one step with
     zero gradients; hvd restores the parameters and gradients after it), so
     that e.g. momentum buffers exist on every rank even when root has not
-    stepped either."""
+    stepped either. process_set: within a set only (root_rank is then one of
+    its ranks, as hvd.rank() numbers it)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("hvd.torch.broadcast_optimizer_state: expected a torch.optim.Optimizer")
+    _t._target(process_set)  # a registered set this rank is in, before any local work
     _initialize_optimizer_state(optimizer)
     state = optimizer.state_dict() if rank() == root_rank else None
-    state = broadcast_object(state, root_rank, name=name)
+    state = broadcast_object(state, root_rank, name=name, process_set=process_set)
     if rank() != root_rank:
         optimizer.load_state_dict(state)

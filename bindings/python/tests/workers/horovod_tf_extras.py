@@ -310,7 +310,7 @@ def main():
         try:
             hvd.process_set_included_op(1)
         except ValueError as e:
-            assert "only the global set" in str(e), str(e)
+            assert "no process set with id 1 is registered" in str(e), str(e)
         else:
             raise AssertionError("process set id 1 was accepted")
 

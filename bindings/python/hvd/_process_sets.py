@@ -1,0 +1,242 @@
+"""Horovod's process sets over hvd's (include/hvd.h, "Process sets").
+
+A ProcessSet names some ranks of a root context (the default one from
+hvd.init(), or an hvd.Context). Registering it (hvd.add_process_set, or
+hvd.init(process_sets=[...])) is collective over the root's ranks and makes
+it a context of its own on its members (hvd_process_set_create); every
+collective takes ``process_set=`` and then runs on that context, among the
+set's members only. Ranks outside the set hold the same ProcessSet object
+(same ranks, same id) but no context, and running an operation on it there
+raises ValueError.
+
+As in Horovod:
+  - ProcessSet(ranks) sorts the ranks; it is only a list until registered
+    (process_set_id None, rank() and size() None);
+  - hvd.global_process_set (id 0) is every rank of the default context;
+  - add_process_set / remove_process_set are called by every rank, in the
+    same order; removing returns True, or False for the global set and a set
+    that is not registered;
+  - broadcast roots are ranks of the root context (hvd.rank()), not ranks
+    within the set; ps.rank() is this process's rank within the set (the
+    order of allgather's blocks).
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+
+
+def _err(msg):
+    return ValueError(f"hvd: {msg}")
+
+
+class ProcessSet:
+    """Some ranks of the job that run collectives together (Horovod's
+    ProcessSet). Build it from a list of ranks, then register it on every
+    rank: hvd.init(process_sets=[...]) or hvd.add_process_set(ps)."""
+
+    process_set_id = None
+    ranks = None
+    mpi_comm = None
+
+    def __init__(self, ranks_or_comm):
+        try:
+            ranks = list(ranks_or_comm)
+        except TypeError:
+            raise _err("ProcessSet takes a list of ranks (ints), got "
+                       f"{type(ranks_or_comm).__name__}; hvd builds process sets from rank "
+                       "lists only") from None
+        bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, numbers.Integral)]
+        if bad:
+            raise _err(f"ProcessSet takes a list of ranks (ints); got {bad[0]!r}")
+        self.ranks = sorted(int(r) for r in ranks)
+        self._registry = None  # the root's registry, once registered
+        self._ctx = None  # this rank's context for the set (members only)
+        self._gone = None  # why it is no longer registered (removed, shut down)
+        self._global = False
+
+    # -- Horovod's queries ------------------------------------------------------------
+    def size(self):
+        """The number of ranks in the set, or None if it is not registered."""
+        if self._global:
+            return self._registry.root.size()
+        if self.process_set_id is None:
+            return None
+        return len(self.ranks)
+
+    def rank(self):
+        """This process's rank within the set (its block's index in an
+        allgather over the set), or None if it is not registered. Raises
+        ValueError on a rank outside the set."""
+        if self._global:
+            return self._registry.root.rank()
+        if self.process_set_id is None:
+            return None
+        if self._ctx is None:
+            raise _err(f"rank {self._registry.root.rank()} is not part of {self._describe()}")
+        return self._ctx.rank()
+
+    def included(self):
+        """Whether this process is in the set (None when ranks is None)."""
+        if self._global:
+            return True
+        if self.ranks is None:
+            return None
+        if self._registry is not None:
+            return self._ctx is not None
+        from . import _c_api as C
+        return C.get_int("hvd_rank") in self.ranks
+
+    def __str__(self):
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm={self.mpi_comm})")
+
+    __repr__ = __str__
+
+    def _describe(self):
+        if self._global:
+            return "the global process set"
+        ident = "" if self.process_set_id is None else f" (id {self.process_set_id})"
+        return f"process set {self.ranks}{ident}"
+
+    # -- binding an operation to the set ---------------------------------------------------
+    def _hvd_bind(self, root):
+        """(context, self) for an operation of root's collectives on this set;
+        (root, None) for the global set. Raises ValueError naming the problem."""
+        if self._global:
+            return root, None
+        if self.process_set_id is None:
+            if self._gone:
+                raise _err(f"{self._describe()} {self._gone}; add it again (on every rank) "
+                           "to use it")
+            raise _err(f"{self._describe()} is not registered: pass it to "
+                       "hvd.init(process_sets=[...]) or call hvd.add_process_set() on every "
+                       "rank first")
+        if self._registry.root is not root:
+            raise _err(f"{self._describe()} was registered on another context than the one "
+                       "this operation runs on")
+        if self._ctx is None:
+            raise _err(f"rank {root.rank()} is not in {self._describe()}: only its members "
+                       "may run operations on it")
+        return self._ctx, self
+
+    def _set_rank_of(self, rank, what="root_rank"):
+        """The rank within the set of the root context's rank `rank`."""
+        if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+            raise TypeError(f"hvd: {what} must be an int, got {rank!r}")
+        try:
+            return self.ranks.index(int(rank))
+        except ValueError:
+            raise _err(f"{what} {rank} is not in {self._describe()} (give the rank as "
+                       "hvd.rank() numbers it, one of the set's ranks)") from None
+
+    def _register(self, registry, ident, ctx):
+        self._registry = registry
+        self.process_set_id = ident
+        self._ctx = ctx
+        self._gone = None
+
+    def _invalidate(self, why):
+        self.process_set_id = None
+        self._ctx = None
+        self._gone = why
+
+
+class Registry:
+    """The process sets registered on one root context, by id. Ids count up
+    from 1 and are never reused within a process (a stale id in a traced
+    TensorFlow graph fails instead of reaching another set); every rank
+    assigns the same ids because registration is collective and ordered.
+
+    root provides rank(), size(), _make_set(ranks) -> child context or None
+    (collective over the root's ranks) and _ptr."""
+
+    def __init__(self, root):
+        self.root = root
+        self._lock = threading.RLock()
+        self._next_id = 1
+        self._sets = {}  # id -> ProcessSet
+        self.on_remove = []  # callbacks(id), run before a set's context is destroyed
+
+    def add(self, process_set):
+        if isinstance(process_set, ProcessSet):
+            ps = process_set
+        else:
+            ps = ProcessSet(process_set)
+        if ps._global:
+            raise _err("the global process set is always registered")
+        with self._lock:
+            if ps.process_set_id is not None:
+                raise _err(f"{ps._describe()} is already registered")
+            # The set is made first, so that ranks passing different lists
+            # all fail together (MismatchError) rather than some refusing a
+            # duplicate here while the others wait in the collective.
+            ctx = self.root._make_set(ps.ranks)
+            dup = [o for o in self._sets.values() if o.ranks == ps.ranks]
+            if dup:
+                if ctx is not None:
+                    ctx.close()  # collective over the members, who all refuse it too
+                raise _err(f"attempted to add a duplicate process set: {dup[0]._describe()} "
+                           "has the same ranks")
+            ident = self._next_id
+            self._next_id += 1
+            self._sets[ident] = ps
+            ps._register(self, ident, ctx)
+        return ps
+
+    def remove(self, ps):
+        """Horovod's remove_process_set: True once removed; False for the
+        global set and a set that is not registered (here)."""
+        if not isinstance(ps, ProcessSet):
+            raise TypeError(f"hvd.remove_process_set: expected a ProcessSet, got "
+                            f"{type(ps).__name__}")
+        if ps._global or ps.process_set_id is None:
+            return False
+        with self._lock:
+            if ps._registry is not self or self._sets.get(ps.process_set_id) is not ps:
+                return False
+            del self._sets[ps.process_set_id]
+            ident, ctx = ps.process_set_id, ps._ctx
+            ps._invalidate("was removed (hvd.remove_process_set)")
+            self._forget(ident)
+            if ctx is not None:
+                ctx.close()  # collective over the set's members
+        return True
+
+    def clear(self, why):
+        """Drops every set (the root is gone or going): their contexts are
+        destroyed without a collective once the root has stopped."""
+        with self._lock:
+            sets, self._sets = self._sets, {}
+            for ident, ps in sorted(sets.items()):
+                ctx = ps._ctx
+                ps._invalidate(why)
+                self._forget(ident)
+                if ctx is not None:
+                    try:
+                        ctx.close()
+                    except Exception:  # the root stopped: only memory is freed
+                        pass
+
+    def _forget(self, ident):
+        for fn in list(self.on_remove):
+            fn(ident)
+
+    def by_id(self, ident):
+        with self._lock:
+            return self._sets.get(ident)
+
+    def live(self):
+        with self._lock:
+            return [self._sets[k] for k in sorted(self._sets)]
+
+
+def make_global(registry):
+    """Horovod's global_process_set: id 0, every rank of the default context."""
+    ps = ProcessSet([])
+    ps._global = True
+    ps._registry = registry
+    ps.process_set_id = 0
+    ps.ranks = []
+    return ps
