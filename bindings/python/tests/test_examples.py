@@ -36,6 +36,20 @@ def test_train_torch(tmp_path, hvdrun, np_):
     assert os.path.exists(tmp_path / "checkpoints" / "checkpoint.pt")  # rank 0 only writes
 
 
+def test_ensemble_process_sets(tmp_path, hvdrun):
+    """Two groups of two ranks, each training its own model with gradients averaged only
+    within the group (process sets), then the job's allgather of the groups' scores."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    rc, out = _run([hvdrun, "-np", "4", sys.executable,
+                    os.path.join(EX, "ensemble_process_sets.py"), "--epochs", "6"], tmp_path)
+    assert rc == 0, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("group ")]
+    assert len(lines) == 2 and "ranks [0, 1]" in lines[0] and "ranks [2, 3]" in lines[1], out
+    for ln in lines:
+        assert float(ln.rsplit(" ", 1)[1]) > 0.7, out
+    assert float(out.split("ensemble of 2 models: validation accuracy ")[1].split()[0]) > 0.7, out
+
+
 def test_ensemble_torch(tmp_path, hvdrun):
     pytest.importorskip("torch", reason="torch is not installed")
     rc, out = _run([hvdrun, "-np", "2", sys.executable, os.path.join(EX, "ensemble_torch.py")],
