@@ -155,6 +155,52 @@ TEST(ProcessSets, SetOutlivesItsParent) {
   for (auto& t : threads) t.join();
 }
 
+// A busy set does not starve another: while set A runs one operation after
+// another without pause, an operation of set B (the same ranks) completes
+// long before A's stream ends (every cycle serves every busy set).
+TEST(ProcessSets, ABusySetDoesNotStarveAnother) {
+  RunRanks(2, [&](hvd_context_t ctx, int rank) {
+    const int32_t both[] = {0, 1};
+    hvd_context_t a = nullptr, b = nullptr;
+    ASSERT_EQ(hvd_process_set_create(ctx, 2, both, &a), HVD_OK) << hvd_last_error();
+    ASSERT_EQ(hvd_process_set_create(ctx, 2, both, &b), HVD_OK) << hvd_last_error();
+    std::atomic<int> a_done{0};
+    std::atomic<bool> stop{false};
+    std::thread busy([&] {
+      std::vector<float> buf(1 << 18, 1.0f);  // 1 MiB per operation
+      const int64_t shape[1] = {1 << 18};
+      for (int i = 0; i < 400 && !stop.load(); ++i) {
+        hvd_tensor_t t = {buf.data(), HVD_FLOAT32, 1, shape, HVD_DEVICE_CPU, nullptr};
+        const std::string name = "a." + std::to_string(i);
+        hvd_handle_t h = nullptr;
+        if (hvd_allreduce_async(a, name.c_str(), &t, buf.data(), HVD_SUM, 1, 1, &h) != HVD_OK) break;
+        hvd_handle_wait(h, 60);
+        hvd_handle_release(h);
+        ++a_done;
+      }
+    });
+    // Let A's stream get going, then run B.
+    while (a_done.load() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    int32_t v = rank + 1;
+    hvd_handle_t h = nullptr;
+    ASSERT_EQ(One(b, "b", &h, &v), HVD_OK);
+    EXPECT_EQ(hvd_handle_wait(h, 60), HVD_OK) << hvd_last_error();
+    hvd_handle_release(h);
+    const int when = a_done.load();
+    EXPECT_EQ(v, 3);
+    // Agreed stop: both ranks end A's stream at the same operation.
+    int32_t at = when;
+    const int64_t one[1] = {1};
+    hvd_tensor_t t = {&at, HVD_INT32, 1, one, HVD_DEVICE_CPU, nullptr};
+    ASSERT_EQ(hvd_allreduce(b, "stop", &t, &at, HVD_MAX), HVD_OK);
+    EXPECT_LT(when, 100) << "set B's operation waited for " << when << " of set A's";
+    stop = true;
+    busy.join();
+    EXPECT_EQ(hvd_context_destroy(b), HVD_OK);
+    EXPECT_EQ(hvd_context_destroy(a), HVD_OK);
+  });
+}
+
 int CountEntries(const char* dir) {
   int n = 0;
   if (DIR* d = opendir(dir)) {
