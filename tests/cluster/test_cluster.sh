@@ -1,0 +1,354 @@
+#!/usr/bin/env bash
+# Multi-host jobs on the simulated cluster (cluster.sh in this folder).
+#   test_cluster.sh CASE
+# with HVDRUN, PROBE (cluster_probe) and MP_CHECK in the environment.
+# CASE:
+#   hvdrun_2x2   2 hosts x 2 ranks over ssh (Gloo): cluster_probe topo 2 2,
+#                then mp_check 4 (every collective, process sets), which must
+#                log "hierarchical collectives: 2 hosts, 2 rank(s) on this one"
+#                on every rank: the library groups ranks by host identity.
+#   hvdrun_4x1   4 hosts x 1 rank: cluster_probe topo 1 4, mp_check 4, and no
+#                hierarchy (no host has two ranks).
+#   mpi_2x2      hvdrun --transport mpi (mpirun's ssh agent through the
+#                cluster's ssh_config): cluster_probe topo 2 2 and mp_check 4.
+#   partition    2 x 2, cluster_probe loop; once every rank is up, hvd-h2 is
+#                cut off. The ranks on hvd-h1 must fail on their own within
+#                the transport timeout (+2 s) naming a rank on hvd-h2, hvdrun
+#                must exit with their code 4, the ranks on hvd-h2 must fail on
+#                their own too (within 45 s), and no process of the job may be
+#                left on any host.
+#   partition_cut_off  the same cut: the ranks on hvd-h2 must fail within the
+#                transport timeout (+2 s) as well. They do not yet (ctest
+#                WILL_FAIL): see tests/cluster/CMakeLists.txt.
+#   decoy_nic    2 x 2 with a podman0 bridge in each host (same address on
+#                every host) and --network-interface eth0: topo 2 2 passes.
+#   decoy_default  the same without --network-interface: must pass too. It
+#                does not yet (ctest WILL_FAIL): see tests/cluster/CMakeLists.txt.
+#   script       cluster.sh's own verbs: rate limit, private /dev/shm and
+#                /etc/hosts, exec's exit code, partition/heal, kill-host,
+#                refusals, and down leaving nothing behind.
+# Exit 77 (ctest: skipped) with the reason where this machine cannot make
+# the cluster (not root, no namespaces, no sshd). The cluster is torn down on
+# every path (trap).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cluster="$here/cluster.sh"
+case_=${1:?usage: test_cluster.sh CASE}
+export HVDC_ID="t$$"
+export HVDC_DIR="/tmp/hvd-cluster-$HVDC_ID"
+work=$(mktemp -d /tmp/hvd-cluster-test.XXXXXX)
+T0=$(date +%s.%N)
+
+teardown() {
+  local rc=$?
+  if [ "$(id -u)" -eq 0 ]; then
+    "$cluster" down || { echo "FAIL: cluster.sh down failed"; rc=1; }
+    if ip netns list 2>/dev/null | grep -q "^hvdc-$HVDC_ID-"; then
+      echo "FAIL: namespaces left after down: $(ip netns list | grep "^hvdc-$HVDC_ID-" | tr '\n' ' ')"
+      rc=1
+    fi
+  fi
+  rm -rf "$work"
+  echo "($(elapsed) s in all)"
+  exit $rc
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+# Clusters of earlier runs of this script that were killed outright (no
+# trap ran): their ids name pids that are gone.
+for stale in $(ip netns list 2>/dev/null | sed -nE 's/^hvdc-t([0-9]+)-.*/\1/p' | sort -u); do
+  kill -0 "$stale" 2>/dev/null || HVDC_ID="t$stale" HVDC_DIR="/tmp/hvd-cluster-t$stale" "$cluster" down || true
+done
+
+elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+# The expected-failure cases (ctest WILL_FAIL) must not pass because
+# something else broke: until they reach the bug's check ("checking=1"),
+# a failure skips them instead (the other cases report such breakage).
+xfail=0 checking=0
+case "$case_" in decoy_default|partition_cut_off) xfail=1 ;; esac
+fail() {
+  if [ $xfail -eq 1 ] && [ $checking -eq 0 ]; then
+    echo "SKIP: expected-failure case $case_ failed before its check: $*"
+    exit 77
+  fi
+  echo "FAIL: $*"
+  exit 1
+}
+skip() { echo "SKIP: $*"; exit 77; }
+
+up() {   # up N [options]: brings the cluster up or skips with its reason
+  local rc=0
+  "$cluster" up "$@" >"$work/up.log" 2>&1 || rc=$?
+  cat "$work/up.log"
+  [ $rc -ne 77 ] || skip "$(tail -1 "$work/up.log")"
+  [ $rc -eq 0 ] || fail "cluster.sh up $* exited $rc"
+  eval "$("$cluster" env)"
+  export HVD_LAUNCHER_SSH_ARGS OMPI_MCA_plm_rsh_args
+  echo "cluster up after $(elapsed) s"
+}
+
+# Nothing of the job's may be left: every host holds only its anchor and its
+# sshd (at most LIMIT seconds to get there: sessions of a cut-off host end
+# once sshd gives up on the client).
+no_leftovers() {
+  local limit=${1:-10} i deadline left
+  deadline=$(( $(date +%s) + limit ))
+  for i in $(seq 1 "$(cat "$HVDC_DIR/size")"); do
+    while :; do
+      local keep="$(cat "$HVDC_DIR/h$i/anchor.pid") $(cat "$HVDC_DIR/h$i/sshd.pid")"
+      left=""
+      for p in $(ip netns pids "hvdc-$HVDC_ID-h$i"); do
+        case " $keep " in *" $p "*) ;; *) left="$left $p($(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-60))" ;; esac
+      done
+      [ -n "$left" ] || break
+      [ "$(date +%s)" -lt "$deadline" ] || fail "processes left on hvd-h$i:$left"
+      sleep 0.2
+    done
+  done
+}
+
+# run LIMIT OUT cmd...: a job started on hvd-h1; its exit code in $rc.
+run() {
+  local limit=$1 out=$2
+  shift 2
+  rc=0
+  timeout -k 5 "$limit" "$cluster" exec h1 "$@" >"$out" 2>&1 || rc=$?
+  cat "$out"
+  [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the job ran past $limit s"
+}
+
+expect_probe_ok() {   # OUT N
+  local n
+  n=$(grep -cE "^probe rank [0-9]+: host hvd-h[0-9]+ local .*: ok$" "$1" || true)
+  [ "$n" -eq "$2" ] || fail "$n of $2 ranks' topology probes passed"
+  if grep -q "FAIL" "$1"; then fail "a probe check failed"; fi
+}
+
+expect_mp_check_ok() {   # OUT N
+  local n
+  n=$(grep -cE "^mp_check rank [0-9]+ of $2: [0-9]+ checks, 0 failed$" "$1" || true)
+  [ "$n" -eq "$2" ] || fail "$n of $2 ranks passed mp_check"
+}
+
+count() { grep -cE -- "$2" "$1" || true; }
+
+# A process that exists and is not a zombie (killed processes wait for the
+# machine's init to reap them).
+running() { [ -r "/proc/$1/stat" ] && [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+
+case "$case_" in
+  hvdrun_2x2)
+    up 2
+    run 60 "$work/topo" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 "$PROBE" topo 2 2
+    [ "$rc" -eq 0 ] || fail "hvdrun exited $rc"
+    expect_probe_ok "$work/topo" 4
+    grep -q "hvd-h2 local" "$work/topo" || fail "no rank ran on hvd-h2"
+    run 120 "$work/mp" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 -x HVD_LOG_LEVEL=info "$MP_CHECK" 4
+    [ "$rc" -eq 0 ] || fail "hvdrun mp_check exited $rc"
+    expect_mp_check_ok "$work/mp" 4
+    n=$(count "$work/mp" "INFO: hierarchical collectives: 2 hosts, 2 rank\(s\) on this one")
+    [ "$n" -eq 4 ] || fail "'hierarchical collectives: 2 hosts, 2 rank(s) on this one' logged $n times, want 4"
+    no_leftovers 10
+    ;;
+  hvdrun_4x1)
+    up 4
+    run 60 "$work/topo" "$HVDRUN" -H hvd-h1,hvd-h2,hvd-h3,hvd-h4 --start-timeout 30 "$PROBE" topo 1 4
+    [ "$rc" -eq 0 ] || fail "hvdrun exited $rc"
+    expect_probe_ok "$work/topo" 4
+    run 120 "$work/mp" "$HVDRUN" -H hvd-h1,hvd-h2,hvd-h3,hvd-h4 --start-timeout 30 -x HVD_LOG_LEVEL=info "$MP_CHECK" 4
+    [ "$rc" -eq 0 ] || fail "hvdrun mp_check exited $rc"
+    expect_mp_check_ok "$work/mp" 4
+    n=$(count "$work/mp" "INFO: hierarchical collectives:")
+    [ "$n" -eq 0 ] || fail "hierarchical collectives used with one rank per host ($n lines)"
+    no_leftovers 10
+    ;;
+  mpi_2x2)
+    command -v mpirun >/dev/null || skip "no mpirun (Open MPI) on PATH"
+    [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_mpi.so" ] || skip "the MPI transport is not built"
+    up 2
+    # mpirun starts its daemon on hvd-h2 over ssh with the cluster's config
+    # (OMPI_MCA_plm_rsh_args from cluster.sh env).
+    run 60 "$work/topo" "$HVDRUN" --transport mpi -H hvd-h1:2,hvd-h2:2 --start-timeout 30 "$PROBE" topo 2 2
+    if [ "$rc" -ne 0 ] && grep -qiE "orted|ORTE|plm_rsh|could not|unable to (start|launch)" "$work/topo" &&
+       ! grep -q "probe rank" "$work/topo"; then
+      skip "mpirun cannot start its daemons across the cluster's namespaces (hvdrun exited $rc)"
+    fi
+    [ "$rc" -eq 0 ] || fail "hvdrun --transport mpi exited $rc"
+    expect_probe_ok "$work/topo" 4
+    run 120 "$work/mp" "$HVDRUN" --transport mpi -H hvd-h1:2,hvd-h2:2 --start-timeout 30 -x HVD_LOG_LEVEL=info "$MP_CHECK" 4
+    [ "$rc" -eq 0 ] || fail "hvdrun --transport mpi mp_check exited $rc"
+    expect_mp_check_ok "$work/mp" 4
+    n=$(count "$work/mp" "INFO: hierarchical collectives: 2 hosts, 2 rank\(s\) on this one")
+    [ "$n" -eq 4 ] || fail "'hierarchical collectives: 2 hosts, 2 rank(s) on this one' logged $n times, want 4"
+    no_leftovers 10
+    ;;
+  partition|partition_cut_off)
+    up 2
+    peer=3 transport=5 grace=60
+    mkdir -p "$work/ranks"
+    # The ranks ignore SIGTERM and the grace period is long, so each rank's
+    # report is its own detection, not the launcher stopping it.
+    HVD_PEER_TIMEOUT=$peer timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" -H hvd-h1:2,hvd-h2:2 \
+      --start-timeout 30 --gloo-timeout-seconds $transport --grace-period $grace \
+      "$PROBE" loop "$work/ranks" >"$work/job" 2>&1 &
+    job=$!
+    for _ in $(seq 1 150); do
+      [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] && break
+      kill -0 $job 2>/dev/null || break
+      sleep 0.2
+    done
+    [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] || { cat "$work/job"; fail "the job did not come up"; }
+    sleep 0.5
+    cut=$(date +%s.%N)
+    "$cluster" partition h2
+    echo "hvd-h2 partitioned at $(elapsed) s"
+    # check_rank R HOST PEER_HOST LIMIT_S: R's own report, within LIMIT_S s
+    # of its last completed allreduce, names a silent rank on PEER_HOST.
+    check_rank() {
+      local r=$1 host=$2 other=$3 limit=$4 f="$work/ranks/rank-$1.txt" line secs
+      # Waits until LIMIT + 2 s after the cut for the report.
+      while [ ! -f "$f" ] && awk -v a="$cut" -v b="$(date +%s.%N)" -v l="$limit" 'BEGIN { exit !(b - a < l + 2) }'; do
+        sleep 0.2
+      done
+      [ -f "$f" ] || fail "rank $r (on $host) reported no failure within $limit s (+2) of the cut"
+      sed "s/^/  /" "$f"
+      line=$(head -1 "$f")
+      echo "$line" | grep -qE "^rank $r \(host $host\): failed after [0-9.]+ s with (transport failure|timed out): .+" ||
+        fail "rank $r: unexpected report: $line"
+      echo "$line" | grep -qE "rank [0-3] \(host $other\) has not answered" ||
+        fail "rank $r's error does not name a silent rank on $other"
+      secs=$(echo "$line" | sed -E 's/.* failed after ([0-9.]+) s .*/\1/')
+      awk -v s="$secs" -v b="$limit" 'BEGIN { exit !(s <= b) }' ||
+        fail "rank $r (on $host) failed $secs s after its last allreduce, beyond $limit s"
+    }
+    if [ "$case_" = partition_cut_off ]; then
+      # The ranks on the cut-off host must fail as fast as the others.
+      checking=1
+      check_rank 2 hvd-h2 hvd-h1 $((transport + 2))
+      check_rank 3 hvd-h2 hvd-h1 $((transport + 2))
+      echo "PASS: $case_"
+      exit 0
+    fi
+    rc=0
+    wait $job || rc=$?
+    took=$(awk -v a="$cut" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    cat "$work/job"
+    echo "hvdrun exited $rc, $took s after the cut"
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "hvdrun hung after the partition"
+    [ "$rc" -eq 4 ] || fail "hvdrun exited $rc, want 4 (the survivors' code)"
+    awk -v t="$took" -v b=$((transport + 3)) 'BEGIN { exit !(t <= b) }' ||
+      fail "hvdrun took $took s after the cut, beyond the transport timeout ($transport s) + 3 s"
+    # The launcher's side fails within the transport timeout.
+    check_rank 0 hvd-h1 hvd-h2 $((transport + 2))
+    check_rank 1 hvd-h1 hvd-h2 $((transport + 2))
+    # The cut-off side must end by itself too (reporting through the shared
+    # file system). It takes ~34 s, not the transport timeout: see
+    # cluster.partition_cut_off in CMakeLists.txt. Bounded here at 45 s.
+    check_rank 2 hvd-h2 hvd-h1 45
+    check_rank 3 hvd-h2 hvd-h1 45
+    # Its sessions end once its sshd gives up on the client (ClientAlive
+    # 2 s x 3) and its ranks have exited.
+    no_leftovers 15
+    "$cluster" heal h2
+    "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h2 true || fail "hvd-h2 unreachable after heal"
+    ;;
+  decoy_nic)
+    up 2 --decoy
+    run 60 "$work/topo" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 20 --network-interface eth0 "$PROBE" topo 2 2
+    [ "$rc" -eq 0 ] || fail "hvdrun --network-interface eth0 exited $rc"
+    expect_probe_ok "$work/topo" 4
+    ;;
+  decoy_default)
+    up 2 --decoy
+    checking=1
+    run 60 "$work/topo" "$HVDRUN" -v -H hvd-h1:2,hvd-h2:2 --start-timeout 8 "$PROBE" topo 2 2
+    if [ "$rc" -ne 0 ]; then
+      grep "store interface\|rendezvous store: serving" "$work/topo" || true
+      fail "hvdrun exited $rc: with a podman0 bridge in every host it serves the store on an address that only its own host has"
+    fi
+    expect_probe_ok "$work/topo" 4
+    ;;
+  script)
+    # Refusals and usage errors first: nothing may be made.
+    rc=0; "$cluster" up 0 2>"$work/err" || rc=$?
+    [ $rc -eq 2 ] || fail "up 0 exited $rc, want 2"
+    rc=0; "$cluster" up 2 --rate fast 2>"$work/err" || rc=$?
+    [ $rc -eq 2 ] || fail "up --rate fast exited $rc, want 2"
+    rc=0; "$cluster" exec h1 true 2>"$work/err" || rc=$?
+    [ $rc -eq 1 ] && grep -q "is it up" "$work/err" || fail "exec on a cluster that is down: rc $rc, $(cat "$work/err")"
+    if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+      rc=0; setpriv --reuid=65534 --regid=65534 --clear-groups "$cluster" up 1 2>"$work/err" || rc=$?
+      [ $rc -eq 77 ] && grep -q "needs root" "$work/err" || fail "up as nobody: rc $rc, $(cat "$work/err")"
+    fi
+    rc=0; "$cluster" up 2 --delay 2ms >"$work/err" 2>&1 || rc=$?
+    if [ $rc -eq 0 ]; then
+      "$cluster" exec h1 tc qdisc show dev eth0 | grep -q netem || fail "--delay: no netem qdisc on eth0"
+      "$cluster" down
+    else
+      [ $rc -eq 77 ] || fail "up --delay exited $rc: $(cat "$work/err")"
+      grep -q "netem" "$work/err" || fail "--delay refused without naming netem: $(cat "$work/err")"
+      [ "$(wc -l <"$work/err")" -eq 1 ] || fail "the refusal is not one line: $(cat "$work/err")"
+      [ ! -e "$HVDC_DIR" ] || fail "a refused up left $HVDC_DIR"
+    fi
+    [ -z "$(ip netns list | grep "^hvdc-$HVDC_ID-" || true)" ] || fail "a refused up left namespaces"
+    echo "refusals ok after $(elapsed) s"
+
+    up 2 --rate 10mbit --decoy
+    "$cluster" status
+    rc=0; "$cluster" up 1 2>"$work/err" || rc=$?
+    [ $rc -eq 1 ] && grep -q "already up" "$work/err" || fail "a second up: rc $rc, $(cat "$work/err")"
+    [ "$("$cluster" exec h1 hostname)" = hvd-h1 ] || fail "h1's host name"
+    [ "$("$cluster" exec hvd-h2 hostname)" = hvd-h2 ] || fail "h2's host name"
+    [ "$("$cluster" exec 2 readlink /proc/self/ns/ipc)" != "$("$cluster" exec h1 readlink /proc/self/ns/ipc)" ] ||
+      fail "h1 and h2 share an IPC namespace"
+    [ "$("$cluster" exec h1 readlink /proc/self/ns/pid)" = "$(readlink /proc/self/ns/pid)" ] ||
+      fail "the PID namespace is not shared"
+    "$cluster" exec h1 getent hosts hvd-h2 | grep -q "^$(cat "$HVDC_DIR/h2/addr") " || fail "h1 cannot resolve hvd-h2"
+    # exec: exit code and working directory pass through.
+    rc=0; "$cluster" exec h1 sh -c 'exit 7' || rc=$?
+    [ $rc -eq 7 ] || fail "exec's exit code $rc, want 7"
+    [ "$(cd "$work" && "$cluster" exec h2 pwd)" = "$work" ] || fail "exec does not keep the working directory"
+    # /dev/shm per host.
+    "$cluster" exec h1 touch /dev/shm/hvd-cluster-$HVDC_ID-mark
+    "$cluster" exec h1 test -e /dev/shm/hvd-cluster-$HVDC_ID-mark || fail "h1 lost its /dev/shm file"
+    ! "$cluster" exec h2 test -e /dev/shm/hvd-cluster-$HVDC_ID-mark || fail "h2 sees h1's /dev/shm"
+    [ ! -e /dev/shm/hvd-cluster-$HVDC_ID-mark ] || fail "the machine sees h1's /dev/shm"
+    # The decoy comes first in h1's interface list, eth0 after it.
+    ifs=$("$cluster" exec h1 ip -o -4 addr show | awk '{ print $2 }' | tr '\n' ' ')
+    [ "$ifs" = "lo podman0 eth0 " ] || fail "h1's interfaces: $ifs, want lo podman0 eth0"
+    # The rate: 2.5 MB at 10 mbit/s takes at least 2 s (2.4 s with slack).
+    t1=$(date +%s.%N)
+    head -c 2500000 /dev/zero | "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h2 'cat >/dev/null'
+    secs=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    echo "2.5 MB from h1 to h2 at 10mbit: $secs s"
+    awk -v s="$secs" 'BEGIN { exit !(s >= 1.6) }' || fail "the rate limit does not hold ($secs s)"
+    # partition / heal.
+    "$cluster" partition h2
+    "$cluster" status | grep -q "^hvd-h2 .*link partitioned" || fail "status does not show the partition"
+    ! "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" -o ConnectTimeout=2 hvd-h2 true 2>/dev/null || fail "h2 reachable while partitioned"
+    "$cluster" exec h2 ip -o link show eth0 | grep -q "state UP" || fail "partition took h2's link down"
+    "$cluster" heal h2
+    "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h2 true || fail "h2 unreachable after heal"
+    # kill-host: everything of h2 but its anchor goes, h1 stays.
+    "$cluster" exec h2 sleep 300 &
+    sleeper=$!
+    sleep 0.3
+    "$cluster" kill-host h2
+    wait $sleeper 2>/dev/null || true
+    [ "$(ip netns pids "hvdc-$HVDC_ID-h2")" = "$(cat "$HVDC_DIR/h2/anchor.pid")" ] || fail "kill-host left processes on h2"
+    ! "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" -o ConnectTimeout=2 hvd-h2 true 2>/dev/null || fail "h2's sshd survived kill-host"
+    "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h1 true || fail "kill-host h2 hurt h1"
+    # down: nothing left, twice.
+    anchors="$(cat "$HVDC_DIR"/h*/anchor.pid "$HVDC_DIR"/h1/sshd.pid | tr '\n' ' ')"
+    "$cluster" down
+    "$cluster" down || fail "a second down failed"
+    [ -z "$(ip netns list | grep "^hvdc-$HVDC_ID-" || true)" ] || fail "namespaces left after down"
+    for p in $anchors; do ! running "$p" || fail "process $p left after down"; done
+    ! pgrep -f "hvd-cluster-$HVDC_ID" >/dev/null || fail "processes of the cluster left: $(pgrep -af "hvd-cluster-$HVDC_ID")"
+    [ ! -e "$HVDC_DIR" ] || fail "$HVDC_DIR left after down"
+    "$cluster" status | grep -q ": down$" || fail "status after down: $("$cluster" status)"
+    ;;
+  *) fail "unknown case '$case_'" ;;
+esac
+echo "PASS: $case_"
