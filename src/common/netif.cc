@@ -28,7 +28,11 @@ std::vector<NetInterface> ListInterfaces() {
 }
 
 bool IsVirtualBridge(const std::string& name) {
-  static const char* kPrefixes[] = {"docker", "br-", "virbr", "veth", "cni", "flannel", "lxcbr"};
+  // Container and VM bridges: every host may have the same address on them,
+  // so a peer dialling it reaches its own bridge.
+  static const char* kPrefixes[] = {"docker", "podman", "br-",    "virbr",  "veth",  "cni",
+                                    "flannel", "lxcbr", "lxdbr", "vboxnet", "vmnet", "cali",
+                                    "weave",   "kube-"};
   for (const char* p : kPrefixes) {
     if (name.rfind(p, 0) == 0) return true;
   }

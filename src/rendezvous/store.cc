@@ -110,6 +110,8 @@ constexpr size_t kReadChunk = 64 << 10;
 constexpr Clock::duration kServerIdle = std::chrono::seconds(30);
 // Extra time a client allows for a reply beyond the server-side wait.
 constexpr Clock::duration kReplyMargin = std::chrono::seconds(30);
+// Least margin a Get's reply gets beyond its wait (see Get).
+constexpr Clock::duration kShortReplyMargin = std::chrono::seconds(2);
 // Least time the Connect handshake gets, even when the connect timeout is
 // nearly spent.
 constexpr Clock::duration kHandshakeFloor = std::chrono::seconds(2);
@@ -1557,7 +1559,13 @@ Result<Bytes> ClientImpl::Get(const std::string& key, double timeout_s) {
     w.U64(wait_ms);
     Bytes reply;
     Reader in(nullptr, 0);
-    const TimePoint deadline = DeadlineAfterMs(wait_ms) + kReplyMargin;
+    // The reply may take the wait plus a margin as long again (at least
+    // kShortReplyMargin, at most kReplyMargin): a short lookup to a store
+    // that cannot answer (a host cut off) fails in seconds, not 30 s.
+    const TimePoint deadline =
+        DeadlineAfterMs(wait_ms) +
+        std::min<Clock::duration>(kReplyMargin,
+                                  std::max<Clock::duration>(kShortReplyMargin, milliseconds(wait_ms)));
     HVD_ASSIGN_OR_RETURN(uint8_t status, RoundTrip(&w, deadline, &reply, &in));
     if (status == kTimedOut) {
       if (!in.AtEnd()) return Malformed();

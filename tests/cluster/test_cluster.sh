@@ -62,11 +62,12 @@ for stale in $(ip netns list 2>/dev/null | sed -nE 's/^hvdc-t([0-9]+)-.*/\1/p' |
 done
 
 elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-# The expected-failure cases (ctest WILL_FAIL) must not pass because
-# something else broke: until they reach the bug's check ("checking=1"),
-# a failure skips them instead (the other cases report such breakage).
+# An expected-failure case (ctest WILL_FAIL; none at present) must not pass
+# because something else broke: until it reaches the bug's check
+# ("checking=1"), a failure skips it instead (the other cases report such
+# breakage).
 xfail=0 checking=0
-case "$case_" in decoy_default|partition_cut_off) xfail=1 ;; esac
+# (No expected failures now: decoy_default and partition_cut_off guard fixed bugs.)
 fail() {
   if [ $xfail -eq 1 ] && [ $checking -eq 0 ]; then
     echo "SKIP: expected-failure case $case_ failed before its check: $*"
