@@ -480,7 +480,34 @@ class _Root:
         return self._registry.live()
 
 
-class Context(_Root, Collectives):
+class _ContextQueries:
+    """rank/size/... of an explicit context (self._require() gives its pointer)."""
+
+    def rank(self):
+        return C.get_int("hvd_context_rank", self._require())
+
+    def size(self):
+        return C.get_int("hvd_context_size", self._require())
+
+    def local_rank(self):
+        return C.get_int("hvd_context_local_rank", self._require())
+
+    def local_size(self):
+        return C.get_int("hvd_context_local_size", self._require())
+
+    def cross_rank(self):
+        return C.get_int("hvd_context_cross_rank", self._require())
+
+    def cross_size(self):
+        return C.get_int("hvd_context_cross_size", self._require())
+
+    def transport(self):
+        out = ctypes.c_char_p()
+        C.call("hvd_context_transport", self._require(), ctypes.byref(out))
+        return out.value.decode() if out.value else ""
+
+
+class Context(_Root, _ContextQueries, Collectives):
     """An explicit communicator (hvd_context_create): any number per process,
     e.g. ranks as threads. Takes the same settings as hvd.init(). Use as a
     context manager, or call close().
@@ -545,34 +572,12 @@ class Context(_Root, Collectives):
         arr, n = _rank_list(ranks, "hvd.Context.process_set")
         return _make_child("hvd_process_set_create", self, n, arr)
 
-    def rank(self):
-        return C.get_int("hvd_context_rank", self._require())
-
-    def size(self):
-        return C.get_int("hvd_context_size", self._require())
-
-    def local_rank(self):
-        return C.get_int("hvd_context_local_rank", self._require())
-
-    def local_size(self):
-        return C.get_int("hvd_context_local_size", self._require())
-
-    def cross_rank(self):
-        return C.get_int("hvd_context_cross_rank", self._require())
-
-    def cross_size(self):
-        return C.get_int("hvd_context_cross_size", self._require())
-
-    def transport(self):
-        out = ctypes.c_char_p()
-        C.call("hvd_context_transport", self._require(), ctypes.byref(out))
-        return out.value.decode() if out.value else ""
 
     def mpi_threads_supported(self):
         return bool(C.get_int("hvd_mpi_threads_supported", self._require()))
 
 
-class ProcessSetContext(Collectives):
+class ProcessSetContext(_ContextQueries, Collectives):
     """A process set's own context (include/hvd.h, "Process sets"): every
     collective among the set's members, with ranks 0 .. size()-1 in the set's
     order (broadcast roots too) and names of its own. Made by Context.split /
@@ -623,29 +628,6 @@ class ProcessSetContext(Collectives):
         arr = (ctypes.c_int32 * max(n, 1))()
         C.call("hvd_context_parent_ranks", self._require(), arr, n)
         return [int(arr[i]) for i in range(n)]
-
-    def rank(self):
-        return C.get_int("hvd_context_rank", self._require())
-
-    def size(self):
-        return C.get_int("hvd_context_size", self._require())
-
-    def local_rank(self):
-        return C.get_int("hvd_context_local_rank", self._require())
-
-    def local_size(self):
-        return C.get_int("hvd_context_local_size", self._require())
-
-    def cross_rank(self):
-        return C.get_int("hvd_context_cross_rank", self._require())
-
-    def cross_size(self):
-        return C.get_int("hvd_context_cross_size", self._require())
-
-    def transport(self):
-        out = ctypes.c_char_p()
-        C.call("hvd_context_transport", self._require(), ctypes.byref(out))
-        return out.value.decode() if out.value else ""
 
 
 class DefaultContext(_Root):
