@@ -100,7 +100,11 @@ no_leftovers() {
       local keep="$(cat "$HVDC_DIR/h$i/anchor.pid") $(cat "$HVDC_DIR/h$i/sshd.pid")"
       left=""
       for p in $(ip netns pids "hvdc-$HVDC_ID-h$i"); do
-        case " $keep " in *" $p "*) ;; *) left="$left $p($(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-60))" ;; esac
+        # A process may exit between the listing and the read: not left.
+        local cmd
+        cmd=$( { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | cut -c1-60) || continue
+        [ -d "/proc/$p" ] || continue
+        case " $keep " in *" $p "*) ;; *) left="$left $p($cmd)" ;; esac
       done
       [ -n "$left" ] || break
       [ "$(date +%s)" -lt "$deadline" ] || fail "processes left on hvd-h$i:$left"
