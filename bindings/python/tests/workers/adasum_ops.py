@@ -11,6 +11,10 @@ import os
 import sys
 
 import numpy as np
+try:
+    from common import Checks  # run as a script (this folder first on sys.path)
+except ImportError:
+    from workers.common import Checks  # imported by a test module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -82,13 +86,8 @@ def check_names(size):
 
 
 def make_checks(hvd, size, rank):
-    checks = []
-
-    def add(name):
-        def deco(fn):
-            checks.append((name, fn))
-            return fn
-        return deco
+    checks = Checks()
+    add = checks.add
 
     for dt in DTYPES:
         def check(dt=dt):

@@ -9,6 +9,16 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
+class Checks(list):
+    """The (name, fn) pairs run_checks takes; ``@checks.add("name")`` appends fn."""
+
+    def add(self, name):
+        def deco(fn):
+            self.append((name, fn))
+            return fn
+        return deco
+
+
 def run_checks(checks, rank, extra=None):
     """checks: list of (name, fn). A failing check is recorded, not raised, so
     one bad check does not hide the others (collectives stay in step because

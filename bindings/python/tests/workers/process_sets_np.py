@@ -12,6 +12,10 @@ import os
 import sys
 
 import numpy as np
+try:
+    from common import Checks  # run as a script (this folder first on sys.path)
+except ImportError:
+    from workers.common import Checks  # imported by a test module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,13 +41,8 @@ def value(g, shape=(2, 3)):
 
 
 def make_checks(hvd, size, rank, even, odd):
-    checks = []
-
-    def add(name):
-        def deco(fn):
-            checks.append((name, fn))
-            return fn
-        return deco
+    checks = Checks()
+    add = checks.add
 
     mine = even if rank % 2 == 0 else odd
     other = odd if rank % 2 == 0 else even

@@ -15,6 +15,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+try:
+    from common import Checks  # run as a script (this folder first on sys.path)
+except ImportError:
+    from workers.common import Checks  # imported by a test module
 
 CHECKS = ["eager_ops", "graph_ops", "same_names_at_once", "gradient_tape", "keras_optimizer",
           "broadcast_variables", "topology_ops", "errors", "removed_set_in_graph"]
@@ -26,13 +30,8 @@ def check_names():
 
 
 def make_checks(hvd, hk, tf, keras, rank, even, odd, both):
-    checks = []
-
-    def add(name):
-        def deco(fn):
-            checks.append((name, fn))
-            return fn
-        return deco
+    checks = Checks()
+    add = checks.add
 
     mine = even if rank == 0 else odd
     other = odd if rank == 0 else even

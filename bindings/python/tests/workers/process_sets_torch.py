@@ -12,6 +12,10 @@ import sys
 
 import numpy as np
 import torch
+try:
+    from common import Checks  # run as a script (this folder first on sys.path)
+except ImportError:
+    from workers.common import Checks  # imported by a test module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,13 +47,8 @@ def batch(g, step):
 
 
 def make_checks(hvd, rank, even, odd, low):
-    checks = []
-
-    def add(name):
-        def deco(fn):
-            checks.append((name, fn))
-            return fn
-        return deco
+    checks = Checks()
+    add = checks.add
 
     mine = even if rank % 2 == 0 else odd
     other = odd if rank % 2 == 0 else even

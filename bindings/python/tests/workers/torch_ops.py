@@ -15,6 +15,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
+try:
+    from common import Checks  # run as a script (this folder first on sys.path)
+except ImportError:
+    from workers.common import Checks  # imported by a test module
 
 DTYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
           "float64", "bool"]
@@ -164,13 +168,8 @@ def assert_close_to(net, ref, tol):
 
 
 def make_checks(hvd, size, rank):
-    checks = []
-
-    def add(name):
-        def deco(fn):
-            checks.append((name, fn))
-            return fn
-        return deco
+    checks = Checks()
+    add = checks.add
 
     for d in DTYPES:
         for op in OPS:
