@@ -65,7 +65,14 @@ struct alignas(128) RankLine {
   std::atomic<uint32_t> waiters;   // peers asleep on seq (futex)
   std::atomic<uint32_t> departed;  // the owner finalized
   std::atomic<int32_t> pid;
+  // 1 + the peer (the owner's transport rank) of the point-to-point wait
+  // the owner is blocked in (or gave up in: it stays), 0 if none; since when (CLOCK_MONOTONIC ns,
+  // one clock for the host's processes). Segment::NoteWait.
+  std::atomic<int32_t> waiting_on;
+  std::atomic<int64_t> waiting_since_ns;
+  std::atomic<int64_t> waiting_until_ns;  // when that wait failed; 0 while it lasts
 };
+static_assert(sizeof(RankLine) == 128, "a rank's line is one 128-byte block");
 
 namespace {
 
@@ -189,6 +196,83 @@ void Segment::Abort(int code, const std::string& msg) {
   WakeEveryone();
 }
 
+namespace {
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+}  // namespace
+
+void Segment::NoteWait(int peer) {
+  RankLine* me = line(rank_);
+  if (peer < 0) {
+    me->waiting_on.store(0, std::memory_order_relaxed);
+    return;
+  }
+  me->waiting_until_ns.store(0, std::memory_order_relaxed);
+  me->waiting_since_ns.store(MonotonicNs(), std::memory_order_relaxed);
+  me->waiting_on.store(peer + 1, std::memory_order_release);
+}
+
+void Segment::NoteGaveUp() {
+  RankLine* me = line(rank_);
+  if (me->waiting_on.load(std::memory_order_relaxed) > 0) {
+    me->waiting_until_ns.store(MonotonicNs(), std::memory_order_release);
+  }
+}
+
+bool Segment::WaitingOn(int r, int* peer, double* secs) const {
+  const RankLine* l = line(r);
+  const int32_t on = l->waiting_on.load(std::memory_order_acquire);
+  if (on <= 0) return false;
+  *peer = on - 1;
+  const int64_t until = l->waiting_until_ns.load(std::memory_order_acquire);
+  *secs = static_cast<double>((until != 0 ? until : MonotonicNs()) -
+                              l->waiting_since_ns.load(std::memory_order_relaxed)) / 1e9;
+  return true;
+}
+
+std::string Segment::Name(int r) const {
+  if (r >= 0 && static_cast<size_t>(r) < names_.size() && !names_[static_cast<size_t>(r)].empty()) {
+    return names_[static_cast<size_t>(r)];
+  }
+  return "rank " + std::to_string(r);
+}
+
+// "rank 1 (pid 42)", or "rank 1 (host h, pid 42)" for a named rank.
+static std::string WithPid(const std::string& name, int32_t pid) {
+  const std::string p = "pid " + std::to_string(pid);
+  if (!name.empty() && name.back() == ')') return name.substr(0, name.size() - 1) + ", " + p + ")";
+  return name + " (" + p + ")";
+}
+
+std::string Segment::NameList(const std::vector<int>& ranks) const {
+  if (names_.empty()) return "ranks " + JoinRanks(ranks);
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + Name(r);
+  return s;
+}
+
+bool Segment::AwaitAbort(double seconds, int* by, int* code, std::string* msg) const {
+  const Header* h = header();
+  const auto t0 = Clock::now();
+  for (;;) {
+    const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
+    if (ab != 0 && ab != kAbortClaimed && ab != static_cast<uint32_t>(rank_) + 1) {
+      *by = static_cast<int>(ab) - 1;
+      *code = h->abort_code;
+      msg->assign(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));
+      return true;
+    }
+    if (ab == static_cast<uint32_t>(rank_) + 1 || NsSince(t0) >= static_cast<int64_t>(seconds * 1e9)) {
+      return false;
+    }
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, nullptr);
+  }
+}
+
 void Segment::Depart() {
   line(rank_)->departed.store(1, std::memory_order_seq_cst);
   WakeEveryone();
@@ -216,28 +300,24 @@ void Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
   const Header* h = header();
   // Aborted by this rank (another thread of it, while this one waits).
   if (const int code = aborted_here_.load(std::memory_order_acquire)) {
-    throw Error(code, std::string(what) + " (shm): rank " + std::to_string(rank_) +
-                          ": aborted on this rank");
+    throw Error(code, std::string(what) + " (shm): " + Name(rank_) + ": aborted on this rank");
   }
   const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
   if (ab != 0 && ab != kAbortClaimed && ab != static_cast<uint32_t>(rank_) + 1) {
     std::string why(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));
     throw Error(h->abort_code == HVD_ERR_TIMEOUT ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
-                std::string(what) + " (shm): rank " + std::to_string(rank_) + ": rank " +
-                    std::to_string(ab - 1) + " broke the communicator: " + why);
+                std::string(what) + " (shm): " + Name(rank_) + ": " +
+                    Name(static_cast<int>(ab) - 1) + " broke the communicator: " + why);
   }
   for (int j : Missing(g)) {
     if (line(j)->departed.load(std::memory_order_acquire) != 0) {
-      throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): rank " +
-                                         std::to_string(rank_) + ": rank " + std::to_string(j) +
+      throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + Name(j) +
                                          " has finalized (left the job)");
     }
     if (check_pids) {
       const int32_t pid = line(j)->pid.load(std::memory_order_relaxed);
       if (PidIsDead(pid)) {
-        throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): rank " +
-                                           std::to_string(rank_) + ": rank " + std::to_string(j) +
-                                           " (pid " + std::to_string(pid) + ") died");
+        throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + WithPid(Name(j), pid) + " died");
       }
     }
   }
@@ -274,8 +354,8 @@ void Segment::WaitAll(uint32_t g, const char* what) {
       std::snprintf(secs, sizeof(secs), "%g", timeout_s_);
       std::vector<int> missing = Missing(g);
       throw Error(HVD_ERR_TIMEOUT,
-                  std::string(what) + " (shm): rank " + std::to_string(rank_) + ": ranks " +
-                      JoinRanks(missing) + " did not arrive within " + secs + " s",
+                  std::string(what) + " (shm): " + Name(rank_) + ": " + NameList(missing) +
+                      " did not arrive within " + secs + " s",
                   missing);
     }
     int64_t slice = kSliceNs;

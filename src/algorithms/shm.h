@@ -124,6 +124,28 @@ class Segment {
   // The limit of every wait from now on (seconds; <= 0: no limit).
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
+  // How messages name the segment's ranks (index: the segment's rank), e.g.
+  // "rank 3 (host h2)" where the segment serves a subset; unset or empty
+  // entries read "rank <index>".
+  void set_names(std::vector<std::string> names) { names_ = std::move(names); }
+  std::string Name(int r) const;
+  std::string NameList(const std::vector<int>& ranks) const;  // "ranks [1, 3]" or the names
+  // Waits up to `seconds` for another rank's Abort of the segment (one this
+  // rank wrote does not count); true with the aborting rank (the segment's
+  // index), its status and message if one came. For a rank about to blame a
+  // peer on its host: the peer may have given up first, for a reason of its
+  // own that names the real culprit.
+  bool AwaitAbort(double seconds, int* by, int* code, std::string* msg) const;
+  // This rank is blocked in a point-to-point wait on `peer` (a rank of the
+  // caller's numbering; -1: no longer), so that a rank of the host that
+  // times out on this one can say whom this one waits for. Two stores.
+  void NoteWait(int peer);
+  // That wait failed: the note stays (the cause of this rank's silence),
+  // its length fixed.
+  void NoteGaveUp();
+  // Rank r's (the segment's index) NoteWait: whom it waits for and how
+  // long it has; false if it is not waiting.
+  bool WaitingOn(int r, int* peer, double* secs) const;
 
  private:
   bool Reached(int j, uint32_t g) const;
@@ -144,6 +166,7 @@ class Segment {
   uint32_t gen_ = 0;  // barriers this rank has entered (same on every rank between ops)
   std::atomic<int> aborted_here_{0};  // Abort's status, set from any thread of this rank
   uint32_t set_ = 0;
+  std::vector<std::string> names_;  // set_names
 };
 
 // An on/off switch's value: true unless it is 0, false, off or no (any

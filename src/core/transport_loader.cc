@@ -369,7 +369,10 @@ void PluginKvFree(void* value) noexcept { std::free(value); }
 // ---- Transport -------------------------------------------------------------
 
 // The algorithms' view of a version 4 plugin's point-to-point. A failure's
-// message is the plugin's (it names the peer), under the collective's name.
+// message is the plugin's (it names the peer), under the collective's name;
+// a failed wait goes through LinkFailure, which needs the request's peer:
+// the requests posted and not yet waited for are kept with theirs (a few at
+// a time; the loop thread only).
 class Transport::PluginLinks : public algo::Links {
  public:
   PluginLinks(Transport* t, int rank, int size) : t_(t), rank_(rank), size_(size) {}
@@ -377,14 +380,35 @@ class Transport::PluginLinks : public algo::Links {
   int size() const override { return size_; }
   Status Isend(int peer, uint32_t tag, const void* data, size_t bytes, algo::Req* req) override {
     const hvd_transport_buffer_t b = t_->Host(data, bytes);
-    return t_->Check(t_->v4_table_.isend(t_->comm_, peer, tag, &b, req), t_->op_);
+    HVD_CHECK(t_->Check(t_->v4_table_.isend(t_->comm_, peer, tag, &b, req), t_->op_));
+    open_.emplace_back(*req, peer);
+    return Status::Ok();
   }
   Status Irecv(int peer, uint32_t tag, void* data, size_t bytes, algo::Req* req) override {
     const hvd_transport_buffer_t b = t_->Host(data, bytes);
-    return t_->Check(t_->v4_table_.irecv(t_->comm_, peer, tag, &b, req), t_->op_);
+    HVD_CHECK(t_->Check(t_->v4_table_.irecv(t_->comm_, peer, tag, &b, req), t_->op_));
+    open_.emplace_back(*req, peer);
+    return Status::Ok();
   }
   Status Wait(algo::Req req) override {
-    return t_->Check(t_->v4_table_.wait(t_->comm_, req, -1.0), t_->op_);
+    int peer = -1;
+    for (size_t i = open_.size(); i-- > 0;) {
+      if (open_[i].first == req) {
+        peer = open_[i].second;
+        open_[i] = open_.back();
+        open_.pop_back();
+        break;
+      }
+    }
+    shm::Segment* host = t_->host_seg_;
+    if (host != nullptr) host->NoteWait(peer);
+    const int rc = t_->v4_table_.wait(t_->comm_, req, -1.0);
+    if (rc == HVD_OK) {
+      if (host != nullptr) host->NoteWait(-1);
+      return Status::Ok();
+    }
+    if (host != nullptr) host->NoteGaveUp();
+    return t_->LinkFailure(rc, peer);
   }
   size_t segment_bytes() const override {
     return t_->info_.segment_bytes > 0 ? t_->info_.segment_bytes : algo::Links::segment_bytes();
@@ -393,6 +417,7 @@ class Transport::PluginLinks : public algo::Links {
  private:
   Transport* t_;
   int rank_, size_;
+  std::vector<std::pair<algo::Req, int>> open_;
 };
 
 namespace {
@@ -584,6 +609,12 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
     std::string why;
     const int st = shm::Setup(ex, o, &shm_, &why);
     if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
+    if (shm_) {
+      std::vector<std::string> names;
+      for (int r = 0; r < size; ++r) names.push_back(Who(r));
+      shm_->set_names(std::move(names));
+      host_seg_ = shm_.get();
+    }
   }
   if (size > 1 && !shm_ && links_ && opts.hierarchical != 0) HVD_CHECK(StartHierarchy(opts, log));
   if (shm_) facts_.emplace_back("shm", 1);
@@ -604,6 +635,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
 }
 
 Transport::~Transport() {
+  host_seg_ = nullptr;
   hier_.reset();  // its communicators run over this one's
   if (shm_) shm_->Depart();
   shm_.reset();
@@ -619,6 +651,77 @@ Status Transport::Check(int rc, const char* what) {
                              (msg && *msg ? msg : "no reason given"));
   if (v4_) Broke(s);
   return s;
+}
+
+// Rank r's host index in host_seg_ (its line there), or -1 where r is not
+// on this rank's host or there is no such segment.
+int Transport::HostIndex(int r) const {
+  if (host_seg_ == nullptr || r < 0 || r >= size_) return -1;
+  if (shm_) return r;
+  if (hier_ && hier_->host_of[static_cast<size_t>(r)] == hier_->host_of[static_cast<size_t>(rank_)]) {
+    return hier_->local_index[static_cast<size_t>(r)];
+  }
+  return -1;
+}
+
+// Why rank r, on this host, may be silent: it is blocked itself, waiting
+// for another rank (and that one, if on this host too, for another...), as
+// their lines in the host's segment say. "" if r is not on this host or is
+// not blocked in a point-to-point wait (then it is stopped, slow, or in
+// another step). Waits shorter than 0.1 s are passing, not a cause.
+std::string Transport::BlockedChain(int r) const {
+  std::string out;
+  for (int hop = 0, cur = r; hop < size_; ++hop) {
+    const int idx = HostIndex(cur);
+    int next = -1;
+    double secs = 0;
+    if (idx < 0 || cur == rank_ || !host_seg_->WaitingOn(idx, &next, &secs) || secs < 0.1) break;
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f", secs);
+    out += "; " + Who(cur) + " is itself blocked: " + Who(next) + " has not answered it for " + buf + " s";
+    if (next == rank_) break;
+    cur = next;
+  }
+  return out;
+}
+
+// A wait on `peer` failed (the plugin has broken its communicator). A peer
+// on this host that stopped answering, or hung up, may itself be blocked on
+// someone else, or have given up first: the host's segment says, and the
+// report names the rank at the end of that chain. Either way the host's
+// other ranks learn this rank's reason at once (WarnHost).
+Status Transport::LinkFailure(int rc, int peer) {
+  const char* msg = v4_table_.last_error(comm_);
+  hvd_status_t code = rc < 0 ? static_cast<hvd_status_t>(rc) : HVD_ERR_TRANSPORT;
+  const std::string head = std::string(name_) + " " + op_ + " failed: ";
+  std::string text = head + (msg && *msg ? msg : "no reason given");
+  int by = -1, by_code = 0;
+  std::string why;
+  if (HostIndex(peer) >= 0 && peer != rank_) {
+    if (host_seg_->AwaitAbort(0, &by, &by_code, &why)) {
+      const std::string first = host_seg_->Name(by);
+      text = head + (first == Who(peer) ? first + " gave up first: "
+                                        : Who(peer) + " stopped after " + first + " gave up: ") + why;
+      if (by_code == HVD_ERR_TIMEOUT) code = HVD_ERR_TIMEOUT;
+    } else {
+      text += BlockedChain(peer);
+    }
+  }
+  Status st = Error(code, text);
+  Broke(st);
+  WarnHost(code, text);
+  return st;
+}
+
+// Writes a failure into every shared-memory segment this rank is in, so
+// the ranks of its host blocked there (or about to blame it) see its reason.
+void Transport::WarnHost(hvd_status_t code, const std::string& text) noexcept {
+  try {
+    if (shm_) shm_->Abort(code, text);
+    std::lock_guard<std::mutex> lock(fail_mu_);
+    for (shm::Segment* seg : subset_shm_) seg->Abort(code, text);
+  } catch (...) {
+  }
 }
 
 void Transport::Broke(const Status& s) noexcept {
@@ -650,20 +753,25 @@ hvd_transport_buffer_t Transport::Host(const void* data, size_t bytes) const {
 Status Transport::ShmFailure(shm::Segment& seg, const char* what, const shm::Error& e,
                              const std::vector<int>* members) {
   std::string msg = e.what();
-  if (e.code == HVD_ERR_TIMEOUT && peer_limit_ && !e.missing.empty()) {
-    char secs[32];
-    std::snprintf(secs, sizeof(secs), "%g", seg.timeout());
-    std::string who;
+  if (e.code == HVD_ERR_TIMEOUT && !e.missing.empty()) {
+    std::string who, chain;
     for (int r : e.missing) {
       const int pr = members != nullptr ? (*members)[static_cast<size_t>(r)] : r;
       who += (who.empty() ? "" : ", ") + Who(pr);
+      chain += BlockedChain(pr);
     }
-    msg = std::string(what) + " (shm): " + who + (e.missing.size() == 1 ? " has" : " have") +
-          " not answered for " + secs + " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
+    if (peer_limit_) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", seg.timeout());
+      msg = std::string(what) + " (shm): " + who + (e.missing.size() == 1 ? " has" : " have") +
+            " not answered for " + secs + " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
+    }
+    msg += chain;
   }
   Status st = Error(static_cast<hvd_status_t>(e.code), std::string(name_) + " " + what + " failed: " + msg);
   Broke(st);
   seg.Abort(e.code, msg);  // peers waiting in the segment fail at once
+  WarnHost(static_cast<hvd_status_t>(e.code), msg);  // and those in this rank's other segments
   // The communicator is broken for the core: the plugin's too (its finalize
   // then knows a peer may be gone, and nothing waits on it).
   if (v4_table_.abort != nullptr) v4_table_.abort(comm_, e.code, msg.c_str());
@@ -912,11 +1020,15 @@ class Transport::Subset : public Comm {
     const int st = shm::Setup(ex, o, &shm_, &why);
     if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), "process set: " + why);
     if (shm_) {
+      std::vector<std::string> names;
+      for (int r : members_) names.push_back(t_->Who(r));
+      shm_->set_names(std::move(names));
       std::lock_guard<std::mutex> lock(t_->fail_mu_);
       t_->subset_shm_.push_back(shm_.get());
     }
     return Status::Ok();
   }
+  shm::Segment* segment() const { return shm_.get(); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -1147,6 +1259,7 @@ Status Transport::StartHierarchy(const TransportOptions& opts, Logger* log) {
                                        << (h->even ? "" : " (hosts differ in rank count: "
                                                           "their first ranks reduce across hosts)"));
   hier_ = std::move(h);
+  host_seg_ = static_cast<const Subset*>(hier_->local.get())->segment();  // OpenSubset makes Subsets
   return Status::Ok();
 }
 

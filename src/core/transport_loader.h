@@ -166,6 +166,10 @@ class Transport : public Comm {
   class Subset;
   Transport() = default;
   Status Check(int rc, const char* what);
+  Status LinkFailure(int rc, int peer);
+  void WarnHost(hvd_status_t code, const std::string& text) noexcept;
+  int HostIndex(int r) const;
+  std::string BlockedChain(int r) const;
   Status StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts, Logger* log);
   Status StartHierarchy(const TransportOptions& opts, Logger* log);
   Status AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
@@ -219,6 +223,10 @@ class Transport : public Comm {
     std::vector<int> local_index;  // rank -> index among its host's ranks
   };
   std::unique_ptr<Hierarchy> hier_;
+  // The shared memory of this rank's host: shm_, else the hierarchy's host
+  // step's where it has one; null if neither. Point-to-point waits note
+  // their peer in it (shm::Segment::NoteWait) for BlockedChain.
+  shm::Segment* host_seg_ = nullptr;
   std::string Who(int r) const;     // "rank 2 (host h)"
   int64_t FactOr(const char* key, int64_t dflt) const;
 

@@ -221,7 +221,9 @@ case "$case_" in
       line=$(head -1 "$f")
       echo "$line" | grep -qE "^rank $r \(host $host\): failed after [0-9.]+ s with (transport failure|timed out): .+" ||
         fail "rank $r: unexpected report: $line"
-      echo "$line" | grep -qE "rank [0-3] \(host $other\) has not answered" ||
+      # The peer timeout's wording in the negotiation, the transfer timeout's
+      # while data moves.
+      echo "$line" | grep -qE "rank [0-3] \(host $other\) has not answered|timed out after [0-9.]+ s waiting (for|to send to) rank [0-3] \(host $other\)" ||
         fail "rank $r's error does not name a silent rank on $other"
       secs=$(echo "$line" | sed -E 's/.* failed after ([0-9.]+) s .*/\1/')
       awk -v s="$secs" -v b="$limit" 'BEGIN { exit !(s <= b) }' ||

@@ -41,7 +41,7 @@ case "$mode" in
     # the shared-memory path (all ranks on this host), the other ranks see
     # rank 1's pid vanish first and fail, naming it.
     grep -qiE "exit code:? *3|exited .*code 3|status 3" "$out" ||
-      grep -qE "rank 1 \(pid [0-9]+\) died" "$out" ||
+      grep -qE "rank 1 \((host [^,]+, )?pid [0-9]+\) died" "$out" ||
       fail "neither mpirun nor the other ranks reported rank 1's exit"
     ;;
   stop)
