@@ -885,6 +885,9 @@ Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_by
   const int size = static_cast<int>(comm_size());
   size_t total = 0;
   for (int p = 0; p < size; ++p) total += recv_bytes[p];
+  if (hier_ && forced_[HVD_TRANSPORT_ALLGATHERV] == algo::Algorithm::kAuto) {
+    return AllgathervHier(send, recv, recv_bytes, total);
+  }
   switch (Choose(HVD_TRANSPORT_ALLGATHERV, total)) {
     case algo::Algorithm::kShm:
       try {
@@ -1215,8 +1218,8 @@ Status Transport::StartHierarchy(const TransportOptions& opts, Logger* log) {
   if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
   auto h = std::make_unique<Hierarchy>();
   std::vector<std::string> order;
-  std::vector<std::vector<int>> hosts;
   h->host_of.assign(static_cast<size_t>(size_), 0);
+  std::vector<std::vector<int>>& hosts = h->hosts;
   h->local_index.assign(static_cast<size_t>(size_), 0);
   for (int r = 0; r < size_; ++r) {
     size_t k = std::find(order.begin(), order.end(), ids[r]) - order.begin();
@@ -1237,6 +1240,11 @@ Status Transport::StartHierarchy(const TransportOptions& opts, Logger* log) {
     return Status::Ok();
   }
   for (const auto& g : hosts) h->even = h->even && g.size() == hosts[0].size();
+  // Each host's ranks consecutive, hosts in rank order: a host's block of
+  // an allgather is then where the ranks' pieces go.
+  for (size_t k = 0, next = 0; k < hosts.size(); ++k) {
+    for (int r : hosts[k]) h->contiguous = h->contiguous && r == static_cast<int>(next++);
+  }
   const int me = rank_;
   const std::vector<int>& mine = hosts[static_cast<size_t>(h->host_of[me])];
   const int li = h->local_index[me];
@@ -1295,6 +1303,51 @@ Status Transport::AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_
   if (counts[li] > 0) HVD_CHECK(h.cross->Allreduce(base + my_start * es, counts[li], dtype, op));
   HVD_CHECK(h.local->Allgatherv(base + my_start * es, buf, bytes.data()));
   op_ = "allreduce";
+  return Status::Ok();
+}
+
+// Each host gathers its ranks' pieces (shared memory), the hosts' first
+// ranks exchange the hosts' blocks (one point-to-point allgather of one
+// rank per host, instead of a ring through every rank), and each host
+// broadcasts the whole from its first rank. Every piece crosses to each
+// other host once, and no byte goes over loopback TCP. Where a host's ranks
+// are not consecutive, the blocks are gathered in a scratch buffer in host
+// order and each rank's piece copied to its place.
+Status Transport::AllgathervHier(const void* send, void* recv, const size_t* recv_bytes, size_t total) {
+  Hierarchy& h = *hier_;
+  const size_t nhosts = h.hosts.size();
+  const int me_host = h.host_of[static_cast<size_t>(rank_)];
+  std::vector<size_t> offset(static_cast<size_t>(size_) + 1, 0);  // of each rank's piece in recv
+  for (int r = 0; r < size_; ++r) offset[r + 1] = offset[r] + recv_bytes[r];
+  std::vector<size_t> host_bytes(nhosts, 0), host_at(nhosts + 1, 0);
+  for (size_t k = 0; k < nhosts; ++k) {
+    for (int r : h.hosts[k]) host_bytes[k] += recv_bytes[r];
+    host_at[k + 1] = host_at[k] + host_bytes[k];
+  }
+  uint8_t* g = static_cast<uint8_t*>(recv);
+  if (!h.contiguous) {
+    HVD_ASSIGN_OR_RETURN(g, scratch_.Get(total));
+  }
+  const std::vector<int>& mine = h.hosts[static_cast<size_t>(me_host)];
+  std::vector<size_t> local_bytes(mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) local_bytes[i] = recv_bytes[mine[i]];
+  uint8_t* block = g + host_at[static_cast<size_t>(me_host)];
+  HVD_CHECK(h.local->Allgatherv(send, block, local_bytes.data()));
+  if (h.local->rank() == 0) {  // a host's first rank: its cross communicator is the leaders'
+    HVD_CHECK(h.cross->Allgatherv(block, g, host_bytes.data()));
+  }
+  HVD_CHECK(h.local->Broadcast(g, total, 0));
+  if (!h.contiguous) {
+    uint8_t* out = static_cast<uint8_t*>(recv);
+    for (size_t k = 0; k < nhosts; ++k) {
+      size_t at = host_at[k];
+      for (int r : h.hosts[k]) {
+        if (recv_bytes[r] > 0) std::memcpy(out + offset[r], g + at, recv_bytes[r]);
+        at += recv_bytes[r];
+      }
+    }
+  }
+  op_ = "allgather";
   return Status::Ok();
 }
 

@@ -174,6 +174,7 @@ class Transport : public Comm {
   Status StartHierarchy(const TransportOptions& opts, Logger* log);
   Status AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
   Status BroadcastHier(void* buf, size_t bytes, int root);
+  Status AllgathervHier(const void* send, void* recv, const size_t* recv_bytes, size_t total);
   // A shared-memory collective failed: breaks the transport, wakes the
   // segment's peers. members maps the segment's ranks to this transport's
   // (null: the same).
@@ -219,6 +220,8 @@ class Transport : public Comm {
   struct Hierarchy {
     std::unique_ptr<Comm> local, cross;
     bool even = true;              // every host has the same number of ranks
+    bool contiguous = true;        // each host's ranks consecutive (hosts then in rank order)
+    std::vector<std::vector<int>> hosts;  // each host's ranks, hosts in order of their first
     std::vector<int> host_of;      // rank -> host index (first appearance order)
     std::vector<int> local_index;  // rank -> index among its host's ranks
   };
