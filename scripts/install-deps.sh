@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 groups=("$@")
 [ ${#groups[@]} -gt 0 ] || groups=(all)
 
-apt_core=(cmake g++ make libgloo-dev libgtest-dev libcmocka-dev libssl-dev openmpi-bin
+apt_core=(cmake g++ make libgloo-dev libgtest-dev libcmocka-dev libssl-dev libucx-dev openmpi-bin
           libopenmpi-dev openssh-server openssh-client iproute2 binutils procps python3)
 
 apt_java=(swig maven libmaven-compiler-plugin-java libsurefire-java libmaven-jar-plugin-java

@@ -1,0 +1,921 @@
+// The UCX transport, ABI version 4: connection setup, point-to-point and
+// faults over UCP tagged messages; no collectives and no shared memory of its
+// own (the core runs every collective over isend/irecv/wait, as over Gloo).
+// It needs only hvd.h, hvd_transport.h, UCX (ucp, ucs) and the standard
+// library. Built into libhvd_transport_ucx.so (hvd_transport_plugin_v4).
+//
+// Rendezvous: every rank publishes "joined/<rank>" (its host name) and waits
+// for everyone's within the start timeout, so a rank that never starts is
+// named and host names are known for messages ("rank 2 (host h)"); then every
+// rank publishes its UCP worker address under "ucx/addr/<rank>", creates an
+// endpoint to every peer and exchanges a zero-byte hello with each (bounded by
+// the start timeout), so a peer UCX cannot reach fails init, named.
+//
+// Point-to-point: one UCP context (UCP_FEATURE_TAG, UCP_FEATURE_WAKEUP) and
+// one worker (UCS_THREAD_MODE_SINGLE: only the core's loop thread calls
+// isend/irecv/wait/finalize). The UCP tag of a message is (tag << 32 |
+// sender rank), received with a full mask, so a receive matches exactly
+// (peer, tag), and UCP matches in posting order. Each request is ours (a
+// struct completed by UCP's callback through user_data); the UCX request
+// pointer it holds, if the operation did not complete at once, is freed when
+// the request is released. Waits progress the worker, spin for a few
+// microseconds when idle, then arm the worker and poll its event fd for at
+// most 100 ms at a time, checking the deadline and the failure flag.
+//
+// Faults: the first failure (timeout, an endpoint's error callback, a failed
+// request, abort) breaks the communicator: it is recorded once under Comm::mu
+// and every later call returns it. abort and async_error may come from any
+// thread: abort records the failure and calls ucp_worker_signal (safe from
+// any thread), which wakes a wait blocked in poll; the waiting (loop) thread
+// then cancels every pending receive and force-closes every endpoint, so
+// pending sends fail and nothing is written into a buffer after its request
+// is released.
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include "hvd.h"
+#include "hvd_transport.h"
+
+// One request: linked into its communicator's list of pending requests while
+// it lives; UCP's completion callback writes done/status through user_data.
+struct hvd_transport_request {
+  void* op = nullptr;  // UCX's request, or nullptr if it completed at posting
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  ucp_tag_recv_info_t info{};  // a receive's matched message
+  size_t bytes = 0;
+  int32_t peer = -1;
+  bool send = false;
+  unsigned char dummy = 0;  // the memory of a zero-byte message
+  hvd_transport_request* prev = nullptr;
+  hvd_transport_request* next = nullptr;
+};
+
+namespace hvd_ucx_v4 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Request = hvd_transport_request;
+
+constexpr uint32_t kMaxTag = 0x7FFFFFFFu;
+constexpr uint32_t kHelloTag = 0xFFFFFFFFu;  // init's hello, above every core tag
+constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
+constexpr double kCloseWaitS = 2.0;          // bound of a forced close's progress
+constexpr int kPollSliceMs = 100;            // a wait re-checks flags at least this often
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+ucp_tag_t Tag(uint32_t tag, int32_t sender) {
+  return (ucp_tag_t{tag} << 32) | static_cast<uint32_t>(sender);
+}
+Clock::time_point After(double s) {
+  if (!(s > 0) || s > 3.0e7) return Clock::time_point::max();
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+double SecondsLeft(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return 3.0e7;
+  return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+}
+std::string Secs(double s) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%g", s);
+  return b;
+}
+int StatusOf(ucs_status_t st) {
+  switch (st) {
+    case UCS_ERR_NO_MEMORY:
+      return HVD_ERR_NO_MEMORY;
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+      return HVD_ERR_TIMEOUT;
+    default:
+      return HVD_ERR_TRANSPORT;
+  }
+}
+
+struct Comm;
+// The argument of an endpoint's error callback: which peer it is.
+struct PeerArg {
+  Comm* comm = nullptr;
+  int rank = -1;
+};
+
+struct Comm {
+  int rank = 0;
+  int size = 1;
+  double limit_s = 0;       // the limit of waits given no timeout (set_timeout)
+  bool peer_limit = false;  // ... and it is the core's peer timeout
+  void* logger = nullptr;
+  void (*log)(void*, int, const char*) = nullptr;
+  // The store (valid until finalize): a rank whose communicator breaks notes
+  // why under "broken/<rank>" before closing its endpoints, so peers that
+  // only see the closing can say what was behind it (BrokenNote).
+  void* kv = nullptr;
+  int (*kv_set)(void*, const char*, const void*, size_t) = nullptr;
+  int (*kv_get)(void*, const char*, void**, size_t*, double) = nullptr;
+  void (*kv_free)(void*) = nullptr;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int efd = -1;
+  std::vector<ucp_ep_h> eps;  // per rank; nullptr for this rank and once closed
+  std::unique_ptr<PeerArg[]> peer_args;
+  std::vector<std::string> hosts;  // every rank's host name
+  std::string last_error;          // the loop thread's
+  bool settled = false;            // the loop thread has acted on the failure (Settle)
+  Request* pending = nullptr;      // loop thread only
+
+  // Any thread: the first failure.
+  std::mutex mu;
+  std::atomic<int> failed{HVD_OK};
+  std::string fail_msg;
+  bool aborted = false;  // the failure came from abort
+  int lost_peer = -1;    // the failure came from this peer's endpoint
+
+  std::string Who(int r) const {
+    std::string s = "rank " + std::to_string(r);
+    const std::string host = r >= 0 && r < static_cast<int>(hosts.size()) ? hosts[r] : "";
+    return host.empty() ? s : s + " (host " + host + ")";
+  }
+  void Log(int level, const std::string& msg) const {
+    if (log != nullptr) log(logger, level, msg.c_str());
+  }
+  // Records the first failure; false if the communicator had failed already.
+  bool Fail(int status, const std::string& msg, bool from_abort = false, int peer = -1) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (failed.load() != HVD_OK) return false;
+    fail_msg = msg;
+    aborted = from_abort;
+    lost_peer = peer;
+    failed.store(status);
+    return true;
+  }
+  // The first failure as this call's outcome.
+  int Failed() {
+    std::lock_guard<std::mutex> lock(mu);
+    last_error = fail_msg;
+    return failed.load();
+  }
+  void Link(Request* r) {
+    r->next = pending;
+    if (pending != nullptr) pending->prev = r;
+    pending = r;
+  }
+  void Unlink(Request* r) {
+    (r->prev != nullptr ? r->prev->next : pending) = r->next;
+    if (r->next != nullptr) r->next->prev = r->prev;
+    r->prev = r->next = nullptr;
+  }
+};
+
+// ---------------------------------------------------------------------------
+// UCP callbacks (called from ucp_worker_progress, on the loop thread).
+
+void SendDone(void*, ucs_status_t status, void* user_data) {
+  Request* r = static_cast<Request*>(user_data);
+  r->status = status;
+  r->done = true;
+}
+
+void RecvDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+  Request* r = static_cast<Request*>(user_data);
+  if (info != nullptr) r->info = *info;
+  r->status = status;
+  r->done = true;
+}
+
+void EpFailed(void* arg, ucp_ep_h, ucs_status_t status) {
+  const PeerArg* p = static_cast<const PeerArg*>(arg);
+  Comm* c = p->comm;
+  try {
+    c->Fail(StatusOf(status),
+            "ucx: " + c->Who(p->rank) + ": connection lost (" + ucs_status_string(status) + ")",
+            false, p->rank);
+  } catch (...) {
+    c->failed.store(HVD_ERR_TRANSPORT);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Closing: loop thread only.
+
+// Progresses the worker until every close request is done or the bound passes.
+void ProgressUntilClosed(Comm& c, std::vector<void*>* closing) {
+  const Clock::time_point deadline = After(kCloseWaitS);
+  while (!closing->empty() && Clock::now() < deadline) {
+    ucp_worker_progress(c.worker);
+    for (size_t i = 0; i < closing->size();) {
+      const ucs_status_t st = ucp_request_check_status((*closing)[i]);
+      if (st != UCS_INPROGRESS) {
+        ucp_request_free((*closing)[i]);
+        (*closing)[i] = closing->back();
+        closing->pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (void* r : *closing) ucp_request_free(r);  // left to UCX
+  closing->clear();
+}
+
+// Cancels every pending receive and force-closes every endpoint (pending
+// sends then fail), progressing until both settle (bounded); after this no
+// UCX operation refers to a buffer of a pending request. Idempotent.
+void CloseEndpoints(Comm& c) {
+  if (c.worker == nullptr) return;
+  for (Request* r = c.pending; r != nullptr; r = r->next) {
+    if (!r->done && r->op != nullptr && !r->send) ucp_request_cancel(c.worker, r->op);
+  }
+  std::vector<void*> closing;
+  ucp_request_param_t p;
+  std::memset(&p, 0, sizeof(p));
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  for (ucp_ep_h& ep : c.eps) {
+    if (ep == nullptr) continue;
+    const ucs_status_ptr_t sp = ucp_ep_close_nbx(ep, &p);
+    if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
+    ep = nullptr;
+  }
+  ProgressUntilClosed(c, &closing);
+  const Clock::time_point deadline = After(kCloseWaitS);
+  for (;;) {
+    bool all = true;
+    for (Request* r = c.pending; r != nullptr; r = r->next) all = all && (r->done || r->op == nullptr);
+    if (all || Clock::now() >= deadline) break;
+    ucp_worker_progress(c.worker);
+  }
+}
+
+// "; rank r had failed: <what rank r noted when its communicator broke>", or
+// "" if it noted nothing (it died or hangs, or there is no store).
+std::string BrokenNote(const Comm& c, int r) {
+  if (r < 0 || c.kv_get == nullptr || c.kv_free == nullptr) return "";
+  constexpr double kNoteWaitS = 0.5;
+  const std::string key = "broken/" + std::to_string(r);
+  void* value = nullptr;
+  size_t len = 0;
+  if (c.kv_get(c.kv, key.c_str(), &value, &len, kNoteWaitS) != HVD_OK) return "";
+  std::string note(static_cast<const char*>(value), len);
+  if (value != nullptr) c.kv_free(value);
+  return "; rank " + std::to_string(r) + " had failed: " + note;
+}
+
+// Acts on the failure once, on the loop thread: a lost peer's note is added
+// to the message, this rank's reason goes to the store (unless it was an
+// abort) and the log, and the endpoints are closed. Returns the failure.
+int Settle(Comm& c) {
+  if (!c.settled && c.failed.load() != HVD_OK) {
+    c.settled = true;
+    int peer = -1;
+    bool aborted = false;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      peer = c.lost_peer;
+      aborted = c.aborted;
+    }
+    if (peer >= 0) {
+      const std::string note = BrokenNote(c, peer);
+      std::lock_guard<std::mutex> lock(c.mu);
+      c.fail_msg += note;
+    }
+    if (!aborted) {
+      std::string msg;
+      {
+        std::lock_guard<std::mutex> lock(c.mu);
+        msg = c.fail_msg;
+      }
+      c.Log(HVD_LOG_ERROR, msg);
+      if (c.kv_set != nullptr && c.size > 1) {
+        const std::string key = "broken/" + std::to_string(c.rank);
+        (void)c.kv_set(c.kv, key.c_str(), msg.data(), msg.size());
+      }
+    }
+    CloseEndpoints(c);
+  }
+  return c.Failed();
+}
+
+// A failure of this call that breaks the communicator; returns the first.
+int Break(Comm& c, int status, const std::string& msg, int peer = -1) {
+  c.Fail(status, msg, false, peer);
+  return Settle(c);
+}
+
+// ---------------------------------------------------------------------------
+// Waiting: progress, spin a little, then sleep on the worker's event fd.
+
+// Progresses until done() or the deadline; false at the deadline. A failure
+// recorded meanwhile (abort, an endpoint's error) ends the wait too: the
+// caller checks c.failed.
+template <typename Done>
+bool ProgressUntil(Comm& c, Clock::time_point deadline, Done done) {
+  Clock::time_point idle_since{};
+  bool idle = false;
+  for (;;) {
+    if (done() || c.failed.load() != HVD_OK) return true;
+    if (ucp_worker_progress(c.worker) != 0) {
+      idle = false;
+      continue;
+    }
+    if (done() || c.failed.load() != HVD_OK) return true;
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return false;
+    if (!idle) {
+      idle = true;
+      idle_since = now;
+      continue;
+    }
+    if (now - idle_since < kSpin || c.efd < 0) continue;
+    const ucs_status_t st = ucp_worker_arm(c.worker);
+    if (st == UCS_ERR_BUSY) continue;  // events arrived: progress them
+    double left_ms = SecondsLeft(deadline) * 1000.0;
+    const int ms = static_cast<int>(std::max(1.0, std::min<double>(kPollSliceMs, left_ms)));
+    struct pollfd pfd = {c.efd, POLLIN, 0};
+    (void)poll(&pfd, 1, st == UCS_OK ? ms : 1);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Posting.
+
+// Posts one send or receive for r (linked into the pending list); false with
+// r->status set when UCP refused it at once.
+bool PostOp(Comm& c, Request* r, void* data, uint32_t tag) {
+  ucp_request_param_t p;
+  std::memset(&p, 0, sizeof(p));
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.user_data = r;
+  ucs_status_ptr_t sp;
+  if (r->send) {
+    p.cb.send = &SendDone;
+    sp = ucp_tag_send_nbx(c.eps[r->peer], data, r->bytes, Tag(tag, c.rank), &p);
+  } else {
+    // Always through the callback: UCX 1.13 does not fill recv_info on an
+    // immediate completion, and the received length is checked.
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv = &RecvDone;
+    sp = ucp_tag_recv_nbx(c.worker, data, r->bytes, Tag(tag, r->peer), kFullMask, &p);
+  }
+  if (sp == nullptr) {  // completed at once (no callback)
+    r->done = true;
+    r->status = UCS_OK;
+    return true;
+  }
+  if (UCS_PTR_IS_ERR(sp)) {
+    r->done = true;
+    r->status = UCS_PTR_STATUS(sp);
+    return false;
+  }
+  r->op = sp;
+  return true;
+}
+
+// The outcome of a completed request: "" if it succeeded, else the message.
+std::string Outcome(const Comm& c, const Request& r) {
+  if (r.status == UCS_OK) {
+    if (!r.send && r.info.length != r.bytes) {
+      return "ucx: receiving from " + c.Who(r.peer) + ": message of " +
+             std::to_string(r.info.length) + " bytes, expected " + std::to_string(r.bytes);
+    }
+    return "";
+  }
+  return std::string("ucx: ") + (r.send ? "sending to " : "receiving from ") + c.Who(r.peer) +
+         ": " + ucs_status_string(r.status);
+}
+
+std::string TimeoutMessage(const Comm& c, const Request& r, double secs, bool peer_kind) {
+  if (peer_kind) {
+    return "ucx: " + c.Who(r.peer) + " has not answered for " + Secs(secs) +
+           " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
+  }
+  return "ucx: timed out after " + Secs(secs) + " s waiting " + (r.send ? "to send to " : "for ") +
+         c.Who(r.peer);
+}
+
+// Releases a request (its UCX request too); loop thread only.
+void Release(Comm& c, Request* r) {
+  c.Unlink(r);
+  if (r->op != nullptr) ucp_request_free(r->op);  // no callback after this
+  delete r;
+}
+
+// ---------------------------------------------------------------------------
+// Init.
+
+void WriteErr(char* err, size_t err_len, const std::string& msg) {
+  if (err == nullptr || err_len == 0) return;
+  const size_t n = std::min(err_len - 1, msg.size());
+  std::memcpy(err, msg.data(), n);
+  err[n] = '\0';
+}
+
+struct StoreError : std::runtime_error {
+  StoreError(int code, const std::string& msg) : std::runtime_error(msg), code(code) {}
+  int code;
+};
+
+// The core's store (throwing StoreError), every wait ending at one deadline.
+class Kv {
+ public:
+  Kv(const hvd_transport_env_v1_t& env, double seconds) : env_(env), deadline_(After(seconds)) {}
+  void Set(const std::string& key, const void* data, size_t len) const {
+    const int st = env_.kv_set(env_.kv, key.c_str(), data, len);
+    if (st != HVD_OK) {
+      throw StoreError(
+          st, "rendezvous store: cannot set '" + key + "' (status " + std::to_string(st) + ")");
+    }
+  }
+  std::string Get(const std::string& key) const {
+    void* v = nullptr;
+    size_t len = 0;
+    const int st = env_.kv_get(env_.kv, key.c_str(), &v, &len, SecondsLeft(deadline_));
+    if (st != HVD_OK) {
+      throw StoreError(st, "rendezvous store: key '" + key + "' not available (status " +
+                               std::to_string(st) + ")");
+    }
+    std::string out(static_cast<const char*>(v), v != nullptr ? len : 0);
+    if (v != nullptr) env_.kv_free(v);
+    return out;
+  }
+
+ private:
+  const hvd_transport_env_v1_t& env_;
+  Clock::time_point deadline_;
+};
+
+// Releases what init built so far (a communicator that never served).
+void Destroy(Comm* c) {
+  if (c == nullptr) return;
+  if (c->worker != nullptr) {
+    CloseEndpoints(*c);
+    while (c->pending != nullptr) Release(*c, c->pending);
+    ucp_worker_destroy(c->worker);
+  }
+  if (c->context != nullptr) ucp_cleanup(c->context);
+  delete c;
+}
+
+struct CommDeleter {
+  void operator()(Comm* c) const { Destroy(c); }
+};
+using CommPtr = std::unique_ptr<Comm, CommDeleter>;
+
+// Sets a UCP option unless the user's environment sets it (UCX_<name>).
+void Modify(ucp_config_t* cfg, const char* name, const char* value, const Comm& c) {
+  const std::string var = std::string("UCX_") + name;
+  if (std::getenv(var.c_str()) != nullptr) return;
+  const ucs_status_t st = ucp_config_modify(cfg, name, value);
+  if (st != UCS_OK) {
+    c.Log(HVD_LOG_WARNING, std::string("ucx: cannot set ") + name + "=" + value + ": " +
+                               ucs_status_string(st));
+  }
+}
+
+int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* msg) {
+  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
+    *msg = "ucx init: missing or too small environment table";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  hvd_transport_env_v1_t env{};
+  std::memcpy(&env, env_in, std::min(env_in->struct_size, sizeof(env)));
+  if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
+    *msg =
+        "ucx init: bad rank " + std::to_string(env.rank) + " of size " + std::to_string(env.size);
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  if (env.size > 1 && (env.kv_set == nullptr || env.kv_get == nullptr || env.kv_free == nullptr)) {
+    *msg = "ucx init: no rendezvous store callbacks";
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  CommPtr c(new Comm);
+  c->rank = env.rank;
+  c->size = env.size;
+  c->limit_s = env.timeout_s;
+  c->logger = env.logger;
+  c->log = env.log;
+  c->kv = env.kv;
+  c->kv_set = env.kv_set;
+  c->kv_get = env.kv_get;
+  c->kv_free = env.kv_free;
+  if (c->size == 1) {
+    *out = std::move(c);
+    return HVD_OK;
+  }
+  const double start_s = env.start_timeout_s > 0 ? env.start_timeout_s : 30.0;
+
+  // Join round first, so a rank that never starts is named before UCX runs.
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  const Kv kv(env, start_s);
+  c->hosts.assign(static_cast<size_t>(c->size), std::string());
+  c->hosts[c->rank] = host;
+  kv.Set("joined/" + std::to_string(c->rank), host, std::strlen(host));
+  std::string missing;
+  int n_missing = 0, store_status = HVD_OK;
+  for (int j = 0; j < c->size; ++j) {
+    if (j == c->rank) continue;
+    try {
+      c->hosts[j] = kv.Get("joined/" + std::to_string(j));
+    } catch (const StoreError& e) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(j);
+      ++n_missing;
+      if (e.code != HVD_ERR_TIMEOUT) store_status = e.code;
+    }
+  }
+  if (n_missing > 0) {
+    *msg = "ucx init: rank " + std::to_string(c->rank) + ": rank" + (n_missing > 1 ? "s " : " ") +
+           missing + " did not join within the start timeout (" + Secs(start_s) + " s)";
+    if (store_status != HVD_OK) {
+      *msg += "; the rendezvous store also failed (status " + std::to_string(store_status) + ")";
+    }
+    return HVD_ERR_RENDEZVOUS;
+  }
+
+  // UCP context: tagged messages and wake-ups. Transports are UCX's choice
+  // (UCX_TLS etc. from the environment); the interface hvd was given becomes
+  // NET_DEVICES; the memory-type cache is off (host memory only here, and it
+  // is what would install UCM's memory hooks for this context).
+  ucp_config_t* cfg = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
+  if (st != UCS_OK) {
+    *msg = std::string("ucx init: reading UCX's configuration: ") + ucs_status_string(st);
+    return HVD_ERR_TRANSPORT;
+  }
+  std::string where = "UCX's default devices";
+  if (env.network_interface != nullptr && env.network_interface[0] != '\0') {
+    if (std::getenv("UCX_NET_DEVICES") == nullptr) {
+      where = "interface " + std::string(env.network_interface);
+    } else {
+      where = "UCX_NET_DEVICES (over the interface hvd was given)";
+    }
+    Modify(cfg, "NET_DEVICES", env.network_interface, *c);
+  }
+  Modify(cfg, "MEMTYPE_CACHE", "n", *c);
+  ucp_params_t params;
+  std::memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_ESTIMATED_NUM_PPN | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.estimated_num_eps = static_cast<size_t>(c->size);
+  params.estimated_num_ppn = static_cast<size_t>(std::max(1, env.local_size));
+  params.name = "hvd";
+  st = ucp_init(&params, cfg, &c->context);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) {
+    c->context = nullptr;
+    *msg = std::string("ucx init: ucp_init on ") + where + ": " + ucs_status_string(st);
+    return HVD_ERR_TRANSPORT;
+  }
+  ucp_worker_params_t wp;
+  std::memset(&wp, 0, sizeof(wp));
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  st = ucp_worker_create(c->context, &wp, &c->worker);
+  if (st != UCS_OK) {
+    c->worker = nullptr;
+    *msg = std::string("ucx init: creating a worker: ") + ucs_status_string(st);
+    return HVD_ERR_TRANSPORT;
+  }
+  if (ucp_worker_get_efd(c->worker, &c->efd) != UCS_OK) c->efd = -1;  // then waits spin
+
+  // Addresses through the store, one endpoint per peer.
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  st = ucp_worker_get_address(c->worker, &addr, &addr_len);
+  if (st != UCS_OK) {
+    *msg = std::string("ucx init: worker address: ") + ucs_status_string(st);
+    return HVD_ERR_TRANSPORT;
+  }
+  try {
+    kv.Set("ucx/addr/" + std::to_string(c->rank), addr, addr_len);
+  } catch (...) {
+    ucp_worker_release_address(c->worker, addr);
+    throw;
+  }
+  ucp_worker_release_address(c->worker, addr);
+  c->eps.assign(static_cast<size_t>(c->size), nullptr);
+  c->peer_args.reset(new PeerArg[c->size]);
+  for (int j = 0; j < c->size; ++j) {
+    if (j == c->rank) continue;
+    const std::string peer_addr = kv.Get("ucx/addr/" + std::to_string(j));
+    c->peer_args[j].comm = c.get();
+    c->peer_args[j].rank = j;
+    ucp_ep_params_t ep;
+    std::memset(&ep, 0, sizeof(ep));
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(peer_addr.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &EpFailed;
+    ep.err_handler.arg = &c->peer_args[j];
+    st = ucp_ep_create(c->worker, &ep, &c->eps[j]);
+    if (st != UCS_OK) {
+      c->eps[j] = nullptr;
+      *msg = "ucx init: rank " + std::to_string(c->rank) + ": cannot create an endpoint to " +
+             c->Who(j) + " over " + where + ": " + ucs_status_string(st);
+      return HVD_ERR_TRANSPORT;
+    }
+  }
+
+  // Hello: a zero-byte message each way with every peer, so init returns
+  // with every connection working (or names the peers it could not reach).
+  std::vector<Request*> hello;
+  for (int j = 0; j < c->size; ++j) {
+    if (j == c->rank) continue;
+    for (bool send : {false, true}) {
+      Request* r = new Request;
+      r->peer = j;
+      r->send = send;
+      c->Link(r);
+      hello.push_back(r);
+      PostOp(*c, r, &r->dummy, kHelloTag);
+    }
+  }
+  const Clock::time_point deadline = After(start_s);
+  ProgressUntil(*c, deadline, [&] {
+    for (Request* r : hello) {
+      if (!r->done) return false;
+    }
+    return true;
+  });
+  std::string unreached;
+  int status = HVD_OK;
+  for (Request* r : hello) {
+    if (r->done && r->status == UCS_OK) continue;
+    if (unreached.find(c->Who(r->peer)) == std::string::npos) {
+      unreached += (unreached.empty() ? "" : ", ") + c->Who(r->peer) +
+                   (r->done ? std::string(": ") + ucs_status_string(r->status) : "");
+    }
+    status = r->done ? HVD_ERR_TRANSPORT : HVD_ERR_TIMEOUT;
+  }
+  if (status == HVD_OK && c->failed.load() != HVD_OK) {
+    status = c->failed.load();
+    unreached = c->fail_msg;
+  }
+  if (status != HVD_OK) {
+    *msg = "ucx init: rank " + std::to_string(c->rank) + ": no hello within the start timeout (" +
+           Secs(start_s) + " s) over " + where + " from " + unreached;
+    return status;  // Destroy closes the endpoints and releases the hellos
+  }
+  for (Request* r : hello) Release(*c, r);
+  c->Log(HVD_LOG_DEBUG, "ucx: rank " + std::to_string(c->rank) + " of " +
+                            std::to_string(c->size) + " connected over " + where +
+                            (c->efd < 0 ? " (no wake-up fd: waits spin)" : ""));
+  *out = std::move(c);
+  return HVD_OK;
+}
+
+int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
+         size_t err_len) noexcept {
+  if (comm == nullptr) {
+    WriteErr(err, err_len, "ucx init: comm is NULL");
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  *comm = nullptr;
+  std::string msg;
+  int status = HVD_ERR_INTERNAL;
+  try {
+    CommPtr c;
+    status = InitImpl(env, &c, &msg);
+    if (status == HVD_OK) {
+      if (info != nullptr &&
+          info->struct_size >= offsetof(hvd_transport_info_t, native_max_bytes) +
+                                   sizeof(info->native_max_bytes)) {
+        info->max_tag = kMaxTag;
+        info->mpi_thread_level = -1;
+        std::fill(info->native_max_bytes, info->native_max_bytes + HVD_TRANSPORT_COLLECTIVES, 0);
+      }
+      *comm = c.release();
+      return HVD_OK;
+    }
+  } catch (const StoreError& e) {
+    msg = std::string("ucx init: ") + e.what();
+    status = HVD_ERR_RENDEZVOUS;
+  } catch (const std::bad_alloc&) {
+    msg = "ucx init: out of memory";
+    status = HVD_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    msg = std::string("ucx init: ") + e.what();
+    status = HVD_ERR_TRANSPORT;
+  } catch (...) {
+    msg = "ucx init: unknown exception";
+    status = HVD_ERR_TRANSPORT;
+  }
+  try {
+    if (env != nullptr && env->log != nullptr) env->log(env->logger, HVD_LOG_ERROR, msg.c_str());
+  } catch (...) {
+  }
+  WriteErr(err, err_len, msg);
+  return status;
+}
+
+// ---------------------------------------------------------------------------
+// Point-to-point.
+
+int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+         hvd_transport_request_t** req, bool send) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  const char* op = send ? "ucx isend: " : "ucx irecv: ";
+  try {
+    if (req == nullptr || buf == nullptr || (buf->data == nullptr && buf->bytes > 0)) {
+      c->last_error = std::string(op) + "NULL request, buffer or data";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    *req = nullptr;
+    if (peer < 0 || peer >= c->size || peer == c->rank || tag > kMaxTag) {
+      c->last_error = std::string(op) + "bad peer " + std::to_string(peer) + " or tag " +
+                      std::to_string(tag) + " (rank " + std::to_string(c->rank) + " of " +
+                      std::to_string(c->size) + ", max tag " + std::to_string(kMaxTag) + ")";
+      return HVD_ERR_INVALID_ARGUMENT;
+    }
+    if (buf->memory_type != HVD_MEMORY_HOST) {
+      c->last_error = std::string(op) + "only host memory is supported";
+      return HVD_ERR_UNSUPPORTED;
+    }
+    if (c->failed.load() != HVD_OK) return Settle(*c);
+    std::unique_ptr<Request> r(new Request);
+    r->peer = peer;
+    r->send = send;
+    r->bytes = buf->bytes;
+    void* data = buf->bytes > 0 ? buf->data : &r->dummy;
+    Request* linked = r.release();
+    c->Link(linked);
+    if (!PostOp(*c, linked, data, tag)) {
+      const std::string why = Outcome(*c, *linked);
+      const int status = Break(*c, StatusOf(linked->status), why, peer);
+      Release(*c, linked);
+      return status;
+    }
+    *req = linked;
+    return HVD_OK;
+  } catch (const std::bad_alloc&) {
+    c->last_error = std::string(op) + "out of memory";
+    return HVD_ERR_NO_MEMORY;
+  } catch (...) {
+    return HVD_ERR_INTERNAL;
+  }
+}
+
+int Isend(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+          hvd_transport_request_t** req) noexcept {
+  return Post(comm, peer, tag, buf, req, true);
+}
+
+int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+          hvd_transport_request_t** req) noexcept {
+  return Post(comm, peer, tag, buf, req, false);
+}
+
+int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr || req == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  int status = HVD_OK;
+  try {
+    const bool peer_kind = timeout_s < 0 && c->peer_limit;
+    const double secs = timeout_s < 0 ? c->limit_s : timeout_s;  // <= 0: no limit
+    if (c->failed.load() != HVD_OK) {
+      status = Settle(*c);
+    } else {
+      const bool in_time = ProgressUntil(*c, After(secs), [req] { return req->done; });
+      if (c->failed.load() != HVD_OK) {
+        status = Settle(*c);  // aborted, or an endpoint failed
+      } else if (!in_time) {
+        status = Break(*c, HVD_ERR_TIMEOUT, TimeoutMessage(*c, *req, secs, peer_kind));
+      } else {
+        const std::string why = Outcome(*c, *req);
+        if (!why.empty()) status = Break(*c, StatusOf(req->status), why, req->peer);
+      }
+    }
+  } catch (...) {
+    status = HVD_ERR_INTERNAL;
+    try {
+      status = Break(*c, HVD_ERR_TRANSPORT, "ucx wait: unexpected exception");
+    } catch (...) {
+    }
+  }
+  // Settle/Break closed the endpoints before the buffer goes on failure.
+  Release(*c, req);
+  return status;
+}
+
+// ---------------------------------------------------------------------------
+// The rest.
+
+void Finalize(void* comm) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return;
+  try {
+    if (c->worker != nullptr) {
+      if (c->pending != nullptr || c->failed.load() != HVD_OK) {
+        CloseEndpoints(*c);  // force: nothing may write into released buffers
+      } else {
+        // A flushing close where healthy: peers see this rank leave, not a fault.
+        std::vector<void*> closing;
+        ucp_request_param_t p;
+        std::memset(&p, 0, sizeof(p));
+        for (ucp_ep_h& ep : c->eps) {
+          if (ep == nullptr) continue;
+          const ucs_status_ptr_t sp = ucp_ep_close_nbx(ep, &p);
+          if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
+          ep = nullptr;
+        }
+        ProgressUntilClosed(*c, &closing);
+      }
+      while (c->pending != nullptr) Release(*c, c->pending);
+      ucp_worker_destroy(c->worker);
+      c->worker = nullptr;
+    }
+    if (c->context != nullptr) ucp_cleanup(c->context);
+    c->context = nullptr;
+  } catch (...) {
+  }
+  delete c;
+}
+
+const char* LastError(void* comm) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return "ucx: no communicator";
+  try {
+    if (c->failed.load() != HVD_OK) c->Failed();  // e.g. an abort's reason
+  } catch (...) {
+  }
+  return c->last_error.c_str();
+}
+
+int Abort(void* comm, int status, const char* reason) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  try {
+    if (status == HVD_OK) status = HVD_ERR_ABORTED;
+    const std::string msg =
+        reason != nullptr && reason[0] != '\0'
+            ? std::string(reason)
+            : "ucx: communicator aborted (status " + std::to_string(status) + ")";
+    c->Fail(status, msg, true);
+    // Wakes a wait sleeping on the event fd (safe from any thread); the
+    // loop thread closes the endpoints when it sees the failure.
+    if (c->worker != nullptr) (void)ucp_worker_signal(c->worker);
+    return HVD_OK;
+  } catch (...) {
+    return HVD_ERR_INTERNAL;
+  }
+}
+
+int AsyncError(void* comm) noexcept {
+  const Comm* c = static_cast<const Comm*>(comm);
+  return c == nullptr ? HVD_ERR_INVALID_ARGUMENT : c->failed.load();
+}
+
+int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  c->limit_s = timeout_s;
+  c->peer_limit = kind == HVD_TRANSPORT_LIMIT_PEER;
+  return HVD_OK;
+}
+
+hvd_transport_v4_t MakeTable() {
+  hvd_transport_v4_t t;
+  std::memset(&t, 0, sizeof(t));
+  t.abi_version = HVD_TRANSPORT_ABI_V4;
+  t.struct_size = sizeof(hvd_transport_v4_t);
+  t.name = "ucx";
+  t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT;
+  t.init = &Init;
+  t.finalize = &Finalize;
+  t.last_error = &LastError;
+  t.isend = &Isend;
+  t.irecv = &Irecv;
+  t.wait = &Wait;
+  t.abort = &Abort;
+  t.async_error = &AsyncError;
+  t.set_timeout = &SetTimeout;
+  return t;
+}
+
+const hvd_transport_v4_t kTable = MakeTable();
+
+}  // namespace
+}  // namespace hvd_ucx_v4
+
+extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
+    void) {
+  return &hvd_ucx_v4::kTable;
+}
