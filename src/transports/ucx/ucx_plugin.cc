@@ -202,8 +202,11 @@ void EpFailed(void* arg, ucp_ep_h, ucs_status_t status) {
   const PeerArg* p = static_cast<const PeerArg*>(arg);
   Comm* c = p->comm;
   try {
-    c->Fail(StatusOf(status),
-            "ucx: " + c->Who(p->rank) + ": connection lost (" + ucs_status_string(status) + ")",
+    // A lost connection, whatever UCX calls it (a peer that died shows as
+    // "Endpoint timeout" over TCP): a transport failure, not a timeout.
+    c->Fail(HVD_ERR_TRANSPORT,
+            "ucx: " + c->Who(p->rank) + ": connection lost (UCX: " + ucs_status_string(status) +
+                ")",
             false, p->rank);
   } catch (...) {
     c->failed.store(HVD_ERR_TRANSPORT);
