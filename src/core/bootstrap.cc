@@ -55,7 +55,18 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
   env.reduce = hvd_reduce_kernel;
   env.timeout_s = cfg_->transport_timeout_s;
   env.start_timeout_s = cfg_->start_timeout_s;
-  env.network_interface = cfg_->network_interface.c_str();
+  // A CIDR setting names the interface with an address in it (the same
+  // setting serves hosts whose interface names differ).
+  std::string iface = cfg_->network_interface;
+  if (!iface.empty()) {
+    NetInterface nif;
+    std::string why;
+    if (!FindInterface(iface, &nif, &why)) {
+      return InvalidArgument("HVD_NETWORK_INTERFACE=" + iface + " on host " + cfg_->hostname + ": " + why);
+    }
+    iface = nif.name;
+  }
+  env.network_interface = iface.c_str();
   std::string local_address = client_ ? client_->local_address() : "";
   env.local_address = local_address.c_str();
   env.mpi_comm = cfg_->mpi_comm;
@@ -123,13 +134,14 @@ Status Bootstrap::Rendezvous() {
     std::vector<uint8_t> send(kBlob, 0), recv(kBlob * static_cast<size_t>(cfg_->size), 0);
     if (cfg_->rank == 0) {
       if (secret.empty()) secret = rdv::NewSecret();
-      std::string addr = cfg_->network_interface.empty()
-                             ? (cfg_->local_size == cfg_->size ? std::string("127.0.0.1")
-                                                             : DefaultHostAddress())
-                             : InterfaceAddress(cfg_->network_interface);
-      if (addr.empty()) {
-        return Error(HVD_ERR_RENDEZVOUS,
-                     "network interface '" + cfg_->network_interface + "' has no IPv4 address");
+      std::string addr = cfg_->local_size == cfg_->size ? std::string("127.0.0.1") : DefaultHostAddress();
+      if (!cfg_->network_interface.empty()) {
+        NetInterface nif;
+        std::string why;
+        if (!FindInterface(cfg_->network_interface, &nif, &why)) {
+          return Error(HVD_ERR_RENDEZVOUS, "HVD_NETWORK_INTERFACE=" + cfg_->network_interface + ": " + why);
+        }
+        addr = nif.address;
       }
       HVD_ASSIGN_OR_RETURN(server_, rdv::StoreServer::Start("", 0, secret));
       Blob b{};

@@ -260,6 +260,14 @@ bool IsLocalHost(const std::string& host) {
 }
 
 Result<std::string> InterfaceAddress(const std::string& ifname) {
+  uint32_t net = 0;
+  int bits = 0;
+  if (ParseCidr(ifname, &net, &bits)) {
+    hvd::NetInterface nif;
+    std::string why;
+    if (!FindInterface(ifname, &nif, &why)) return Status(InvalidArgument(why));
+    return nif.address;
+  }
   auto all = ListInterfaces();
   bool seen = false;
   for (int pass = 0; pass < 2; ++pass) {
@@ -298,6 +306,37 @@ Result<std::string> DefaultAddress(std::string* ifname) {
   return Status(Error(HVD_ERR_RENDEZVOUS,
                       "no network interface that other hosts could reach (up, not loopback, not a "
                       "bridge); name one with --network-interface"));
+}
+
+Result<Reach> ReachHosts(const std::vector<std::string>& remote_hosts) {
+  Reach r;
+  std::vector<std::string> addrs;
+  for (const std::string& h : remote_hosts) {
+    hvd::NetInterface nif;
+    std::string remote, why;
+    if (!RouteTowards(h, &nif, &remote, &why)) return Status(Error(HVD_ERR_RENDEZVOUS, why));
+    if (r.ifname.empty()) {
+      r.ifname = nif.name;
+      r.address = nif.address;
+      r.cidr = CidrOf(nif);
+    } else if (nif.name != r.ifname) {
+      return Status(Error(HVD_ERR_RENDEZVOUS, "hosts are reached through different interfaces (" +
+                                                  remote_hosts[0] + ": " + r.ifname + ", " + h +
+                                                  ": " + nif.name + ")"));
+    }
+    if (nif.loopback) {
+      return Status(Error(HVD_ERR_RENDEZVOUS, h + " (" + remote + ") is reached through loopback"));
+    }
+    r.summary += (r.summary.empty() ? "" : ", ") + h + " (" + remote + ")";
+    addrs.push_back(remote);
+  }
+  if (r.ifname.empty()) return Status(Error(HVD_ERR_RENDEZVOUS, "no remote hosts"));
+  const std::string net = r.cidr;
+  for (const std::string& a : addrs) {
+    if (!InCidr(a, net)) r.cidr.clear();  // routed beyond this network: no common setting
+  }
+  r.summary += " through " + r.ifname + " (" + r.address + ", " + net + ")";
+  return r;
 }
 
 std::string JoinHostPort(const std::string& host, int port) {

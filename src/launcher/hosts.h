@@ -48,8 +48,23 @@ bool IsLocalHost(const std::string& host);
 // True when host is a loopback name or address (localhost, 127.x, ::1).
 bool IsLoopbackHost(const std::string& host);
 
-// The address (IPv4 preferred) of the named interface.
+// The address (IPv4 preferred) of the named interface, or of the interface
+// with an IPv4 address in a CIDR ("10.0.0.0/24").
 Result<std::string> InterfaceAddress(const std::string& ifname);
+
+// How this host reaches the job's other hosts, by the kernel's routes (not
+// by interface names): the one interface every remote host is reached
+// through, its address (where a store for them listens) and network. Where
+// every remote host's address lies in that network, `cidr` is set: a
+// setting that names the job's interface on every host whatever it is
+// called there (for mpirun's btl/oob_tcp_if_include). An error, with the
+// reason, where a host does not resolve, or hosts are reached through
+// different interfaces (the caller falls back to DefaultAddress).
+struct Reach {
+  std::string ifname, address, cidr;
+  std::string summary;  // "hvd-h2 (10.147.0.12) through eth0 (10.147.0.11, 10.147.0.0/24)"
+};
+Result<Reach> ReachHosts(const std::vector<std::string>& remote_hosts);
 
 // The first interface that is up, not loopback and not a bridge or a virtual
 // pair (docker*, br-*, virbr*, veth*); its IPv4 address, or a global IPv6 one.

@@ -276,14 +276,28 @@ int Job::Setup() {
           adv_host + "): ranks on other hosts will not reach the rendezvous store");
     }
   } else {
-    std::string ifname;
-    auto a = DefaultAddress(&ifname);
-    if (!a.ok()) {
-      Log("error: " + a.status().message());
-      return 1;
+    // Where the remote hosts are reached, by the routes: a bridge or a
+    // second network named first in the interface list cannot mislead it.
+    std::vector<std::string> remote;
+    for (const auto& r : ranks_) {
+      if (r.remote && std::find(remote.begin(), remote.end(), r.host) == remote.end()) remote.push_back(r.host);
     }
-    bind_host = adv_host = a.value();
-    if (o_.verbose) Log("store interface: " + ifname + " (" + adv_host + ")");
+    auto reach = ReachHosts(remote);
+    if (reach.ok()) {
+      bind_host = adv_host = reach->address;
+      if (o_.verbose) Log("store interface: " + reach->ifname + " (" + adv_host + "): reaching " + reach->summary);
+    } else {
+      std::string ifname;
+      auto a = DefaultAddress(&ifname);
+      if (!a.ok()) {
+        Log("error: " + a.status().message() + " (" + reach.status().message() + ")");
+        return 1;
+      }
+      bind_host = adv_host = a.value();
+      Log(std::string(o_.verbose ? "" : "warning: ") + "store interface: " + ifname + " (" + adv_host +
+          "), the first that is up and not a bridge: " + reach.status().message() +
+          "; name the one to use with --network-interface (a name or a CIDR)");
+    }
   }
 
   if (o_.torchrun_style && o_.nnodes > 1) {

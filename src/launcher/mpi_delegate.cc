@@ -120,12 +120,14 @@ MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
     a.push_back("plm_rsh_args");
     a.push_back(rsh);
   }
-  if (!o.network_interface.empty()) {
-    // MPI's own traffic and its out-of-band channel on the chosen interface.
+  const std::string& net = o.network_interface.empty() ? o.mpi_network : o.network_interface;
+  if (!net.empty()) {
+    // MPI's own traffic and its out-of-band channel on the chosen interface
+    // (a name, or a CIDR Open MPI matches on every host).
     for (const char* param : {"btl_tcp_if_include", "oob_tcp_if_include"}) {
       a.push_back("--mca");
       a.push_back(param);
-      a.push_back(o.network_interface);
+      a.push_back(net);
     }
   }
 
@@ -230,12 +232,16 @@ void OnSignal(int sig, siginfo_t* info, void*) {
 // for hvdrun's own rendezvous store (launcher/job.cc).
 Result<std::string> ReportAddress(const Options& o) {
   bool all_local = true, all_loopback = true;
+  std::vector<std::string> remote;
   for (const auto& h : o.hosts) {
     all_local = all_local && IsLocalHost(h.host);
     all_loopback = all_loopback && IsLoopbackHost(h.host);
+    if (!IsLocalHost(h.host)) remote.push_back(h.host);
   }
   if (!o.hosts_given || all_local || all_loopback) return std::string("127.0.0.1");
   if (!o.network_interface.empty()) return InterfaceAddress(o.network_interface);
+  auto reach = ReachHosts(remote);
+  if (reach.ok()) return reach->address;
   std::string ifname;
   return DefaultAddress(&ifname);
 }
@@ -367,7 +373,27 @@ int Supervise(const Options& o, std::vector<std::string> words, const rdv::Store
 
 }  // namespace
 
-int RunWithMpirun(const Options& o) {
+int RunWithMpirun(const Options& given) {
+  Options o = given;
+  if (o.network_interface.empty() && o.hosts_given) {
+    // Across hosts Open MPI picks its interfaces by name rules of its own (a
+    // docker0 bridge included): hand it the network the hosts are reached in.
+    std::vector<std::string> remote;
+    for (const auto& h : o.hosts) {
+      if (!IsLocalHost(h.host) && !IsLoopbackHost(h.host)) remote.push_back(h.host);
+    }
+    if (!remote.empty()) {
+      auto reach = ReachHosts(remote);
+      if (reach.ok() && !reach->cidr.empty()) {
+        o.mpi_network = reach->cidr;
+        if (o.verbose) WriteAll(2, "hvdrun: MPI network: " + reach->cidr + ": reaching " + reach->summary + "\n");
+      } else if (o.verbose) {
+        WriteAll(2, "hvdrun: MPI network left to Open MPI: " +
+                        (reach.ok() ? "the hosts are not all in " + reach->summary
+                                    : reach.status().message()) + "\n");
+      }
+    }
+  }
   if (!o.network_interface.empty()) {
     auto addr = InterfaceAddress(o.network_interface);
     if (!addr.ok()) {

@@ -1,5 +1,7 @@
 #include "launcher/options.h"
 
+#include "common/netif.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -137,9 +139,13 @@ Settings passed to every rank (as environment variables):
                               mpi: the job is started by mpirun instead (with
                               -np, -H, -x HVD_*; see docs/mpi.md)
   --gloo, --mpi               --transport gloo, --transport mpi (horovodrun's)
-  --network-interface IF      HVD_NETWORK_INTERFACE; also where the store listens
-                              when there are remote hosts (one interface;
-                              --network-interfaces is the same flag)
+  --network-interface IF      HVD_NETWORK_INTERFACE: a name (eth0) or an IPv4 CIDR
+                              (10.0.0.0/24: the interface with an address in it,
+                              whatever each host calls it); also where the store
+                              listens, and mpirun's btl/oob_tcp_if_include
+                              (one interface; --network-interfaces is the same
+                              flag). Unset: the interface the routes to the
+                              remote hosts use
   --timeline-filename FILE    HVD_TIMELINE
   --fusion-threshold-mb M     HVD_FUSION_THRESHOLD (in bytes: M * 1048576)
   --cycle-time-ms T           HVD_CYCLE_TIME (milliseconds)
@@ -270,7 +276,11 @@ ParseResult ParseArgs(int argc, char** argv) {
            return "hvdrun takes one network interface, got '" + v +
                   "' (hvd sends its data over one interface)";
          }
-         if (!ValidName(v)) return "bad network interface name '" + v + "'";
+         uint32_t net = 0;
+         int bits = 0;
+         if (v.find('/') != std::string::npos ? !ParseCidr(v, &net, &bits) : !ValidName(v)) {
+           return "bad network interface '" + v + "' (a name such as eth0, or an IPv4 CIDR such as 10.0.0.0/24)";
+         }
          o.network_interface = v;
          return std::string();
        }},

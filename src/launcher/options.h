@@ -18,6 +18,9 @@ struct Options {
 
   std::string transport;            // HVD_TRANSPORT (--transport, --gloo, --mpi)
   std::string network_interface;    // HVD_NETWORK_INTERFACE, and the store's address
+  // --transport mpi without --network-interface: the network every remote
+  // host is reached in (ReachHosts), for mpirun's btl/oob_tcp_if_include.
+  std::string mpi_network;
   std::string timeline_filename;    // HVD_TIMELINE
   std::optional<long long> fusion_threshold_bytes;  // HVD_FUSION_THRESHOLD
   std::optional<std::string> cycle_time_ms;         // HVD_CYCLE_TIME

@@ -266,6 +266,39 @@ case "$case_" in
     [ "$rc" -eq 0 ] || fail "hvdrun --network-interface eth0 exited $rc"
     expect_probe_ok "$work/topo" 4
     ;;
+  decoy_cidr)
+    # One setting for every host, whatever its interfaces are called: the
+    # CIDR of the cluster's network.
+    up 2 --decoy
+    net=$(sed -E 's/\.[0-9]+$/.0/' "$HVDC_DIR/h1/addr")/24
+    run 60 "$work/topo" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 20 --network-interface "$net" "$PROBE" topo 2 2
+    [ "$rc" -eq 0 ] || fail "hvdrun --network-interface $net exited $rc"
+    expect_probe_ok "$work/topo" 4
+    checking=1
+    run 60 "$work/bad" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 20 --network-interface 192.0.2.0/24 "$PROBE" topo 2 2
+    [ "$rc" -ne 0 ] || fail "hvdrun --network-interface 192.0.2.0/24 (no such network) succeeded"
+    grep -q "no interface of this host has an IPv4 address in 192.0.2.0/24" "$work/bad" ||
+      fail "a CIDR no interface is in: the error does not say so"
+    ;;
+  mpi_decoy)
+    # Open MPI alone would pick the decoy bridge (its rules know no podman0):
+    # hvdrun hands it the network the hosts are reached in.
+    command -v mpirun >/dev/null || skip "no mpirun (Open MPI) on PATH"
+    [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_mpi.so" ] || skip "the MPI transport is not built"
+    up 2 --decoy
+    run 90 "$work/topo" "$HVDRUN" -v --transport mpi -H hvd-h1:2,hvd-h2:2 --start-timeout 30 "$PROBE" topo 2 2
+    # Skipped only where mpirun's daemons never started a rank (-v logs each
+    # start): ranks that started and then hung in MPI's set-up are the bug.
+    if [ "$rc" -ne 0 ] && grep -qiE "orted|ORTE|plm_rsh|could not|unable to (start|launch)" "$work/topo" &&
+       ! grep -q "probe rank" "$work/topo" && ! grep -qE "hvdrun: rank [0-9]+ started" "$work/topo"; then
+      skip "mpirun cannot start its daemons across the cluster's namespaces (hvdrun exited $rc)"
+    fi
+    [ "$rc" -eq 0 ] || fail "hvdrun --transport mpi with a decoy bridge exited $rc"
+    net=$(sed -E 's/\.[0-9]+$/.0/' "$HVDC_DIR/h1/addr")/24
+    grep -q "MPI network: $net" "$work/topo" || fail "hvdrun -v did not say which network it gave mpirun"
+    expect_probe_ok "$work/topo" 4
+    no_leftovers 10
+    ;;
   decoy_default)
     up 2 --decoy
     checking=1
