@@ -686,6 +686,16 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   if (base == MPI_COMM_NULL)
     Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: env.mpi_comm is MPI_COMM_NULL");
   // The bounded start-up gate: MPI_Comm_dup blocks until every rank calls it.
+  // Its messages name this rank by its rank in `base` and its own host (the
+  // others' are learnt later).
+  MPI_Comm_rank(base, &c->rank);
+  {
+    char host[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+    int len = 0;
+    MPI_Get_processor_name(host, &len);
+    c->hosts.assign(static_cast<size_t>(c->rank) + 1, "?");
+    if (host[0] != '\0') c->hosts[static_cast<size_t>(c->rank)] = host;
+  }
   Coll(
       *c, "init: start-up barrier (start timeout)",
       [&](MPI_Request* r) { return MPI_Ibarrier(base, r); }, start_timeout);
@@ -718,6 +728,7 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   Coll(*c, "MPI_Iallgather (host names)", [&](MPI_Request* r) {
     return MPI_Iallgather(name, kMaxHost, MPI_CHAR, all.data(), kMaxHost, MPI_CHAR, c->comm, r);
   });
+  c->hosts.clear();
   for (int r = 0; r < c->size; ++r) {
     const char* h = &all[static_cast<size_t>(r) * kMaxHost];
     c->hosts.emplace_back(h, std::find(h, h + kMaxHost, '\0'));
