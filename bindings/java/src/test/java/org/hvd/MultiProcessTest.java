@@ -82,6 +82,25 @@ class MultiProcessTest {
   }
 
   /**
+   * The UCX transport under the JVM (whose allocator and GC threads then run
+   * with UCX's mmap/brk hooks installed): the same checks over
+   * `hvdrun --transport ucx`, with the core's shared memory off so every
+   * byte goes through UCX. Skipped where the UCX plugin is not built.
+   */
+  @Test
+  void collectivesOverUcx() throws Exception {
+    File plugin = new File(new File(HVDRUN).getParentFile().getParentFile(), "lib/libhvd_transport_ucx.so");
+    assumeTrue(plugin.isFile(), "the UCX transport plugin is not built (" + plugin + ")");
+    assumeTrue(new File(HVDRUN).canExecute(), "hvdrun not built at '" + HVDRUN + "'");
+    Result r = launch(List.of(HVDRUN, "-np", "2", "--tag-output", "--start-timeout", "60",
+        "--transport", "ucx", "-x", "HVD_SHM=0"), "org.hvd.it.CollectivesMain");
+    assertEquals(0, r.exit, r.output);
+    for (int rank = 0; rank < 2; ++rank) {
+      assertTrue(r.output.contains("rank " + rank + "/2: all checks passed"), r.output);
+    }
+  }
+
+  /**
    * Process sets across processes: org.hvd.it.ProcessSetMain under hvdrun
    * (Gloo) at 3 and 4 ranks; see that class for the checks.
    */
