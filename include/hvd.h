@@ -523,6 +523,24 @@ HVD_API hvd_status_t hvd_process_set_create(hvd_context_t parent, int32_t n,
  * 0 .. size-1. */
 HVD_API hvd_status_t hvd_context_parent_ranks(hvd_context_t ctx, int32_t *ranks, int32_t n);
 
+/* ---- Timeline at run time ------------------------------------------------
+ * The timeline (a Chrome trace of what the background thread did, written by
+ * rank 0 of the job: see HVD_TIMELINE) can also be started and stopped while
+ * the job runs, as Horovod's start_timeline/stop_timeline do. Every rank may
+ * call; only rank 0 writes, the others check the arguments and return
+ * HVD_OK. ctx NULL: the default context (a process set: its job's).
+ *
+ * hvd_timeline_start: records into `path` from the background thread's next
+ * cycle on (a timeline being written is closed first, as complete JSON);
+ * mark_cycles != 0 also adds an instant event at the start of every cycle.
+ * Returns once the background thread has opened the file: its error (the
+ * file cannot be written: HVD_ERR_INVALID_ARGUMENT) is this call's.
+ * hvd_timeline_stop: closes the file (complete JSON); HVD_OK when none is
+ * being written. Both wait for the background thread at most 30 s
+ * (HVD_ERR_TIMEOUT), and fail with HVD_ERR_ABORTED once it has stopped. */
+HVD_API hvd_status_t hvd_timeline_start(hvd_context_t ctx, const char *path, int mark_cycles);
+HVD_API hvd_status_t hvd_timeline_stop(hvd_context_t ctx);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

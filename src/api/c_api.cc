@@ -746,6 +746,25 @@ hvd_status_t hvd_context_transport(hvd_context_t ctx, const char** out) {
   HVD_API_END();
 }
 
+hvd_status_t hvd_timeline_start(hvd_context_t ctx, const char* path, int mark_cycles) {
+  HVD_API_BEGIN();
+  if (path == nullptr) return Report(Invalid(__func__, "path is NULL"));
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, ctx, &c);
+  if (!s.ok()) return Report(s);
+  return Report(c->impl->StartTimeline(path, mark_cycles != 0));
+  HVD_API_END();
+}
+
+hvd_status_t hvd_timeline_stop(hvd_context_t ctx) {
+  HVD_API_BEGIN();
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, ctx, &c);
+  if (!s.ok()) return Report(s);
+  return Report(c->impl->StopTimeline());
+  HVD_API_END();
+}
+
 // The core does not expose transport queries yet (needs e.g.
 // Result<int64_t> Context::QueryTransport(const char* key) over the plugin's
 // optional `query` entry); until it does, an MPI context answers

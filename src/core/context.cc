@@ -172,6 +172,7 @@ class ContextImpl {
     return transport_->Query(key);
   }
   const char* transport_name() const { return transport_ ? transport_->name() : "none"; }
+  Status TimelineCommand(bool start, const std::string& path, bool mark_cycles);
   Context::BufferStats buffer_stats() const {
     Context::BufferStats b;
     if (!executor_) return b;
@@ -219,6 +220,19 @@ class ContextImpl {
   std::thread thread_;
   bool loop_exited_ = false;  // under mu_
   std::condition_variable exit_cv_;
+  // A timeline start/stop handed to the loop (under mu_): the latest asked
+  // wins; tl_done_ is the last request number the loop applied, tl_result_
+  // its outcome (exit_cv_ wakes the askers).
+  struct TimelineCmd {
+    bool start = false;
+    std::string path;
+    bool mark_cycles = false;
+  };
+  bool tl_pending_ = false;
+  TimelineCmd tl_cmd_;
+  uint64_t tl_asked_ = 0, tl_done_ = 0;
+  Status tl_result_;
+  bool mark_cycles_ = false;  // background thread only
   static constexpr int kShutdownGraceS = 2;
   std::once_flag shutdown_once_;
   // What a process-set request made (null: this rank is not a member), for
@@ -294,6 +308,28 @@ Status ContextImpl::Start() {
     exit_cv_.notify_all();
   });
   return Status::Ok();
+}
+
+Status ContextImpl::TimelineCommand(bool start, const std::string& path, bool mark_cycles) {
+  const char* fn = start ? "hvd_timeline_start" : "hvd_timeline_stop";
+  if (start && path.empty()) return InvalidArgument(std::string(fn) + ": path is empty");
+  if (cfg_.rank != 0) return Status::Ok();  // rank 0 writes the timeline
+  std::unique_lock<std::mutex> lock(mu_);
+  if (loop_exited_ || shutdown_requested_) {
+    return Error(HVD_ERR_ABORTED, std::string(fn) + ": the context has been shut down");
+  }
+  const uint64_t mine = ++tl_asked_;
+  tl_cmd_ = TimelineCmd{start, path, mark_cycles};
+  tl_pending_ = true;
+  cv_.notify_all();
+  constexpr int kWaitS = 30;
+  if (!exit_cv_.wait_for(lock, std::chrono::seconds(kWaitS),
+                         [&] { return tl_done_ >= mine || loop_exited_; })) {
+    return Error(HVD_ERR_TIMEOUT, std::string(fn) + ": the background thread did not take it within " +
+                                      std::to_string(kWaitS) + " s (busy in a transfer?)");
+  }
+  if (tl_done_ < mine) return Error(HVD_ERR_ABORTED, std::string(fn) + ": the context has been shut down");
+  return tl_result_;
 }
 
 Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest req) {
@@ -570,9 +606,11 @@ void ContextImpl::Loop() {
   std::vector<std::shared_ptr<Scope>> dropped;  // sets closed on this rank alone
   while (true) {
     bool shutting_down;
+    TimelineCmd tl_take;
+    uint64_t tl_seq = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [this] { return shutdown_requested_ || queued_ > 0; };
+      auto ready = [this] { return shutdown_requested_ || queued_ > 0 || tl_pending_; };
       if (pending() == 0 && !sets_busy_) {
         cv_.wait_until(lock, Clock::now() + (slot_live_.empty() ? heartbeat : set_heartbeat),
                        ready);
@@ -598,6 +636,11 @@ void ContextImpl::Loop() {
         }
       }
       shutting_down = shutdown_requested_;
+      if (tl_pending_) {
+        tl_take = std::move(tl_cmd_);
+        tl_seq = tl_asked_;
+        tl_pending_ = false;
+      }
       root_->batch.swap(root_->queue);
       for (auto& set : sets_) {
         if (!set) continue;
@@ -614,6 +657,23 @@ void ContextImpl::Loop() {
     }
     dropped.clear();
     auto now = Clock::now();
+    if (tl_seq != 0) {
+      Status r = Status::Ok();
+      if (tl_take.start) {
+        r = timeline_.Open(tl_take.path);
+        mark_cycles_ = r.ok() && tl_take.mark_cycles;
+      } else {
+        timeline_.Close();
+        mark_cycles_ = false;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        tl_result_ = r;
+        tl_done_ = tl_seq;
+      }
+      exit_cv_.notify_all();
+    }
+    if (mark_cycles_) timeline_.Instant("CYCLE_START", now);
     uint64_t full_rounds = 0;
     for (Scope* sc = root_.get(); sc != nullptr;) {
       for (OpRequest& r : sc->batch) sc->controller->Add(std::move(r), now);
@@ -1101,6 +1161,10 @@ int Context::cross_size() const { return scope_->cross_size; }
 bool Context::is_process_set() const { return scope_->slot >= 0; }
 const std::vector<int>& Context::parent_ranks() const { return scope_->members; }
 const char* Context::transport_name() const { return impl_->transport_name(); }
+Status Context::StartTimeline(const std::string& path, bool mark_cycles) {
+  return impl_->TimelineCommand(true, path, mark_cycles);
+}
+Status Context::StopTimeline() { return impl_->TimelineCommand(false, "", false); }
 Result<int64_t> Context::Query(const std::string& key) const { return impl_->Query(key); }
 Context::BufferStats Context::buffer_stats() const { return impl_->buffer_stats(); }
 

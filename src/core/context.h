@@ -63,6 +63,13 @@ class Context {
   };
   BufferStats buffer_stats() const;
 
+  // The timeline at run time (hvd_timeline_start / hvd_timeline_stop):
+  // handed to the background thread, which applies it at its next cycle;
+  // returns its outcome. No-ops (after checking arguments) except on rank 0
+  // of the job.
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  Status StopTimeline();
+
   // Queues a request and returns at once. OpType::kBarrier and kJoin get
   // their names here (callers leave them empty). Fails immediately (no handle) if the
   // context is shut down or broken, or a tensor name is already in flight.

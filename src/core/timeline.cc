@@ -61,6 +61,13 @@ void Timeline::Span(const std::string& tensor, const char* phase, TimePoint begi
                args_json.empty() ? "" : ",\"args\":", args_json.c_str(), "");
 }
 
+void Timeline::Instant(const char* name, TimePoint at) {
+  if (file_ == nullptr) return;
+  std::fprintf(file_, "%s{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"g\",\"pid\":1,\"tid\":0,\"ts\":%.3f}",
+               first_ ? "" : ",\n", name, Micros(at));
+  first_ = false;
+}
+
 void Timeline::Flush() {
   if (file_ != nullptr) std::fflush(file_);
 }

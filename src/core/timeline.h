@@ -23,6 +23,8 @@ class Timeline {
   // A complete span on the row of `tensor`.
   void Span(const std::string& tensor, const char* phase, TimePoint begin, TimePoint end,
             const std::string& args_json = "");
+  // An instant event across every row (e.g. "CYCLE_START").
+  void Instant(const char* name, TimePoint at);
   void Flush();
   void Close();
 

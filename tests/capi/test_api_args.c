@@ -632,6 +632,29 @@ static void test_context_bad_arguments(void **state) {
     EXPECT_FAIL(hvd_local_size(NULL), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_cross_rank(NULL), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_cross_size(NULL), HVD_ERR_INVALID_ARGUMENT);
+    /* The timeline at run time: bad arguments, and a world of one (rank 0)
+     * writes: a file that cannot be opened is the call's error; start,
+     * switch and stop succeed; stop with nothing recorded is fine. */
+    EXPECT_FAIL(hvd_timeline_start(g_ctx, NULL, 0), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL(hvd_timeline_start(g_ctx, "", 0), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL(hvd_timeline_start(bogus, "/tmp/x.json", 0), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL(hvd_timeline_stop(bogus), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL(hvd_timeline_start(g_ctx, "/nonexistent-hvd-dir/tl.json", 1), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_OK(hvd_timeline_stop(g_ctx));
+    {
+        char path[64];
+        snprintf(path, sizeof(path), "/tmp/hvd-capi-timeline-%d.json", (int)getpid());
+        EXPECT_OK(hvd_timeline_start(g_ctx, path, 1));
+        EXPECT_OK(hvd_timeline_start(g_ctx, path, 0));
+        EXPECT_OK(hvd_timeline_stop(g_ctx));
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        char text[8] = {0};
+        assert_true(fread(text, 1, 2, f) == 2);
+        assert_int_equal(text[0], '[');
+        fclose(f);
+        remove(path);
+    }
     /* The context still answers. */
     EXPECT_OK(hvd_context_transport(g_ctx, &name));
     assert_non_null(name);

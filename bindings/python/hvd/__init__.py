@@ -241,6 +241,23 @@ def transport() -> str:
     return out.value.decode() if out.value else ""
 
 
+def start_timeline(file_path, mark_cycles=False):
+    """Horovod's: records the timeline (a Chrome trace, chrome://tracing or
+    Perfetto) into file_path from now on. Every rank calls it; rank 0 writes
+    the file, the other ranks only check the arguments. A timeline being
+    written is closed first. mark_cycles: an instant event at every cycle of
+    the background thread. Raises what opening the file raised (on rank 0)."""
+    if not file_path:
+        raise InvalidArgumentError(_c_api.HVD_ERR_INVALID_ARGUMENT, "start_timeline: file_path is empty")
+    _c_api.call("hvd_timeline_start", None, _os.fsencode(file_path), 1 if mark_cycles else 0)
+
+
+def stop_timeline():
+    """Horovod's: stops recording the timeline and closes its file (complete
+    JSON). Nothing is being recorded: does nothing."""
+    _c_api.call("hvd_timeline_stop", None)
+
+
 class _MpiNotEnabledError(UnsupportedError, ValueError):
     pass
 

@@ -365,6 +365,8 @@ FUNCTIONS = {
     "hvd_process_set_create": (
         _S, [hvd_context_t, c_int32, POINTER(c_int32), POINTER(hvd_context_t)]),
     "hvd_context_parent_ranks": (_S, [hvd_context_t, POINTER(c_int32), c_int32]),
+    "hvd_timeline_start": (_S, [hvd_context_t, c_char_p, c_int]),
+    "hvd_timeline_stop": (_S, [hvd_context_t]),
     # default context
     "hvd_init": (_S, [POINTER(HvdParams)]),
     "hvd_shutdown": (_S, []),

@@ -98,6 +98,8 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     shutdown,
     size,
     size_op,
+    start_timeline,
+    stop_timeline,
     transport,
 )
 from .tensorflow import _local_layer_variables, reduce_gradients as _reduce_gradients

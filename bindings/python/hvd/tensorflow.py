@@ -109,6 +109,8 @@ from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a
     rocm_built,
     shutdown,
     size,
+    start_timeline,
+    stop_timeline,
     transport,
 )
 

@@ -81,6 +81,8 @@ from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop
     rocm_built,
     shutdown,
     size,
+    start_timeline,
+    stop_timeline,
     synchronize,
     transport,
 )
