@@ -181,6 +181,7 @@ struct Rank {
   bool exec_failed = false;
   Fd out_r, err_r, stdin_w;
   std::unique_ptr<LineStream> out, err;
+  std::string err_tail;  // a remote rank's last stderr bytes: ssh's own message, if it failed
 };
 
 class Job {
@@ -197,6 +198,7 @@ class Job {
   void HandleSignals();
   void Reap();
   void OnExit(Rank& r, int wstatus);
+  std::string SshFailure(const Rank& r) const;
   void ReadOutput(const std::vector<pollfd>& fds, const std::vector<std::pair<Rank*, int>>& who);
   int PollTimeoutMs() const;
   void FlushIdleOutput();
@@ -527,11 +529,7 @@ void Job::OnExit(Rank& r, int wstatus) {
     what = "exited with code " + std::to_string(code);
     if (code == 127 && !r.exec_failed) what += " (command not found?)";
     if (code == 126) what += " (command not executable?)";
-    if (code == 255 && r.remote) {
-      what += " (ssh failed? check that 'ssh" +
-              (o_.ssh_port ? " -p " + std::to_string(o_.ssh_port) : std::string()) + " " + r.host +
-              "' works without a password)";
-    }
+    if (code == 255 && r.remote) what += " (" + SshFailure(r) + ")";
   }
   if (failed && !stopping_) {
     Log(Who(r) + " " + what);
@@ -539,6 +537,52 @@ void Job::OnExit(Rank& r, int wstatus) {
   } else if (o_.verbose || (failed && exit_code_ < 0)) {
     Log(Who(r) + " " + what);
   }
+}
+
+// What an ssh that exited 255 (its own failure code) ran into, from the
+// message it left on the rank's stderr: the host name does not resolve, no
+// sshd listens, the host does not answer, the key is refused, the host key
+// does not verify, or the connection was lost once the rank ran.
+std::string Job::SshFailure(const Rank& r) const {
+  const std::string& t = r.err_tail;
+  auto has = [&](const char* s) { return t.find(s) != std::string::npos; };
+  const std::string port = o_.ssh_port ? std::to_string(o_.ssh_port) : "22";
+  const std::string try_it =
+      "; try 'ssh" + (o_.ssh_port ? " -p " + port : std::string()) + " " + r.host + " true'";
+  if (has("Could not resolve hostname") || has("Name or service not known") ||
+      has("Temporary failure in name resolution")) {
+    return "ssh cannot resolve the host name '" + r.host + "': check the name, /etc/hosts or DNS";
+  }
+  if (has("Connection refused")) {
+    return "ssh: nothing listens on " + r.host + " port " + port +
+           " (connection refused): is sshd running there, on that port?" + try_it;
+  }
+  if (has("Permission denied")) {
+    return "ssh to " + r.host +
+           " was refused: key-based login failed (hvdrun runs ssh with BatchMode=yes, so no "
+           "password is asked); authorise this user's key there, or give one with -i" + try_it;
+  }
+  if (has("Host key verification failed") || has("REMOTE HOST IDENTIFICATION HAS CHANGED")) {
+    return "ssh to " + r.host + ": host key verification failed (its key changed, or is unknown "
+           "and not accepted); fix ~/.ssh/known_hosts" + try_it;
+  }
+  if (has("Connection timed out") || has("No route to host") || has("Network is unreachable") ||
+      has("Operation timed out")) {
+    return "ssh: " + r.host + " did not answer (" +
+           (has("No route to host") ? std::string("no route to host")
+            : has("Network is unreachable") ? std::string("network unreachable")
+                                            : std::string("connection timed out")) +
+           "): down, or cut off from this host?" + try_it;
+  }
+  if (r.ready || has("Connection closed by") || has("Connection reset") || has("Broken pipe") ||
+      has("not responding")) {
+    return "the ssh connection to " + r.host + " was lost" +
+           (r.ready ? " after the rank had started" : "") +
+           " (the host went down or was cut off, or its sshd ended the session; exit code 255 is "
+           "also what a program that exits with 255 gives)";
+  }
+  return "ssh failed? check that 'ssh" + (o_.ssh_port ? " -p " + port : std::string()) + " " +
+         r.host + "' works without a password";
 }
 
 void Job::Reap() {
@@ -625,6 +669,11 @@ void Job::ReadOutput(const std::vector<pollfd>& fds, const std::vector<std::pair
       ssize_t n = ::read(fd.get(), buf, sizeof(buf));
       if (n > 0) {
         ls.Feed(buf, static_cast<size_t>(n));
+        if (!is_out && r->remote) {
+          constexpr size_t kTail = 2048;
+          r->err_tail.append(buf, static_cast<size_t>(n));
+          if (r->err_tail.size() > kTail) r->err_tail.erase(0, r->err_tail.size() - kTail);
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) continue;

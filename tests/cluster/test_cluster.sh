@@ -299,6 +299,28 @@ case "$case_" in
     expect_probe_ok "$work/topo" 4
     no_leftovers 10
     ;;
+  ssh_failures)
+    # ssh's own failures (exit 255) are told apart, each with its hint.
+    up 2
+    checking=1
+    run 60 "$work/resolve" "$HVDRUN" -H hvd-h1:1,no-such-host.invalid:1 --start-timeout 10 true
+    [ "$rc" -ne 0 ] || fail "a host that does not resolve: hvdrun exited 0"
+    grep -q "rank 1 (host no-such-host.invalid) exited with code 255 (ssh cannot resolve the host name 'no-such-host.invalid'" "$work/resolve" ||
+      fail "an unresolvable host is not reported as such"
+    # A key the hosts do not know.
+    ssh-keygen -q -t ed25519 -N '' -f "$work/stranger" >/dev/null
+    sed "s|IdentityFile .*|IdentityFile $work/stranger|" "$HVDC_DIR/ssh_config" >"$work/ssh_config"
+    HVD_LAUNCHER_SSH_ARGS="-F $work/ssh_config" run 60 "$work/auth" "$HVDRUN" -H hvd-h1:1,hvd-h2:1 --start-timeout 10 true
+    [ "$rc" -ne 0 ] || fail "a refused key: hvdrun exited 0"
+    grep -q "rank 1 (host hvd-h2) exited with code 255 (ssh to hvd-h2 was refused: key-based login failed" "$work/auth" ||
+      fail "a refused key is not reported as such"
+    # No sshd on the host (its processes killed, its link up: refused).
+    "$cluster" kill-host h2
+    run 60 "$work/refused" "$HVDRUN" -H hvd-h1:1,hvd-h2:1 --start-timeout 10 true
+    [ "$rc" -ne 0 ] || fail "a host without sshd: hvdrun exited 0"
+    grep -q "rank 1 (host hvd-h2) exited with code 255 (ssh: nothing listens on hvd-h2 port 22 (connection refused)" "$work/refused" ||
+      fail "a host without sshd is not reported as refusing"
+    ;;
   decoy_default)
     up 2 --decoy
     checking=1
