@@ -846,6 +846,9 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
   const int size = static_cast<int>(comm_size());
   std::vector<size_t> start(static_cast<size_t>(size) + 1, 0);
   for (int p = 0; p < size; ++p) start[p + 1] = start[p] + counts[p];
+  if (hier_ && hier_->even && forced_[HVD_TRANSPORT_REDUCESCATTER] == algo::Algorithm::kAuto) {
+    return ReducescatterHier(buf, counts, start, dtype, op);
+  }
   switch (Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es)) {
     case algo::Algorithm::kShm:
       try {
@@ -1348,6 +1351,48 @@ Status Transport::AllgathervHier(const void* send, void* recv, const size_t* rec
     }
   }
   op_ = "allgather";
+  return Status::Ok();
+}
+
+// Even hosts: the buffer is rearranged (scratch) so that the blocks of the
+// ranks with local index c, host by host, are contiguous (partition c);
+// each host reduce-scatters the partitions among its ranks (shared memory),
+// then each cross group reduce-scatters its partition among the hosts, and
+// every rank copies its block back. Each rank sends 1/L of the buffer
+// across hosts (L ranks per host), none over loopback TCP.
+Status Transport::ReducescatterHier(void* buf, const size_t* counts, const std::vector<size_t>& start,
+                                    hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  Hierarchy& h = *hier_;
+  const size_t es = DtypeSize(dtype);
+  const size_t H = h.hosts.size(), L = h.hosts[0].size();
+  const size_t li = static_cast<size_t>(h.local_index[static_cast<size_t>(rank_)]);
+  const size_t hm = static_cast<size_t>(h.host_of[static_cast<size_t>(rank_)]);
+  uint8_t* g = nullptr;
+  HVD_ASSIGN_OR_RETURN(g, scratch_.Get(std::max<size_t>(start.back() * es, 1)));
+  const uint8_t* in = static_cast<const uint8_t*>(buf);
+  std::vector<size_t> part(L, 0);  // elements of each partition
+  size_t at = 0, my_part = 0;
+  for (size_t c = 0; c < L; ++c) {
+    if (c == li) my_part = at;
+    for (size_t k = 0; k < H; ++k) {
+      const int r = h.hosts[k][c];
+      if (counts[r] > 0) std::memcpy(g + at * es, in + start[r] * es, counts[r] * es);
+      at += counts[r];
+      part[c] += counts[r];
+    }
+  }
+  HVD_CHECK(h.local->Reducescatter(g, part.data(), dtype, op));
+  std::vector<size_t> cross(H);
+  size_t mine = my_part;
+  for (size_t k = 0; k < H; ++k) {
+    cross[k] = counts[h.hosts[k][li]];
+    if (k < hm) mine += cross[k];
+  }
+  HVD_CHECK(h.cross->Reducescatter(g + my_part * es, cross.data(), dtype, op));
+  if (counts[rank_] > 0) {
+    std::memcpy(static_cast<uint8_t*>(buf) + start[rank_] * es, g + mine * es, counts[rank_] * es);
+  }
+  op_ = "reducescatter";
   return Status::Ok();
 }
 

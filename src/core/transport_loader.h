@@ -175,6 +175,8 @@ class Transport : public Comm {
   Status AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
   Status BroadcastHier(void* buf, size_t bytes, int root);
   Status AllgathervHier(const void* send, void* recv, const size_t* recv_bytes, size_t total);
+  Status ReducescatterHier(void* buf, const size_t* counts, const std::vector<size_t>& start,
+                           hvd_dtype_t dtype, hvd_reduce_op_t op);
   // A shared-memory collective failed: breaks the transport, wakes the
   // segment's peers. members maps the segment's ranks to this transport's
   // (null: the same).
