@@ -475,7 +475,9 @@ Status Job::SpawnRank(Rank& r) {
     }
   }
   if (o_.verbose) {
-    Log(Who(r) + " started, pid " + std::to_string(r.pid) + (r.remote ? " (ssh)" : ""));
+    // A remote rank: only ssh has started here; "connected" follows once
+    // the rank itself reaches the store.
+    Log(Who(r) + (r.remote ? " ssh client started, pid " : " started, pid ") + std::to_string(r.pid));
   }
   return Status::Ok();
 }
