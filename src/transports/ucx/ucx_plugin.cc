@@ -74,6 +74,7 @@ using Request = hvd_transport_request;
 
 constexpr uint32_t kMaxTag = 0x7FFFFFFFu;
 constexpr uint32_t kHelloTag = 0xFFFFFFFFu;  // init's hello, above every core tag
+constexpr uint32_t kByeTag = 0xFFFFFFFEu;    // finalize's goodbye, above every core tag
 constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
 constexpr double kCloseWaitS = 2.0;          // bound of a forced close's progress
 constexpr int kPollSliceMs = 100;            // a wait re-checks flags at least this often
@@ -133,6 +134,11 @@ struct Comm {
   ucp_worker_h worker = nullptr;
   int efd = -1;
   std::vector<ucp_ep_h> eps;  // per rank; nullptr for this rank and once closed
+  // Per rank: the receive of its goodbye (posted after the hello; not in the
+  // pending list), and whether it left cleanly (goodbye, then its endpoint
+  // closed): only requests that wait on such a peer fail.
+  std::vector<Request*> byes;
+  std::vector<char> gone;
   std::unique_ptr<PeerArg[]> peer_args;
   std::vector<std::string> hosts;  // every rank's host name
   std::string last_error;          // the loop thread's
@@ -201,6 +207,15 @@ void RecvDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void*
 void EpFailed(void* arg, ucp_ep_h, ucs_status_t status) {
   const PeerArg* p = static_cast<const PeerArg*>(arg);
   Comm* c = p->comm;
+  // A peer that sent its goodbye and then closed: finalized, not a fault.
+  // (UCX delivers the goodbye, sent before its flushing close, before it
+  // reports the closed connection; this runs inside ucp_worker_progress.)
+  const size_t r = static_cast<size_t>(p->rank);
+  if (r < c->byes.size() && r < c->gone.size() && c->byes[r] != nullptr && c->byes[r]->done &&
+      c->byes[r]->status == UCS_OK) {
+    c->gone[r] = 1;
+    return;
+  }
   try {
     // A lost connection, whatever UCX calls it (a peer that died shows as
     // "Endpoint timeout" over TCP): a transport failure, not a timeout.
@@ -234,6 +249,26 @@ void ProgressUntilClosed(Comm& c, std::vector<void*>* closing) {
   }
   for (void* r : *closing) ucp_request_free(r);  // left to UCX
   closing->clear();
+}
+
+// Progresses the closed worker until it has been idle for kDrainIdleS (at
+// most kDrainMaxS) before it is destroyed. UCX 1.13 aborts the process in
+// ucp_worker_destroy (assertion "got REP message" in
+// ucp_request_send_state_ff, from uct_tcp_ep_pending_purge) when a wire-up
+// reply is still queued on a tcp endpoint whose connection the closing just
+// broke: seen when ranks finalize with a rendezvous send (8 MiB) pending.
+// Progressing lets UCX fail and drop those messages itself.
+void Drain(Comm& c) {
+  constexpr double kDrainIdleS = 0.05, kDrainMaxS = 1.0;
+  const Clock::time_point end = After(kDrainMaxS);
+  const auto idle_for = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(kDrainIdleS));
+  Clock::time_point last_busy = Clock::now();
+  for (;;) {
+    const Clock::time_point now = Clock::now();
+    if (now >= end || now - last_busy >= idle_for) break;
+    if (ucp_worker_progress(c.worker) != 0) last_busy = Clock::now();
+  }
 }
 
 // Cancels every pending receive and force-closes every endpoint (pending
@@ -418,6 +453,28 @@ void Release(Comm& c, Request* r) {
   delete r;
 }
 
+// Cancels the goodbye receives still posted and frees them; loop thread
+// only, after the endpoints are closed (a cancelled receive completes at
+// once; progress is bounded anyway).
+void ReleaseByes(Comm& c) {
+  for (Request* r : c.byes) {
+    if (r != nullptr && !r->done && r->op != nullptr) ucp_request_cancel(c.worker, r->op);
+  }
+  const Clock::time_point deadline = After(kCloseWaitS);
+  for (;;) {
+    bool all = true;
+    for (Request* r : c.byes) all = all && (r == nullptr || r->done || r->op == nullptr);
+    if (all || Clock::now() >= deadline) break;
+    ucp_worker_progress(c.worker);
+  }
+  for (Request*& r : c.byes) {
+    if (r == nullptr) continue;
+    if (r->op != nullptr) ucp_request_free(r->op);
+    delete r;
+    r = nullptr;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Init.
 
@@ -467,7 +524,9 @@ void Destroy(Comm* c) {
   if (c == nullptr) return;
   if (c->worker != nullptr) {
     CloseEndpoints(*c);
+    ReleaseByes(*c);
     while (c->pending != nullptr) Release(*c, c->pending);
+    Drain(*c);
     ucp_worker_destroy(c->worker);
   }
   if (c->context != nullptr) ucp_cleanup(c->context);
@@ -677,6 +736,21 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
     return status;  // Destroy closes the endpoints and releases the hellos
   }
   for (Request* r : hello) Release(*c, r);
+  // Every peer's goodbye (finalize), so a peer that leaves cleanly is told
+  // apart from one that fails.
+  c->gone.assign(static_cast<size_t>(c->size), 0);
+  c->byes.assign(static_cast<size_t>(c->size), nullptr);
+  for (int j = 0; j < c->size; ++j) {
+    if (j == c->rank) continue;
+    Request* r = new Request;
+    r->peer = j;
+    c->byes[j] = r;
+    if (!PostOp(*c, r, &r->dummy, kByeTag)) {
+      *msg = "ucx init: rank " + std::to_string(c->rank) + ": cannot post a receive from " +
+             c->Who(j) + ": " + ucs_status_string(r->status);
+      return HVD_ERR_TRANSPORT;
+    }
+  }
   c->Log(HVD_LOG_DEBUG, "ucx: rank " + std::to_string(c->rank) + " of " +
                             std::to_string(c->size) + " connected over " + where +
                             (c->efd < 0 ? " (no wake-up fd: waits spin)" : ""));
@@ -788,7 +862,14 @@ int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* 
 
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   Comm* c = static_cast<Comm*>(comm);
-  if (c == nullptr || req == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  if (req == nullptr) {
+    try {
+      c->last_error = "ucx wait: NULL request";
+    } catch (...) {
+    }
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
   int status = HVD_OK;
   try {
     const bool peer_kind = timeout_s < 0 && c->peer_limit;
@@ -796,9 +877,17 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
     if (c->failed.load() != HVD_OK) {
       status = Settle(*c);
     } else {
-      const bool in_time = ProgressUntil(*c, After(secs), [req] { return req->done; });
+      const size_t peer = static_cast<size_t>(req->peer);
+      const bool in_time = ProgressUntil(*c, After(secs), [c, req, peer] {
+        return req->done || (peer < c->gone.size() && c->gone[peer] != 0);
+      });
       if (c->failed.load() != HVD_OK) {
         status = Settle(*c);  // aborted, or an endpoint failed
+      } else if (!req->done && peer < c->gone.size() && c->gone[peer] != 0) {
+        status = Break(*c, HVD_ERR_TRANSPORT,
+                       "ucx: " + c->Who(req->peer) +
+                           ": connection lost (it finalized and left while this rank " +
+                           (req->send ? "was sending to it)" : "waited for it)"));
       } else if (!in_time) {
         status = Break(*c, HVD_ERR_TIMEOUT, TimeoutMessage(*c, *req, secs, peer_kind));
       } else {
@@ -829,7 +918,17 @@ void Finalize(void* comm) noexcept {
       if (c->pending != nullptr || c->failed.load() != HVD_OK) {
         CloseEndpoints(*c);  // force: nothing may write into released buffers
       } else {
-        // A flushing close where healthy: peers see this rank leave, not a fault.
+        // A goodbye to every peer, then a flushing close (which sends the
+        // goodbye first): peers see this rank leave, not a fault.
+        std::vector<std::unique_ptr<Request>> byes;
+        for (int j = 0; j < static_cast<int>(c->eps.size()); ++j) {
+          if (c->eps[j] == nullptr) continue;
+          byes.emplace_back(new Request);
+          Request* r = byes.back().get();
+          r->peer = j;
+          r->send = true;
+          (void)PostOp(*c, r, &r->dummy, kByeTag);
+        }
         std::vector<void*> closing;
         ucp_request_param_t p;
         std::memset(&p, 0, sizeof(p));
@@ -840,8 +939,20 @@ void Finalize(void* comm) noexcept {
           ep = nullptr;
         }
         ProgressUntilClosed(*c, &closing);
+        const Clock::time_point deadline = After(kCloseWaitS);
+        for (;;) {
+          bool all = true;
+          for (const auto& r : byes) all = all && (r->done || r->op == nullptr);
+          if (all || Clock::now() >= deadline) break;
+          ucp_worker_progress(c->worker);
+        }
+        for (const auto& r : byes) {
+          if (r->op != nullptr) ucp_request_free(r->op);
+        }
       }
+      ReleaseByes(*c);
       while (c->pending != nullptr) Release(*c, c->pending);
+      Drain(*c);
       ucp_worker_destroy(c->worker);
       c->worker = nullptr;
     }
