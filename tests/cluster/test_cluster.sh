@@ -17,6 +17,13 @@
 #                must exit with their code 4, the ranks on hvd-h2 must fail on
 #                their own too (within 45 s), and no process of the job may be
 #                left on any host.
+#   ucx_2x2      2 x 2 over ssh with --transport ucx: mp_check 4, every rank
+#                connected over the UCX plugin's point-to-point (across the
+#                hosts' network), hierarchical collectives.
+#   ucx_partition  the partition case with --transport ucx: the ranks on
+#                hvd-h1 fail within the transport timeout (+2 s) naming a rank
+#                on hvd-h2, the cut-off ranks within 45 s, hvdrun exits 4.
+#                Both ucx cases skip where libhvd_transport_ucx.so is not built.
 #   partition_cut_off  the same cut: the ranks on hvd-h2 must fail within the
 #                transport timeout (+2 s) as well. They do not yet (ctest
 #                WILL_FAIL): see tests/cluster/CMakeLists.txt.
@@ -168,6 +175,21 @@ case "$case_" in
     [ "$n" -eq 0 ] || fail "hierarchical collectives used with one rank per host ($n lines)"
     no_leftovers 10
     ;;
+  ucx_2x2)
+    [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_ucx.so" ] || skip "the UCX transport is not built"
+    up 2
+    run 120 "$work/mp" "$HVDRUN" --transport ucx -H hvd-h1:2,hvd-h2:2 --start-timeout 30 \
+      -x HVD_LOG_LEVEL=debug "$MP_CHECK" 4
+    [ "$rc" -eq 0 ] || fail "hvdrun --transport ucx mp_check exited $rc"
+    expect_mp_check_ok "$work/mp" 4
+    n=$(count "$work/mp" "transport 'ucx' connected \(ABI v4, plugin, point-to-point, hierarchical\)")
+    [ "$n" -eq 4 ] || fail "$n of 4 ranks connected over the ucx plugin's point-to-point, hierarchically"
+    n=$(count "$work/mp" "ucx: rank [0-3] of 4 connected over")
+    [ "$n" -eq 4 ] || fail "$n of 4 ranks logged the UCX plugin's own connection"
+    n=$(count "$work/mp" "INFO: hierarchical collectives: 2 hosts, 2 rank\(s\) on this one")
+    [ "$n" -eq 4 ] || fail "'hierarchical collectives: 2 hosts, 2 rank(s) on this one' logged $n times, want 4"
+    no_leftovers 10
+    ;;
   mpi_2x2)
     command -v mpirun >/dev/null || skip "no mpirun (Open MPI) on PATH"
     [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_mpi.so" ] || skip "the MPI transport is not built"
@@ -188,13 +210,18 @@ case "$case_" in
     [ "$n" -eq 4 ] || fail "'hierarchical collectives: 2 hosts, 2 rank(s) on this one' logged $n times, want 4"
     no_leftovers 10
     ;;
-  partition|partition_cut_off)
+  partition|partition_cut_off|ucx_partition)
+    tflags=()
+    if [ "$case_" = ucx_partition ]; then
+      [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_ucx.so" ] || skip "the UCX transport is not built"
+      tflags=(--transport ucx)
+    fi
     up 2
     peer=3 transport=5 grace=60
     mkdir -p "$work/ranks"
     # The ranks ignore SIGTERM and the grace period is long, so each rank's
     # report is its own detection, not the launcher stopping it.
-    HVD_PEER_TIMEOUT=$peer timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" -H hvd-h1:2,hvd-h2:2 \
+    HVD_PEER_TIMEOUT=$peer timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" "${tflags[@]}" -H hvd-h1:2,hvd-h2:2 \
       --start-timeout 30 --gloo-timeout-seconds $transport --grace-period $grace \
       "$PROBE" loop "$work/ranks" >"$work/job" 2>&1 &
     job=$!
