@@ -77,6 +77,7 @@ class Runner:
             raise SystemExit("run_all: hvd-bench could not be built")
         self.have_gloo_plugin = os.path.exists(os.path.join(b, "lib", "libhvd_transport_gloo.so"))
         self.have_mpi_plugin = os.path.exists(os.path.join(b, "lib", "libhvd_transport_mpi.so"))
+        self.have_ucx_plugin = os.path.exists(os.path.join(b, "lib", "libhvd_transport_ucx.so"))
         self.mpirun = shutil.which("mpirun")
         self.have_torch = self._py_ok("import torch, torch.distributed")
         self.have_horovod = self._py_ok("import horovod.torch")
@@ -90,6 +91,7 @@ class Runner:
         status = {
             "hvd transport gloo": self.have_gloo_plugin,
             "hvd transport mpi": self.have_mpi_plugin and bool(self.mpirun),
+            "hvd transport ucx": self.have_ucx_plugin,
             "raw gloo (gloo-bench)": "gloo-bench" in self.bins,
             "raw MPI (mpi-bench)": "mpi-bench" in self.bins and bool(self.mpirun),
             "torch.distributed": self.have_torch,
@@ -234,6 +236,12 @@ class Runner:
             env.update(extra)
             self.run(f"{system} coll {n} ranks", self.hvdrun(n, [hb, "coll", "--system", system] + c),
                      env=env, timeout=600, tags={"rep": rep})
+        for system, extra in self.ucx_systems():
+            env = self.base_env()
+            env["HVD_TRANSPORT"] = "ucx"
+            env.update(extra)
+            self.run(f"{system} coll {n} ranks", self.hvdrun(n, [hb, "coll", "--system", system] + c),
+                     env=env, timeout=600, tags={"rep": rep})
         for system, extra in self.mpi_systems():
             self.run(f"{system} coll {n} ranks",
                      self.mpirun_cmd(n, [hb, "coll", "--system", system] + c,
@@ -279,6 +287,15 @@ class Runner:
             return []
         return [("hvd-gloo", {}), ("hvd-gloo-tcp", {"HVD_GLOO_SHM": "0"})]
 
+    def ucx_systems(self):
+        """hvd over its UCX plugin as users get it (the core's shared memory between ranks of
+        one host, UCX between hosts) and with every byte over UCX (HVD_SHM=0; on one host UCX
+        runs tcp over loopback, since the plugin's peer error handling rules out UCX's
+        shared-memory transports): the line to read beside hvd-gloo-tcp."""
+        if not self.have_ucx_plugin:
+            return []
+        return [("hvd-ucx", {}), ("hvd-ucx-tcp", {"HVD_SHM": "0"})]
+
     def mpi_systems(self):
         """hvd over its MPI plugin as shipped (shared memory between ranks of one host) and
         with MPI point-to-point and collectives alone (HVD_MPI_SHM=0)."""
@@ -320,6 +337,11 @@ class Runner:
                     env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc, **extra)
                     self.run(f"{system} fusion {spec} cycle {cyc} ms",
                              self.hvdrun(n, [hb, "fusion", "--system", system] + f), env=env, tags=tag)
+                for system, extra in self.ucx_systems():
+                    env = self.base_env()
+                    env.update(HVD_TRANSPORT="ucx", HVD_CYCLE_TIME=cyc, **extra)
+                    self.run(f"{system} fusion {spec} cycle {cyc} ms",
+                             self.hvdrun(n, [hb, "fusion", "--system", system] + f), env=env, tags=tag)
                 for system, extra in self.mpi_systems():
                     self.run(f"{system} fusion {spec} cycle {cyc} ms",
                              self.mpirun_cmd(n, [hb, "fusion", "--system", system] + f,
@@ -344,6 +366,11 @@ class Runner:
             for system, extra in self.gloo_systems():
                 env = self.base_env()
                 env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc, **extra)
+                self.run(f"{system} latency cycle {cyc} ms",
+                         self.hvdrun(n, [hb, "latency", "--system", system] + q), env=env, tags=tag)
+            for system, extra in self.ucx_systems():
+                env = self.base_env()
+                env.update(HVD_TRANSPORT="ucx", HVD_CYCLE_TIME=cyc, **extra)
                 self.run(f"{system} latency cycle {cyc} ms",
                          self.hvdrun(n, [hb, "latency", "--system", system] + q), env=env, tags=tag)
             for system, extra in self.mpi_systems():

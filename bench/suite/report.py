@@ -13,13 +13,16 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Display order of the series in tables and plots; hvd first.
-SERIES_ORDER = ["hvd-gloo", "hvd-gloo-tcp", "hvd-mpi", "hvd-mpi-p2p", "hvd-gloo-set",
+SERIES_ORDER = ["hvd-gloo", "hvd-gloo-tcp", "hvd-ucx", "hvd-ucx-tcp", "hvd-mpi", "hvd-mpi-p2p",
+                "hvd-gloo-set",
                 "hvd-gloo-halves", "hvd-mpi-set", "gloo:ring", "gloo:ringchunked", "gloo:allreduce", "gloo",
                 "mpi:inplace", "mpi:outofplace", "mpi", "mpi-nommap:inplace",
                 "mpi-nommap:outofplace", "mpi-nommap", "torch", "horovod"]
 SERIES_LABEL = {
     "hvd-gloo": "hvd (gloo)",
     "hvd-gloo-tcp": "hvd (gloo, TCP only)",
+    "hvd-ucx": "hvd (ucx)",
+    "hvd-ucx-tcp": "hvd (ucx, UCX only)",
     "hvd-mpi": "hvd (mpi)",
     "hvd-mpi-p2p": "hvd (mpi, MPI only)",
     "hvd-gloo-set": "hvd (gloo) process set of all ranks",
@@ -38,8 +41,8 @@ SERIES_LABEL = {
     "torch": "torch.distributed (gloo)",
     "horovod": "Horovod 0.28.1",
 }
-HVD_SERIES = ("hvd-gloo", "hvd-gloo-tcp", "hvd-mpi", "hvd-mpi-p2p", "hvd-gloo-set",
-              "hvd-gloo-halves", "hvd-mpi-set")
+HVD_SERIES = ("hvd-gloo", "hvd-gloo-tcp", "hvd-ucx", "hvd-ucx-tcp", "hvd-mpi", "hvd-mpi-p2p",
+              "hvd-gloo-set", "hvd-gloo-halves", "hvd-mpi-set")
 # A process set against its parent context of the same size (same transport).
 SET_PARENT = {"hvd-gloo-set": "hvd-gloo", "hvd-mpi-set": "hvd-mpi"}
 
@@ -534,6 +537,8 @@ def plots(recs, out):
     made = []
     styles = {"hvd-gloo": dict(color="C3", lw=2.5, marker="o"),
               "hvd-gloo-tcp": dict(color="C3", lw=1.5, ls="--", marker="o"),
+              "hvd-ucx": dict(color="C2", lw=2.5, marker="^"),
+              "hvd-ucx-tcp": dict(color="C2", lw=1.5, ls="--", marker="^"),
               "hvd-mpi": dict(color="C1", lw=2.5, marker="s"),
               "hvd-mpi-p2p": dict(color="C1", lw=1.5, ls="--", marker="s")}
     _, ceiling = stream_ref(recs)
