@@ -889,7 +889,7 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
                            ": connection lost (it finalized and left while this rank " +
                            (req->send ? "was sending to it)" : "waited for it)"));
       } else if (!in_time) {
-        status = Break(*c, HVD_ERR_TIMEOUT, TimeoutMessage(*c, *req, secs, peer_kind));
+        status = Break(*c, HVD_ERR_TIMEOUT, TimeoutMessage(*c, *req, secs, peer_kind), req->peer);
       } else {
         const std::string why = Outcome(*c, *req);
         if (!why.empty()) status = Break(*c, StatusOf(req->status), why, req->peer);
