@@ -881,6 +881,12 @@ Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspan
   }
 }
 
+// Below this many bytes in all, an allgather runs flat even across hosts:
+// the negotiation's own small allgathers (two per full round, a few bytes
+// per rank) were slower in three steps (sim 2x2: 4-5x on allreduce steps
+// that each follow a barrier, whose negotiation is a full round).
+constexpr size_t kHierAllgatherMin = 64 << 10;
+
 Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_bytes) {
   if (!v4_) return Check(table_->allgatherv(comm_, send, recv, recv_bytes), "allgather");
   if (broken()) return Unusable();
@@ -888,7 +894,7 @@ Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_by
   const int size = static_cast<int>(comm_size());
   size_t total = 0;
   for (int p = 0; p < size; ++p) total += recv_bytes[p];
-  if (hier_ && forced_[HVD_TRANSPORT_ALLGATHERV] == algo::Algorithm::kAuto) {
+  if (hier_ && forced_[HVD_TRANSPORT_ALLGATHERV] == algo::Algorithm::kAuto && total >= kHierAllgatherMin) {
     return AllgathervHier(send, recv, recv_bytes, total);
   }
   switch (Choose(HVD_TRANSPORT_ALLGATHERV, total)) {
