@@ -1,0 +1,153 @@
+// Threads as ranks over a transport plugin's version 4 table, loaded the way
+// the core loads it (dlopen + hvd_transport_plugin_v4), sharing an in-memory
+// rendezvous store: the harness of the point-to-point plugin tests
+// (test_gloo_p2p.cc, test_ucx_p2p.cc). A test file defines Plugin() (usually
+// a static LoadPlugin("libhvd_transport_<name>.so")) and CheckMaxTag().
+// Every wait is bounded: the plugin's by an explicit limit or a short
+// env.timeout_s, the test's own by deadlines.
+#pragma once
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvd_transport.h"
+#include "mem_kv.h"
+
+#ifndef HVD_PLUGIN_DIR
+#error "HVD_PLUGIN_DIR must name the folder holding the transport plugins"
+#endif
+
+namespace p2p_world {
+
+using hvd::test::MemKv;
+using Clock = std::chrono::steady_clock;
+
+// Limit of every wait that should succeed (far above what any takes).
+constexpr double kWaitS = 30.0;
+
+inline double SecondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+inline std::string HostName() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "";
+  return host;
+}
+
+// The table of plugin `file` in HVD_PLUGIN_DIR, loaded as the core loads it.
+inline const hvd_transport_v4_t* LoadPlugin(const char* file) {
+  const std::string path = std::string(HVD_PLUGIN_DIR) + "/" + file;
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    ADD_FAILURE() << "dlopen " << path << ": " << dlerror();
+    return nullptr;
+  }
+  auto fn = reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
+  if (fn == nullptr) {
+    ADD_FAILURE() << "no symbol " << HVD_TRANSPORT_PLUGIN_V4_SYMBOL << " in " << path;
+    return nullptr;
+  }
+  return fn();
+}
+
+// The plugin under test: each test file defines it (a static LoadPlugin).
+const hvd_transport_v4_t* Plugin();
+
+struct WorldOptions {
+  double timeout_s = 60.0;
+  double start_timeout_s = 30.0;
+};
+
+inline hvd_transport_env_v1_t MakeEnv(MemKv* kv, int rank, int size, const WorldOptions& opt) {
+  return hvd::test::ThreadRankEnv(kv, rank, size, opt.timeout_s, opt.start_timeout_s);
+}
+
+// The plugin's tag range, checked at every init: each test file defines it.
+void CheckMaxTag(uint32_t max_tag);
+
+// Runs body(rank, comm) on `size` threads after init (whose info it checks);
+// finalizes afterwards unless body returned true (it finalized itself).
+inline void RunWorldEx(int size, const std::function<bool(int, void*)>& body,
+                const WorldOptions& opt = WorldOptions()) {
+  const hvd_transport_v4_t* t = Plugin();
+  ASSERT_NE(t, nullptr);
+  MemKv kv;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      hvd_transport_env_v1_t env = MakeEnv(&kv, r, size, opt);
+      hvd_transport_info_t info;
+      std::memset(&info, 0xAB, sizeof(info));  // the plugin must write every field
+      info.struct_size = sizeof(info);
+      void* comm = nullptr;
+      char err[512] = {0};
+      const int st = t->init(&env, &info, &comm, err, sizeof(err));
+      if (st != HVD_OK) {
+        ADD_FAILURE() << "rank " << r << " init failed (" << st << "): " << err;
+        return;
+      }
+      CheckMaxTag(info.max_tag);
+      EXPECT_EQ(info.mpi_thread_level, -1);
+      for (size_t m : info.native_max_bytes) EXPECT_EQ(m, 0u);
+      if (!body(r, comm)) t->finalize(comm);
+    });
+  }
+  for (auto& th : threads) th.join();
+}
+
+inline void RunWorld(int size, const std::function<void(int, void*)>& body,
+              const WorldOptions& opt = WorldOptions()) {
+  RunWorldEx(
+      size,
+      [&](int r, void* comm) {
+        body(r, comm);
+        return false;
+      },
+      opt);
+}
+
+inline hvd_transport_buffer_t Host(void* data, size_t bytes) {
+  hvd_transport_buffer_t b;
+  std::memset(&b, 0, sizeof(b));
+  b.data = data;
+  b.bytes = bytes;
+  b.memory_type = HVD_MEMORY_HOST;
+  b.device = HVD_DEVICE_CPU;
+  return b;
+}
+
+inline hvd_transport_request_t* Post(void* comm, bool send, int peer, uint32_t tag, void* data,
+                              size_t bytes) {
+  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_buffer_t b = Host(data, bytes);
+  hvd_transport_request_t* req = nullptr;
+  const int st = send ? t->isend(comm, peer, tag, &b, &req) : t->irecv(comm, peer, tag, &b, &req);
+  EXPECT_EQ(st, HVD_OK) << t->last_error(comm);
+  EXPECT_TRUE(st != HVD_OK || req != nullptr);
+  return req;
+}
+
+// Byte i of the message from `src` to `dst` with `tag`, number `seq`.
+inline uint8_t Pattern(int src, int dst, uint32_t tag, int seq, size_t i) {
+  uint32_t x = static_cast<uint32_t>(src * 131 + dst * 31 + seq * 7) ^ (tag * 2654435761u) ^
+               static_cast<uint32_t>(i * 40503u);
+  x ^= x >> 13;
+  return static_cast<uint8_t>(x * 0x9E3779B1u >> 24);
+}
+
+inline std::vector<uint8_t> Message(int src, int dst, uint32_t tag, int seq, size_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = Pattern(src, dst, tag, seq, i);
+  return v;
+}
+
+}  // namespace p2p_world
