@@ -135,6 +135,6 @@ done
 # 6. ssh failing to log in names the problem.
 run_hvdrun -np 1 -H 127.0.0.2:1 -p "$PORT" -i "$D/host_key" true
 expect_rc 255 "a key the server does not accept"
-expect_in "$TMP/err" 'exited with code 255 \(ssh failed'
+expect_in "$TMP/err" 'exited with code 255 \(ssh to 127.0.0.2 was refused: key-based login failed'
 
 echo PASS
