@@ -101,9 +101,10 @@ def wheel(tmp_path_factory):
     print(f"wheel built in {seconds:.0f} s (log: {root / 'build.log'})")
     wheels = sorted(out_dir.glob("hvd-*.whl"))
     assert len(wheels) == 1, f"expected one hvd wheel in {out_dir}, found {wheels}"
-    m = re.search(r"hvd transports: local=(\S+) gloo=(\S+) mpi=(\S+)", log)
+    m = re.search(r"hvd transports: local=\S+((?: \w+=\S+)+)", log)
     assert m, f"the CMake configure line 'hvd transports: ...' is not in the log:\n{log[-4000:]}"
-    built = {"gloo": _cmake_true(m.group(2)), "mpi": _cmake_true(m.group(3))}
+    said = dict(kv.split("=", 1) for kv in m.group(1).split())
+    built = {t: _cmake_true(said.get(t, "OFF")) for t in PLUGINS}
     yield str(wheels[0]), built, str(build_dir)
     shutil.rmtree(build_dir, ignore_errors=True)
 
