@@ -254,23 +254,14 @@ std::string Segment::NameList(const std::vector<int>& ranks) const {
   return s;
 }
 
-bool Segment::AwaitAbort(double seconds, int* by, int* code, std::string* msg) const {
+bool Segment::AbortedBy(int* by, int* code, std::string* msg) const {
   const Header* h = header();
-  const auto t0 = Clock::now();
-  for (;;) {
-    const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
-    if (ab != 0 && ab != kAbortClaimed && ab != static_cast<uint32_t>(rank_) + 1) {
-      *by = static_cast<int>(ab) - 1;
-      *code = h->abort_code;
-      msg->assign(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));
-      return true;
-    }
-    if (ab == static_cast<uint32_t>(rank_) + 1 || NsSince(t0) >= static_cast<int64_t>(seconds * 1e9)) {
-      return false;
-    }
-    struct timespec ms = {0, 1000000};
-    nanosleep(&ms, nullptr);
-  }
+  const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
+  if (ab == 0 || ab == kAbortClaimed || ab == static_cast<uint32_t>(rank_) + 1) return false;
+  *by = static_cast<int>(ab) - 1;
+  *code = h->abort_code;
+  msg->assign(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));
+  return true;
 }
 
 void Segment::Depart() {

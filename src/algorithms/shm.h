@@ -130,12 +130,11 @@ class Segment {
   void set_names(std::vector<std::string> names) { names_ = std::move(names); }
   std::string Name(int r) const;
   std::string NameList(const std::vector<int>& ranks) const;  // "ranks [1, 3]" or the names
-  // Waits up to `seconds` for another rank's Abort of the segment (one this
-  // rank wrote does not count); true with the aborting rank (the segment's
-  // index), its status and message if one came. For a rank about to blame a
-  // peer on its host: the peer may have given up first, for a reason of its
-  // own that names the real culprit.
-  bool AwaitAbort(double seconds, int* by, int* code, std::string* msg) const;
+  // Another rank's Abort of the segment (one this rank wrote does not
+  // count): true with the aborting rank (the segment's index), its status
+  // and message. For a rank about to blame a peer of its host: the peer may
+  // have given up first, for a reason of its own that names the culprit.
+  bool AbortedBy(int* by, int* code, std::string* msg) const;
   // This rank is blocked in a point-to-point wait on `peer` (a rank of the
   // caller's numbering; -1: no longer), so that a rank of the host that
   // times out on this one can say whom this one waits for. Two stores.

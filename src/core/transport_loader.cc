@@ -370,9 +370,10 @@ void PluginKvFree(void* value) noexcept { std::free(value); }
 
 // The algorithms' view of a version 4 plugin's point-to-point. A failure's
 // message is the plugin's (it names the peer), under the collective's name;
-// a failed wait goes through LinkFailure, which needs the request's peer:
-// the requests posted and not yet waited for are kept with theirs (a few at
-// a time; the loop thread only).
+// a failed wait goes through LinkFailure, which needs the request's peer
+// where this rank has a host segment (the only place it is used): there the
+// requests posted and not yet waited for are kept with theirs (a few at a
+// time; the loop thread only).
 class Transport::PluginLinks : public algo::Links {
  public:
   PluginLinks(Transport* t, int rank, int size) : t_(t), rank_(rank), size_(size) {}
@@ -381,13 +382,13 @@ class Transport::PluginLinks : public algo::Links {
   Status Isend(int peer, uint32_t tag, const void* data, size_t bytes, algo::Req* req) override {
     const hvd_transport_buffer_t b = t_->Host(data, bytes);
     HVD_CHECK(t_->Check(t_->v4_table_.isend(t_->comm_, peer, tag, &b, req), t_->op_));
-    open_.emplace_back(*req, peer);
+    if (t_->host_seg_ != nullptr) open_.emplace_back(*req, peer);
     return Status::Ok();
   }
   Status Irecv(int peer, uint32_t tag, void* data, size_t bytes, algo::Req* req) override {
     const hvd_transport_buffer_t b = t_->Host(data, bytes);
     HVD_CHECK(t_->Check(t_->v4_table_.irecv(t_->comm_, peer, tag, &b, req), t_->op_));
-    open_.emplace_back(*req, peer);
+    if (t_->host_seg_ != nullptr) open_.emplace_back(*req, peer);
     return Status::Ok();
   }
   Status Wait(algo::Req req) override {
@@ -698,7 +699,7 @@ Status Transport::LinkFailure(int rc, int peer) {
   int by = -1, by_code = 0;
   std::string why;
   if (HostIndex(peer) >= 0 && peer != rank_) {
-    if (host_seg_->AwaitAbort(0, &by, &by_code, &why)) {
+    if (host_seg_->AbortedBy(&by, &by_code, &why)) {
       const std::string first = host_seg_->Name(by);
       text = head + (first == Who(peer) ? first + " gave up first: "
                                         : Who(peer) + " stopped after " + first + " gave up: ") + why;
@@ -770,8 +771,9 @@ Status Transport::ShmFailure(shm::Segment& seg, const char* what, const shm::Err
   }
   Status st = Error(static_cast<hvd_status_t>(e.code), std::string(name_) + " " + what + " failed: " + msg);
   Broke(st);
-  seg.Abort(e.code, msg);  // peers waiting in the segment fail at once
-  WarnHost(static_cast<hvd_status_t>(e.code), msg);  // and those in this rank's other segments
+  // Peers waiting in this segment (shm_ or a subset's, both in WarnHost's
+  // list) and in this rank's other segments fail at once.
+  WarnHost(static_cast<hvd_status_t>(e.code), msg);
   // The communicator is broken for the core: the plugin's too (its finalize
   // then knows a peer may be gone, and nothing waits on it).
   if (v4_table_.abort != nullptr) v4_table_.abort(comm_, e.code, msg.c_str());
@@ -1432,15 +1434,8 @@ bool Transport::Abort(hvd_status_t status, const std::string& reason) noexcept {
     } catch (...) {
     }
   }
-  try {
-    if (shm_) {
-      shm_->Abort(status, reason);
-      done = true;
-    }
-    std::lock_guard<std::mutex> lock(fail_mu_);
-    for (shm::Segment* seg : subset_shm_) seg->Abort(status, reason);
-  } catch (...) {
-  }
+  WarnHost(status, reason);
+  done = shm_ != nullptr;
   if (v4_ && comm_ != nullptr && v4_table_.abort != nullptr) {
     done = v4_table_.abort(comm_, status, reason.c_str()) == HVD_OK || done;
   }
