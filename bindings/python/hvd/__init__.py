@@ -110,6 +110,7 @@ def init(comm=None, process_sets=None, **params):
         _keepalive.append(keep)
         if not was:
             _DEFAULT._namer.reset()
+            _DEFAULT._mpi_comm = comm  # ProcessSet(mpi_comm) translates ranks to it
             _homogeneous.clear()
         global_process_set.ranks = list(range(size()))
     if process_sets:
@@ -134,6 +135,7 @@ def shutdown():
                                      "context")
             _ops.reap_orphans(wait=True)
             _keepalive.clear()
+            _DEFAULT._mpi_comm = None
 
 
 @_atexit.register

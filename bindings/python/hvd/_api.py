@@ -452,9 +452,26 @@ class _Root:
     """What the default context and hvd.Context share: making and
     registering process sets."""
 
+    _mpi_comm = None  # the mpi4py communicator the context was made on, if any
+
     def _make_set(self, ranks):
         arr, n = _rank_list(ranks, "a process set")
         return _make_child("hvd_process_set_create", self, n, arr)
+
+    def _allgather_objects(self, obj, op):
+        """Every rank's picklable obj, in rank order (collective over this
+        context; the name comes from op and this context's counter)."""
+        name = self._namer(op, None)
+        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
+                                dtype=np.uint8).copy()
+        sizes = _ops.allgather_async(self._ptr, NUMPY, np.array([payload.size], dtype=np.int64),
+                                     name + ".sizes").wait()
+        data = _ops.allgather_async(self._ptr, NUMPY, payload, name + ".data").wait()
+        out, off = [], 0
+        for s in sizes.tolist():
+            out.append(pickle.loads(data[off:off + s].tobytes()))
+            off += s
+        return out
 
     def add_process_set(self, process_set):
         """Registers a process set (a ProcessSet or a list of ranks) on this
@@ -523,6 +540,7 @@ class Context(_Root, _ContextQueries, Collectives):
         out = ctypes.c_void_p()
         C.call("hvd_context_create", ctypes.byref(p), ctypes.byref(out))
         self._handle = out.value
+        self._mpi_comm = comm
         self._namer = _ops.Namer()
         self._lock = threading.Lock()
         self._registry = _process_sets.Registry(self)

@@ -12,6 +12,14 @@ raises ValueError.
 As in Horovod:
   - ProcessSet(ranks) sorts the ranks; it is only a list until registered
     (process_set_id None, rank() and size() None);
+  - ProcessSet(mpi_comm) takes an mpi4py communicator: its ranks are found
+    when it is registered (ranks None until then), by translating the
+    communicator's group to the root's MPI communicator (the one passed to
+    hvd.init(comm=...), else MPI.COMM_WORLD), whose ranks are hvd's when
+    mpirun started the job. Every rank passes its own communicator (e.g. from
+    MPI.COMM_WORLD.Split), and every distinct one becomes a set, in the order
+    of its lowest rank: after a Split by parity, ranks 0 and 2 hold set [0, 2]
+    and ranks 1 and 3 set [1, 3], with different ids;
   - hvd.global_process_set (id 0) is every rank of the default context;
   - add_process_set / remove_process_set are called by every rank, in the
     same order; removing returns True, or False for the global set and a set
@@ -24,11 +32,21 @@ As in Horovod:
 from __future__ import annotations
 
 import numbers
+import sys
 import threading
 
 
 def _err(msg):
     return ValueError(f"hvd: {msg}")
+
+
+def _mpi_comm(obj):
+    """obj if it is an mpi4py communicator, else None. mpi4py is not imported
+    here: a communicator exists only once mpi4py.MPI is loaded."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and isinstance(obj, mpi.Comm):
+        return obj
+    return None
 
 
 class ProcessSet:
@@ -41,20 +59,32 @@ class ProcessSet:
     mpi_comm = None
 
     def __init__(self, ranks_or_comm):
-        try:
-            ranks = list(ranks_or_comm)
-        except TypeError:
-            raise _err("ProcessSet takes a list of ranks (ints), got "
-                       f"{type(ranks_or_comm).__name__}; hvd builds process sets from rank "
-                       "lists only") from None
-        bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, numbers.Integral)]
-        if bad:
-            raise _err(f"ProcessSet takes a list of ranks (ints); got {bad[0]!r}")
-        self.ranks = sorted(int(r) for r in ranks)
         self._registry = None  # the root's registry, once registered
         self._ctx = None  # this rank's context for the set (members only)
         self._gone = None  # why it is no longer registered (removed, shut down)
         self._global = False
+        self._siblings = ()  # ids registered by the same ProcessSet(mpi_comm) registration
+        comm = _mpi_comm(ranks_or_comm)
+        if comm is not None:
+            from mpi4py import MPI
+            if comm == MPI.COMM_NULL:
+                raise _err("ProcessSet(mpi_comm): the communicator is MPI.COMM_NULL; pass a "
+                           "communicator this process belongs to (e.g. from "
+                           "MPI.COMM_WORLD.Split with a color >= 0)")
+            if comm.Is_inter():
+                raise _err("ProcessSet(mpi_comm): an intercommunicator cannot be a process "
+                           "set; pass an intracommunicator")
+            self.mpi_comm = comm
+            return
+        try:
+            ranks = list(ranks_or_comm)
+        except TypeError:
+            raise _err("ProcessSet takes a list of ranks (ints) or an mpi4py communicator, "
+                       f"got {type(ranks_or_comm).__name__}") from None
+        bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, numbers.Integral)]
+        if bad:
+            raise _err(f"ProcessSet takes a list of ranks (ints); got {bad[0]!r}")
+        self.ranks = sorted(int(r) for r in ranks)
 
     # -- Horovod's queries ------------------------------------------------------------
     def size(self):
@@ -98,6 +128,8 @@ class ProcessSet:
         if self._global:
             return "the global process set"
         ident = "" if self.process_set_id is None else f" (id {self.process_set_id})"
+        if self.ranks is None:
+            return f"the process set of MPI communicator {self.mpi_comm}"
         return f"process set {self.ranks}{ident}"
 
     # -- binding an operation to the set ---------------------------------------------------
@@ -169,6 +201,8 @@ class Registry:
         with self._lock:
             if ps.process_set_id is not None:
                 raise _err(f"{ps._describe()} is already registered")
+            if ps.ranks is None:
+                return self._add_comm(ps)
             # The set is made first, so that ranks passing different lists
             # all fail together (MismatchError) rather than some refusing a
             # duplicate here while the others wait in the collective.
@@ -185,9 +219,57 @@ class Registry:
             ps._register(self, ident, ctx)
         return ps
 
+    def _add_comm(self, ps):
+        """Registers ProcessSet(mpi_comm): collective over the root's ranks,
+        each passing its own communicator. Every rank translates its
+        communicator's ranks to the root's, the lists are allgathered, and each
+        distinct list becomes a set (in the order of its lowest rank), so every
+        rank registers the same sets under the same ids; ps becomes the set of
+        this rank's communicator. Any problem on any rank raises the same
+        ValueError on every rank, before anything is registered."""
+        mine, problem = _translate(ps.mpi_comm, self.root)
+        every = self.root._allgather_objects((mine, problem), "process_set.mpi_comm")
+        bad = [(r, p) for r, (_, p) in enumerate(every) if p is not None]
+        if bad:
+            r, p = bad[0]
+            raise _err(f"ProcessSet(mpi_comm) on rank {r}: {p}")
+        lists = []
+        for r, (ranks, _) in enumerate(every):
+            if ranks not in lists:
+                lists.append(ranks)
+        for ranks in lists:
+            strays = [r for r in ranks if every[r][0] != ranks]
+            if strays:
+                raise _err(f"ProcessSet(mpi_comm): ranks passed different communicators at "
+                           f"the same call: the communicator of rank {ranks[0]} holds ranks "
+                           f"{ranks}, rank {strays[0]}'s holds {every[strays[0]][0]}; every "
+                           "rank must pass the communicator it belongs to (e.g. from one "
+                           "MPI.COMM_WORLD.Split)")
+            dup = [o for o in self._sets.values() if o.ranks == ranks]
+            if dup:
+                raise _err(f"attempted to add a duplicate process set: the communicator of "
+                           f"rank {ranks[0]} holds the ranks of {dup[0]._describe()}")
+        made = []
+        for ranks in lists:
+            ctx = self.root._make_set(ranks)  # collective over the root's ranks
+            target = ps if ranks == mine else ProcessSet(ranks)
+            if target is ps:
+                ps.ranks = list(ranks)
+            ident = self._next_id
+            self._next_id += 1
+            self._sets[ident] = target
+            target._register(self, ident, ctx)
+            made.append((ident, target))
+        siblings = tuple(ident for ident, _ in made)
+        for _, target in made:
+            target._siblings = siblings
+        return ps
+
     def remove(self, ps):
         """Horovod's remove_process_set: True once removed; False for the
-        global set and a set that is not registered (here)."""
+        global set and a set that is not registered (here). A set made from an
+        MPI communicator goes with the others of its registration (each rank
+        passes its own ProcessSet; together they remove all of them)."""
         if not isinstance(ps, ProcessSet):
             raise TypeError(f"hvd.remove_process_set: expected a ProcessSet, got "
                             f"{type(ps).__name__}")
@@ -196,12 +278,15 @@ class Registry:
         with self._lock:
             if ps._registry is not self or self._sets.get(ps.process_set_id) is not ps:
                 return False
-            del self._sets[ps.process_set_id]
-            ident, ctx = ps.process_set_id, ps._ctx
-            ps._invalidate("was removed (hvd.remove_process_set)")
-            self._forget(ident)
-            if ctx is not None:
-                ctx.close()  # collective over the set's members
+            for ident in sorted(set(ps._siblings) | {ps.process_set_id}):
+                target = self._sets.pop(ident, None)
+                if target is None:
+                    continue
+                ctx = target._ctx
+                target._invalidate("was removed (hvd.remove_process_set)")
+                self._forget(ident)
+                if ctx is not None:
+                    ctx.close()  # collective over the set's members
         return True
 
     def clear(self, why):
@@ -230,6 +315,39 @@ class Registry:
     def live(self):
         with self._lock:
             return [self._sets[k] for k in sorted(self._sets)]
+
+
+def _translate(comm, root):
+    """(this rank's communicator's members as root ranks, sorted; None) or
+    (None, why not). The root's ranks are those of its MPI communicator (the
+    one given to hvd.init / hvd.Context, else MPI.COMM_WORLD), which must have
+    hvd's size and this rank at hvd's rank."""
+    try:
+        from mpi4py import MPI
+        ref = getattr(root, "_mpi_comm", None)
+        what = "the communicator passed to hvd.init(comm=...)"
+        if ref is None:
+            ref, what = MPI.COMM_WORLD, "MPI.COMM_WORLD"
+        n, n_ref = root.size(), ref.Get_size()
+        if n != n_ref:
+            return None, (f"hvd's job has {n} ranks but {what} has {n_ref}: the ranks of an MPI "
+                          f"communicator are hvd's ranks only when every hvd rank is an MPI "
+                          f"process of {what} (start the job with mpirun, or pass "
+                          "hvd.init(comm=...)); pass the ranks instead (hvd.ProcessSet([...]))")
+        if ref.Get_rank() != root.rank():
+            return None, (f"this process is rank {root.rank()} of hvd's job but rank "
+                          f"{ref.Get_rank()} of {what}: their ranks do not match")
+        group, ref_group = comm.Get_group(), ref.Get_group()
+        try:
+            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), ref_group)
+        finally:
+            group.Free()
+            ref_group.Free()
+        if any(r == MPI.UNDEFINED for r in ranks):
+            return None, f"the communicator holds processes that are not in {what}"
+        return sorted(int(r) for r in ranks), None
+    except Exception as e:  # reported on every rank, not only this one
+        return None, f"{type(e).__name__}: {e}"
 
 
 def make_global(registry):

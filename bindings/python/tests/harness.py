@@ -166,3 +166,39 @@ def have_module(name):
         return True
     except Exception:
         return False
+
+
+def mpi_reason():
+    """None when jobs can run under mpirun with hvd's MPI plugin and mpi4py,
+    else why not."""
+    import shutil
+    if C.plugin_path("mpi") is None:
+        return (f"MPI transport plugin libhvd_transport_mpi.so is not built next to "
+                f"{C.library_path()}")
+    if not have_module("mpi4py"):
+        return "mpi4py is not installed"
+    if shutil.which("mpirun") is None:
+        return "mpirun (Open MPI) is not installed"
+    return None
+
+
+def run_mpirun(np_, script, args=(), tmp_path=None, timeout=180, env=None):
+    """Runs `python script args...` as np_ ranks under Open MPI's mpirun;
+    returns JobResult (one return code: mpirun's)."""
+    import tempfile
+    out_dir = str(tmp_path) if tmp_path is not None else tempfile.mkdtemp(prefix="hvdtest-")
+    extra = {"HVD_TEST_OUT": out_dir}
+    extra.update(env or {})
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_)]
+    for k in ("HVD_TEST_OUT", "HVD_LIBRARY_PATH", "PYTHONPATH", *sorted(env or {})):
+        cmd += ["-x", k]
+    cmd += [sys.executable, script, *map(str, args)]
+    p = subprocess.run(cmd, env=child_env(extra), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=timeout)
+    results = {}
+    for r in range(np_):
+        path = os.path.join(out_dir, f"rank{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                results[r] = json.load(f)
+    return JobResult([p.returncode], p.stdout.decode("utf-8", "replace"), results)
