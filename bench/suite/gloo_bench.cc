@@ -5,7 +5,9 @@
 //   hvdrun --start-timeout 0 -np 2 build/bin/gloo-bench coll --store /tmp/x
 //
 // Rank and size come from the launcher's variables (hvdrun or mpirun); the
-// launcher only starts the processes.
+// launcher only starts the processes. Across hosts, --iface IF makes every
+// rank listen on its interface IF (e.g. eth0) instead of 127.0.0.1; the
+// --store directory must then be on a file system all hosts share.
 //
 // Modes and variants (result lines: see bench_common.h)
 //   coll     allreduce: "ring" and "ringchunked" (the legacy AllreduceRing /
@@ -286,8 +288,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // --iface IF: listen on IF's address (ranks on several hosts); else
+    // 127.0.0.1 (every rank on this one).
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    const std::string iface = a.Get("--iface", "");
+    if (iface.empty()) {
+      attr.hostname = "127.0.0.1";
+    } else {
+      attr.iface = iface;
+    }
     g_dev = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore file_store(store_dir);
     g_store = &file_store;

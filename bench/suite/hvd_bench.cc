@@ -16,18 +16,35 @@
 //            allreduces at once (async), then waits for all of them.
 //   latency  --steps S: one 4-byte allreduce per step, back to back (no
 //            barrier: a training loop's steady state), median step time.
+//   e2e      a synthetic training step with ResNet-50's gradients (torchvision's
+//            resnet50: 161 tensors, 25,557,032 float32 parameters, 102 MB):
+//            --compute-ms C of "compute" per step, slept (not spun, so ranks
+//            that share cores do not slow each other's compute), a third as
+//            the forward pass, the rest as the backward pass in equal shares
+//            per weight tensor, last layer first; each gradient is submitted
+//            (hvd_allreduce_async, average) as its share ends, as
+//            DistributedOptimizer's hooks do, and the step ends when all are
+//            done. --batch B (32) per rank, --steps S (10), --warmup W (2).
+//            Reports the median step and images/s = ranks x B / step.
 //   coll --process-set all: the same over a process set of every rank (the
 //        cost of a set against its parent of the same size, same run);
 //        --process-set halves: two sets of half the ranks each, running the
 //        same collectives at once (the ensemble pattern), reported at the
 //        set's size by the first half's rank 0.
 // Common: --system NAME (the label in the results), --quick (1 warm-up, 1
-// iteration), --iters-scale X. Transport, cycle time and fusion threshold
+// iteration), --iters-scale X, --netdev IF (coll and e2e: the bytes each
+// host sent and received on interface IF during the timed loop, from
+// /proc/net/dev of its own network namespace, read by its local rank 0;
+// see NetCounter). Transport, cycle time and fusion threshold
 // come from the environment (HVD_TRANSPORT, HVD_CYCLE_TIME, ...), as for any
 // hvd program. Result lines: see bench_common.h.
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_common.h"
@@ -89,6 +106,116 @@ std::string EnvExtra() {
   return extra;
 }
 
+// --netdev IF: what crosses the hosts' links. Each host's local rank 0 reads
+// IF's byte counters from /proc/net/dev (the network namespace of the reading
+// process, so a container's or a simulated host's own interface) around the
+// loop of one measurement, and the counts are summed over the hosts. The
+// loop's barriers are measured alone right after, in the same shape (as many
+// barriers, between the same reads), and their bytes reported apart, so that
+// a reader can take them off:
+//   "net_tx_per_op":  bytes all hosts sent on IF per iteration (op + barrier)
+//   "net_rx_per_op":  the same, received
+//   "net_barrier_tx": bytes all hosts sent per barrier alone
+//   "net_hosts":      hosts counted (ranks with local rank 0)
+// Counters include the headers of every packet (Ethernet, IP, TCP) and any
+// other traffic on IF at the time.
+struct NetBytes {
+  double tx = 0;
+  double rx = 0;
+};
+
+NetBytes ReadNetDev(const std::string& dev) {
+  FILE* f = std::fopen("/proc/net/dev", "r");
+  if (f == nullptr) {
+    std::fprintf(stderr, "hvd-bench: --netdev: cannot read /proc/net/dev\n");
+    std::exit(2);
+  }
+  char line[512];
+  NetBytes nb;
+  bool found = false;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    char* colon = std::strchr(line, ':');
+    if (colon == nullptr) continue;
+    *colon = '\0';
+    const char* name = line;
+    while (*name == ' ') ++name;
+    if (dev != name) continue;
+    unsigned long long v[9] = {0};
+    // rx: bytes packets errs drop fifo frame compressed multicast; tx: bytes ...
+    if (std::sscanf(colon + 1, "%llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7], &v[8]) == 9) {
+      nb.rx = static_cast<double>(v[0]);
+      nb.tx = static_cast<double>(v[8]);
+      found = true;
+    }
+    break;
+  }
+  std::fclose(f);
+  if (!found) {
+    std::fprintf(stderr, "hvd-bench: --netdev: no interface '%s' in /proc/net/dev\n", dev.c_str());
+    std::exit(2);
+  }
+  return nb;
+}
+
+class NetCounter {
+ public:
+  explicit NetCounter(std::string dev) : dev_(std::move(dev)) {
+    if (dev_.empty()) return;
+    int lr = 0;
+    Check(hvd_local_rank(&lr), "hvd_local_rank");
+    reader_ = lr == 0;
+    if (reader_) ReadNetDev(dev_);  // fails early on a wrong name
+  }
+  bool on() const { return !dev_.empty(); }
+
+  // Right before the loop: every rank past a barrier.
+  void Start() {
+    if (!on()) return;
+    Check(hvd_barrier(g_ctx), "barrier");
+    if (reader_) a0_ = ReadNetDev(dev_);
+  }
+
+  // Right after the loop of `ops` iterations, each with one barrier; returns
+  // the result fields (empty when off). Collective.
+  std::string Stop(int ops, const std::string& tag) {
+    if (!on()) return "";
+    Check(hvd_barrier(g_ctx), "barrier");
+    NetBytes a1, b0, b1;
+    if (reader_) a1 = ReadNetDev(dev_);
+    Check(hvd_barrier(g_ctx), "barrier");
+    if (reader_) b0 = ReadNetDev(dev_);
+    for (int i = 0; i < ops; ++i) Check(hvd_barrier(g_ctx), "barrier");
+    Check(hvd_barrier(g_ctx), "barrier");
+    if (reader_) b1 = ReadNetDev(dev_);
+    double v[5] = {0, 0, 0, 0, 0};
+    if (reader_) {
+      v[0] = a1.tx - a0_.tx;
+      v[1] = a1.rx - a0_.rx;
+      v[2] = b1.tx - b0.tx;
+      v[3] = b1.rx - b0.rx;
+      v[4] = 1;
+    }
+    const int64_t shape[1] = {5};
+    hvd_tensor_t t = Tensor1D(v, HVD_FLOAT64, shape);
+    Check(hvd_allreduce(g_ctx, ("net." + tag).c_str(), &t, v, HVD_SUM), "allreduce(net)");
+    const double n = ops > 0 ? ops : 1;
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  ",\"net_dev\":\"%s\",\"net_hosts\":%.0f,\"net_tx_per_op\":%.1f,\"net_rx_per_op\":%.1f,"
+                  "\"net_barrier_tx\":%.1f,\"net_barrier_rx\":%.1f",
+                  dev_.c_str(), v[4], v[0] / n, v[1] / n, v[2] / n, v[3] / n);
+    return buf;
+  }
+
+ private:
+  std::string dev_;
+  bool reader_ = false;
+  NetBytes a0_;
+};
+
+NetCounter* g_net = nullptr;
+
 void RunAllreduce(const std::string& system, size_t bytes, const hvdbench::Schedule& sch) {
   const size_t count = std::max<size_t>(1, bytes / sizeof(float));
   Buffer buf(count * sizeof(float));
@@ -97,6 +224,7 @@ void RunAllreduce(const std::string& system, size_t bytes, const hvdbench::Sched
   const std::string name = "ar." + std::to_string(bytes);
   std::vector<double> times;
   for (int i = 0; i < sch.warmup + sch.iters; ++i) {
+    if (i == sch.warmup) g_net->Start();
     if (i == 0) hvdbench::FillPattern(buf.p, count, g_rank);
     Check(hvd_barrier(g_ctx), "barrier");
     const double t0 = NowUs();
@@ -114,9 +242,11 @@ void RunAllreduce(const std::string& system, size_t bytes, const hvdbench::Sched
     }
     if (i >= sch.warmup) times.push_back(t1 - t0);
   }
+  const std::string net = g_net->Stop(sch.iters, name);
   times = SlowestRank(times, name);
   if (g_emit) {
-    hvdbench::EmitColl(system, "allreduce", "inplace", g_size, count * sizeof(float), times, EnvExtra());
+    hvdbench::EmitColl(system, "allreduce", "inplace", g_size, count * sizeof(float), times,
+                       EnvExtra() + net);
   }
 }
 
@@ -129,6 +259,7 @@ void RunAllgather(const std::string& system, size_t bytes, const hvdbench::Sched
   const std::string name = "ag." + std::to_string(bytes);
   std::vector<double> times;
   for (int i = 0; i < sch.warmup + sch.iters; ++i) {
+    if (i == sch.warmup) g_net->Start();
     Check(hvd_barrier(g_ctx), "barrier");
     const double t0 = NowUs();
     hvd_handle_t h = nullptr;
@@ -149,10 +280,11 @@ void RunAllgather(const std::string& system, size_t bytes, const hvdbench::Sched
     Check(hvd_handle_release(h), "release");
     if (i >= sch.warmup) times.push_back(t1 - t0);
   }
+  const std::string net = g_net->Stop(sch.iters, name);
   times = SlowestRank(times, name);
   if (g_emit) {
     hvdbench::EmitColl(system, "allgather", "outofplace", g_size,
-                       per_rank * sizeof(float) * static_cast<size_t>(g_size), times, EnvExtra());
+                       per_rank * sizeof(float) * static_cast<size_t>(g_size), times, EnvExtra() + net);
   }
 }
 
@@ -164,6 +296,7 @@ void RunBroadcast(const std::string& system, size_t bytes, const hvdbench::Sched
   const std::string name = "bc." + std::to_string(bytes);
   std::vector<double> times;
   for (int i = 0; i < sch.warmup + sch.iters; ++i) {
+    if (i == sch.warmup) g_net->Start();
     if (i == 0) {
       for (size_t k = 0; k < count; ++k) buf.p[k] = g_rank == 0 ? 7.0f : 0.0f;
     }
@@ -180,9 +313,11 @@ void RunBroadcast(const std::string& system, size_t bytes, const hvdbench::Sched
     }
     if (i >= sch.warmup) times.push_back(t1 - t0);
   }
+  const std::string net = g_net->Stop(sch.iters, name);
   times = SlowestRank(times, name);
   if (g_emit) {
-    hvdbench::EmitColl(system, "broadcast", "inplace", g_size, count * sizeof(float), times, EnvExtra());
+    hvdbench::EmitColl(system, "broadcast", "inplace", g_size, count * sizeof(float), times,
+                       EnvExtra() + net);
   }
 }
 
@@ -274,11 +409,147 @@ void RunLatency(const Args& a, const std::string& system, bool quick) {
   }
 }
 
+// ResNet-50's parameter tensors in torchvision's registration order (conv,
+// batch norm weight and bias, the downsample branch of each stage's first
+// block, fc), as element counts. `weight` marks the conv and fc weights: the
+// backward pass's compute is shared out among them.
+struct GradTensor {
+  size_t count;
+  bool weight;
+};
+
+std::vector<GradTensor> ResNet50Tensors() {
+  std::vector<GradTensor> t;
+  auto conv = [&t](size_t in, size_t out, size_t k) { t.push_back({in * out * k * k, true}); };
+  auto bn = [&t](size_t c) {
+    t.push_back({c, false});
+    t.push_back({c, false});
+  };
+  conv(3, 64, 7);
+  bn(64);
+  size_t in = 64;
+  const size_t planes[4] = {64, 128, 256, 512};
+  const int blocks[4] = {3, 4, 6, 3};
+  for (int s = 0; s < 4; ++s) {
+    const size_t p = planes[s];
+    for (int b = 0; b < blocks[s]; ++b) {
+      conv(in, p, 1);
+      bn(p);
+      conv(p, p, 3);
+      bn(p);
+      conv(p, p * 4, 1);
+      bn(p * 4);
+      if (b == 0) {
+        conv(in, p * 4, 1);
+        bn(p * 4);
+      }
+      in = p * 4;
+    }
+  }
+  t.push_back({2048 * 1000, true});
+  t.push_back({1000, false});
+  return t;
+}
+
+void RunE2e(const Args& a, const std::string& system, bool quick) {
+  const std::string model = a.Get("--model", "resnet50");
+  if (model != "resnet50") {
+    std::fprintf(stderr, "hvd-bench: e2e --model resnet50 is the only model\n");
+    std::exit(2);
+  }
+  const double compute_ms = std::atof(a.Get("--compute-ms", "100").c_str());
+  const int batch = std::atoi(a.Get("--batch", "32").c_str());
+  const int steps = quick ? 2 : std::atoi(a.Get("--steps", "10").c_str());
+  const int warmup = quick ? 1 : std::atoi(a.Get("--warmup", "2").c_str());
+  const std::vector<GradTensor> spec = ResNet50Tensors();
+  size_t params = 0, weights = 0;
+  for (const auto& g : spec) {
+    params += g.count;
+    weights += g.weight ? 1 : 0;
+  }
+  if (spec.size() != 161 || params != 25557032) {
+    std::fprintf(stderr, "hvd-bench: ResNet-50 table is wrong: %zu tensors, %zu parameters\n", spec.size(),
+                 params);
+    std::exit(4);
+  }
+  const size_t n = spec.size();
+  std::vector<Buffer> bufs(n);
+  std::vector<std::string> names(n);
+  std::vector<int64_t> shapes(n);
+  for (size_t i = 0; i < n; ++i) {
+    bufs[i].Reset(spec[i].count * sizeof(float));
+    names[i] = "grad." + std::to_string(i);
+    shapes[i] = static_cast<int64_t>(spec[i].count);
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto fwd = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
+      compute_ms / 3.0));
+  const auto share = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(
+      compute_ms * 2.0 / 3.0 / static_cast<double>(weights)));
+  std::vector<hvd_handle_t> hs(n);
+  std::vector<double> times;
+  Check(hvd_barrier(g_ctx), "barrier");
+  for (int s = 0; s < warmup + steps; ++s) {
+    if (s == 0) {
+      for (size_t i = 0; i < n; ++i) hvdbench::FillPattern(bufs[i].p, spec[i].count, g_rank);
+    }
+    if (s == warmup) g_net->Start();
+    const auto c0 = Clock::now();
+    const double t0 = NowUs();
+    auto due = c0 + fwd;
+    std::this_thread::sleep_until(due);
+    for (size_t k = n; k-- > 0;) {  // backward: last layer first
+      if (spec[k].weight) {
+        due += share;
+        std::this_thread::sleep_until(due);
+      }
+      const int64_t shape[1] = {shapes[k]};
+      hvd_tensor_t t = Tensor1D(bufs[k].p, HVD_FLOAT32, shape);
+      Check(hvd_allreduce_async(nullptr, names[k].c_str(), &t, bufs[k].p, HVD_SUM, 1.0,
+                                1.0 / static_cast<double>(g_size), &hs[k]),
+            "allreduce");
+    }
+    for (size_t k = 0; k < n; ++k) Check(hvd_handle_wait(hs[k], -1), "wait");
+    const double t1 = NowUs();
+    for (size_t k = 0; k < n; ++k) Check(hvd_handle_release(hs[k]), "release");
+    if (s == 0) {  // the average of FillPattern over the ranks: (size + 1) / 2 + i % 7
+      for (size_t k = 0; k < n; ++k) {
+        const float* p = bufs[k].p;
+        const size_t c = spec[k].count;
+        for (size_t i = 0; i < c; i += std::max<size_t>(1, c / 97)) {
+          const float want = static_cast<float>(0.5 * (g_size + 1) + static_cast<double>(i % 7));
+          if (std::fabs(p[i] - want) > 1e-5f * want) {
+            std::fprintf(stderr, "hvd-bench: e2e gradient %zu element %zu is %g, expected %g\n", k, i,
+                         static_cast<double>(p[i]), static_cast<double>(want));
+            std::exit(4);
+          }
+        }
+      }
+    }
+    if (s >= warmup) times.push_back(t1 - t0);
+  }
+  // Each step ends with the slowest rank's last gradient (all ranks wait for
+  // it); the barrier-free steps are aligned by the collectives themselves.
+  const std::string net = g_net->Stop(steps, "e2e");
+  times = SlowestRank(times, "e2e");
+  if (g_rank == 0) {
+    const double med = hvdbench::Median(times);
+    char extra[256];
+    std::snprintf(extra, sizeof(extra),
+                  ",\"model\":\"%s\",\"params\":%zu,\"compute_ms\":%g,\"batch\":%d,\"step_ms\":%.3f,"
+                  "\"images_per_s\":%.1f",
+                  model.c_str(), params, compute_ms, batch, med / 1e3,
+                  med > 0 ? g_size * batch / (med / 1e6) : 0.0);
+    hvdbench::EmitStep("e2e_synth", system, model, g_size, static_cast<int>(n), 0, times,
+                       EnvExtra() + extra + net);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: hvd-bench coll|fusion|latency [--system NAME] [--quick] ...\n");
+    std::fprintf(stderr, "usage: hvd-bench coll|fusion|latency|e2e [--system NAME] [--quick] ...\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -305,6 +576,8 @@ int main(int argc, char** argv) {
     g_emit = parent_rank == 0;
   }
 
+  NetCounter net(a.Get("--netdev", ""));
+  g_net = &net;
   if (mode == "coll") {
     const auto ops = hvdbench::SplitList(a.Get("--ops", "allreduce,allgather,broadcast"));
     const auto sizes = hvdbench::ParseSizes(a.Get("--sizes", "4:256M"));
@@ -327,6 +600,8 @@ int main(int argc, char** argv) {
     RunFusion(a, system, quick);
   } else if (mode == "latency") {
     RunLatency(a, system, quick);
+  } else if (mode == "e2e") {
+    RunE2e(a, system, quick);
   } else {
     std::fprintf(stderr, "hvd-bench: unknown mode '%s'\n", mode.c_str());
     return 2;
