@@ -450,7 +450,12 @@ HVD_API hvd_status_t hvd_barrier(hvd_context_t ctx);
  * no limit). Returns the operation's status, or HVD_ERR_TIMEOUT with a message
  * naming the ranks not yet ready when known; the handle stays valid. To tell
  * "the wait ran out" from "the operation failed with a timeout" (the stall
- * inspector), call hvd_handle_poll: HVD_IN_PROGRESS means still pending. */
+ * inspector), call hvd_handle_poll: HVD_IN_PROGRESS means still pending.
+ * While the context's background thread is idle, a wait (timeout_s < 0 or
+ * >= 0.01) runs the negotiation and the operation on the calling thread,
+ * sparing two thread hand-offs (HVD_CALLER_CYCLES=0 turns this off); the
+ * wait then returns when that cycle ends, which may be after timeout_s if a
+ * peer is slow to enter it (bounded by the peer and transport timeouts). */
 HVD_API hvd_status_t hvd_handle_wait(hvd_handle_t handle, double timeout_s);
 
 /* HVD_IN_PROGRESS while pending, then the operation's status. */

@@ -23,9 +23,9 @@
  * win. Versions 1-3 are collective-only tables; cores keep loading them.
  *
  * Threading: every entry point of one communicator is called from one thread
- * at a time (the context's background thread), except those marked "any
- * thread" (abort, async_error). Nothing calls into a plugin from a user's
- * thread. Entry points never throw or unwind: they return an hvd_status_t and
+ * at a time (the context's background thread, or, where the plugin sets
+ * HVD_TRANSPORT_CAP_ANY_THREAD, a user thread the core hands it to), except
+ * those marked "any thread" (abort, async_error). Entry points never throw or unwind: they return an hvd_status_t and
  * keep a message for last_error().
  *
  * Data: counts are elements for reductions, bytes elsewhere. Versions 1-3
@@ -251,6 +251,12 @@ typedef struct hvd_transport_request hvd_transport_request_t;
 #define HVD_TRANSPORT_CAP_REGISTER_MEMORY ((uint64_t)1 << 4) /* register_memory */
 #define HVD_TRANSPORT_CAP_ABORT ((uint64_t)1 << 5)      /* abort, async_error       */
 #define HVD_TRANSPORT_CAP_PEER_TIMEOUT ((uint64_t)1 << 6) /* set_timeout            */
+#define HVD_TRANSPORT_CAP_ANY_THREAD ((uint64_t)1 << 7)
+/*     the communicator's entry points may be called from any thread, still
+ *     one call at a time: the core then hands the communicator between its
+ *     background thread and a user thread waiting on a handle (under a
+ *     lock, so each call sees the previous one's effects). Without the flag
+ *     every call comes from the background thread.                        */
 
 /* The collectives, as indices of hvd_transport_info_t.native_max_bytes. */
 #define HVD_TRANSPORT_ALLREDUCE 0

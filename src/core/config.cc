@@ -480,7 +480,8 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     const Switch switches[] = {{"HVD_SHM", &c.shm},
                                {"HVD_GLOO_SHM", &c.gloo_shm},
                                {"HVD_MPI_SHM", &c.mpi_shm},
-                               {"HVD_HIERARCHICAL", &c.hierarchical}};
+                               {"HVD_HIERARCHICAL", &c.hierarchical},
+                               {"HVD_CALLER_CYCLES", &c.caller_cycles}};
     c.host_id = EnvStr(env, "HVD_HOST_ID");
     for (const Switch& w : switches) {
       std::string v = EnvStr(env, w.name);

@@ -76,6 +76,10 @@ struct Config {
   // HVD_HIERARCHICAL: the hierarchical collectives where ranks span several
   // hosts and some host has several (1 on, 0 off, -1 unset = on).
   int hierarchical = -1;
+  // HVD_CALLER_CYCLES: a caller blocking on a handle while the background
+  // thread is idle runs the cycle itself, saving two thread hand-offs
+  // (1 on, 0 off, -1 unset = on; only where the transport allows any thread).
+  int caller_cycles = -1;
   // HVD_HOST_ID: this rank's host identity for the shared-memory and
   // hierarchical paths (ranks with equal ones count as one host); unset:
   // the machine's (boot id, host name, IPC and PID namespaces). For

@@ -141,7 +141,7 @@ std::string ListText(const int32_t* v, size_t n) {
 
 // ---- ContextImpl ---------------------------------------------------------
 
-class ContextImpl {
+class ContextImpl final : public CycleDriver {
  public:
   explicit ContextImpl(Config cfg)
       : cfg_(std::move(cfg)),
@@ -149,7 +149,7 @@ class ContextImpl {
     log_.set_rank(cfg_.rank);
   }
 
-  ~ContextImpl() {
+  ~ContextImpl() override {
     Shutdown();
     ReleaseSets();
     transport_.reset();
@@ -159,6 +159,9 @@ class ContextImpl {
   Status Start();
   Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest req);
   void Shutdown();
+  // CycleDriver: runs cycles on a waiting caller's thread while the loop
+  // thread is idle (see Loop).
+  bool Drive(std::unique_lock<std::mutex>& lock, const Handle& h) override;
 
   // Process sets: the collective request behind Context::Split and
   // CreateProcessSet (spec as above), and a set's destruction.
@@ -168,6 +171,10 @@ class ContextImpl {
   const Config& cfg() const { return cfg_; }
   const std::shared_ptr<Scope>& root() const { return root_; }
   Result<int64_t> Query(const std::string& key) const {
+    if (key == "caller_cycles") {
+      std::lock_guard<std::mutex> lock(mu_);
+      return static_cast<int64_t>(caller_cycles_run_);
+    }
     if (!transport_) return Error(HVD_ERR_NOT_INITIALIZED, "no transport");
     return transport_->Query(key);
   }
@@ -182,7 +189,15 @@ class ContextImpl {
   }
 
  private:
+  struct TimelineCmd {
+    bool start = false;
+    std::string path;
+    bool mark_cycles = false;
+  };
   void Loop();
+  bool RunCycle(std::unique_lock<std::mutex>& lock);
+  bool CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineCmd& tl_take);
+  bool LoopHasWork() const;  // under mu_, the cycle not held
   // One negotiation for the context and all its sets (one allreduce).
   Status Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown);
   uint64_t Execute(Scope& scope);  // returns the bytes moved
@@ -223,16 +238,25 @@ class ContextImpl {
   // A timeline start/stop handed to the loop (under mu_): the latest asked
   // wins; tl_done_ is the last request number the loop applied, tl_result_
   // its outcome (exit_cv_ wakes the askers).
-  struct TimelineCmd {
-    bool start = false;
-    std::string path;
-    bool mark_cycles = false;
-  };
   bool tl_pending_ = false;
   TimelineCmd tl_cmd_;
   uint64_t tl_asked_ = 0, tl_done_ = 0;
   Status tl_result_;
+  // The cycle is run by one thread at a time (under mu_: whether one does):
+  // the loop thread, or a caller in Drive. Everything marked "background
+  // thread only" belongs to that thread while it holds the cycle.
+  bool cycle_held_ = false;
+  bool caller_cycles_ = false;     // callers may run it (HVD_CALLER_CYCLES, the transport)
+  uint64_t caller_cycles_run_ = 0;  // cycles run by callers (Query "caller_cycles")
   bool mark_cycles_ = false;  // background thread only
+  // The cycle's pacing (background thread only; set in Start).
+  Clock::duration cycle_{};           // the cycle time (autotune may change it)
+  Clock::duration settle_{};          // see Loop
+  Clock::duration heartbeat_{};       // an idle rank negotiates this often
+  Clock::duration set_heartbeat_{};   // ... while process sets exist
+  Clock::time_point next_;            // the next negotiation, while requests wait
+  bool cycle_changed_ = false;        // the last cycle changed something
+  std::vector<std::shared_ptr<Scope>> dropped_;  // sets closed on this rank alone
   static constexpr int kShutdownGraceS = 2;
   std::once_flag shutdown_once_;
   // What a process-set request made (null: this rank is not a member), for
@@ -300,6 +324,35 @@ Status ContextImpl::Start() {
                                           std::to_string(initial) +
                                           " bytes (HVD_FUSION_BUFFER_INITIAL)");
     }
+  }
+  // The loop's pacing (see Loop).
+  using std::chrono::duration;
+  using std::chrono::duration_cast;
+  cycle_ = duration_cast<Clock::duration>(duration<double, std::milli>(cfg_.cycle_time_ms));
+  // How long a burst may pause between two submits and still be one batch:
+  // C callers submit every 0.3-2 us, Python frontends every 5-15 us here.
+  settle_ = std::min<Clock::duration>(cycle_, std::chrono::microseconds(HVD_SETTLE_US));
+  // An idle rank still negotiates this often: peers with work wait for it
+  // inside the negotiation collective, which must end well within the
+  // transport timeout.
+  double heartbeat_s = 0.1;
+  if (cfg_.transport_timeout_s > 0) heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
+  if (peer_timeout_ > 0) heartbeat_s = std::min(heartbeat_s, peer_timeout_ / 4);
+  heartbeat_ = duration_cast<Clock::duration>(duration<double>(heartbeat_s));
+  set_heartbeat_ = std::min<Clock::duration>(heartbeat_, std::chrono::milliseconds(10));
+  next_ = Clock::now();
+  // Callers may run the cycle where the transport can be called from any
+  // thread (one at a time), unless HVD_CALLER_CYCLES=0.
+  caller_cycles_ = cfg_.caller_cycles != 0 && transport_->any_thread();
+  HVD_LOG(log_, HVD_LOG_DEBUG,
+          "cycles on waiting callers' threads: "
+              << (caller_cycles_ ? "on"
+                                 : cfg_.caller_cycles == 0
+                                       ? "off (HVD_CALLER_CYCLES=0)"
+                                       : "off (the transport is bound to the loop thread)"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (caller_cycles_) signal_->driver = this;
   }
   thread_ = std::thread([this] {
     Loop();
@@ -453,6 +506,7 @@ void ContextImpl::Shutdown() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       shutdown_requested_ = true;
+      signal_->driver = nullptr;  // no caller starts a cycle from here on
     }
     cv_.notify_all();
     if (thread_.joinable()) {
@@ -462,7 +516,9 @@ void ContextImpl::Shutdown() {
       // leaving anyway: abort it (the transport makes the call return at
       // once) rather than wait for the transport timeout.
       std::unique_lock<std::mutex> lock(mu_);
-      if (!exit_cv_.wait_for(lock, std::chrono::seconds(kShutdownGraceS), [this] { return loop_exited_; }) &&
+      // (A caller's cycle in progress counts as the loop's.)
+      if (!exit_cv_.wait_for(lock, std::chrono::seconds(kShutdownGraceS),
+                             [this] { return loop_exited_ && !cycle_held_; }) &&
           transport_) {
         lock.unlock();
         // A timeout's status: the peer it waits for may be gone for good.
@@ -476,6 +532,12 @@ void ContextImpl::Shutdown() {
       }
     }
     if (thread_.joinable()) thread_.join();
+    {
+      // A caller's cycle ends with the loop's (the transport was aborted if
+      // it was stuck), and none starts after it.
+      std::unique_lock<std::mutex> lock(mu_);
+      exit_cv_.wait(lock, [this] { return !cycle_held_; });
+    }
     FailEverything(Error(HVD_ERR_ABORTED, "the context has been shut down"));
     ReleaseSets();
     timeline_.Close();
@@ -578,178 +640,212 @@ void ContextImpl::Loop() {
   // Named for top -H, perf and debuggers.
   prctl(PR_SET_NAME, "hvd-loop", 0UL, 0UL, 0UL);
 #endif
-  using std::chrono::duration;
-  using std::chrono::duration_cast;
-  auto cycle = duration_cast<Clock::duration>(duration<double, std::milli>(cfg_.cycle_time_ms));
-  // How long a burst may pause between two submits and still be one batch:
-  // C callers submit every 0.3-2 us, Python frontends every 5-15 us here.
-  constexpr auto kSettle = std::chrono::microseconds(HVD_SETTLE_US);
-  auto settle = std::min<Clock::duration>(cycle, kSettle);
-  // An idle rank still negotiates this often: peers with work wait for it
-  // inside the negotiation collective, which must end well within the
-  // transport timeout.
-  double heartbeat_s = 0.1;
-  if (cfg_.transport_timeout_s > 0) {
-    heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
-  }
-  if (peer_timeout_ > 0) heartbeat_s = std::min(heartbeat_s, peer_timeout_ / 4);
-  const auto heartbeat = duration_cast<Clock::duration>(duration<double>(heartbeat_s));
-  const auto set_heartbeat =
-      std::min<Clock::duration>(heartbeat, std::chrono::milliseconds(10));
   // Adaptive settle (see below): after kQuietAfter wake-ups in a row whose
   // settle window caught nothing, lone submits are negotiated at once.
   constexpr int kQuietAfter = 8;
   constexpr uint64_t kProbeEvery = 16;
   int quiet_wakeups = 0;
   uint64_t wakeups = 0;
-  auto next = Clock::now();
-  std::vector<std::shared_ptr<Scope>> dropped;  // sets closed on this rank alone
-  while (true) {
-    bool shutting_down;
-    TimelineCmd tl_take;
-    uint64_t tl_seq = 0;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [this] { return shutdown_requested_ || queued_ > 0 || tl_pending_; };
-      if (pending() == 0 && !sets_busy_) {
-        cv_.wait_until(lock, Clock::now() + (slot_live_.empty() ? heartbeat : set_heartbeat),
-                       ready);
-      } else {
-        cv_.wait_until(lock, next, ready);
-      }
-      if (queued_ > 0 && !shutdown_requested_) {
-        // Settle only where submits come in bursts: several already queued
-        // by the time this thread runs, or a recent settle window caught
-        // more; a probe every kProbeEvery-th wake-up notices a change.
-        ++wakeups;
-        const size_t queued = queued_;
-        if (queued > 1 || quiet_wakeups < kQuietAfter || wakeups % kProbeEvery == 0) {
-          const auto limit = first_enqueue_ + cycle;
-          // A caller blocking on a handle ends the burst at once.
-          auto done = [this] { return shutdown_requested_ || signal_->caller_waits; };
-          for (;;) {
-            const auto until = std::min(last_enqueue_ + settle, limit);
-            if (Clock::now() >= until) break;
-            if (cv_.wait_until(lock, until, done)) break;
-          }
-          quiet_wakeups = queued > 1 || queued_ > queued ? 0 : quiet_wakeups + 1;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_) {
+    if (cycle_held_) {
+      // A caller runs the cycle: it wakes this thread when it ends with
+      // work left for the loop (LoopHasWork), else the heartbeat does.
+      cv_.wait_until(lock, Clock::now() + heartbeat_, [this] { return !cycle_held_; });
+      continue;
+    }
+    auto ready = [this] {
+      return cycle_held_ || shutdown_requested_ || queued_ > 0 || tl_pending_;
+    };
+    if (pending() == 0 && !sets_busy_) {
+      cv_.wait_until(lock, Clock::now() + (slot_live_.empty() ? heartbeat_ : set_heartbeat_),
+                     ready);
+    } else {
+      cv_.wait_until(lock, next_, ready);
+    }
+    if (cycle_held_) continue;
+    if (queued_ > 0 && !shutdown_requested_) {
+      // Settle only where submits come in bursts: several already queued
+      // by the time this thread runs, or a recent settle window caught
+      // more; a probe every kProbeEvery-th wake-up notices a change.
+      ++wakeups;
+      const size_t queued = queued_;
+      if (queued > 1 || quiet_wakeups < kQuietAfter || wakeups % kProbeEvery == 0) {
+        const auto limit = first_enqueue_ + cycle_;
+        // A caller blocking on a handle ends the burst at once (and may
+        // run the cycle itself).
+        auto done = [this] { return shutdown_requested_ || signal_->caller_waits || cycle_held_; };
+        for (;;) {
+          const auto until = std::min(last_enqueue_ + settle_, limit);
+          if (Clock::now() >= until) break;
+          if (cv_.wait_until(lock, until, done)) break;
         }
+        quiet_wakeups = queued > 1 || queued_ > queued ? 0 : quiet_wakeups + 1;
       }
-      shutting_down = shutdown_requested_;
-      if (tl_pending_) {
-        tl_take = std::move(tl_cmd_);
-        tl_seq = tl_asked_;
-        tl_pending_ = false;
-      }
-      root_->batch.swap(root_->queue);
-      for (auto& set : sets_) {
-        if (!set) continue;
-        set->batch.swap(set->queue);
-        if (set->closed) dropped.push_back(std::move(set));  // its destruction failed here
-      }
-      queued_ = 0;
+      if (cycle_held_) continue;
     }
-    for (auto& set : dropped) {
-      for (OpRequest& r : set->batch) Finish(*set, r, set->closed_reason);
-      set->batch.clear();
-      for (OpRequest& r : set->controller->TakeAll()) Finish(*set, r, set->closed_reason);
-      set->own_comm.reset();
-    }
-    dropped.clear();
-    auto now = Clock::now();
-    if (tl_seq != 0) {
-      Status r = Status::Ok();
-      if (tl_take.start) {
-        r = timeline_.Open(tl_take.path);
-        mark_cycles_ = r.ok() && tl_take.mark_cycles;
-      } else {
-        timeline_.Close();
-        mark_cycles_ = false;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        tl_result_ = r;
-        tl_done_ = tl_seq;
-      }
-      exit_cv_.notify_all();
-    }
-    if (mark_cycles_) timeline_.Instant("CYCLE_START", now);
-    uint64_t full_rounds = 0;
-    for (Scope* sc = root_.get(); sc != nullptr;) {
-      for (OpRequest& r : sc->batch) sc->controller->Add(std::move(r), now);
-      sc->batch.clear();
-      full_rounds += sc->controller->full_rounds();
-      // Next scope: the member sets in slot order.
-      Scope* following = nullptr;
-      for (size_t k = sc->slot < 0 ? 0 : static_cast<size_t>(sc->slot) + 1; k < sets_.size(); ++k) {
-        if (sets_[k]) {
-          following = sets_[k].get();
-          break;
-        }
-      }
-      sc = following;
-    }
-
-    bool shutdown = false;
-    root_->controller->set_proposal(tuner_->Proposal());
-    // The negotiation runs under the peer timeout, the transfers under the
-    // transport timeout (with process sets, both under the transport's).
-    const bool peer_limit = peer_timeout_ > 0 && slot_live_.empty();
-    Status s = peer_limit ? transport_->SetTimeout(peer_timeout_, HVD_TRANSPORT_LIMIT_PEER)
-                          : Status::Ok();
-    if (s.ok()) s = Negotiate(shutting_down, now, &shutdown);
-    if (s.ok() && peer_limit) {
-      s = transport_->SetTimeout(cfg_.transport_timeout_s, HVD_TRANSPORT_LIMIT_TRANSFER);
-    }
-    bool changed = sets_busy_ || !root_->responses.empty();
-    uint64_t full_rounds_after = root_->controller->full_rounds();
-    for (const auto& set : sets_) {
-      if (!set) continue;
-      changed = changed || !set->responses.empty();
-      full_rounds_after += set->controller->full_rounds();
-    }
-    changed = changed || full_rounds_after != full_rounds;
-    next = changed ? Clock::now() : Clock::now() + cycle;
-    if (!s.ok()) {
-      HVD_LOG(log_, HVD_LOG_ERROR, s.message());
-      FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
-      return;
-    }
-    if (shutdown) {
-      FailEverything(Error(HVD_ERR_ABORTED,
-                           shutting_down ? "the context has been shut down"
-                                         : "another rank shut down its context"));
-      return;
-    }
-    TuneParams tuned;
-    if (tuner_->Apply(root_->controller->decided(), &tuned)) {
-      // Every rank switches in this same cycle, before bucketing its responses.
-      fusion_threshold_ = tuned.fusion_threshold;
-      cycle = duration_cast<Clock::duration>(duration<double, std::milli>(tuned.cycle_time_ms));
-      settle = std::min<Clock::duration>(cycle, kSettle);
-      HVD_LOG(log_, HVD_LOG_DEBUG,
-              "autotune: fusion threshold " << tuned.fusion_threshold << " bytes, cycle time "
-                                            << tuned.cycle_time_ms << " ms");
-    }
-    // The context's responses first (they may make sets: those take part
-    // from the next cycle), then each set's, in slot order: the same order
-    // on every rank, so sets sharing ranks never wait on each other.
-    uint64_t bytes = 0;
-    bool ran = false;
-    for (size_t k = 0; k <= sets_.size(); ++k) {
-      Scope* sc = k == 0 ? root_.get() : sets_[k - 1].get();
-      if (sc == nullptr || (sc->responses.empty() && !sc->close_agreed)) continue;
-      ran = true;
-      executor_->Use(sc->comm);
-      bytes += Execute(*sc);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stopped_) return;
-      }
-      if (sc->close_agreed) CloseAgreed(*sc);
-    }
-    if (ran) tuner_->Observe(bytes, now, Clock::now());
+    cycle_held_ = true;
+    const bool go_on = RunCycle(lock);
+    cycle_held_ = false;
+    if (!go_on) break;
   }
+}
+
+bool ContextImpl::LoopHasWork() const {
+  return shutdown_requested_ || queued_ > 0 || tl_pending_ || pending() > 0 || sets_busy_;
+}
+
+bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h) {
+  if (!caller_cycles_ || cycle_held_ || stopped_ || shutdown_requested_) return false;
+  cycle_held_ = true;
+  bool go_on = true;
+  // Until the handle completes, or a cycle changed nothing (the request
+  // waits for other ranks: the loop paces the next negotiations).
+  do {
+    go_on = RunCycle(lock);
+    ++caller_cycles_run_;
+  } while (go_on && cycle_changed_ && !h.done() && !shutdown_requested_);
+  cycle_held_ = false;
+  if (!go_on || stopped_) {
+    cv_.notify_all();  // the loop exits (it sees stopped_)
+  } else if (LoopHasWork()) {
+    cv_.notify_one();
+  }
+  if (shutdown_requested_) exit_cv_.notify_all();
+  return true;
+}
+
+// One cycle: take what the user threads queued, negotiate, run the
+// responses. Called with lock held and cycle_held_ set by the caller (the
+// loop thread or Drive), which is the only thread touching the cycle's
+// state meanwhile; returns with lock held. False: the context stopped.
+bool ContextImpl::RunCycle(std::unique_lock<std::mutex>& lock) {
+  const bool shutting_down = shutdown_requested_;
+  TimelineCmd tl_take;
+  uint64_t tl_seq = 0;
+  if (tl_pending_) {
+    tl_take = std::move(tl_cmd_);
+    tl_seq = tl_asked_;
+    tl_pending_ = false;
+  }
+  root_->batch.swap(root_->queue);
+  for (auto& set : sets_) {
+    if (!set) continue;
+    set->batch.swap(set->queue);
+    if (set->closed) dropped_.push_back(std::move(set));  // its destruction failed here
+  }
+  queued_ = 0;
+  lock.unlock();
+  const bool go_on = CycleBody(shutting_down, tl_seq, tl_take);
+  lock.lock();
+  return go_on;
+}
+
+bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineCmd& tl_take) {
+  using std::chrono::duration;
+  using std::chrono::duration_cast;
+  for (auto& set : dropped_) {
+    for (OpRequest& r : set->batch) Finish(*set, r, set->closed_reason);
+    set->batch.clear();
+    for (OpRequest& r : set->controller->TakeAll()) Finish(*set, r, set->closed_reason);
+    set->own_comm.reset();
+  }
+  dropped_.clear();
+  auto now = Clock::now();
+  if (tl_seq != 0) {
+    Status r = Status::Ok();
+    if (tl_take.start) {
+      r = timeline_.Open(tl_take.path);
+      mark_cycles_ = r.ok() && tl_take.mark_cycles;
+    } else {
+      timeline_.Close();
+      mark_cycles_ = false;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tl_result_ = r;
+      tl_done_ = tl_seq;
+    }
+    exit_cv_.notify_all();
+  }
+  if (mark_cycles_) timeline_.Instant("CYCLE_START", now);
+  uint64_t full_rounds = 0;
+  for (Scope* sc = root_.get(); sc != nullptr;) {
+    for (OpRequest& r : sc->batch) sc->controller->Add(std::move(r), now);
+    sc->batch.clear();
+    full_rounds += sc->controller->full_rounds();
+    // Next scope: the member sets in slot order.
+    Scope* following = nullptr;
+    for (size_t k = sc->slot < 0 ? 0 : static_cast<size_t>(sc->slot) + 1; k < sets_.size(); ++k) {
+      if (sets_[k]) {
+        following = sets_[k].get();
+        break;
+      }
+    }
+    sc = following;
+  }
+
+  bool shutdown = false;
+  root_->controller->set_proposal(tuner_->Proposal());
+  // The negotiation runs under the peer timeout, the transfers under the
+  // transport timeout (with process sets, both under the transport's).
+  const bool peer_limit = peer_timeout_ > 0 && slot_live_.empty();
+  Status s = peer_limit ? transport_->SetTimeout(peer_timeout_, HVD_TRANSPORT_LIMIT_PEER)
+                        : Status::Ok();
+  if (s.ok()) s = Negotiate(shutting_down, now, &shutdown);
+  if (s.ok() && peer_limit) {
+    s = transport_->SetTimeout(cfg_.transport_timeout_s, HVD_TRANSPORT_LIMIT_TRANSFER);
+  }
+  bool changed = sets_busy_ || !root_->responses.empty();
+  uint64_t full_rounds_after = root_->controller->full_rounds();
+  for (const auto& set : sets_) {
+    if (!set) continue;
+    changed = changed || !set->responses.empty();
+    full_rounds_after += set->controller->full_rounds();
+  }
+  changed = changed || full_rounds_after != full_rounds;
+  cycle_changed_ = changed;
+  next_ = changed ? Clock::now() : Clock::now() + cycle_;
+  if (!s.ok()) {
+    HVD_LOG(log_, HVD_LOG_ERROR, s.message());
+    FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
+    return false;
+  }
+  if (shutdown) {
+    FailEverything(Error(HVD_ERR_ABORTED,
+                         shutting_down ? "the context has been shut down"
+                                       : "another rank shut down its context"));
+    return false;
+  }
+  TuneParams tuned;
+  if (tuner_->Apply(root_->controller->decided(), &tuned)) {
+    // Every rank switches in this same cycle, before bucketing its responses.
+    fusion_threshold_ = tuned.fusion_threshold;
+    cycle_ = duration_cast<Clock::duration>(duration<double, std::milli>(tuned.cycle_time_ms));
+    settle_ = std::min<Clock::duration>(cycle_, std::chrono::microseconds(HVD_SETTLE_US));
+    HVD_LOG(log_, HVD_LOG_DEBUG,
+            "autotune: fusion threshold " << tuned.fusion_threshold << " bytes, cycle time "
+                                          << tuned.cycle_time_ms << " ms");
+  }
+  // The context's responses first (they may make sets: those take part
+  // from the next cycle), then each set's, in slot order: the same order
+  // on every rank, so sets sharing ranks never wait on each other.
+  uint64_t bytes = 0;
+  bool ran = false;
+  for (size_t k = 0; k <= sets_.size(); ++k) {
+    Scope* sc = k == 0 ? root_.get() : sets_[k - 1].get();
+    if (sc == nullptr || (sc->responses.empty() && !sc->close_agreed)) continue;
+    ran = true;
+    executor_->Use(sc->comm);
+    bytes += Execute(*sc);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return false;
+    }
+    if (sc->close_agreed) CloseAgreed(*sc);
+  }
+  if (ran) tuner_->Observe(bytes, now, Clock::now());
+  return true;
 }
 
 // One allreduce (MIN over bytes) of the context's control bytes followed by

@@ -94,12 +94,20 @@ Status Handle::status() const {
 }
 
 Status Handle::Wait(double timeout_s) const {
+  // Waits shorter than this never run the cycle here: a cycle may wait for
+  // a peer to enter the negotiation (up to its heartbeat), which a short
+  // poll should not.
+  constexpr double kDriveMinWaitS = 0.01;
   if (signal_ && timeout_s != 0 && !done()) {
+    bool drove = false;
     {
-      std::lock_guard<std::mutex> lock(signal_->mu);
+      std::unique_lock<std::mutex> lock(signal_->mu);
       signal_->caller_waits = true;
+      if (signal_->driver != nullptr && (timeout_s < 0 || timeout_s >= kDriveMinWaitS)) {
+        drove = signal_->driver->Drive(lock, *this);
+      }
     }
-    signal_->cv.notify_one();
+    if (!drove) signal_->cv.notify_one();
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout_s < 0 || !std::isfinite(timeout_s)) {

@@ -101,14 +101,31 @@ class BufferPool {
   size_t max_bytes_;
 };
 
+// Runs the context's cycle (negotiate, run, complete) on the thread of a
+// caller about to block on a handle, where the loop thread is idle: the
+// caller then needs no hand-off to the loop and back. Implemented by the
+// context.
+class CycleDriver {
+ public:
+  virtual ~CycleDriver() = default;
+  // With `lock` (LoopSignal::mu) held, and held again on return. True if
+  // this thread ran at least one cycle (it has told the loop what it needs
+  // to know); false if it could not (another thread holds the cycle, or the
+  // context is stopping), and the caller should wake the loop as before.
+  virtual bool Drive(std::unique_lock<std::mutex>& lock, const Handle& h) = 0;
+};
+
 // The background loop's lock and wake-up, shared with its handles so that a
 // caller about to block on one can tell the loop that its burst of submits
-// is over (the loop then stops waiting for more to fuse with). Outlives the
-// context while handles hold it.
+// is over (the loop then stops waiting for more to fuse with), or run the
+// cycle itself (driver). Outlives the context while handles hold it.
 struct LoopSignal {
   std::mutex mu;
   std::condition_variable cv;
   bool caller_waits = false;  // a caller blocked since the last submit
+  // Under mu: set while callers may run the cycle; cleared when the context
+  // starts shutting down (it then outlives no call into it).
+  CycleDriver* driver = nullptr;
 };
 
 // Completion state shared by the user's handle and the core. Thread-safe.

@@ -512,6 +512,9 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
     ask(key);
   }
   t->facts_.emplace_back("abi", t->v3_ ? 3 : t->v2_ ? 2 : 1);
+  // Tables before version 4 have no capability flags: bound to the loop
+  // thread, except the built-in local transport (it keeps no state).
+  t->any_thread_ = f.table == BuiltinTable("local");
   if (t->v2_ != nullptr && t->v2_->allreduce_spans != nullptr) {
     auto q = t->Query("allreduce_spans");
     t->spans_ = q.ok() && *q == 1;
@@ -543,6 +546,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
   const int size = info_.size > 0 ? info_.size : env.size;
   rank_ = rank;
   size_ = size;
+  any_thread_ = (v.caps & HVD_TRANSPORT_CAP_ANY_THREAD) != 0;
   const struct {
     const char* key;
     int32_t found, given;

@@ -123,6 +123,9 @@ class Transport : public Comm {
   // HVD_TRANSPORT_LIMIT_*; hvd_transport_v3_t). HVD_ERR_UNSUPPORTED where the
   // plugin lacks the entry point (has_set_timeout()).
   Status SetTimeout(double timeout_s, int32_t kind);
+  // Whether the communicator may be called from any thread, one call at a
+  // time (HVD_TRANSPORT_CAP_ANY_THREAD, or the built-in local transport).
+  bool any_thread() const { return any_thread_; }
   bool has_set_timeout() const {
     return v4_ ? v4_table_.set_timeout != nullptr : (v3_ != nullptr && v3_->set_timeout != nullptr);
   }
@@ -192,6 +195,7 @@ class Transport : public Comm {
   void* dl_ = nullptr;
   void* comm_ = nullptr;
   bool spans_ = false;
+  bool any_thread_ = false;
   std::vector<std::pair<std::string, int64_t>> facts_;  // Query's answers
 
   // Version 4.

@@ -55,7 +55,8 @@ TEST(GlooP2pTable, PassesTheLoadersChecks) {
   EXPECT_NE(t->last_error, nullptr);
   // Every capability promised has its entries, and every entry present is promised.
   const uint64_t caps = t->caps;
-  EXPECT_EQ(caps, HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT);
+  EXPECT_EQ(caps, HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
+                      HVD_TRANSPORT_CAP_ANY_THREAD);
   auto both = [&](uint64_t cap, bool present) { EXPECT_EQ((caps & cap) != 0, present) << cap; };
   both(HVD_TRANSPORT_CAP_P2P, t->isend && t->irecv && t->wait);
   both(HVD_TRANSPORT_CAP_P2P_TEST, t->test && t->progress);

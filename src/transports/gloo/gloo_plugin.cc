@@ -675,7 +675,8 @@ hvd_transport_v4_t MakeTable() {
   t.abi_version = HVD_TRANSPORT_ABI_V4;
   t.struct_size = sizeof(hvd_transport_v4_t);
   t.name = "gloo";
-  t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT;
+  t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
+           HVD_TRANSPORT_CAP_ANY_THREAD;
   t.init = &Init;
   t.finalize = &Finalize;
   t.last_error = &LastError;

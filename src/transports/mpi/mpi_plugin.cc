@@ -9,7 +9,7 @@
 // last communicator to go calls MPI_Finalize, unless requests were left that
 // MPI could not complete or cancel (MPI_Finalize could hang; the job ends
 // without it). Below MPI_THREAD_SERIALIZED init fails (hvd calls MPI from its
-// loop thread); at SERIALIZED every MPI call takes one process-wide lock.
+// loop thread, or from a waiting caller's: HVD_TRANSPORT_CAP_ANY_THREAD); at SERIALIZED every MPI call takes one process-wide lock.
 // Start-up is bounded: an MPI_Ibarrier polled against env.start_timeout_s
 // comes first, so a missing rank fails init instead of hanging in
 // MPI_Comm_dup; then processor names are exchanged for "rank R (host H)".
@@ -887,7 +887,7 @@ void Finalize(void* comm) noexcept {
 const hvd_transport_v4_t kTable = {
     HVD_TRANSPORT_ABI_V4, sizeof(hvd_transport_v4_t), "mpi",
     HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
-        HVD_TRANSPORT_CAP_PEER_TIMEOUT,
+        HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD,
     &Init, &Finalize, &LastError, &Isend, &Irecv, &Wait, &Test, &Progress,
     nullptr, nullptr,  // register_memory, deregister_memory
     &Allreduce, &Allgatherv, &Broadcast, &Alltoallv, &Reducescatter, &Barrier,

@@ -12,8 +12,9 @@
 // the start timeout), so a peer UCX cannot reach fails init, named.
 //
 // Point-to-point: one UCP context (UCP_FEATURE_TAG, UCP_FEATURE_WAKEUP) and
-// one worker (UCS_THREAD_MODE_SINGLE: only the core's loop thread calls
-// isend/irecv/wait/finalize). The UCP tag of a message is (tag << 32 |
+// one worker (UCS_THREAD_MODE_SINGLE: the core calls isend/irecv/wait/
+// finalize one at a time, from its loop thread or a waiting caller's, handed
+// over under a lock; UCX keeps no per-thread state for a worker). The UCP tag of a message is (tag << 32 |
 // sender rank), received with a full mask, so a receive matches exactly
 // (peer, tag), and UCP matches in posting order. Each request is ours (a
 // struct completed by UCP's callback through user_data); the UCX request
@@ -257,9 +258,10 @@ void ProgressUntilClosed(Comm& c, std::vector<void*>* closing) {
 // ucp_request_send_state_ff, from uct_tcp_ep_pending_purge) when a wire-up
 // reply is still queued on a tcp endpoint whose connection the closing just
 // broke: seen when ranks finalize with a rendezvous send (8 MiB) pending.
-// Progressing lets UCX fail and drop those messages itself.
+// Progressing lets UCX fail and drop those messages itself. On a loaded
+// machine a peer's wire-up can lag 50 ms (the abort was still seen then).
 void Drain(Comm& c) {
-  constexpr double kDrainIdleS = 0.05, kDrainMaxS = 1.0;
+  constexpr double kDrainIdleS = 0.2, kDrainMaxS = 2.0;
   const Clock::time_point end = After(kDrainMaxS);
   const auto idle_for = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(kDrainIdleS));
@@ -1011,7 +1013,8 @@ hvd_transport_v4_t MakeTable() {
   t.abi_version = HVD_TRANSPORT_ABI_V4;
   t.struct_size = sizeof(hvd_transport_v4_t);
   t.name = "ucx";
-  t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT;
+  t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
+           HVD_TRANSPORT_CAP_ANY_THREAD;
   t.init = &Init;
   t.finalize = &Finalize;
   t.last_error = &LastError;
