@@ -87,6 +87,7 @@ Status CommPlane::AllgatherBytes(const std::vector<uint8_t>& mine,
 struct Scope {
   int slot = -1;             // the set's slot in the loop's table; -1: the context
   std::vector<int> members;  // ranks of the context, in this scope's rank order
+  std::string label;         // a set's timeline rows: "set [0, 2]"; "" for the context
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
   Comm* comm = nullptr;      // the transport, or own_comm
   std::unique_ptr<Comm> own_comm;
@@ -837,7 +838,9 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
     if (sc == nullptr || (sc->responses.empty() && !sc->close_agreed)) continue;
     ran = true;
     executor_->Use(sc->comm);
+    timeline_.set_scope(&sc->label);
     bytes += Execute(*sc);
+    timeline_.set_scope(nullptr);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return false;
@@ -1166,6 +1169,14 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
     auto set = std::make_shared<Scope>();
     set->slot = static_cast<int>(k);
     set->members = g;
+    {
+      std::ostringstream os;
+      os << "set [";
+      for (size_t j = 0; j < g.size() && j < 16; ++j) os << (j ? ", " : "") << g[j];
+      if (g.size() > 16) os << ", ... (" << g.size() << " ranks)";
+      os << "]";
+      set->label = os.str();
+    }
     set->size = static_cast<int>(g.size());
     set->rank = static_cast<int>(at - g.begin());
     // Local ranks: members on this rank's host, in the set's order; cross

@@ -42,12 +42,15 @@ double Timeline::Micros(TimePoint t) const {
 }
 
 int Timeline::Row(const std::string& tensor) {
-  auto it = rows_.find(tensor);
+  const bool scoped = scope_ != nullptr && !scope_->empty();
+  const std::string scoped_name = scoped ? *scope_ + ": " + tensor : std::string();
+  const std::string& name = scoped ? scoped_name : tensor;
+  auto it = rows_.find(name);
   if (it != rows_.end()) return it->second;
   int row = static_cast<int>(rows_.size()) + 1;
-  rows_[tensor] = row;
+  rows_[name] = row;
   std::fprintf(file_, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
-               first_ ? "" : ",\n", row, JsonEscape(tensor).c_str());
+               first_ ? "" : ",\n", row, JsonEscape(name).c_str());
   first_ = false;
   return row;
 }

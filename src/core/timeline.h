@@ -23,6 +23,10 @@ class Timeline {
   // A complete span on the row of `tensor`.
   void Span(const std::string& tensor, const char* phase, TimePoint begin, TimePoint end,
             const std::string& args_json = "");
+  // Rows from here on belong to this scope: "" for the context's own
+  // operations, a process set's label otherwise ("set [0, 2]"), so the same
+  // name in two sets shows as two rows ("set [0, 2]: grad").
+  void set_scope(const std::string* label) { scope_ = label; }
   // An instant event across every row (e.g. "CYCLE_START").
   void Instant(const char* name, TimePoint at);
   void Flush();
@@ -36,6 +40,7 @@ class Timeline {
   TimePoint origin_;
   std::unordered_map<std::string, int> rows_;
   bool first_ = true;
+  const std::string* scope_ = nullptr;  // null or empty: the context's own
 };
 
 }  // namespace hvd

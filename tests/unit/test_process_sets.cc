@@ -195,6 +195,44 @@ TEST(ProcessSets, ABusySetDoesNotStarveAnother) {
   });
 }
 
+// The same name in the context and in two sets: rank 0's timeline shows
+// three rows, the sets' labelled with their ranks.
+TEST(ProcessSets, TimelineRowsOfSetsAreLabelled) {
+  char dir[] = "/tmp/hvd-ps-timeline.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/timeline.json";
+  RunRanks(3, [&](hvd_context_t ctx, int rank) {
+    ASSERT_EQ(hvd_timeline_start(ctx, path.c_str(), 0), HVD_OK) << hvd_last_error();
+    const int32_t first[] = {0, 1}, other[] = {0, 2};
+    hvd_context_t a = nullptr, b = nullptr;
+    ASSERT_EQ(hvd_process_set_create(ctx, 2, first, &a), HVD_OK) << hvd_last_error();
+    ASSERT_EQ(hvd_process_set_create(ctx, 2, other, &b), HVD_OK) << hvd_last_error();
+    for (hvd_context_t c : {ctx, a, b}) {
+      if (c == nullptr) continue;
+      int32_t v = rank + 1;
+      hvd_handle_t h = nullptr;
+      ASSERT_EQ(One(c, "grad", &h, &v), HVD_OK) << hvd_last_error();
+      ASSERT_EQ(hvd_handle_wait(h, 60), HVD_OK) << hvd_last_error();
+      hvd_handle_release(h);
+    }
+    ASSERT_EQ(hvd_timeline_stop(ctx), HVD_OK) << hvd_last_error();
+    if (a != nullptr) EXPECT_EQ(hvd_context_destroy(a), HVD_OK);
+    if (b != nullptr) EXPECT_EQ(hvd_context_destroy(b), HVD_OK);
+  });
+  std::string text;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+    std::fclose(f);
+  }
+  EXPECT_NE(text.find("\"args\":{\"name\":\"grad\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"args\":{\"name\":\"set [0, 1]: grad\"}"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"args\":{\"name\":\"set [0, 2]: grad\"}"), std::string::npos) << text;
+  std::remove(path.c_str());
+  rmdir(dir);
+}
+
 int CountEntries(const char* dir) {
   int n = 0;
   if (DIR* d = opendir(dir)) {
