@@ -821,22 +821,29 @@ Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_redu
   if (hier_ && forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kAuto) {
     return AllreduceHier(buf, count, dtype, op);
   }
-  switch (Choose(HVD_TRANSPORT_ALLREDUCE, count * es)) {
+  const algo::Algorithm how = Choose(HVD_TRANSPORT_ALLREDUCE, count * es);
+  if (how == algo::Algorithm::kNative) {
+    const hvd_transport_buffer_t b = Host(buf, count * es);
+    return Check(v4_table_.allreduce(comm_, &b, count, dtype, op), "allreduce");
+  }
+  return CoreAllreduce(Whole(), how, buf, count, dtype, op);
+}
+
+Status Transport::CoreAllreduce(const CoreGroup& g, algo::Algorithm how, void* buf, size_t count,
+                                hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  switch (how) {
     case algo::Algorithm::kShm:
       try {
-        shm::Allreduce(*shm_, reduce_, static_cast<uint8_t*>(buf), count, es, dtype, op);
+        shm::Allreduce(*g.shm, reduce_, static_cast<uint8_t*>(buf), count, DtypeSize(dtype), dtype,
+                       op);
         return Status::Ok();
       } catch (const shm::Error& e) {
-        return ShmFailure(*shm_, "allreduce", e);
+        return ShmFailure(*g.shm, "allreduce", e, g.members);
       }
-    case algo::Algorithm::kNative: {
-      const hvd_transport_buffer_t b = Host(buf, count * es);
-      return Check(v4_table_.allreduce(comm_, &b, count, dtype, op), "allreduce");
-    }
     case algo::Algorithm::kDirect:
-      return algo::AllreduceDirect(*links_, scratch_, reduce_, buf, count, dtype, op);
+      return algo::AllreduceDirect(*g.links, *g.scratch, reduce_, buf, count, dtype, op);
     default:
-      return algo::AllreduceRing(*links_, scratch_, reduce_, buf, count, dtype, op);
+      return algo::AllreduceRing(*g.links, *g.scratch, reduce_, buf, count, dtype, op);
   }
 }
 
@@ -855,21 +862,27 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
   if (hier_ && hier_->even && forced_[HVD_TRANSPORT_REDUCESCATTER] == algo::Algorithm::kAuto) {
     return ReducescatterHier(buf, counts, start, dtype, op);
   }
-  switch (Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es)) {
-    case algo::Algorithm::kShm:
-      try {
-        shm::Reducescatter(*shm_, reduce_, static_cast<uint8_t*>(buf), start.data(), es, dtype, op);
-        return Status::Ok();
-      } catch (const shm::Error& e) {
-        return ShmFailure(*shm_, "reducescatter", e);
-      }
-    case algo::Algorithm::kNative: {
-      const hvd_transport_buffer_t b = Host(buf, start.back() * es);
-      return Check(v4_table_.reducescatter(comm_, &b, counts, dtype, op), "reducescatter");
-    }
-    default:
-      return algo::ReducescatterRing(*links_, scratch_, reduce_, buf, counts, dtype, op);
+  const algo::Algorithm how = Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es);
+  if (how == algo::Algorithm::kNative) {
+    const hvd_transport_buffer_t b = Host(buf, start.back() * es);
+    return Check(v4_table_.reducescatter(comm_, &b, counts, dtype, op), "reducescatter");
   }
+  return CoreReducescatter(Whole(), how, buf, counts, start, dtype, op);
+}
+
+Status Transport::CoreReducescatter(const CoreGroup& g, algo::Algorithm how, void* buf,
+                                    const size_t* counts, const std::vector<size_t>& start,
+                                    hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  if (how == algo::Algorithm::kShm) {
+    try {
+      shm::Reducescatter(*g.shm, reduce_, static_cast<uint8_t*>(buf), start.data(),
+                         DtypeSize(dtype), dtype, op);
+      return Status::Ok();
+    } catch (const shm::Error& e) {
+      return ShmFailure(*g.shm, "reducescatter", e, g.members);
+    }
+  }
+  return algo::ReducescatterRing(*g.links, *g.scratch, reduce_, buf, counts, dtype, op);
 }
 
 Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans,
@@ -879,11 +892,16 @@ Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspan
   }
   if (!v4_) return Check(v2_->allreduce_spans(comm_, spans, nspans, dtype, op), "allreduce");
   if (broken()) return Unusable();
+  return CoreAllreduceSpans(Whole(), spans, nspans, dtype, op);
+}
+
+Status Transport::CoreAllreduceSpans(const CoreGroup& g, const hvd_transport_span_t* spans,
+                                     size_t nspans, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   try {
-    shm::AllreduceSpans(*shm_, reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
+    shm::AllreduceSpans(*g.shm, reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
     return Status::Ok();
   } catch (const shm::Error& e) {
-    return ShmFailure(*shm_, "allreduce", e);
+    return ShmFailure(*g.shm, "allreduce", e, g.members);
   }
 }
 
@@ -903,22 +921,27 @@ Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_by
   if (hier_ && forced_[HVD_TRANSPORT_ALLGATHERV] == algo::Algorithm::kAuto && total >= kHierAllgatherMin) {
     return AllgathervHier(send, recv, recv_bytes, total);
   }
-  switch (Choose(HVD_TRANSPORT_ALLGATHERV, total)) {
-    case algo::Algorithm::kShm:
-      try {
-        shm::Allgatherv(*shm_, static_cast<const uint8_t*>(send), static_cast<uint8_t*>(recv), recv_bytes);
-        return Status::Ok();
-      } catch (const shm::Error& e) {
-        return ShmFailure(*shm_, "allgather", e);
-      }
-    case algo::Algorithm::kNative: {
-      const int rank = links_ ? links_->rank() : static_cast<int>(FactOr("rank", 0));
-      const hvd_transport_buffer_t s = Host(send, recv_bytes[rank]), r = Host(recv, total);
-      return Check(v4_table_.allgatherv(comm_, &s, &r, recv_bytes), "allgather");
-    }
-    default:
-      return algo::AllgathervRing(*links_, send, recv, recv_bytes);
+  const algo::Algorithm how = Choose(HVD_TRANSPORT_ALLGATHERV, total);
+  if (how == algo::Algorithm::kNative) {
+    const int rank = links_ ? links_->rank() : static_cast<int>(FactOr("rank", 0));
+    const hvd_transport_buffer_t s = Host(send, recv_bytes[rank]), r = Host(recv, total);
+    return Check(v4_table_.allgatherv(comm_, &s, &r, recv_bytes), "allgather");
   }
+  return CoreAllgatherv(Whole(), how, send, recv, recv_bytes);
+}
+
+Status Transport::CoreAllgatherv(const CoreGroup& g, algo::Algorithm how, const void* send,
+                                 void* recv, const size_t* recv_bytes) {
+  if (how == algo::Algorithm::kShm) {
+    try {
+      shm::Allgatherv(*g.shm, static_cast<const uint8_t*>(send), static_cast<uint8_t*>(recv),
+                      recv_bytes);
+      return Status::Ok();
+    } catch (const shm::Error& e) {
+      return ShmFailure(*g.shm, "allgather", e, g.members);
+    }
+  }
+  return algo::AllgathervRing(*g.links, send, recv, recv_bytes);
 }
 
 Status Transport::Broadcast(void* buf, size_t bytes, int root) {
@@ -928,22 +951,28 @@ Status Transport::Broadcast(void* buf, size_t bytes, int root) {
   if (hier_ && hier_->even && forced_[HVD_TRANSPORT_BROADCAST] == algo::Algorithm::kAuto) {
     return BroadcastHier(buf, bytes, root);
   }
-  switch (Choose(HVD_TRANSPORT_BROADCAST, bytes)) {
+  const algo::Algorithm how = Choose(HVD_TRANSPORT_BROADCAST, bytes);
+  if (how == algo::Algorithm::kNative) {
+    const hvd_transport_buffer_t b = Host(buf, bytes);
+    return Check(v4_table_.broadcast(comm_, &b, root), "broadcast");
+  }
+  return CoreBroadcast(Whole(), how, buf, bytes, root);
+}
+
+Status Transport::CoreBroadcast(const CoreGroup& g, algo::Algorithm how, void* buf, size_t bytes,
+                                int root) {
+  switch (how) {
     case algo::Algorithm::kShm:
       try {
-        shm::Broadcast(*shm_, static_cast<uint8_t*>(buf), bytes, root);
+        shm::Broadcast(*g.shm, static_cast<uint8_t*>(buf), bytes, root);
         return Status::Ok();
       } catch (const shm::Error& e) {
-        return ShmFailure(*shm_, "broadcast", e);
+        return ShmFailure(*g.shm, "broadcast", e, g.members);
       }
-    case algo::Algorithm::kNative: {
-      const hvd_transport_buffer_t b = Host(buf, bytes);
-      return Check(v4_table_.broadcast(comm_, &b, root), "broadcast");
-    }
     case algo::Algorithm::kChain:
-      return algo::BroadcastChain(*links_, buf, bytes, root);
+      return algo::BroadcastChain(*g.links, buf, bytes, root);
     default:
-      return algo::BroadcastTree(*links_, buf, bytes, root);
+      return algo::BroadcastTree(*g.links, buf, bytes, root);
   }
 }
 
@@ -969,19 +998,21 @@ Status Transport::Barrier() {
   if (!v4_) return Check(table_->barrier(comm_), "barrier");
   if (broken()) return Unusable();
   op_ = "barrier";
-  switch (Choose(HVD_TRANSPORT_BARRIER, 0)) {
-    case algo::Algorithm::kShm:
-      try {
-        shm_->Barrier("barrier (shm)");
-        return Status::Ok();
-      } catch (const shm::Error& e) {
-        return ShmFailure(*shm_, "barrier", e);
-      }
-    case algo::Algorithm::kNative:
-      return Check(v4_table_.barrier(comm_), "barrier");
-    default:
-      return algo::BarrierDissemination(*links_);
+  const algo::Algorithm how = Choose(HVD_TRANSPORT_BARRIER, 0);
+  if (how == algo::Algorithm::kNative) return Check(v4_table_.barrier(comm_), "barrier");
+  return CoreBarrier(Whole(), how);
+}
+
+Status Transport::CoreBarrier(const CoreGroup& g, algo::Algorithm how) {
+  if (how == algo::Algorithm::kShm) {
+    try {
+      g.shm->Barrier("barrier (shm)");
+      return Status::Ok();
+    } catch (const shm::Error& e) {
+      return ShmFailure(*g.shm, "barrier", e, g.members);
+    }
   }
+  return algo::BarrierDissemination(*g.links);
 }
 
 // ---- process sets ------------------------------------------------------------
@@ -1056,37 +1087,18 @@ class Transport::Subset : public Comm {
   Status Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) override {
     HVD_CHECK(Enter("allreduce"));
     if (size_ == 1) return Status::Ok();
-    const size_t es = DtypeSize(dtype);
-    switch (Choose(HVD_TRANSPORT_ALLREDUCE, count * es)) {
-      case algo::Algorithm::kShm:
-        try {
-          shm::Allreduce(*shm_, t_->reduce_, static_cast<uint8_t*>(buf), count, es, dtype, op);
-          return Status::Ok();
-        } catch (const shm::Error& e) {
-          return t_->ShmFailure(*shm_, "allreduce", e, &members_);
-        }
-      case algo::Algorithm::kDirect:
-        return algo::AllreduceDirect(*links_, scratch_, t_->reduce_, buf, count, dtype, op);
-      default:
-        return algo::AllreduceRing(*links_, scratch_, t_->reduce_, buf, count, dtype, op);
-    }
+    return t_->CoreAllreduce(Group(), Choose(HVD_TRANSPORT_ALLREDUCE, count * DtypeSize(dtype)),
+                             buf, count, dtype, op);
   }
   Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype,
                        hvd_reduce_op_t op) override {
     HVD_CHECK(Enter("reducescatter"));
     if (size_ == 1) return Status::Ok();
-    const size_t es = DtypeSize(dtype);
     std::vector<size_t> start(static_cast<size_t>(size_) + 1, 0);
     for (int p = 0; p < size_; ++p) start[p + 1] = start[p] + counts[p];
-    if (Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es) == algo::Algorithm::kShm) {
-      try {
-        shm::Reducescatter(*shm_, t_->reduce_, static_cast<uint8_t*>(buf), start.data(), es, dtype, op);
-        return Status::Ok();
-      } catch (const shm::Error& e) {
-        return t_->ShmFailure(*shm_, "reducescatter", e, &members_);
-      }
-    }
-    return algo::ReducescatterRing(*links_, scratch_, t_->reduce_, buf, counts, dtype, op);
+    return t_->CoreReducescatter(
+        Group(), Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * DtypeSize(dtype)), buf, counts,
+        start, dtype, op);
   }
   Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                         hvd_reduce_op_t op) override {
@@ -1094,12 +1106,7 @@ class Transport::Subset : public Comm {
     if (!allreduce_spans()) {
       return Error(HVD_ERR_UNSUPPORTED, "this process set does not serve allreduce_spans");
     }
-    try {
-      shm::AllreduceSpans(*shm_, t_->reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
-      return Status::Ok();
-    } catch (const shm::Error& e) {
-      return t_->ShmFailure(*shm_, "allreduce", e, &members_);
-    }
+    return t_->CoreAllreduceSpans(Group(), spans, nspans, dtype, op);
   }
   Status Allgatherv(const void* send, void* recv, const size_t* recv_bytes) override {
     HVD_CHECK(Enter("allgather"));
@@ -1109,32 +1116,13 @@ class Transport::Subset : public Comm {
       if (total > 0 && recv != send) std::memmove(recv, send, total);
       return Status::Ok();
     }
-    if (Choose(HVD_TRANSPORT_ALLGATHERV, total) == algo::Algorithm::kShm) {
-      try {
-        shm::Allgatherv(*shm_, static_cast<const uint8_t*>(send), static_cast<uint8_t*>(recv), recv_bytes);
-        return Status::Ok();
-      } catch (const shm::Error& e) {
-        return t_->ShmFailure(*shm_, "allgather", e, &members_);
-      }
-    }
-    return algo::AllgathervRing(*links_, send, recv, recv_bytes);
+    return t_->CoreAllgatherv(Group(), Choose(HVD_TRANSPORT_ALLGATHERV, total), send, recv,
+                              recv_bytes);
   }
   Status Broadcast(void* buf, size_t bytes, int root) override {
     HVD_CHECK(Enter("broadcast"));
     if (size_ == 1) return Status::Ok();
-    switch (Choose(HVD_TRANSPORT_BROADCAST, bytes)) {
-      case algo::Algorithm::kShm:
-        try {
-          shm::Broadcast(*shm_, static_cast<uint8_t*>(buf), bytes, root);
-          return Status::Ok();
-        } catch (const shm::Error& e) {
-          return t_->ShmFailure(*shm_, "broadcast", e, &members_);
-        }
-      case algo::Algorithm::kChain:
-        return algo::BroadcastChain(*links_, buf, bytes, root);
-      default:
-        return algo::BroadcastTree(*links_, buf, bytes, root);
-    }
+    return t_->CoreBroadcast(Group(), Choose(HVD_TRANSPORT_BROADCAST, bytes), buf, bytes, root);
   }
   Status Alltoallv(const void* send, const size_t* send_bytes, void* recv,
                    const size_t* recv_bytes) override {
@@ -1148,18 +1136,11 @@ class Transport::Subset : public Comm {
   Status Barrier() override {
     HVD_CHECK(Enter("barrier"));
     if (size_ == 1) return Status::Ok();
-    if (Choose(HVD_TRANSPORT_BARRIER, 0) == algo::Algorithm::kShm) {
-      try {
-        shm_->Barrier("barrier (shm)");
-        return Status::Ok();
-      } catch (const shm::Error& e) {
-        return t_->ShmFailure(*shm_, "barrier", e, &members_);
-      }
-    }
-    return algo::BarrierDissemination(*links_);
+    return t_->CoreBarrier(Group(), Choose(HVD_TRANSPORT_BARRIER, 0));
   }
 
  private:
+  CoreGroup Group() { return CoreGroup{shm_.get(), links_.get(), &scratch_, &members_}; }
   // Every call: the transport still works, and the limit in force applies.
   Status Enter(const char* op) {
     if (t_->broken()) return t_->Unusable();

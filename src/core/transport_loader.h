@@ -187,6 +187,28 @@ class Transport : public Comm {
                     const std::vector<int>* members = nullptr);
   algo::Algorithm ChooseP2p(int c, size_t bytes, const algo::Links& links) const;
   hvd_transport_buffer_t Host(const void* data, size_t bytes) const;
+  // The core's own collectives over one group of ranks (this transport's,
+  // or a process set's): the shared-memory segment where `how` is kShm,
+  // else the point-to-point algorithm `how` names. Shared by the transport
+  // and its process sets, which differ only in the group and the choice.
+  struct CoreGroup {
+    shm::Segment* shm = nullptr;
+    algo::Links* links = nullptr;
+    algo::Scratch* scratch = nullptr;
+    const std::vector<int>* members = nullptr;  // for ShmFailure (null: every rank)
+  };
+  Status CoreAllreduce(const CoreGroup& g, algo::Algorithm how, void* buf, size_t count,
+                       hvd_dtype_t dtype, hvd_reduce_op_t op);
+  Status CoreReducescatter(const CoreGroup& g, algo::Algorithm how, void* buf,
+                           const size_t* counts, const std::vector<size_t>& start,
+                           hvd_dtype_t dtype, hvd_reduce_op_t op);
+  Status CoreAllreduceSpans(const CoreGroup& g, const hvd_transport_span_t* spans, size_t nspans,
+                            hvd_dtype_t dtype, hvd_reduce_op_t op);
+  Status CoreAllgatherv(const CoreGroup& g, algo::Algorithm how, const void* send, void* recv,
+                        const size_t* recv_bytes);
+  Status CoreBroadcast(const CoreGroup& g, algo::Algorithm how, void* buf, size_t bytes, int root);
+  Status CoreBarrier(const CoreGroup& g, algo::Algorithm how);
+  CoreGroup Whole() { return CoreGroup{shm_.get(), links_.get(), &scratch_, nullptr}; }
 
   const hvd_transport_v1_t* table_ = nullptr;
   const char* name_ = "";  // PersistentTransportName(table_->name)

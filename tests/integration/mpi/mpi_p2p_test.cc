@@ -425,7 +425,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const uint64_t caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST |
-                        HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT;
+                        HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
+                        HVD_TRANSPORT_CAP_ANY_THREAD;
   CHECK(T->abi_version == HVD_TRANSPORT_ABI_V4 && T->struct_size == sizeof(hvd_transport_v4_t) &&
             std::strcmp(T->name, "mpi") == 0 && T->caps == caps,
         "table header");
