@@ -180,8 +180,27 @@ class _DistributedOptimizerMixin:
                      else list(self._trainable_variables))
         parent = super()
         if self._hvd_bpps == 1:
-            return parent.apply(self._hvd_reduce(grads, variables), trainable_variables)
+            return self._hvd_apply_reduced(parent, grads, variables, trainable_variables)
         return self._hvd_apply_aggregated(parent, grads, variables, trainable_variables)
+
+    def _hvd_apply_reduced(self, parent, grads, variables, trainable_variables):
+        if self._hvd_op != Adasum:
+            return parent.apply(self._hvd_reduce(grads, variables), trainable_variables)
+        # Adasum (Horovod's delta optimizer): this rank's own step, then
+        # var = start + adasum(var - start) over the ranks. Local variables
+        # keep their own step. Reads and assignments of a variable run in
+        # program order (eagerly, and by tf.function's automatic control
+        # dependencies).
+        shared = [v for v, g in zip(variables, grads)
+                  if g is not None and id(v) not in self._hvd_local_ids]
+        starts = [tf.identity(tf.convert_to_tensor(v)) for v in shared]
+        parent.apply(grads, trainable_variables)
+        deltas = [tf.convert_to_tensor(v) - s for v, s in zip(shared, starts)]
+        combined = allreduce_gradients(deltas, op=Adasum, compression=self._hvd_compression,
+                                       name=self._hvd_name, process_set=self._hvd_process_set)
+        for v, s, d in zip(shared, starts, combined):
+            v.assign(s + d)
+        return None
 
     def _hvd_apply_aggregated(self, parent, grads, variables, trainable_variables):
         n = self._hvd_bpps
@@ -197,7 +216,7 @@ class _DistributedOptimizerMixin:
             sums = [tf.convert_to_tensor(acc) if p else None for acc, p in zip(accums, present)]
             if self._hvd_average_aggregated:
                 sums = [s / n if s is not None else None for s in sums]
-            parent.apply(self._hvd_reduce(sums, variables), trainable_variables)
+            self._hvd_apply_reduced(parent, sums, variables, trainable_variables)
             for acc in accums:
                 acc.assign(tf.zeros_like(acc))
 
@@ -217,12 +236,8 @@ def _make_distributed(optimizer, name, compression, sparse_as_dense, gradient_pr
                         f"{type(optimizer).__name__}")
     _hvd._np._target(process_set)  # a registered set this rank is in
     op = _ops.check_op(op)
-    if op == Adasum:
-        raise NotImplementedError(
-            "hvd.keras.DistributedOptimizer: op=Adasum is not implemented for TensorFlow/Keras "
-            "optimizers (Horovod reduces the parameter update there); use "
-            "hvd.torch.DistributedOptimizer, or DistributedGradientTape / "
-            "allreduce(op=hvd.Adasum) on the gradients")
+    if op == Adasum and average_aggregated_gradients:
+        raise ValueError("Adasum does not support average_aggregated_gradients == True")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if int(backward_passes_per_step) != backward_passes_per_step or backward_passes_per_step < 1:
@@ -254,7 +269,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     backward_passes_per_step: reduce and apply every that many steps, the
     gradients of the steps between accumulated locally (divided by their
-    number with average_aggregated_gradients=True). sparse_as_dense: reduce
+    number with average_aggregated_gradients=True). op=hvd.Adasum combines
+    the parameter update instead of the gradients, as hvd.torch's and
+    Horovod's TensorFlow delta optimizer do: each rank applies its own step
+    (the optimizer's state stays local), then every variable becomes
+    old + adasum(new - old) over the ranks (variables registered as local
+    keep their own step). sparse_as_dense: reduce
     tf.IndexedSlices gradients as dense tensors (else as Horovod does, by
     allgathers). gradient_predivide_factor: with op=Average, gradients are
     scaled by 1/factor before the sum and factor/size after it.

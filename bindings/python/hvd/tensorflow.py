@@ -963,6 +963,57 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
         return self._optimizer.variables(*args, **kwargs)
 
 
+class _DistributedAdasumOptimizer(tf.compat.v1.train.Optimizer):
+    """A tf.compat.v1.train.Optimizer for op=Adasum, with Horovod's semantics:
+    the parameter UPDATE is combined, not the gradient. compute_gradients
+    gives this rank's own gradients; apply_gradients saves each variable
+    (a slot, "adasum_start"), lets the wrapped optimizer take this rank's step
+    (its state, e.g. momentum, stays local), and sets var = start +
+    adasum(var - start) over the ranks (of process_set; deltas of one dtype
+    in one grouped allreduce, each combined on its own), the same on every
+    rank."""
+
+    def __init__(self, optimizer, name=None, use_locking=False, compression=Compression.none,
+                 process_set=global_process_set):
+        if name is None:
+            name = f"DistributedDelta{type(optimizer).__name__}"
+        super().__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._hvd_args = dict(op=Adasum, compression=compression, name=name,
+                              process_set=process_set)
+
+    def compute_gradients(self, *args, **kwargs):
+        return self._optimizer.compute_gradients(*args, **kwargs)
+
+    @_no_autograph
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = list(grads_and_vars)
+        variables = [v for g, v in grads_and_vars if g is not None]
+        if not variables:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+        starts = [self._zeros_slot(v, "adasum_start", self._name) for v in variables]
+        saved = [s.assign(v.read_value(), use_locking=self._use_locking)
+                 for s, v in zip(starts, variables)]
+        with tf.control_dependencies(saved):
+            olds = [s.read_value() for s in starts]
+            local = self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+        with tf.control_dependencies([local]):
+            deltas = [v.read_value() - old for old, v in zip(olds, variables)]
+        combined = allreduce_gradients(deltas, **self._hvd_args)
+        return tf.group(*[v.assign(old + d, use_locking=self._use_locking)
+                          for old, v, d in zip(olds, variables, combined)])
+
+    def get_slot(self, var, name):
+        slot = super().get_slot(var, name)
+        return slot if slot is not None else self._optimizer.get_slot(var, name)
+
+    def get_slot_names(self):
+        return super().get_slot_names() + self._optimizer.get_slot_names()
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
                          device_sparse="", compression=Compression.none, sparse_as_dense=False,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
@@ -971,20 +1022,22 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     """Horovod's hvd.tensorflow.DistributedOptimizer: a
     tf.compat.v1.train.Optimizer is wrapped so that compute_gradients reduces
     over ranks (of process_set; backward_passes_per_step must then be 1); a
-    Keras optimizer becomes hvd.keras.DistributedOptimizer(...)."""
+    Keras optimizer becomes hvd.keras.DistributedOptimizer(...).
+    op=hvd.Adasum combines the parameter update instead of the gradients
+    (each rank steps with its own gradients, then var = old + adasum(new -
+    old)), as Horovod's delta optimizer does."""
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     _target(process_set)  # a registered set this rank is in
+    if _ops.check_op(op) == Adasum and average_aggregated_gradients:
+        raise ValueError("Adasum does not support average_aggregated_gradients == True")
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        if _ops.check_op(op) == Adasum:
-            raise NotImplementedError(
-                "hvd.tensorflow.DistributedOptimizer: op=Adasum is not implemented for "
-                "TensorFlow/Keras optimizers (Horovod reduces the parameter update there); use "
-                "hvd.torch.DistributedOptimizer, or DistributedGradientTape / "
-                "allreduce(op=hvd.Adasum) on the gradients")
         if backward_passes_per_step != 1:
             raise ValueError("hvd.tensorflow.DistributedOptimizer: backward_passes_per_step > 1 "
                              "is supported for Keras optimizers only (hvd.keras)")
+        if _ops.check_op(op) == Adasum:
+            return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
+                                               process_set)
         return _DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
                                      op, gradient_predivide_factor, process_set)
     import keras

@@ -1,5 +1,7 @@
 """hvd.Adasum through hvd.tensorflow and hvd.keras on 2 and 3 ranks (hvdrun):
-see workers/adasum_tf.py."""
+allreduce, the tape, and DistributedOptimizer(op=hvd.Adasum) (Keras eagerly,
+in tf.function and model.fit; tf.compat.v1 in a graph and eagerly) against a
+float64 reference; see workers/adasum_tf.py."""
 
 import os
 
@@ -10,7 +12,9 @@ import harness
 pytest.importorskip("tensorflow", reason="tensorflow-cpu is not installed (requirements-test.txt)")
 
 WORKER = os.path.join(harness.WORKERS, "adasum_tf.py")
-CHECKS = ["tf_allreduce", "tf_grouped", "gradient_tape", "optimizers_refuse"]
+CHECKS = ["tf_allreduce", "tf_grouped", "gradient_tape", "keras_optimizer_eager",
+          "keras_optimizer_function", "keras_fit", "tf1_graph_optimizer",
+          "tf1_eager_optimizer", "optimizer_arguments"]
 _jobs = {}
 
 
