@@ -396,14 +396,99 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
             _C.HVD_ERR_INVALID_ARGUMENT,
             f"hvd.tensorflow.grouped_allreduce '{name}': all tensors must have one dtype, got "
             f"{sorted({t.dtype.name for t in ts})}")
-    return _run(lambda a: _hvd.grouped_allreduce(a, name=name, op=op,
-                                                 prescale_factor=prescale_factor,
-                                                 postscale_factor=postscale_factor,
-                                                 process_set=ps),
+    if op not in (Sum, Average) or not _differentiable(ts):
+        return _grouped_allreduce_raw(ts, op, name, prescale_factor, postscale_factor, ps)
+
+    @tf.custom_gradient
+    def _fn(*xs):
+        ys = _grouped_allreduce_raw(list(xs), op, name, prescale_factor, postscale_factor, ps)
+
+        def grad(*dys):
+            return _grouped_allreduce_raw(_dense_grads(dys, ys), op, name + ".grad",
+                                          prescale_factor, postscale_factor, ps)
+
+        return ys, grad
+
+    return list(_fn(*ts))
+
+
+def _grouped_allreduce_raw(ts, op, name, prescale, postscale, ps):
+    return _run(lambda a: _hvd.grouped_allreduce(a, name=name, op=op, prescale_factor=prescale,
+                                                 postscale_factor=postscale, process_set=ps),
                 ts, [t.dtype for t in ts], [t.shape for t in ts],
-                lambda k: k.hvd_grouped_allreduce(ts, _scale(prescale_factor),
-                                                  _scale(postscale_factor), tensor_name=name,
-                                                  reduce_op=int(op), process_set_id=_set_id(ps)))
+                lambda k: k.hvd_grouped_allreduce(ts, _scale(prescale), _scale(postscale),
+                                                  tensor_name=name, reduce_op=int(op),
+                                                  process_set_id=_set_id(ps)))
+
+
+# Gradients of the collectives, as Horovod's TensorFlow ops (and hvd.torch's
+# autograd functions) define them, within the op's process set (whose size
+# and rank replace the job's). The backward pass runs collectives too, so
+# every rank must compute it; the backward of an op named N uses N + ".grad".
+#   allreduce, grouped_allreduce   the same reduction (op, scale factors) of
+#                                  the gradient (Sum and Average only)
+#   allgather, grouped_allgather   this rank's rows of the Average-allreduced
+#                                  gradient
+#   broadcast                      the Average-allreduced gradient on the
+#                                  root, zeros elsewhere
+#   alltoall                       the gradient sent back with alltoall,
+#                                  splits = the rows received
+#   reducescatter, grouped_reducescatter
+#                                  the allgathered gradient, times the set's
+#                                  size for Sum, times the scale factors
+# Only floating-point (and complex) tensors get gradients.
+
+
+def _differentiable(ts):
+    return all(t.dtype.is_floating or t.dtype.is_complex for t in ts)
+
+
+def _dense_grads(dys, ys):
+    """The upstream gradients as dense tensors (zeros for an unused output)."""
+    out = []
+    for dy, y in zip(dys, ys):
+        if dy is None:
+            dy = tf.zeros_like(y)
+        out.append(tf.convert_to_tensor(dy))
+    return out
+
+
+def _average_by_dtype(ts, name, ps):
+    """Average-allreduce of a list of tensors, one grouped allreduce per dtype."""
+    out = [None] * len(ts)
+    by_dtype = {}
+    for i, t in enumerate(ts):
+        by_dtype.setdefault(t.dtype.name, []).append(i)
+    for dname in sorted(by_dtype):
+        idx = by_dtype[dname]
+        sub = f"{name}.{dname}" if len(by_dtype) > 1 else name
+        reduced = _grouped_allreduce_raw([ts[i] for i in idx], Average, sub, 1.0, 1.0, ps)
+        for i, r in zip(idx, reduced):
+            out[i] = r
+    return out
+
+
+def _own_rows(grads, xs, name, ps):
+    """Rank r's rows of each gathered gradient: the rows its input
+    contributed (the ranks' first dimensions are allgathered)."""
+    c = _target(ps)[0]
+    r = c.rank()
+    dims = tf.reshape(tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in xs]), [1, len(xs)])
+    every = _allgather_raw(dims, name + ".dims", ps)  # (set size, len(xs))
+    out = []
+    for i, (g, x) in enumerate(zip(grads, xs)):
+        start = tf.reduce_sum(every[:r, i])
+        out.append(g[start:start + tf.shape(x, out_type=tf.int64)[0]])
+    return out
+
+
+def _reducescatter_grad_scale(dy, op, prescale, postscale, ps):
+    factor = float(prescale) * float(postscale)
+    if op == Sum:
+        factor *= _target(ps)[0].size()
+    if factor != 1.0:
+        dy = dy * tf.cast(factor, dy.dtype)
+    return dy
 
 
 @_no_autograph
@@ -413,6 +498,23 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     name = _name("allgather", name, process_set)
     ps = process_set
     t = tf.convert_to_tensor(tensor)
+    if not _differentiable([t]):
+        return _allgather_raw(t, name, ps)
+
+    @tf.custom_gradient
+    def _fn(x):
+        y = _allgather_raw(x, name, ps)
+
+        def grad(dy):
+            g = _average_by_dtype(_dense_grads([dy], [y]), name + ".grad", ps)
+            return _own_rows(g, [x], name + ".grad", ps)[0]
+
+        return y, grad
+
+    return _fn(t)
+
+
+def _allgather_raw(t, name, ps):
     return _run(lambda a: [_hvd.allgather(a[0], name=name, process_set=ps)], [t], [t.dtype],
                 [_rows(t)],
                 lambda k: k.hvd_allgather(t, tensor_name=name, process_set_id=_set_id(ps)))[0]
@@ -428,10 +530,30 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     _, bound = _target(ps)
     root = int(root_rank) if bound is None else bound._set_rank_of(root_rank)
     t = tf.convert_to_tensor(tensor)
-    return _run(lambda a: [_hvd.broadcast(a[0], root_rank, name=name, process_set=ps)], [t],
-                [t.dtype], [t.shape],
-                lambda k: k.hvd_broadcast(t, tensor_name=name, root_rank=root,
-                                          process_set_id=_set_id(ps)))[0]
+
+    def raw(x):
+        return _run(lambda a: [_hvd.broadcast(a[0], root_rank, name=name, process_set=ps)],
+                    [x], [x.dtype], [x.shape],
+                    lambda k: k.hvd_broadcast(x, tensor_name=name, root_rank=root,
+                                              process_set_id=_set_id(ps)))[0]
+
+    if not _differentiable([t]):
+        return raw(t)
+
+    @tf.custom_gradient
+    def _fn(x):
+        y = raw(x)
+
+        def grad(dy):
+            g = _allreduce_raw(_dense_grads([dy], [y])[0], Average, name + ".grad", 1.0, 1.0,
+                               ps)
+            # Roots are ranks of the job, also within a process set; zeros as
+            # Horovod's (a NaN or inf gradient stays NaN).
+            return g if rank() == int(root_rank) else g * tf.zeros([], g.dtype)
+
+        return y, grad
+
+    return _fn(t)
 
 
 @_no_autograph
@@ -441,13 +563,37 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     name = _name("alltoall", name, process_set)
     ps = process_set
     t = tf.convert_to_tensor(tensor)
-    if splits is None:
+    s = None if splits is None else tf.cast(tf.convert_to_tensor(splits), tf.int64)
+    if not _differentiable([t]):
+        return _alltoall_raw(t, s, name, ps)
+
+    @tf.custom_gradient
+    def _fn(x):
+        y = _alltoall_raw(x, s, name, ps)
+        out = y if s is None else y[0]
+
+        def grad(*dys):
+            dy = _dense_grads(dys[:1], [out])[0]
+            if s is None:  # rank j sent this rank its first dimension / set size rows
+                n = tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1])
+                recv = _allgather_raw(n, name + ".grad.dims", ps) // _target(ps)[0].size()
+            else:
+                recv = y[1]
+            return _alltoall_raw(dy, recv, name + ".grad", ps)[0]
+
+        return y, grad
+
+    return _fn(t)
+
+
+def _alltoall_raw(t, s, name, ps):
+    """alltoall of t: the result, or (result, received splits) with splits s."""
+    if s is None:
         empty = tf.zeros([0], tf.int64)
         return _run(lambda a: [_hvd.alltoall(a[0], name=name, process_set=ps)], [t], [t.dtype],
                     [_rows(t)],
                     lambda k: k.hvd_alltoall(t, empty, tensor_name=name,
                                              process_set_id=_set_id(ps))[:1])[0]
-    s = tf.cast(tf.convert_to_tensor(splits), tf.int64)
 
     def fn(a):
         out, recv = _hvd.alltoall(a[0], splits=a[1], name=name, process_set=ps)
@@ -475,14 +621,29 @@ def reducescatter(tensor, device_dense="", compression=None, op=None, name=None,
         return compression.decompress(
             reducescatter(sent, op=op, name=name, prescale_factor=prescale_factor,
                           postscale_factor=postscale_factor, process_set=ps), ctx)
-    return _run(lambda a: [_hvd.reducescatter(a[0], name=name, op=op,
-                                              prescale_factor=prescale_factor,
-                                              postscale_factor=postscale_factor,
-                                              process_set=ps)],
+    if op not in (Sum, Average) or not _differentiable([t]):
+        return _reducescatter_raw(t, op, name, prescale_factor, postscale_factor, ps)
+
+    @tf.custom_gradient
+    def _fn(x):
+        y = _reducescatter_raw(x, op, name, prescale_factor, postscale_factor, ps)
+
+        def grad(dy):
+            dy = _reducescatter_grad_scale(_dense_grads([dy], [y])[0], op, prescale_factor,
+                                           postscale_factor, ps)
+            return _allgather_raw(dy, name + ".grad", ps)
+
+        return y, grad
+
+    return _fn(t)
+
+
+def _reducescatter_raw(t, op, name, prescale, postscale, ps):
+    return _run(lambda a: [_hvd.reducescatter(a[0], name=name, op=op, prescale_factor=prescale,
+                                              postscale_factor=postscale, process_set=ps)],
                 [t], [t.dtype], [_rows(t)],
-                lambda k: k.hvd_reducescatter(t, _scale(prescale_factor),
-                                              _scale(postscale_factor), tensor_name=name,
-                                              reduce_op=int(op),
+                lambda k: k.hvd_reducescatter(t, _scale(prescale), _scale(postscale),
+                                              tensor_name=name, reduce_op=int(op),
                                               process_set_id=_set_id(ps)))[0]
 
 
@@ -499,7 +660,23 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     ts = [tf.convert_to_tensor(t) for t in tensors]
     if not ts:
         raise ValueError("hvd.tensorflow.grouped_allgather needs at least one tensor")
+    if not _differentiable(ts):
+        return _grouped_allgather_raw(ts, name, ps)
 
+    @tf.custom_gradient
+    def _fn(*xs):
+        ys = _grouped_allgather_raw(list(xs), name, ps)
+
+        def grad(*dys):
+            g = _average_by_dtype(_dense_grads(dys, ys), name + ".grad", ps)
+            return _own_rows(g, xs, name + ".grad", ps)
+
+        return ys, grad
+
+    return list(_fn(*ts))
+
+
+def _grouped_allgather_raw(ts, name, ps):
     def kernel(k):
         sid = _set_id(ps)
         return [k.hvd_allgather(t, tensor_name=f"{name}.{i}", process_set_id=sid)
@@ -531,16 +708,35 @@ def grouped_reducescatter(tensors, device_dense="", compression=None, op=None, n
                                      postscale_factor=postscale_factor, process_set=ps)
         return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
+    if op not in (Sum, Average) or not _differentiable(ts):
+        return _grouped_reducescatter_raw(ts, op, name, prescale_factor, postscale_factor, ps)
+
+    @tf.custom_gradient
+    def _fn(*xs):
+        ys = _grouped_reducescatter_raw(list(xs), op, name, prescale_factor, postscale_factor,
+                                        ps)
+
+        def grad(*dys):
+            scaled = [_reducescatter_grad_scale(dy, op, prescale_factor, postscale_factor, ps)
+                      for dy in _dense_grads(dys, ys)]
+            return _grouped_allgather_raw(scaled, name + ".grad", ps)
+
+        return ys, grad
+
+    return list(_fn(*ts))
+
+
+def _grouped_reducescatter_raw(ts, op, name, prescale, postscale, ps):
     def kernel(k):
-        pre, post = _scale(prescale_factor), _scale(postscale_factor)
+        pre, post = _scale(prescale), _scale(postscale)
         sid = _set_id(ps)
         return [k.hvd_reducescatter(t, pre, post, tensor_name=f"{name}.{i}", reduce_op=int(op),
                                     process_set_id=sid)
                 for i, t in enumerate(ts)]
 
     return _run(lambda a: _hvd.grouped_reducescatter(a, name=name, op=op,
-                                                     prescale_factor=prescale_factor,
-                                                     postscale_factor=postscale_factor,
+                                                     prescale_factor=prescale,
+                                                     postscale_factor=postscale,
                                                      process_set=ps),
                 ts, [t.dtype for t in ts], [_rows(t) for t in ts], kernel)
 
