@@ -88,6 +88,7 @@ class Runner:
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             self.horovod_origin = r.stdout.strip() or None
         self.have_mpl = self._py_ok("import matplotlib")
+        self.find_peers()
         status = {
             "hvd transport gloo": self.have_gloo_plugin,
             "hvd transport mpi": self.have_mpi_plugin and bool(self.mpirun),
@@ -96,6 +97,8 @@ class Runner:
             "raw MPI (mpi-bench)": "mpi-bench" in self.bins and bool(self.mpirun),
             "torch.distributed": self.have_torch,
             "Horovod": self.have_horovod,
+            "oneCCL (oneccl-bench)": bool(self.oneccl_bin),
+            "DeepSpeed shm allreduce": self.have_deepspeed,
             "matplotlib": self.have_mpl,
         }
         self.availability = status
@@ -105,6 +108,113 @@ class Runner:
             self.skipped.append("hvd over MPI: lib/libhvd_transport_mpi.so is not built")
         if not self.have_horovod:
             self.skipped.append("Horovod: `import horovod.torch` fails (see the Horovod section)")
+
+    # -- optional peers (bench/suite/install_peers.sh) ----------------------------------
+    def find_peers(self):
+        """oneCCL (PREFIX/oneccl from install_peers.sh, launched with its Intel MPI hydra) and
+        DeepSpeed's shared-memory allreduce (importable deepspeed whose CPU op builds). Each
+        one missing is a skip with its reason, never a failure."""
+        self.oneccl_bin = None
+        self.have_deepspeed = False
+        self.peer_versions = {}
+        if "coll" not in self.args.parts.split(","):
+            return  # they run in the coll part only
+        prefix = os.environ.get("HVD_BENCH_PEERS", "/opt/hvd-bench-peers")
+        self.oneccl_root = os.environ.get("HVD_ONECCL_ROOT") or os.path.join(prefix, "oneccl")
+        self.hydra = os.path.join(self.oneccl_root, "bin", "mpiexec.hydra")
+        if not os.path.exists(self.hydra):
+            self.skipped.append(f"oneCCL: not installed (no {self.hydra}; "
+                                "bench/suite/install_peers.sh installs it)")
+        else:
+            self.oneccl_bin = self._find_bin("oneccl-bench") or self._build_oneccl()
+            self.peer_versions["oneCCL"] = self._wheel_version(self.oneccl_root, "oneccl_cpu")
+            self.peer_versions["Intel MPI (impi-rt)"] = self._wheel_version(self.oneccl_root, "impi_rt")
+        if not self._py_ok("import deepspeed"):
+            self.skipped.append("DeepSpeed: `import deepspeed` fails (bench/suite/install_peers.sh "
+                                "installs it)")
+            return
+        # Its shared-memory op is compiled on first use (a minute or two): done here, outside
+        # any timed job; deepspeed_bench.py checks again that inference_all_reduce will use it.
+        code = ("import deepspeed; from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; "
+                "b = B(); assert b.is_compatible(), 'ShareMemCommBuilder is not compatible here'; "
+                "m = b.load(); assert m.vector_kernel_level() >= 1, 'no AVX2 for the fp32 kernel'; "
+                "print('DEEPSPEED', deepspeed.__version__)")
+        env = self.base_env()
+        env["DS_ACCELERATOR"] = "cpu"
+        cmd = [sys.executable, "-c", code]
+        try:
+            r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=900)
+            out, rc = r.stdout, r.returncode
+        except subprocess.TimeoutExpired:
+            out, rc = "", "timeout (900 s)"
+        self.logf.write("\n### DeepSpeed shm op\n$ " + shlex.join(cmd) + "\n" + out + "\n")
+        ver = [ln.split()[1] for ln in out.splitlines() if ln.startswith("DEEPSPEED ")]
+        if rc == 0 and ver:
+            self.have_deepspeed = True
+            self.peer_versions["DeepSpeed"] = ver[0]
+        else:
+            tail = [ln for ln in out.strip().splitlines() if ln.strip()][-1:] or [f"exit {rc}"]
+            self.skipped.append(f"DeepSpeed: its CPU shared-memory op (ShareMemCommBuilder) does "
+                                f"not build or load: `{tail[0][:200]}` (log.txt has the output)")
+
+    @staticmethod
+    def _wheel_version(root, dist):
+        import glob
+        found = glob.glob(os.path.join(root, "lib", "python3*", "site-packages", dist + "-*.dist-info"))
+        return os.path.basename(found[0])[len(dist) + 1:-len(".dist-info")] if found else "?"
+
+    def _build_oneccl(self):
+        """oneccl-bench against PREFIX/oneccl when the build tree has none (CMake builds it when
+        it finds oneCCL at configure time): one compiler call, as bench/suite/CMakeLists.txt."""
+        include = os.path.join(self.oneccl_root, "include")
+        archive = os.path.join(self.oneccl_root, "lib", "ccl", "cpu", "lib", "libccl.a")
+        if self.args.no_build:
+            self.skipped.append("oneCCL: oneccl-bench is not built (reconfigure the build now that "
+                                "oneCCL is installed, or run without --no-build)")
+            return None
+        if not (os.path.exists(os.path.join(include, "oneapi", "ccl.hpp")) and os.path.exists(archive)):
+            self.skipped.append(f"oneCCL: {self.oneccl_root} lacks the oneccl-cpu-devel headers or "
+                                "lib/ccl/cpu/lib/libccl.a (bench/suite/install_peers.sh)")
+            return None
+        out = os.path.join(self.build, "bench-suite", "bin", "oneccl-bench")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        cmd = [os.environ.get("CXX", "c++"), "-O2", "-std=c++17", "-DHVD_ONECCL_STATIC=1",
+               "-I", SUITE, "-isystem", include, os.path.join(SUITE, "oneccl_bench.cc"), archive,
+               "-lhwloc", "-lpthread", "-ldl", "-lrt", "-o", out]
+        log_print(f"run_all: building {out}")
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.logf.write("$ " + shlex.join(cmd) + "\n" + r.stdout + "\n")
+        if r.returncode != 0:
+            tail = [ln for ln in r.stdout.strip().splitlines() if ln.strip()][-1:] or ["?"]
+            self.skipped.append(f"oneCCL: building oneccl-bench failed: `{tail[0][:200]}`")
+            return None
+        return out
+
+    def oneccl_cmd(self, n, argv):
+        """oneCCL's documented launch: Intel MPI's hydra (from impi-rt), ATL/MPI (oneCCL's
+        default), Intel MPI's shared memory between the ranks of this host (I_MPI_FABRICS=shm)
+        and its default pinning (with I_MPI_PIN=0 every call took milliseconds here)."""
+        env = self.base_env()
+        lib = os.path.join(self.oneccl_root, "lib")
+        env["I_MPI_ROOT"] = self.oneccl_root
+        env["FI_PROVIDER_PATH"] = lib
+        env["LD_LIBRARY_PATH"] = lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        env.setdefault("I_MPI_FABRICS", "shm")
+        return [self.hydra, "-n", str(n), self.oneccl_bin] + argv, env
+
+    def deepspeed_cmd(self, n, argv):
+        """DeepSpeed's own launcher (deepspeed --num_accelerators N), which sets RANK,
+        WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE, MASTER_ADDR/PORT, on a free port."""
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = self.base_env()
+        env["DS_ACCELERATOR"] = "cpu"
+        return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_accelerators", str(n),
+                "--master_addr", "127.0.0.1", "--master_port", str(port), "--no_local_rank",
+                os.path.join(SUITE, "deepspeed_bench.py")] + argv, env
 
     def _find_bin(self, name):
         for d in ("bin", os.path.join("bench-suite", "bin")):
@@ -274,6 +384,13 @@ class Runner:
                      self.hvdrun(n, [sys.executable, os.path.join(SUITE, "torch_bench.py"), "coll",
                                      "--system", "torch", "--store", self.store()] + c,
                                  hvd_job=False), timeout=600, tags={"rep": rep})
+        if self.oneccl_bin:
+            cmd, env = self.oneccl_cmd(n, ["coll", "--store", self.store()] + c)
+            self.run(f"oneccl coll {n} ranks", cmd, env=env, timeout=600, tags={"rep": rep})
+        if self.have_deepspeed and "allreduce" in ops.split(","):
+            cmd, env = self.deepspeed_cmd(n, ["coll"] + c)
+            self.run(f"deepspeed-shm allreduce {n} ranks", cmd, env=env, timeout=600,
+                     tags={"rep": rep})
         if self.have_horovod and self.mpirun:
             self.run(f"horovod coll {n} ranks",
                      self.mpirun_cmd(n, [sys.executable, os.path.join(SUITE, "torch_bench.py"),
@@ -519,7 +636,7 @@ def main():
         load_before=load_before, load_after=uptime(), seconds=round(total, 1),
         results=len(r.records),
         jobs=r.jobs, failures=r.failures, skipped=r.skipped, availability=r.availability,
-        horovod=r.horovod_origin,
+        horovod=r.horovod_origin, peer_versions=r.peer_versions,
         command=shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]))
     with open(os.path.join(r.out, "results.jsonl"), "w") as f:
         for rec in r.records:
