@@ -29,6 +29,7 @@ import report as report_mod  # noqa: E402  (bench/suite/report.py)
 
 NOMMAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
 PARTS = ("stream", "coll", "fusion", "latency", "e2e")
+OPT_PARTS = ("cluster",)  # opt-in: many hosts, needs root (bench/suite/cluster_bench.py)
 
 
 def log_print(*a):
@@ -562,7 +563,7 @@ def main():
     ap.add_argument("--build-dir", default=None,
                     help="hvd build tree (default: build-bench, else build)")
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<date>)")
-    ap.add_argument("--parts", default=",".join(PARTS), help="comma list of " + ", ".join(PARTS))
+    ap.add_argument("--parts", default=",".join(PARTS), help="comma list of " + ", ".join(PARTS + OPT_PARTS))
     ap.add_argument("--ranks", default=None, help="rank counts for coll (default 2,4; quick: 2)")
     ap.add_argument("--sizes", default=None, help='e.g. "4:256M" (powers of 4) or "4K,1M"')
     ap.add_argument("--ops", default="allreduce,allgather,broadcast")
@@ -597,8 +598,8 @@ def main():
             args.out = os.path.join(ROOT, "bench", "results", datetime.date.today().isoformat())
     parts = [p for p in args.parts.split(",") if p]
     for p in parts:
-        if p not in PARTS:
-            raise SystemExit(f"run_all: unknown part {p!r} (parts: {', '.join(PARTS)})")
+        if p not in PARTS + OPT_PARTS:
+            raise SystemExit(f"run_all: unknown part {p!r} (parts: {', '.join(PARTS + OPT_PARTS)})")
     ranks = [int(x) for x in (args.ranks or ("2" if args.quick else "2,4")).split(",")]
 
     r = Runner(args)
@@ -627,6 +628,9 @@ def main():
         for rep in range(r.reps()):
             if "e2e" in parts:
                 r.part_e2e(rep)
+        if "cluster" in parts:
+            import cluster_bench  # bench/suite/cluster_bench.py
+            cluster_bench.run_part(r)
     finally:
         r.close()
     total = time.time() - r.t_start

@@ -55,7 +55,10 @@ SET_PARENT = {"hvd-gloo-set": "hvd-gloo", "hvd-mpi-set": "hvd-mpi"}
 
 
 MEASURED = {"time_us", "min_us", "iters", "rep", "submit_us", "samples_per_s", "step_ms",
-            "algbw_gbs", "busbw_gbs", "best_gbs", "median_gbs"}
+            "algbw_gbs", "busbw_gbs", "best_gbs", "median_gbs",
+            # many hosts (cluster_bench.py): bytes on the links, images/s, job records
+            "net_tx_per_op", "net_rx_per_op", "net_barrier_tx", "net_barrier_rx", "images_per_s",
+            "seconds", "host_tx", "host_rx"}
 
 
 def merge_repeats(recs):
@@ -661,6 +664,237 @@ def target_e2e(recs):
 
 
 # ---------------------------------------------------------------------------------------
+# Many hosts (run_all.py --parts cluster, bench/suite/cluster_bench.py).
+
+def _lowbit(x):
+    return x & -x
+
+
+def cross_bytes(op, nbytes, hosts, per_host, hier):
+    """(algorithm, bytes all hosts send across their links per operation) for hvd's choice
+    (docs/transports.md, "Algorithm selection"); ranks fill the hosts in order."""
+    H, L = hosts, per_host
+    n = H * L
+    S = float(nbytes)
+    if H < 2:
+        return "one host", 0.0
+    if op == "allreduce":
+        if hier:  # cross groups of H ranks, each on S/L; only this step crosses
+            if S / L <= (64 << 10) / (H - 1):
+                return "hier: direct across hosts", H * (H - 1) * S
+            return "hier: ring across hosts", 2.0 * (H - 1) * S
+        if S <= (64 << 10) / (n - 1):
+            return "direct", n * (n - L) * S
+        return "ring", H * 2.0 * (n - 1) / n * S  # H of the ring's n links cross
+    if op == "allgather":
+        if hier and nbytes >= 64 << 10:
+            return "hier: leaders' ring", (H - 1) * S
+        return "ring" + (" (flat below 64 KiB)" if hier else ""), H * (n - 1) / n * S
+    if op == "broadcast":
+        if hier:
+            return "hier: across hosts, then within", (H - 1) * S
+        if n <= 2 or nbytes <= 1 << 20:  # binomial tree from rank 0
+            crossing = sum(1 for r in range(1, n) if (r - _lowbit(r)) // L != r // L)
+            return "tree", crossing * S
+        return "chain", (H - 1) * S
+    return "?", None
+
+
+def fmt_size(b):
+    if b is None:
+        return "–"
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(b) >= div:
+            return f"{b / div:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def mh_time(r):
+    """The fastest run's median iteration (the merged record's rep_lo)."""
+    return r.get("rep_lo", r["time_us"]) if r else None
+
+
+def mh_busbw(r):
+    if not r:
+        return None
+    return busbw(dict(r, time_us=mh_time(r)))
+
+
+def mh_cell(r):
+    if not r:
+        return "–"
+    return f"{fmt_us(mh_time(r))} ({fmt_gbs(mh_busbw(r))})"
+
+
+def many_hosts_section(recs, out):
+    info = {}
+    path = os.path.join(out, "cluster.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            info = json.load(f)
+    coll = [r for r in recs if r.get("kind") == "cluster_coll"]
+    e2e = [r for r in recs if r.get("kind") == "cluster_e2e_synth"]
+    if not coll and not e2e:
+        return []
+    L = ["## Many hosts\n"]
+    rates = info.get("rates") or sorted({r["rate"] for r in coll + e2e})
+    rate_label = {x: ("unshaped" if x == "none" else f"{x}/s") for x in rates}
+    ts = info.get("transports") or []
+    L.append(
+        f"`run_all.py --parts cluster`: {info.get('hosts', 4)} simulated hosts on this machine "
+        f"(tests/cluster/cluster.sh: a network, UTS, IPC and mount namespace each, a veth to a "
+        f"bridge, an sshd; network {info.get('net', '?')}), jobs started by hvdrun (mpirun for raw "
+        "MPI) from hvd-h1 over the cluster's ssh. Links: "
+        + ", ".join("unshaped (a memory copy through the kernel, no cap)" if x == "none" else
+                    f"capped at {x}/s each way on every host's link (tc htb on both ends)"
+                    for x in rates)
+        + ". Every host shares this machine's CPUs, so what a host's ranks do slows the others'. "
+        f"Layouts: 2x2 (2 hosts × 2 ranks) and 4x1 (4 hosts × 1 rank), ranks filling the hosts "
+        f"in order; hvd over {', '.join(ts) or '?'}, each with `HVD_HIERARCHICAL=1` (hier) and "
+        "`=0` (flat). Peers: raw Gloo (gloo-bench, its faster of `gloo::allreduce` and "
+        "`AllreduceRing`) and raw Open MPI (mpi-bench, its faster of in-place and out-of-place), "
+        "Open MPI with `mpi_yield_when_idle=1`. Runs of each job: "
+        + ", ".join(f"{max([r.get('reps', 1) for r in coll if r['rate'] == x] or [1])} "
+                    f"({rate_label[x]})" for x in rates)
+        + "; a cell is the fastest run's "
+        "median iteration, busbw in GB/s in brackets (nccl-tests conventions, as above). "
+        "hier ÷ flat is hier's busbw over flat's (≥ 1: the hierarchy is faster).\n")
+
+    def key(r):
+        return (r["rate"], r["layout"], r["system"], r.get("hier", -1), r["op"], r["bytes"])
+    best = {}
+    for r in coll:
+        k = key(r)
+        if k not in best or mh_time(r) < mh_time(best[k]):  # raw peers: their faster variant
+            best[k] = r
+    layouts = [x for x in ("2x2", "4x1") if any(r["layout"] == x for r in coll)]
+    for op in ("allreduce", "allgather", "broadcast"):
+        sizes = sorted({r["bytes"] for r in coll if r["op"] == op})
+        if not sizes:
+            continue
+        header = ["link", "layout", "size"]
+        for t in ts:
+            header += [f"hvd-{t} flat", f"hvd-{t} hier", "hier ÷ flat"]
+        peers = [p for p in ("gloo", "mpi") if any(r["system"] == p for r in coll)]
+        header += [{"gloo": "raw Gloo", "mpi": "raw MPI"}[p] for p in peers]
+        rows = []
+        for rate in rates:
+            for lay in layouts:
+                for b in sizes:
+                    row = [rate_label[rate], lay, fmt_bytes(b)]
+                    for t in ts:
+                        fl = best.get((rate, lay, f"hvd-{t}", 0, op, b))
+                        hi = best.get((rate, lay, f"hvd-{t}", 1, op, b))
+                        row += [mh_cell(fl), mh_cell(hi),
+                                fmt_ratio(mh_time(fl) / mh_time(hi)) if fl and hi and mh_time(hi) > 0
+                                else "–"]
+                    for p in peers:
+                        row.append(mh_cell(best.get((rate, lay, p, -1, op, b))))
+                    if any(c != "–" for c in row[3:]):
+                        rows.append(row)
+        L.append(f"### {op} across hosts\n")
+        L.append(table(header, rows, ["---", "---", "--:"] + ["--:"] * (len(header) - 3)))
+        L.append("")
+
+    # Bytes on the links.
+    net = [r for r in coll if "net_tx_per_op" in r and r["system"].startswith("hvd-")]
+    if net:
+        base = "none" if any(r["rate"] == "none" for r in net) else net[0]["rate"]
+        L.append("### Bytes across the hosts' links per operation\n")
+        L.append(
+            f"What each host sent on its link per operation ({rate_label.get(base, base)} links): the "
+            "eth0 counters of every host (hvd-bench --netdev, Ethernet/IP/TCP headers and hvd's own "
+            "negotiation included) over the timed iterations, less the same number of barriers "
+            "measured alone, averaged over the hosts; in brackets the multiple of the payload "
+            "(the buffer; allgather: the whole output). Theory: the minimum that hvd's chosen "
+            "algorithm must send across hosts, headers not counted — flat ring allreduce "
+            "2(n−1)/n × payload per crossing link (n ranks, one link of the ring leaves each "
+            "host), direct (small allreduce) n−L copies per rank; hierarchical: only the step "
+            "across hosts crosses (allreduce 2(H−1)/H × payload per host, allgather and broadcast "
+            "(H−1)/H). flat ÷ hier: measured bytes of flat over hier (> 1: the hierarchy "
+            "saves). The theory is that of the core's algorithms over a plugin's point-to-point "
+            "(gloo, ucx); hvd-mpi hands some calls to MPI's own collectives (flat allgather and "
+            "broadcast at every size, allreduce below 16 KiB × ranks: docs/transports.md), whose "
+            "traffic is Open MPI's choice.\n")
+        header = ["op", "layout", "size", "flat: algorithm", "flat: theory", "hier: algorithm",
+                  "hier: theory"]
+        for t in ts:
+            header += [f"hvd-{t} flat", f"hvd-{t} hier", "flat ÷ hier"]
+        rows = []
+        for op in ("allreduce", "allgather", "broadcast"):
+            for lay in layouts:
+                for b in sorted({r["bytes"] for r in net if r["op"] == op}):
+                    any_ = next((r for r in net if r["op"] == op and r["layout"] == lay
+                                 and r["bytes"] == b), None)
+                    if any_ is None:
+                        continue
+                    H, per = any_["hosts"], any_["ranks_per_host"]
+                    fa, fb = cross_bytes(op, b, H, per, False)
+                    ha, hb_ = cross_bytes(op, b, H, per, True)
+
+                    def cell(v):
+                        return "–" if v is None else f"{fmt_size(v)} ({v / b:.2f}×)"
+                    row = [op, lay, fmt_bytes(b), fa, cell(fb / H), ha, cell(hb_ / H)]
+                    for t in ts:
+                        got = {}
+                        for h in (0, 1):
+                            r = best.get((base, lay, f"hvd-{t}", h, op, b))
+                            if r and "net_tx_per_op" in r:
+                                got[h] = (r["net_tx_per_op"] - r.get("net_barrier_tx", 0)) / max(
+                                    1, r.get("net_hosts", H))
+                        row += [cell(got.get(0)), cell(got.get(1)),
+                                fmt_ratio(got[0] / got[1]) if got.get(1, 0) > 0 and 0 in got else "–"]
+                    rows.append(row)
+        L.append(table(header, rows, ["---", "---", "--:", "---", "--:", "---", "--:"]
+                       + ["--:"] * (len(header) - 7)))
+        L.append("")
+
+    # Scaling.
+    if e2e:
+        p = e2e[0]
+        grad = p.get("params", 0) * 4
+        L.append("### Scaling: a ResNet-50-sized training step on 1, 2 and 4 hosts\n")
+        L.append(
+            f"hvd-bench e2e: ResNet-50's {p.get('tensors', '?')} gradient tensors "
+            f"({p.get('params', 0) / 1e6:.2f} M float32 parameters, {fmt_size(grad)}), averaged "
+            f"with hvd_allreduce_async as each one's share of a {p.get('compute_ms', '?')} ms "
+            "\"compute\" step ends (a third forward, the rest backward, last layer first; the "
+            "compute is slept, not spun, so that hosts sharing this machine's 2 cores do not slow "
+            "each other's compute: the step measures what communication adds). One rank per "
+            f"host, Gloo, batch {p.get('batch', 32)} per rank; the fastest run's median step. "
+            "Scaling efficiency = images/s on N hosts ÷ (N × images/s on 1 host). Bytes: what each "
+            "host sent per step (eth0), against a ring allreduce's 2(N−1)/N × the gradients.\n")
+        rows = []
+        by = {}
+        for r in e2e:
+            by[(r["rate"], r["hosts"])] = r
+        for rate in rates:
+            one = by.get((rate, 1))
+            for h in sorted({r["hosts"] for r in e2e}):
+                r = by.get((rate, h))
+                if not r:
+                    continue
+                step = r.get("rep_lo", r["step_ms"])
+                ips = r["ranks"] * r["batch"] / (step / 1e3) if step > 0 else 0
+                eff = "–"
+                if one:
+                    s1 = one.get("rep_lo", one["step_ms"])
+                    ips1 = one["batch"] / (s1 / 1e3) if s1 > 0 else 0
+                    eff = f"{ips / (h * ips1) * 100:.0f} %" if ips1 > 0 else "–"
+                sent = None
+                if "net_tx_per_op" in r and r.get("net_hosts"):
+                    sent = r["net_tx_per_op"] / r["net_hosts"]
+                theory = 2.0 * (h - 1) / h * grad
+                rows.append([rate_label.get(rate, rate), h, f"{step:.1f} ms", f"{ips:.0f}", eff,
+                             fmt_size(sent) if sent is not None else "–", fmt_size(theory)])
+        L.append(table(["link", "hosts", "step", "images/s", "scaling efficiency",
+                        "sent per host per step", "ring minimum"], rows,
+                       ["---", "--:", "--:", "--:", "--:", "--:", "--:"]))
+        L.append("")
+    return L
+
+
+# ---------------------------------------------------------------------------------------
 # Plots.
 
 def plots(recs, out):
@@ -942,6 +1176,8 @@ def write_all(out):
         L.append("")
         if "e2e.png" in made:
             L.append("![end to end](e2e.png)\n")
+
+    L += many_hosts_section(recs, out)
 
     # Horovod
     hb = os.path.join(out, "horovod_build.md")
