@@ -274,6 +274,26 @@ class ContextImpl final : public CycleDriver {
   std::vector<bool> slot_live_;
   bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
   std::vector<uint8_t> ctrl_;  // the packed control bytes
+  // Execute's scratch (background thread only), kept between cycles.
+  struct ExecUnit {
+    std::vector<OpRequest*> batch;  // allreduce batch
+    OpRequest* single = nullptr;
+    const Response* resp = nullptr;
+    size_t bytes = 0;
+  };
+  struct ExecOpenBatch {
+    size_t unit;
+    hvd_dtype_t dtype;
+    hvd_reduce_op_t op;
+    double pre, post;
+    bool cpu;
+  };
+  struct {
+    std::vector<OpRequest> reqs;
+    std::vector<uint8_t> have;
+    std::vector<ExecUnit> units;
+    std::vector<ExecOpenBatch> open;
+  } exec_;
 };
 
 Status ContextImpl::Start() {
@@ -899,30 +919,40 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
 // batches in the same order.
 uint64_t ContextImpl::Execute(Scope& scope) {
   std::vector<Response>& responses = scope.responses;
-  struct Unit {
-    std::vector<OpRequest*> batch;  // allreduce batch
-    OpRequest* single = nullptr;
-    const Response* resp = nullptr;
-    size_t bytes = 0;
+  // The cycle's scratch, kept with its capacity: a fused step of 1,000
+  // tensors would otherwise allocate and free ~100 KiB of requests every
+  // cycle, which also makes malloc consolidate its free lists.
+  std::vector<OpRequest>& reqs = exec_.reqs;
+  std::vector<uint8_t>& have = exec_.have;
+  std::vector<ExecUnit>& units = exec_.units;
+  std::vector<ExecOpenBatch>& open = exec_.open;
+  reqs.clear();
+  reqs.resize(responses.size());
+  have.assign(responses.size(), 0);
+  open.clear();
+  size_t nunits = 0;
+  // A fresh unit (reusing a kept one's batch capacity).
+  auto add_unit = [&]() -> ExecUnit& {
+    if (nunits == units.size()) units.emplace_back();
+    ExecUnit& u = units[nunits++];
+    u.batch.clear();
+    u.single = nullptr;
+    u.resp = nullptr;
+    u.bytes = 0;
+    return u;
   };
-  std::vector<OpRequest> reqs(responses.size());
-  std::vector<bool> have(responses.size(), false);
-  std::vector<Unit> units;
-  struct OpenBatch {
-    size_t unit;
-    hvd_dtype_t dtype;
-    hvd_reduce_op_t op;
-    double pre, post;
-    bool cpu;
-  };
-  std::vector<OpenBatch> open;
+  // The requests (and their handles) go once the cycle has run them.
+  struct ClearRequests {
+    std::vector<OpRequest>& r;
+    ~ClearRequests() { r.clear(); }
+  } clear_requests{reqs};
   std::deque<std::vector<uint8_t>> zeros;  // buffers of a joined rank's stand-in tensors
   const size_t threshold = static_cast<size_t>(fusion_threshold_);
   auto now = Clock::now();
 
   for (size_t i = 0; i < responses.size(); ++i) {
     Response& resp = responses[i];
-    have[i] = scope.controller->Take(resp.key, &reqs[i]);
+    have[i] = scope.controller->Take(resp, &reqs[i]);
     if (!have[i] && resp.error.ok() && resp.all && !resp.all->empty() &&
         resp.desc(0).type == OpType::kAllreduce &&
         std::find(resp.joined.begin(), resp.joined.end(), scope.rank) != resp.joined.end()) {
@@ -964,10 +994,9 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       continue;
     }
     if (req.type != OpType::kAllreduce) {
-      Unit u;
+      ExecUnit& u = add_unit();
       u.single = &req;
       u.resp = &resp;
-      units.push_back(u);
       continue;
     }
     size_t bytes = 0;
@@ -975,8 +1004,8 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       bytes += static_cast<size_t>(t.NumElements()) * DtypeSize(t.dtype);
     }
     const TensorSpec& t0 = req.tensors.front();
-    OpenBatch* match = nullptr;
-    for (OpenBatch& b : open) {
+    ExecOpenBatch* match = nullptr;
+    for (ExecOpenBatch& b : open) {
       if (b.dtype == t0.dtype && b.op == req.reduce_op && b.pre == req.prescale &&
           b.post == req.postscale && b.cpu == (t0.device == HVD_DEVICE_CPU)) {
         match = &b;
@@ -988,12 +1017,11 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       units[match->unit].bytes += bytes;
       continue;
     }
-    Unit u;
+    ExecUnit& u = add_unit();
     u.batch.push_back(&req);
     u.bytes = bytes;
-    units.push_back(u);
-    OpenBatch ob{units.size() - 1, t0.dtype, req.reduce_op, req.prescale, req.postscale,
-                 t0.device == HVD_DEVICE_CPU};
+    ExecOpenBatch ob{nunits - 1, t0.dtype, req.reduce_op, req.prescale, req.postscale,
+                     t0.device == HVD_DEVICE_CPU};
     if (match != nullptr) {
       *match = ob;
     } else {
@@ -1002,8 +1030,8 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   }
 
   uint64_t moved = 0;
-  for (size_t k = 0; k < units.size(); ++k) {
-    Unit& u = units[k];
+  for (size_t k = 0; k < nunits; ++k) {
+    ExecUnit& u = units[k];
     if (u.single != nullptr) {
       for (const TensorSpec& t : u.single->tensors) {
         moved += static_cast<uint64_t>(t.NumElements()) * DtypeSize(t.dtype);
@@ -1031,7 +1059,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       // The transport failed: peers are gone or out of step.
       Status broken(s.code(), "the context can no longer communicate: " + s.message());
       HVD_LOG(log_, HVD_LOG_ERROR, broken.message());
-      for (size_t j = k + 1; j < units.size(); ++j) {
+      for (size_t j = k + 1; j < nunits; ++j) {
         if (units[j].single != nullptr) Finish(scope, *units[j].single, broken);
         for (OpRequest* r : units[j].batch) Finish(scope, *r, broken);
       }

@@ -92,6 +92,8 @@ Controller::Controller(int rank, int size, int cache_capacity, StallConfig stall
       cache_(cache_capacity),
       joined_(static_cast<size_t>(size), false),
       ctrl_(kHeader + static_cast<size_t>(cache_capacity)),
+      slot_entry_(static_cast<size_t>(cache_capacity)),
+      slot_has_(static_cast<size_t>(cache_capacity), 0),
       last_stall_warning_(Clock::now()),
       last_inspection_(Clock::now()) {}
 
@@ -196,7 +198,10 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
   bool want_stall = false;
   bool want_warning = false;
   std::fill(ctrl, ctrl + ctrl_.size(), 0);
-  for (auto& [key, e] : pending_) {
+  std::fill(slot_has_.begin(), slot_has_.end(), 0);
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    const std::string& key = it->first;
+    Entry& e = it->second;
     if (e.state == State::kCached && !cache_.Holds(e.slot, key)) {
       e.state = State::kNew;
       e.slot = -1;
@@ -210,7 +215,11 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
       }
     }
     if (e.state == State::kNew) has_new = true;
-    if (e.state == State::kCached) ctrl[kHeader + e.slot] = 1;
+    if (e.state == State::kCached) {
+      ctrl[kHeader + e.slot] = 1;
+      slot_entry_[static_cast<size_t>(e.slot)] = it;
+      slot_has_[static_cast<size_t>(e.slot)] = 1;
+    }
     double age = Seconds(now - e.enqueued);
     if (stall_.warning_s > 0 && age >= stall_.warning_s &&
         Seconds(now - last_stall_warning_) >= stall_.warning_s) {
@@ -251,16 +260,14 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, Clock::time_p
     Response r;
     r.key = cache_.KeyOf(s);
     r.all = cache_.Get(s);
+    r.slot = s;
     for (int q = 0; q < size_; ++q) {
       if (joined_[q]) r.joined.push_back(q);
     }
     out->push_back(std::move(r));
-  }
-  for (const Response& r : *out) {
-    // Leave the entries in pending_ for Take(); mark them so they are not
+    // Leave the entry in pending_ for Take(); mark it so that it is not
     // announced again.
-    auto it = pending_.find(r.key);
-    if (it != pending_.end()) it->second.state = State::kAnnounced;
+    if (slot_has_[static_cast<size_t>(s)] != 0) slot_entry_[static_cast<size_t>(s)]->second.state = State::kAnnounced;
   }
 
   bool full = ctrl[0] == 0;
@@ -456,8 +463,15 @@ bool Controller::TryComplete(const std::string& key, std::vector<Response>* out)
   return true;
 }
 
-bool Controller::Take(const std::string& key, OpRequest* req) {
-  auto it = pending_.find(key);
+bool Controller::Take(const Response& resp, OpRequest* req) {
+  auto it = pending_.end();
+  if (resp.slot >= 0 && static_cast<size_t>(resp.slot) < slot_has_.size() &&
+      slot_has_[static_cast<size_t>(resp.slot)] != 0) {
+    it = slot_entry_[static_cast<size_t>(resp.slot)];
+    slot_has_[static_cast<size_t>(resp.slot)] = 0;
+  } else {
+    it = pending_.find(resp.key);
+  }
   if (it == pending_.end()) return false;
   *req = std::move(it->second.req);
   pending_.erase(it);
@@ -469,6 +483,7 @@ std::vector<OpRequest> Controller::TakeAll() {
   for (auto& [key, e] : pending_) v.push_back(std::move(e.req));
   pending_.clear();
   table_.clear();
+  std::fill(slot_has_.begin(), slot_has_.end(), 0);
   return v;
 }
 

@@ -58,6 +58,7 @@ struct Response {
   // Ranks that had joined (hvd_join) instead of submitting: they take part
   // with zeros of the same shape.
   std::vector<int> joined;
+  int slot = -1;  // the cache slot a cached response came from (Controller::Take)
 };
 
 // A deterministic LRU of negotiated requests (same content on every rank).
@@ -118,8 +119,9 @@ class Controller {
                   std::vector<Response>* out, bool* shutdown);
 
   // The local request behind a response; false if this rank has none (e.g.
-  // a stall error for a request this rank never made).
-  bool Take(const std::string& key, OpRequest* req);
+  // a stall error for a request this rank never made). A cached response's
+  // request is found through its slot, without a lookup by name.
+  bool Take(const Response& resp, OpRequest* req);
 
   // Removes and returns every pending request (shutdown, broken transport).
   std::vector<OpRequest> TakeAll();
@@ -160,6 +162,11 @@ class Controller {
   // This rank's own requests: iteration order is local only (announcements are
   // applied in the allgathered order, the same everywhere).
   std::unordered_map<std::string, Entry> pending_;
+  // This cycle's pending entry for each cache slot this rank marked ready
+  // (Contribute -> Conclude -> Take; nothing is added to pending_ between
+  // them, so the iterators stay valid); slot_has_[s] == 0: none.
+  std::vector<std::unordered_map<std::string, Entry>::iterator> slot_entry_;
+  std::vector<uint8_t> slot_has_;
   std::map<std::string, TableRow> table_;
   std::vector<bool> joined_;  // ranks whose join was announced, until all join
   std::vector<uint8_t> ctrl_;

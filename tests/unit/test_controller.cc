@@ -69,7 +69,7 @@ struct Harness {
           for (const Response& resp : out) {
             traces[r].push_back({resp.key, resp.error.code()});
             OpRequest req;
-            if (ctl[r]->Take(resp.key, &req)) req.handle->Complete(resp.error);
+            if (ctl[r]->Take(resp, &req)) req.handle->Complete(resp.error);
           }
         }
       });
@@ -270,7 +270,7 @@ TEST(Controller, StalledTensorErrorsNamingTheMissingRank) {
         ASSERT_TRUE(h.ctl[r]->Cycle(h.cps[r].get(), false, Clock::now(), &out, &sd).ok());
         for (const Response& resp : out) {
           OpRequest req;
-          if (h.ctl[r]->Take(resp.key, &req)) req.handle->Complete(resp.error);
+          if (h.ctl[r]->Take(resp, &req)) req.handle->Complete(resp.error);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
