@@ -118,6 +118,12 @@ class ProcessSet:
         from . import _c_api as C
         return C.get_int("hvd_rank") in self.ranks
 
+    def __copy__(self):
+        return self  # a handle on a registered set: copies of a model share it
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __str__(self):
         return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
                 f"mpi_comm={self.mpi_comm})")

@@ -317,19 +317,23 @@ def _model_and_optimizer_variables(model, local_variables=()):
     return model_vars, opt_vars
 
 
-def broadcast_global_variables(model_or_root_rank, root_rank=0):
-    """Root's values on every rank.
+def broadcast_global_variables(model_or_root_rank, root_rank=0,
+                               process_set=global_process_set):
+    """Root's values on every rank (of process_set; root_rank is one of its
+    ranks, as hvd.rank() numbers it).
 
     broadcast_global_variables(model, root_rank=0): the model's weights and
     its optimizer's state (Keras 3 has no global session, so hvd takes the
     model). broadcast_global_variables(root_rank): Horovod's form, for
     TensorFlow 1 graphs (hvd.tensorflow.broadcast_global_variables)."""
     if isinstance(model_or_root_rank, int):
-        return _tf_broadcast_global_variables(model_or_root_rank)
+        return _tf_broadcast_global_variables(model_or_root_rank, process_set=process_set)
     model_vars, opt_vars = _model_and_optimizer_variables(model_or_root_rank)
-    broadcast_variables(model_vars, root_rank, name="broadcast_global_variables.model")
+    broadcast_variables(model_vars, root_rank, name="broadcast_global_variables.model",
+                        process_set=process_set)
     if opt_vars:
-        broadcast_variables(opt_vars, root_rank, name="broadcast_global_variables.optimizer")
+        broadcast_variables(opt_vars, root_rank, name="broadcast_global_variables.optimizer",
+                            process_set=process_set)
     return None
 
 
@@ -344,13 +348,17 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     built by then (it has an Input), else -- Keras builds it while tracing
     the first step -- right after the first batch, as Horovod does.
     local_variables: variables to leave as they are on each rank. device is
-    accepted and ignored."""
+    accepted and ignored. process_set (hvd's): broadcast among the set's
+    ranks only, root_rank being one of them (as hvd.rank() numbers it), e.g.
+    one model per set."""
 
-    def __init__(self, root_rank=0, device="", local_variables=None):
+    def __init__(self, root_rank=0, device="", local_variables=None,
+                 process_set=global_process_set):
         super().__init__()
         self.root_rank = root_rank
         self.device = device
         self.local_variables = list(local_variables or [])
+        self.process_set = process_set
         self.broadcast_done = False
 
     def _broadcast(self):
@@ -359,10 +367,12 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
             opt.build(self.model.trainable_variables)
         model_vars, opt_vars = _model_and_optimizer_variables(self.model, self.local_variables)
         broadcast_variables(model_vars, self.root_rank,
-                            name="BroadcastGlobalVariablesCallback.model")
+                            name="BroadcastGlobalVariablesCallback.model",
+                            process_set=self.process_set)
         if opt_vars:
             broadcast_variables(opt_vars, self.root_rank,
-                                name="BroadcastGlobalVariablesCallback.optimizer")
+                                name="BroadcastGlobalVariablesCallback.optimizer",
+                                process_set=self.process_set)
         self.broadcast_done = True
 
     def on_train_begin(self, logs=None):
@@ -377,12 +387,14 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
 
 class MetricAverageCallback(keras.callbacks.Callback):
     """At each epoch end, replaces every metric in logs by its average over
-    ranks. Put it before callbacks that read metrics (checkpoints, LR plateaus).
-    device is accepted and ignored."""
+    ranks (of process_set: hvd's addition, e.g. one model per set). Put it
+    before callbacks that read metrics (checkpoints, LR plateaus). device is
+    accepted and ignored."""
 
-    def __init__(self, device=""):
+    def __init__(self, device="", process_set=global_process_set):
         super().__init__()
         self.device = device
+        self.process_set = process_set
 
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
@@ -392,7 +404,8 @@ class MetricAverageCallback(keras.callbacks.Callback):
         if not keys:
             return
         values = np.array([float(logs[k]) for k in keys], dtype=np.float64)
-        avg = _hvd.allreduce(values, name=f"MetricAverageCallback.{epoch}", op=Average)
+        avg = _hvd.allreduce(values, name=f"MetricAverageCallback.{epoch}", op=Average,
+                             process_set=self.process_set)
         for k, v in zip(keys, avg.tolist()):
             logs[k] = v
 
@@ -499,15 +512,18 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     first warmup_epochs epochs, batch by batch (Goyal et al., "Accurate,
     Large Minibatch SGD"), so a large size-scaled rate does not diverge early.
     initial_lr is the target (already scaled by size); after the warmup the
-    rate stays there."""
+    rate stays there. process_set (hvd's): the ramp starts from
+    initial_lr / the set's size, for a model trained within a set."""
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
-                 steps_per_epoch=None, verbose=0):
+                 steps_per_epoch=None, verbose=0, process_set=global_process_set):
         def multiplier(epoch):
             # One step ahead, so the last batch of the warmup reaches initial_lr.
             epoch += 1.0 / self.steps_per_epoch
-            n = size()
+            n = _hvd._np._target(self.process_set)[0].size()
             return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
+
+        self.process_set = process_set
 
         super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
                          staircase=False, momentum_correction=momentum_correction,

@@ -850,32 +850,36 @@ def _global_variables():
 
 
 @_no_autograph
-def broadcast_global_variables(root_rank):
+def broadcast_global_variables(root_rank, process_set=global_process_set):
     """The op that assigns root_rank's value to every global variable
     (tf.compat.v1.global_variables()) -- TensorFlow 1 graphs. Eagerly it
-    raises RuntimeError, as Horovod's does: use broadcast_variables."""
+    raises RuntimeError, as Horovod's does: use broadcast_variables.
+    process_set: among its ranks only (root_rank is one of them, as
+    hvd.rank() numbers it)."""
     if tf.executing_eagerly():
         raise RuntimeError(
             "hvd.broadcast_global_variables() does not support eager execution. Please use "
             "`hvd.broadcast_variables(<model/optimizer variables>)` instead.")
     return broadcast_variables(_global_variables(), root_rank,
-                               name=_name("broadcast_global_variables", None))
+                               name=_name("broadcast_global_variables", None, process_set),
+                               process_set=process_set)
 
 
 class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
     """SessionRunHook that broadcasts every global variable from root_rank
     once the session is created (tf.compat.v1.train.MonitoredTrainingSession).
-    device is accepted and ignored."""
+    device is accepted and ignored; process_set: among its ranks only."""
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", process_set=global_process_set):
         super().__init__()
         self.root_rank = root_rank
         self.bcast_op = None
         self.device = device
+        self.process_set = process_set
 
     def begin(self):
         if self.bcast_op is None or self.bcast_op.graph != tf.compat.v1.get_default_graph():
-            self.bcast_op = broadcast_global_variables(self.root_rank)
+            self.bcast_op = broadcast_global_variables(self.root_rank, self.process_set)
 
     def after_create_session(self, session, coord):
         session.run(self.bcast_op)

@@ -1040,7 +1040,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
     optimizer reduces them over ranks, as for any parameter)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, name):
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, name, ps):
         c = x.shape[1]
         dims = [0] + list(range(2, x.dim()))
         shape = [1, c] + [1] * (x.dim() - 2)
@@ -1051,7 +1051,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         else:
             mean_l = var_l = torch.zeros(c, dtype=torch.float64)
         local = torch.cat([torch.tensor([float(n)], dtype=torch.float64), mean_l, var_l])
-        every = _t.allgather(local.unsqueeze(0), name=name)  # (size, 1 + 2c)
+        every = _t.allgather(local.unsqueeze(0), name=name, process_set=ps)  # (size, 1 + 2c)
         counts, means, variances = every[:, :1], every[:, 1:c + 1], every[:, c + 1:]
         total = float(counts.sum())
         if total == 0:
@@ -1073,7 +1073,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         if bias is not None:
             y = y + bias.view(shape)
         ctx.save_for_backward(xhat, invstd, weight)
-        ctx.name, ctx.total, ctx.dims, ctx.shape = name, total, dims, shape
+        ctx.name, ctx.total, ctx.dims, ctx.shape, ctx.ps = name, total, dims, shape, ps
         ctx.has_bias = bias is not None
         return y
 
@@ -1087,7 +1087,8 @@ class _SyncBatchNormFn(torch.autograd.Function):
         sum_dy_xhat = (dy * xhat).sum(dims)
         if ctx.needs_input_grad[0]:
             local = torch.cat([sum_dy, sum_dy_xhat]).to(torch.float64)
-            tot = _t.allreduce(local, name=f"{ctx.name}.grad", op=Sum) / ctx.total
+            tot = _t.allreduce(local, name=f"{ctx.name}.grad", op=Sum,
+                               process_set=ctx.ps) / ctx.total
             mean_dy = tot[:c].to(dy.dtype).view(shape)
             mean_dy_xhat = tot[c:].to(dy.dtype).view(shape)
             scale = invstd if weight is None else invstd * weight
@@ -1096,7 +1097,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
             grad_w = sum_dy_xhat
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = sum_dy
-        return grad_x, grad_w, grad_b, None, None, None, None, None
+        return grad_x, grad_w, grad_b, None, None, None, None, None, None
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
@@ -1105,7 +1106,18 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
     with the matching gradient; any input of shape (N, C, ...), and ranks
     may have different N. As in Horovod, in eval mode or on a world of one it
     is plain batch normalization. Every rank must run each forward (an
-    allgather) and each backward (an allreduce)."""
+    allgather) and each backward (an allreduce).
+
+    process_set: the statistics are those of the set's ranks only (e.g. one
+    model per set); only its members may run the layer in training (a set
+    of one rank is plain batch normalization)."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, process_set=global_process_set, device=None,
+                 dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats,
+                         device=device, dtype=dtype)
+        self.process_set = process_set
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
@@ -1114,7 +1126,8 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
 
     def forward(self, input):
         self._check_input_dim(input)
-        if not self.training or size() == 1:
+        ps = self.process_set
+        if not self.training or _set_size(ps) == 1:
             return super().forward(input)
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.track_running_stats and self.num_batches_tracked is not None:
@@ -1125,7 +1138,7 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         return _SyncBatchNormFn.apply(
             input, self.weight, self.bias, self.running_mean if track else None,
             self.running_var if track else None, self.eps, momentum,
-            _DEFAULT._namer("sync_batch_norm", None))
+            _name("sync_batch_norm", None, ps), ps)
 
 
 # ---------------------------------------------------------------------------

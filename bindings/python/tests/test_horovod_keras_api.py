@@ -59,13 +59,16 @@ def test_horovod_signatures():
                            "backward_passes_per_step", "average_aggregated_gradients"]
     assert "local_layers" in inspect.signature(hvdk.PartialDistributedOptimizer).parameters
     cb = inspect.signature(hvdk.callbacks.BroadcastGlobalVariablesCallback).parameters
-    assert list(cb) == ["root_rank", "device", "local_variables"]
+    # Horovod's, then hvd's process_set (keyword; docs/horovod.md)
+    assert list(cb) == ["root_rank", "device", "local_variables", "process_set"]
+    assert list(inspect.signature(hvdk.callbacks.MetricAverageCallback).parameters) == \
+        ["device", "process_set"]
     sched = inspect.signature(hvdk.callbacks.LearningRateScheduleCallback).parameters
     assert list(sched) == ["initial_lr", "multiplier", "start_epoch", "end_epoch", "staircase",
                            "momentum_correction", "steps_per_epoch"]
     warm = inspect.signature(hvdk.callbacks.LearningRateWarmupCallback).parameters
     assert list(warm) == ["initial_lr", "warmup_epochs", "momentum_correction",
-                          "steps_per_epoch", "verbose"]
+                          "steps_per_epoch", "verbose", "process_set"]
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         import keras
         hvdk.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=0)

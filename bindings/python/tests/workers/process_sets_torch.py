@@ -5,7 +5,10 @@ integers; gradients of the differentiable ops within the set;
 DistributedOptimizer(process_set=) with each parity group training its own
 model (float64, against a reference that simulates the group's averaged SGD
 within 1e-12 relative: equal within a group, different across groups);
-broadcast_parameters / broadcast_optimizer_state within a set."""
+broadcast_parameters / broadcast_optimizer_state within a set;
+SyncBatchNorm(process_set=) with the statistics, running statistics and input
+gradient of the set's batches only (against torch's BatchNorm1d on the set's
+concatenated batch, float64, within 1e-10)."""
 
 import os
 import sys
@@ -21,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 CHECKS = ["ops", "inplace_async", "grouped", "alltoall_reducescatter", "objects_sparse",
           "autograd", "optimizer_groups", "optimizer_grouped_param_groups",
-          "broadcast_parameters", "broadcast_optimizer_state", "errors"]
+          "broadcast_parameters", "broadcast_optimizer_state", "sync_batch_norm", "errors"]
 SIZE = 4
 REL = 1e-12  # float64 results of the optimizer against the reference
 
@@ -268,6 +271,66 @@ def make_checks(hvd, rank, even, odd, low):
                             name="bos.lr")
         assert opt.param_groups[0]["lr"] == 0.01 * (root + 1), opt.param_groups[0]["lr"]
         assert sorted(set(lrs.tolist())) == [0.01, 0.02], lrs  # roots 0 and 1
+
+    @add("sync_batch_norm")
+    def _():
+        c = 3
+
+        def xb(g, step):  # rank g's batch: 2 + g rows, its own mean and scale
+            gen = torch.Generator().manual_seed(50 + 10 * g + step)
+            return torch.randn(2 + g, c, generator=gen, dtype=torch.float64) * (g + 1) + 3 * g
+
+        bn = hvd.SyncBatchNorm(c, momentum=0.25, process_set=mine).double()
+        ref = torch.nn.BatchNorm1d(c, momentum=0.25).double()
+        glob = torch.nn.BatchNorm1d(c, momentum=0.25).double()  # every rank's batch: not it
+        for m in (bn, ref, glob):
+            with torch.no_grad():
+                m.weight.copy_(torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64))
+                m.bias.copy_(torch.tensor([0.1, -0.2, 0.3], dtype=torch.float64))
+        offset = sum(2 + g for g in mine.ranks if g < rank)
+        rows = slice(offset, offset + 2 + rank)
+        for step in range(2):
+            full = torch.cat([xb(g, step) for g in mine.ranks]).requires_grad_()
+            coef = torch.cat([torch.full((2 + g, c), float(g + 1) + 0.5 * step,
+                                         dtype=torch.float64) * torch.tensor([1.0, -2.0, 3.0])
+                              for g in mine.ranks])
+            y_ref = ref(full)
+            (y_ref * coef).sum().backward()
+            everyone = glob(torch.cat([xb(g, step) for g in range(SIZE)]))
+            x = xb(rank, step).requires_grad_()
+            y = bn(x)
+            (y * coef[rows]).sum().backward()
+            torch.testing.assert_close(y.detach(), y_ref.detach()[rows], rtol=1e-10,
+                                       atol=1e-10)
+            offset_all = sum(2 + g for g in range(rank))
+            assert not torch.allclose(y.detach(),
+                                      everyone.detach()[offset_all:offset_all + 2 + rank]), \
+                "the set's statistics equal the job's: the test cannot tell them apart"
+            torch.testing.assert_close(x.grad, full.grad[rows], rtol=1e-10, atol=1e-10)
+            for got, want in ((bn.running_mean, ref.running_mean),
+                              (bn.running_var, ref.running_var)):
+                torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+            bn.zero_grad()
+            ref.zero_grad()
+        # the running statistics of the two sets differ; within a set they agree
+        stats = hvd.allgather(bn.running_mean.unsqueeze(0), name="sbn.stats")
+        for g in range(SIZE):
+            if g % 2 == rank % 2:
+                eq(stats[g], bn.running_mean)
+            else:
+                assert not torch.allclose(stats[g], bn.running_mean)
+        # a rank outside the set cannot run it in training; eval needs no set
+        outside = hvd.SyncBatchNorm(c, process_set=other).double()
+        try:
+            outside(xb(rank, 0))
+        except ValueError as e:
+            assert f"rank {rank} is not in process set {other.ranks}" in str(e), str(e)
+        else:
+            raise AssertionError("SyncBatchNorm on a set without this rank did not raise")
+        outside.eval()
+        outside(xb(rank, 0))
+        import copy
+        assert copy.deepcopy(bn).process_set is mine
 
     @add("errors")
     def _():
