@@ -688,10 +688,15 @@ void ContextImpl::Loop() {
     if (queued_ > 0 && !shutdown_requested_) {
       // Settle only where submits come in bursts: several already queued
       // by the time this thread runs, or a recent settle window caught
-      // more; a probe every kProbeEvery-th wake-up notices a change.
+      // more; a probe every kProbeEvery-th wake-up notices a change. Where
+      // callers run cycles, always: a lone submit that is waited for is
+      // run by its caller (the wait ends the settle), and this thread,
+      // woken by the submit (on a rank bound to one core, ahead of the
+      // caller), must not take the cycle from it.
       ++wakeups;
       const size_t queued = queued_;
-      if (queued > 1 || quiet_wakeups < kQuietAfter || wakeups % kProbeEvery == 0) {
+      if (caller_cycles_ || queued > 1 || quiet_wakeups < kQuietAfter ||
+          wakeups % kProbeEvery == 0) {
         const auto limit = first_enqueue_ + cycle_;
         // A caller blocking on a handle ends the burst at once (and may
         // run the cycle itself).
