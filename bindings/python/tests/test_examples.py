@@ -1,5 +1,6 @@
 """The examples run alone and under hvdrun (shortened) and report accuracy."""
 
+import json
 import os
 import subprocess
 import sys
@@ -24,6 +25,28 @@ def test_train_numpy(tmp_path, hvdrun, np_):
     assert rc == 0, out
     acc = float(out.split("test accuracy: ")[1].split()[0])
     assert acc > 0.9, out
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_train_numpy_timeline(tmp_path, hvdrun, np_):
+    """--timeline-steps 4: hvd.start_timeline before step 1, hvd.stop_timeline
+    before step 5. The file (rank 0's) is complete Chrome-trace JSON with
+    exactly one ALLREDUCE span per recorded step on each gradient row."""
+    script = [sys.executable, os.path.join(EX, "train_numpy.py"), "--epochs", "3",
+              "--timeline-steps", "4", "--timeline", "tl.json"]
+    rc, out = _run(script if np_ == 1 else [hvdrun, "-np", str(np_), *script], tmp_path)
+    assert rc == 0, out
+    assert "timeline: tl.json: " in out and "4 steps recorded" in out, out
+    assert float(out.split("test accuracy: ")[1].split()[0]) > 0.85, out
+    with open(tmp_path / "tl.json") as f:
+        events = json.load(f)
+    rows = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert sorted(rows.values()) == ["grad.0", "grad.1"], rows
+    spans = [rows[(e["pid"], e["tid"])] for e in events
+             if e["ph"] == "X" and e["name"] == "ALLREDUCE"]
+    assert sorted(spans) == ["grad.0"] * 4 + ["grad.1"] * 4, spans
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events if e["ph"] == "X")
 
 
 @pytest.mark.parametrize("np_", [1, 2])
