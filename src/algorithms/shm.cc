@@ -146,10 +146,24 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 // ---------------------------------------------------------------------------
 // Segment.
 
+namespace {
+// The CPUs this process may run on.
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+}  // namespace
+
+// More ranks on the host than CPUs to run them: a waiting rank spinning
+// holds a CPU that a peer it waits for needs, so it yields at once (what
+// Open MPI's mpi_yield_when_idle does when oversubscribed).
 Segment::Segment(void* base, size_t bytes, const Options& o, size_t slot)
     : base_(static_cast<uint8_t*>(base)), bytes_(bytes), rank_(o.rank), size_(o.size),
       slot_(slot), timeout_s_(o.timeout_s), small_fanout_(o.small_fanout_bytes),
-      spin_ns_(o.spin_ns), yield_ns_(o.yield_ns) {}
+      spin_ns_(o.size > UsableCpus() ? 0 : o.spin_ns), yield_ns_(o.yield_ns) {}
 
 Segment::~Segment() {
   if (base_ != nullptr) munmap(base_, bytes_);
