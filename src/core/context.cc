@@ -172,9 +172,9 @@ class ContextImpl final : public CycleDriver {
   const Config& cfg() const { return cfg_; }
   const std::shared_ptr<Scope>& root() const { return root_; }
   Result<int64_t> Query(const std::string& key) const {
-    if (key == "caller_cycles") {
+    if (key == "caller_cycles" || key == "lazy_wake") {
       std::lock_guard<std::mutex> lock(mu_);
-      return static_cast<int64_t>(caller_cycles_run_);
+      return static_cast<int64_t>(key == "lazy_wake" ? lazy_wake_ : caller_cycles_run_);
     }
     if (!transport_) return Error(HVD_ERR_NOT_INITIALIZED, "no transport");
     return transport_->Query(key);
@@ -257,6 +257,10 @@ class ContextImpl final : public CycleDriver {
   Clock::duration set_heartbeat_{};   // ... while process sets exist
   Clock::time_point next_;            // the next negotiation, while requests wait
   bool cycle_changed_ = false;        // the last cycle changed something
+  Clock::time_point last_cycle_;      // the end of the last negotiation
+  // Lazy wake-ups (under mu_; see Drive).
+  int callers_took_ = 0;   // drives in a row that took submitted requests
+  bool lazy_wake_ = false;
   std::vector<std::shared_ptr<Scope>> dropped_;  // sets closed on this rank alone
   static constexpr int kShutdownGraceS = 2;
   std::once_flag shutdown_once_;
@@ -361,7 +365,7 @@ Status ContextImpl::Start() {
   if (peer_timeout_ > 0) heartbeat_s = std::min(heartbeat_s, peer_timeout_ / 4);
   heartbeat_ = duration_cast<Clock::duration>(duration<double>(heartbeat_s));
   set_heartbeat_ = std::min<Clock::duration>(heartbeat_, std::chrono::milliseconds(10));
-  next_ = Clock::now();
+  next_ = last_cycle_ = Clock::now();
   // Callers may run the cycle where the transport can be called from any
   // thread (one at a time), unless HVD_CALLER_CYCLES=0.
   caller_cycles_ = cfg_.caller_cycles != 0 && transport_->any_thread();
@@ -443,7 +447,7 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest req
   ++queued_;
   // The loop waits for the queues to become non-empty; later submits of a
   // burst need no wake-up (it reads last_enqueue_ when it settles).
-  if (was_empty) cv_.notify_one();
+  if (was_empty && !lazy_wake_) cv_.notify_one();
   return h;
 }
 
@@ -669,18 +673,24 @@ void ContextImpl::Loop() {
   uint64_t wakeups = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_) {
+    // Lazy wake-ups (see Drive): submits do not wake this thread; it
+    // looks for work every cycle time instead.
+    const Clock::duration poll = lazy_wake_ ? std::min(cycle_, heartbeat_) : heartbeat_;
     if (cycle_held_) {
       // A caller runs the cycle: it wakes this thread when it ends with
-      // work left for the loop (LoopHasWork), else the heartbeat does.
-      cv_.wait_until(lock, Clock::now() + heartbeat_, [this] { return !cycle_held_; });
+      // work left for the loop (LoopHasWork), else the heartbeat (or the
+      // lazy poll) does.
+      cv_.wait_until(lock, Clock::now() + poll, [this] { return !cycle_held_; });
       continue;
     }
     auto ready = [this] {
       return cycle_held_ || shutdown_requested_ || queued_ > 0 || tl_pending_;
     };
     if (pending() == 0 && !sets_busy_) {
-      cv_.wait_until(lock, Clock::now() + (slot_live_.empty() ? heartbeat_ : set_heartbeat_),
-                     ready);
+      // Negotiate at least once per heartbeat (a caller's cycle counts).
+      const auto due = last_cycle_ + (slot_live_.empty() ? heartbeat_ : set_heartbeat_);
+      cv_.wait_until(lock, std::min(due, Clock::now() + poll), ready);
+      if (!ready() && Clock::now() < due) continue;  // a lazy poll that found nothing
     } else {
       cv_.wait_until(lock, next_, ready);
     }
@@ -710,6 +720,15 @@ void ContextImpl::Loop() {
       }
       if (cycle_held_) continue;
     }
+    // A caller's cycle may have stopped the context while this thread
+    // waited (the settle releases the lock): no cycle after that.
+    if (stopped_) break;
+    if (lazy_wake_ && queued_ > 0) {
+      // This thread takes submitted requests: nobody waited for them (or
+      // not at once), so submits wake this thread again.
+      lazy_wake_ = false;
+      callers_took_ = 0;
+    }
     cycle_held_ = true;
     const bool go_on = RunCycle(lock);
     cycle_held_ = false;
@@ -721,8 +740,17 @@ bool ContextImpl::LoopHasWork() const {
   return shutdown_requested_ || queued_ > 0 || tl_pending_ || pending() > 0 || sets_busy_;
 }
 
+// Lazy wake-ups: after kLazyAfter drives in a row that took submitted
+// requests (their callers waited for them at once), the loop thread's
+// wake-up on each submit only costs the submitter a system call and a
+// thread that competes for a CPU. Submits then leave the loop asleep; it
+// polls every cycle time (HVD_CYCLE_TIME: the longest a submit waits for
+// more to fuse with) and goes back to being woken by every submit the first
+// time a poll finds one still queued.
 bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h) {
+  constexpr int kLazyAfter = 8;
   if (!caller_cycles_ || cycle_held_ || stopped_ || shutdown_requested_) return false;
+  if (queued_ > 0 && ++callers_took_ >= kLazyAfter) lazy_wake_ = true;
   cycle_held_ = true;
   bool go_on = true;
   // Until the handle completes, or a cycle changed nothing (the request
@@ -831,7 +859,8 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
   }
   changed = changed || full_rounds_after != full_rounds;
   cycle_changed_ = changed;
-  next_ = changed ? Clock::now() : Clock::now() + cycle_;
+  last_cycle_ = Clock::now();
+  next_ = changed ? last_cycle_ : last_cycle_ + cycle_;
   if (!s.ok()) {
     HVD_LOG(log_, HVD_LOG_ERROR, s.message());
     FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));

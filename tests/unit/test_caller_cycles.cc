@@ -134,6 +134,43 @@ TEST(CallerCycles, PollsLeaveTheCycleToTheLoop) {
   });
 }
 
+// After many submit-and-wait steps the loop is no longer woken by submits
+// (lazy wake-ups); a submit that nobody waits for (polls only) must still
+// run, within a poll of the loop (a cycle time), and submit-and-wait steps
+// keep working afterwards.
+TEST(CallerCycles, AnUnwaitedSubmitStillRunsAfterManyDrivenSteps) {
+  RunContexts(2, [](Context& ctx, int rank) {
+    for (int round = 0; round < 3; ++round) {
+      for (int s = 0; s < 40; ++s) {
+        int64_t v = rank + s;
+        auto h = Allreduce(ctx, "driven", &v, 1);
+        ASSERT_TRUE(h.ok());
+        ASSERT_TRUE((*h)->Wait(-1).ok());
+        ASSERT_EQ(v, 1 + 2 * s);
+      }
+      auto lazy = ctx.Query("lazy_wake");
+      ASSERT_TRUE(lazy.ok());
+      EXPECT_EQ(*lazy, 1) << "rank " << rank << " round " << round
+                          << ": 40 driven steps did not make submits lazy";
+      int64_t w = 100 * (rank + 1) + round;
+      auto h = Allreduce(ctx, "polled", &w, 1);
+      ASSERT_TRUE(h.ok());
+      const auto t0 = std::chrono::steady_clock::now();
+      while (!(*h)->done() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      ASSERT_TRUE((*h)->done()) << "round " << round << ": an unwaited submit did not run";
+      EXPECT_TRUE((*h)->status().ok()) << (*h)->status().message();
+      EXPECT_EQ(w, 300 + 2 * round);
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "round " << round;
+      // The poll found it: submits wake the loop again.
+      lazy = ctx.Query("lazy_wake");
+      ASSERT_TRUE(lazy.ok());
+      EXPECT_EQ(*lazy, 0) << "rank " << rank << " round " << round;
+    }
+  });
+}
+
 // Several user threads per rank submit and wait at once, under their own
 // names, in a different order on every rank; some handles are waited by a
 // thread other than the one that submitted them. Whoever holds the cycle,
