@@ -34,16 +34,7 @@ void RunContexts(int n, const std::function<void(Context&, int)>& fn,
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      hvd_params_t p = HVD_PARAMS_INIT;
-      p.rank = r;
-      p.size = n;
-      p.transport = transport;
-      p.oob_allgather = &OobGroup::Allgather;
-      p.oob_user = &users[r];
-      p.start_timeout_s = 30;
-      p.transport_timeout_s = 30;
-      p.mask = HVD_PARAM_RANK | HVD_PARAM_SIZE | HVD_PARAM_TRANSPORT | HVD_PARAM_OOB |
-               HVD_PARAM_START_TIMEOUT | HVD_PARAM_TRANSPORT_TIMEOUT;
+      const hvd_params_t p = test::ThreadRankParams(r, n, transport, &users[r]);
       auto ctx = Context::Create(&p);
       ASSERT_TRUE(ctx.ok()) << "rank " << r << ": " << ctx.status().message();
       fn(**ctx, r);

@@ -52,6 +52,23 @@ class OobGroup {
   uint64_t gen_ = 0;
 };
 
+// Parameters of rank r of n thread-ranks bootstrapped through `user`'s
+// group (user: {&group, r}, alive while the context starts).
+inline hvd_params_t ThreadRankParams(int r, int n, const char* transport,
+                                     std::pair<OobGroup*, int>* user) {
+  hvd_params_t p = HVD_PARAMS_INIT;
+  p.rank = r;
+  p.size = n;
+  p.transport = transport;
+  p.oob_allgather = &OobGroup::Allgather;
+  p.oob_user = user;
+  p.start_timeout_s = 30;
+  p.transport_timeout_s = 30;
+  p.mask = HVD_PARAM_RANK | HVD_PARAM_SIZE | HVD_PARAM_TRANSPORT | HVD_PARAM_OOB |
+           HVD_PARAM_START_TIMEOUT | HVD_PARAM_TRANSPORT_TIMEOUT;
+  return p;
+}
+
 // Runs fn(ctx, rank) on n thread-ranks. tweak(params) may set more fields.
 inline void RunRanks(int n, const std::function<void(hvd_context_t, int)>& fn,
                      const std::function<void(hvd_params_t*)>& tweak = nullptr,
@@ -62,16 +79,7 @@ inline void RunRanks(int n, const std::function<void(hvd_context_t, int)>& fn,
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      hvd_params_t p = HVD_PARAMS_INIT;
-      p.rank = r;
-      p.size = n;
-      p.transport = transport;
-      p.oob_allgather = &OobGroup::Allgather;
-      p.oob_user = &users[r];
-      p.start_timeout_s = 30;
-      p.transport_timeout_s = 30;
-      p.mask = HVD_PARAM_RANK | HVD_PARAM_SIZE | HVD_PARAM_TRANSPORT | HVD_PARAM_OOB |
-               HVD_PARAM_START_TIMEOUT | HVD_PARAM_TRANSPORT_TIMEOUT;
+      hvd_params_t p = ThreadRankParams(r, n, transport, &users[r]);
       if (tweak) tweak(&p);
       hvd_context_t ctx = nullptr;
       hvd_status_t s = hvd_context_create(&p, &ctx);
