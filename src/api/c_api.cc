@@ -315,17 +315,21 @@ hvd::Status ValidateReduceOp(const char* fn, const TensorTag& tag, int op, int d
   return hvd::Status::Ok();
 }
 
+// A device ordinal >= 0 is a CUDA tensor: the context's CUDA runtime must
+// load, the ordinal must name one of its devices, and data (unless NULL)
+// must be that device's memory (or managed memory).
 hvd::Status CheckDeviceSupported(const char* fn, const char* arg, const TensorTag& tag,
-                                 int32_t device) {
+                                 int32_t device, hvd_context_s* ctx = nullptr,
+                                 const void* data = nullptr) {
   if (device == HVD_DEVICE_CPU) return hvd::Status::Ok();
   if (device < HVD_DEVICE_CPU) {
     return Invalid(fn, Cat(arg, "->device is ", device,
                            ": neither HVD_DEVICE_CPU (-1) nor a CUDA device ordinal", tag));
   }
-  return hvd::Status(HVD_ERR_UNSUPPORTED,
-                     Cat(fn, ": ", arg, "->device is CUDA device ", device, tag,
-                         ": CUDA buffers need the NCCL transport, which this context does not "
-                         "have; pass host memory with device = HVD_DEVICE_CPU"));
+  if (ctx == nullptr) return hvd::Status(HVD_ERR_INTERNAL, Cat(fn, ": no context to check ", arg));
+  hvd::Status s = ctx->impl->CheckDevice(device, tag.name != nullptr ? tag.name : "", data);
+  if (!s.ok()) return hvd::Status(s.code(), Cat(fn, ": ", s.message()));
+  return s;
 }
 
 // Checks one tensor descriptor and fills spec (without the name). The device
@@ -427,7 +431,7 @@ hvd::Status PrepareSingle(const char* fn, hvd_context_t ctx, const char* name,
   HVD_CHECK(ResolveContext(fn, ctx, &p->ctx));
   hvd::TensorSpec spec;
   HVD_CHECK(ValidateTensor(fn, "input", tag, input, &spec));
-  HVD_CHECK(CheckDeviceSupported(fn, "input", tag, input->device));
+  HVD_CHECK(CheckDeviceSupported(fn, "input", tag, input->device, p->ctx, input->data));
   spec.name = name;
   p->request.type = type;
   p->request.tensors.push_back(std::move(spec));
@@ -453,6 +457,9 @@ hvd::Status PrepareAllreduce(const char* fn, hvd_context_t ctx, const char* name
   HVD_CHECK(ValidateReduceOp(fn, tag, RawEnum(op), static_cast<int>(spec.dtype), prescale,
                              postscale));
   HVD_CHECK(ValidateOutput(fn, "output", tag, output, &spec));
+  if (output != input->data) {
+    HVD_CHECK(CheckDeviceSupported(fn, "output", tag, spec.device, p->ctx, output));
+  }
   p->request.reduce_op = op;
   p->request.prescale = prescale;
   p->request.postscale = postscale;
@@ -466,6 +473,9 @@ hvd::Status PrepareBroadcast(const char* fn, hvd_context_t ctx, const char* name
   const TensorTag tag(name);
   hvd::TensorSpec& spec = p->request.tensors[0];
   HVD_CHECK(ValidateOutput(fn, "output", tag, output, &spec));
+  if (output != input->data) {
+    HVD_CHECK(CheckDeviceSupported(fn, "output", tag, spec.device, p->ctx, output));
+  }
   const int size = p->ctx->impl->size();
   if (root < 0 || root >= size) {
     return Invalid(fn, Cat("root is ", root, ", must be in [0, ", size, ")", tag));
@@ -969,9 +979,12 @@ hvd_status_t hvd_grouped_allreduce_async(hvd_context_t ctx, int32_t count,
                                     " but inputs[0] ('", names[0], "') is on ",
                                     inputs[0].device, tag, ": a group must share one device")));
     }
-    s = CheckDeviceSupported(fn, in_arg.c_str(), tag, inputs[i].device);
+    s = CheckDeviceSupported(fn, in_arg.c_str(), tag, inputs[i].device, p.ctx, inputs[i].data);
     if (!s.ok()) return Report(s);
     s = ValidateOutput(fn, out_arg.c_str(), tag, outputs[i], &spec);
+    if (s.ok() && outputs[i] != inputs[i].data) {
+      s = CheckDeviceSupported(fn, out_arg.c_str(), tag, inputs[i].device, p.ctx, outputs[i]);
+    }
     if (!s.ok()) return Report(s);
     spec.name = names[i];
     p.request.tensors.push_back(std::move(spec));

@@ -34,6 +34,21 @@ class Comm {
   virtual Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans,
                                 hvd_dtype_t dtype, hvd_reduce_op_t op) = 0;
   virtual bool allreduce_spans() const = 0;
+  // CUDA device memory handed to the transport as it lies, without staging
+  // through host memory: only where device_memory() (a version 4 plugin
+  // with HVD_TRANSPORT_CAP_CUDA_MEMORY whose every collective is native).
+  // buf describes the memory (HVD_MEMORY_CUDA, device, stream); the call
+  // returns once the plugin returns (the caller then waits on the stream).
+  virtual bool device_memory() const { return false; }
+  virtual Status DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count,
+                                 hvd_dtype_t dtype, hvd_reduce_op_t op) {
+    (void)buf, (void)count, (void)dtype, (void)op;
+    return Status(HVD_ERR_UNSUPPORTED, "this communicator takes host memory only");
+  }
+  virtual Status DeviceBroadcast(const hvd_transport_buffer_t& buf, int root) {
+    (void)buf, (void)root;
+    return Status(HVD_ERR_UNSUPPORTED, "this communicator takes host memory only");
+  }
 };
 
 }  // namespace hvd

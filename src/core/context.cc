@@ -186,7 +186,12 @@ class ContextImpl final : public CycleDriver {
     if (!executor_) return b;
     b.fusion_capacity = executor_->fusion().capacity();
     b.pool_spare_bytes = executor_->results().spare_bytes();
+    b.staging_capacity = executor_->staging_capacity();
     return b;
+  }
+  Status CheckDevice(int device, const std::string& name, const void* data) {
+    if (!executor_) return Error(HVD_ERR_NOT_INITIALIZED, "the context has not started");
+    return executor_->cuda().Check(device, name, data);
   }
 
  private:
@@ -290,7 +295,7 @@ class ContextImpl final : public CycleDriver {
     hvd_dtype_t dtype;
     hvd_reduce_op_t op;
     double pre, post;
-    bool cpu;
+    const Response* devices;  // null: host tensors; else every rank's device as in it
   };
   struct {
     std::vector<OpRequest> reqs;
@@ -1038,10 +1043,22 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       bytes += static_cast<size_t>(t.NumElements()) * DtypeSize(t.dtype);
     }
     const TensorSpec& t0 = req.tensors.front();
+    // Batches never mix devices: keyed on every rank's device ordinal (the
+    // negotiated descriptors, the same on every rank, so that all ranks
+    // build the same batches even where their ordinals differ).
+    const Response* devices = resp.desc(0).device == HVD_DEVICE_CPU ? nullptr : &resp;
+    auto same_devices = [&](const Response* a) {
+      if ((a == nullptr) != (devices == nullptr)) return false;
+      if (a == nullptr) return true;
+      for (int r = 0; r < scope.size; ++r) {
+        if (a->desc(r).device != devices->desc(r).device) return false;
+      }
+      return true;
+    };
     ExecOpenBatch* match = nullptr;
     for (ExecOpenBatch& b : open) {
       if (b.dtype == t0.dtype && b.op == req.reduce_op && b.pre == req.prescale &&
-          b.post == req.postscale && b.cpu == (t0.device == HVD_DEVICE_CPU)) {
+          b.post == req.postscale && same_devices(b.devices)) {
         match = &b;
         break;
       }
@@ -1054,8 +1071,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     ExecUnit& u = add_unit();
     u.batch.push_back(&req);
     u.bytes = bytes;
-    ExecOpenBatch ob{nunits - 1, t0.dtype, req.reduce_op, req.prescale, req.postscale,
-                     t0.device == HVD_DEVICE_CPU};
+    ExecOpenBatch ob{nunits - 1, t0.dtype, req.reduce_op, req.prescale, req.postscale, devices};
     if (match != nullptr) {
       *match = ob;
     } else {
@@ -1336,6 +1352,9 @@ Status Context::StartTimeline(const std::string& path, bool mark_cycles) {
 Status Context::StopTimeline() { return impl_->TimelineCommand(false, "", false); }
 Result<int64_t> Context::Query(const std::string& key) const { return impl_->Query(key); }
 Context::BufferStats Context::buffer_stats() const { return impl_->buffer_stats(); }
+Status Context::CheckDevice(int device, const std::string& name, const void* data) {
+  return impl_->CheckDevice(device, name, data);
+}
 
 Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest request) {
   if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");

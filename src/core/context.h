@@ -60,6 +60,7 @@ class Context {
   struct BufferStats {
     size_t fusion_capacity = 0;
     size_t pool_spare_bytes = 0;
+    size_t staging_capacity = 0;  // page-locked staging memory for CUDA tensors
   };
   BufferStats buffer_stats() const;
 
@@ -69,6 +70,11 @@ class Context {
   // of the job.
   Status StartTimeline(const std::string& path, bool mark_cycles);
   Status StopTimeline();
+
+  // Whether a CUDA tensor on `device` (tensor `name`, data `data`, or null
+  // not to check the pointer) can be served: loads the context's CUDA
+  // runtime the first time (see core/cuda_runtime.h). Any thread.
+  Status CheckDevice(int device, const std::string& name, const void* data);
 
   // Queues a request and returns at once. OpType::kBarrier and kJoin get
   // their names here (callers leave them empty). Fails immediately (no handle) if the

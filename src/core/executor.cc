@@ -7,6 +7,7 @@
 
 #include "algorithms/adasum.h"
 #include "common/kernels.h"
+#include "hvd_transport.h"
 
 namespace hvd {
 
@@ -85,7 +86,7 @@ Status Executor::RunAdasumBatch(std::vector<OpRequest*>& batch) {
   return Status::Ok();
 }
 
-Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
+Status Executor::RunHostAllreduceBatch(std::vector<OpRequest*>& batch) {
   const OpRequest& first = *batch.front();
   const hvd_dtype_t dtype = first.tensors.front().dtype;
   const size_t esize = DtypeSize(dtype);
@@ -183,7 +184,7 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
   return Status::Ok();
 }
 
-Status Executor::RunOne(OpRequest& req, const Response& resp) {
+Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
   const int n = size_;
   const int me = rank_;
   auto t0 = Clock::now();
@@ -298,6 +299,216 @@ Status Executor::RunOne(OpRequest& req, const Response& resp) {
     timeline_->Span(t.name, OpTypeName(req.type), t0, Clock::now());
   }
   return Status::Ok();
+}
+
+// ---- CUDA tensors -----------------------------------------------------------
+
+namespace {
+
+constexpr size_t kStageAlign = 64;
+
+size_t AlignUp(size_t n) { return (n + kStageAlign - 1) / kStageAlign * kStageAlign; }
+
+size_t TensorBytes(const TensorSpec& t) {
+  return static_cast<size_t>(t.NumElements()) * DtypeSize(t.dtype);
+}
+
+hvd_transport_buffer_t DeviceBuffer(void* data, size_t bytes, const TensorSpec& t) {
+  hvd_transport_buffer_t b{};
+  b.data = data;
+  b.bytes = bytes;
+  b.memory_type = HVD_MEMORY_CUDA;
+  b.device = t.device;
+  b.stream = t.stream;
+  return b;
+}
+
+}  // namespace
+
+Executor::~Executor() {
+  if (stage_ != nullptr) {
+    if (const CudaRuntime* rt = cuda_.loaded()) rt->FreeHost(stage_);
+  }
+}
+
+Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
+  stage_list_.clear();
+  for (OpRequest* r : batch) {
+    for (TensorSpec& t : r->tensors) {
+      if (t.device != HVD_DEVICE_CPU) stage_list_.push_back(&t);
+    }
+  }
+  if (stage_list_.empty()) return RunHostAllreduceBatch(batch);
+  if (transport_->device_memory()) return RunDeviceAllreduce(batch);
+  stage_in_.assign(stage_list_.size(), true);
+  stage_out_.assign(stage_list_.size(), true);
+  HVD_CHECK(Stage(stage_list_, stage_in_, stage_out_));
+  Status s = RunHostAllreduceBatch(batch);
+  Status u = Unstage(s.ok());
+  return s.ok() ? u : s;
+}
+
+Status Executor::RunOne(OpRequest& req, const Response& resp) {
+  TensorSpec& t = req.tensors.front();
+  if (t.device == HVD_DEVICE_CPU) return RunHostOne(req, resp);
+  if (transport_->device_memory()) return RunDeviceOne(req);
+  stage_list_.assign(1, &t);
+  // Broadcast: only the root's data matters; every rank's output is written.
+  const bool bcast = req.type == OpType::kBroadcast;
+  stage_in_.assign(1, !bcast || rank_ == req.root);
+  stage_out_.assign(1, bcast);  // other results are the handle's (host memory)
+  HVD_CHECK(Stage(stage_list_, stage_in_, stage_out_));
+  Status s = RunHostOne(req, resp);
+  Status u = Unstage(s.ok());
+  return s.ok() ? u : s;
+}
+
+Status Executor::SynchronizeStreams(const CudaRuntime& rt) {
+  Status first;
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; ++j) seen = streams_[j] == streams_[i];
+    if (seen) continue;
+    CudaDeviceScope scope(rt, streams_[i].first);
+    Status s = scope.status();
+    if (s.ok()) s = rt.StreamSynchronize(streams_[i].second);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  streams_.clear();
+  return first;
+}
+
+Status Executor::Stage(std::vector<TensorSpec*>& tensors, const std::vector<bool>& copy_in,
+                       const std::vector<bool>& copy_out) {
+  auto r = cuda_.Get();
+  if (!r.ok()) return r.status();
+  const CudaRuntime& rt = *r.value();
+  size_t total = 0;
+  for (const TensorSpec* t : tensors) total += AlignUp(TensorBytes(*t));
+  if (total > stage_cap_) {
+    const size_t want = std::max(total, stage_cap_ * 2);
+    rt.FreeHost(stage_);
+    stage_ = nullptr;
+    stage_cap_ = 0;
+    void* p = nullptr;
+    Status s = rt.HostAlloc(&p, want);
+    if (!s.ok() || p == nullptr) {
+      return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(want) +
+                                          " bytes of page-locked staging memory for CUDA "
+                                          "tensors: " + s.message());
+    }
+    stage_ = p;
+    stage_cap_ = want;
+  }
+  staged_.clear();
+  streams_.clear();
+  uint8_t* base = static_cast<uint8_t*>(stage_);
+  size_t off = 0;
+  Status s;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorSpec* t = tensors[i];
+    const size_t bytes = TensorBytes(*t);
+    staged_.push_back({t, t->input, t->output, bytes, copy_out[i]});
+    uint8_t* host = bytes > 0 ? base + off : nullptr;
+    off += AlignUp(bytes);
+    if (copy_in[i] && bytes > 0 && s.ok()) {
+      CudaDeviceScope scope(rt, t->device);
+      s = scope.status();
+      if (s.ok()) s = rt.CopyToHost(host, t->input, bytes, t->stream);
+      if (s.ok()) streams_.emplace_back(t->device, t->stream);
+    }
+    t->input = host;
+    if (copy_out[i]) t->output = host;
+  }
+  // The collective reads the staged data: the copies (and the work the
+  // callers ordered before them on their streams) must have finished.
+  Status sync = SynchronizeStreams(rt);
+  if (s.ok()) s = sync;
+  if (!s.ok()) {
+    (void)Unstage(false);
+    return s.Wrap("copying CUDA tensors to host memory");
+  }
+  return Status::Ok();
+}
+
+Status Executor::Unstage(bool ok) {
+  const CudaRuntime* rt = cuda_.loaded();
+  Status s;
+  streams_.clear();
+  if (ok && rt != nullptr) {
+    for (const StagedTensor& st : staged_) {
+      if (!st.copy_out || st.bytes == 0) continue;
+      CudaDeviceScope scope(*rt, st.t->device);
+      s = scope.status();
+      if (s.ok()) s = rt->CopyToDevice(st.output, st.t->output, st.bytes, st.t->stream);
+      if (!s.ok()) break;
+      streams_.emplace_back(st.t->device, st.t->stream);
+    }
+    // The handle completes once the results are in device memory.
+    Status sync = SynchronizeStreams(*rt);
+    if (s.ok()) s = sync;
+  }
+  for (const StagedTensor& st : staged_) {
+    st.t->input = st.input;
+    st.t->output = st.output;
+  }
+  staged_.clear();
+  return s.ok() ? s : s.Wrap("copying results back to CUDA memory");
+}
+
+Status Executor::RunDeviceAllreduce(std::vector<OpRequest*>& batch) {
+  auto r = cuda_.Get();
+  if (!r.ok()) return r.status();
+  const CudaRuntime& rt = *r.value();
+  for (OpRequest* req : batch) {
+    if (req->reduce_op == HVD_AVERAGE || req->reduce_op == HVD_ADASUM || req->prescale != 1.0 ||
+        req->postscale != 1.0) {
+      return Error(HVD_ERR_UNSUPPORTED,
+                   "allreduce of CUDA tensors on a transport that takes CUDA memory: "
+                   "HVD_SUM, HVD_MIN, HVD_MAX and HVD_PRODUCT without scale factors only");
+    }
+    for (TensorSpec& t : req->tensors) {
+      if (t.device == HVD_DEVICE_CPU) {
+        return Error(HVD_ERR_UNSUPPORTED, "allreduce '" + t.name +
+                                              "': host memory on a transport that takes CUDA "
+                                              "memory (a joined rank's zeros)");
+      }
+      const size_t bytes = TensorBytes(t);
+      if (bytes == 0) continue;
+      CudaDeviceScope scope(rt, t.device);
+      HVD_CHECK(scope.status());
+      if (t.output != t.input) HVD_CHECK(rt.CopyOnDevice(t.output, t.input, bytes, t.stream));
+      const hvd_transport_buffer_t b = DeviceBuffer(t.output, bytes, t);
+      HVD_CHECK(transport_->DeviceAllreduce(b, static_cast<size_t>(t.NumElements()), t.dtype,
+                                            req->reduce_op));
+      // A stream-ordered plugin may return before the work is done.
+      HVD_CHECK(rt.WaitForStream(t.stream));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Executor::RunDeviceOne(OpRequest& req) {
+  TensorSpec& t = req.tensors.front();
+  if (req.type != OpType::kBroadcast) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 std::string(OpTypeName(req.type)) + " '" + t.name +
+                     "' of a CUDA tensor on a transport that takes CUDA memory: its result "
+                     "belongs to the handle, in host memory, which that transport does not "
+                     "take; only allreduce and broadcast pass CUDA memory through");
+  }
+  auto r = cuda_.Get();
+  if (!r.ok()) return r.status();
+  const CudaRuntime& rt = *r.value();
+  const size_t bytes = TensorBytes(t);
+  if (bytes == 0) return Status::Ok();
+  CudaDeviceScope scope(rt, t.device);
+  HVD_CHECK(scope.status());
+  if (rank_ == req.root && t.output != t.input) {
+    HVD_CHECK(rt.CopyOnDevice(t.output, t.input, bytes, t.stream));
+  }
+  HVD_CHECK(transport_->DeviceBroadcast(DeviceBuffer(t.output, bytes, t), req.root));
+  return rt.WaitForStream(t.stream);
 }
 
 Status Executor::TakeOutput(Handle* h, size_t bytes) {

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "core/controller.h"
+#include "core/cuda_runtime.h"
 #include "core/fusion_buffer.h"
 #include "core/request.h"
 #include "core/timeline.h"
@@ -22,6 +23,7 @@ class Executor {
   Executor(Comm* comm, Timeline* timeline, size_t pool_bytes)
       : transport_(comm), timeline_(timeline), rank_(comm->rank()), size_(comm->size()),
         results_(std::make_shared<BufferPool>(pool_bytes)) {}
+  ~Executor();
 
   // The communicator the next runs use: the context's, or one of its
   // process sets' (which share this executor's buffers: one loop thread
@@ -42,10 +44,45 @@ class Executor {
   FusionBuffer& fusion() { return fusion_; }
   const FusionBuffer& fusion() const { return fusion_; }
   const BufferPool& results() const { return *results_; }
+  // The context's CUDA runtime (loaded when the first device tensor is
+  // checked; any thread may call Check) and the page-locked staging
+  // buffer's capacity (tests).
+  CudaSlot& cuda() { return cuda_; }
+  size_t staging_capacity() const { return stage_cap_; }
 
  private:
   Status TakeOutput(Handle* h, size_t bytes);
   Status RunAdasumBatch(std::vector<OpRequest*>& batch);
+  Status RunHostAllreduceBatch(std::vector<OpRequest*>& batch);
+  Status RunHostOne(OpRequest& req, const Response& resp);
+
+  // CUDA tensors over a host-memory transport: each device tensor's data
+  // is copied into the staging buffer on its stream (the streams are then
+  // synchronized), the tensor points there while the host code runs, and
+  // results go back to the device on the same stream (synchronized before
+  // the handle completes). Stage returns false where no tensor is on a device.
+  struct StagedTensor {
+    TensorSpec* t;
+    const void* input;  // the caller's device pointers
+    void* output;
+    size_t bytes;
+    bool copy_out;  // the result lands in the caller's output (allreduce, broadcast)
+  };
+  Status Stage(std::vector<TensorSpec*>& tensors, const std::vector<bool>& copy_in,
+               const std::vector<bool>& copy_out);
+  Status Unstage(bool ok);  // copies results back when ok; always restores the pointers
+  Status SynchronizeStreams(const CudaRuntime& rt);
+  // CUDA tensors handed to a transport that takes device memory (NCCL).
+  Status RunDeviceAllreduce(std::vector<OpRequest*>& batch);
+  Status RunDeviceOne(OpRequest& req);
+
+  CudaSlot cuda_;  // first: the staging buffer is freed through it
+  void* stage_ = nullptr;  // page-locked (cudaHostAlloc), grown on demand
+  size_t stage_cap_ = 0;
+  std::vector<StagedTensor> staged_;
+  std::vector<std::pair<int, void*>> streams_;  // (device, stream) pairs to synchronize
+  std::vector<TensorSpec*> stage_list_;
+  std::vector<bool> stage_in_, stage_out_;
 
   Comm* transport_;
   Timeline* timeline_;

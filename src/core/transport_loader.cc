@@ -547,6 +547,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
   rank_ = rank;
   size_ = size;
   any_thread_ = (v.caps & HVD_TRANSPORT_CAP_ANY_THREAD) != 0;
+  cuda_memory_ = (v.caps & HVD_TRANSPORT_CAP_CUDA_MEMORY) != 0;
   const struct {
     const char* key;
     int32_t found, given;
@@ -827,6 +828,25 @@ Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_redu
     return Check(v4_table_.allreduce(comm_, &b, count, dtype, op), "allreduce");
   }
   return CoreAllreduce(Whole(), how, buf, count, dtype, op);
+}
+
+Status Transport::DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count,
+                                  hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  if (!device_memory() || v4_table_.allreduce == nullptr) {
+    return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " takes no CUDA memory for allreduce");
+  }
+  if (broken()) return Unusable();
+  op_ = "allreduce";
+  return Check(v4_table_.allreduce(comm_, &buf, count, dtype, op), "allreduce");
+}
+
+Status Transport::DeviceBroadcast(const hvd_transport_buffer_t& buf, int root) {
+  if (!device_memory() || v4_table_.broadcast == nullptr) {
+    return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " takes no CUDA memory for broadcast");
+  }
+  if (broken()) return Unusable();
+  op_ = "broadcast";
+  return Check(v4_table_.broadcast(comm_, &buf, root), "broadcast");
 }
 
 Status Transport::CoreAllreduce(const CoreGroup& g, algo::Algorithm how, void* buf, size_t count,

@@ -113,6 +113,15 @@ class Transport : public Comm {
   Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                         hvd_reduce_op_t op) override;
   bool allreduce_spans() const override { return spans_; }
+  // CUDA memory straight to the plugin (Comm::device_memory): a version 4
+  // plugin with HVD_TRANSPORT_CAP_CUDA_MEMORY, no point-to-point (so every
+  // collective is its native one), no shared-memory or hierarchical path.
+  bool device_memory() const override {
+    return v4_ && cuda_memory_ && !links_ && !shm_ && !hier_;
+  }
+  Status DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count, hvd_dtype_t dtype,
+                         hvd_reduce_op_t op) override;
+  Status DeviceBroadcast(const hvd_transport_buffer_t& buf, int root) override;
   // What the transport said at start (never asks it again: answered from
   // what Open kept, so any thread may call it): "rank", "size",
   // "local_rank", "local_size", "cross_rank", "cross_size" (where the
@@ -218,6 +227,7 @@ class Transport : public Comm {
   void* comm_ = nullptr;
   bool spans_ = false;
   bool any_thread_ = false;
+  bool cuda_memory_ = false;  // HVD_TRANSPORT_CAP_CUDA_MEMORY (version 4)
   std::vector<std::pair<std::string, int64_t>> facts_;  // Query's answers
 
   // Version 4.

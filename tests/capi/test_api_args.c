@@ -751,8 +751,11 @@ static void test_allreduce_bad_arguments(void **state) {
                 HVD_ERR_INVALID_ARGUMENT);
     bad = t;
     bad.device = 0;
+    /* CUDA tensors need a CUDA runtime: none here (HVD_CUDA_RUNTIME names a
+     * missing file, so that a GPU host answers alike). */
+    setenv("HVD_CUDA_RUNTIME", "/nonexistent/libcudart.so", 1);
     EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_SUM, 1.0, 1.0, &h),
-                    HVD_ERR_UNSUPPORTED, "NCCL", "w1");
+                    HVD_ERR_UNSUPPORTED, "no CUDA runtime could be loaded", "w1");
     bad.device = -2;
     EXPECT_FAIL(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_SUM, 1.0, 1.0, &h),
                 HVD_ERR_INVALID_ARGUMENT);
@@ -835,7 +838,9 @@ static void test_other_collectives_bad_arguments(void **state) {
     EXPECT_FAIL(hvd_allgather_async(g_ctx, "g", &bad, &h), HVD_ERR_INVALID_ARGUMENT);
     bad = t;
     bad.device = 3;
-    EXPECT_FAIL(hvd_allgather_async(g_ctx, "g", &bad, &h), HVD_ERR_UNSUPPORTED);
+    setenv("HVD_CUDA_RUNTIME", "/nonexistent/libcudart.so", 1);
+    EXPECT_FAIL_MSG(hvd_allgather_async(g_ctx, "g", &bad, &h), HVD_ERR_UNSUPPORTED,
+                    "CUDA tensor on device 3", "'g'");
 
     /* alltoall: splits are size (1) entries, non-negative, summing to rows */
     EXPECT_FAIL(hvd_alltoall_async(g_ctx, "a", &t, NULL, NULL), HVD_ERR_INVALID_ARGUMENT);
@@ -928,8 +933,9 @@ static void test_grouped_bad_arguments(void **state) {
     EXPECT_FAIL(hvd_grouped_allreduce_async(g_ctx, 2, names, in, outs, HVD_SUM, 1, 1, &h),
                 HVD_ERR_INVALID_ARGUMENT); /* devices differ within the group */
     in[0].device = 1;
+    setenv("HVD_CUDA_RUNTIME", "/nonexistent/libcudart.so", 1);
     EXPECT_FAIL(hvd_grouped_allreduce_async(g_ctx, 2, names, in, outs, HVD_SUM, 1, 1, &h),
-                HVD_ERR_UNSUPPORTED); /* same device, but CUDA */
+                HVD_ERR_UNSUPPORTED); /* same device, but no CUDA runtime */
     assert_null(h);
 
     /* Valid: both names are free (nothing above was queued). */

@@ -1,0 +1,239 @@
+#include "core/cuda_runtime.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <vector>
+
+namespace hvd {
+
+namespace {
+
+// The CUDA runtime's types, as far as used here (CUDA 11 to 13 layouts).
+using cudaError = int;
+constexpr cudaError kCudaSuccess = 0;
+constexpr int kMemcpyHostToDevice = 1;
+constexpr int kMemcpyDeviceToHost = 2;
+constexpr int kMemcpyDeviceToDevice = 3;
+constexpr int kMemoryHost = 1;
+constexpr int kMemoryDevice = 2;
+constexpr int kMemoryManaged = 3;
+constexpr unsigned kHostAllocDefault = 0;
+constexpr unsigned kEventDisableTiming = 2;
+
+struct PointerAttributes {
+  int type;  // cudaMemoryType
+  int device;
+  void* device_pointer;
+  void* host_pointer;
+  long reserved[8];  // CUDA 12 and 13 have them; more room than any older layout needs
+};
+
+}  // namespace
+
+struct CudaRuntime::Fns {
+  cudaError (*get_device_count)(int*) = nullptr;
+  cudaError (*set_device)(int) = nullptr;
+  cudaError (*get_device)(int*) = nullptr;
+  cudaError (*pointer_get_attributes)(PointerAttributes*, const void*) = nullptr;
+  cudaError (*host_alloc)(void**, size_t, unsigned) = nullptr;
+  cudaError (*free_host)(void*) = nullptr;
+  cudaError (*memcpy_async)(void*, const void*, size_t, int, void*) = nullptr;
+  cudaError (*stream_synchronize)(void*) = nullptr;
+  cudaError (*event_create_with_flags)(void**, unsigned) = nullptr;
+  cudaError (*event_record)(void*, void*) = nullptr;
+  cudaError (*event_synchronize)(void*) = nullptr;
+  cudaError (*event_destroy)(void*) = nullptr;
+  cudaError (*stream_wait_event)(void*, void*, unsigned) = nullptr;
+  const char* (*get_error_string)(cudaError) = nullptr;
+};
+
+Result<std::unique_ptr<CudaRuntime>> CudaRuntime::Load() {
+  std::vector<std::string> names;
+  const char* env = std::getenv("HVD_CUDA_RUNTIME");
+  if (env != nullptr && env[0] != '\0') {
+    names.emplace_back(env);
+  } else {
+    names = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+  }
+  std::unique_ptr<CudaRuntime> rt(new CudaRuntime());
+  std::string tried;
+  for (const std::string& n : names) {
+    void* dl = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (dl == nullptr) {
+      const char* e = dlerror();
+      tried += (tried.empty() ? "" : "; ") + (e != nullptr ? std::string(e) : n + ": not found");
+      continue;
+    }
+    rt->dl_ = dl;
+    rt->library_ = n;
+    break;
+  }
+  if (rt->dl_ == nullptr) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 "no CUDA runtime could be loaded (" + tried +
+                     (env != nullptr && env[0] != '\0' ? "; set by HVD_CUDA_RUNTIME" : "") + ")");
+  }
+  rt->fn_ = std::make_unique<Fns>();
+  Fns& f = *rt->fn_;
+  std::string missing;
+  auto sym = [&](auto& fp, const char* name) {
+    void* p = dlsym(rt->dl_, name);
+    if (p == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(name);
+    fp = reinterpret_cast<std::remove_reference_t<decltype(fp)>>(p);
+  };
+  sym(f.get_device_count, "cudaGetDeviceCount");
+  sym(f.set_device, "cudaSetDevice");
+  sym(f.get_device, "cudaGetDevice");
+  sym(f.pointer_get_attributes, "cudaPointerGetAttributes");
+  sym(f.host_alloc, "cudaHostAlloc");
+  sym(f.free_host, "cudaFreeHost");
+  sym(f.memcpy_async, "cudaMemcpyAsync");
+  sym(f.stream_synchronize, "cudaStreamSynchronize");
+  sym(f.event_create_with_flags, "cudaEventCreateWithFlags");
+  sym(f.event_record, "cudaEventRecord");
+  sym(f.event_synchronize, "cudaEventSynchronize");
+  sym(f.event_destroy, "cudaEventDestroy");
+  sym(f.stream_wait_event, "cudaStreamWaitEvent");
+  sym(f.get_error_string, "cudaGetErrorString");
+  if (!missing.empty()) {
+    return Error(HVD_ERR_UNSUPPORTED, "no CUDA runtime could be loaded (" + rt->library_ +
+                                          " lacks " + missing + ")");
+  }
+  int count = 0;
+  const cudaError e = f.get_device_count(&count);
+  if (e != kCudaSuccess || count <= 0) {
+    std::string why = e != kCudaSuccess ? std::string("cudaGetDeviceCount: ") +
+                                              f.get_error_string(e)
+                                        : "cudaGetDeviceCount found 0 devices";
+    return Error(HVD_ERR_UNSUPPORTED,
+                 "this host has no CUDA device (" + why + "; runtime " + rt->library_ + ")");
+  }
+  rt->devices_ = count;
+  return rt;
+}
+
+CudaRuntime::~CudaRuntime() {
+  if (dl_ != nullptr) dlclose(dl_);
+}
+
+Status CudaRuntime::Check(int err, const char* what) const {
+  if (err == kCudaSuccess) return Status::Ok();
+  const char* text = fn_->get_error_string(err);
+  return Error(HVD_ERR_TRANSPORT, std::string(what) + ": " +
+                                      (text != nullptr ? text : "error " + std::to_string(err)));
+}
+
+Status CudaRuntime::GetDevice(int* device) const {
+  return Check(fn_->get_device(device), "cudaGetDevice");
+}
+
+Status CudaRuntime::SetDevice(int device) const {
+  return Check(fn_->set_device(device), "cudaSetDevice");
+}
+
+Status CudaRuntime::PointerInfo(const void* p, int* memory, int* device) const {
+  PointerAttributes a{};
+  HVD_CHECK(Check(fn_->pointer_get_attributes(&a, p), "cudaPointerGetAttributes"));
+  *memory = a.type;
+  *device = a.device;
+  return Status::Ok();
+}
+
+Status CudaRuntime::HostAlloc(void** p, size_t bytes) const {
+  return Check(fn_->host_alloc(p, bytes, kHostAllocDefault), "cudaHostAlloc");
+}
+
+void CudaRuntime::FreeHost(void* p) const {
+  if (p != nullptr) fn_->free_host(p);
+}
+
+Status CudaRuntime::CopyToHost(void* dst, const void* src, size_t bytes, void* stream) const {
+  return Check(fn_->memcpy_async(dst, src, bytes, kMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync (device to host)");
+}
+
+Status CudaRuntime::CopyToDevice(void* dst, const void* src, size_t bytes, void* stream) const {
+  return Check(fn_->memcpy_async(dst, src, bytes, kMemcpyHostToDevice, stream),
+               "cudaMemcpyAsync (host to device)");
+}
+
+Status CudaRuntime::CopyOnDevice(void* dst, const void* src, size_t bytes, void* stream) const {
+  return Check(fn_->memcpy_async(dst, src, bytes, kMemcpyDeviceToDevice, stream),
+               "cudaMemcpyAsync (device to device)");
+}
+
+Status CudaRuntime::StreamSynchronize(void* stream) const {
+  return Check(fn_->stream_synchronize(stream), "cudaStreamSynchronize");
+}
+
+Status CudaRuntime::WaitForStream(void* stream) const {
+  void* ev = nullptr;
+  HVD_CHECK(Check(fn_->event_create_with_flags(&ev, kEventDisableTiming), "cudaEventCreateWithFlags"));
+  Status s = Check(fn_->event_record(ev, stream), "cudaEventRecord");
+  if (s.ok()) s = Check(fn_->event_synchronize(ev), "cudaEventSynchronize");
+  fn_->event_destroy(ev);
+  return s;
+}
+
+CudaDeviceScope::CudaDeviceScope(const CudaRuntime& rt, int device) : rt_(rt) {
+  status_ = rt_.GetDevice(&saved_);
+  if (!status_.ok()) {
+    saved_ = -1;
+    return;
+  }
+  if (saved_ != device) status_ = rt_.SetDevice(device);
+}
+
+CudaDeviceScope::~CudaDeviceScope() {
+  int now = -1;
+  if (saved_ >= 0 && rt_.GetDevice(&now).ok() && now != saved_) (void)rt_.SetDevice(saved_);
+}
+
+Result<const CudaRuntime*> CudaSlot::Get() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!tried_) {
+    tried_ = true;
+    auto r = CudaRuntime::Load();
+    if (r.ok()) {
+      rt_ = std::move(r).value();
+    } else {
+      error_ = r.status();
+    }
+  }
+  if (!rt_) return error_;
+  return static_cast<const CudaRuntime*>(rt_.get());
+}
+
+Status CudaSlot::Check(int device, const std::string& name, const void* data) {
+  const std::string what =
+      "CUDA tensor on device " + std::to_string(device) + " (tensor '" + name + "'): ";
+  auto r = Get();
+  if (!r.ok()) return Error(r.status().code(), what + r.status().message());
+  const int n = r.value()->device_count();
+  if (device >= n) {
+    return Error(HVD_ERR_INVALID_ARGUMENT,
+                 what + "this host has " + std::to_string(n) + " CUDA device" +
+                     (n == 1 ? "" : "s") + " (ordinals 0.." + std::to_string(n - 1) + ")");
+  }
+  if (data == nullptr) return Status::Ok();
+  int memory = 0, on = -1;
+  Status s = r.value()->PointerInfo(data, &memory, &on);
+  if (!s.ok()) return Error(HVD_ERR_INVALID_ARGUMENT, what + "its data pointer: " + s.message());
+  if (memory == kMemoryManaged || (memory == kMemoryDevice && on == device)) return Status::Ok();
+  if (memory == kMemoryDevice) {
+    return Error(HVD_ERR_INVALID_ARGUMENT,
+                 what + "its data is memory of CUDA device " + std::to_string(on));
+  }
+  return Error(HVD_ERR_INVALID_ARGUMENT,
+               what + "its data is host memory" +
+                   (memory == kMemoryHost ? " (page-locked)" : "") +
+                   "; pass device = HVD_DEVICE_CPU for host memory");
+}
+
+const CudaRuntime* CudaSlot::loaded() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rt_.get();
+}
+
+}  // namespace hvd

@@ -1,0 +1,101 @@
+// The CUDA runtime, loaded at run time: libhvd never links CUDA. A context
+// loads it the first time a tensor with a device ordinal reaches it (the C
+// API checks the device then), and keeps it for its life (one handle per
+// context; dlopen counts references, so contexts share the loaded library).
+//
+// Which library: HVD_CUDA_RUNTIME (a path or a soname) alone where set, else
+// the first of libcudart.so.13, libcudart.so.12, libcudart.so that loads.
+// The few entry points used here are resolved by name; their types are
+// declared below (no CUDA header in the core, so it builds without CUDA).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+
+namespace hvd {
+
+class CudaRuntime {
+ public:
+  // Loads the runtime and counts the devices. Fails with
+  // HVD_ERR_UNSUPPORTED: "no CUDA runtime could be loaded (<what was tried,
+  // and why each failed>)", or "this host has no CUDA device (<CUDA's
+  // answer>)".
+  static Result<std::unique_ptr<CudaRuntime>> Load();
+  ~CudaRuntime();
+  CudaRuntime(const CudaRuntime&) = delete;
+  CudaRuntime& operator=(const CudaRuntime&) = delete;
+
+  const std::string& library() const { return library_; }  // what was loaded
+  int device_count() const { return devices_; }
+
+  // Every call below returns CUDA's failure as HVD_ERR_TRANSPORT:
+  // "<function>: <cudaGetErrorString>" (a device fault).
+  Status GetDevice(int* device) const;
+  Status SetDevice(int device) const;
+  // memory: 0 unregistered host memory, 1 page-locked host, 2 device,
+  // 3 managed (cudaMemoryType); device: its ordinal (device, managed).
+  Status PointerInfo(const void* p, int* memory, int* device) const;
+  Status HostAlloc(void** p, size_t bytes) const;  // page-locked
+  void FreeHost(void* p) const;
+  // Asynchronous copies on `stream` (a cudaStream_t; NULL: the legacy
+  // default stream of the current device).
+  Status CopyToHost(void* dst, const void* src, size_t bytes, void* stream) const;
+  Status CopyToDevice(void* dst, const void* src, size_t bytes, void* stream) const;
+  Status CopyOnDevice(void* dst, const void* src, size_t bytes, void* stream) const;
+  Status StreamSynchronize(void* stream) const;
+  // Waits for the work on `stream` so far through an event (recorded
+  // there, then synchronized): where another stream, or the host, must
+  // wait for work a transport enqueued on it.
+  Status WaitForStream(void* stream) const;
+
+ private:
+  CudaRuntime() = default;
+  Status Check(int err, const char* what) const;
+
+  void* dl_ = nullptr;
+  std::string library_;
+  int devices_ = 0;
+  struct Fns;
+  std::unique_ptr<Fns> fn_;
+};
+
+// The calling thread's current device set to `device` for the scope, and
+// restored after (a caller's thread may run the context's cycle).
+class CudaDeviceScope {
+ public:
+  CudaDeviceScope(const CudaRuntime& rt, int device);
+  ~CudaDeviceScope();
+  const Status& status() const { return status_; }
+
+ private:
+  const CudaRuntime& rt_;
+  int saved_ = -1;
+  Status status_;
+};
+
+// A context's runtime, loaded on first use (any thread; the result, runtime
+// or error, is kept). Check() is what the C API asks of each device tensor.
+class CudaSlot {
+ public:
+  // The runtime, or why there is none.
+  Result<const CudaRuntime*> Get();
+  // OK if a tensor on `device` can be served: the runtime loads, the
+  // ordinal is below the device count, and `data` (unless null) is device
+  // memory of that device or managed memory (cudaPointerGetAttributes).
+  // Errors start "CUDA tensor on device N (tensor 'name'): ".
+  Status Check(int device, const std::string& name, const void* data);
+  // The loaded runtime, or null (never loads).
+  const CudaRuntime* loaded() const;
+
+ private:
+  mutable std::mutex mu_;
+  bool tried_ = false;
+  Status error_;
+  std::unique_ptr<CudaRuntime> rt_;
+};
+
+}  // namespace hvd
