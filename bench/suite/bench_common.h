@@ -76,6 +76,22 @@ struct Schedule {
   int iters;
 };
 
+// This rank's time of each timed iteration of run(i) (after sch.warmup
+// untimed ones), each started after barrier(): the loop every peer program
+// times its collectives with.
+template <typename BarrierFn, typename RunFn>
+std::vector<double> TimedIterations(const Schedule& sch, BarrierFn barrier, RunFn run) {
+  std::vector<double> times;
+  for (int i = 0; i < sch.warmup + sch.iters; ++i) {
+    barrier();
+    const double t0 = NowUs();
+    run(i);
+    const double t1 = NowUs();
+    if (i >= sch.warmup) times.push_back(t1 - t0);
+  }
+  return times;
+}
+
 inline Schedule ScheduleFor(size_t bytes, bool quick, double scale = 1.0) {
   if (quick) return {1, 1};
   Schedule s;

@@ -110,15 +110,7 @@ void Fail(const std::string& what) {
 
 template <typename RunFn>
 std::vector<double> TimeLoop(const hvdbench::Schedule& sch, RunFn run) {
-  std::vector<double> times;
-  for (int i = 0; i < sch.warmup + sch.iters; ++i) {
-    Barrier();
-    const double t0 = NowUs();
-    run(i);
-    const double t1 = NowUs();
-    if (i >= sch.warmup) times.push_back(t1 - t0);
-  }
-  return SlowestRank(times);
+  return SlowestRank(hvdbench::TimedIterations(sch, [] { Barrier(); }, run));
 }
 
 // Returns the median time, so the caller can stop a variant that has become

@@ -48,15 +48,8 @@ std::vector<double> SlowestRank(std::vector<double> t) {
 
 template <typename RunFn>
 std::vector<double> TimeLoop(const hvdbench::Schedule& sch, RunFn run) {
-  std::vector<double> times;
-  for (int i = 0; i < sch.warmup + sch.iters; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = NowUs();
-    run(i);
-    const double t1 = NowUs();
-    if (i >= sch.warmup) times.push_back(t1 - t0);
-  }
-  return SlowestRank(times);
+  return SlowestRank(
+      hvdbench::TimedIterations(sch, [] { MPI_Barrier(MPI_COMM_WORLD); }, run));
 }
 
 void CollAllreduce(const std::string& system, const std::string& variant, size_t bytes,

@@ -87,15 +87,7 @@ std::vector<double> SlowestRank(std::vector<double> t) {
 
 template <typename RunFn>
 std::vector<double> TimeLoop(const hvdbench::Schedule& sch, RunFn run) {
-  std::vector<double> times;
-  for (int i = 0; i < sch.warmup + sch.iters; ++i) {
-    Barrier();
-    const double t0 = NowUs();
-    run(i);
-    const double t1 = NowUs();
-    if (i >= sch.warmup) times.push_back(t1 - t0);
-  }
-  return SlowestRank(times);
+  return SlowestRank(hvdbench::TimedIterations(sch, [] { Barrier(); }, run));
 }
 
 void CollAllreduce(const std::string& variant, size_t bytes, const hvdbench::Schedule& sch) {
