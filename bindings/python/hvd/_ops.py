@@ -48,15 +48,20 @@ class PerformanceWarning(UserWarning):
 
 
 class Buf:
-    """One contiguous host buffer handed to the library.
+    """One contiguous buffer handed to the library.
 
     ptr/dtype/shape describe the memory; ``contig`` is the object that owns
     it (kept alive while the op runs); ``orig`` is what the caller passed
-    (differs from contig when a copy was needed: in-place ops write back)."""
+    (differs from contig when a copy was needed: in-place ops write back).
+    device/stream: HVD_DEVICE_CPU and None for host memory, else the CUDA
+    device ordinal and the cudaStream_t (an int; 0 = the legacy default
+    stream) the data is ordered on."""
 
-    __slots__ = ("ptr", "dtype", "shape", "contig", "orig", "copied", "nbytes")
+    __slots__ = ("ptr", "dtype", "shape", "contig", "orig", "copied", "nbytes", "device",
+                 "stream")
 
-    def __init__(self, ptr, dtype, shape, contig, orig, copied, nbytes):
+    def __init__(self, ptr, dtype, shape, contig, orig, copied, nbytes,
+                 device=C.HVD_DEVICE_CPU, stream=None):
         self.ptr = ptr
         self.dtype = dtype
         self.shape = tuple(int(d) for d in shape)
@@ -64,6 +69,8 @@ class Buf:
         self.orig = orig
         self.copied = copied
         self.nbytes = nbytes
+        self.device = int(device)
+        self.stream = stream
 
     def descriptor(self):
         """(HvdTensor, shape array): both must live until the C call returns."""
@@ -77,8 +84,8 @@ class Buf:
         t.dtype = self.dtype
         t.ndim = ndim
         t.shape = ctypes.cast(shape_arr, ctypes.POINTER(c_int64))
-        t.device = C.HVD_DEVICE_CPU
-        t.stream = None
+        t.device = self.device
+        t.stream = self.stream or None
         return t, shape_arr
 
 

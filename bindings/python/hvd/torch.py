@@ -112,11 +112,18 @@ class TorchAdapter:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"hvd.torch: {what} must be a torch.Tensor, got {type(x).__name__} "
                             "(use `import hvd` for numpy arrays)")
-        if x.device.type != "cpu":
+        device, stream = C.HVD_DEVICE_CPU, None
+        if x.device.type == "cuda":
+            # The library stages it through host memory (or hands it to a
+            # transport that takes CUDA memory), ordered on the current
+            # stream of the tensor's device.
+            device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+            stream = torch.cuda.current_stream(device).cuda_stream
+        elif x.device.type != "cpu":
             raise C.UnsupportedError(
                 C.HVD_ERR_UNSUPPORTED,
-                f"hvd.torch: {what} is on {x.device}; this hvd build moves host memory only "
-                "(no GPU transport yet): pass tensor.cpu() and copy the result back")
+                f"hvd.torch: {what} is on {x.device}; hvd moves host memory and CUDA memory "
+                "only: pass tensor.cpu() and copy the result back")
         if x.is_sparse or x.layout != torch.strided:
             raise TypeError(f"hvd.torch: {what} has layout {x.layout}; only dense (strided) "
                             "tensors are supported (use .to_dense())")
@@ -133,18 +140,25 @@ class TorchAdapter:
             copied = True
         n = t.numel()
         return _ops.Buf(t.data_ptr() if n else 0, code, t.shape, t, x, copied,
-                        n * t.element_size())
+                        n * t.element_size(), device, stream)
 
     def empty(self, buf):
-        out = torch.empty(buf.shape, dtype=buf.contig.dtype)
+        out = torch.empty(buf.shape, dtype=buf.contig.dtype, device=buf.contig.device)
         return out, (out.data_ptr() if out.numel() else 0)
 
     def owned(self, mem, buf, shape):
+        # Results the handle owns (allgather, alltoall, reducescatter) are
+        # host memory, also for CUDA inputs (hvd.h): copied to the input's
+        # device, on its current stream.
         dt = buf.contig.dtype
+        dev = buf.contig.device
         if mem is None:
-            return torch.empty(shape, dtype=dt)
+            return torch.empty(shape, dtype=dt, device=dev)
         raw = torch.from_numpy(np.asarray(mem))  # shares the handle's memory
-        return raw.view(dt).reshape(shape)
+        out = raw.view(dt).reshape(shape)
+        if dev.type == "cuda":
+            out = out.to(dev)
+        return out
 
     def writeback(self, buf, result):
         with torch.no_grad():

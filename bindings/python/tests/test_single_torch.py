@@ -19,7 +19,7 @@ def world():
 
 def test_non_cpu_tensor_is_refused_clearly(world):
     t = torch.empty(3, device="meta")  # stands in for a CUDA tensor on a GPU-less machine
-    with pytest.raises(hvd.HvdError, match="meta.*host memory only"):
+    with pytest.raises(hvd.HvdError, match="meta.*host memory and CUDA memory only"):
         hvd.allreduce(t)
 
 
