@@ -149,8 +149,9 @@ typedef enum hvd_reduce_op {
                         * the previous results in rank order; an odd one out
                         * passes up unchanged. The result is bitwise the same
                         * on every rank. HVD_FLOAT16, HVD_BFLOAT16 (computed
-                        * in float32), HVD_FLOAT32 and HVD_FLOAT64 only, CPU
-                        * tensors, allreduce and grouped allreduce only (each
+                        * in float32), HVD_FLOAT32 and HVD_FLOAT64 only, host
+                        * tensors (CUDA ones staged through host memory),
+                        * allreduce and grouped allreduce only (each
                         * tensor of a group is combined on its own); other
                         * dtypes and operations fail with
                         * HVD_ERR_INVALID_ARGUMENT. prescale and postscale
@@ -162,14 +163,48 @@ typedef enum hvd_reduce_op {
 
 /* A tensor descriptor. The descriptor and its shape array are read during the
  * *_async call only; the data buffer must stay valid until the operation
- * completes (or the context is destroyed). */
+ * completes (or the context is destroyed).
+ *
+ * CUDA tensors (device >= 0; docs/gpu.md). Every collective takes them. The
+ * context loads the CUDA runtime at run time the first time it sees one
+ * (HVD_CUDA_RUNTIME: a path or soname, else libcudart.so.13, .12, .so; libhvd
+ * itself links no CUDA) and refuses the tensor at the *_async call with
+ *   HVD_ERR_UNSUPPORTED "CUDA tensor on device N (tensor 'x'): no CUDA
+ *     runtime could be loaded (...)" or "...: this host has no CUDA device
+ *     (...)";
+ *   HVD_ERR_INVALID_ARGUMENT where N is not below the device count, or data
+ *     (and output, for allreduce and broadcast) is not memory of device N
+ *     (cudaPointerGetAttributes; managed memory is accepted);
+ *   HVD_ERR_INVALID_ARGUMENT for a grouped allreduce whose members are on
+ *     different devices (host and device mixed included).
+ * Ranks must agree on the kind (all host or all CUDA; else HVD_ERR_MISMATCH),
+ * not on the ordinal. stream: the cudaStream_t the data is ordered on, on
+ * device `device`; NULL = that device's legacy default stream. The operation
+ * is ordered after the work already queued on that stream when the
+ * collective runs (its data is copied out on that stream, which is then
+ * synchronized), and the handle completes only once the results are in the
+ * output's device memory (copied back on the same stream, synchronized):
+ * after hvd_handle_wait returns HVD_OK the output may be used from any
+ * stream. Until the handle completes the stream must stay valid and the
+ * caller must not write the input or output.
+ * Over the host transports (gloo, mpi, ucx, local) the data is staged
+ * through page-locked host memory (per context, reused); results the handle
+ * owns (allgather, alltoall, reducescatter) are then HOST memory for CUDA
+ * inputs too: hvd_handle_output returns a host pointer, and frontends copy
+ * it to the device (hvd.torch does). A transport declaring
+ * HVD_TRANSPORT_CAP_CUDA_MEMORY (nccl) receives allreduce and broadcast
+ * device buffers as they are (SUM, MIN, MAX, PRODUCT without scale factors);
+ * other CUDA operations on it fail with HVD_ERR_UNSUPPORTED. A CUDA error
+ * while copying fails the operation on that rank with HVD_ERR_TRANSPORT
+ * naming the CUDA call. */
 typedef struct hvd_tensor {
     void *data;            /* may be NULL only when the element count is 0     */
     hvd_dtype_t dtype;
     int32_t ndim;          /* 0 = scalar (one element); at most HVD_MAX_NDIM  */
     const int64_t *shape;  /* ndim entries, each >= 0                          */
-    int32_t device;        /* HVD_DEVICE_CPU, or a CUDA device ordinal         */
-    void *stream;          /* device stream the data is ordered on; NULL = default */
+    int32_t device;        /* HVD_DEVICE_CPU, or a CUDA device ordinal (above) */
+    void *stream;          /* cudaStream_t the data is ordered on; NULL = the
+                            * legacy default stream; ignored for host memory  */
 } hvd_tensor_t;
 
 #define HVD_MAX_NDIM 32
@@ -466,7 +501,8 @@ HVD_API hvd_status_t hvd_handle_poll(hvd_handle_t handle);
 HVD_API hvd_status_t hvd_handle_release(hvd_handle_t handle);
 
 /* For operations whose result the handle owns (allgather, alltoall,
- * reducescatter): the data, valid until the handle is released. */
+ * reducescatter): the data, valid until the handle is released. Always host
+ * memory, also where the input was a CUDA tensor (see hvd_tensor_t). */
 HVD_API hvd_status_t hvd_handle_output(hvd_handle_t handle, const void **data, size_t *bytes);
 /* Result shape: writes up to max_ndim dims into shape and the true ndim. */
 HVD_API hvd_status_t hvd_handle_output_shape(hvd_handle_t handle, int64_t *shape,
