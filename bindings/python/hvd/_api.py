@@ -260,16 +260,22 @@ class Collectives:
         """Every rank's picklable object (of process_set), as a list in rank order."""
         c, _ = self._target(process_set)
         name = c._namer("allgather_object", name)
-        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
-                                dtype=np.uint8).copy()
-        sizes = _ops.allgather_async(c._ptr, NUMPY, np.array([payload.size], dtype=np.int64),
-                                     name + ".sizes").wait()
-        data = _ops.allgather_async(c._ptr, NUMPY, payload, name + ".data").wait()
-        out, off = [], 0
-        for s in sizes.tolist():
-            out.append(pickle.loads(data[off:off + s].tobytes()))
-            off += s
-        return out
+        return _allgather_pickled(c._ptr, name, obj)
+
+
+def _allgather_pickled(ptr, name, obj):
+    """Every rank's picklable obj over the context ptr, in rank order: the
+    pickled sizes, then the bytes (two allgathers named name.sizes, .data)."""
+    payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
+                            dtype=np.uint8).copy()
+    sizes = _ops.allgather_async(ptr, NUMPY, np.array([payload.size], dtype=np.int64),
+                                 name + ".sizes").wait()
+    data = _ops.allgather_async(ptr, NUMPY, payload, name + ".data").wait()
+    out, off = [], 0
+    for s in sizes.tolist():
+        out.append(pickle.loads(data[off:off + s].tobytes()))
+        off += s
+    return out
 
 
 def _check_device(device):
@@ -462,16 +468,7 @@ class _Root:
         """Every rank's picklable obj, in rank order (collective over this
         context; the name comes from op and this context's counter)."""
         name = self._namer(op, None)
-        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
-                                dtype=np.uint8).copy()
-        sizes = _ops.allgather_async(self._ptr, NUMPY, np.array([payload.size], dtype=np.int64),
-                                     name + ".sizes").wait()
-        data = _ops.allgather_async(self._ptr, NUMPY, payload, name + ".data").wait()
-        out, off = [], 0
-        for s in sizes.tolist():
-            out.append(pickle.loads(data[off:off + s].tobytes()))
-            off += s
-        return out
+        return _allgather_pickled(self._ptr, name, obj)
 
     def add_process_set(self, process_set):
         """Registers a process set (a ProcessSet or a list of ranks) on this
