@@ -90,10 +90,10 @@ Controller::Controller(int rank, int size, int cache_capacity, StallConfig stall
       stall_(stall),
       log_(log),
       cache_(cache_capacity),
-      joined_(static_cast<size_t>(size), false),
-      ctrl_(kHeader + static_cast<size_t>(cache_capacity)),
       slot_entry_(static_cast<size_t>(cache_capacity)),
       slot_has_(static_cast<size_t>(cache_capacity), 0),
+      joined_(static_cast<size_t>(size), false),
+      ctrl_(kHeader + static_cast<size_t>(cache_capacity)),
       last_stall_warning_(Clock::now()),
       last_inspection_(Clock::now()) {}
 
