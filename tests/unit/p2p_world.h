@@ -62,6 +62,34 @@ inline const hvd_transport_v4_t* LoadPlugin(const char* file) {
 // The plugin under test: each test file defines it (a static LoadPlugin).
 const hvd_transport_v4_t* Plugin();
 
+// The checks the core's loader makes, for a point-to-point plugin named
+// `name` promising exactly `caps`: the header, the required entries, every
+// capability's entries present exactly where promised, and no native
+// collectives (the core runs them all over point-to-point).
+inline void CheckPointToPointTable(const hvd_transport_v4_t* t, const char* name, uint64_t caps) {
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->abi_version, static_cast<uint32_t>(HVD_TRANSPORT_ABI_V4));
+  EXPECT_EQ(t->struct_size, sizeof(hvd_transport_v4_t));
+  ASSERT_NE(t->name, nullptr);
+  EXPECT_STREQ(t->name, name);
+  EXPECT_NE(t->init, nullptr);
+  EXPECT_NE(t->finalize, nullptr);
+  EXPECT_NE(t->last_error, nullptr);
+  EXPECT_EQ(t->caps, caps);
+  auto both = [&](uint64_t cap, bool present) { EXPECT_EQ((t->caps & cap) != 0, present) << cap; };
+  both(HVD_TRANSPORT_CAP_P2P, t->isend && t->irecv && t->wait);
+  both(HVD_TRANSPORT_CAP_P2P_TEST, t->test && t->progress);
+  both(HVD_TRANSPORT_CAP_REGISTER_MEMORY, t->register_memory && t->deregister_memory);
+  both(HVD_TRANSPORT_CAP_ABORT, t->abort && t->async_error);
+  both(HVD_TRANSPORT_CAP_PEER_TIMEOUT, t->set_timeout != nullptr);
+  EXPECT_EQ(t->allreduce, nullptr);
+  EXPECT_EQ(t->allgatherv, nullptr);
+  EXPECT_EQ(t->broadcast, nullptr);
+  EXPECT_EQ(t->alltoallv, nullptr);
+  EXPECT_EQ(t->reducescatter, nullptr);
+  EXPECT_EQ(t->barrier, nullptr);
+}
+
 struct WorldOptions {
   double timeout_s = 60.0;
   double start_timeout_s = 30.0;

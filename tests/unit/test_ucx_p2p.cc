@@ -63,31 +63,9 @@ class UcxP2p : public ::testing::TestWithParam<int> {
 // ---------------------------------------------------------------------------
 
 TEST(UcxP2pTable, PassesTheLoadersChecks) {
-  const hvd_transport_v4_t* t = Plugin();
-  ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->abi_version, static_cast<uint32_t>(HVD_TRANSPORT_ABI_V4));
-  EXPECT_EQ(t->struct_size, sizeof(hvd_transport_v4_t));
-  ASSERT_NE(t->name, nullptr);
-  EXPECT_STREQ(t->name, "ucx");
-  EXPECT_NE(t->init, nullptr);
-  EXPECT_NE(t->finalize, nullptr);
-  EXPECT_NE(t->last_error, nullptr);
-  const uint64_t caps = t->caps;
-  EXPECT_EQ(caps, HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
-                      HVD_TRANSPORT_CAP_ANY_THREAD);
-  auto both = [&](uint64_t cap, bool present) { EXPECT_EQ((caps & cap) != 0, present) << cap; };
-  both(HVD_TRANSPORT_CAP_P2P, t->isend && t->irecv && t->wait);
-  both(HVD_TRANSPORT_CAP_P2P_TEST, t->test && t->progress);
-  both(HVD_TRANSPORT_CAP_REGISTER_MEMORY, t->register_memory && t->deregister_memory);
-  both(HVD_TRANSPORT_CAP_ABORT, t->abort && t->async_error);
-  both(HVD_TRANSPORT_CAP_PEER_TIMEOUT, t->set_timeout != nullptr);
-  // No native collectives: the core runs them all over point-to-point.
-  EXPECT_EQ(t->allreduce, nullptr);
-  EXPECT_EQ(t->allgatherv, nullptr);
-  EXPECT_EQ(t->broadcast, nullptr);
-  EXPECT_EQ(t->alltoallv, nullptr);
-  EXPECT_EQ(t->reducescatter, nullptr);
-  EXPECT_EQ(t->barrier, nullptr);
+  CheckPointToPointTable(Plugin(), "ucx",
+                         HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT |
+                             HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD);
 }
 
 // NULL communicator or request: HVD_ERR_INVALID_ARGUMENT, no crash.
