@@ -112,7 +112,9 @@ typedef enum hvd_status {
     HVD_ERR_DUPLICATE_NAME = -10,   /* same tensor name already in flight       */
     HVD_ERR_VERSION = -11,          /* incompatible versions (plugin, peer)     */
     HVD_ERR_RENDEZVOUS = -12,       /* could not form the job (store, peers)    */
-    HVD_ERR_INTERNAL = -13          /* a bug in hvd: please report              */
+    HVD_ERR_INTERNAL = -13,         /* a bug in hvd: please report              */
+    HVD_ERR_MEMBERSHIP_CHANGED = -14 /* elastic job: a peer left or hosts changed;
+                                        hvd_context_reset forms the job again   */
 } hvd_status_t;
 
 /* ------------------------------------------------------------------------ */
@@ -581,6 +583,43 @@ HVD_API hvd_status_t hvd_context_parent_ranks(hvd_context_t ctx, int32_t *ranks,
  * (HVD_ERR_TIMEOUT), and fail with HVD_ERR_ABORTED once it has stopped. */
 HVD_API hvd_status_t hvd_timeline_start(hvd_context_t ctx, const char *path, int mark_cycles);
 HVD_API hvd_status_t hvd_timeline_stop(hvd_context_t ctx);
+
+/* ---- Elastic jobs ----------------------------------------------------------
+ * Under `hvdrun --min-np/--max-np/--host-discovery-script` (docs/elastic.md)
+ * a context's membership may change: when a peer dies, stops or is cut off,
+ * or hosts are added, pending and later operations fail with
+ * HVD_ERR_MEMBERSHIP_CHANGED (naming what happened), and hvd_context_reset
+ * forms the job again under the next epoch without restarting the process.
+ *
+ * hvd_context_reset: collective over the new membership. Completes pending
+ * operations with HVD_ERR_MEMBERSHIP_CHANGED, leaves the current epoch, waits
+ * at most the elastic timeout (HVD_ELASTIC_TIMEOUT) for the launcher to form
+ * the next one, and re-forms ctx under it: rank, size, local and cross ranks
+ * are the new epoch's (workers of the previous epoch keep their relative
+ * order; new workers follow). Call it while no other thread uses ctx.
+ * Process sets derived from ctx stop (their operations fail with
+ * HVD_ERR_MEMBERSHIP_CHANGED): destroy them and make them again. A failure
+ * while forming the new epoch (a peer lost again) returns
+ * HVD_ERR_MEMBERSHIP_CHANGED and leaves ctx stopped: call it again. When the
+ * launcher ends the job instead (fewer workers than --min-np, the reset
+ * limit), it returns HVD_ERR_MEMBERSHIP_CHANGED with the launcher's reason.
+ * A context not in an elastic job, or a process set: HVD_ERR_UNSUPPORTED.
+ * ctx NULL: the default context. */
+HVD_API hvd_status_t hvd_context_reset(hvd_context_t ctx);
+
+typedef struct hvd_membership {
+    size_t struct_size;    /* set to sizeof(hvd_membership_t) before the call */
+    int32_t elastic;       /* 1: an elastic job (hvd_context_reset works)     */
+    int32_t hosts_updated; /* 1: the launcher added or removed hosts since
+                              this epoch formed (one store round trip)       */
+    int64_t epoch;         /* the epoch ctx was formed in (0 the first; 0
+                              for a context that is not elastic)             */
+} hvd_membership_t;
+
+/* Fills *out (struct_size first: an older, smaller struct gets the fields it
+ * has). ctx NULL: the default context; a process set answers for its
+ * parent's job. */
+HVD_API hvd_status_t hvd_context_membership(hvd_context_t ctx, hvd_membership_t *out);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -90,6 +90,8 @@ const char* StatusText(hvd_status_t status) noexcept {
     case HVD_ERR_VERSION: return "incompatible versions";
     case HVD_ERR_RENDEZVOUS: return "rendezvous failed (could not form the job)";
     case HVD_ERR_INTERNAL: return "internal error in hvd (please report)";
+    case HVD_ERR_MEMBERSHIP_CHANGED:
+      return "the elastic job's membership changed (reset the context: hvd_context_reset)";
   }
   return "unknown status";
 }
@@ -576,7 +578,7 @@ hvd_status_t hvd_version(int* major, int* minor, int* patch) {
 // no exception wall.
 const char* hvd_status_string(hvd_status_t status) {
   const int code = RawEnum(status);
-  if (code < HVD_ERR_INTERNAL || code > HVD_IN_PROGRESS) return "unknown status";
+  if (code < HVD_ERR_MEMBERSHIP_CHANGED || code > HVD_IN_PROGRESS) return "unknown status";
   return StatusText(static_cast<hvd_status_t>(code));
 }
 
@@ -704,6 +706,41 @@ hvd_status_t hvd_context_parent_ranks(hvd_context_t ctx, int32_t* ranks, int32_t
   if (!s.ok()) return Report(s);
   const std::vector<int>& m = c->impl->parent_ranks();
   for (int32_t i = 0; i < n && i < static_cast<int32_t>(m.size()); ++i) ranks[i] = m[static_cast<size_t>(i)];
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_reset(hvd_context_t ctx) {
+  HVD_API_BEGIN();
+  hvd_context_s* c = nullptr;
+  hvd::Status s = ResolveContext(__func__, ctx, &c);
+  if (!s.ok()) return Report(s);
+  s = c->impl->Reset();
+  if (!s.ok()) return Report(s.Wrap(__func__));
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_context_membership(hvd_context_t ctx, hvd_membership_t* out) {
+  HVD_API_BEGIN();
+  hvd::Status s = CheckOutPointer(__func__, "out", out);
+  if (!s.ok()) return Report(s);
+  constexpr size_t kFirst = offsetof(hvd_membership_t, elastic) + sizeof(int32_t);
+  if (out->struct_size < kFirst) {
+    return Report(Invalid(__func__, Cat("out->struct_size (", out->struct_size,
+                                        ") is too small: set it to sizeof(hvd_membership_t)")));
+  }
+  hvd_context_s* c = nullptr;
+  s = ResolveContext(__func__, ctx, &c);
+  if (!s.ok()) return Report(s);
+  auto m = c->impl->membership();
+  if (!m.ok()) return Report(m.status().Wrap(__func__));
+  const size_t have = out->struct_size;
+  out->elastic = m->elastic ? 1 : 0;
+  if (have >= offsetof(hvd_membership_t, hosts_updated) + sizeof(int32_t)) {
+    out->hosts_updated = m->hosts_updated ? 1 : 0;
+  }
+  if (have >= offsetof(hvd_membership_t, epoch) + sizeof(int64_t)) out->epoch = m->epoch;
   return HVD_OK;
   HVD_API_END();
 }

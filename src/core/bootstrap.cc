@@ -233,10 +233,14 @@ Status Bootstrap::Rendezvous() {
   // Keys of this communicator live under a prefix that differs for each
   // context a rank creates, so a second hvd_init in the same job never reads
   // the first one's keys.
-  HVD_ASSIGN_OR_RETURN(int64_t generation,
-                       client_->Add("hvd/generation/" + std::to_string(cfg_->rank), 1));
   kv_.client = client_.get();
-  kv_.prefix = "hvd/" + std::to_string(generation) + "/";
+  if (!cfg_->kv_prefix.empty()) {
+    kv_.prefix = cfg_->kv_prefix;  // an elastic epoch's
+  } else {
+    HVD_ASSIGN_OR_RETURN(int64_t generation,
+                         client_->Add("hvd/generation/" + std::to_string(cfg_->rank), 1));
+    kv_.prefix = "hvd/" + std::to_string(generation) + "/";
+  }
   // Tells a launcher this rank is up.
   HVD_CHECK(client_->Set("ready/" + std::to_string(cfg_->rank),
                          rdv::Bytes(cfg_->hostname.begin(), cfg_->hostname.end())));

@@ -255,6 +255,7 @@ std::string Config::ToString() const {
      << " buffer_pool_bytes=" << buffer_pool_bytes
      << " shm=" << (shm < 0 ? "(auto)" : shm ? "on" : "off")
      << " autotune=" << (autotune ? "on" : "off")
+     << " elastic=" << (elastic ? "on (worker " + elastic_worker + ")" : std::string("off"))
      << " log_level=" << LogLevelName(log_level);
   return os.str();
 }
@@ -510,6 +511,29 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     char buf[256] = {0};
     if (gethostname(buf, sizeof(buf) - 1) == 0) c.hostname = buf;
     if (c.hostname.empty()) c.hostname = "localhost";
+  }
+
+  const std::string elastic = EnvStr(env, "HVD_ELASTIC");
+  if (!elastic.empty() && elastic != "0" && c.rank_source != "params" && c.mpi_comm == nullptr &&
+      c.oob_allgather == nullptr) {
+    c.elastic = true;
+    c.rank_source = "elastic";
+    c.elastic_worker = EnvStr(env, "HVD_ELASTIC_WORKER");
+    if (c.elastic_worker.empty() || c.rendezvous_addr.empty()) {
+      return InvalidArgument(
+          "HVD_ELASTIC=1 needs HVD_ELASTIC_WORKER and HVD_RENDEZVOUS_ADDR (an elastic job is "
+          "launched by hvdrun --min-np/--max-np/--host-discovery-script, which sets them)");
+    }
+    if (c.transport == "mpi") {
+      return Error(HVD_ERR_UNSUPPORTED,
+                   "an elastic job cannot use the mpi transport (an MPI communicator's membership "
+                   "is fixed): use gloo or ucx");
+    }
+    HVD_ASSIGN_OR_RETURN(bool have_timeout,
+                         EnvDouble(env, "HVD_ELASTIC_TIMEOUT", &c.elastic_timeout_s));
+    if (have_timeout && !(c.elastic_timeout_s > 0)) {
+      return InvalidArgument("HVD_ELASTIC_TIMEOUT must be a positive number of seconds");
+    }
   }
   return c;
 }

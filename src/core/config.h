@@ -97,6 +97,18 @@ struct Config {
   int autotune_steps_per_sample = 10;  // HVD_AUTOTUNE_STEPS_PER_SAMPLE: busy cycles per window
   int autotune_samples = 3;          // HVD_AUTOTUNE_SAMPLES: windows scored per candidate
 
+  // Elastic jobs (docs/elastic.md; environment only, set by hvdrun):
+  // HVD_ELASTIC=1 with HVD_ELASTIC_WORKER (this worker's id) makes the
+  // launcher assign rank and size at each join (the context's creation and
+  // every reset); HVD_ELASTIC_TIMEOUT bounds the wait for an assignment.
+  bool elastic = false;
+  std::string elastic_worker;
+  double elastic_timeout_s = 600.0;
+  // The prefix of this communicator's rendezvous keys; "" = a fresh one per
+  // context from the store's generation counter (an elastic epoch sets it).
+  std::string kv_prefix;
+  int64_t epoch = 0;  // the elastic epoch this configuration was formed in
+
   // Logging.
   int log_level = HVD_LOG_WARNING;
   hvd_log_fn log_fn = nullptr;

@@ -29,6 +29,7 @@
 #include "core/bootstrap.h"
 #include "core/config.h"
 #include "core/controller.h"
+#include "core/elastic.h"
 #include "core/executor.h"
 #include "core/fusion_buffer.h"
 #include "core/logging.h"
@@ -159,7 +160,11 @@ class ContextImpl final : public CycleDriver {
 
   Status Start();
   Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest req);
-  void Shutdown();
+  // Stops the loop; pending operations complete with `why`.
+  void Shutdown(const Status& why = Error(HVD_ERR_ABORTED, "the context has been shut down"));
+  // After Shutdown: closes the transport and the store connection now
+  // rather than with the last reference (process sets may keep one).
+  void ReleaseTransport();
   // CycleDriver: runs cycles on a waiting caller's thread while the loop
   // thread is idle (see Loop).
   bool Drive(std::unique_lock<std::mutex>& lock, const Handle& h) override;
@@ -212,6 +217,9 @@ class ContextImpl final : public CycleDriver {
   void Finish(Scope& scope, OpRequest& req, Status status);
   void FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status);
   void FailEverything(const Status& why);
+  // In an elastic job, a lost peer (transport failure, timeout, a peer that
+  // left) is a membership change: HVD_ERR_MEMBERSHIP_CHANGED, naming it.
+  Status Membership(const Status& s) const;
   void ReleaseSets();
   size_t pending() const;
 
@@ -236,6 +244,7 @@ class ContextImpl final : public CycleDriver {
   Clock::time_point first_enqueue_;  // of the oldest queued request
   Clock::time_point last_enqueue_;   // of the newest
   bool shutdown_requested_ = false;
+  Status shutdown_reason_;  // what pending operations complete with (set with the flag)
   bool stopped_ = false;  // the loop has exited; enqueue fails with stop_reason_
   Status stop_reason_;
   std::thread thread_;
@@ -462,7 +471,8 @@ void ContextImpl::Finish(Scope& scope, OpRequest& req, Status status) {
 }
 
 // One lock for the whole batch: a fused step completes hundreds of requests.
-void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status) {
+void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& given) {
+  const Status status = Membership(given);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < n; ++i) {
@@ -486,7 +496,22 @@ size_t ContextImpl::pending() const {
   return n;
 }
 
-void ContextImpl::FailEverything(const Status& why) {
+Status ContextImpl::Membership(const Status& s) const {
+  if (!cfg_.elastic) return s;
+  switch (s.code()) {
+    case HVD_ERR_TRANSPORT:
+    case HVD_ERR_TIMEOUT:
+    case HVD_ERR_RENDEZVOUS:
+      return Error(HVD_ERR_MEMBERSHIP_CHANGED,
+                   "the elastic job lost a peer (epoch " + std::to_string(cfg_.epoch) +
+                       "): " + s.message() + "; reset the context (hvd.elastic.run does)");
+    default:
+      return s;
+  }
+}
+
+void ContextImpl::FailEverything(const Status& given) {
+  const Status why = Membership(given);
   std::vector<std::shared_ptr<Scope>> scopes{root_};
   for (const auto& w : all_sets_) {
     if (auto s = w.lock()) scopes.push_back(std::move(s));
@@ -531,10 +556,11 @@ void ContextImpl::ReleaseSets() {
   sets_.clear();
 }
 
-void ContextImpl::Shutdown() {
-  std::call_once(shutdown_once_, [this] {
+void ContextImpl::Shutdown(const Status& why) {
+  std::call_once(shutdown_once_, [this, &why] {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      shutdown_reason_ = why;
       shutdown_requested_ = true;
       signal_->driver = nullptr;  // no caller starts a cycle from here on
     }
@@ -568,10 +594,19 @@ void ContextImpl::Shutdown() {
       std::unique_lock<std::mutex> lock(mu_);
       exit_cv_.wait(lock, [this] { return !cycle_held_; });
     }
-    FailEverything(Error(HVD_ERR_ABORTED, "the context has been shut down"));
+    FailEverything(why);
     ReleaseSets();
     timeline_.Close();
   });
+}
+
+void ContextImpl::ReleaseTransport() {
+  Shutdown();
+  executor_.reset();
+  root_->plane.reset();
+  root_->comm = nullptr;
+  transport_.reset();
+  boot_.reset();
 }
 
 Result<std::shared_ptr<Scope>> ContextImpl::MakeSet(std::vector<int32_t> spec) {
@@ -882,9 +917,13 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
     return false;
   }
   if (shutdown) {
-    FailEverything(Error(HVD_ERR_ABORTED,
-                         shutting_down ? "the context has been shut down"
-                                       : "another rank shut down its context"));
+    FailEverything(shutting_down ? shutdown_reason_
+                   : cfg_.elastic
+                       ? Error(HVD_ERR_MEMBERSHIP_CHANGED,
+                               "another rank left the elastic job's epoch " +
+                                   std::to_string(cfg_.epoch) +
+                                   "; reset the context (hvd.elastic.run does)")
+                       : Error(HVD_ERR_ABORTED, "another rank shut down its context"));
     return false;
   }
   TuneParams tuned;
@@ -1339,12 +1378,84 @@ Context::Context(std::shared_ptr<ContextImpl> impl, std::shared_ptr<Scope> scope
     : impl_(std::move(impl)), scope_(std::move(scope)) {}
 Context::~Context() { (void)Shutdown(); }
 
+namespace {
+
+// An epoch's rank and size; the rest of the topology comes from every
+// rank's host name at its rendezvous.
+void ApplyAssignment(const ElasticMember::Assignment& a, Config* cfg) {
+  cfg->rank = a.rank;
+  cfg->size = a.size;
+  cfg->epoch = a.epoch;
+  const int known = a.size == 1 ? 0 : -1;
+  cfg->local_rank = cfg->cross_rank = known;
+  cfg->local_size = cfg->cross_size = a.size == 1 ? 1 : -1;
+  cfg->kv_prefix = "hvd/e" + std::to_string(a.epoch) + "/";
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Context>> Context::Create(const hvd_params_t* params) {
   HVD_ASSIGN_OR_RETURN(Config cfg, ResolveConfig(params, ProcessEnv()));
+  std::shared_ptr<ElasticMember> elastic;
+  if (cfg.elastic) {
+    HVD_ASSIGN_OR_RETURN(std::unique_ptr<ElasticMember> member, ElasticMember::Connect(cfg));
+    HVD_ASSIGN_OR_RETURN(ElasticMember::Assignment a, member->Join());
+    ApplyAssignment(a, &cfg);
+    elastic = std::move(member);
+  }
   auto impl = std::make_shared<ContextImpl>(std::move(cfg));
   HVD_CHECK(impl->Start());
   std::shared_ptr<Scope> root = impl->root();
-  return std::unique_ptr<Context>(new Context(std::move(impl), std::move(root)));
+  auto ctx = std::unique_ptr<Context>(new Context(std::move(impl), std::move(root)));
+  ctx->elastic_ = std::move(elastic);
+  return ctx;
+}
+
+Status Context::Reset() {
+  if (is_process_set() || !elastic_) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 is_process_set()
+                     ? "a process set cannot be reset: reset its parent context, then make the set "
+                       "again"
+                     : "this context is not in an elastic job (launch with hvdrun --min-np / "
+                       "--max-np / --host-discovery-script)");
+  }
+  if (shut_) return Error(HVD_ERR_NOT_INITIALIZED, "the context has been shut down");
+  Config cfg = impl_->cfg();
+  // Leave the epoch: pending operations (and the sets') fail; the
+  // connections close now, so peers still inside a collective with this
+  // rank learn at once that it left.
+  impl_->Shutdown(Error(HVD_ERR_MEMBERSHIP_CHANGED,
+                        "the context is being reset (leaving elastic epoch " +
+                            std::to_string(cfg.epoch) + ")"));
+  impl_->ReleaseTransport();
+  HVD_ASSIGN_OR_RETURN(ElasticMember::Assignment a, elastic_->Join());
+  ApplyAssignment(a, &cfg);
+  auto impl = std::make_shared<ContextImpl>(std::move(cfg));
+  Status st = impl->Start();
+  if (!st.ok()) {
+    // Peers lost again while forming: the caller resets again. The stopped
+    // context stays (its calls fail with the old reason).
+    return st.code() == HVD_ERR_MEMBERSHIP_CHANGED || st.code() == HVD_ERR_INVALID_ARGUMENT
+               ? st
+               : Error(HVD_ERR_MEMBERSHIP_CHANGED,
+                       "forming elastic epoch " + std::to_string(a.epoch) + " failed: " +
+                           st.message() + "; reset again");
+  }
+  scope_ = impl->root();
+  impl_ = std::move(impl);
+  return Status::Ok();
+}
+
+Result<Context::Membership> Context::membership() {
+  Membership m;
+  if (!elastic_ && !impl_->cfg().elastic) return m;
+  m.elastic = true;
+  m.epoch = impl_->cfg().epoch;
+  if (elastic_) {
+    HVD_ASSIGN_OR_RETURN(m.hosts_updated, elastic_->HostsUpdated());
+  }
+  return m;
 }
 
 int Context::rank() const { return scope_->rank; }
@@ -1379,7 +1490,9 @@ Result<std::unique_ptr<Context>> Context::Split(int color, int key) {
   }
   HVD_ASSIGN_OR_RETURN(std::shared_ptr<Scope> set, impl_->MakeSet({1, color, key}));
   if (!set) return std::unique_ptr<Context>();
-  return std::unique_ptr<Context>(new Context(impl_, std::move(set)));
+  auto child = std::unique_ptr<Context>(new Context(impl_, std::move(set)));
+  child->elastic_ = elastic_;  // answers membership for its parent's job
+  return child;
 }
 
 Result<std::unique_ptr<Context>> Context::CreateProcessSet(const std::vector<int32_t>& ranks) {
@@ -1392,7 +1505,9 @@ Result<std::unique_ptr<Context>> Context::CreateProcessSet(const std::vector<int
   spec.insert(spec.end(), ranks.begin(), ranks.end());
   HVD_ASSIGN_OR_RETURN(std::shared_ptr<Scope> set, impl_->MakeSet(std::move(spec)));
   if (!set) return std::unique_ptr<Context>();
-  return std::unique_ptr<Context>(new Context(impl_, std::move(set)));
+  auto child = std::unique_ptr<Context>(new Context(impl_, std::move(set)));
+  child->elastic_ = elastic_;  // answers membership for its parent's job
+  return child;
 }
 
 Status Context::Shutdown() {

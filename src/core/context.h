@@ -17,6 +17,7 @@
 namespace hvd {
 
 class ContextImpl;
+class ElasticMember;
 struct Scope;
 
 class Context {
@@ -89,11 +90,27 @@ class Context {
   // Returns the set's close status (Ok for a context made by Create).
   Status Shutdown();
 
+  // Elastic jobs (docs/elastic.md). Reset: leaves the current epoch (pending
+  // operations and process sets fail with HVD_ERR_MEMBERSHIP_CHANGED), joins
+  // the next one and forms the context again with the rank and size the
+  // launcher assigned. Not concurrent with other calls on this context.
+  // HVD_ERR_UNSUPPORTED for a context not in an elastic job, or a set.
+  Status Reset();
+  struct Membership {
+    bool elastic = false;
+    bool hosts_updated = false;
+    int64_t epoch = 0;
+  };
+  // hosts_updated asks the store (one round trip) in an elastic job.
+  Result<Membership> membership();
+
  private:
   Context(std::shared_ptr<ContextImpl> impl, std::shared_ptr<Scope> scope);
   std::shared_ptr<ContextImpl> impl_;
   std::shared_ptr<Scope> scope_;
   bool shut_ = false;
+  // An elastic job's worker side, kept across resets (root contexts only).
+  std::shared_ptr<ElasticMember> elastic_;
 };
 
 }  // namespace hvd

@@ -126,6 +126,7 @@ static void test_frozen_numbers_and_layout(void **state) {
     assert_int_equal(HVD_ERR_VERSION, -11);
     assert_int_equal(HVD_ERR_RENDEZVOUS, -12);
     assert_int_equal(HVD_ERR_INTERNAL, -13);
+    assert_int_equal(HVD_ERR_MEMBERSHIP_CHANGED, -14);
     assert_int_equal(HVD_UINT8, 0);
     assert_int_equal(HVD_INT32, 4);
     assert_int_equal(HVD_FLOAT16, 6);
@@ -208,10 +209,10 @@ static void test_status_strings(void **state) {
         HVD_OK, HVD_IN_PROGRESS, HVD_ERR_INVALID_ARGUMENT, HVD_ERR_NOT_INITIALIZED,
         HVD_ERR_NO_MEMORY, HVD_ERR_TIMEOUT, HVD_ERR_MISMATCH, HVD_ERR_TRANSPORT,
         HVD_ERR_UNSUPPORTED, HVD_ERR_NOT_FOUND, HVD_ERR_ABORTED, HVD_ERR_DUPLICATE_NAME,
-        HVD_ERR_VERSION, HVD_ERR_RENDEZVOUS, HVD_ERR_INTERNAL};
-    static const int unknown[] = {2, 3, 100, -14, -100, 2147483647, -2147483647 - 1};
+        HVD_ERR_VERSION, HVD_ERR_RENDEZVOUS, HVD_ERR_INTERNAL, HVD_ERR_MEMBERSHIP_CHANGED};
+    static const int unknown[] = {2, 3, 100, -15, -100, 2147483647, -2147483647 - 1};
     const size_t n = sizeof(known) / sizeof(known[0]);
-    const char *fallback = hvd_status_string((hvd_status_t)-14);
+    const char *fallback = hvd_status_string((hvd_status_t)-15);
     size_t i, j;
     (void)state;
     assert_non_null(fallback);
