@@ -24,7 +24,6 @@ from . import _c_api
 from . import _ops
 from ._api import (  # noqa: F401
     DEFAULT as _DEFAULT,
-    unavailable_module as _unavailable_module,
     Adasum,
     Average,
     Collectives as _Collectives,
@@ -48,6 +47,7 @@ from ._c_api import (  # noqa: F401
     InternalError,
     InvalidArgumentError,
     LibraryNotFoundError,
+    MembershipChangedError,
     MismatchError,
     NotFoundError,
     NotInitializedError,
@@ -403,8 +403,9 @@ join_async = _np.join_async
 broadcast_object = _np.broadcast_object
 allgather_object = _np.allgather_object
 
-# Horovod's hvd.elastic: importable, and every use says it is not available.
-elastic = _unavailable_module(__name__ + ".elastic")
+# Horovod's hvd.elastic (run, State, ObjectState, HostsUpdatedInterrupt).
+from . import elastic  # noqa: E402
+from .elastic import HostsUpdatedInterrupt  # noqa: E402,F401
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -420,5 +421,6 @@ __all__ = [
     "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "barrier_async", "join", "join_async",
     "broadcast_object", "allgather_object", "Context", "HvdError", "PerformanceWarning",
     "ProcessSet", "ProcessSetContext", "global_process_set", "add_process_set",
-    "remove_process_set", "UNDEFINED_COLOR",
+    "remove_process_set", "UNDEFINED_COLOR", "elastic", "HostsUpdatedInterrupt",
+    "MembershipChangedError",
 ]

@@ -58,6 +58,7 @@ HVD_ERR_DUPLICATE_NAME = -10
 HVD_ERR_VERSION = -11
 HVD_ERR_RENDEZVOUS = -12
 HVD_ERR_INTERNAL = -13
+HVD_ERR_MEMBERSHIP_CHANGED = -14
 
 HVD_UINT8 = 0
 HVD_INT8 = 1
@@ -190,6 +191,14 @@ class InternalError(HvdError):
     pass
 
 
+class MembershipChangedError(HorovodInternalError):
+    """An elastic job's membership changed (a peer left, or the launcher
+    changed the hosts): pending and later operations of the context fail with
+    it until hvd_context_reset forms the job again. hvd.elastic.run catches it
+    (as Horovod's HorovodInternalError), restores the last committed state and
+    resets."""
+
+
 _ERROR_CLASSES = {
     HVD_ERR_INVALID_ARGUMENT: InvalidArgumentError,
     HVD_ERR_NOT_INITIALIZED: NotInitializedError,
@@ -204,6 +213,7 @@ _ERROR_CLASSES = {
     HVD_ERR_VERSION: VersionError,
     HVD_ERR_RENDEZVOUS: RendezvousError,
     HVD_ERR_INTERNAL: InternalError,
+    HVD_ERR_MEMBERSHIP_CHANGED: MembershipChangedError,
 }
 
 _STATUS_NAMES = {
@@ -311,6 +321,20 @@ class HvdParams(Structure):
         self.mask = 0
 
 
+class HvdMembership(Structure):
+    """hvd_membership_t (hvd_context_membership): struct_size first."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("elastic", c_int32),
+        ("hosts_updated", c_int32),
+        ("epoch", c_int64),
+    ]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(HvdMembership)
+
+
 # field name -> (mask bit, kind) for the settings a Python caller may pass.
 PARAM_FIELDS = {
     "rank": (HVD_PARAM_RANK, "int"),
@@ -367,6 +391,9 @@ FUNCTIONS = {
     "hvd_context_parent_ranks": (_S, [hvd_context_t, POINTER(c_int32), c_int32]),
     "hvd_timeline_start": (_S, [hvd_context_t, c_char_p, c_int]),
     "hvd_timeline_stop": (_S, [hvd_context_t]),
+    # elastic jobs
+    "hvd_context_reset": (_S, [hvd_context_t]),
+    "hvd_context_membership": (_S, [hvd_context_t, POINTER(HvdMembership)]),
     # default context
     "hvd_init": (_S, [POINTER(HvdParams)]),
     "hvd_shutdown": (_S, []),

@@ -310,6 +310,38 @@ class Registry:
                     except Exception:  # the root stopped: only memory is freed
                         pass
 
+    def reform(self):
+        """After an elastic reset re-formed the root (new ranks and size):
+        every registered set's old context (stopped by the reset) is
+        destroyed, and the set is made again under the same id and
+        ProcessSet object if all its ranks exist in the new job (collective
+        over the root's ranks, in id order, as registration is). Sets with a
+        rank >= the new size are unregistered (using them raises ValueError
+        saying why). Returns those dropped sets. Calling it again (after a
+        failure while making the sets) starts over from the sets still
+        registered."""
+        with self._lock:
+            n = self.root.size()
+            for ident, ps in sorted(self._sets.items()):
+                ctx, ps._ctx = ps._ctx, None
+                self._forget(ident)  # before the context goes (TF kernels hold it)
+                if ctx is not None:
+                    try:
+                        ctx.close()  # stopped by the reset: only frees it
+                    except Exception:
+                        pass
+            dropped = []
+            for ident, ps in sorted(self._sets.items()):
+                if not ps.ranks or max(ps.ranks) >= n:
+                    del self._sets[ident]
+                    ps._invalidate(f"was dropped by an elastic reset: its ranks {ps.ranks} do "
+                                   f"not all exist in the job of {n} ranks it formed")
+                    ps._siblings = ()
+                    dropped.append(ps)
+            for ident, ps in sorted(self._sets.items()):
+                ps._ctx = self.root._make_set(ps.ranks)
+            return dropped
+
     def _forget(self, ident):
         for fn in list(self.on_remove):
             fn(ident)

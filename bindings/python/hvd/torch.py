@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import sys as _sys
 import warnings
+import weakref
 
 if "tensorflow" in _sys.modules:
     warnings.warn(
@@ -43,15 +44,16 @@ from . import _c_api as C
 from . import _ops
 from ._api import DEFAULT as _DEFAULT
 from ._api import Collectives as _Collectives
-from ._api import unavailable_module as _unavailable_module
 from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop-in)
     Adasum,
     Average,
     Context,
     Handle,
     HorovodInternalError,
+    HostsUpdatedInterrupt,
     HvdError,
     Max,
+    MembershipChangedError,
     Min,
     PerformanceWarning,
     ProcessSet,
@@ -196,11 +198,6 @@ join = _t.join
 join_async = _t.join_async
 broadcast_object = _t.broadcast_object
 allgather_object = _t.allgather_object
-
-# Horovod's hvd.elastic (run, TorchState, ElasticSampler, ...): importable as
-# hvd.torch.elastic, and every use raises NotImplementedError saying why.
-elastic = _unavailable_module(__name__ + ".elastic")
-
 
 class _AllreduceFn(torch.autograd.Function):
     """allreduce as an autograd op: the gradient of an allreduce is the
@@ -790,6 +787,18 @@ class _DistributedOptimizer:
                 self._ready[g] = 0
         self._synchronized = True
 
+    def _hvd_drop_pending(self):
+        """Forgets the reductions of a step that failed (an elastic reset
+        follows): their handles are dropped (they complete with the reset's
+        error), and the next backward pass starts afresh."""
+        self._handles.clear()
+        self._submitted.clear()
+        for p in self._passes:
+            self._passes[p] = 0
+        for g in self._ready:
+            self._ready[g] = 0
+        self._synchronized = False
+
     def _write_grad(self, p, compressed, cctx):
         """Puts a densely allreduced gradient (compressed, in place) into p.grad."""
         if p.grad.is_sparse:  # sparse_as_dense: made sparse again
@@ -934,6 +943,12 @@ class _DistributedAdasumOptimizer:
                 self._passes[p] = 0
         return loss
 
+    def _hvd_drop_pending(self):
+        """Forgets the reductions of a step that failed (an elastic reset follows)."""
+        self._handles.clear()
+        for p in self._passes:
+            self._passes[p] = 0
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError(
@@ -1023,6 +1038,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         opt = cls(optimizer.param_groups, named_parameters, compression,
                   backward_passes_per_step, process_set)
         opt.state.update(optimizer.state)
+        _distributed_optimizers.add(opt)
         return opt
     if groups is not None:
         _check_groups(groups)
@@ -1033,7 +1049,18 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
               op, gradient_predivide_factor, sparse_as_dense, groups, process_set)
     opt.state.update(optimizer.state)
+    _distributed_optimizers.add(opt)
     return opt
+
+
+# Every DistributedOptimizer, for hvd.elastic.run: after a failed step their
+# pending reductions are dropped before the state is restored.
+_distributed_optimizers = weakref.WeakSet()
+
+
+def _drop_pending_reductions():
+    for opt in list(_distributed_optimizers):
+        opt._hvd_drop_pending()
 
 
 # ---------------------------------------------------------------------------
@@ -1230,3 +1257,12 @@ def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_
     state = broadcast_object(state, root_rank, name=name, process_set=process_set)
     if rank() != root_rank:
         optimizer.load_state_dict(state)
+
+
+# Horovod's hvd.torch.elastic (run, TorchState, ElasticSampler, ...), also
+# importable as a module (import hvd.torch.elastic).
+from . import elastic as _hvd_elastic  # noqa: E402
+from . import _torch_elastic as elastic  # noqa: E402
+
+_sys.modules[__name__ + ".elastic"] = elastic
+_hvd_elastic._register_reset_hook(_drop_pending_reductions)
