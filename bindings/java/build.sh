@@ -47,7 +47,10 @@ else
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
 targets=(hvd_java_natives)
-if cmake --build "$build" --target help 2>/dev/null | grep -w hvdrun >/dev/null; then targets+=(hvdrun); fi
+help=$(cmake --build "$build" --target help 2>/dev/null || true)
+for t in hvdrun hvd_fake_elastic_launcher; do  # the multi-process tests' launchers
+  if echo "$help" | grep -w "$t" >/dev/null; then targets+=("$t"); fi
+done
 cmake --build "$build" --target "${targets[@]}" -j "$jobs" >&2
 if [ ! -d "$build/java-swig/org/hvd/swig" ]; then
   echo "build.sh: $build has no SWIG output: the Java binding was skipped (swig >= 4 and a JDK needed)" >&2

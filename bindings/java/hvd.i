@@ -3,7 +3,8 @@
 // Generated Java lands in package org.hvd.swig (class HvdNative, constants in
 // HvdNativeConstants). Conventions of this layer:
 //  - Every hvd_status_t result is checked inside the JNI call: a negative status
-//    throws org.hvd.HvdException(status, function, hvd_last_error()) before the
+//    throws org.hvd.HvdException(status, function, hvd_last_error())
+//    (HvdMembershipChangedException for HVD_ERR_MEMBERSHIP_CHANGED) before the
 //    call returns, so the thread-local last error is read on the thread that
 //    failed, in the same native frame.
 //  - Opaque handles (hvd_context_t, hvd_handle_t) are Java longs; out-pointers
@@ -31,12 +32,15 @@ namespace {
 
 jclass g_exception_class = nullptr;    // org.hvd.HvdException
 jmethodID g_exception_ctor = nullptr;  // (int status, String function, String message)
+jclass g_membership_class = nullptr;   // org.hvd.HvdMembershipChangedException (same ctor)
+jmethodID g_membership_ctor = nullptr;
 jclass g_iae_class = nullptr;          // java.lang.IllegalArgumentException
 jmethodID g_oob_method = nullptr;      // org.hvd.OobAllgather.allgather(byte[]) -> byte[]
 JavaVM* g_vm = nullptr;
 
-// Throws org.hvd.HvdException for a failed call; the message is the calling
-// thread's hvd_last_error().
+// Throws org.hvd.HvdException for a failed call (its subclass
+// HvdMembershipChangedException for HVD_ERR_MEMBERSHIP_CHANGED); the message is
+// the calling thread's hvd_last_error().
 void hvdj_throw(JNIEnv* env, int status, const char* function, const char* message) {
   if (env->ExceptionCheck()) return;  // keep the first exception
   if (message == nullptr) message = hvd_last_error();
@@ -44,7 +48,10 @@ void hvdj_throw(JNIEnv* env, int status, const char* function, const char* messa
   jstring fn = env->NewStringUTF(function);
   jstring msg = env->NewStringUTF(message);
   if (fn == nullptr || msg == nullptr) return;  // OutOfMemoryError pending
-  jobject ex = env->NewObject(g_exception_class, g_exception_ctor, (jint)status, fn, msg);
+  const bool membership = status == HVD_ERR_MEMBERSHIP_CHANGED;
+  jobject ex = env->NewObject(membership ? g_membership_class : g_exception_class,
+                              membership ? g_membership_ctor : g_exception_ctor, (jint)status, fn,
+                              msg);
   if (ex != nullptr) env->Throw((jthrowable)ex);
   env->DeleteLocalRef(fn);
   env->DeleteLocalRef(msg);
@@ -72,6 +79,11 @@ extern "C" JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void*) {
   if (g_exception_class == nullptr) return JNI_ERR;
   g_exception_ctor =
       env->GetMethodID(g_exception_class, "<init>", "(ILjava/lang/String;Ljava/lang/String;)V");
+  g_membership_class = hvdj_global_class(env, "org/hvd/HvdMembershipChangedException");
+  if (g_membership_class == nullptr) return JNI_ERR;
+  g_membership_ctor =
+      env->GetMethodID(g_membership_class, "<init>", "(ILjava/lang/String;Ljava/lang/String;)V");
+  if (g_membership_ctor == nullptr) return JNI_ERR;
   g_iae_class = hvdj_global_class(env, "java/lang/IllegalArgumentException");
   jclass oob = env->FindClass("org/hvd/OobAllgather");
   if (g_exception_ctor == nullptr || g_iae_class == nullptr || oob == nullptr) return JNI_ERR;
@@ -316,6 +328,9 @@ HVDJ_OPAQUE(hvd_handle_t)
 %ignore HVD_PARAM_ALL_;
 %ignore hvd_oob_allgather_fn;
 %ignore hvd_log_fn;
+// hvd_membership_t and hvd_context_membership stay wrapped (a build folder that
+// generated them once keeps the class file); the facade calls
+// hvdj_context_membership, which answers a long[].
 
 %include "hvd.h"
 
@@ -647,4 +662,20 @@ jobject hvdj_alloc(JNIEnv* jenv, long long bytes) {
 }
 
 void hvdj_free(void* input) { std::free(input); }
+
+// hvd_context_membership as {elastic, hosts_updated, epoch}.
+jlongArray hvdj_context_membership(JNIEnv* jenv, hvd_context_t ctx) {
+  hvd_membership_t m;
+  std::memset(&m, 0, sizeof(m));
+  m.struct_size = sizeof(m);
+  hvd_status_t st = hvd_context_membership(ctx, &m);
+  if (st < 0) {
+    hvdj_throw(jenv, st, "hvd_context_membership", nullptr);
+    return nullptr;
+  }
+  const jlong v[3] = {(jlong)m.elastic, (jlong)m.hosts_updated, (jlong)m.epoch};
+  jlongArray out = jenv->NewLongArray(3);
+  if (out != nullptr) jenv->SetLongArrayRegion(out, 0, 3, v);
+  return out;
+}
 %}

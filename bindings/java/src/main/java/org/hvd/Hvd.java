@@ -324,6 +324,10 @@ public final class Hvd {
   public static int localSize() { return context().localSize(); }
   public static int crossRank() { return context().crossRank(); }
   public static int crossSize() { return context().crossSize(); }
+  /** {@link HvdContext#membership()} of the calling thread's context (elastic jobs). */
+  public static Membership membership() { return context().membership(); }
+  /** {@link HvdContext#reset()} of the calling thread's context (elastic jobs). */
+  public static void reset() { context().reset(); }
 
   // ---- collectives on the default context (see HvdContext for the contract) ----
 

@@ -258,6 +258,64 @@ public final class HvdContext implements AutoCloseable {
     return out[0];
   }
 
+  // ---- elastic jobs (docs/elastic.md) ------------------------------------------
+
+  /**
+   * This context's place in an elastic job: {@link Membership#elastic()},
+   * {@link Membership#epoch()}, and {@link Membership#hostsUpdated()} (one
+   * round trip to the launcher's store). Outside an elastic job: not elastic,
+   * epoch 0, no hosts updated. A process set answers for its parent's job.
+   */
+  public Membership membership() {
+    long[] m;
+    life.readLock().lock();
+    try {
+      checkOpen();
+      m = HvdNative.hvdj_context_membership(ptr);
+    } finally {
+      life.readLock().unlock();
+    }
+    return new Membership(m[0] != 0, m[1] != 0, m[2]);
+  }
+
+  /**
+   * Forms the job again after its membership changed ({@code hvd_context_reset}):
+   * pending operations complete with {@link HvdMembershipChangedException},
+   * the context leaves its epoch, waits (at most the elastic timeout) for the
+   * launcher to form the next one, and takes the rank and size it is given
+   * there. Collective over the new membership. No other thread may use the
+   * context meanwhile (reset waits for calls in progress to return).
+   *
+   * <p>Process sets made from this context stop: they are closed here (later
+   * calls on them throw {@link HvdException#NOT_INITIALIZED}); make them again.
+   * Unnamed operations are numbered from 0 again, as on a new worker.
+   *
+   * <p>Throws {@link HvdMembershipChangedException} when forming the new epoch
+   * failed (a peer lost again: reset again) or the launcher ended the job
+   * ({@link HvdMembershipChangedException#launcherEnded()}), and
+   * {@link HvdException#UNSUPPORTED} outside an elastic job and on a process set.
+   */
+  public void reset() {
+    life.writeLock().lock();
+    try {
+      checkOpen();
+      HvdNative.hvd_context_reset(ptr);
+      unnamed.clear();
+    } finally {
+      life.writeLock().unlock();
+    }
+    // The sets stopped with the old epoch: destroying them is local now.
+    RuntimeException first = null;
+    for (HvdContext c : new ArrayList<>(children)) {
+      try {
+        c.closeAs("its parent context was reset (elastic membership change); make the set again");
+      } catch (RuntimeException e) {
+        if (first == null) first = e;
+      }
+    }
+    if (first != null) throw first;
+  }
+
   private int intQuery(int which) {
     int[] out = new int[1];
     life.readLock().lock();

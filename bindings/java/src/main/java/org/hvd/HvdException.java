@@ -8,6 +8,10 @@ package org.hvd;
  * <p>Unchecked, so it passes through Spark closures and lambdas; catch it where
  * a failure is expected (for example {@link #status()} ==
  * {@link #MISMATCH} after ranks disagreed on a tensor's shape).
+ *
+ * <p>A status of {@link #MEMBERSHIP_CHANGED} always comes as the subclass
+ * {@link HvdMembershipChangedException} (from native code and from
+ * {@link #of}), so elastic code can catch that alone.
  */
 public class HvdException extends RuntimeException {
   private static final long serialVersionUID = 1L;
@@ -27,6 +31,11 @@ public class HvdException extends RuntimeException {
   public static final int VERSION = -11;
   public static final int RENDEZVOUS = -12;
   public static final int INTERNAL = -13;
+  /**
+   * An elastic job's membership changed (a peer was lost, or the launcher
+   * ended this worker's part): thrown as {@link HvdMembershipChangedException}.
+   */
+  public static final int MEMBERSHIP_CHANGED = -14;
 
   private final int status;
   private final String function;
@@ -43,6 +52,16 @@ public class HvdException extends RuntimeException {
   public HvdException(int status, String function, String message, Throwable cause) {
     this(status, function, message);
     initCause(cause);
+  }
+
+  /**
+   * The exception for a status: {@link HvdMembershipChangedException} for
+   * {@link #MEMBERSHIP_CHANGED}, else an HvdException.
+   */
+  public static HvdException of(int status, String function, String message) {
+    return status == MEMBERSHIP_CHANGED
+        ? new HvdMembershipChangedException(status, function, message)
+        : new HvdException(status, function, message);
   }
 
   /** The hvd_status_t value (negative). */
@@ -78,6 +97,7 @@ public class HvdException extends RuntimeException {
       case VERSION: return "HVD_ERR_VERSION";
       case RENDEZVOUS: return "HVD_ERR_RENDEZVOUS";
       case INTERNAL: return "HVD_ERR_INTERNAL";
+      case MEMBERSHIP_CHANGED: return "HVD_ERR_MEMBERSHIP_CHANGED";
       default: return "HVD_STATUS_" + status;
     }
   }
