@@ -45,7 +45,7 @@ bool ValidHostName(const std::string& h) {
 }
 
 // "host", "host:N", "[v6]" or "[v6]:N".
-Status ParseHostToken(const std::string& tok, HostSlots* out) {
+Status ParseHostToken(const std::string& tok, HostSlots* out, bool* slots_given = nullptr) {
   std::string host = tok;
   std::string slots;
   if (!tok.empty() && tok[0] == '[') {
@@ -73,6 +73,7 @@ Status ParseHostToken(const std::string& tok, HostSlots* out) {
   if (!slots.empty() && !ParseSlots(slots, &out->slots)) {
     return InvalidArgument("bad slot count '" + slots + "' for host " + host);
   }
+  if (slots_given != nullptr) *slots_given = !slots.empty();
   return Status::Ok();
 }
 
@@ -184,6 +185,35 @@ Result<std::vector<HostSlots>> ParseHostfile(const std::string& path) {
     hosts.push_back(h);
   }
   if (hosts.empty()) return Status(InvalidArgument("hostfile '" + path + "' lists no host"));
+  return hosts;
+}
+
+Result<std::vector<HostSlots>> ParseDiscoveredHosts(const std::string& text, int default_slots) {
+  std::vector<HostSlots> hosts;
+  std::set<std::string> seen;
+  std::stringstream in(text);
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    line = Trim(line);
+    if (line.empty()) continue;
+    auto where = [&] { return "line " + std::to_string(lineno) + " '" + line + "'"; };
+    if (line.find_first_of(" \t") != std::string::npos) {
+      return Status(InvalidArgument(where() + ": one host:slots a line expected"));
+    }
+    HostSlots h;
+    bool slots_given = false;
+    Status st = ParseHostToken(line, &h, &slots_given);
+    if (!st.ok()) return Status(st.Wrap(where()));
+    if (!slots_given) h.slots = default_slots;
+    if (!seen.insert(h.host).second) {
+      return Status(InvalidArgument(where() + ": host " + h.host + " is listed twice"));
+    }
+    hosts.push_back(h);
+  }
   return hosts;
 }
 

@@ -20,6 +20,11 @@ Result<std::vector<HostSlots>> ParseHostList(const std::string& spec);
 // and text after '#' are ignored.
 Result<std::vector<HostSlots>> ParseHostfile(const std::string& path);
 
+// A host discovery script's output: one host a line, "host" or "host:N"
+// (default_slots when no N is given); blank lines and text after '#' are
+// ignored. A host listed twice, or a line that is not one host, is an error.
+Result<std::vector<HostSlots>> ParseDiscoveredHosts(const std::string& text, int default_slots);
+
 // One rank's place in the job.
 struct RankSlot {
   int rank = 0;

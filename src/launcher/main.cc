@@ -3,6 +3,7 @@
 #include <string>
 
 #include "hvd.h"
+#include "launcher/elastic.h"
 #include "launcher/hosts.h"
 #include "launcher/job.h"
 #include "launcher/mpi_delegate.h"
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
       break;
   }
   const Options& o = pr.options;
+  if (o.elastic) return RunElastic(o);  // membership decided as the job goes
   Plan plan;
   if (o.torchrun_style) {
     plan = TorchrunPlan(o);

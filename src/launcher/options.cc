@@ -71,14 +71,6 @@ const char* HorovodrunOnlyFlag(const std::string& name) {
       {"--hierarchical-allreduce", "hvd has no hierarchical allreduce setting"},
       {"--hierarchical-allgather", "hvd has no hierarchical allgather setting"},
       {"--timeline-mark-cycles", "hvd's timeline does not mark cycles"},
-      {"--min-np", "elastic training is not available in hvd"},
-      {"--max-np", "elastic training is not available in hvd"},
-      {"--min-num-proc", "elastic training is not available in hvd"},
-      {"--max-num-proc", "elastic training is not available in hvd"},
-      {"--host-discovery-script", "elastic training is not available in hvd"},
-      {"--slots", "elastic training is not available in hvd (give slots in -H host:N)"},
-      {"--reset-limit", "elastic training is not available in hvd"},
-      {"--blacklist-cooldown-range", "elastic training is not available in hvd"},
       {"--mpi-args", "hvdrun builds the mpirun command itself (docs/mpi.md); run mpirun "
                      "directly for other MPI options"},
       {"--binding-args", "hvdrun builds the mpirun command itself (docs/mpi.md); run mpirun "
@@ -105,7 +97,55 @@ struct Flag {
   std::vector<std::string> names;
   bool takes_value;
   std::function<std::string(const std::string& value)> apply;
+  bool two_values = false;  // the next two arguments, given to apply as "A B"
 };
+
+// The elastic options' consistency and defaults: min-np from -np, -np from
+// min-np, the hosts. Returns an error text, empty on success.
+std::string ResolveElastic(Options& o, bool np_given, bool min_np_given, bool max_np_given) {
+  if (o.torchrun_style) return "elastic training cannot be combined with torchrun-style options";
+  if (o.transport == "mpi") {
+    return "elastic training cannot use the mpi transport (an MPI job's membership is fixed); use "
+           "gloo";
+  }
+  if (!o.discovery_script.empty() && o.hosts_given) {
+    return "-H/--hostfile and --host-discovery-script cannot be used together (the script lists "
+           "the hosts)";
+  }
+  long total = 0;
+  for (const auto& h : o.hosts) total += h.slots;
+  if (!min_np_given) {
+    if (np_given) {
+      o.min_np = o.np;
+    } else if (o.hosts_given) {
+      o.min_np = static_cast<int>(total);
+    } else {
+      return "an elastic job needs -np or --min-np";
+    }
+  }
+  if (!np_given) o.np = o.min_np;
+  if (o.np < o.min_np) {
+    return "-np " + std::to_string(o.np) + " is below --min-np " + std::to_string(o.min_np);
+  }
+  if (max_np_given && o.max_np < o.min_np) {
+    return "--max-np " + std::to_string(o.max_np) + " is below --min-np " + std::to_string(o.min_np);
+  }
+  if (max_np_given && o.np > o.max_np) {
+    return "-np " + std::to_string(o.np) + " is above --max-np " + std::to_string(o.max_np);
+  }
+  if (o.discovery_script.empty()) {
+    if (!o.hosts_given) {
+      o.hosts = {{"localhost", max_np_given ? o.max_np : o.np}};
+      total = o.hosts[0].slots;
+    }
+    if (o.np > total) {
+      return "-np " + std::to_string(o.np) + " is larger than the " + std::to_string(total) +
+             " slots of the host list";
+    }
+    if (!max_np_given) o.max_np = static_cast<int>(total);
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -133,6 +173,24 @@ torchrun-style launch (one hvdrun per node; no ssh):
                               M > 1, else any free port)
                               With M > 1 every node must have the same
                               HVD_SECRET (64 hex digits) in its environment.
+
+Elastic training (docs/elastic.md; on with any of the first three):
+  --min-np N                  fewest workers the job runs with (default: -np)
+  --max-np M                  most workers (default: every slot of the hosts)
+  --host-discovery-script S   prints "host:slots" lines; run every second (with
+                              sh -c); hosts that appear get workers, hosts that
+                              vanish lose theirs. Without it: -H/--hostfile's
+                              hosts (default localhost:M)
+  -np N                       workers to start with (default --min-np)
+  --slots N                   slots of a discovered host listed without ":N"
+                              (default 1)
+  --elastic-timeout T         seconds to wait for --min-np workers before
+                              giving up; HVD_ELASTIC_TIMEOUT for the workers
+                              (default 600, or $HVD_ELASTIC_TIMEOUT)
+  --blacklist-cooldown-range A B  a host whose worker failed is left out for a
+                              random time in [A, B] seconds (default: for good)
+  --reset-limit K             end the job with an error after K resets
+  --min-num-proc, --max-num-proc  the same as --min-np, --max-np
 
 Settings passed to every rank (as environment variables):
   --transport NAME            HVD_TRANSPORT (gloo, mpi, local, ...)
@@ -188,10 +246,16 @@ LOCAL_RANK, LOCAL_WORLD_SIZE.
 horovodrun's flags above keep their meaning, so a launch script works with
 hvdrun in its place; see docs/horovod.md for the ones hvdrun refuses.
 
+Elastic workers get HVD_ELASTIC=1, HVD_ELASTIC_WORKER, HVD_ELASTIC_TIMEOUT,
+HVD_RENDEZVOUS_ADDR, HVD_SECRET, HVD_HOSTNAME and no rank variables: their
+ranks come from hvdrun with every epoch.
+
 Exit status: 0 when every rank exits 0; the first failing rank's exit code
 (128+signal when it was killed by a signal); 128+signal when hvdrun itself
 is interrupted; 1 when a rank did not connect within the start timeout or the
-launcher could not start the job; 2 for usage errors.
+launcher could not start the job; 2 for usage errors. Elastic: 0 when every
+worker of the last epoch exits 0, else the first failed one's code; 1 when
+fewer than --min-np workers remain or the reset limit is reached.
 )";
 }
 
@@ -200,6 +264,8 @@ ParseResult ParseArgs(int argc, char** argv) {
   Options& o = res.options;
   std::string hosts_arg, hostfile_arg;
   bool np_given = false;
+  bool min_np_given = false, max_np_given = false, slots_given = false;
+  std::string elastic_only;  // an elastic-only option given, for the error without elastic
   bool nnodes_given = false, node_rank_given = false, master_port_given = false;
 
   // Defaults from the environment.
@@ -210,6 +276,13 @@ ParseResult ParseArgs(int argc, char** argv) {
     }
     o.start_timeout_given = true;
     o.start_timeout_text = v;
+  }
+  if (const char* v = std::getenv("HVD_ELASTIC_TIMEOUT"); v != nullptr && *v != '\0') {
+    if (!ParseNonNegative(v, &o.elastic_timeout_s) || o.elastic_timeout_s <= 0) {
+      res.error = std::string("bad HVD_ELASTIC_TIMEOUT '") + v + "' (seconds above 0 expected)";
+      return res;
+    }
+    o.elastic_timeout_text = v;
   }
   if (const char* v = std::getenv("HVD_LAUNCHER_GRACE"); v != nullptr && *v != '\0') {
     if (!ParseNonNegative(v, &o.grace_s)) {
@@ -259,6 +332,54 @@ ParseResult ParseArgs(int argc, char** argv) {
        [&](const std::string& v) {
          np_given = true;
          return positive_int("-np", &o.np)(v);
+       }},
+      {{"--min-np", "--min-num-proc"}, true,
+       [&](const std::string& v) {
+         min_np_given = true;
+         return positive_int("--min-np", &o.min_np)(v);
+       }},
+      {{"--max-np", "--max-num-proc"}, true,
+       [&](const std::string& v) {
+         max_np_given = true;
+         return positive_int("--max-np", &o.max_np)(v);
+       }},
+      {{"--host-discovery-script"}, true,
+       [&](const std::string& v) {
+         if (v.empty()) return std::string("empty --host-discovery-script");
+         o.discovery_script = v;
+         return std::string();
+       }},
+      {{"--slots", "--slots-per-host"}, true,
+       [&](const std::string& v) {
+         slots_given = true;
+         return positive_int("--slots", &o.default_slots)(v);
+       }},
+      {{"--elastic-timeout"}, true,
+       [&](const std::string& v) {
+         if (!ParseNonNegative(v, &o.elastic_timeout_s) || o.elastic_timeout_s <= 0) {
+           return "bad --elastic-timeout '" + v + "' (seconds above 0)";
+         }
+         o.elastic_timeout_text = v;
+         elastic_only = "--elastic-timeout";
+         return std::string();
+       }},
+      {{"--blacklist-cooldown-range"}, true,
+       [&](const std::string& v) {
+         std::string a = v.substr(0, v.find(' ')), b = v.substr(v.find(' ') + 1);
+         if (!ParseNonNegative(a, &o.cooldown_min_s) || !ParseNonNegative(b, &o.cooldown_max_s) ||
+             o.cooldown_min_s > o.cooldown_max_s) {
+           return "bad --blacklist-cooldown-range '" + v + "' (two numbers of seconds, A <= B)";
+         }
+         o.cooldown_given = true;
+         elastic_only = "--blacklist-cooldown-range";
+         return std::string();
+       },
+       true},
+      {{"--reset-limit"}, true,
+       [&](const std::string& v) {
+         elastic_only = "--reset-limit";
+         if (!ParseInt(v, 0, 1000000000, &o.reset_limit)) return "bad --reset-limit '" + v + "'";
+         return std::string();
        }},
       {{"-H", "--hosts"}, true, [&](const std::string& v) { hosts_arg = v; return std::string(); }},
       {{"--hostfile", "-hostfile"}, true,
@@ -449,7 +570,14 @@ ParseResult ParseArgs(int argc, char** argv) {
       }
       return res;
     }
-    if (flag->takes_value && !has_inline) {
+    if (flag->two_values) {
+      if (has_inline || i + 2 >= argc) {
+        res.error = "option " + name + " needs two values (" + name + " A B)";
+        return res;
+      }
+      value = std::string(argv[i + 1]) + " " + argv[i + 2];
+      i += 2;
+    } else if (flag->takes_value && !has_inline) {
       if (i + 1 >= argc) {
         res.error = "option " + name + " needs a value";
         return res;
@@ -492,6 +620,22 @@ ParseResult ParseArgs(int argc, char** argv) {
     }
     o.hosts = std::move(h).value();
     o.hosts_given = true;
+  }
+
+  o.elastic = min_np_given || max_np_given || !o.discovery_script.empty();
+  if (slots_given && o.discovery_script.empty()) elastic_only = "--slots";
+  if (!o.elastic && !elastic_only.empty()) {
+    res.error = elastic_only + " is for elastic jobs (--min-np, --max-np or --host-discovery-script)";
+    return res;
+  }
+  if (o.elastic) {
+    std::string err = ResolveElastic(o, np_given, min_np_given, max_np_given);
+    if (!err.empty()) {
+      res.error = err;
+      return res;
+    }
+    res.outcome = ParseOutcome::kRun;
+    return res;
   }
 
   if (o.torchrun_style) {

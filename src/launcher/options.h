@@ -47,6 +47,19 @@ struct Options {
   std::string master_addr;
   int master_port = 0;
 
+  // Elastic training (docs/elastic.md): on with --min-np, --max-np or
+  // --host-discovery-script. np is then the number of workers to start with.
+  bool elastic = false;
+  int min_np = 0;
+  int max_np = 0;                   // 0 = no cap: every slot the hosts have
+  std::string discovery_script;     // "": the hosts of -H/--hostfile (default localhost)
+  int default_slots = 1;            // --slots: for discovery lines without ":N"
+  double elastic_timeout_s = 600;   // HVD_ELASTIC_TIMEOUT (--elastic-timeout)
+  std::string elastic_timeout_text = "600";
+  bool cooldown_given = false;      // --blacklist-cooldown-range; else for good
+  double cooldown_min_s = 0, cooldown_max_s = 0;
+  int reset_limit = -1;             // -1: no limit
+
   // -x NAME[=VALUE], and the horovodrun-style flags that only set a library
   // variable (--autotune -> HVD_AUTOTUNE=1, --log-level, --cache-capacity, ...),
   // in command-line order: a later one wins.
@@ -62,7 +75,7 @@ struct ParseResult {
   std::string error;  // for kUsageError
 };
 
-// Parses argv (argv[0] is the program). Reads HVD_START_TIMEOUT,
+// Parses argv (argv[0] is the program). Reads HVD_START_TIMEOUT, HVD_ELASTIC_TIMEOUT,
 // HVD_LAUNCHER_GRACE, HVD_LAUNCHER_FORCE_SSH, HVD_LAUNCHER_SSH,
 // HVD_LAUNCHER_SSH_ARGS and HVD_LAUNCHER_MPIRUN from the environment as
 // defaults.

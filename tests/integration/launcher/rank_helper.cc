@@ -12,6 +12,10 @@
 //   rank_helper progress STYLE N MS [STAGGER]  N progress updates on stdout, MS ms
 //                                              apart, each one write() stamped with
 //                                              its time (see CmdProgress)
+//   rank_helper store set KEY VALUE            the store, for scripts (elastic
+//   rank_helper store get KEY TIMEOUT          workers): set a key; print a key's
+//   rank_helper store check KEY                value once it exists (exit 1 after
+//                                              TIMEOUT s); exit 0 if KEY exists, else 1
 //   rank_helper stamp RAW                      not a rank: reads stdin to its end,
 //                                              copies it to the file RAW and prints
 //                                              each read's arrival time (CmdStamp)
@@ -327,10 +331,39 @@ int CmdSecurity() {
   return ok ? 0 : 1;
 }
 
+int CmdStore(int argc, char** argv) {
+  if (argc < 4) Die("store set KEY VALUE | store get KEY TIMEOUT | store check KEY");
+  std::string op = argv[2], key = argv[3];
+  hvd::Status why;
+  auto c = ConnectWith(Env("HVD_SECRET"), 10, &why);
+  if (!c) Die("cannot connect to the store: " + why.message());
+  if (op == "set" && argc == 5) {
+    std::string v = argv[4];
+    hvd::Status st = c->Set(key, hvd::rdv::Bytes(v.begin(), v.end()));
+    if (!st.ok()) Die("set " + key + ": " + st.message());
+    return 0;
+  }
+  if (op == "get" && argc == 5) {
+    auto v = c->Get(key, std::atof(argv[4]));
+    if (!v.ok()) {
+      std::fprintf(stderr, "rank_helper: get %s: %s\n", key.c_str(), v.status().message().c_str());
+      return 1;
+    }
+    std::printf("%s\n", std::string(v->begin(), v->end()).c_str());
+    return 0;
+  }
+  if (op == "check" && argc == 4) {
+    auto v = c->Check({key});
+    if (!v.ok()) Die("check " + key + ": " + v.status().message());
+    return (*v)[0] ? 0 : 1;
+  }
+  Die("bad store command");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) Die("usage: rank_helper env|connect|sleep|spam|security|progress|stamp ...");
+  if (argc < 2) Die("usage: rank_helper env|connect|sleep|spam|security|progress|stamp|store ...");
   std::string cmd = argv[1];
   if (cmd == "env") return CmdEnv(argc, argv);
   if (cmd == "connect") return CmdConnect(argc, argv);
@@ -338,6 +371,7 @@ int main(int argc, char** argv) {
   if (cmd == "security") return CmdSecurity();
   if (cmd == "progress") return CmdProgress(argc, argv);
   if (cmd == "stamp") return CmdStamp(argc, argv);
+  if (cmd == "store") return CmdStore(argc, argv);
   if (cmd == "sleep") {
     if (argc < 3) Die("sleep S");
     std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(argv[2])));

@@ -118,7 +118,10 @@ usage_error "bad --gloo-timeout-seconds '0'" -np 1 --gloo-timeout-seconds 0 true
 usage_error "option --autotune takes no value" -np 1 --autotune=1 true
 usage_error "horovodrun's --hierarchical-allreduce is not supported by hvdrun" \
   -np 1 --hierarchical-allreduce true
-usage_error "horovodrun's --min-np is not supported by hvdrun: elastic" -np 1 --min-np=1 true
+usage_error "horovodrun's --timeline-mark-cycles is not supported by hvdrun" -np 1 --timeline-mark-cycles true
+# The elastic flags are accepted (test_elastic_*.sh), with their own checks.
+usage_error "-np 1 is below --min-np 2" -np 1 --min-np=2 true
+usage_error "--reset-limit is for elastic jobs" -np 1 --reset-limit 2 true
 usage_error "horovodrun's --mpi-args is not supported" -np 1 --mpi-args=-v true
 usage_error "unknown option '--no-such-flag'" -np 1 --no-such-flag true
 # Same transport twice is fine.
@@ -131,7 +134,8 @@ expect_rc 0 "--help"
 for flag in --gloo --mpi --network-interfaces --autotune --autotune-log-file --log-level \
             --cache-capacity --disable-cache --no-stall-check --stall-check-warning-time-seconds \
             --stall-check-shutdown-time-seconds --gloo-timeout-seconds HOROVOD_RANK \
-            HOROVOD_CROSS_SIZE; do
+            HOROVOD_CROSS_SIZE --min-np --max-np --host-discovery-script --slots --elastic-timeout \
+            --blacklist-cooldown-range --reset-limit; do
   grep -q -- "$flag" "$TMP/out" || fail "--help does not mention $flag"
 done
 

@@ -5,6 +5,7 @@
 # start_job: hvdrun in the background, three ranks that connect then sleep
 # (each with a child of its own); waits until every rank has connected.
 start_job() {
+  : >"$TMP/out"  # before the job starts: the wait below must not see an earlier job's lines
   "$HVDRUN" -np 3 -v "$@" sh -c '
     "$1" sleep 60 "$0" &
     exec "$1" connect --sleep 60 "$0"' "$MARK" "$RANK_HELPER" >"$TMP/out" 2>"$TMP/err" </dev/null &
@@ -39,6 +40,7 @@ start_job
 stop_job INT 130
 
 # Ranks that ignore SIGTERM are killed after the grace period.
+: >"$TMP/out"
 "$HVDRUN" -np 2 --grace-period 1 sh -c 'trap "" TERM; "$1" connect --sleep 60 "$0"; "$1" sleep 60 "$0"' \
   "$MARK" "$RANK_HELPER" >"$TMP/out" 2>"$TMP/err" </dev/null &
 JOB=$!

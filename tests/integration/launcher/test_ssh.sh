@@ -114,6 +114,7 @@ expect_in "$TMP/err" 'No such file or directory'
 
 # 5. SIGTERM to hvdrun stops remote ranks; so does hvdrun dying by SIGKILL.
 for sig in TERM KILL; do
+  : >"$TMP/out"  # before the job starts: the wait below must not see the last round's lines
   "$HVDRUN" -np 2 "${SSH_ARGS[@]}" --grace-period 2 sh -c '
     "$1" sleep 60 "$0" &
     exec "$1" connect --sleep 60 "$0"' "$MARK" "$RANK_HELPER" >"$TMP/out" 2>"$TMP/err" </dev/null &
@@ -131,6 +132,15 @@ for sig in TERM KILL; do
   for i in $(seq 1 40); do [ -z "$(survivors)" ] && break; sleep 0.25; done
   expect_no_survivors
 done
+
+# 7. Elastic workers over ssh (docs/elastic.md): their variables travel.
+. "$(dirname "$0")/elastic_lib.sh"
+FAKE_PLAN='*@0=done' run_hvdrun --min-np 2 "${SSH_ARGS[@]}" -x RANK_HELPER -x FAKE_PLAN \
+  bash "$WORKER" "$MARK"
+expect_rc 0 "elastic workers over ssh"
+expect_joins 'W 127.0.0.2:0:0 join 0: ok 0 0 2 0' \
+             'W 127.0.0.2:1:1 join 0: ok 0 1 2 0'
+expect_no_survivors
 
 # 6. ssh failing to log in names the problem.
 run_hvdrun -np 1 -H 127.0.0.2:1 -p "$PORT" -i "$D/host_key" true
