@@ -53,9 +53,21 @@ class ElasticSampler(torch.utils.data.Sampler):
     Sharding: remaining = the shuffled indices not processed yet; it is
     padded (repeating it from the start) to a multiple of the number of
     ranks, and rank r takes remaining[r::size]. len(sampler) is
-    ceil(len(remaining) / size)."""
+    ceil(len(remaining) / size).
 
-    def __init__(self, dataset, shuffle=True, seed=0):
+    num_replicas, rank (an hvd addition, as torch's DistributedSampler has
+    them): a fixed number of ranks and rank instead of hvd.size() and
+    hvd.rank() at each reset, e.g. to compute on one process what each rank
+    of a job would get."""
+
+    def __init__(self, dataset, shuffle=True, seed=0, num_replicas=None, rank=None):
+        if (num_replicas is None) != (rank is None):
+            raise ValueError("hvd.torch.elastic.ElasticSampler: give num_replicas and rank "
+                             "together, or neither")
+        if num_replicas is not None and not 0 <= rank < num_replicas:
+            raise ValueError(f"hvd.torch.elastic.ElasticSampler: rank {rank} is not in "
+                             f"[0, {num_replicas})")
+        self._fixed = None if num_replicas is None else (int(num_replicas), int(rank))
         self.dataset = dataset
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
@@ -99,7 +111,7 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     def reset(self):
         """Shards the remaining indices over the current ranks (hvd.size(), hvd.rank())."""
-        self.num_replicas, self.rank = _world()
+        self.num_replicas, self.rank = self._fixed or _world()
         order = list(range(len(self.dataset)))
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(order)

@@ -759,3 +759,14 @@ def test_run_loop_drops_pending_reductions_of_the_failed_step(world, fake):
         return len(opt._handles)
 
     assert train(state) == 0 and rounds == [0, 0]
+
+
+def test_sampler_fixed_world(fake):
+    fake.n, fake.r = 5, 4  # not used: the sampler's own ranks
+    got = [list(ElasticSampler(list(range(10)), shuffle=False, num_replicas=3, rank=r))
+           for r in range(3)]
+    assert got == [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
+    with pytest.raises(ValueError, match="together"):
+        ElasticSampler([1], num_replicas=2)
+    with pytest.raises(ValueError, match=r"rank 2 is not in \[0, 2\)"):
+        ElasticSampler([1], num_replicas=2, rank=2)
