@@ -617,8 +617,12 @@ void Supervisor::Loop() {
 
 int Supervisor::Finish() {
   // A clean finish still sweeps the children's process groups for leftovers
-  // when the job was stopped.
+  // when the job was stopped, and those of children stopped one by one whose
+  // grace period had not run out.
   if (stopping_ && !killed_) KillAll(SIGKILL);
+  for (Child* c : children_) {
+    if (c->stop_requested && !c->kill_sent) SignalGroup(*c, SIGKILL);
+  }
   g_signal_pipe_w = -1;
   return exit_code_ >= 0 ? exit_code_ : 0;
 }
