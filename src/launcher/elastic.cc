@@ -3,7 +3,8 @@
 // workers and hvdrun"). Every turn of the loop (about every 20 ms):
 //
 // - exits: a worker that fails (non-zero, or a signal) gets its host left
-//   out (blacklisted: for good, or for a random time in the cooldown range);
+//   out (blacklisted: no new workers start there, for good or for a random
+//   time in the cooldown range; its live workers go on);
 // - hosts: the discovery script runs every second (killed when it hangs; a
 //   failure or bad output keeps the last good list); the hosts in use are the
 //   listed ones that are not blacklisted. When they change,
@@ -310,19 +311,25 @@ void ElasticJob::UpdateHosts() {
     const HostSlots* old = FindHost(usable_, h.host);
     added = added || old == nullptr || h.slots > old->slots;
   }
-  // Workers on hosts (or slots) gone are stopped.
+  // Workers on hosts (or slots) the list no longer has are stopped. A
+  // blacklisted host gets no new workers, but its live ones go on: one
+  // worker's failure says little about the others (on one host, stopping
+  // them would end every job at its first failure).
+  bool removed = false;
   for (auto& w : workers_) {
     if (!w->Live()) continue;
-    const HostSlots* now_h = FindHost(usable, w->host);
+    const HostSlots* now_h = FindHost(listed_, w->host);
     if (now_h != nullptr && w->slot < now_h->slots) continue;
-    std::string why = blacklist_.count(w->host) ? "its host " + w->host + " is blacklisted"
-                      : now_h == nullptr        ? "its host " + w->host + " was removed"
-                                                : "its slot on host " + w->host + " was removed";
+    std::string why = now_h == nullptr ? "its host " + w->host + " was removed"
+                                       : "its slot on host " + w->host + " was removed";
     Log("stopping worker " + w->id + ": " + why);
     Drop(*w, why, true);
+    removed = true;
   }
   usable_ = usable;
-  if (hosts_known_) {
+  // Workers learn of hosts added (they may grow the job) and of workers
+  // stopped; a host only blacklisted changes nothing for them.
+  if (hosts_known_ && (added || removed)) {
     ++hosts_version_;
     server_->Set("elastic/hosts_version", ToBytes(std::to_string(hosts_version_)));
   }

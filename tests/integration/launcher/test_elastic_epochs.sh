@@ -23,16 +23,28 @@ expect_joins 'W 127.0.0.1:0:0 join 0: ok 0 0 4 0' \
              'W 127.0.0.2:0:1 join 0: ok 0 1 4 0' \
              'W 127.0.0.3:0:2 join 0: ok 0 2 4 0' \
              'W 127.0.0.4:0:3 join 0: ok 0 3 4 0' \
-             'W 127.0.0.1:0:0 join 1: ok 1 0 3 1' \
-             'W 127.0.0.3:0:2 join 1: ok 1 1 3 1' \
-             'W 127.0.0.4:0:3 join 1: ok 1 2 3 1' \
-             'W 127.0.0.3:0:2 join 2: ok 2 0 2 2' \
-             'W 127.0.0.4:0:3 join 2: ok 2 1 2 2'
+             'W 127.0.0.1:0:0 join 1: ok 1 0 3 0' \
+             'W 127.0.0.3:0:2 join 1: ok 1 1 3 0' \
+             'W 127.0.0.4:0:3 join 1: ok 1 2 3 0' \
+             'W 127.0.0.3:0:2 join 2: ok 2 0 2 0' \
+             'W 127.0.0.4:0:3 join 2: ok 2 1 2 0'
 expect_in "$TMP/err" '^hvdrun: worker 127\.0\.0\.2:0:1 exited with code 3; host 127\.0\.0\.2 is left out for good$'
 expect_in "$TMP/err" '^hvdrun: worker 127\.0\.0\.1:0:0 exited with code 4; host 127\.0\.0\.1 is left out for good$'
 expect_in "$TMP/err" '^hvdrun: epoch 0 formed: size 4, hosts_version 0: 0=127\.0\.0\.1:0:0 1=127\.0\.0\.2:0:1 2=127\.0\.0\.3:0:2 3=127\.0\.0\.4:0:3$'
-expect_in "$TMP/err" '^hvdrun: epoch 2 formed: size 2, hosts_version 2: 0=127\.0\.0\.3:0:2 1=127\.0\.0\.4:0:3$'
+expect_in "$TMP/err" '^hvdrun: epoch 2 formed: size 2, hosts_version 0: 0=127\.0\.0\.3:0:2 1=127\.0\.0\.4:0:3$'
 expect_not_in "$TMP/err" 'error'
+expect_no_survivors
+
+# --- one host: a failed worker's neighbours go on (the host gets no new ones) --
+FAKE_PLAN='127.0.0.1:1@0=exit3 *@1=done' run_hvdrun -v --min-np 2 -np 3 -H 127.0.0.1:3 \
+  bash "$WORKER" "$MARK"
+expect_rc 0 "a failure on a host with other workers"
+expect_joins 'W 127.0.0.1:0:0 join 0: ok 0 0 3 0' \
+             'W 127.0.0.1:1:1 join 0: ok 0 1 3 0' \
+             'W 127.0.0.1:2:2 join 0: ok 0 2 3 0' \
+             'W 127.0.0.1:0:0 join 1: ok 1 0 2 0' \
+             'W 127.0.0.1:2:2 join 1: ok 1 1 2 0'
+expect_not_in "$TMP/err" 'stopping worker'
 expect_no_survivors
 
 # --- a blacklisted host comes back after its cooldown, and gets a new worker --
@@ -42,11 +54,11 @@ expect_rc 0 "a host back from the blacklist"
 expect_joins 'W 127.0.0.1:0:0 join 0: ok 0 0 3 0' \
              'W 127.0.0.2:0:1 join 0: ok 0 1 3 0' \
              'W 127.0.0.3:0:2 join 0: ok 0 2 3 0' \
-             'W 127.0.0.1:0:0 join 1: ok 1 0 2 1' \
-             'W 127.0.0.3:0:2 join 1: ok 1 1 2 1' \
-             'W 127.0.0.1:0:0 join 2: ok 2 0 3 2' \
-             'W 127.0.0.3:0:2 join 2: ok 2 1 3 2' \
-             'W 127.0.0.2:0:3 join 0: ok 2 2 3 2'
+             'W 127.0.0.1:0:0 join 1: ok 1 0 2 0' \
+             'W 127.0.0.3:0:2 join 1: ok 1 1 2 0' \
+             'W 127.0.0.1:0:0 join 2: ok 2 0 3 1' \
+             'W 127.0.0.3:0:2 join 2: ok 2 1 3 1' \
+             'W 127.0.0.2:0:3 join 0: ok 2 2 3 1'
 expect_in "$TMP/err" '^hvdrun: worker 127\.0\.0\.2:0:1 exited with code 3; host 127\.0\.0\.2 is left out for 3\.0 s$'
 expect_in "$TMP/err" '^hvdrun: host 127\.0\.0\.2: its blacklist cooldown is over$'
 expect_no_survivors

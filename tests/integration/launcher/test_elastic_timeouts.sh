@@ -14,8 +14,8 @@ for how in hang stop; do
                'W 127.0.0.2:0:1 join 0: ok 0 1 4 0' \
                'W 127.0.0.3:0:2 join 0: ok 0 2 4 0' \
                'W 127.0.0.4:0:3 join 0: ok 0 3 4 0' \
-               'W 127.0.0.3:0:2 join 1: ok 1 0 2 1' \
-               'W 127.0.0.4:0:3 join 1: ok 1 1 2 1'
+               'W 127.0.0.3:0:2 join 1: ok 1 0 2 0' \
+               'W 127.0.0.4:0:3 join 1: ok 1 1 2 0'
   expect_in "$TMP/out" "^W 127\.0\.0\.2:0:1 ${how}s$"
   expect_in "$TMP/err" '^hvdrun: worker 127\.0\.0\.2:0:1 did not ask to join epoch 1 within the start timeout \(3 s\): stopping it$'
   less_than 3 "$ELAPSED" || fail "the worker was dropped after ${ELAPSED}s, before the 3 s start timeout"
@@ -71,9 +71,9 @@ expect_joins 'W 127.0.0.1:0:0 join 0: ok 0 0 4 0' \
              'W 127.0.0.2:0:1 join 0: ok 0 1 4 0' \
              'W 127.0.0.3:0:2 join 0: ok 0 2 4 0' \
              'W 127.0.0.4:0:3 join 0: ok 0 3 4 0' \
-             'W 127.0.0.2:0:1 join 1: ok 1 0 3 1' \
-             'W 127.0.0.3:0:2 join 1: ok 1 1 3 1' \
-             'W 127.0.0.4:0:3 join 1: ok 1 2 3 1' \
+             'W 127.0.0.2:0:1 join 1: ok 1 0 3 0' \
+             'W 127.0.0.3:0:2 join 1: ok 1 1 3 0' \
+             'W 127.0.0.4:0:3 join 1: ok 1 2 3 0' \
              'W 127.0.0.3:0:2 join 2: exit the job ends: the job was reset 1 time(s), the --reset-limit' \
              'W 127.0.0.4:0:3 join 2: exit the job ends: the job was reset 1 time(s), the --reset-limit'
 expect_in "$TMP/err" '^hvdrun: error: the job was reset 1 time\(s\), the --reset-limit: ending the job$'
@@ -83,7 +83,7 @@ expect_no_survivors
 FAKE_PLAN='127.0.0.1:0@0=exit3 127.0.0.2:0@1=exit4 *@2=done' run_hvdrun --min-np 1 -np 4 \
   --reset-limit 2 -H 127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4 bash "$WORKER" "$MARK"
 expect_rc 0 "--reset-limit 2"
-expect_in "$TMP/out" '^W 127\.0\.0\.4:0:3 join 2: ok 2 1 2 2$'
+expect_in "$TMP/out" '^W 127\.0\.0\.4:0:3 join 2: ok 2 1 2 0$'
 expect_no_survivors
 
 echo PASS
