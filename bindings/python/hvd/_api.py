@@ -9,7 +9,6 @@ import pickle
 import sys
 import threading
 import traceback
-import types
 
 import numpy as np
 
@@ -281,41 +280,6 @@ def _allgather_pickled(ptr, name, obj):
 def _check_device(device):
     if isinstance(device, bool) or not isinstance(device, int):
         raise TypeError(f"hvd.join: device must be an int (-1 for the CPU), got {device!r}")
-
-
-ELASTIC_MESSAGE = (
-    "elastic training is not available yet in hvd; {what} cannot be used. Run a fixed-size "
-    "job (hvdrun -np N ...) and restart it from a checkpoint when a rank fails "
-    "(docs/horovod.md)")
-
-
-class UnavailableModule(types.ModuleType):
-    """A module that exists so that Horovod scripts import it, and whose every
-    public attribute raises NotImplementedError saying why (hvd.elastic and the
-    frameworks' .elastic). Dunder names behave as on any module."""
-
-    def __init__(self, name, message):
-        super().__init__(name, f"Not available in hvd: {message.format(what=name)}")
-        self.__dict__["_hvd_message"] = message
-
-    def __getattr__(self, attr):
-        if attr.startswith("__") and attr.endswith("__"):
-            raise AttributeError(attr)
-        raise NotImplementedError(self.__dict__["_hvd_message"].format(
-            what=f"{self.__name__}.{attr}"))
-
-    def __dir__(self):
-        return [k for k in self.__dict__ if k.startswith("__")]
-
-
-def unavailable_module(name):
-    """The elastic placeholder for module name ("hvd.torch.elastic"), registered in
-    sys.modules so that `import hvd.torch.elastic` finds it."""
-    mod = sys.modules.get(name)
-    if not isinstance(mod, UnavailableModule):
-        mod = UnavailableModule(name, ELASTIC_MESSAGE)
-        sys.modules[name] = mod
-    return mod
 
 
 def build_params(comm, params):

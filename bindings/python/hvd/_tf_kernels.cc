@@ -133,8 +133,8 @@ const char *StatusName(hvd_status_t st) {
       "HVD_ERR_NO_MEMORY", "HVD_ERR_TIMEOUT",         "HVD_ERR_MISMATCH",
       "HVD_ERR_TRANSPORT", "HVD_ERR_UNSUPPORTED",     "HVD_ERR_NOT_FOUND",
       "HVD_ERR_ABORTED",  "HVD_ERR_DUPLICATE_NAME",  "HVD_ERR_VERSION",
-      "HVD_ERR_RENDEZVOUS", "HVD_ERR_INTERNAL"};
-  if (st <= 0 && st >= -13) return kNames[-st];
+      "HVD_ERR_RENDEZVOUS", "HVD_ERR_INTERNAL", "HVD_ERR_MEMBERSHIP_CHANGED"};
+  if (st <= 0 && st >= -14) return kNames[-st];
   return "HVD_ERR_UNKNOWN";
 }
 
@@ -157,6 +157,7 @@ Status ToTf(hvd_status_t st, const std::string &what, const std::string &msg) {
     case -11: return errors::FailedPrecondition(text);
     case -12: return errors::Unavailable(text);
     case -13: return errors::Internal(text);
+    case -14: return errors::Aborted(text);  // elastic job: hvd.elastic.run resets
     default: return errors::Unknown(text);
   }
 }

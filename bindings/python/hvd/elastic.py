@@ -135,15 +135,19 @@ _backend = _DefaultBackend()
 # what they hold of the failed step (hvd.torch: the DistributedOptimizers'
 # pending handles).
 _reset_hooks = []
+# Called after a reset re-formed the context and its process sets
+# (hvd.tensorflow: the kernels learn the sets' new contexts).
+_after_reset_hooks = []
 
 
-def _register_reset_hook(fn):
-    if fn not in _reset_hooks:
-        _reset_hooks.append(fn)
+def _register_reset_hook(fn, after=False):
+    hooks = _after_reset_hooks if after else _reset_hooks
+    if fn not in hooks:
+        hooks.append(fn)
 
 
-def _run_reset_hooks():
-    for fn in list(_reset_hooks):
+def _run_reset_hooks(after=False):
+    for fn in list(_after_reset_hooks if after else _reset_hooks):
         fn()
 
 
@@ -273,6 +277,7 @@ def _reset_context(backend=None):
         for ps in dropped:
             warnings.warn(f"hvd.elastic: {ps._describe()} {ps._gone}", RuntimeWarning,
                           stacklevel=3)
+        _run_reset_hooks(after=True)
         return
     raise MembershipChangedError(
         C.HVD_ERR_MEMBERSHIP_CHANGED,

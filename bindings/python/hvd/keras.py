@@ -43,7 +43,6 @@ import numpy as np
 
 import hvd as _hvd
 from . import _ops
-from ._api import unavailable_module as _unavailable_module
 from .tensorflow import (  # noqa: F401  (re-exported)
     Adasum,
     Average,
@@ -629,9 +628,11 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
     return model
 
 
-# Horovod's hvd.elastic (KerasState, CommitStateCallback, ...): importable as
-# hvd.keras.elastic, and every use raises NotImplementedError saying why.
-elastic = _unavailable_module(__name__ + ".elastic")
+# Horovod's hvd.keras.elastic (KerasState, CommitStateCallback, ...), also
+# importable as a module (and as hvd.tensorflow.keras.elastic).
+from . import _keras_elastic as elastic  # noqa: E402
+
+_sys.modules[__name__ + ".elastic"] = elastic
 
 
 def _callbacks_module():

@@ -71,7 +71,6 @@ import hvd as _hvd
 from . import _c_api as _C
 from . import _ops
 from ._api import DEFAULT as _DEFAULT
-from ._api import unavailable_module as _unavailable_module
 from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a drop-in)
     Adasum,
     Average,
@@ -885,9 +884,24 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         session.run(self.bcast_op)
 
 
-# Horovod's hvd.elastic (run, TensorFlowKerasState, ...): importable as
-# hvd.tensorflow.elastic, and every use raises NotImplementedError saying why.
-elastic = _unavailable_module(__name__ + ".elastic")
+def _rebind_sets():
+    # After an elastic reset: the registered sets' new contexts, for graphs
+    # traced before it (their ops name the set by id).
+    kernels = _sys.modules.get("hvd._tf_kernels")
+    if kernels is None:
+        return
+    for ps in _DEFAULT._registry.live():
+        if ps._ctx is not None:
+            kernels.set_context(ps.process_set_id, ps._ctx._ptr)
+
+
+# Horovod's hvd.tensorflow.elastic (run, TensorFlowKerasState,
+# TensorFlowState, ...), also importable as a module.
+from . import elastic as _hvd_elastic  # noqa: E402
+from . import _tf_elastic as elastic  # noqa: E402
+
+_sys.modules[__name__ + ".elastic"] = elastic
+_hvd_elastic._register_reset_hook(_rebind_sets, after=True)
 
 
 # `import horovod.tensorflow.keras as hvd` becomes `import hvd.tensorflow.keras

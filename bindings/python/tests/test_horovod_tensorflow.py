@@ -10,11 +10,9 @@ import pytest
 import harness
 from test_horovod_api import (
     CAPABILITIES,
-    ELASTIC_TEXT,
     NO_SUCH_TRANSPORT,
     caps_job,
     check_caps_job,
-    check_elastic,
     describe,
     mpi_reason,
     plugin_next_to_library,
@@ -152,8 +150,11 @@ def test_mismatch_is_tf_failed_precondition(tmp_path, hvdrun):
     (hvdk, ["run", "KerasState", "CommitStateCallback", "UpdateBatchStateCallback"]),
 ], ids=["tensorflow", "keras"])
 def test_elastic(frontend, names):
-    check_elastic(frontend.elastic, names)
+    """Horovod's elastic modules (test_elastic_tf.py tests what they do)."""
     name = frontend.__name__ + ".elastic"
     assert importlib.import_module(name) is frontend.elastic
-    with pytest.raises(NotImplementedError, match=ELASTIC_TEXT):
-        exec(f"from {name} import run", {})
+    for n in names:
+        assert callable(getattr(frontend.elastic, n)), n
+    ns = {}
+    exec(f"from {name} import run", ns)
+    assert ns["run"] is frontend.elastic.run

@@ -23,7 +23,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -33,32 +32,12 @@ import harness
 pytest.importorskip("torch", reason="torch is not installed (requirements-test.txt)")
 pytest.importorskip("sklearn", reason="scikit-learn is not installed (the example's data)")
 
-import hvd._c_api as C  # noqa: E402
+from elastic_helpers import DISCOVER, EXAMPLE_DIR, JOB_TIMEOUT, elastic_missing  # noqa: E402
 
-EXAMPLE_DIR = os.path.join(harness.REPO, "examples", "elastic")
 EXAMPLE = os.path.join(EXAMPLE_DIR, "train_torch_elastic.py")
-DISCOVER = os.path.join(EXAMPLE_DIR, "discover_hosts.sh")
 RTOL = 1e-9
-JOB_TIMEOUT = 300  # seconds for a whole hvdrun job
 
-
-def _missing():
-    """Why the elastic jobs cannot run here, or None."""
-    C.lib()
-    missing = [n for n in ("hvd_context_reset", "hvd_context_membership") if n in C.MISSING]
-    if missing:
-        return f"{C.library_path()} has no {', '.join(missing)} (a libhvd without elastic jobs)"
-    hvdrun = harness.find_hvdrun()
-    if hvdrun is None:
-        return "no hvdrun executable (build the hvdrun target or set HVD_HVDRUN)"
-    out = subprocess.run([hvdrun, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         timeout=30).stdout.decode("utf-8", "replace")
-    if "--host-discovery-script" not in out or "not available" in out:
-        return f"{hvdrun} has no elastic mode (--min-np / --host-discovery-script)"
-    return None
-
-
-_REASON = _missing()
+_REASON = elastic_missing()
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
 
 # Runs the example, first leaving this worker's pid where the test finds it.
