@@ -21,6 +21,9 @@ To try failures by hand: --exit-at-step S --exit-rank R kills the worker of
 rank R at step S (SIGKILL, first epoch of the job only), and --add-host-at-step
 S --hosts-file F --add-host HOST:SLOTS appends a host to the discovery script's
 file at step S and commits there once the launcher has seen it.
+--log-steps makes every worker print `<unix time> rank R of N: step S done`
+after each step (and stamps the --exit-at-step line the same way): with the
+hosts' clocks in step, how long a recovery took can be read off the output.
 """
 
 import argparse
@@ -85,6 +88,8 @@ def parse_args(argv=None):
     ap.add_argument("--hosts-file")
     ap.add_argument("--add-host")
     ap.add_argument("--result-dir", help="each worker writes result-<pid>.json here")
+    ap.add_argument("--log-steps", action="store_true",
+                    help="every worker prints a time-stamped line after each step")
     ap.add_argument("--reference", metavar="N@STEP,...",
                     help="compute in this process what ranks would: N ranks from STEP on")
     return ap.parse_args(argv)
@@ -114,7 +119,8 @@ def train_elastic(args):
     def inject(step):
         if step == args.exit_at_step and hvd.rank() == args.exit_rank \
                 and hvd.elastic.membership().epoch == 0:
-            print(f"rank {hvd.rank()}: exiting at step {step} (--exit-at-step)", flush=True)
+            stamp = f"{time.time():.3f} " if args.log_steps else ""
+            print(f"{stamp}rank {hvd.rank()}: exiting at step {step} (--exit-at-step)", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
     def maybe_add_host(step):
@@ -145,6 +151,9 @@ def train_elastic(args):
                 optimizer.step()
                 state.sampler.record_batch(idx, args.batch_size)
                 state.step += 1
+                if args.log_steps:
+                    print(f"{time.time():.3f} rank {hvd.rank()} of {hvd.size()}: step {state.step} "
+                          f"done", flush=True)
                 if maybe_add_host(state.step) or state.step % args.commit_every == 0:
                     state.commit()
             state.epoch += 1
@@ -160,7 +169,7 @@ def train_elastic(args):
     if args.result_dir:
         out = {"rank": hvd.rank(), "size": hvd.size(), "loss": loss, "checksum": checksum,
                "step": state.step, "first_step": seen["first_step"], "sizes": seen["sizes"],
-               "worker": os.environ.get("HVD_ELASTIC_WORKER", "")}
+               "worker": os.environ.get("HVD_ELASTIC_WORKER", ""), "host": os.uname().nodename}
         with open(os.path.join(args.result_dir, f"result-{os.getpid()}.json"), "w") as f:
             json.dump(out, f)
     if hvd.rank() == 0:
