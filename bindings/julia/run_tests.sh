@@ -3,9 +3,12 @@
 # over all of them; exits non-zero on any failure.
 #
 #   1. Hvd/test/runtests.jl   one process (a world of one)
-#   2. Hvd/test/mp_tests.jl   2 ranks under hvdrun
-#   3. Hvd/test/process_set_tests.jl   3 ranks, then 4 ranks under hvdrun
-#   4. examples/julia/train_logreg.jl alone, then with 2 ranks (1 test each)
+#   2. Hvd/test/elastic_tests.jl  elastic jobs: the loop on a fake backend, and
+#      worker processes under tests/integration/elastic's fake launcher
+#      ($HVD_FAKE_ELASTIC_LAUNCHER, else the build tree's; skipped without one)
+#   3. Hvd/test/mp_tests.jl   2 ranks under hvdrun
+#   4. Hvd/test/process_set_tests.jl   3 ranks, then 4 ranks under hvdrun
+#   5. examples/julia/train_logreg.jl alone, then with 2 ranks (1 test each)
 #
 # Julia: $JULIA if set, else a `julia` (1.5 or newer) on PATH, else the one
 # scripts/install-julia.sh installs (Debian bullseye's 1.5.3 in a private
@@ -108,6 +111,15 @@ one() {  # one NAME RC
 say "single process: Hvd/test/runtests.jl"
 timeout -k 10 "$step_timeout" "${jl[@]}" "$pkg/test/runtests.jl" 2>&1 | tee "$log"
 count runtests.jl "${PIPESTATUS[0]}"
+
+fake_launcher=${HVD_FAKE_ELASTIC_LAUNCHER:-}
+if [ -z "$fake_launcher" ] && [ -n "$build" ] && [ -x "$build/bin/hvd_fake_elastic_launcher" ]; then
+  fake_launcher=$build/bin/hvd_fake_elastic_launcher
+fi
+say "elastic: Hvd/test/elastic_tests.jl (fake launcher: ${fake_launcher:-none})"
+HVD_FAKE_ELASTIC_LAUNCHER=$fake_launcher timeout -k 10 "$step_timeout" "${jl[@]}" \
+  "$pkg/test/elastic_tests.jl" 2>&1 | tee "$log"
+count elastic_tests.jl "${PIPESTATUS[0]}"
 
 say "$np ranks: Hvd/test/mp_tests.jl"
 timeout -k 10 "$step_timeout" "$hvdrun" -np "$np" "${jl[@]}" "$pkg/test/mp_tests.jl" 2>&1 | tee "$log"

@@ -32,8 +32,8 @@ module Hvd
 
 using Libdl
 
-export HvdError, allreduce!, allreduce, grouped_allreduce!, allgather, alltoall,
-       reducescatter, allreduce_gradients!, broadcast_parameters!, DistributedOptimizer
+export HvdError, MembershipChanged, allreduce!, allreduce, grouped_allreduce!, allgather,
+       alltoall, reducescatter, allreduce_gradients!, broadcast_parameters!, DistributedOptimizer
 
 # Hvd.size, Hvd.join, Hvd.broadcast and Hvd.broadcast! are this module's own
 # functions, not methods of Base's (Base.size(A) and Base.join(strings) are
@@ -141,7 +141,8 @@ function load_library!()
     for (sym, ref) in SYMBOLS
         p = Libdl.dlsym(handle, sym; throw_error = false)
         if p === nothing
-            push!(absent, sym)
+            ref[] = C_NULL
+            sym in OPTIONAL_SYMBOLS || push!(absent, sym)
         else
             ref[] = p
         end
@@ -536,5 +537,6 @@ end
 include("handles.jl")
 include("ops.jl")
 include("training.jl")
+include("elastic.jl")
 
 end # module

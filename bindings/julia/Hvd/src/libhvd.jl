@@ -30,6 +30,7 @@ const HVD_ERR_DUPLICATE_NAME = Cint(-10)
 const HVD_ERR_VERSION = Cint(-11)
 const HVD_ERR_RENDEZVOUS = Cint(-12)
 const HVD_ERR_INTERNAL = Cint(-13)
+const HVD_ERR_MEMBERSHIP_CHANGED = Cint(-14)
 
 const STATUS_NAMES = Dict{Cint,Symbol}(
     HVD_OK => :HVD_OK, HVD_IN_PROGRESS => :HVD_IN_PROGRESS,
@@ -40,7 +41,8 @@ const STATUS_NAMES = Dict{Cint,Symbol}(
     HVD_ERR_UNSUPPORTED => :HVD_ERR_UNSUPPORTED, HVD_ERR_NOT_FOUND => :HVD_ERR_NOT_FOUND,
     HVD_ERR_ABORTED => :HVD_ERR_ABORTED, HVD_ERR_DUPLICATE_NAME => :HVD_ERR_DUPLICATE_NAME,
     HVD_ERR_VERSION => :HVD_ERR_VERSION, HVD_ERR_RENDEZVOUS => :HVD_ERR_RENDEZVOUS,
-    HVD_ERR_INTERNAL => :HVD_ERR_INTERNAL)
+    HVD_ERR_INTERNAL => :HVD_ERR_INTERNAL,
+    HVD_ERR_MEMBERSHIP_CHANGED => :HVD_ERR_MEMBERSHIP_CHANGED)
 
 const HVD_UINT8 = Cint(0)
 const HVD_INT8 = Cint(1)
@@ -129,6 +131,13 @@ struct HvdParams
     transport_path::Ptr{UInt8}
 end
 
+struct HvdMembership   # hvd_membership_t (24 bytes)
+    struct_size::Csize_t
+    elastic::Int32
+    hosts_updated::Int32
+    epoch::Int64
+end
+
 # ---------------------------------------------------------------------------
 # Errors.
 # ---------------------------------------------------------------------------
@@ -149,6 +158,37 @@ status_name(status::Integer) = get(STATUS_NAMES, Cint(status), Symbol("HVD_STATU
 function Base.showerror(io::IO, e::HvdError)
     print(io, "HvdError(", status_name(e.status), "): ", e.message)
 end
+
+"""
+    MembershipChanged(status, message)
+
+`HVD_ERR_MEMBERSHIP_CHANGED`: the membership of an elastic job changed under
+this call (a peer died, stopped or was cut off, the context is being reset,
+or the launcher ended this worker's part in the job). Thrown instead of an
+`HvdError` for that status; it has the same fields (`status` is always
+`Hvd.HVD_ERR_MEMBERSHIP_CHANGED`, -14). The context stays stopped until
+`Hvd.reset!` forms the job again; `Hvd.Elastic.run` does that after restoring
+the last committed state (docs/elastic.md).
+"""
+struct MembershipChanged <: Exception
+    status::Int
+    message::String
+end
+MembershipChanged(message::AbstractString) =
+    MembershipChanged(Int(HVD_ERR_MEMBERSHIP_CHANGED), String(message))
+
+function Base.showerror(io::IO, e::MembershipChanged)
+    print(io, "MembershipChanged(HVD_ERR_MEMBERSHIP_CHANGED): ", e.message)
+end
+
+"""
+    Hvd.launcher_ended(e::MembershipChanged) -> Bool
+
+True when the launcher ended this worker's part in the job (fewer workers
+than --min-np, the reset limit, a worker no longer wanted): resetting again
+cannot succeed.
+"""
+launcher_ended(e::MembershipChanged) = occursin("the launcher ends this worker", e.message)
 
 # ---------------------------------------------------------------------------
 # Function pointers, filled in by load_library!().
@@ -207,6 +247,12 @@ end
                               child::Ptr{Ptr{Cvoid}})::Cint
 @cfunc hvd_context_parent_ranks(ctx::Ptr{Cvoid}, ranks::Ptr{Int32}, n::Int32)::Cint
 
+# Elastic jobs (hvd.h "Elastic jobs"). Optional: a library from before them
+# still loads, and these calls then throw HvdError(HVD_ERR_UNSUPPORTED).
+@cfunc hvd_context_reset(ctx::Ptr{Cvoid})::Cint
+@cfunc hvd_context_membership(ctx::Ptr{Cvoid}, out::Ptr{HvdMembership})::Cint
+const OPTIONAL_SYMBOLS = (:hvd_context_reset, :hvd_context_membership)
+
 @cfunc hvd_allreduce_async(ctx::Ptr{Cvoid}, name::Cstring, input::Ptr{HvdTensor},
                            output::Ptr{Cvoid}, op::Cint, prescale::Cdouble,
                            postscale::Cdouble, handle::Ptr{Ptr{Cvoid}})::Cint
@@ -258,6 +304,7 @@ end
 function hvd_error_now(status::Integer)
     msg = last_error()
     isempty(msg) && (msg = status_string(status))
+    status == HVD_ERR_MEMBERSHIP_CHANGED && return MembershipChanged(Int(status), julia_message(msg))
     return HvdError(Int(status), julia_message(msg))
 end
 
@@ -277,6 +324,7 @@ const JULIA_CALLS = Dict{String,String}(
     "hvd_context_cross_size" => "Hvd.cross_size(ctx)",
     "hvd_context_split" => "Hvd.split", "hvd_process_set_create" => "Hvd.process_set",
     "hvd_context_parent_ranks" => "Hvd.parent_ranks", "hvd_context_destroy" => "close(set)",
+    "hvd_context_reset" => "Hvd.reset!", "hvd_context_membership" => "Hvd.membership",
     "hvd_allreduce_async" => "Hvd.allreduce", "hvd_grouped_allreduce_async" => "Hvd.grouped_allreduce!",
     "hvd_allgather_async" => "Hvd.allgather", "hvd_broadcast_async" => "Hvd.broadcast",
     "hvd_alltoall_async" => "Hvd.alltoall", "hvd_reducescatter_async" => "Hvd.reducescatter",

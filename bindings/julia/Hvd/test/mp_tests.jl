@@ -375,6 +375,28 @@ ts = @testset CountingTestSet "Hvd multi-process" begin
         @test all(a == want for a in arrays)
     end
 
+    @testset "elastic loop outside an elastic job" begin
+        @test Hvd.membership() == Hvd.Membership(false, false, 0)
+        e = hvd_error(Hvd.reset!)
+        @test e isa HvdError && e.status == Hvd.HVD_ERR_UNSUPPORTED
+        # sync! hands rank 0's state to the others (bytes of any length);
+        # commits cost no collective outside an elastic job.
+        state = Hvd.Elastic.ObjectState((step = 0, w = R == 0 ? [1.0, 2.0] : fill(-7.0, 5),
+                                         tag = repeat("x", 1000 + 37 * R)))
+        got = Hvd.Elastic.run(state) do s
+            while s[].step < 3
+                g = allreduce([R + 1.0, 0.0]; op = Hvd.Sum, name = "elastic.grad")
+                s[] = (step = s[].step + 1, w = s[].w .- 0.5 .* g, tag = s[].tag)
+                Hvd.Elastic.commit!(s)
+            end
+            s[]
+        end
+        k = N * (N + 1) / 2
+        @test got.step == 3
+        @test got.w == [1.0 - 1.5 * k, 2.0]
+        @test length(got.tag) == 1000
+    end
+
     @testset "join" begin
         # rank 0 has one batch more than the others: after the others join,
         # their zeros count in its allreduce and Average still divides by N
