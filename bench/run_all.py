@@ -29,7 +29,9 @@ import report as report_mod  # noqa: E402  (bench/suite/report.py)
 
 NOMMAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
 PARTS = ("stream", "coll", "fusion", "latency", "e2e")
-OPT_PARTS = ("cluster",)  # opt-in: many hosts, needs root (bench/suite/cluster_bench.py)
+# opt-in: many hosts, needs root (bench/suite/cluster_bench.py); elastic training's
+# recovery and steady state against torchrun (bench/suite/elastic_bench.py)
+OPT_PARTS = ("cluster", "elastic")
 
 
 def log_print(*a):
@@ -631,6 +633,20 @@ def main():
         if "cluster" in parts:
             import cluster_bench  # bench/suite/cluster_bench.py
             cluster_bench.run_part(r)
+        if "elastic" in parts:
+            out = os.path.join(r.out, "elastic.jsonl")
+            cmd = [sys.executable, os.path.join(ROOT, "bench", "suite", "elastic_bench.py"),
+                   "--build-dir", r.build, "--out", out, "--logs", os.path.join(r.out, "elastic-logs"),
+                   "--repeats", "1" if args.quick else "3"]
+            log_print("  elastic: " + shlex.join(cmd))
+            p = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            log_print(p.stdout)
+            if p.returncode != 0:
+                r.failures.append(dict(label="elastic", rc=p.returncode, tail=p.stdout[-2000:],
+                                       cmd=shlex.join(cmd)))
+            if os.path.exists(out):
+                with open(out) as f:
+                    r.records.extend(json.loads(line) for line in f if line.strip())
     finally:
         r.close()
     total = time.time() - r.t_start

@@ -50,18 +50,12 @@ work=$(mktemp -d /tmp/hvd-elastic-cluster.XXXXXX)
 T0=$(date +%s.%N)
 job=""
 
-elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+. "$here/cluster_test_lib.sh"
 
 teardown() {
   local rc=$?
-  if [ "$(id -u)" -eq 0 ]; then
-    # Kills every process of every host, hvdrun and the workers included.
-    "$cluster" down || { echo "FAIL: cluster.sh down failed"; rc=1; }
-    if ip netns list 2>/dev/null | grep -q "^hvdc-$HVDC_ID-"; then
-      echo "FAIL: namespaces left after down: $(ip netns list | grep "^hvdc-$HVDC_ID-" | tr '\n' ' ')"
-      rc=1
-    fi
-  fi
+  # Kills every process of every host, hvdrun and the workers included.
+  cluster_down_checked || rc=1
   # The job's pipeline on this side (timeout, the time stamper) ends once
   # hvdrun is gone; what has not after 5 s is killed.
   if [ -n "$job" ]; then
@@ -81,18 +75,13 @@ trap teardown EXIT
 trap 'exit 130' INT TERM
 
 fail() { echo "FAIL: $*"; exit 1; }
-skip() { echo "SKIP: $*"; exit 77; }
 
 [ -n "${HVDRUN:-}" ] && [ -x "$HVDRUN" ] || fail "HVDRUN (hvdrun) is not set or not executable: '${HVDRUN:-}'"
 [ -n "${HVD_LIBRARY_PATH:-}" ] && [ -f "$HVD_LIBRARY_PATH" ] || fail "HVD_LIBRARY_PATH (libhvd) is not set or missing: '${HVD_LIBRARY_PATH:-}'"
 command -v "$PYTHON" >/dev/null || skip "no $PYTHON"
 "$PYTHON" -c "import torch, sklearn" 2>/dev/null || skip "$PYTHON lacks torch or scikit-learn (the example's needs)"
 
-# Clusters of earlier runs of the cluster tests that were killed outright (no
-# trap ran): their ids name pids that are gone.
-for stale in $(ip netns list 2>/dev/null | sed -nE 's/^hvdc-t([0-9]+)-.*/\1/p' | sort -u); do
-  kill -0 "$stale" 2>/dev/null || HVDC_ID="t$stale" HVDC_DIR="/tmp/hvd-cluster-t$stale" "$cluster" down || true
-done
+reap_stale_clusters
 
 # The workers (and the reference) load this package and this library
 # (HVD_* travels to the remote workers with hvdrun; PYTHONPATH with -x).
@@ -102,17 +91,6 @@ export HVD_HOSTS_FILE="$work/hosts.txt"
 TRAIN=(--epochs 2 --commit-every 5)
 mkdir -p "$work/out"
 cd "$work"
-
-up() {   # up N: brings the cluster up or skips with its reason
-  local rc=0
-  "$cluster" up "$@" >"$work/up.log" 2>&1 || rc=$?
-  cat "$work/up.log"
-  [ $rc -ne 77 ] || skip "$(tail -1 "$work/up.log")"
-  [ $rc -eq 0 ] || fail "cluster.sh up $* exited $rc"
-  eval "$("$cluster" env)"
-  export HVD_LAUNCHER_SSH_ARGS
-  echo "cluster up after $(elapsed) s"
-}
 
 # Each line of the job's output prefixed with the time it arrived here.
 STAMP='import sys, time
@@ -203,28 +181,6 @@ arrival_time() { grep -E -- "$1" "$work/job" | head -1 | awk '{ print $1 }'; }
 diff_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 at_most() { awk -v x="$1" -v l="$2" 'BEGIN { exit !(x <= l) }'; }
 
-# Nothing of the job's may be left: every host holds only its anchor and its
-# sshd (at most LIMIT seconds to get there).
-no_leftovers() {
-  local limit=${1:-10} i deadline left p
-  deadline=$(( $(date +%s) + limit ))
-  for i in $(seq 1 "$(cat "$HVDC_DIR/size")"); do
-    while :; do
-      local keep="$(cat "$HVDC_DIR/h$i/anchor.pid") $(cat "$HVDC_DIR/h$i/sshd.pid")"
-      left=""
-      for p in $(ip netns pids "hvdc-$HVDC_ID-h$i"); do
-        local cmd
-        cmd=$( { tr '\0' ' ' <"/proc/$p/cmdline"; } 2>/dev/null | cut -c1-60) || continue
-        [ -d "/proc/$p" ] || continue
-        case " $keep " in *" $p "*) ;; *) left="$left $p($cmd)" ;; esac
-      done
-      [ -n "$left" ] || break
-      [ "$(date +%s)" -lt "$deadline" ] || fail "processes left on hvd-h$i:$left"
-      sleep 0.2
-    done
-  done
-  echo "no process of the job left on any host"
-}
 
 case "$case_" in
   elastic_host_lost)
