@@ -34,6 +34,28 @@ at the same path (one machine, a shared file system, the same image), or a
 A function that raises fails the stage, and ``run`` raises the same exception on
 the driver: same type (``hvd.MismatchError``, ``ValueError``, ...), same message,
 with the task's traceback as a note and Spark's error as its ``__cause__``.
+
+Resuming after a failure (docs/elastic.md, "Spark"): Spark never retries a failed
+barrier *result* stage, so by default a failure ends the job. With
+``run(..., resumable=True)`` the barrier stage is followed by a shuffle, which
+makes it a shuffle-map stage: when one of its tasks fails, Spark kills the others
+and runs the whole stage again (a new hvd job: new tasks, ranks and rendezvous),
+up to ``spark.stage.maxConsecutiveAttempts`` attempts (default 4). The function
+goes on from its last commit with a :class:`Checkpoint`: rank 0 writes the state
+to a path at each commit, every rank of the next attempt starts from it, and the
+driver can read it.
+
+    def train(path):
+        ckpt = hvd.spark.Checkpoint(path)
+        state = ckpt.load(default={"step": 0, "w": w0})   # rank 0's file, on every rank
+        while state["step"] < steps:
+            ...                                             # collectives
+            state["step"] += 1
+            if state["step"] % 10 == 0:
+                ckpt.commit(state)                          # rank 0 writes it
+        return state
+
+    hvd.spark.run(train, args=(path,), num_proc=4, resumable=True)
 """
 
 from __future__ import annotations
@@ -52,7 +74,7 @@ import time
 import traceback
 import zipfile
 
-__all__ = ["run", "InsufficientSlotsError", "TaskFailedError"]
+__all__ = ["run", "Checkpoint", "InsufficientSlotsError", "TaskFailedError"]
 
 _log = logging.getLogger("hvd.spark")
 
@@ -334,6 +356,68 @@ def _error_text(err):
 
 
 # ---------------------------------------------------------------------------
+# Checkpoints: resuming a retried stage
+# ---------------------------------------------------------------------------
+class Checkpoint:
+    """The last committed state of a training run, in one file (pickled) that rank
+    0 writes and the next attempt's ranks, and the driver, read.
+
+    ``path`` must be reachable from the task that will be rank 0 in every attempt
+    and from the driver: a shared file system, or any local path on a one-machine
+    cluster. Give each run its own path (a file left by an earlier run is read as
+    this run's last commit).
+
+    In a task: ``load`` (collective) and ``commit`` (rank 0 writes; no
+    collective). On the driver: ``read``."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+
+    def read(self, default=None):
+        """The last committed state, or ``default`` when nothing was committed.
+        Anywhere (the driver, a task); not collective."""
+        try:
+            with open(self.path, "rb") as f:
+                return pickle.load(f)
+        except FileNotFoundError:
+            return default
+
+    def load(self, default=None):
+        """Collective over the job's ranks: rank 0 reads the file (``default``
+        when there is none) and every rank gets its state."""
+        import hvd
+
+        state = self.read(default) if hvd.rank() == 0 else None
+        return hvd.broadcast_object(state, root_rank=0, name="hvd.spark.checkpoint")
+
+    def commit(self, state):
+        """Rank 0 writes ``state`` (pickled) to the path, atomically: a reader sees
+        the previous commit or this one, never part of one, even when the task is
+        killed while writing. Other ranks do nothing (their state is rank 0's in
+        data-parallel training). Returns True on the rank that wrote."""
+        import hvd
+
+        if hvd.rank() != 0:
+            return False
+        d = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".hvd-checkpoint-", dir=d)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return True
+
+
+# ---------------------------------------------------------------------------
 # The task
 # ---------------------------------------------------------------------------
 def _task(fn, args, kwargs, params, driver_lib):
@@ -384,7 +468,7 @@ def _task(fn, args, kwargs, params, driver_lib):
     return body
 
 
-def run(fn, args=(), kwargs=None, num_proc=None, spark_context=None, **params):
+def run(fn, args=(), kwargs=None, num_proc=None, spark_context=None, resumable=False, **params):
     """Runs ``fn(*args, **kwargs)`` on ``num_proc`` Spark barrier tasks, each an hvd
     rank with ``hvd.init`` done, and returns the ``num_proc`` return values in
     rank order.
@@ -395,9 +479,15 @@ def run(fn, args=(), kwargs=None, num_proc=None, spark_context=None, **params):
     start_timeout_s, fusion_threshold_bytes, log_level, ...). rank, size, the
     local/cross topology and the bootstrap are set here.
 
+    resumable: when True, a failed attempt is run again by Spark as a whole (the
+    barrier stage is followed by a shuffle: Spark retries a failed barrier
+    shuffle-map stage, up to spark.stage.maxConsecutiveAttempts attempts, but
+    never a barrier result stage); ``fn`` resumes from its :class:`Checkpoint`.
+    Off by default: a failure then fails the job at once.
+
     Raises InsufficientSlotsError (before submitting) when the cluster cannot run
     ``num_proc`` tasks at once, and a failed task's own exception (same type and
-    message) when the function raised.
+    message) when the function raised (with resumable=True: in the last attempt).
 
     ``fn`` and its arguments are pickled to the executors (cloudpickle), and its
     return values back; it must finish its collectives before it returns.
@@ -422,14 +512,20 @@ def run(fn, args=(), kwargs=None, num_proc=None, spark_context=None, **params):
     _await_slots(sc, num_proc)
     driver_lib = _ship(sc)
     body = _task(fn, tuple(args), dict(kwargs or {}), dict(params), driver_lib)
+    rdd = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(body)
+    if resumable:
+        # The shuffle makes the barrier stage a shuffle-map stage, which Spark
+        # runs again as a whole when a task fails (a result stage it would not).
+        rdd = rdd.repartition(1)
     try:
-        ranked = (sc.parallelize(range(num_proc), num_proc)
-                  .barrier()
-                  .mapPartitions(body)
-                  .collect())
+        ranked = rdd.collect()
     except Exception as err:
         exc = _decode_exception(_error_text(err))
         if exc is None:
             raise
         raise exc from err
-    return [value for _, value in sorted(ranked, key=lambda t: t[0])]
+    by_rank = dict(ranked)
+    if sorted(by_rank) != list(range(num_proc)):
+        raise RuntimeError(f"hvd.spark.run: results of ranks {sorted(by_rank)} came back, "
+                           f"expected 0..{num_proc - 1}")
+    return [by_rank[r] for r in range(num_proc)]

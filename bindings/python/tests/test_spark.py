@@ -204,6 +204,72 @@ def test_the_docs_snippet_runs(sc):
         np.testing.assert_allclose(r, np.full(4, 0.3), rtol=1e-12)
 
 
+def _train_resumable(ckpt_path, marker, steps, die_at):
+    """Linear-model steps from a Checkpoint; commits every second step. With
+    ``marker`` given, rank 1 dies (its Python worker exits) on reaching step
+    ``die_at`` the first time (the marker file says it already did)."""
+    import os
+
+    import numpy as np
+
+    import hvd
+    import hvd.spark
+
+    ckpt = hvd.spark.Checkpoint(ckpt_path)
+    state = ckpt.load(default={"step": 0, "w": np.zeros(3), "starts": []})
+    state["starts"] = state["starts"] + [state["step"]]
+    while state["step"] < steps:
+        if marker and hvd.rank() == 1 and state["step"] == die_at and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(3)  # mid-training, with uncommitted progress
+        x = np.array([hvd.rank() + 1.0, state["step"] * 0.5, 1.0 / (state["step"] + 1)])
+        g = hvd.allreduce(x * state["w"] + x, op=hvd.Sum, name="grad")
+        state["w"] = state["w"] - 0.05 * g
+        state["step"] += 1
+        if state["step"] % 2 == 0:
+            ckpt.commit(state)
+    return {"w": state["w"].tolist(), "step": state["step"], "starts": state["starts"],
+            "attempt_pid": os.getpid()}
+
+
+def test_a_failed_rank_resumes_from_the_last_checkpoint(sc, tmp_path):
+    """resumable=True: rank 1 dies at step 7 of 10 in the first attempt (the last
+    commit at step 6); Spark runs the barrier stage again, the new ranks load the
+    checkpoint and finish with the weights of an uninterrupted run, bit for bit."""
+    t0 = time.time()
+    whole = hvd.spark.run(_train_resumable, args=(str(tmp_path / "whole.pkl"), None, 10, 7),
+                          num_proc=2, spark_context=sc, resumable=True)
+    t1 = time.time()
+    marker = tmp_path / "died"
+    path = tmp_path / "resumed.pkl"
+    resumed = hvd.spark.run(_train_resumable, args=(str(path), str(marker), 10, 7),
+                            num_proc=2, spark_context=sc, resumable=True)
+    t2 = time.time()
+    print(f"uninterrupted: {t1 - t0:.1f} s, with a failure and a retried stage: {t2 - t1:.1f} s")
+    assert marker.exists(), "rank 1 never died: the test tested nothing"
+    for r in whole:
+        assert r["step"] == 10 and r["starts"] == [0], r
+    for r in resumed:
+        assert r["step"] == 10 and r["starts"] == [0, 6], r  # the second attempt began at step 6
+    assert resumed[0]["w"] == whole[0]["w"] == whole[1]["w"] == resumed[1]["w"]
+    # The driver reads the last commit: the final state.
+    final = hvd.spark.Checkpoint(path).read()
+    assert final["step"] == 10 and final["w"].tolist() == whole[0]["w"]
+    assert hvd.spark.Checkpoint(tmp_path / "none.pkl").read(default="nothing") == "nothing"
+    assert t2 - t1 < 90, f"the resumed run took {t2 - t1:.0f} s"
+
+
+def test_without_resumable_a_failure_ends_the_job(sc, tmp_path):
+    """The default: Spark does not run a failed barrier result stage again."""
+    marker = tmp_path / "died"
+    with pytest.raises(Exception) as info:
+        hvd.spark.run(_train_resumable, args=(str(tmp_path / "c.pkl"), str(marker), 10, 3),
+                      num_proc=2, spark_context=sc)
+    assert marker.exists()
+    assert "barrier" in hvd.spark._error_text(info.value.__cause__ or info.value)
+    assert hvd.spark.Checkpoint(tmp_path / "c.pkl").read()["step"] == 2
+
+
 def test_arguments_are_checked(sc):
     with pytest.raises(TypeError):
         hvd.spark.run(lambda: None, num_proc=2, spark_context=sc, rank=3)
