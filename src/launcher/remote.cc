@@ -71,6 +71,12 @@ std::vector<std::string> SshArgv(const RemoteSpec& spec) {
     argv.push_back("ConnectTimeout=" +
                    std::to_string(std::max(1L, std::lround(std::ceil(spec.connect_timeout_s)))));
   }
+  if (spec.alive_interval_s > 0) {
+    argv.push_back("-o");
+    argv.push_back("ServerAliveInterval=" + std::to_string(spec.alive_interval_s));
+    argv.push_back("-o");
+    argv.push_back("ServerAliveCountMax=3");
+  }
   if (spec.port > 0) {
     argv.push_back("-p");
     argv.push_back(std::to_string(spec.port));

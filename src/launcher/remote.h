@@ -35,6 +35,10 @@ struct RemoteSpec {
   std::vector<std::string> command;
   double grace_s = 5;
   double connect_timeout_s = 0;        // 0: ssh's default
+  // > 0: ssh probes the connection this often and gives up (exits 255) after
+  // 3 probes unanswered, so a host cut off ends its worker's ssh client
+  // within about 3 intervals; 0: ssh's default (no probes).
+  int alive_interval_s = 0;
 };
 
 // The shell script run on the remote host (see above). It expects the secret

@@ -19,6 +19,10 @@ extern char** environ;
 namespace hvd::launcher {
 namespace {
 
+// ssh probes of an elastic job's remote workers (RemoteSpec::alive_interval_s):
+// a cut-off host's worker is gone for hvdrun within about 3 of these.
+constexpr int kElasticSshAliveS = 2;
+
 // ---- signals: a self-pipe read by the poll loop ------------------------------
 int g_signal_pipe_w = -1;
 
@@ -275,6 +279,10 @@ Status Supervisor::SpawnChild(Child& c, const std::vector<std::pair<std::string,
     spec.command = o_.command;
     spec.grace_s = o_.grace_s;
     spec.connect_timeout_s = o_.start_timeout_s;
+    // An elastic job must notice a host cut off: its worker then leaves the
+    // epoch being formed at once instead of after the start timeout (the
+    // survivors already reset; hvdrun waits for every live worker).
+    if (o_.elastic) spec.alive_interval_s = kElasticSshAliveS;
     // hvdrun's own HVD_* settings travel too (HVD_LOG_LEVEL and the like).
     std::map<std::string, std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
