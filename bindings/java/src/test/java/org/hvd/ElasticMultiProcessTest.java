@@ -186,6 +186,56 @@ class ElasticMultiProcessTest {
   }
 
   /**
+   * The same job under hvdrun's elastic driver (when this build's hvdrun has
+   * it): three workers on three loopback hosts, the third dies (exit code 3)
+   * on reaching step 3; hvdrun leaves its host out and forms epoch 1 with the
+   * two others, which restore the commit made at step 2 and finish:
+   * 3 + 3 + 4 * 2 = 14.
+   */
+  @Test
+  void underHvdrunAWorkerDiesAndTheOthersFinish() throws Exception {
+    String hvdrun = MultiProcessTest.HVDRUN;
+    assumeTrue(new File(hvdrun).canExecute(), "hvdrun not built at '" + hvdrun + "'");
+    Process help = new ProcessBuilder(hvdrun, "--help").redirectErrorStream(true).start();
+    String usage = new String(help.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    help.waitFor(10, TimeUnit.SECONDS);
+    assumeTrue(usage.contains("--min-np"), "this hvdrun has no elastic mode");
+    String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+    String worker = "'" + java + "' -Xmx256m -XX:TieredStopAtLevel=1 -cp '" + CLASSPATH
+        + "' org.hvd.it.ElasticWorkerMain 6";
+    List<String> cmd = List.of(hvdrun, "--min-np", "2", "-np", "3", "--elastic-timeout", "60",
+        "--start-timeout", "60", "--grace-period", "2", "-H", "127.0.0.1,127.0.0.2,127.0.0.3",
+        "--tag-output", "sh", "-c",
+        "case $HVD_ELASTIC_WORKER in 127.0.0.3:*) exec " + worker + " 3 3 ;; esac; exec " + worker + " -1");
+    Path log = dir.resolve("hvdrun.log");
+    Process p = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile()).start();
+    workers.put("hvdrun", p);
+    if (!p.waitFor(150, TimeUnit.SECONDS)) {
+      p.destroyForcibly();
+      throw new AssertionError("hvdrun did not end in 150 s: " + Files.readString(log));
+    }
+    String out = Files.readString(log);
+    assertEquals(0, p.exitValue(), out);
+    String[] ids = {"127.0.0.1:0:0", "127.0.0.2:0:1", "127.0.0.3:0:2"};
+    for (int r = 0; r < 3; ++r) {
+      assertTrue(out.contains("[" + ids[r] + "]<stdout>: start rank=" + r
+          + " size=3 epoch=0 elastic=true\n"), out);
+    }
+    assertTrue(out.contains("[" + ids[2] + "]<stdout>: leaving at step 3\n"), out);
+    for (int r = 0; r < 2; ++r) {
+      StringBuilder mine = new StringBuilder();
+      String prefix = "[" + ids[r] + "]<stdout>: ";
+      for (String line : out.split("\n")) {
+        if (line.startsWith(prefix)) mine.append(line.substring(prefix.length())).append('\n');
+      }
+      assertEquals("start rank=" + r + " size=3 epoch=0 elastic=true\n"
+          + "lost a peer at step 3\n"
+          + "reset epoch=1 rank=" + r + " size=2\n"
+          + "done total=14 step=6 epoch=1 rank=" + r + " size=2\n", mine.toString(), out);
+    }
+  }
+
+  /**
    * Two workers; one dies; the launcher answers the survivor's join with
    * "exit" (fewer workers than --min-np): Elastic.run does not retry, and
    * the worker gets the launcher's reason.

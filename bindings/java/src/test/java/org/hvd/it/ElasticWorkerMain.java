@@ -13,7 +13,8 @@ import org.hvd.elastic.ObjectState;
  * A worker of an elastic job (ElasticMultiProcessTest starts it under a fake
  * launcher): `steps` training steps, each adding the allreduced count of
  * ranks to a total, a commit after every second step. With `leaveAt` >= 0
- * the worker dies (halt, no shutdown) when it reaches that step. Prints what
+ * the worker dies (halt, no shutdown; exit code `exitCode`, default 0) when
+ * it reaches that step. Prints what
  * happens, one line each, for the test to compare.
  */
 public final class ElasticWorkerMain {
@@ -33,6 +34,7 @@ public final class ElasticWorkerMain {
   public static void main(String[] args) throws Exception {
     final int steps = Integer.parseInt(args[0]);
     final int leaveAt = Integer.parseInt(args[1]);
+    final int exitCode = args.length > 2 ? Integer.parseInt(args[2]) : 0;
     Hvd.init();
     Membership m0 = Hvd.membership();
     say("start rank=%d size=%d epoch=%d elastic=%b", Hvd.rank(), Hvd.size(), m0.epoch(), m0.elastic());
@@ -51,7 +53,7 @@ public final class ElasticWorkerMain {
             } catch (InterruptedException e) {
               Thread.currentThread().interrupt();
             }
-            Runtime.getRuntime().halt(0);
+            Runtime.getRuntime().halt(exitCode);
           }
           try {
             p.total += Hvd.allreduce("step", new long[] {1}, ReduceOp.SUM)[0];
