@@ -5,7 +5,8 @@
 #   1. Hvd/test/runtests.jl   one process (a world of one)
 #   2. Hvd/test/elastic_tests.jl  elastic jobs: the loop on a fake backend, and
 #      worker processes under tests/integration/elastic's fake launcher
-#      ($HVD_FAKE_ELASTIC_LAUNCHER, else the build tree's; skipped without one)
+#      ($HVD_FAKE_ELASTIC_LAUNCHER, else the build tree's; skipped without one),
+#      then elastic_worker.jl under hvdrun's elastic driver (1 test)
 #   3. Hvd/test/mp_tests.jl   2 ranks under hvdrun
 #   4. Hvd/test/process_set_tests.jl   3 ranks, then 4 ranks under hvdrun
 #   5. examples/julia/train_logreg.jl alone, then with 2 ranks (1 test each)
@@ -120,6 +121,30 @@ say "elastic: Hvd/test/elastic_tests.jl (fake launcher: ${fake_launcher:-none})"
 HVD_FAKE_ELASTIC_LAUNCHER=$fake_launcher timeout -k 10 "$step_timeout" "${jl[@]}" \
   "$pkg/test/elastic_tests.jl" 2>&1 | tee "$log"
 count elastic_tests.jl "${PIPESTATUS[0]}"
+
+# An elastic job under hvdrun's driver (where it has one): three workers on
+# three loopback hosts, the third dies at step 3; the two others restore the
+# commit of step 2, form epoch 1 and finish with the total 3 + 3 + 4 * 2.
+if "$hvdrun" --help 2>&1 | grep -q -- '--min-np'; then
+  say "elastic job under hvdrun: 3 workers, one dies"
+  timeout -k 10 "$step_timeout" "$hvdrun" --min-np 2 -np 3 --elastic-timeout 120 \
+    --start-timeout 120 --grace-period 2 -H 127.0.0.1,127.0.0.2,127.0.0.3 --tag-output \
+    sh -c 'case $HVD_ELASTIC_WORKER in 127.0.0.3:*) exec "$@" 3 3 ;; esac; exec "$@" -1' sh \
+    "${jl[@]}" "$pkg/test/elastic_worker.jl" 6 >"$log" 2>&1
+  rc=$?
+  bad=0
+  [ "$rc" -eq 0 ] || { say "hvdrun exited with $rc"; bad=1; }
+  for r in 0 1; do
+    id=127.0.0.$((r + 1)):0:$r
+    want="start rank=$r size=3 epoch=0 elastic=true|lost a peer at step 3|reset epoch=1 rank=$r size=2|done total=14 step=6 epoch=1 rank=$r size=2"
+    got=$(grep -F "[$id]<stdout>: " "$log" | sed "s/^\[$id\]<stdout>: //" | paste -sd'|')
+    [ "$got" = "$want" ] || { say "worker $id printed '$got', not '$want'"; bad=1; }
+  done
+  [ "$bad" -eq 0 ] || cat "$log"
+  one "elastic job under hvdrun" "$bad"
+else
+  say "elastic job under hvdrun: skipped ($hvdrun has no --min-np)"
+fi
 
 say "$np ranks: Hvd/test/mp_tests.jl"
 timeout -k 10 "$step_timeout" "$hvdrun" -np "$np" "${jl[@]}" "$pkg/test/mp_tests.jl" 2>&1 | tee "$log"

@@ -1,15 +1,18 @@
 # A worker of an elastic job, started by elastic_tests.jl under the fake
 # launcher (tests/integration/elastic): `steps` training steps, each adding
 # the allreduced count of ranks to a total, a commit after every second step.
-# With `leave_at` >= 0 the worker dies (_exit, no shutdown) when it reaches
-# that step. Prints what happens, one line each, for the test to compare.
+# With `leave_at` >= 0 the worker dies (_exit with `exit_code`, default 0; no
+# shutdown) when it reaches that step. Prints what happens, one line each, for
+# the test to compare. Run by elastic_tests.jl under the fake launcher, and by
+# run_tests.sh under hvdrun's elastic driver.
 #
-#   julia --project=bindings/julia/Hvd elastic_worker.jl <steps> <leave_at>
+#   julia --project=bindings/julia/Hvd elastic_worker.jl <steps> <leave_at> [exit_code]
 
 using Hvd
 
 const steps = parse(Int, ARGS[1])
 const leave_at = parse(Int, ARGS[2])
+const exit_code = length(ARGS) > 2 ? parse(Int, ARGS[3]) : 0
 say(s) = (println(s); flush(stdout))
 
 Hvd.init()
@@ -24,7 +27,7 @@ try
             if s[].step == leave_at
                 say("leaving at step $(s[].step)")
                 sleep(0.3)   # the step before is over on every rank
-                ccall(:_exit, Cvoid, (Cint,), 0)
+                ccall(:_exit, Cvoid, (Cint,), exit_code)
             end
             n = try
                 allreduce!(Int64[1]; op = Hvd.Sum, name = "step")[1]
