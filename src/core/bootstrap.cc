@@ -15,6 +15,11 @@ namespace hvd {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// The transport's connection limit in an elastic epoch (see Run).
+constexpr double kElasticConnectS = 10.0;
+}  // namespace
+
 Bootstrap::~Bootstrap() {
   client_.reset();
   server_.reset();
@@ -55,6 +60,13 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
   env.reduce = hvd_reduce_kernel;
   env.timeout_s = cfg_->transport_timeout_s;
   env.start_timeout_s = cfg_->start_timeout_s;
+  if (cfg_->elastic) {
+    // Every member of an elastic epoch asked to join it moments ago: their
+    // connections form within seconds, or a member died after publishing its
+    // address (a failure while the epoch forms), which a transport only
+    // notices at this limit. The reset that follows forms the next epoch.
+    env.start_timeout_s = std::min(cfg_->start_timeout_s, kElasticConnectS);
+  }
   // A CIDR setting names the interface with an address in it (the same
   // setting serves hosts whose interface names differ).
   std::string iface = cfg_->network_interface;
@@ -236,6 +248,7 @@ Status Bootstrap::Rendezvous() {
   kv_.client = client_.get();
   if (!cfg_->kv_prefix.empty()) {
     kv_.prefix = cfg_->kv_prefix;  // an elastic epoch's
+    if (cfg_->elastic) kv_.abort_key = "elastic/failed/" + std::to_string(cfg_->epoch);
   } else {
     HVD_ASSIGN_OR_RETURN(int64_t generation,
                          client_->Add("hvd/generation/" + std::to_string(cfg_->rank), 1));
@@ -340,7 +353,7 @@ Status Bootstrap::ResolveLocalTopology() {
   bool rechecked = false;
   for (int r = 0; r < cfg_->size; ++r) {
     double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    auto v = client_->Get(kv_.prefix + "host/" + std::to_string(r), std::max(left, 0.001));
+    auto v = kv_.Get(kv_.prefix + "host/" + std::to_string(r), std::max(left, 0.001));
     std::vector<int> missing;
     if (v.ok()) {
       if (!ParseMissingMark(*v, &missing)) {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -332,6 +333,27 @@ int PluginKvSet(void* kv, const char* key, const void* value, size_t len) noexce
   }
 }
 
+Result<rdv::Bytes> PluginKv::Get(const std::string& key, double timeout_s) const {
+  if (abort_key.empty()) return client->Get(key, timeout_s);
+  // In slices, looking for the epoch's failure between them.
+  constexpr double kSliceS = 0.2;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const double left =
+        std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count();
+    auto r = client->Get(key, std::max(0.001, std::min(kSliceS, left)));
+    if (r.ok() || r.status().code() != HVD_ERR_TIMEOUT || left <= kSliceS) return r;
+    auto failed = client->Check({abort_key});
+    if (!failed.ok()) return failed.status();
+    if ((*failed)[0]) {
+      auto why = client->Get(abort_key, 1.0);
+      return Error(HVD_ERR_MEMBERSHIP_CHANGED,
+                   "the elastic epoch being formed lost a member: " +
+                       (why.ok() ? std::string(why->begin(), why->end()) : std::string("(no reason)")));
+    }
+  }
+}
+
 int PluginKvGet(void* kv, const char* key, void** value, size_t* len, double timeout_s) noexcept {
   auto* s = static_cast<PluginKv*>(kv);
   if (s == nullptr || s->client == nullptr || key == nullptr || value == nullptr ||
@@ -341,8 +363,13 @@ int PluginKvGet(void* kv, const char* key, void** value, size_t* len, double tim
   *value = nullptr;
   *len = 0;
   try {
-    auto r = s->client->Get(s->prefix + key, timeout_s);
-    if (!r.ok()) return r.status().code();
+    auto r = s->Get(s->prefix + key, timeout_s);
+    if (!r.ok()) {
+      if (r.status().code() == HVD_ERR_MEMBERSHIP_CHANGED && s->log != nullptr) {
+        HVD_LOG(*s->log, HVD_LOG_WARNING, r.status().message());
+      }
+      return r.status().code();
+    }
     void* out = std::malloc(r->empty() ? 1 : r->size());
     if (out == nullptr) {
       LogCallbackFailure(s->log, "kv_get", key, "out of memory");

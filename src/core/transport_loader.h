@@ -21,6 +21,7 @@ namespace hvd {
 
 namespace rdv {
 class StoreClient;
+using Bytes = std::vector<uint8_t>;  // as in rendezvous/store.h
 }
 
 // ---- what the core hands to a plugin (hvd_transport_env_v1_t) -------------
@@ -36,6 +37,12 @@ struct PluginKv {
   rdv::StoreClient* client = nullptr;
   std::string prefix;
   Logger* log = nullptr;
+  // An elastic epoch's: when this key exists, the epoch failed while it was
+  // forming (a member died), and every wait for a key ends at once with
+  // HVD_ERR_MEMBERSHIP_CHANGED and the key's text. "": no such check.
+  std::string abort_key;
+  // Waits for key (the whole key, prefix included) at most timeout_s.
+  Result<rdv::Bytes> Get(const std::string& key, double timeout_s) const;
 };
 // env.kv_set / kv_get / kv_free, with env.kv pointing at a PluginKv.
 int PluginKvSet(void* kv, const char* key, const void* value, size_t len) noexcept;

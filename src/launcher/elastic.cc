@@ -537,6 +537,13 @@ void ElasticJob::OnExit(Child& c, int wstatus) {
   }
   if (w == nullptr) return;
   ExitInfo e = DescribeExit(c, wstatus);
+  if (w->epoch >= 0 && w->epoch == epoch_ && server_) {
+    // A member of the latest epoch is gone: workers still forming it (in its
+    // rendezvous, waiting for this one's keys) give up at once and reset
+    // again, rather than wait out the start timeout (docs/elastic.md).
+    server_->Set("elastic/failed/" + std::to_string(epoch_),
+                 ToBytes(c.who + " (rank " + std::to_string(w->rank) + ") " + e.what));
+  }
   if (w->dropped || stopping_ || !e.failed) {
     if (!e.failed && !w->dropped && !stopping_ && !finishing_) {
       finishing_ = true;

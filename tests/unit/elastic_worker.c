@@ -8,11 +8,23 @@
  *                                 (the launcher ends the job) and print why
  *   elastic_worker <value> leave  join; allreduce <value>; leave the job
  *   elastic_worker <value> join   join only; print the status of the creation
+ *   elastic_worker <steps> churn  repeated failures: <steps> allreduces of 1,
+ *                                 each checked against the size, resetting on
+ *                                 every membership change. The worker on slot s
+ *                                 (HVD_ELASTIC_WORKER host:s:serial), 1 <= s <= 4,
+ *                                 kills itself at step 2 of epoch s - 1; slot 5
+ *                                 leaves at step 2 of epoch 4 by resetting on a
+ *                                 thread and exits while that reset waits or
+ *                                 forms (a failure during a reset). Prints
+ *                                 "done epoch=E size=S resets=R".
  */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hvd.h"
 
@@ -50,11 +62,78 @@ static void Joined(hvd_context_t ctx) {
            rank, size, m.elastic, m.hosts_updated);
 }
 
+static void* ResetThread(void* ctx) {
+    hvd_context_reset((hvd_context_t)ctx);
+    return NULL;
+}
+
+static int Epoch(hvd_context_t ctx) {
+    hvd_membership_t m;
+    memset(&m, 0, sizeof(m));
+    m.struct_size = sizeof(m);
+    return hvd_context_membership(ctx, &m) == HVD_OK ? (int)m.epoch : -1;
+}
+
+static int Churn(int steps) {
+    const char* id = getenv("HVD_ELASTIC_WORKER");
+    const char* colon = id ? strchr(id, ':') : NULL;
+    int slot = colon ? atoi(colon + 1) : -1;
+    hvd_context_t ctx = NULL;
+    hvd_status_t st = hvd_context_create(NULL, &ctx);
+    if (st != HVD_OK) {
+        printf("create: status %d: %s\n", (int)st, hvd_last_error());
+        return 1;
+    }
+    int resets = 0, size = 0;
+    for (int step = 0; step < steps;) {
+        hvd_context_size(ctx, &size);
+        const int epoch = Epoch(ctx);
+        if (step == 2 && slot >= 1 && slot <= 4 && epoch == slot - 1) raise(SIGKILL);
+        if (step == 2 && slot == 5 && epoch == 4) {
+            pthread_t t;
+            pthread_create(&t, NULL, ResetThread, ctx);
+            usleep((useconds_t)(getpid() % 50) * 1000);
+            _exit(5);
+        }
+        char name[32];
+        snprintf(name, sizeof(name), "churn.%d", step);
+        long long v = 1;
+        st = AllreduceOne(ctx, name, &v);
+        if (st == HVD_OK) {
+            if (v != size) {
+                printf("step %d of epoch %d: sum %lld, not the size %d\n", step, epoch, v, size);
+                return 1;
+            }
+            ++step;
+            continue;
+        }
+        if (st != HVD_ERR_MEMBERSHIP_CHANGED) {
+            printf("step %d: status %d: %s\n", step, (int)st, hvd_last_error());
+            return 1;
+        }
+        /* Reset until an epoch forms (a peer may fail while it forms). */
+        for (int tries = 0;; ++tries) {
+            ++resets;
+            st = hvd_context_reset(ctx);
+            if (st == HVD_OK) break;
+            if (st != HVD_ERR_MEMBERSHIP_CHANGED || tries == 10) {
+                printf("reset: status %d: %s\n", (int)st, hvd_last_error());
+                return 1;
+            }
+        }
+    }
+    hvd_context_size(ctx, &size);
+    printf("done epoch=%d size=%d resets=%d\n", Epoch(ctx), size, resets);
+    hvd_context_destroy(ctx);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc != 3) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
     long long value = atoll(argv[1]);
     const char* mode = argv[2];
+    if (strcmp(mode, "churn") == 0) return Churn((int)value);
     hvd_context_t ctx = NULL;
     hvd_status_t st = hvd_context_create(NULL, &ctx);
     if (st != HVD_OK) {

@@ -28,6 +28,22 @@ done
 expect_in "$TMP/err" '^hvdrun: worker 127\.0\.0\.3:0:2 exited with code 3; host 127\.0\.0\.3 is left out for good$'
 expect_no_survivors
 
+# Repeated failures on one host: 6 workers; 4 kill themselves one epoch after
+# another, the fifth leaves while its own reset is under way (a failure
+# during a reset). The last worker, rank 0 throughout, checks every sum
+# against the size and finishes alone.
+run_hvdrun --min-np 1 -np 6 --elastic-timeout 20 --grace-period 2 -H 127.0.0.1:6 --tag-output \
+  "$W" 8 churn
+expect_rc 0 "five failures the job recovered from"
+expect_in "$TMP/out" '^\[127\.0\.0\.1:0:0\]<stdout>: done epoch=[56] size=1 resets=[5-9]$'
+[ "$(grep -c '<stdout>: done ' "$TMP/out")" = 1 ] || fail "only slot 0 finishes: $(grep 'done ' "$TMP/out")"
+for s in 1 2 3 4; do
+  expect_in "$TMP/err" "^hvdrun: worker 127\.0\.0\.1:$s:$s killed by signal 9 \(SIGKILL\)"
+done
+expect_in "$TMP/err" '^hvdrun: worker 127\.0\.0\.1:5:5 exited with code 5'
+expect_faster 45 "five failures"
+expect_no_survivors
+
 # Too few workers left: after the elastic timeout hvdrun answers the
 # survivor's join with `exit`, which its reset reports.
 run_hvdrun --min-np 2 --elastic-timeout 2 --grace-period 2 -H 127.0.0.1,127.0.0.2 --tag-output sh -c '
