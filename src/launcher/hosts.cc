@@ -138,6 +138,22 @@ bool IsLoopbackAddress(const std::string& addr) {
 
 }  // namespace
 
+namespace {
+// The next line of a host file or a discovery script's output that says
+// something: '#' starts a comment, blanks around are dropped, empty lines
+// skipped. *lineno counts every line read.
+bool NextListLine(std::istream& in, std::string* line, int* lineno) {
+  while (std::getline(in, *line)) {
+    ++*lineno;
+    size_t hash = line->find('#');
+    if (hash != std::string::npos) line->resize(hash);
+    *line = Trim(*line);
+    if (!line->empty()) return true;
+  }
+  return false;
+}
+}  // namespace
+
 Result<std::vector<HostSlots>> ParseHostList(const std::string& spec) {
   std::vector<HostSlots> hosts;
   std::stringstream ss(spec);
@@ -161,12 +177,7 @@ Result<std::vector<HostSlots>> ParseHostfile(const std::string& path) {
   std::vector<HostSlots> hosts;
   std::string line;
   int lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    size_t hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    line = Trim(line);
-    if (line.empty()) continue;
+  while (NextListLine(in, &line, &lineno)) {
     std::stringstream ls(line);
     std::string first, word;
     ls >> first;
@@ -194,12 +205,7 @@ Result<std::vector<HostSlots>> ParseDiscoveredHosts(const std::string& text, int
   std::stringstream in(text);
   std::string line;
   int lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    size_t hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
-    line = Trim(line);
-    if (line.empty()) continue;
+  while (NextListLine(in, &line, &lineno)) {
     auto where = [&] { return "line " + std::to_string(lineno) + " '" + line + "'"; };
     if (line.find_first_of(" \t") != std::string::npos) {
       return Status(InvalidArgument(where() + ": one host:slots a line expected"));

@@ -779,24 +779,24 @@ class _DistributedOptimizer:
                 else:
                     self._write_grad(p, compressed, cctx)
         finally:
-            self._handles.clear()
-            self._submitted.clear()
-            for p in self._passes:
-                self._passes[p] = 0
-            for g in self._ready:
-                self._ready[g] = 0
+            self._clear_step()
         self._synchronized = True
 
-    def _hvd_drop_pending(self):
-        """Forgets the reductions of a step that failed (an elastic reset
-        follows): their handles are dropped (they complete with the reset's
-        error), and the next backward pass starts afresh."""
+    def _clear_step(self):
+        """Forgets the step's handles and counters: the next backward pass
+        starts afresh."""
         self._handles.clear()
         self._submitted.clear()
         for p in self._passes:
             self._passes[p] = 0
         for g in self._ready:
             self._ready[g] = 0
+
+    def _hvd_drop_pending(self):
+        """Forgets the reductions of a step that failed (an elastic reset
+        follows): their handles are dropped (they complete with the reset's
+        error), and the next backward pass starts afresh."""
+        self._clear_step()
         self._synchronized = False
 
     def _write_grad(self, p, compressed, cctx):
