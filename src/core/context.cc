@@ -472,7 +472,10 @@ void ContextImpl::Finish(Scope& scope, OpRequest& req, Status status) {
 
 // One lock for the whole batch: a fused step completes hundreds of requests.
 void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& given) {
-  const Status status = Membership(given);
+  // Successes (the hot path) pass through untouched; only failures of an
+  // elastic job are reworded.
+  Status mapped;
+  const Status& status = given.ok() || !cfg_.elastic ? given : (mapped = Membership(given));
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < n; ++i) {
