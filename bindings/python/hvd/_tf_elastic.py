@@ -17,10 +17,15 @@ a reset (broadcast_variables). run() also recognizes a lost peer in the errors
 of hvd's graph kernels (tf.function, Keras' compiled step), which TensorFlow
 raises as its own error classes carrying [HVD_ERR_MEMBERSHIP_CHANGED].
 
-Limits: eager TensorFlow 2 only (TensorFlowState(session=...) for TensorFlow 1
-graphs is refused); a graph traced before a reset keeps any value it read at
-trace time (hvd.size() in Python code inside a tf.function): compile again
-after a reset if training depends on it.
+TensorFlow 1 graphs (tf.compat.v1): TensorFlowState(variables, session=sess)
+reads the variables with session.run at each commit, assigns them back
+through assign ops fed by placeholders (built once, with the state: make it
+before the graph is finalized) and syncs them with a broadcast op run in the
+session. The Keras states are eager only.
+
+A graph traced before a reset keeps any value it read at trace time
+(hvd.size() in Python code inside a tf.function): compile again after a reset
+if training depends on it.
 """
 
 from __future__ import annotations
@@ -161,17 +166,77 @@ class TensorFlowKerasState(ObjectState):
         super().sync()
 
 
+class _SessionVariables:
+    """Saved copies of a TensorFlow 1 graph's variables, read and written
+    through a Session. Every op it runs is built here, once: an assign op per
+    variable fed from a placeholder (restore) and the broadcast of the
+    variables from rank 0 (sync), so restoring or syncing many times adds
+    nothing to the graph."""
+
+    def __init__(self, variables, session, name):
+        self.session = session
+        graph = session.graph
+        with graph.as_default():
+            if variables is None:
+                variables = tf.compat.v1.global_variables()
+            self.variables = list(variables)
+            for v in self.variables:
+                if getattr(v, "graph", graph) is not graph:
+                    raise ValueError(f"hvd.tensorflow.elastic.{name}: variable {v.name} is "
+                                     "not in the session's graph")
+            if graph.finalized:
+                raise RuntimeError(f"hvd.tensorflow.elastic.{name}: the session's graph is "
+                                   "finalized (e.g. by MonitoredTrainingSession); make the "
+                                   "state before it is, it adds its assign and broadcast ops")
+            from .tensorflow import broadcast_variables
+            with tf.name_scope("hvd_elastic_state"):
+                self._feeds = [tf.compat.v1.placeholder(v.dtype.base_dtype, shape=v.shape)
+                               for v in self.variables]
+                self._assign = tf.group(*[v.assign(p) for v, p in
+                                          zip(self.variables, self._feeds)])
+                self._bcast = broadcast_variables(self.variables, root_rank=0,
+                                                  name="elastic.variables")
+        self._saved = None
+
+    def save(self):
+        values = self.session.run(self.variables) if self.variables else []
+        self._saved = [np.array(x, copy=True) for x in values]
+
+    def restore(self):
+        if self._saved is None or not self.variables:
+            return
+        self.session.run(self._assign, feed_dict=dict(zip(self._feeds, self._saved)))
+
+    def sync(self):
+        if self.variables:
+            self.session.run(self._bcast)
+        self.save()
+
+
 class TensorFlowState(ObjectState):
-    """Horovod's TensorFlowState: a list of tf.Variable plus any keyword
-    attributes, saved, restored and synced as TensorFlowKerasState does.
-    session= (TensorFlow 1 graphs) is not supported."""
+    """Horovod's TensorFlowState: a list of variables plus any keyword
+    attributes. Eagerly (TensorFlow 2) they are saved, restored and synced as
+    TensorFlowKerasState does. With session= (a tf.compat.v1 Session, graph
+    mode) the state works through the session: commit() reads the variables'
+    values (session.run), restore() assigns them back (assign ops fed from
+    placeholders, built once here), sync() runs a broadcast of rank 0's
+    values; variables defaults to the graph's global variables. Make it once
+    the variables are initialized and before the graph is finalized."""
 
     def __init__(self, variables=None, session=None, **kwargs):
+        self.session = session
         if session is not None:
-            raise NotImplementedError("hvd.tensorflow.elastic.TensorFlowState: session= "
-                                      "(TensorFlow 1 graphs) is not supported; pass the "
-                                      "variables of an eager program")
-        _require_eager("TensorFlowState")
+            if not hasattr(session, "run") or not hasattr(session, "graph"):
+                raise TypeError("hvd.tensorflow.elastic.TensorFlowState: session must be a "
+                                f"tf.compat.v1.Session, got {type(session).__name__}")
+            self._copy = _SessionVariables(variables, session, "TensorFlowState")
+            self.variables = self._copy.variables
+            self._copy.save()
+            super().__init__(**kwargs)
+            return
+        if not tf.executing_eagerly():
+            raise ValueError("hvd.tensorflow.elastic.TensorFlowState: in a TensorFlow 1 graph "
+                             "pass the session that runs it (session=sess)")
         if variables is None:
             raise ValueError("hvd.tensorflow.elastic.TensorFlowState: pass variables= (eager "
                              "TensorFlow has no global variable collection)")
@@ -181,16 +246,25 @@ class TensorFlowState(ObjectState):
         super().__init__(**kwargs)
 
     def save(self):
-        self._copy.save(self.variables)
+        if self.session is not None:
+            self._copy.save()
+        else:
+            self._copy.save(self.variables)
         super().save()
 
     def restore(self):
-        self._copy.restore(self.variables)
+        if self.session is not None:
+            self._copy.restore()
+        else:
+            self._copy.restore(self.variables)
         super().restore()
 
     def sync(self):
-        self._copy.sync(self.variables)
-        self._copy.save(self.variables)
+        if self.session is not None:
+            self._copy.sync()
+        else:
+            self._copy.sync(self.variables)
+            self._copy.save(self.variables)
         super().sync()
 
 

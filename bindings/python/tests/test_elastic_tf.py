@@ -1,15 +1,19 @@
 """hvd.tensorflow.elastic and hvd.keras.elastic against a fake default
-context (elastic_fake.py): TensorFlowKerasState / KerasState / TensorFlowState
-commit, restore and sync, run() turning TensorFlow's errors for a changed
-membership into a reset, and the Keras callbacks during model.fit."""
+context (elastic_helpers.py): TensorFlowKerasState / KerasState /
+TensorFlowState commit, restore and sync (TensorFlowState eagerly and through
+a tf.compat.v1 Session), run() turning TensorFlow's errors for a changed
+membership into a reset, and the Keras callbacks during model.fit. One real
+job: TensorFlowState(session=...) synced on 2 ranks under hvdrun."""
 
 import importlib
+import os
 
 import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
 
+import harness  # noqa: E402
 import hvd  # noqa: E402
 import hvd.elastic as E  # noqa: E402
 import hvd.keras as hvdk  # noqa: E402
@@ -114,10 +118,89 @@ def test_tensorflow_state(fake, world):
     state.restore()
     assert v.numpy().tolist() == [5.0, 6.0] and state.step == 1
     state.sync()  # a world of one through the fake: broadcast_variables is hvd's own
-    with pytest.raises(NotImplementedError, match="session"):
+    with pytest.raises(TypeError, match="tf.compat.v1.Session"):
         hvdtf.elastic.TensorFlowState([v], session=object())
     with pytest.raises(ValueError, match="variables"):
         hvdtf.elastic.TensorFlowState()
+
+
+def v1_graph():
+    """A tf.compat.v1 graph with two initialized variables, a step changing
+    both, and its Session."""
+    g = tf.Graph()
+    with g.as_default():
+        a = tf.compat.v1.get_variable("a", initializer=np.array([0.25, -1.5, 3.0], np.float32))
+        b = tf.compat.v1.get_variable("b", initializer=np.int64(7))
+        step = tf.group(a.assign(a * 3.0 + 0.1), b.assign_add(5))
+        sess = tf.compat.v1.Session(graph=g)
+        sess.run(tf.compat.v1.global_variables_initializer())
+    return g, sess, a, b, step
+
+
+def test_tensorflow_state_with_a_session(fake, world):
+    g, sess, a, b, step = v1_graph()
+    with sess:
+        state = hvdtf.elastic.TensorFlowState(session=sess, epoch=0)
+        assert state.variables == [a, b]  # the graph's global variables
+        n_ops = len(g.get_operations())
+        sess.run(step)
+        state.epoch = 1
+        state.commit()
+        committed = sess.run([a, b])
+        for _ in range(3):  # restore assigns the committed values, bit for bit
+            sess.run(step)
+            sess.run(step)
+            state.epoch = 2
+            assert sess.run(b) != committed[1]
+            state.restore()
+            got = sess.run([a, b])
+            np.testing.assert_array_equal(got[0], committed[0])
+            assert got[0].dtype == np.float32 and got[1] == committed[1] == 12
+            assert state.epoch == 1
+        assert len(g.get_operations()) == n_ops  # the assign ops were built once
+        # sync on a world of one: rank 0's (its own) values, kept as the new commit
+        sess.run(step)
+        synced = sess.run([a, b])
+        state.sync()
+        sess.run(step)
+        state.restore()
+        np.testing.assert_array_equal(sess.run(a), synced[0])
+        assert sess.run(b) == synced[1] == 17
+        assert len(g.get_operations()) == n_ops
+
+
+def test_tensorflow_state_with_a_session_takes_listed_variables(fake, world):
+    g, sess, a, b, step = v1_graph()
+    with sess:
+        state = hvdtf.elastic.TensorFlowState([a], session=sess)
+        sess.run(step)
+        state.restore()  # a only: b keeps its step
+        np.testing.assert_array_equal(sess.run(a), np.array([0.25, -1.5, 3.0], np.float32))
+        assert sess.run(b) == 12
+
+
+def test_tensorflow_state_in_a_graph_needs_its_session(fake, world):
+    g, sess, a, b, step = v1_graph()
+    with sess, g.as_default():
+        with pytest.raises(ValueError, match="session=sess"):
+            hvdtf.elastic.TensorFlowState([a])
+        g.finalize()
+        with pytest.raises(RuntimeError, match="finalized"):
+            hvdtf.elastic.TensorFlowState(session=sess)
+    other = tf.Graph()
+    with other.as_default():
+        c = tf.compat.v1.get_variable("c", initializer=1.0)
+    with pytest.raises(ValueError, match="not in the session's graph"):
+        hvdtf.elastic.TensorFlowState([c], session=tf.compat.v1.Session(graph=tf.Graph()))
+
+
+def test_tensorflow_state_with_a_session_on_two_ranks(hvdrun, tmp_path):
+    """sync, restore and run() through a Session, 2 ranks (workers/tf_elastic_session.py)."""
+    job = harness.run_job(2, os.path.join(harness.WORKERS, "tf_elastic_session.py"),
+                          tmp_path=tmp_path, timeout=240)
+    for check in ("sync", "restore_after_sync", "run_syncs_then_trains", "no_new_ops"):
+        harness.assert_check(job, 2, check)
+    assert job.ok(), job.describe()
 
 
 def test_run_resets_on_tensorflow_errors_for_a_changed_membership(fake):
