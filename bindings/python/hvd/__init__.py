@@ -77,8 +77,10 @@ def init(comm=None, process_sets=None, **params):
     process_sets: Horovod's. A list of ProcessSet (or rank lists) registered in
     order once the context exists, as add_process_set does (every rank passes the
     same list); "dynamic" is accepted and changes nothing (hvd's sets can always
-    be added and removed later). When registering fails, this init's reference is
-    released again and the error raised.
+    be added and removed later). All of them or none: when registering one fails
+    (on every rank: registering is collective), the sets this call registered
+    already are removed again (collectively), this init's reference is released
+    and the error raised.
     params: any hvd_params_t setting -- rank, size, local_rank, local_size, cross_rank,
     cross_size, transport, rendezvous_addr, secret, fusion_threshold_bytes, cycle_time_ms,
     cache_capacity, stall_warning_s, stall_shutdown_s, start_timeout_s, timeline_path,
@@ -115,8 +117,7 @@ def init(comm=None, process_sets=None, **params):
         global_process_set.ranks = list(range(size()))
     if process_sets:
         try:
-            for ps in process_sets:
-                add_process_set(ps)
+            _DEFAULT._registry.add_all(process_sets)
         except BaseException:
             shutdown()
             raise

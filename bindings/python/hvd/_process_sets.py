@@ -26,7 +26,14 @@ As in Horovod:
     that is not registered;
   - broadcast roots are ranks of the root context (hvd.rank()), not ranks
     within the set; ps.rank() is this process's rank within the set (the
-    order of allgather's blocks).
+    order of allgather's blocks);
+  - a ProcessSet pickles as its ranks alone (see ProcessSet.__reduce__), so
+    it can go through multiprocessing, broadcast_object or a saved config.
+
+A call that registers several sets (hvd.init(process_sets=[...]), or one
+ProcessSet(mpi_comm) holding several communicators) registers all of them or
+none: when making a later one fails, the sets that call registered already
+are removed again before the error is raised (Registry._rollback).
 """
 
 from __future__ import annotations
@@ -124,6 +131,23 @@ class ProcessSet:
     def __deepcopy__(self, memo):
         return self
 
+    def __reduce__(self):
+        """Pickles the ranks and nothing else (the context, the registry and
+        an MPI communicator belong to this process). Unpickling gives the set
+        registered on the default context with the same ranks, where there is
+        one (the same object: same id, usable at once), else an unregistered
+        ProcessSet(ranks) to pass to hvd.add_process_set or
+        hvd.init(process_sets=...); hvd.global_process_set gives the
+        unpickling process's global set. A ProcessSet(mpi_comm) can be
+        pickled once registered (its ranks are known then)."""
+        if self._global:
+            return (_unpickle_global, ())
+        if self.ranks is None:
+            raise TypeError(f"hvd: cannot pickle {self._describe()}: its ranks are known only "
+                            "once it is registered (hvd.add_process_set or "
+                            "hvd.init(process_sets=[...])); pickle it after that")
+        return (_unpickle, (list(self.ranks),))
+
     def __str__(self):
         return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
                 f"mpi_comm={self.mpi_comm})")
@@ -181,6 +205,23 @@ class ProcessSet:
         self._gone = why
 
 
+def _default_registry():
+    from ._api import DEFAULT
+    return DEFAULT._registry
+
+
+def _unpickle(ranks):
+    """ProcessSet.__reduce__'s counterpart: the default context's registered
+    set with these ranks, else a new unregistered ProcessSet(ranks)."""
+    found = _default_registry().by_ranks(ranks)
+    return found if found is not None else ProcessSet(ranks)
+
+
+def _unpickle_global():
+    from ._api import global_process_set
+    return global_process_set
+
+
 class Registry:
     """The process sets registered on one root context, by id. Ids count up
     from 1 and are never reused within a process (a stale id in a traced
@@ -208,7 +249,12 @@ class Registry:
             if ps.process_set_id is not None:
                 raise _err(f"{ps._describe()} is already registered")
             if ps.ranks is None:
-                return self._add_comm(ps)
+                before = set(self._sets)
+                try:
+                    return self._add_comm(ps)
+                except BaseException:
+                    self._rollback(before, ps)
+                    raise
             # The set is made first, so that ranks passing different lists
             # all fail together (MismatchError) rather than some refusing a
             # duplicate here while the others wait in the collective.
@@ -224,6 +270,50 @@ class Registry:
             self._sets[ident] = ps
             ps._register(self, ident, ctx)
         return ps
+
+    def add_all(self, process_sets):
+        """Registers the sets in order (hvd.init(process_sets=[...])), all or
+        none: each item is made a ProcessSet before anything is registered,
+        and when registering one fails, the sets registered by this call are
+        removed again (_rollback) and the error raised. Returns the
+        ProcessSets."""
+        sets = [ps if isinstance(ps, ProcessSet) else ProcessSet(ps) for ps in process_sets]
+        with self._lock:
+            before = set(self._sets)
+            try:
+                for ps in sets:
+                    self.add(ps)
+            except BaseException:
+                self._rollback(before, *sets)
+                raise
+        return sets
+
+    def _rollback(self, before, *comm_sets):
+        """Removes every set registered since the registry held the ids
+        `before` (by the call that is failing), in id order. Every rank
+        registered the same sets under the same ids and sees the same failure
+        (making a set is collective, and so is what refuses one), so every
+        rank removes the same sets in the same order: the members of each
+        destroy its context together (bounded as any destroy, by the stall
+        inspector; a failure there is ignored, the context is freed whatever
+        it returns, and the original error is the one raised). comm_sets:
+        ProcessSet(mpi_comm)s of the call, which get their ranks back to
+        None (they are known only once registered)."""
+        for ident in sorted(set(self._sets) - set(before)):
+            target = self._sets.pop(ident)
+            ctx = target._ctx
+            target._invalidate("was removed again because registering a later process set "
+                               "in the same call failed")
+            target._siblings = ()
+            self._forget(ident)
+            if ctx is not None:
+                try:
+                    ctx.close()  # collective over the set's members
+                except Exception:  # noqa: BLE001 - the caller raises the first error
+                    pass
+        for ps in comm_sets:
+            if ps.mpi_comm is not None and ps.process_set_id is None:
+                ps.ranks = None
 
     def _add_comm(self, ps):
         """Registers ProcessSet(mpi_comm): collective over the root's ranks,
@@ -349,6 +439,15 @@ class Registry:
     def by_id(self, ident):
         with self._lock:
             return self._sets.get(ident)
+
+    def by_ranks(self, ranks):
+        """The registered set with exactly these ranks (sorted), or None."""
+        ranks = list(ranks)
+        with self._lock:
+            for ps in self._sets.values():
+                if ps.ranks == ranks:
+                    return ps
+        return None
 
     def live(self):
         with self._lock:

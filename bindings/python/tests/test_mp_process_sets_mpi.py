@@ -16,7 +16,8 @@ MPI_REASON = harness.mpi_reason()
 needs_mpi = pytest.mark.skipif(MPI_REASON is not None, reason=f"mpi: {MPI_REASON}")
 CHECKS = {
     "world": ["registered", "allreduce", "allgather_order", "broadcast", "with_rank_lists",
-              "duplicate", "comm_self", "different_comms", "remove"],
+              "duplicate", "comm_self", "different_comms", "pickled", "comm_rolls_back",
+              "remove"],
     "default": ["registered", "allreduce", "allgather_order", "broadcast", "remove"],
     "subcomm": ["subcomm_sets", "outside_comm"],
     "hvdrun": ["size_mismatch"],

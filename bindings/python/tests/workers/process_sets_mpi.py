@@ -12,7 +12,10 @@ the size check). Modes (argv[1]):
            process, hvd 2 ranks -> the size error on every rank
 
 Results are checked exactly (integer sums, gathered rank order, ids);
-failures raise the same ValueError on every rank."""
+failures raise the same ValueError on every rank. In world mode also:
+pickling a ProcessSet(mpi_comm) (refused before registration, its ranks
+after), and a registration of two communicators whose second set fails in
+the library on every rank, which removes the first again."""
 
 import os
 import sys
@@ -23,7 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 CHECKS = {
     "world": ["registered", "allreduce", "allgather_order", "broadcast", "with_rank_lists",
-              "duplicate", "comm_self", "different_comms", "remove"],
+              "duplicate", "comm_self", "different_comms", "pickled", "comm_rolls_back",
+              "remove"],
     "default": ["registered", "allreduce", "allgather_order", "broadcast", "remove"],
     "subcomm": ["subcomm_sets", "outside_comm"],
     "hvdrun": ["size_mismatch"],
@@ -151,6 +155,70 @@ def main():
                 halves.Free()
             live = [p.ranks for p in hvd._DEFAULT.process_sets()]
             assert live == [[0, 2], [1, 3]], live
+
+        @add("pickled")
+        def _():
+            import pickle
+            dup = parity.Dup()
+            try:
+                try:
+                    pickle.dumps(hvd.ProcessSet(dup))
+                except TypeError as e:
+                    assert "known only once it is registered" in str(e), str(e)
+                else:
+                    raise AssertionError("pickling an unregistered ProcessSet(mpi_comm) worked")
+            finally:
+                dup.Free()
+            assert pickle.loads(pickle.dumps(ps)) is ps
+            # rank 0's set [0, 2], sent to every rank: the registered set of those ranks
+            got = hvd.broadcast_object(ps if rank == 0 else None, root_rank=0, name="pickled")
+            assert got is hvd._DEFAULT.process_sets()[0] and got.ranks == [0, 2], str(got)
+            assert (got is ps) == (rank % 2 == 0)
+            if got.included():
+                out = hvd.allreduce(np.array([rank + 1], np.int64), op=hvd.Sum, name="pickled",
+                                    process_set=got)
+                assert out.tolist() == [4], out
+
+        @add("comm_rolls_back")
+        def _():
+            halves = world.Split(wr // 2, key=wr)  # two sets, [0, 1] then [2, 3]
+            calls = []
+            real = hvd._DEFAULT._make_set
+
+            def second_fails(ranks):
+                calls.append(list(ranks))
+                if len(calls) == 2:  # the library refuses it on every rank
+                    return real(list(ranks) + [size])
+                return real(ranks)
+
+            half = hvd.ProcessSet(halves)
+            hvd._DEFAULT._make_set = second_fails
+            try:
+                hvd.add_process_set(half)
+            except hvd.InvalidArgumentError as e:
+                assert f"rank {size} is out of range" in str(e), str(e)
+            else:
+                raise AssertionError("the failing registration did not raise")
+            finally:
+                del hvd._DEFAULT._make_set
+            try:
+                assert calls == [[0, 1], [2, 3]], calls
+                live = [(p.process_set_id, p.ranks) for p in hvd._DEFAULT.process_sets()]
+                assert live == [(1, [0, 2]), (2, [1, 3])], live
+                assert (half.process_set_id, half.ranks) == (None, None), str(half)
+                got = hvd.allreduce(np.array([rank + 1], np.int64), op=hvd.Sum, name="after")
+                assert got.tolist() == [sum(range(1, size + 1))], got
+                # registered again, whole this time
+                assert hvd.add_process_set(half) is half and half.ranks == [r for r in range(
+                    size) if r // 2 == rank // 2], str(half)
+                out = hvd.allreduce(np.array([rank + 1], np.int64), op=hvd.Sum, name="half",
+                                    process_set=half)
+                assert out.tolist() == [sum(r + 1 for r in half.ranks)], out
+                assert hvd.remove_process_set(half) is True
+                live = [p.ranks for p in hvd._DEFAULT.process_sets()]
+                assert live == [[0, 2], [1, 3]], live
+            finally:
+                halves.Free()
 
         @add("remove")
         def _():

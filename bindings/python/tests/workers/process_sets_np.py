@@ -6,7 +6,12 @@ N-2, or both ranks at N = 2; added later), which overlaps both. Every
 collective runs with process_set= and is checked exactly against what the
 set's members contributed (floats: Average of small integers, within 1e-12
 relative). Every check submits all its operations before asserting, so a
-failing check leaves the ranks in step for the next one."""
+failing check leaves the ranks in step for the next one.
+
+Also: ProcessSets sent between ranks through pickle (broadcast_object,
+allgather_object) come back as the registered sets, usable at once, or as
+unregistered ones to add; and hvd.init(process_sets=[...]) whose last set
+fails on every rank removes the sets it had registered before raising."""
 
 import os
 import sys
@@ -24,7 +29,7 @@ CHECKS = ["registered", "add_dynamic", "allreduce", "allreduce_inplace_async",
           "reducescatter", "grouped_reducescatter", "barrier_join", "objects",
           "same_names_at_once", "not_registered", "not_a_member", "root_outside_set",
           "bad_ranks", "mismatched_lists", "duplicate_set", "remove", "init_dynamic",
-          "shutdown_drops_sets"]
+          "pickled", "init_rolls_back", "shutdown_drops_sets"]
 
 
 def check_names(size):
@@ -396,6 +401,73 @@ def make_checks(hvd, size, rank, even, odd):
             hvd.shutdown()
         assert hvd.is_initialized()
         assert hvd.allreduce(np.ones(1), op=hvd.Sum, process_set=mine)[0] == len(mine.ranks)
+
+    def registered():
+        from hvd._api import DEFAULT
+        return [(p.process_set_id, p.ranks) for p in DEFAULT.process_sets()]
+
+    @add("pickled")
+    def _():
+        import pickle
+        loose = hvd.ProcessSet([size - 1, 0])
+        sent = {"even": even, "odd": odd, "global": hvd.global_process_set, "loose": loose}
+        got = hvd.broadcast_object(sent if rank == 0 else None, root_rank=0, name="ps.pickled")
+        # every rank's own sets, in rank order
+        theirs = hvd.allgather_object(mine, name="ps.pickled.mine")
+        out = hvd.allreduce(np.full(3, rank + 1, np.int64), op=hvd.Sum, name="ps.pickled.ar",
+                            process_set=theirs[rank])  # used as received
+        np.testing.assert_array_equal(out, np.full(3, sum(g + 1 for g in mine.ranks)))
+        assert got["even"] is even and got["odd"] is odd, got
+        assert got["global"] is hvd.global_process_set
+        assert [p.process_set_id for p in theirs] == [1 + g % 2 for g in range(size)], theirs
+        assert all(p is (even if g % 2 == 0 else odd) for g, p in enumerate(theirs)), theirs
+        new = got["loose"]  # not registered anywhere: a ProcessSet of its ranks
+        assert new.process_set_id is None and new.ranks == [0, size - 1], str(new)
+        assert rank != 0 or new is not loose
+        added = hvd.add_process_set(new)
+        assert added is new and new.process_set_id is not None, str(new)
+        if new.included():
+            got_sum = hvd.allreduce(np.full(2, rank, np.int64), op=hvd.Sum, name="ps.pickled.new",
+                                    process_set=new)
+            np.testing.assert_array_equal(got_sum, np.full(2, size - 1))
+        # once registered, rank 0's pickle of its own object is the registered one everywhere
+        again = hvd.broadcast_object(new if rank == 0 else None, root_rank=0,
+                                     name="ps.pickled.again")
+        assert again is new, (str(again), str(new))
+        assert pickle.loads(pickle.dumps(new)) is new
+        assert hvd.remove_process_set(new) is True
+        back = pickle.loads(pickle.dumps(new))
+        assert back is not new and back.process_set_id is None and back.ranks == new.ranks
+
+    @add("init_rolls_back")
+    def _():
+        import copy
+        before = registered()
+        firsts = [hvd.ProcessSet([0, 1])] + ([hvd.ProcessSet([1, 2])] if size > 2 else [])
+        # bad last list: the library refuses it on every rank, after the first ones were made
+        e = raises(hvd.InvalidArgumentError, f"rank {size} is out of range",
+                   lambda: hvd.init(process_sets=firsts + [hvd.ProcessSet([0, size])]))
+        assert hvd.is_initialized() and registered() == before, (registered(), before, e)
+        for ps in firsts:
+            assert ps.process_set_id is None, str(ps)
+            raises(ValueError, "was removed again because registering a later process set",
+                   lambda: hvd.allreduce(np.ones(1), process_set=ps))
+        # a duplicate later in the list: refused (on every rank) once made, the first removed
+        raises(ValueError, "attempted to add a duplicate process set",
+               lambda: hvd.init(process_sets=[[0, 1], copy.copy([0, 1])]))
+        assert hvd.is_initialized() and registered() == before, registered()
+        # the job goes on, and the rolled back sets can be registered again
+        out = hvd.allreduce(np.full(2, rank + 1, np.int64), op=hvd.Sum, name="after.rollback")
+        np.testing.assert_array_equal(out, np.full(2, size * (size + 1) // 2))
+        again = hvd.add_process_set(firsts[0])
+        ids = hvd.allgather_object(again.process_set_id, name="rollback.ids")
+        assert len(set(ids)) == 1, ids  # the same id on every rank
+        if again.included():
+            got = hvd.allreduce(np.full(2, rank + 1, np.int64), op=hvd.Sum, name="again",
+                                process_set=again)
+            np.testing.assert_array_equal(got, np.full(2, 3))
+        assert hvd.remove_process_set(again) is True
+        assert registered() == before, registered()
 
     @add("shutdown_drops_sets")
     def _():
