@@ -125,6 +125,7 @@ class ElasticJob : public Supervisor {
   void Blacklist(const std::string& host, std::string* how);
   void Fill(int target);
   bool SpawnWorker(const std::string& host, int slot);
+  std::vector<int> LocalCpus();
   void Drop(Worker& w, const std::string& why, bool term);
   void Form();
   void FormEpoch(std::vector<Worker*> members);
@@ -355,6 +356,11 @@ bool ElasticJob::SpawnWorker(const std::string& host, int slot) {
         adv_host_ + " (the first host list named only loopback hosts): its workers cannot reach "
         "it; give --network-interface");
   }
+  if (w->child.remote) {
+    NoteRemoteUnbound();
+  } else {
+    w->child.cpus = LocalCpus();
+  }
   auto vars = CommonVars(host);
   vars.emplace_back("HVD_ELASTIC", "1");
   vars.emplace_back("HVD_ELASTIC_WORKER", w->id);
@@ -370,6 +376,31 @@ bool ElasticJob::SpawnWorker(const std::string& host, int slot) {
   }
   spawned_any_ = true;
   return true;
+}
+
+// The CPU binding of a worker about to start on this machine. Workers come
+// and go, so the CPUs are shared out among every worker this machine may
+// hold at once (its hosts' slots in the host list, up to --max-np), and the
+// new worker gets a share no live local worker holds (with --bind-to core:
+// the CPU the fewest hold). Empty: not bound.
+std::vector<int> ElasticJob::LocalCpus() {
+  if (o_.bind_to == BindMode::kNone) return {};
+  long slots = 0;
+  for (const auto& h : usable_) {
+    if (!IsRemote(h.host)) slots += h.slots;
+  }
+  std::vector<std::vector<int>> taken;
+  for (const auto& w : workers_) {
+    if (w->child.running && !w->child.remote) taken.push_back(w->child.cpus);
+  }
+  long n = std::max<long>(std::min<long>(slots, max_np_), static_cast<long>(taken.size()) + 1);
+  auto blocks = LocalCpuBlocks(static_cast<int>(std::min<long>(n, INT_MAX)));
+  auto cpus = PickBlock(blocks, taken, o_.bind_to == BindMode::kAuto);
+  if (cpus.empty() && !blocks.empty() && o_.verbose) {
+    Log("--bind-to auto: every share of the CPUs is held by a live local worker: the next one "
+        "is not bound");
+  }
+  return cpus;
 }
 
 // Starts workers on free slots, in host list order, until target workers live.

@@ -128,6 +128,20 @@ int Job::Prepare() {
   }
   int rc = Setup(hosts, false);
   if (rc != 0) return rc;
+
+  // Every rank started here shares this machine's CPUs, whatever name its
+  // host has in the list (localhost, 127.0.0.1, ...).
+  int local = 0;
+  for (const auto& r : ranks_) local += r.child.remote ? 0 : 1;
+  auto blocks = LocalCpuBlocks(local);
+  size_t next = 0;
+  for (auto& r : ranks_) {
+    if (r.child.remote) {
+      NoteRemoteUnbound();
+    } else if (!blocks.empty()) {
+      r.child.cpus = blocks[next++];
+    }
+  }
   if (!server_) {
     std::vector<int> ids;
     for (const auto& r : ranks_) ids.push_back(r.slot.rank);

@@ -108,9 +108,11 @@ MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
   }
   // hvd runs a background thread next to the application's own threads:
   // binding each rank to one core (mpirun's default for small jobs) would
-  // make them share it.
+  // make them share it. So only --bind-to core asks mpirun for a binding
+  // (hvdrun's auto shares, floor(C/N) CPUs a rank, have no plain mpirun
+  // spelling).
   a.push_back("--bind-to");
-  a.push_back("none");
+  a.push_back(o.bind_to == BindMode::kCore ? "core" : "none");
   if (o.tag_output) a.push_back("--tag-output");
   std::string rsh;
   if (o.ssh_port > 0) rsh += "-p " + std::to_string(o.ssh_port);

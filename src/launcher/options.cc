@@ -227,6 +227,14 @@ Remote hosts:
   -i, --ssh-identity-file F   ssh private key
 
 Behaviour:
+  --bind-to none|core|auto    CPU binding of the ranks started on this machine
+                              (not those on remote hosts), within hvdrun's own
+                              CPU affinity. auto (the default, or
+                              $HVD_BIND_TO): where the ranks fit the CPUs, each
+                              gets an equal contiguous share of them (whole
+                              physical cores first); else none. core: one CPU
+                              each (round robin when more ranks than CPUs).
+                              none: no binding
   --tag-output                prefix every output line with "[rank]<stdout>: " or
                               "[rank]<stderr>: "
   --grace-period S            seconds between SIGTERM and SIGKILL when stopping
@@ -287,6 +295,12 @@ ParseResult ParseArgs(int argc, char** argv) {
   if (const char* v = std::getenv("HVD_LAUNCHER_GRACE"); v != nullptr && *v != '\0') {
     if (!ParseNonNegative(v, &o.grace_s)) {
       res.error = std::string("bad HVD_LAUNCHER_GRACE '") + v + "' (seconds expected)";
+      return res;
+    }
+  }
+  if (const char* v = std::getenv("HVD_BIND_TO"); v != nullptr && *v != '\0') {
+    if (!ParseBindMode(v, &o.bind_to)) {
+      res.error = std::string("bad HVD_BIND_TO '") + v + "' (none, core or auto)";
       return res;
     }
   }
@@ -410,6 +424,11 @@ ParseResult ParseArgs(int argc, char** argv) {
          if (!ParseNonNegative(v, &o.start_timeout_s)) return "bad --start-timeout '" + v + "'";
          o.start_timeout_given = true;
          o.start_timeout_text = v;
+         return std::string();
+       }},
+      {{"--bind-to"}, true,
+       [&](const std::string& v) {
+         if (!ParseBindMode(v, &o.bind_to)) return "bad --bind-to '" + v + "' (none, core or auto)";
          return std::string();
        }},
       {{"--grace-period"}, true,

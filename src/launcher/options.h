@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/cpu_binding.h"
 #include "launcher/hosts.h"
 
 namespace hvd::launcher {
@@ -28,6 +29,8 @@ struct Options {
   bool start_timeout_given = false; // exported as HVD_START_TIMEOUT when given
   std::string start_timeout_text;
   double grace_s = 5;               // SIGTERM -> SIGKILL delay when stopping
+  // CPU binding of the ranks started on this machine (--bind-to, HVD_BIND_TO).
+  BindMode bind_to = BindMode::kAuto;
 
   bool verbose = false;
   bool tag_output = false;
@@ -76,7 +79,7 @@ struct ParseResult {
 };
 
 // Parses argv (argv[0] is the program). Reads HVD_START_TIMEOUT, HVD_ELASTIC_TIMEOUT,
-// HVD_LAUNCHER_GRACE, HVD_LAUNCHER_FORCE_SSH, HVD_LAUNCHER_SSH,
+// HVD_BIND_TO, HVD_LAUNCHER_GRACE, HVD_LAUNCHER_FORCE_SSH, HVD_LAUNCHER_SSH,
 // HVD_LAUNCHER_SSH_ARGS and HVD_LAUNCHER_MPIRUN from the environment as
 // defaults.
 ParseResult ParseArgs(int argc, char** argv);

@@ -1,12 +1,14 @@
 #include "launcher/process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -29,9 +31,18 @@ Status MakePipe(Fd* r, Fd* w) {
   return Status::Ok();
 }
 
+// The CPU affinity a child is to get, prepared before fork.
+struct Affinity {
+  std::vector<unsigned long> bits;  // a cpu_set_t of `size` bytes
+  size_t size = 0;
+  std::string failed;               // written to the child's stderr if binding fails
+  const cpu_set_t* set() const { return reinterpret_cast<const cpu_set_t*>(bits.data()); }
+};
+
 // Only async-signal-safe calls from here on: this runs in the forked child.
 [[noreturn]] void ChildExec(char* const* argv, char* const* envp, int in_fd, int out_fd,
-                            int err_fd, int err_pipe, pid_t parent, int max_fd) {
+                            int err_fd, int err_pipe, pid_t parent, int max_fd,
+                            const Affinity* aff) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // hvdrun is already gone
@@ -47,6 +58,10 @@ Status MakePipe(Fd* r, Fd* w) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 
   if (::dup2(in_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) ::_exit(127);
+  if (aff != nullptr && ::sched_setaffinity(0, aff->size, aff->set()) != 0) {
+    ssize_t ignored = ::write(2, aff->failed.data(), aff->failed.size());
+    (void)ignored;
+  }
   // The exec-error pipe moves to fd 3 (close-on-exec); everything above goes.
   if (err_pipe != 3) {
     if (::dup3(err_pipe, 3, O_CLOEXEC) < 0) ::_exit(127);
@@ -87,6 +102,22 @@ Result<Spawned> Spawn(const SpawnRequest& req) {
   HVD_CHECK(MakePipe(&sp.stderr_r, &err_w));
   HVD_CHECK(MakePipe(&errp_r, &errp_w));
 
+  Affinity aff;
+  if (!req.cpus.empty()) {
+    int top = *std::max_element(req.cpus.begin(), req.cpus.end());
+    if (top < 0) return Status(InvalidArgument("negative CPU number"));
+    size_t words = static_cast<size_t>(top) / (8 * sizeof(unsigned long)) + 1;
+    aff.bits.assign(words, 0);
+    aff.size = words * sizeof(unsigned long);
+    for (int cpu : req.cpus) {
+      CPU_SET_S(static_cast<size_t>(cpu), aff.size, reinterpret_cast<cpu_set_t*>(aff.bits.data()));
+    }
+    std::string list;
+    for (size_t i = 0; i < req.cpus.size(); ++i) list += (i ? "," : "") + std::to_string(req.cpus[i]);
+    aff.failed = "hvdrun: warning: cannot bind this process to CPUs " + list +
+                 " (sched_setaffinity failed): it runs unbound\n";
+  }
+
   rlimit rl;
   int max_fd = 65536;
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536) {
@@ -97,7 +128,7 @@ Result<Spawned> Spawn(const SpawnRequest& req) {
   if (pid < 0) return Status(Error(HVD_ERR_INTERNAL, std::string("fork: ") + std::strerror(errno)));
   if (pid == 0) {
     ChildExec(argv.data(), envp.data(), in_r.get(), out_w.get(), err_w.get(), errp_w.get(), parent,
-              max_fd);
+              max_fd, req.cpus.empty() ? nullptr : &aff);
   }
   // Both sides set the group, so it exists whichever runs first.
   ::setpgid(pid, pid);

@@ -42,6 +42,10 @@ struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH
   std::vector<std::string> envp;  // "NAME=value", the child's whole environment
   bool stdin_pipe = false;        // else /dev/null
+  // Non-empty: the child is bound to these CPUs (sched_setaffinity before
+  // exec). Should that fail, the child says so on its stderr and runs
+  // with hvdrun's own affinity.
+  std::vector<int> cpus;
 };
 
 struct Spawned {
@@ -54,8 +58,9 @@ struct Spawned {
 
 // Forks and execs. The child: gets its own process group, SIGKILL when hvdrun
 // dies (PR_SET_PDEATHSIG), default signal dispositions and an empty signal
-// mask, no file descriptors but 0/1/2. All allocation happens before fork, so
-// this is safe while other threads (the store server) run.
+// mask, no file descriptors but 0/1/2, and the CPU affinity of req.cpus. All
+// allocation happens before fork, so this is safe while other threads (the
+// store server) run.
 Result<Spawned> Spawn(const SpawnRequest& req);
 
 }  // namespace hvd::launcher

@@ -105,6 +105,28 @@ Supervisor::Supervisor(const Options& o) : o_(o) {
   g_log_sink = &err_sink_;
   char buf[4096];
   cwd_ = ::getcwd(buf, sizeof(buf)) ? buf : "/";
+  if (o_.bind_to != BindMode::kNone) usable_cpus_ = UsableCpus();
+}
+
+std::vector<std::vector<int>> Supervisor::LocalCpuBlocks(int n) {
+  if (o_.bind_to == BindMode::kNone || n <= 0) return {};
+  auto blocks = CpuBlocks(o_.bind_to, usable_cpus_, n);
+  if (blocks.empty() && o_.verbose && !unbound_noted_) {
+    unbound_noted_ = true;
+    std::vector<int> ids;
+    for (const auto& c : usable_cpus_) ids.push_back(c.cpu);
+    Log(std::string("--bind-to ") + BindModeName(o_.bind_to) + ": " + std::to_string(n) +
+        " local rank(s) do not fit the " + std::to_string(ids.size()) + " usable CPU(s) (" +
+        (ids.empty() ? std::string("unknown") : FormatCpuList(ids)) + "): not bound");
+  }
+  return blocks;
+}
+
+void Supervisor::NoteRemoteUnbound() {
+  if (o_.bind_to == BindMode::kNone || !o_.verbose || remote_noted_) return;
+  remote_noted_ = true;
+  Log(std::string("--bind-to ") + BindModeName(o_.bind_to) +
+      ": ranks on remote hosts are not bound");
 }
 
 Supervisor::~Supervisor() {
@@ -268,6 +290,7 @@ Status Supervisor::SpawnChild(Child& c, const std::vector<std::pair<std::string,
     for (const auto& kv : last) req.envp.push_back(kv.first + "=" + kv.second);
     req.envp.push_back("HVD_SECRET=" + secret_);
     req.argv = o_.command;
+    req.cpus = c.cpus;
   } else {
     RemoteSpec spec;
     spec.host = c.host;
@@ -318,6 +341,7 @@ Status Supervisor::SpawnChild(Child& c, const std::vector<std::pair<std::string,
     // A remote child: only ssh has started here; "connected" follows once
     // the child itself reaches the store.
     Log(c.who + (c.remote ? " ssh client started, pid " : " started, pid ") + std::to_string(c.pid));
+    if (!c.remote && !c.cpus.empty()) Log(c.who + ": CPUs " + FormatCpuList(c.cpus));
   }
   return Status::Ok();
 }

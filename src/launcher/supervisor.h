@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "launcher/cpu_binding.h"
 #include "launcher/options.h"
 #include "launcher/output.h"
 #include "launcher/process.h"
@@ -55,6 +56,7 @@ struct Child {
   int exec_errno = 0;
   Fd out_r, err_r, stdin_w;
   std::unique_ptr<LineStream> out, err;
+  std::vector<int> cpus;     // a local child's CPU binding (--bind-to); empty: none
   bool capture_out = false;  // stdout kept in `captured` instead of forwarded
   std::string captured;
   std::string err_tail;      // a remote child's last stderr bytes: ssh's own message, if it failed
@@ -97,7 +99,15 @@ class Supervisor {
   // HVD_RENDEZVOUS_ADDR, HVD_HOSTNAME (and HOROVOD_HOSTNAME).
   std::vector<std::pair<std::string, std::string>> CommonVars(const std::string& host) const;
 
-  // Starts the job's command as c (c.host, c.remote, c.who set), with vars
+  // The CPU lists for n ranks started on this machine under --bind-to, one a
+  // rank (CpuBlocks over hvdrun's own affinity); empty: they are not bound
+  // (with -v, the first time, says why).
+  std::vector<std::vector<int>> LocalCpuBlocks(int n);
+  // With -v, once a job: that ranks on remote hosts are not bound.
+  void NoteRemoteUnbound();
+
+  // Starts the job's command as c (c.host, c.remote, c.who set; c.cpus, a
+  // local child's binding), with vars
   // (a later one wins) and HVD_SECRET; `drop` names variables of hvdrun's
   // environment the child must not inherit. tag: its output prefix with
   // --tag-output ("[3]"). Tracks c.
@@ -165,6 +175,8 @@ class Supervisor {
 
   std::vector<Child*> children_;
   std::map<pid_t, Child*> by_pid_;
+  std::vector<CpuInfo> usable_cpus_;  // read once, when --bind-to is not none
+  bool unbound_noted_ = false, remote_noted_ = false;
   Fd sig_r_, sig_w_;
   Clock::time_point kill_deadline_;
 };

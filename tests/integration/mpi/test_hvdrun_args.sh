@@ -66,6 +66,12 @@ EXTRA_ENV="HVD_START_TIMEOUT=30 HVD_START_REPORT_ADDR=stale:1" run "$(w $root -n
     --transport mpi -np 1 --start-timeout 0 prog
 grep -q "^HVD_START_TIMEOUT=" "$tmp/env" && fail "HVD_START_TIMEOUT reached mpirun with --start-timeout 0"
 grep -q "^HVD_START_REPORT" "$tmp/env" && fail "start-report variables reached mpirun with --start-timeout 0"
+# --bind-to core (or HVD_BIND_TO=core) asks mpirun for its core binding;
+# none and auto (the default) keep --bind-to none.
+run "$(w $root -np 2 --bind-to core -x HVD_TRANSPORT=mpi "${rep[@]}" prog)" --transport mpi -np 2 --bind-to core prog
+EXTRA_ENV="HVD_BIND_TO=core" run "$(w $root -np 2 --bind-to core -x HVD_BIND_TO -x HVD_TRANSPORT=mpi "${rep[@]}" prog)" \
+    --transport mpi -np 2 prog
+run "$(w $root -np 2 --bind-to none -x HVD_TRANSPORT=mpi "${rep[@]}" prog)" --transport mpi -np 2 --bind-to auto prog
 # mpirun's exit status is hvdrun's (supervised, and replaced by mpirun).
 EXTRA_ENV="FAKE_RC=5" WANT_RC=5 run "" --transport mpi -np 1 prog
 EXTRA_ENV="FAKE_RC=6" WANT_RC=6 run "" --transport mpi -np 1 --start-timeout 0 prog
