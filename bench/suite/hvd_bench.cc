@@ -30,7 +30,8 @@
 //        cost of a set against its parent of the same size, same run);
 //        --process-set halves: two sets of half the ranks each, running the
 //        same collectives at once (the ensemble pattern), reported at the
-//        set's size by the first half's rank 0.
+//        set's size by the first half's rank 0. latency takes --process-set
+//        too (the step over the set).
 // Common: --system NAME (the label in the results), --quick (1 warm-up, 1
 // iteration), --iters-scale X, --netdev IF (coll and e2e: the bytes each
 // host sent and received on interface IF during the timed loop, from
@@ -386,7 +387,7 @@ void RunLatency(const Args& a, const std::string& system, bool quick) {
     x = 1.0f;
     const double t0 = NowUs();
     hvd_handle_t h = nullptr;
-    Check(hvd_allreduce_async(nullptr, "lat", &t, &x, HVD_SUM, 1.0, 1.0, &h), "allreduce");
+    Check(hvd_allreduce_async(g_ctx, "lat", &t, &x, HVD_SUM, 1.0, 1.0, &h), "allreduce");
     Check(hvd_handle_wait(h, -1), "wait");
     const double t1 = NowUs();
     Check(hvd_handle_release(h), "release");
@@ -401,8 +402,8 @@ void RunLatency(const Args& a, const std::string& system, bool quick) {
   double med = hvdbench::Median(times);
   const int64_t one[1] = {1};
   hvd_tensor_t m = Tensor1D(&med, HVD_FLOAT64, one);
-  Check(hvd_allreduce(nullptr, "lat.median", &m, &med, HVD_MAX), "allreduce(median)");
-  if (g_rank == 0) {
+  Check(hvd_allreduce(g_ctx, "lat.median", &m, &med, HVD_MAX), "allreduce(median)");
+  if (g_emit) {
     std::vector<double> v(1, med);
     hvdbench::EmitStep("latency", system, "4B", g_size, 1, 4, v,
                        EnvExtra() + ",\"steps\":" + std::to_string(steps));
@@ -564,8 +565,10 @@ int main(int argc, char** argv) {
   const std::string set = a.Get("--process-set", "");
   g_emit = g_rank == 0;
   if (!set.empty()) {
-    if (mode != "coll" || (set != "all" && set != "halves") || (set == "halves" && g_size < 2)) {
-      std::fprintf(stderr, "hvd-bench: --process-set all|halves (halves: 2+ ranks), coll only\n");
+    if ((mode != "coll" && mode != "latency") || (set != "all" && set != "halves") ||
+        (set == "halves" && g_size < 2)) {
+      std::fprintf(stderr,
+                   "hvd-bench: --process-set all|halves (halves: 2+ ranks), coll and latency only\n");
       return 2;
     }
     const int parent_rank = g_rank;

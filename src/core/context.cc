@@ -111,9 +111,12 @@ namespace {
 
 // The control bytes of one process-set slot in the packed negotiation:
 // [0] 0 while some member holds the set, [1] 0 if some member has requests
-// pending in it, then the set's controller's bytes. 0xFF (MIN's identity)
-// from ranks outside the set and for free slots.
-constexpr size_t kSlotHeader = 2;
+// pending in it, [2..3] the set's cache extent (Controller::slot_extent, in
+// kExtentSteps, big-endian: the same on every member), then the set's
+// controller's bytes for as many cache slots as the extent the last
+// negotiation showed (the ranks outside a set know no more). 0xFF (MIN's
+// identity) from ranks outside the set and for free slots.
+constexpr size_t kSlotHeader = 4;
 
 // The specification a process-set request allgathers (int32 each):
 // [kind, host, ...]: kind 0 (a rank list): n, ranks...; kind 1 (split):
@@ -271,6 +274,7 @@ class ContextImpl final : public CycleDriver {
   Clock::duration set_heartbeat_{};   // ... while process sets exist
   Clock::time_point next_;            // the next negotiation, while requests wait
   bool cycle_changed_ = false;        // the last cycle changed something
+  bool cycle_progress_ = false;       // ... other than a set being busy
   Clock::time_point last_cycle_;      // the end of the last negotiation
   // Lazy wake-ups (under mu_; see Drive).
   int callers_took_ = 0;   // drives in a row that took submitted requests
@@ -290,6 +294,9 @@ class ContextImpl final : public CycleDriver {
   // freed by what a negotiation shows).
   std::vector<std::shared_ptr<Scope>> sets_;
   std::vector<bool> slot_live_;
+  // Each slot's cache extent as the last negotiation showed it (the same on
+  // every rank), and where its bytes start in this negotiation's.
+  std::vector<size_t> slot_extent_, slot_at_;
   bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
   std::vector<uint8_t> ctrl_;  // the packed control bytes
   // Execute's scratch (background thread only), kept between cycles.
@@ -793,29 +800,34 @@ bool ContextImpl::LoopHasWork() const {
 bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h) {
   constexpr int kLazyAfter = 8;
   if (!caller_cycles_ || cycle_held_ || stopped_ || shutdown_requested_) return false;
-  if (!slot_live_.empty()) {
-    // Process sets: the loop thread keeps the cycle. After a set's
-    // operation the ranks negotiate again at once (ranks outside a busy set
-    // wait in that round); run by the loop, that round held the cycle when
-    // the caller next waited, and small set operations cost 11-65 us
-    // against 8 us without caller cycles. The caller's wait wakes the loop.
-    lazy_wake_ = false;
-    callers_took_ = 0;
-    return false;
-  }
   if (queued_ > 0 && ++callers_took_ >= kLazyAfter) lazy_wake_ = true;
   cycle_held_ = true;
   bool go_on = true;
-  // Until the handle completes, or a cycle changed nothing (the request
-  // waits for other ranks: the loop paces the next negotiations).
+  // Until the handle completes, or a cycle made no progress (the request
+  // waits for other ranks: the loop paces the next negotiations). A busy
+  // process set alone is no progress: its requests may wait for a submit
+  // this very thread has yet to make.
   do {
     go_on = RunCycle(lock);
     ++caller_cycles_run_;
-  } while (go_on && cycle_changed_ && !h.done() && !shutdown_requested_);
+  } while (go_on && cycle_progress_ && !h.done() && !shutdown_requested_);
   cycle_held_ = false;
+  bool round_only = false;
+  if (go_on && sets_busy_ && h.done()) {
+    // Process sets: the round every rank negotiates after a set's operation
+    // (see Loop) is left to the loop thread a settle time later, so that
+    // this caller's next wait, if it comes at once, runs that round with
+    // its next request in it; run by the loop at once, the round held the
+    // cycle when the caller next waited. A lazy loop polls every cycle time
+    // and finds the round then: where nothing else waits, it is not woken
+    // (a wake-up per operation costs the caller a system call).
+    next_ = std::max(next_, Clock::now() + settle_);
+    round_only = lazy_wake_ && !shutdown_requested_ && queued_ == 0 && !tl_pending_ &&
+                 pending() == 0;
+  }
   if (!go_on || stopped_) {
     cv_.notify_all();  // the loop exits (it sees stopped_)
-  } else if (LoopHasWork()) {
+  } else if (LoopHasWork() && !round_only) {
     cv_.notify_one();
   }
   if (shutdown_requested_) exit_cv_.notify_all();
@@ -903,14 +915,16 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
   if (s.ok() && peer_limit) {
     s = transport_->SetTimeout(cfg_.transport_timeout_s, HVD_TRANSPORT_LIMIT_TRANSFER);
   }
-  bool changed = sets_busy_ || !root_->responses.empty();
+  bool progress = !root_->responses.empty();
   uint64_t full_rounds_after = root_->controller->full_rounds();
   for (const auto& set : sets_) {
     if (!set) continue;
-    changed = changed || !set->responses.empty();
+    progress = progress || !set->responses.empty();
     full_rounds_after += set->controller->full_rounds();
   }
-  changed = changed || full_rounds_after != full_rounds;
+  progress = progress || full_rounds_after != full_rounds;
+  const bool changed = progress || sets_busy_;
+  cycle_progress_ = progress;
   cycle_changed_ = changed;
   last_cycle_ = Clock::now();
   next_ = changed ? last_cycle_ : last_cycle_ + cycle_;
@@ -965,41 +979,65 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
 // One allreduce (MIN over bytes) of the context's control bytes followed by
 // each slot's (see kSlotHeader), then each busy set's full rounds, if any,
 // over the set's own communicator. Every rank contributes to every cycle of
-// every set it belongs to, busy or not, so the sets' caches age alike.
+// every set it belongs to, busy or not, so the sets' caches age alike. The
+// context's cache is the same on every rank, so its extent is known to all;
+// a set's is known to its members, and to the others one negotiation later.
 Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown) {
   Controller& rc = *root_->controller;
-  const size_t head = rc.control_bytes();
-  const size_t per_slot = kSlotHeader + head;  // every set's controller has the same size
-  ctrl_.assign(head + slot_live_.size() * per_slot, 0xFF);
-  rc.Contribute(shutting_down, now, ctrl_.data());
+  const size_t root_slots = rc.slot_extent();
+  const size_t head = Controller::control_bytes(root_slots);
+  slot_at_.resize(slot_live_.size());
+  size_t total = head;
+  for (size_t k = 0; k < slot_live_.size(); ++k) {
+    slot_at_[k] = total;
+    total += kSlotHeader + Controller::control_bytes(slot_extent_[k]);
+  }
+  ctrl_.assign(total, 0xFF);
+  rc.Contribute(shutting_down, now, ctrl_.data(), root_slots);
   for (size_t k = 0; k < sets_.size(); ++k) {
     Scope* set = sets_[k].get();
     if (set == nullptr) continue;
-    uint8_t* p = ctrl_.data() + head + k * per_slot;
+    uint8_t* p = ctrl_.data() + slot_at_[k];
+    const size_t steps = std::min<size_t>(
+        (set->controller->slot_extent() + Controller::kExtentStep - 1) / Controller::kExtentStep,
+        0xFFFE);
     p[0] = 0;
     p[1] = set->controller->pending() > 0 ? 0 : 0xFF;
-    set->controller->Contribute(false, now, p + kSlotHeader);
+    p[2] = static_cast<uint8_t>(steps >> 8);
+    p[3] = static_cast<uint8_t>(steps & 0xFF);
+    set->controller->Contribute(false, now, p + kSlotHeader, slot_extent_[k]);
   }
   HVD_CHECK(transport_->Allreduce(ctrl_.data(), ctrl_.size(), HVD_UINT8, HVD_MIN)
                 .Wrap("negotiation"));
-  HVD_CHECK(rc.Conclude(root_->plane.get(), ctrl_.data(), now, &root_->responses, shutdown));
+  HVD_CHECK(rc.Conclude(root_->plane.get(), ctrl_.data(), root_slots, now, &root_->responses,
+                        shutdown));
   if (*shutdown) return Status::Ok();
   sets_busy_ = false;
   for (size_t k = 0; k < slot_live_.size(); ++k) {
-    const uint8_t* p = ctrl_.data() + head + k * per_slot;
-    // No member holds the set any more: the slot is free on every rank.
-    if (p[0] != 0) slot_live_[k] = false;
+    const uint8_t* p = ctrl_.data() + slot_at_[k];
+    const size_t slots = slot_extent_[k];
+    if (p[0] != 0) {
+      // No member holds the set any more: the slot is free on every rank.
+      slot_live_[k] = false;
+      slot_extent_[k] = 0;
+    } else {
+      // Every set's cache has the context's capacity.
+      slot_extent_[k] = std::min<size_t>(
+          (static_cast<size_t>(p[2]) << 8 | p[3]) * Controller::kExtentStep,
+          static_cast<size_t>(rc.cache().capacity()));
+    }
     Scope* set = k < sets_.size() ? sets_[k].get() : nullptr;
     if (set != nullptr) set->responses.clear();
     if (p[1] != 0) continue;
     sets_busy_ = true;
     if (set == nullptr) continue;
     bool unused = false;
-    HVD_CHECK(set->controller->Conclude(set->plane.get(), p + kSlotHeader, now, &set->responses,
-                                        &unused)
+    HVD_CHECK(set->controller->Conclude(set->plane.get(), p + kSlotHeader, slots, now,
+                                        &set->responses, &unused)
                   .Wrap("process set negotiation"));
   }
   while (!slot_live_.empty() && !slot_live_.back()) slot_live_.pop_back();
+  slot_extent_.resize(slot_live_.size());
   if (sets_.size() > slot_live_.size()) sets_.resize(slot_live_.size());
   return Status::Ok();
 }
@@ -1292,6 +1330,8 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
     const size_t k = slots[i];
     if (k >= slot_live_.size()) slot_live_.resize(k + 1, false);
     slot_live_[k] = true;
+    slot_extent_.resize(slot_live_.size(), 0);
+    slot_extent_[k] = 0;  // a new set's cache is empty
     if (sets_.size() < slot_live_.size()) sets_.resize(slot_live_.size());
     const auto& g = groups[i];
     auto at = std::find(g.begin(), g.end(), root_->rank);

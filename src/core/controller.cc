@@ -10,7 +10,7 @@
 namespace hvd {
 
 namespace {
-constexpr size_t kHeader = 4;
+constexpr size_t kHeader = Controller::kHeaderBytes;
 constexpr int kMaxStallKeysLogged = 20;
 // A request pending this long makes its rank ask for a stall round (at most
 // this often), so a handle that times out can say which ranks are missing.
@@ -63,6 +63,7 @@ int ResponseCache::Insert(const std::string& key, RequestDescs all, uint64_t tic
     by_key_.erase(slots_[chosen].key);
     ++evictions_;
   }
+  high_water_ = std::max(high_water_, chosen + 1);
   Slot& s = slots_[chosen];
   s.valid = true;
   s.key = key;
@@ -185,20 +186,30 @@ Status Controller::Validate(const std::vector<RequestDesc>& all) const {
 
 Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point now,
                          std::vector<Response>* out, bool* shutdown) {
-  Contribute(shutting_down, now, ctrl_.data());
-  HVD_CHECK(cp->AllreduceMinU8(ctrl_.data(), ctrl_.size()).Wrap("negotiation"));
-  return Conclude(cp, ctrl_.data(), now, out, shutdown);
+  const size_t slots = slot_extent();
+  Contribute(shutting_down, now, ctrl_.data(), slots);
+  HVD_CHECK(cp->AllreduceMinU8(ctrl_.data(), control_bytes(slots)).Wrap("negotiation"));
+  return Conclude(cp, ctrl_.data(), slots, now, out, shutdown);
 }
 
-void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* ctrl) {
+size_t Controller::slot_extent() const {
+  const size_t used = static_cast<size_t>(cache_.high_water());
+  const size_t rounded = (used + kExtentStep - 1) / kExtentStep * kExtentStep;
+  return std::min(rounded, static_cast<size_t>(cache_.capacity()));
+}
+
+void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* ctrl,
+                            size_t slots) {
   ++tick_;
+  slots = std::min(slots, static_cast<size_t>(cache_.capacity()));
 
   // 1. Local state: find cache slots for new requests; drop stale slots.
   bool has_new = false;
   bool want_stall = false;
   bool want_warning = false;
-  std::fill(ctrl, ctrl + ctrl_.size(), 0);
-  std::fill(slot_has_.begin(), slot_has_.end(), 0);
+  std::fill(ctrl, ctrl + control_bytes(slots), 0);
+  // Only slots below the high water were ever marked.
+  std::fill(slot_has_.begin(), slot_has_.begin() + cache_.high_water(), 0);
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     const std::string& key = it->first;
     Entry& e = it->second;
@@ -215,7 +226,7 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
       }
     }
     if (e.state == State::kNew) has_new = true;
-    if (e.state == State::kCached) {
+    if (e.state == State::kCached && static_cast<size_t>(e.slot) < slots) {
       ctrl[kHeader + e.slot] = 1;
       slot_entry_[static_cast<size_t>(e.slot)] = it;
       slot_has_[static_cast<size_t>(e.slot)] = 1;
@@ -232,7 +243,7 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
   }
   if (joined_[rank_]) {
     // A joined rank takes part in whatever the others are ready for.
-    std::fill(ctrl + kHeader, ctrl + ctrl_.size(), 1);
+    std::fill(ctrl + kHeader, ctrl + control_bytes(slots), 1);
   }
   ctrl[0] = has_new ? 0 : 1;
   ctrl[1] = shutting_down ? 0 : 1;
@@ -241,8 +252,8 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
   want_warning_ = want_warning;
 }
 
-Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, Clock::time_point now,
-                            std::vector<Response>* out, bool* shutdown) {
+Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
+                            Clock::time_point now, std::vector<Response>* out, bool* shutdown) {
   out->clear();
   *shutdown = false;
   const bool want_warning = want_warning_;
@@ -253,9 +264,22 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, Clock::time_p
     return Status::Ok();
   }
 
-  // 2. Requests every rank has in the cache: ready now, in slot order.
-  for (int s = 0; s < cache_.capacity(); ++s) {
-    if (ctrl[kHeader + s] == 0) continue;
+  // 2. Requests every rank has in the cache: ready now, in slot order. The
+  // slot bytes are read a word at a time: most cycles hold a handful of
+  // ready slots among the cache's capacity (1,024 by default), and this
+  // scan runs every cycle of every rank.
+  const uint8_t* ready = ctrl + kHeader;
+  const int capacity = static_cast<int>(std::min(slots, static_cast<size_t>(cache_.capacity())));
+  for (int s = 0; s < capacity; ++s) {
+    if ((s & 7) == 0 && s + 8 <= capacity) {
+      uint64_t word;
+      std::memcpy(&word, ready + s, sizeof(word));
+      if (word == 0) {
+        s += 7;
+        continue;
+      }
+    }
+    if (ready[s] == 0) continue;
     cache_.Touch(s, tick_);
     Response r;
     r.key = cache_.KeyOf(s);
@@ -483,7 +507,8 @@ std::vector<OpRequest> Controller::TakeAll() {
   for (auto& [key, e] : pending_) v.push_back(std::move(e.req));
   pending_.clear();
   table_.clear();
-  std::fill(slot_has_.begin(), slot_has_.end(), 0);
+  // Only slots below the high water were ever marked.
+  std::fill(slot_has_.begin(), slot_has_.begin() + cache_.high_water(), 0);
   return v;
 }
 

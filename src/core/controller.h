@@ -75,6 +75,8 @@ class ResponseCache {
   int Insert(const std::string& key, RequestDescs all, uint64_t tick);
   void Invalidate(const std::string& key);
   size_t used() const { return by_key_.size(); }
+  // One past the highest slot ever filled (slots fill lowest first).
+  int high_water() const { return high_water_; }
   uint64_t evictions() const { return evictions_; }
 
  private:
@@ -87,6 +89,7 @@ class ResponseCache {
   std::vector<Slot> slots_;
   std::unordered_map<std::string, int> by_key_;
   uint64_t evictions_ = 0;
+  int high_water_ = 0;
 };
 
 struct StallConfig {
@@ -110,12 +113,23 @@ class Controller {
   // The two halves of a cycle, for a caller that runs the MIN itself (the
   // loop packs the control bytes of a context and of its process sets into
   // one allreduce, where ranks outside a set contribute 0xFF, MIN's
-  // identity). Contribute writes this rank's control_bytes() bytes;
-  // Conclude reads their MIN over the ranks and runs any full round
-  // over cp (its AllgatherBytes only).
-  size_t control_bytes() const { return ctrl_.size(); }
-  void Contribute(bool shutting_down, Clock::time_point now, uint8_t* ctrl);
-  Status Conclude(ControlPlane* cp, const uint8_t* ctrl, Clock::time_point now,
+  // identity). Contribute writes this rank's control_bytes(slots) bytes:
+  // a header and one byte for each of the first `slots` cache slots (a
+  // cached request in a later slot waits for a cycle with more); Conclude
+  // reads their MIN over the ranks, with the same `slots`, and runs any
+  // full round over cp (its AllgatherBytes only).
+  //
+  // The cache fills its lowest free slot first, and is the same on every
+  // rank, so slot_extent() (the slots ever used, rounded up to
+  // kExtentStep) is too: a negotiation need not carry the bytes of slots
+  // never used (1,024 by default, where a training step uses a few
+  // hundred and a small-operation loop a few).
+  static constexpr size_t kHeaderBytes = 4;
+  static constexpr size_t kExtentStep = 64;
+  static size_t control_bytes(size_t slots) { return kHeaderBytes + slots; }
+  size_t slot_extent() const;
+  void Contribute(bool shutting_down, Clock::time_point now, uint8_t* ctrl, size_t slots);
+  Status Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots, Clock::time_point now,
                   std::vector<Response>* out, bool* shutdown);
 
   // The local request behind a response; false if this rank has none (e.g.
