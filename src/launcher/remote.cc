@@ -67,9 +67,13 @@ std::vector<std::string> SshArgv(const RemoteSpec& spec) {
   std::vector<std::string> argv = {spec.ssh_program, "-o", "BatchMode=yes", "-o",
                                    "StrictHostKeyChecking=accept-new", "-o", "LogLevel=ERROR"};
   if (spec.connect_timeout_s > 0) {
+    // Half the start timeout (at least 1 s) to connect and read sshd's
+    // banner: a host that does not answer, or whose sshd accepts but never
+    // speaks (hung), fails ssh itself, which says so (exit 255), before the
+    // start timeout would report the rank as not reaching the store.
     argv.push_back("-o");
     argv.push_back("ConnectTimeout=" +
-                   std::to_string(std::max(1L, std::lround(std::ceil(spec.connect_timeout_s)))));
+                   std::to_string(std::max(1L, std::lround(std::ceil(spec.connect_timeout_s / 2)))));
   }
   if (spec.alive_interval_s > 0) {
     argv.push_back("-o");

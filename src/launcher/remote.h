@@ -34,7 +34,9 @@ struct RemoteSpec {
   std::vector<std::pair<std::string, std::string>> env;  // set for the command
   std::vector<std::string> command;
   double grace_s = 5;
-  double connect_timeout_s = 0;        // 0: ssh's default
+  // The start timeout: ssh gets half of it (at least 1 s) as its
+  // ConnectTimeout (TCP connect and sshd's banner); 0: ssh's default.
+  double connect_timeout_s = 0;
   // > 0: ssh probes the connection this often and gives up (exits 255) after
   // 3 probes unanswered, so a host cut off ends its worker's ssh client
   // within about 3 intervals; 0: ssh's default (no probes).

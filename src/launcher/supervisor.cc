@@ -420,8 +420,9 @@ ExitInfo Supervisor::DescribeExit(const Child& c, int wstatus) const {
 
 // What an ssh that exited 255 (its own failure code) ran into, from the
 // message it left on the child's stderr: the host name does not resolve, no
-// sshd listens, the host does not answer, the key is refused, the host key
-// does not verify, or the connection was lost once the child ran.
+// sshd listens, sshd accepts but never answers (hung), the host does not
+// answer, the key is refused, the host key does not verify, or the
+// connection was lost once the child ran.
 std::string Supervisor::SshFailure(const Child& c) const {
   const std::string& t = c.err_tail;
   auto has = [&](const char* s) { return t.find(s) != std::string::npos; };
@@ -444,6 +445,12 @@ std::string Supervisor::SshFailure(const Child& c) const {
   if (has("Host key verification failed") || has("REMOTE HOST IDENTIFICATION HAS CHANGED")) {
     return "ssh to " + c.host + ": host key verification failed (its key changed, or is unknown "
            "and not accepted); fix ~/.ssh/known_hosts" + try_it;
+  }
+  if (has("during banner exchange")) {
+    // The connection was made (the host and its network are up), but sshd
+    // never sent its greeting.
+    return "ssh: " + c.host + " accepted the connection but its sshd did not answer (no greeting "
+           "within the connect timeout): sshd hung or overloaded there?" + try_it;
   }
   if (has("Connection timed out") || has("No route to host") || has("Network is unreachable") ||
       has("Operation timed out")) {
