@@ -31,6 +31,22 @@
 #                every host) and --network-interface eth0: topo 2 2 passes.
 #   decoy_default  the same without --network-interface: must pass too. It
 #                does not yet (ctest WILL_FAIL): see tests/cluster/CMakeLists.txt.
+#   sshd_hung    4 x 1 with hvd-h3's sshd stopped (SIGSTOP: the kernel still
+#                accepts connections, sshd never answers): hvdrun must fail
+#                within its start timeout (10 s, +2 s) naming hvd-h3 and
+#                saying ssh did not answer there (not that a rank did not
+#                reach the rendezvous store), and leave no process on any
+#                host, before and after that sshd is resumed (SIGCONT, on
+#                every path).
+#   ssh_lost     2 x 2, cluster_probe loop; once every rank is up, the ssh
+#                sessions of hvd-h2's ranks are killed (its sshd's session
+#                processes: host, link and ranks stay). hvdrun must exit 255
+#                within the grace period (+3 s) saying the ssh connection to
+#                hvd-h2 was lost after the rank had started, the job's
+#                processes on hvd-h2 (which ignore SIGTERM and outlive the
+#                loop) must be gone within the grace period (+2 s) of the
+#                cut, nothing may be left on any host, and hvd-h2 must still
+#                take ssh logins.
 #   script       cluster.sh's own verbs: rate limit, private /dev/shm and
 #                /etc/hosts, exec's exit code, partition/heal, kill-host,
 #                refusals, and down leaving nothing behind.
@@ -48,8 +64,11 @@ T0=$(date +%s.%N)
 
 . "$here/cluster_test_lib.sh"
 
+# sshd_hung: the pid of the sshd it stopped, resumed on every path.
+stopped_sshd=""
 teardown() {
   local rc=$?
+  [ -z "$stopped_sshd" ] || kill -CONT "$stopped_sshd" 2>/dev/null || true
   cluster_down_checked || rc=1
   rm -rf "$work"
   echo "($(elapsed) s in all)"
@@ -300,6 +319,100 @@ case "$case_" in
     [ "$rc" -ne 0 ] || fail "a host without sshd: hvdrun exited 0"
     grep -q "rank 1 (host hvd-h2) exited with code 255 (ssh: nothing listens on hvd-h2 port 22 (connection refused)" "$work/refused" ||
       fail "a host without sshd is not reported as refusing"
+    ;;
+  sshd_hung)
+    up 4
+    stopped_sshd=$(cat "$HVDC_DIR/h3/sshd.pid")
+    kill -STOP "$stopped_sshd"
+    # The fault is the one meant: the connection is accepted, no banner comes.
+    rc=0
+    "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" -o ConnectTimeout=2 hvd-h3 true >"$work/probe_ssh" 2>&1 || rc=$?
+    [ "$rc" -eq 255 ] && grep -q "banner exchange" "$work/probe_ssh" ||
+      fail "ssh to hvd-h3 with its sshd stopped: rc $rc, $(cat "$work/probe_ssh"), want a banner timeout"
+    checking=1
+    start=10 grace=3
+    t1=$(date +%s.%N)
+    run 60 "$work/job" "$HVDRUN" -H hvd-h1,hvd-h2,hvd-h3,hvd-h4 --start-timeout $start --grace-period $grace \
+      "$PROBE" topo 1 4
+    took=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    echo "hvdrun exited $rc after $took s"
+    [ "$rc" -ne 0 ] || fail "hvdrun exited 0 with hvd-h3's sshd stopped"
+    awk -v t="$took" -v b=$((start + 2)) 'BEGIN { exit !(t <= b) }' ||
+      fail "hvdrun took $took s, beyond its start timeout ($start s) + 2 s"
+    # hvdrun's first message (what stopped the job) names hvd-h3's rank and
+    # says ssh did not answer there.
+    first=$(grep -m1 "^hvdrun: " "$work/job" || true)
+    echo "$first" | grep -qE "^hvdrun: rank 2 \(host hvd-h3\) exited with code 255 \(ssh: hvd-h3 accepted the connection but its sshd did not answer .*: sshd hung or overloaded there\?; try 'ssh hvd-h3 true'\)$" ||
+      fail "hvdrun's first message does not say that sshd on hvd-h3 did not answer: $first"
+    if grep -q "did not connect to the rendezvous store" "$work/job"; then
+      fail "hvdrun blames the rendezvous store for a host whose sshd does not answer"
+    fi
+    no_leftovers 10
+    # Resumed, sshd takes the connection queued while it was stopped, whose
+    # client is gone: nothing of the job may start there.
+    kill -CONT "$stopped_sshd"
+    stopped_sshd=""
+    sleep 1
+    no_leftovers 10
+    "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h3 true || fail "hvd-h3 unreachable once its sshd resumed"
+    ;;
+  ssh_lost)
+    up 2
+    grace=3
+    mkdir -p "$work/ranks"
+    # Each rank ignores SIGTERM (cluster_probe loop does, and so does the
+    # shell around it) and, once the loop has failed, sleeps on: the rank's
+    # processes on hvd-h2 end only if its session's watcher escalates to
+    # SIGKILL after the grace period (the loop itself fails as soon as the
+    # ranks on hvd-h1 are killed).
+    timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 --grace-period $grace \
+      sh -c 'trap "" TERM; "$0" loop "$1"; sleep 60' "$PROBE" "$work/ranks" >"$work/job" 2>&1 &
+    job=$!
+    for _ in $(seq 1 150); do
+      [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] && break
+      kill -0 $job 2>/dev/null || break
+      sleep 0.2
+    done
+    [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] || { cat "$work/job"; fail "the job did not come up"; }
+    sleep 0.5
+    listener=$(cat "$HVDC_DIR/h2/sshd.pid")
+    sessions=$(pgrep -P "$listener" | tr '\n' ' ')
+    [ "$(echo $sessions | wc -w)" -eq 2 ] || fail "hvd-h2's sshd has sessions '$sessions', want 2 (one a rank)"
+    # Every process of the job on hvd-h2: sessions, their scripts and
+    # watchers, the ranks.
+    job_h2=$(ip netns pids "hvdc-$HVDC_ID-h2" | grep -vxF -e "$listener" -e "$(cat "$HVDC_DIR/h2/anchor.pid")" | tr '\n' ' ')
+    n=$(for p in $job_h2; do cat "/proc/$p/comm" 2>/dev/null; done | grep -cx cluster_probe || true)
+    [ "$n" -eq 2 ] || fail "$n ranks (cluster_probe) on hvd-h2, want 2"
+    checking=1
+    cut=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    kill -KILL $sessions
+    echo "hvd-h2's ssh sessions ($sessions) killed at $(elapsed) s; the job's processes there: $job_h2"
+    rc=0
+    wait $job || rc=$?
+    took=$(awk -v a="$cut" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    cat "$work/job"
+    echo "hvdrun exited $rc, $took s after the cut"
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "hvdrun hung after the ssh sessions were cut"
+    [ "$rc" -eq 255 ] || fail "hvdrun exited $rc, want 255 (the lost ssh's code)"
+    awk -v t="$took" -v b=$((grace + 3)) 'BEGIN { exit !(t <= b) }' ||
+      fail "hvdrun took $took s after the cut, beyond the grace period ($grace s) + 3 s"
+    first=$(grep -m1 "^hvdrun: " "$work/job" || true)
+    echo "$first" | grep -qE "^hvdrun: rank [23] \(host hvd-h2\) exited with code 255 \(the ssh connection to hvd-h2 was lost after the rank had started" ||
+      fail "hvdrun's first message does not say the ssh connection to hvd-h2 was lost mid-job: $first"
+    if grep -q "works without a password" "$work/job"; then
+      fail "a connection lost mid-job got the hint for a login that fails"
+    fi
+    # The job's processes on hvd-h2 outlive their sessions by the grace
+    # period at most.
+    for p in $job_h2; do
+      while running "$p" && awk -v a="$cut" -v b="$(date +%s.%N)" -v l=$((grace + 2)) 'BEGIN { exit !(b - a < l) }'; do
+        sleep 0.2
+      done
+      ! running "$p" || fail "process $p ($(tr '\0' ' ' </proc/$p/cmdline | cut -c1-60)) on hvd-h2 still runs $((grace + 2)) s after its ssh session was cut"
+    done
+    no_leftovers 10
+    "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h2 true || fail "hvd-h2 takes no ssh login after the cut"
     ;;
   decoy_default)
     up 2 --decoy
