@@ -59,7 +59,6 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     add_process_set,
     allgather,
     allgather_object,
-    allreduce,
     allreduce_gradients,
     alltoall,
     barrier,
@@ -91,7 +90,6 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     nccl_built,
     rank,
     rank_op,
-    reducescatter,
     remove_process_set,
     rocm_built,
     shutdown,
@@ -102,7 +100,33 @@ from .tensorflow import (  # noqa: F401  (re-exported)
     transport,
 )
 from .tensorflow import _local_layer_variables, reduce_gradients as _reduce_gradients
+from . import tensorflow as _hvd_tf
 from .tensorflow import broadcast_global_variables as _tf_broadcast_global_variables
+
+
+# ---------------------------------------------------------------------------
+# Collectives on values, in Horovod's Keras argument order (the name second):
+# hvd.tensorflow's, with the value made a tensor first.
+# ---------------------------------------------------------------------------
+
+
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+              op=None, compression=Compression.none, process_set=global_process_set):
+    """Reduces a tensor-compatible value over ranks (default op Average),
+    in Horovod's Keras argument order (hvd.tensorflow.allreduce takes
+    average second). process_set: hvd's addition."""
+    return _hvd_tf.allreduce(tf.convert_to_tensor(value), average=average,
+                             compression=compression, op=op, prescale_factor=prescale_factor,
+                             postscale_factor=postscale_factor, name=name,
+                             process_set=process_set)
+
+
+def reducescatter(value, name=None, op=Average, process_set=global_process_set):
+    """Reduces a tensor-compatible value over ranks (default op Average); rank
+    r keeps its block of rows. Horovod's Keras argument order (the name
+    second). process_set: hvd's addition."""
+    return _hvd_tf.reducescatter(tf.convert_to_tensor(value), op=op, name=name,
+                                 process_set=process_set)
 
 
 def _in_xla():

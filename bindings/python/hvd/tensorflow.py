@@ -82,9 +82,7 @@ from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a
     Product,
     Sum,
     add_process_set,
-    allgather_object,
     barrier,
-    broadcast_object,
     ccl_built,
     cross_rank,
     cross_size,
@@ -842,6 +840,72 @@ def broadcast_variables(variables, root_rank=0, name=None, inplace=False,
         value = broadcast(v, root_rank, name=f"{base}.{i}", process_set=ps)
         assigns.append(v.assign(value))
     return tf.group(*assigns)
+
+
+@_no_autograph
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Horovod's in-place broadcast: assigns root_rank's values to the
+    variables (a list; order and shapes must match across ranks) and returns
+    their updated values, a list of tensors. Eagerly the assignment is done on
+    return; in a graph (tf.function, tf.compat.v1) the returned tensors
+    depend on it. process_set: among its ranks only (root_rank is one of
+    them, as hvd.rank() numbers it)."""
+    variables = list(variables)
+    done = broadcast_variables(variables, root_rank,
+                               name=_name("broadcast_", name, process_set),
+                               process_set=process_set)
+    if done is None:
+        return [v.read_value() for v in variables]
+    with tf.control_dependencies([done]):
+        return [v.read_value() for v in variables]
+
+
+# ---------------------------------------------------------------------------
+# Python objects. Horovod's TensorFlow signatures take the session that runs a
+# TensorFlow 1 graph; hvd moves objects through the library directly, eagerly
+# or in a graph program alike, so session is accepted and not needed.
+# ---------------------------------------------------------------------------
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None,
+                     process_set=global_process_set):
+    """root_rank's picklable obj, on every rank (of process_set; root_rank is
+    one of its ranks, as hvd.rank() numbers it). session: Horovod's (for
+    TensorFlow 1 graphs); hvd does not need it."""
+    return _hvd.broadcast_object(obj, root_rank, name=name, process_set=process_set)
+
+
+def broadcast_object_fn(root_rank=0, session=None, name=None,
+                        process_set=global_process_set):
+    """Horovod's: a function obj -> broadcast_object(obj, root_rank, ...),
+    to call once per object (every rank calls it alike)."""
+    def _fn(obj):
+        return broadcast_object(obj, root_rank, session, name=name, process_set=process_set)
+    return _fn
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Every rank's picklable obj (of process_set), as a list in rank order.
+    session: Horovod's (for TensorFlow 1 graphs); hvd does not need it."""
+    return _hvd.allgather_object(obj, name=name, process_set=process_set)
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's: the reduction op from op and the deprecated average flag
+    (ValueError for both; average=True means Average, False Sum; neither
+    means Average), warning when average is used."""
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if average is not None:
+        import warnings
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
+                      DeprecationWarning, stacklevel=2)
+    return _op_of(op, average)
+
+
+def check_num_rank_power_of_2(num_rank):
+    """Horovod's: whether num_rank is a positive power of 2."""
+    return num_rank > 0 and (num_rank & (num_rank - 1)) == 0
 
 
 def _global_variables():

@@ -25,7 +25,10 @@ CHECKS = ["grouped_allgather_eager", "grouped_allgather_graph", "grouped_allgath
           "keras_grouped_names", "load_model_keras_optimizer", "load_model_hvd_optimizer",
           "load_model_trains_distributed", "best_model_checkpoint",
           "best_model_checkpoint_filepath_later", "is_homogeneous", "process_set_included_op",
-          "tensorflow_keras_module", "sync_batch_norm_eager", "sync_batch_norm_graph"]
+          "tensorflow_keras_module", "broadcast_inplace_eager", "broadcast_inplace_graph",
+          "broadcast_inplace_session", "objects_with_session", "average_helpers",
+          "keras_argument_order",
+          "sync_batch_norm_eager", "sync_batch_norm_graph"]
 
 
 def main():
@@ -329,6 +332,106 @@ def main():
             pass
         else:
             raise AssertionError("hvd.tensorflow.no_such_module was imported")
+
+    # -- broadcast_, objects, helpers ---------------------------------------------------
+    def start(k):
+        return [np.arange(3, dtype=np.float32) + 10 * k, np.int64(100 + k)]
+
+    @check
+    def broadcast_inplace_eager():
+        vs = [tf.Variable(x) for x in start(r)]
+        outs = hvd.broadcast_(vs, n - 1, name="bi.eager")
+        assert isinstance(outs, list) and len(outs) == 2, outs
+        for v, o, w in zip(vs, outs, start(n - 1)):
+            eq(v.numpy(), np.asarray(w), "variable")
+            eq(o.numpy(), np.asarray(w), "returned value")
+        assert hvd.broadcast_([], 0) == []
+
+    @check
+    def broadcast_inplace_graph():
+        vs = [tf.Variable(x) for x in start(r)]
+
+        @tf.function
+        def fn():
+            return hvd.broadcast_(vs, 0, name="bi.graph")
+
+        for step in range(2):  # the traced graph broadcasts again: rank 0's new values
+            want = start(0)
+            if step:
+                vs[0].assign(start(r)[0] * 2)
+                want[0] = want[0] * 2
+            outs = fn()
+            for v, o, w in zip(vs, outs, want):
+                eq(v.numpy(), np.asarray(w), f"step {step} variable")
+                eq(o.numpy(), np.asarray(w), f"step {step} returned value")
+
+    @check
+    def broadcast_inplace_session():
+        with tf.Graph().as_default():
+            vs = [tf.compat.v1.get_variable(f"v{i}", initializer=x)
+                  for i, x in enumerate(start(r))]
+            outs = hvd.broadcast_(vs, 0, name="bi.session")
+            assert all(isinstance(o, tf.Tensor) for o in outs), outs
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                got = sess.run(outs)  # running the values runs the broadcast
+                now = sess.run(vs)
+        for g, v, w in zip(got, now, start(0)):
+            eq(g, np.asarray(w), "returned value")
+            eq(v, np.asarray(w), "variable")
+
+    @check
+    def objects_with_session():
+        with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+            got = hvd.broadcast_object({"from": r}, 1, sess, name="obj.bcast")
+            every = hvd.allgather_object(("r", r), sess, name="obj.gather")
+            fn = hvd.broadcast_object_fn(root_rank=0, session=sess, name="obj.fn")
+            from_fn = fn([r] * (r + 1))
+        assert got == {"from": 1}, got
+        assert every == [("r", k) for k in range(n)], every
+        assert from_fn == [0], from_fn
+        assert hvd.broadcast_object(r * 10, root_rank=n - 1) == (n - 1) * 10  # eagerly too
+        assert hvdk.broadcast_object is hvd.broadcast_object
+
+    @check
+    def average_helpers():
+        import warnings
+        f = hvd.handle_average_backwards_compatibility
+        assert f(None, None) == hvd.Average and f(hvd.Sum, None) == hvd.Sum
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert f(None, True) == hvd.Average and f(None, False) == hvd.Sum
+        assert [x.category for x in w] == [DeprecationWarning] * 2, w
+        try:
+            f(hvd.Sum, True)
+        except ValueError as e:
+            assert "supersedes average" in str(e), e
+        else:
+            raise AssertionError("op and average together did not raise")
+        powers = [k for k in range(-2, 20) if hvd.check_num_rank_power_of_2(k)]
+        assert powers == [1, 2, 4, 8, 16], powers
+
+    @check
+    def keras_argument_order():
+        x = np.arange(4, dtype=np.float64) + 10 * r  # a value, not a tensor
+        total = sum(np.arange(4, dtype=np.float64) + 10 * k for k in range(n))
+        # rank 0 names the op through hvd.keras' 2nd argument, the other ranks through
+        # hvd.tensorflow's keyword: the collective completes only if the names agree
+        if r == 0:
+            avg = hvdk.allreduce(x, "ka.avg")
+            summed = hvdk.allreduce(x, "ka.sum", None, 0.5, 4.0, hvd.Sum)
+            block = hvdk.reducescatter(np.stack([x, x]), "ka.rs", hvd.Sum)
+        else:
+            avg = hvd.allreduce(tf.constant(x), name="ka.avg")
+            summed = hvd.allreduce(tf.constant(x), op=hvd.Sum, prescale_factor=0.5,
+                                   postscale_factor=4.0, name="ka.sum")
+            block = hvd.reducescatter(tf.constant(np.stack([x, x])), op=hvd.Sum, name="ka.rs")
+        eq(avg.numpy(), total / n, "average")
+        eq(summed.numpy(), total * 2.0, "scaled sum")
+        rows = np.stack([total, total])
+        per, extra = divmod(2, n)
+        lo = r * per + min(r, extra)
+        eq(block.numpy(), rows[lo:lo + per + (1 if r < extra else 0)], "reducescatter block")
 
     # -- SyncBatchNormalization -------------------------------------------------------
     # Rank k holds 3 + 2k rows; the layer's outputs, input gradients, moving
