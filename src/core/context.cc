@@ -110,13 +110,16 @@ struct Scope {
 namespace {
 
 // The control bytes of one process-set slot in the packed negotiation:
-// [0] 0 while some member holds the set, [1] 0 if some member has requests
-// pending in it, [2..3] the set's cache extent (Controller::slot_extent, in
-// kExtentSteps, big-endian: the same on every member), then the set's
-// controller's bytes for as many cache slots as the extent the last
-// negotiation showed (the ranks outside a set know no more). 0xFF (MIN's
-// identity) from ranks outside the set and for free slots.
-constexpr size_t kSlotHeader = 4;
+// [0] 0 while some member holds the set, [1] 255 - the member's count of
+// requests pending in it (at most 254; so 255 - the most any member has),
+// [2..3] the set's cache extent (Controller::slot_extent, in kExtentSteps,
+// big-endian: the same on every member), [4] 0 if the set has every rank of
+// the context, then the set's controller's bytes for as many cache slots as
+// the extent the last negotiation showed (the ranks outside a set know no
+// more). 0xFF (MIN's identity) from ranks outside the set and for free
+// slots.
+constexpr size_t kSlotHeader = 5;
+constexpr uint8_t kMaxPendingCount = 254;
 
 // The specification a process-set request allgathers (int32 each):
 // [kind, host, ...]: kind 0 (a rank list): n, ranks...; kind 1 (split):
@@ -1002,9 +1005,11 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
         (set->controller->slot_extent() + Controller::kExtentStep - 1) / Controller::kExtentStep,
         0xFFFE);
     p[0] = 0;
-    p[1] = set->controller->pending() > 0 ? 0 : 0xFF;
+    p[1] = static_cast<uint8_t>(
+        0xFF - std::min<size_t>(set->controller->pending(), kMaxPendingCount));
     p[2] = static_cast<uint8_t>(steps >> 8);
     p[3] = static_cast<uint8_t>(steps & 0xFF);
+    p[4] = set->size == root_->size ? 0 : 1;
     set->controller->Contribute(false, now, p + kSlotHeader, slot_extent_[k]);
   }
   HVD_CHECK(transport_->Allreduce(ctrl_.data(), ctrl_.size(), HVD_UINT8, HVD_MIN)
@@ -1028,12 +1033,25 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
     }
     Scope* set = k < sets_.size() ? sets_[k].get() : nullptr;
     if (set != nullptr) set->responses.clear();
-    if (p[1] != 0) continue;
-    sets_busy_ = true;
+    const size_t most_pending = 0xFF - p[1];
+    if (most_pending == 0) continue;
+    // Busy: ranks negotiate again at once (see Loop), unless this round
+    // serves every request any member has, and no rank is outside the set
+    // (which is what that round is for): a set of every rank whose cached
+    // requests all complete now, without a full or stall round, which the
+    // bytes show alike to every rank.
+    const uint8_t* head_k = p + kSlotHeader;
+    bool busy = true;
+    if (p[4] == 0 && head_k[0] != 0 && head_k[2] != 0 && most_pending < kMaxPendingCount) {
+      size_t ready = 0;
+      for (size_t b = 0; b < slots; ++b) ready += head_k[Controller::kHeaderBytes + b] != 0;
+      busy = most_pending > ready;
+    }
+    sets_busy_ = sets_busy_ || busy;
     if (set == nullptr) continue;
     bool unused = false;
-    HVD_CHECK(set->controller->Conclude(set->plane.get(), p + kSlotHeader, slots, now,
-                                        &set->responses, &unused)
+    HVD_CHECK(set->controller->Conclude(set->plane.get(), head_k, slots, now, &set->responses,
+                                        &unused)
                   .Wrap("process set negotiation"));
   }
   while (!slot_live_.empty() && !slot_live_.back()) slot_live_.pop_back();
