@@ -968,11 +968,17 @@ _sys.modules[__name__ + ".elastic"] = elastic
 _hvd_elastic._register_reset_hook(_rebind_sets, after=True)
 
 
-# `import horovod.tensorflow.keras as hvd` becomes `import hvd.tensorflow.keras
-# as hvd` (or `import hvd.keras as hvd`): hvd.tensorflow.keras is hvd.keras
-# itself, imported on first use. This module stands in as a package for that
-# one submodule.
-__path__ = []
+# This module stands in as a package. Horovod's submodule paths
+# (horovod.tensorflow.mpi_ops, .compression, .functions, .sync_batch_norm) are
+# small modules in the folder hvd/tensorflow/ that re-export this module's
+# names (the folder has no __init__.py: were it given one, it would hide this
+# file). And `import horovod.tensorflow.keras as hvd` becomes `import
+# hvd.tensorflow.keras as hvd` (or `import hvd.keras as hvd`):
+# hvd.tensorflow.keras is hvd.keras itself, imported on first use through the
+# finder below (the folder has no keras module).
+import os as _os  # noqa: E402
+
+__path__ = [_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "tensorflow")]
 
 
 class _KerasAlias:

@@ -1266,3 +1266,11 @@ from . import _torch_elastic as elastic  # noqa: E402
 
 _sys.modules[__name__ + ".elastic"] = elastic
 _hvd_elastic._register_reset_hook(_drop_pending_reductions)
+
+# Horovod's submodule paths (horovod.torch.mpi_ops, .compression, .functions,
+# .optimizer, .sync_batch_norm) are small modules in the folder hvd/torch/
+# that re-export this module's names; this module is their package. The folder
+# has no __init__.py: were it given one, it would hide this file.
+import os as _os  # noqa: E402
+
+__path__ = [_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "torch")]

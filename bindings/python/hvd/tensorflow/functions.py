@@ -1,0 +1,12 @@
+"""hvd.tensorflow.functions: the public names of Horovod's
+horovod.tensorflow.functions (``from hvd.tensorflow.functions import
+broadcast_variables``), hvd.tensorflow's own objects."""
+
+from hvd.tensorflow import (  # noqa: F401
+    allgather_object,
+    broadcast_object,
+    broadcast_object_fn,
+    broadcast_variables,
+)
+
+__all__ = ["allgather_object", "broadcast_object", "broadcast_object_fn", "broadcast_variables"]

@@ -1,0 +1,7 @@
+"""hvd.torch.sync_batch_norm: the public name of Horovod's
+horovod.torch.sync_batch_norm (``from hvd.torch.sync_batch_norm import
+SyncBatchNorm``), hvd.torch's own class."""
+
+from hvd.torch import SyncBatchNorm  # noqa: F401
+
+__all__ = ["SyncBatchNorm"]
