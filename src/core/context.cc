@@ -113,12 +113,11 @@ namespace {
 // [0] 0 while some member holds the set, [1] 255 - the member's count of
 // requests pending in it (at most 254; so 255 - the most any member has),
 // [2..3] the set's cache extent (Controller::slot_extent, in kExtentSteps,
-// big-endian: the same on every member), [4] 0 if the set has every rank of
-// the context, then the set's controller's bytes for as many cache slots as
-// the extent the last negotiation showed (the ranks outside a set know no
-// more). 0xFF (MIN's identity) from ranks outside the set and for free
-// slots.
-constexpr size_t kSlotHeader = 5;
+// big-endian: the same on every member), then the set's controller's bytes
+// for as many cache slots as the extent the last negotiation showed (the
+// ranks outside a set know no more). 0xFF (MIN's identity) from ranks
+// outside the set and for free slots.
+constexpr size_t kSlotHeader = 4;
 constexpr uint8_t kMaxPendingCount = 254;
 
 // The specification a process-set request allgathers (int32 each):
@@ -269,6 +268,7 @@ class ContextImpl final : public CycleDriver {
   bool cycle_held_ = false;
   bool caller_cycles_ = false;     // callers may run it (HVD_CALLER_CYCLES, the transport)
   uint64_t caller_cycles_run_ = 0;  // cycles run by callers (Query "caller_cycles")
+  int drive_waiters_ = 0;           // callers waiting in Drive for the cycle's end
   bool mark_cycles_ = false;  // background thread only
   // The cycle's pacing (background thread only; set in Start).
   Clock::duration cycle_{};           // the cycle time (autotune may change it)
@@ -471,7 +471,7 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest req
   ++queued_;
   // The loop waits for the queues to become non-empty; later submits of a
   // burst need no wake-up (it reads last_enqueue_ when it settles).
-  if (was_empty && !lazy_wake_) cv_.notify_one();
+  if (was_empty && !lazy_wake_) cv_.notify_all();
   return h;
 }
 
@@ -673,7 +673,7 @@ Status ContextImpl::CloseSet(Scope* set) {
       set->closed = true;
       set->closed_reason = Error(HVD_ERR_ABORTED, "the process set was destroyed on this rank");
     }
-    cv_.notify_one();
+    cv_.notify_all();
   }
   return st;
 }
@@ -706,11 +706,13 @@ Status ContextImpl::CloseSet(Scope* set) {
 //    every rank takes part in the rounds that run a set's requests, member
 //    or not. While the last negotiation showed a set with pending requests,
 //    every rank negotiates again at once (ranks outside it wait inside the
-//    collective while its members run their data), and the heartbeat is
-//    10 ms while sets exist, so a set's first request after a quiet spell
-//    waits at most that for the ranks outside it. A rank outside a busy set
-//    can wait in the negotiation for as long as the set's transfers take, so
-//    with sets the negotiation keeps the transport timeout: no peer timeout.
+//    collective while its members run their data; a set of every rank not
+//    after a round that served every request pending in it), and the
+//    heartbeat is 10 ms while sets exist, so a set's first request after a
+//    quiet spell waits at most that for the ranks outside it. A rank outside
+//    a busy set can wait in the negotiation for as long as the set's
+//    transfers take, so with sets the negotiation keeps the transport
+//    timeout: no peer timeout.
 void ContextImpl::Loop() {
 #if defined(__linux__)
   // The default 50 us of timer slack would be added to every wake-up.
@@ -782,9 +784,16 @@ void ContextImpl::Loop() {
       lazy_wake_ = false;
       callers_took_ = 0;
     }
+    if (drive_waiters_ > 0) {
+      // A caller waits to run the cycle (see Drive): it takes this one.
+      cv_.wait_until(lock, Clock::now() + poll,
+                     [this] { return drive_waiters_ == 0 || stopped_ || shutdown_requested_; });
+      continue;
+    }
     cycle_held_ = true;
     const bool go_on = RunCycle(lock);
     cycle_held_ = false;
+    if (drive_waiters_ > 0) cv_.notify_all();  // a caller waits to take the next cycle
     if (!go_on) break;
   }
 }
@@ -802,7 +811,19 @@ bool ContextImpl::LoopHasWork() const {
 // time a poll finds one still queued.
 bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h) {
   constexpr int kLazyAfter = 8;
-  if (!caller_cycles_ || cycle_held_ || stopped_ || shutdown_requested_) return false;
+  if (!caller_cycles_ || stopped_ || shutdown_requested_) return false;
+  if (cycle_held_) {
+    // The loop (or another caller) is inside a cycle: wait for its end and
+    // take the next one, unless that cycle completed the handle. Without
+    // this, a caller whose wait came while the loop finished the cycle of
+    // its previous operation found the loop in every later cycle too: the
+    // loop took each next request, the caller's wait came during that
+    // cycle, and so on (6-8 us against 1.2 us per small operation).
+    ++drive_waiters_;
+    cv_.wait(lock, [&] { return !cycle_held_ || h.done() || stopped_ || shutdown_requested_; });
+    --drive_waiters_;
+    if (cycle_held_ || h.done() || stopped_ || shutdown_requested_) return false;
+  }
   if (queued_ > 0 && ++callers_took_ >= kLazyAfter) lazy_wake_ = true;
   cycle_held_ = true;
   bool go_on = true;
@@ -815,6 +836,7 @@ bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h) {
     ++caller_cycles_run_;
   } while (go_on && cycle_progress_ && !h.done() && !shutdown_requested_);
   cycle_held_ = false;
+  if (drive_waiters_ > 0) cv_.notify_all();  // another caller waits for the cycle
   bool round_only = false;
   if (go_on && sets_busy_ && h.done()) {
     // Process sets: the round every rank negotiates after a set's operation
@@ -831,7 +853,7 @@ bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h) {
   if (!go_on || stopped_) {
     cv_.notify_all();  // the loop exits (it sees stopped_)
   } else if (LoopHasWork() && !round_only) {
-    cv_.notify_one();
+    cv_.notify_all();
   }
   if (shutdown_requested_) exit_cv_.notify_all();
   return true;
@@ -1009,7 +1031,6 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
         0xFF - std::min<size_t>(set->controller->pending(), kMaxPendingCount));
     p[2] = static_cast<uint8_t>(steps >> 8);
     p[3] = static_cast<uint8_t>(steps & 0xFF);
-    p[4] = set->size == root_->size ? 0 : 1;
     set->controller->Contribute(false, now, p + kSlotHeader, slot_extent_[k]);
   }
   HVD_CHECK(transport_->Allreduce(ctrl_.data(), ctrl_.size(), HVD_UINT8, HVD_MIN)
@@ -1035,24 +1056,23 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
     if (set != nullptr) set->responses.clear();
     const size_t most_pending = 0xFF - p[1];
     if (most_pending == 0) continue;
-    // Busy: ranks negotiate again at once (see Loop), unless this round
-    // serves every request any member has, and no rank is outside the set
-    // (which is what that round is for): a set of every rank whose cached
-    // requests all complete now, without a full or stall round, which the
-    // bytes show alike to every rank.
-    const uint8_t* head_k = p + kSlotHeader;
+    // Busy: this rank negotiates again at once (see Loop), for the ranks
+    // outside the set and the members still waiting. A set of every rank
+    // has no ranks outside it: its members (all ranks) skip that round
+    // after one that served every request any member had pending (each
+    // counts the set's responses, the same on all). A rank that judged
+    // differently (it left the set on its own) only negotiates sooner; which
+    // rounds match does not change.
     bool busy = true;
-    if (p[4] == 0 && head_k[0] != 0 && head_k[2] != 0 && most_pending < kMaxPendingCount) {
-      size_t ready = 0;
-      for (size_t b = 0; b < slots; ++b) ready += head_k[Controller::kHeaderBytes + b] != 0;
-      busy = most_pending > ready;
+    if (set != nullptr) {
+      bool unused = false;
+      HVD_CHECK(set->controller->Conclude(set->plane.get(), p + kSlotHeader, slots, now,
+                                          &set->responses, &unused)
+                    .Wrap("process set negotiation"));
+      busy = set->size < root_->size || most_pending >= kMaxPendingCount ||
+             most_pending > set->responses.size();
     }
     sets_busy_ = sets_busy_ || busy;
-    if (set == nullptr) continue;
-    bool unused = false;
-    HVD_CHECK(set->controller->Conclude(set->plane.get(), head_k, slots, now, &set->responses,
-                                        &unused)
-                  .Wrap("process set negotiation"));
   }
   while (!slot_live_.empty() && !slot_live_.back()) slot_live_.pop_back();
   slot_extent_.resize(slot_live_.size());

@@ -107,7 +107,7 @@ Status Handle::Wait(double timeout_s) const {
         drove = signal_->driver->Drive(lock, *this);
       }
     }
-    if (!drove) signal_->cv.notify_one();
+    if (!drove) signal_->cv.notify_all();
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout_s < 0 || !std::isfinite(timeout_s)) {
