@@ -199,6 +199,54 @@ join_async = _t.join_async
 broadcast_object = _t.broadcast_object
 allgather_object = _t.allgather_object
 
+
+# ---------------------------------------------------------------------------
+# Gradient compression.
+# ---------------------------------------------------------------------------
+
+
+class Compressor:
+    """compress(tensor) -> (tensor_to_send, ctx); decompress(tensor, ctx) -> tensor."""
+
+    @staticmethod
+    def compress(tensor):
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Sends floating-point gradients as float16 (half the bytes); the sum is
+    computed in float32 by the library and cast back to the original dtype."""
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
+            return tensor.to(torch.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tensor.to(ctx)
+
+
+class Compression:
+    none = NoneCompressor
+    fp16 = FP16Compressor
+
+
 class _AllreduceFn(torch.autograd.Function):
     """allreduce as an autograd op: the gradient of an allreduce is the
     allreduce (same op) of the incoming gradients."""
@@ -231,10 +279,25 @@ def _set_size(process_set):
     return _t._target(process_set)[0].size()
 
 
-def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces tensor over all ranks (of process_set; default op Average) into a
-    new tensor; differentiable when tensor requires grad (ops Sum and Average)."""
+    new tensor; differentiable when tensor requires grad (ops Sum and Average).
+
+    compression (Horovod's, its 4th positional argument): the tensor is
+    compressed before the reduction and the result decompressed, so with
+    Compression.fp16 a float32/float64 tensor travels as float16 and the
+    result is the float16 result in the input's dtype. The compression casts
+    are part of the autograd graph (the gradient is reduced as float16 too).
+    As in Horovod, only allreduce, grouped_allreduce, reducescatter and
+    grouped_reducescatter take compression: the _async and in-place forms
+    have none."""
+    compressed, cctx = compression.compress(tensor)
+    return compression.decompress(_allreduce(compressed, average, name, op, prescale_factor,
+                                             postscale_factor, process_set), cctx)
+
+
+def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set):
     if torch.is_grad_enabled() and isinstance(tensor, torch.Tensor) and tensor.requires_grad:
         o = _ops.check_op(_resolve(op, average))
         if o in (Sum, Average):
@@ -393,19 +456,25 @@ class _GroupedReducescatterFn(torch.autograd.Function):
         return (None, None, None, None, None, *g)
 
 
-def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
     """Allreduces a list of tensors (one dtype) negotiated and fused as one unit;
-    tensor i is named f"{name}.{i}". Differentiable (ops Sum and Average)."""
-    tensors = list(tensors)
+    tensor i is named f"{name}.{i}". Differentiable (ops Sum and Average).
+    compression (4th positional, as in Horovod): each tensor compressed
+    before, each result decompressed after (see allreduce)."""
+    pairs = [compression.compress(t) for t in tensors]
+    tensors = [c for c, _ in pairs]
     if _needs_grad(tensors):
         o = _ops.check_op(_resolve(op, average))
         if o in (Sum, Average):
-            return list(_GroupedAllreduceFn.apply(
+            out = list(_GroupedAllreduceFn.apply(
                 o, _name("grouped_allreduce", name, process_set), prescale_factor,
                 postscale_factor, process_set, *tensors))
-    return _t.grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
-                                process_set)
+            return [compression.decompress(t, c) for t, (_, c) in zip(out, pairs)]
+    out = _t.grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
+                               process_set)
+    return [compression.decompress(t, c) for t, (_, c) in zip(out, pairs)]
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -447,33 +516,43 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     return _t.alltoall(tensor, splits, name, process_set)
 
 
-def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                  process_set=global_process_set):
+def reducescatter(tensor, name=None, compression=Compression.none, op=None,
+                  prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces over ranks (of process_set; default op Average); rank r keeps its
     block of rows (the first shape[0] % size ranks get one extra row).
-    Differentiable (Sum, Average)."""
+    Differentiable (Sum, Average). compression (3rd positional, as in
+    Horovod): compressed before, the block decompressed after (see
+    allreduce); reducescatter_async has none."""
+    tensor, cctx = compression.compress(tensor)
     if _needs_grad((tensor,)):
         o = _ops.check_op(Average if op is None else op)
         if o in (Sum, Average):
-            return _ReducescatterFn.apply(tensor, o, _name("reducescatter", name, process_set),
-                                          prescale_factor, postscale_factor, process_set)
-    return _t.reducescatter(tensor, name, op, prescale_factor, postscale_factor, process_set)
+            return compression.decompress(_ReducescatterFn.apply(
+                tensor, o, _name("reducescatter", name, process_set), prescale_factor,
+                postscale_factor, process_set), cctx)
+    return compression.decompress(
+        _t.reducescatter(tensor, name, op, prescale_factor, postscale_factor, process_set), cctx)
 
 
-def grouped_reducescatter(tensors, name=None, op=None, prescale_factor=1.0,
-                          postscale_factor=1.0, process_set=global_process_set):
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=None,
+                          prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=global_process_set):
     """reducescatter of each tensor of a list (default op Average); returns the list
     of results. Tensor i is named f"{name}.{i}" (negotiated one by one).
-    Differentiable (Sum, Average)."""
-    tensors = list(tensors)
+    Differentiable (Sum, Average). compression (3rd positional, as in
+    Horovod): see reducescatter."""
+    pairs = [compression.compress(t) for t in tensors]
+    tensors = [c for c, _ in pairs]
     if _needs_grad(tensors):
         o = _ops.check_op(Average if op is None else op)
         if o in (Sum, Average):
-            return list(_GroupedReducescatterFn.apply(
+            out = list(_GroupedReducescatterFn.apply(
                 o, _name("grouped_reducescatter", name, process_set), prescale_factor,
                 postscale_factor, process_set, *tensors))
-    return _t.grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor,
-                                    process_set)
+            return [compression.decompress(t, c) for t, (_, c) in zip(out, pairs)]
+    out = _t.grouped_reducescatter(tensors, name, op, prescale_factor, postscale_factor,
+                                   process_set)
+    return [compression.decompress(t, c) for t, (_, c) in zip(out, pairs)]
 
 
 class SparseHandle(_ops.GroupHandle):
@@ -519,53 +598,6 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
             return torch.sparse_coo_tensor(idx.transpose(0, 1), vals, shape)
 
     return SparseHandle(members, f"sparse allreduce '{name}'", combine)
-
-
-# ---------------------------------------------------------------------------
-# Gradient compression.
-# ---------------------------------------------------------------------------
-
-
-class Compressor:
-    """compress(tensor) -> (tensor_to_send, ctx); decompress(tensor, ctx) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
-    """Sends floating-point gradients as float16 (half the bytes); the sum is
-    computed in float32 by the library and cast back to the original dtype."""
-
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
-
-
-class Compression:
-    none = NoneCompressor
-    fp16 = FP16Compressor
 
 
 # ---------------------------------------------------------------------------
