@@ -1302,7 +1302,11 @@ _hvd_elastic._register_reset_hook(_drop_pending_reductions)
 # Horovod's submodule paths (horovod.torch.mpi_ops, .compression, .functions,
 # .optimizer, .sync_batch_norm) are small modules in the folder hvd/torch/
 # that re-export this module's names; this module is their package. The folder
-# has no __init__.py: were it given one, it would hide this file.
+# has no __init__.py: were it given one, it would hide this file. Likewise
+# horovod.torch.elastic.sampler and .state are modules in hvd/torch/elastic/
+# (no __init__.py either) re-exporting hvd.torch.elastic's names, which is
+# their package.
 import os as _os  # noqa: E402
 
 __path__ = [_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "torch")]
+elastic.__path__ = [_os.path.join(__path__[0], "elastic")]

@@ -1,8 +1,10 @@
 """Horovod's torch submodule paths (horovod.torch.mpi_ops, .compression,
-.functions, .optimizer, .sync_batch_norm) as hvd.torch.<name>: each offers
-Horovod's public names of that module that hvd has, as hvd.torch's own
-objects, and nothing else; importing them loads no TensorFlow; and a 2-rank
-hvdrun job that imports its names only from the submodules gets exact results.
+.functions, .optimizer, .sync_batch_norm, .elastic.sampler, .elastic.state)
+as hvd.torch.<name>: each offers Horovod's public names of that module that
+hvd has, as hvd.torch's (or hvd.torch.elastic's) own objects, and nothing
+else; importing them loads no TensorFlow; and a 2-rank hvdrun job that
+imports its names only from the submodules gets exact results (elastic
+state: sync from rank 0, the sampler's shards, commit and restore).
 The TensorFlow side is test_horovod_submodules_tf.py (another pytest process)."""
 
 import importlib
@@ -18,6 +20,8 @@ pytest.importorskip("torch", reason="torch is not installed (requirements-test.t
 
 import hvd.torch as hvdt  # noqa: E402
 import hvd.torch.compression  # noqa: E402,F401
+import hvd.torch.elastic.sampler  # noqa: E402,F401
+import hvd.torch.elastic.state  # noqa: E402,F401
 import hvd.torch.functions  # noqa: E402,F401
 import hvd.torch.mpi_ops  # noqa: E402,F401
 import hvd.torch.optimizer  # noqa: E402,F401
@@ -50,12 +54,20 @@ HOROVOD = {
                   "allgather_object"},
     "optimizer": {"DistributedOptimizer"},
     "sync_batch_norm": {"SyncBatchNorm"},
+    # (the classes and functions defined there)
+    "elastic.sampler": {"ElasticSampler"},
+    "elastic.state": {"TorchState", "StateHandler", "ModelStateHandler", "OptimizerStateHandler",
+                      "LRSchedulerStateHandler", "SamplerStateHandler", "get_handler_registry",
+                      "set_handler_registry"},
 }
 MISSING = {
     "mpi_ops": {"HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
                 "HorovodGroupedAllgather", "HorovodBroadcast", "HorovodAlltoall",
                 "HorovodReducescatter", "HorovodGroupedReducescatter",
                 "handle_average_backwards_compatibility", "mpi_lib"},
+    "elastic.state": {"StateHandler", "ModelStateHandler", "OptimizerStateHandler",
+                      "LRSchedulerStateHandler", "SamplerStateHandler", "get_handler_registry",
+                      "set_handler_registry"},
 }
 
 
@@ -67,7 +79,9 @@ def _public(mod):
 def test_submodule_names_are_hvd_torch_objects(sub):
     mod = importlib.import_module(f"hvd.torch.{sub}")
     assert mod.__name__ == f"hvd.torch.{sub}"
-    assert getattr(hvdt, sub) is mod
+    parent, _, leaf = f"hvd.torch.{sub}".rpartition(".")
+    owner = importlib.import_module(parent)  # hvd.torch, or hvd.torch.elastic
+    assert getattr(owner, leaf) is mod
     want = HOROVOD[sub] - MISSING.get(sub, set())
     assert set(mod.__all__) == want
     assert _public(mod) == want, "public names beyond Horovod's"
@@ -75,7 +89,7 @@ def test_submodule_names_are_hvd_torch_objects(sub):
     ns = {}
     exec(f"from hvd.torch.{sub} import {', '.join(sorted(want))}", ns)  # as a Horovod script
     for name in want:
-        assert ns[name] is getattr(hvdt, name), name
+        assert ns[name] is getattr(owner, name), name
 
 
 def test_star_import_gives_the_same_objects():
@@ -94,12 +108,16 @@ def test_hvd_torch_is_still_the_module_file():
     assert hvd.torch.mpi_ops.__file__ == os.path.join(pkg, "torch", "mpi_ops.py")
     assert not os.path.exists(os.path.join(pkg, "torch", "__init__.py"))
     assert importlib.import_module("hvd.torch.elastic") is hvdt.elastic
+    # hvd/torch/elastic/ likewise holds elastic's submodules, without an __init__.py
+    assert hvd.torch.elastic.state.__file__ == os.path.join(pkg, "torch", "elastic", "state.py")
+    assert not os.path.exists(os.path.join(pkg, "torch", "elastic", "__init__.py"))
 
 
 def test_submodules_load_no_tensorflow():
     code = ("import sys\n"
             "import hvd.torch.mpi_ops, hvd.torch.compression, hvd.torch.functions\n"
             "import hvd.torch.optimizer, hvd.torch.sync_batch_norm\n"
+            "import hvd.torch.elastic.sampler, hvd.torch.elastic.state\n"
             "print(sorted(m for m in ('tensorflow', 'keras', 'tf_keras') if m in sys.modules))\n")
     p = subprocess.run([sys.executable, "-c", code], env=harness.child_env(),
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=180)
@@ -118,6 +136,9 @@ from hvd.torch.functions import (broadcast_parameters, broadcast_optimizer_state
                                  broadcast_object, allgather_object)
 from hvd.torch.optimizer import DistributedOptimizer
 from hvd.torch.compression import Compression
+from hvd.torch.elastic import run
+from hvd.torch.elastic.sampler import ElasticSampler
+from hvd.torch.elastic.state import TorchState
 
 init()
 r, n = rank(), size()
@@ -154,6 +175,36 @@ res["step"] = model.weight.item()  # 1 - 0.5 * 2
 
 res["broadcast_object"] = broadcast_object({"from": r, "list": [r] * 3}, root_rank=1)
 res["allgather_object"] = allgather_object({"rank": r, "square": r * r})
+
+# Horovod's elastic objects from their submodules (a job that is not elastic:
+# run() syncs the state from rank 0 and calls the function once).
+net = torch.nn.Linear(1, 1, bias=False)
+with torch.no_grad():
+    net.weight.fill_(10.0 + r)
+sgd = torch.optim.SGD(net.parameters(), lr=0.25 * (r + 1))
+sampler = ElasticSampler(list(range(10)), shuffle=False)
+state = TorchState(net, sgd, sampler=sampler, epoch=3 + r)
+
+
+@run
+def train(state):
+    out = {"synced": [state.model.weight.item(), state.optimizer.param_groups[0]["lr"],
+                      state.epoch],
+           "shard": list(state.sampler)}
+    state.sampler.record_batch(0, 2)  # this rank's first 2 indices are done
+    state.epoch = 7
+    state.commit()  # every rank's processed indices together
+    with torch.no_grad():
+        state.model.weight.fill_(-1.0)
+    state.epoch = 8
+    state.sampler.set_epoch(9)
+    state.restore()
+    out["restored"] = [state.model.weight.item(), state.epoch, state.sampler.epoch]
+    out["shard_after_commit"] = list(state.sampler)
+    return out
+
+
+res["elastic"] = train(state)
 shutdown()
 with open(os.path.join(os.environ["HVD_TEST_OUT"], "rank%d.json" % r), "w") as f:
     json.dump(res, f)
@@ -175,4 +226,11 @@ def test_two_ranks_with_submodule_names_only(tmp_path, hvdrun):
             "step": 0.0,
             "broadcast_object": {"from": 1, "list": [1, 1, 1]},
             "allgather_object": [{"rank": 0, "square": 0}, {"rank": 1, "square": 1}],
+            "elastic": {
+                "synced": [10.0, 0.25, 3],  # rank 0's
+                "shard": [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]][r],
+                "restored": [10.0, 7, 0],
+                # 0, 1, 2, 3 processed (both ranks' first two): the rest resharded
+                "shard_after_commit": [[4, 6, 8], [5, 7, 9]][r],
+            },
         }, f"rank {r}"

@@ -165,8 +165,8 @@ def test_wheel_contents(wheel):
     assert built["gloo"], "the wheel build found no Gloo: the wheel would have no multi-host transport"
     assert native == want, f"native files {sorted(native)}, expected {sorted(want)}"
     for py in ("__init__", "_api", "_c_api", "_numpy", "_ops", "torch", "tensorflow", "keras",
-               "spark", "torch/mpi_ops", "torch/functions", "tensorflow/mpi_ops",
-               "tensorflow/functions"):
+               "spark", "torch/mpi_ops", "torch/functions", "torch/elastic/sampler",
+               "torch/elastic/state", "tensorflow/mpi_ops", "tensorflow/functions"):
         assert f"hvd/{py}.py" in names, f"hvd/{py}.py missing from the wheel"
     for n in want:  # real files (a wheel cannot hold links), hvdrun executable
         mode = infos[n].external_attr >> 16
