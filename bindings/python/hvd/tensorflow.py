@@ -1214,11 +1214,23 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
 
 class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
     """A tf.compat.v1.train.Optimizer whose compute_gradients reduces the
-    gradients over all ranks (TensorFlow 1 graphs)."""
+    gradients over all ranks (TensorFlow 1 graphs, tf.function, eagerly).
+
+    backward_passes_per_step = n > 1 (Horovod's semantics): compute_gradients
+    adds each gradient to a local accumulator (non-trainable variables in
+    tf.compat.v1.GraphKeys.LOCAL_VARIABLES in a TF1 graph, as Horovod's, so
+    run tf.compat.v1.local_variables_initializer(); variables of their own
+    eagerly and in tf.function) and counts the pass; at the n-th pass it
+    returns the accumulated sums reduced over the ranks (divided by n with
+    average_aggregated_gradients) and clears the accumulators and the count,
+    at the others this pass's own gradients. apply_gradients applies only
+    after a reduction (the count back at 0); the other passes only advance
+    global_step, if one is given."""
 
     def __init__(self, optimizer, name=None, use_locking=False, compression=Compression.none,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
-                 process_set=global_process_set):
+                 process_set=global_process_set, backward_passes_per_step=1,
+                 average_aggregated_gradients=False, scale_local_gradients=True):
         if name is None:
             name = f"Distributed{type(optimizer).__name__}"
         super().__init__(name=name, use_locking=use_locking)
@@ -1227,15 +1239,127 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
                               gradient_predivide_factor=gradient_predivide_factor,
                               sparse_as_dense=sparse_as_dense, name=name,
                               process_set=process_set)
+        self._sparse_as_dense = bool(sparse_as_dense)
+        self._bpps = int(backward_passes_per_step)
+        self._average_aggregated = bool(average_aggregated_gradients)
+        self._scale_local = bool(scale_local_gradients)
+        self._local_ids = set()
+        self._local_keep = []  # keeps the registered variables (and so their ids) alive
+        self._aggregation = {}  # graph (None eagerly) -> (counter, {variable ref: accumulator})
+
+    def register_local_var(self, var):
+        """Marks a variable as local to this rank: its gradient is not reduced
+        (only divided by size, unless scale_local_gradients=False)."""
+        self._local_ids.add(id(var))
+        self._local_keep.append(var)
+
+    def _reduce(self, grads, variables):
+        return reduce_gradients(grads, variables, self._local_ids, self._scale_local,
+                                **self._hvd_args)
 
     def compute_gradients(self, *args, **kwargs):
         gradients = self._optimizer.compute_gradients(*args, **kwargs)
         grads, variables = zip(*gradients) if gradients else ((), ())
-        reduced = allreduce_gradients(list(grads), **self._hvd_args)
+        if self._bpps == 1:
+            reduced = self._reduce(list(grads), list(variables))
+        else:
+            reduced = self._aggregate(list(grads), list(variables))
         return list(zip(reduced, variables))
 
-    def apply_gradients(self, *args, **kwargs):
-        return self._optimizer.apply_gradients(*args, **kwargs)
+    def _aggregation_state(self, variables, grads):
+        """The pass counter and the accumulators (one per variable with a
+        gradient), made once per graph (the outermost: eagerly and in
+        tf.function they are eager variables)."""
+        with tf.init_scope():
+            eager = tf.executing_eagerly()
+            key = None if eager else tf.compat.v1.get_default_graph()
+            counter, accums = self._aggregation.get(key, (None, {}))
+
+            def variable(value, what):
+                if eager:
+                    return tf.Variable(value, trainable=False, name=f"{self._name}_{what}")
+                return tf.compat.v1.Variable(
+                    value, trainable=False, use_resource=True, name=f"{self._name}_{what}",
+                    collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+
+            if counter is None:
+                counter = variable(tf.zeros([], tf.int32), "aggregation_counter")
+            for v, g in zip(variables, grads):
+                if g is not None and v.ref() not in accums:
+                    accums[v.ref()] = variable(tf.zeros(v.shape, g.dtype), "aggregated_gradient")
+            self._aggregation[key] = (counter, accums)
+        return counter, accums
+
+    @_no_autograph
+    def _aggregate(self, grads, variables):
+        dense = []
+        for g in grads:
+            if isinstance(g, tf.IndexedSlices):
+                if not self._sparse_as_dense:
+                    raise ValueError("IndexedSlices are not supported when "
+                                     "`backward_passes_per_step` > 1 and `sparse_as_dense` is "
+                                     "False.")
+                g = tf.convert_to_tensor(g)
+            dense.append(g)
+        counter, accums = self._aggregation_state(variables, dense)
+        present = [i for i, g in enumerate(dense) if g is not None]
+        if not present:
+            return dense
+        adds = [accums[variables[i].ref()].assign_add(dense[i], use_locking=self._use_locking)
+                for i in present]
+        with tf.control_dependencies(adds):
+            count = counter.assign_add(1, use_locking=True)
+        n = self._bpps
+
+        def communicate():
+            sums = [accums[variables[i].ref()].read_value() for i in present]
+            reduced = self._reduce(sums, [variables[i] for i in present])
+            if self._average_aggregated:
+                reduced = [r / tf.cast(n, r.dtype) for r in reduced]
+            with tf.control_dependencies(reduced):
+                clear = [accums[variables[i].ref()].assign(tf.zeros_like(r))
+                         for i, r in zip(present, reduced)]
+                clear.append(counter.assign(0, use_locking=True))
+            with tf.control_dependencies(clear):
+                return [tf.identity(r) for r in reduced]
+
+        def pass_own():
+            return [tf.identity(dense[i]) for i in present]
+
+        with tf.control_dependencies([count]):
+            out = tf.nest.flatten(tf.cond(tf.equal(tf.convert_to_tensor(count), n),
+                                          communicate, pass_own))
+        result = list(dense)
+        for i, t in zip(present, out):
+            result[i] = t
+        return result
+
+    @_no_autograph
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = list(grads_and_vars)
+        if self._bpps == 1:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+        with tf.init_scope():
+            key = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        if key not in self._aggregation:
+            raise ValueError("hvd.tensorflow.DistributedOptimizer: with backward_passes_per_step "
+                             "> 1, apply_gradients needs the gradients of this optimizer's "
+                             "compute_gradients (or use minimize)")
+        counter = self._aggregation[key][0]
+
+        def apply():
+            op = self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+            return tf.no_op() if op is None else op
+
+        def count_step():
+            if global_step is None:
+                return tf.no_op()
+            return tf.compat.v1.assign_add(global_step, tf.constant(1, global_step.dtype.base_dtype),
+                                           use_locking=True).op
+
+        deps = [g for g, _ in grads_and_vars if g is not None]
+        with tf.control_dependencies(deps):
+            return tf.cond(tf.equal(counter.read_value(), 0), apply, count_step)
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)
@@ -1305,8 +1429,10 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          process_set=global_process_set, scale_local_gradients=True):
     """Horovod's hvd.tensorflow.DistributedOptimizer: a
     tf.compat.v1.train.Optimizer is wrapped so that compute_gradients reduces
-    over ranks (of process_set; backward_passes_per_step must then be 1); a
-    Keras optimizer becomes hvd.keras.DistributedOptimizer(...).
+    over ranks (of process_set; with backward_passes_per_step = n > 1 the
+    gradients of n passes are accumulated locally, then reduced and applied
+    once, see _DistributedOptimizer); a Keras optimizer becomes
+    hvd.keras.DistributedOptimizer(...).
     op=hvd.Adasum combines the parameter update instead of the gradients
     (each rank steps with its own gradients, then var = old + adasum(new -
     old)), as Horovod's delta optimizer does."""
@@ -1316,14 +1442,22 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     if _ops.check_op(op) == Adasum and average_aggregated_gradients:
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        if backward_passes_per_step != 1:
-            raise ValueError("hvd.tensorflow.DistributedOptimizer: backward_passes_per_step > 1 "
-                             "is supported for Keras optimizers only (hvd.keras)")
+        if (isinstance(backward_passes_per_step, bool)
+                or int(backward_passes_per_step) != backward_passes_per_step
+                or backward_passes_per_step < 1):
+            raise ValueError("backward_passes_per_step must be an int >= 1, got "
+                             f"{backward_passes_per_step!r}")
         if _ops.check_op(op) == Adasum:
+            if backward_passes_per_step != 1:
+                raise ValueError("hvd.tensorflow.DistributedOptimizer: backward_passes_per_step "
+                                 "> 1 is not supported with op=Adasum for a "
+                                 "tf.compat.v1.train.Optimizer (hvd.keras's optimizer has it)")
             return _DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
                                                process_set)
         return _DistributedOptimizer(optimizer, name, use_locking, compression, sparse_as_dense,
-                                     op, gradient_predivide_factor, process_set)
+                                     op, gradient_predivide_factor, process_set,
+                                     backward_passes_per_step, average_aggregated_gradients,
+                                     scale_local_gradients)
     import keras
     if isinstance(optimizer, keras.optimizers.Optimizer):
         from . import keras as _hvd_keras
