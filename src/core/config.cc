@@ -1,7 +1,9 @@
 #include "core/config.h"
 
+#include <strings.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
@@ -86,6 +88,27 @@ Result<bool> EnvDouble(const EnvLookup& env, const char* name, double* out) {
 std::string EnvStr(const EnvLookup& env, const char* name) {
   const char* v = env(name);
   return v == nullptr ? std::string() : std::string(v);
+}
+
+// The variable to read for a setting that a Horovod job gives under its own
+// name: hvd's when it is set (not empty), else Horovod's when that is set,
+// else hvd's. Messages then name the variable the value came from.
+const char* Pick(const EnvLookup& env, const char* hvd_name, const char* horovod_name) {
+  const char* v = env(hvd_name);
+  if (v != nullptr && *v != '\0') return hvd_name;
+  const char* h = env(horovod_name);
+  return h != nullptr && *h != '\0' ? horovod_name : hvd_name;
+}
+
+// A switch's value: 1 on, 0 off, -1 unset; an error for anything else.
+Result<int> EnvSwitch(const EnvLookup& env, const char* name) {
+  std::string v = EnvStr(env, name);
+  for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (v.empty()) return -1;
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return 1;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return 0;
+  return InvalidArgument(std::string(name) + "='" + EnvStr(env, name) +
+                         "' is not one of 1, 0, true, false, yes, no, on, off");
 }
 
 // A launcher's view of the topology. Any of the fields may be missing (-1).
@@ -307,7 +330,15 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
   HVD_STR(HVD_PARAM_TRANSPORT, transport, "HVD_TRANSPORT", &c.transport);
   HVD_STR(HVD_PARAM_RENDEZVOUS_ADDR, rendezvous_addr, "HVD_RENDEZVOUS_ADDR", &c.rendezvous_addr);
   HVD_STR(HVD_PARAM_SECRET, secret, "HVD_SECRET", &c.secret);
-  HVD_STR(HVD_PARAM_TIMELINE, timeline_path, "HVD_TIMELINE", &c.timeline_path);
+  {
+    // HOROVOD_TIMELINE=DYNAMIC (Horovod: a timeline started later, by
+    // start_timeline) starts none at init.
+    const char* name = Pick(env, "HVD_TIMELINE", "HOROVOD_TIMELINE");
+    HVD_STR(HVD_PARAM_TIMELINE, timeline_path, name, &c.timeline_path);
+    if (std::strcmp(name, "HOROVOD_TIMELINE") == 0 && c.timeline_path == "DYNAMIC") {
+      c.timeline_path.clear();
+    }
+  }
   HVD_STR(HVD_PARAM_NETWORK_INTERFACE, network_interface, "HVD_NETWORK_INTERFACE",
           &c.network_interface);
   HVD_STR(HVD_PARAM_TRANSPORT_PATH, transport_path, "HVD_TRANSPORT_PATH", &c.transport_path);
@@ -338,13 +369,13 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
 
   // Numbers: params, then environment, then the default already in c.
   HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_FUSION_THRESHOLD, fusion_threshold_bytes, &i64));
-  if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvInt(env, "HVD_FUSION_THRESHOLD", &i64)); }
+  if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvInt(env, Pick(env, "HVD_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"), &i64)); }
   if (set) {
     if (i64 < 0) return InvalidArgument("fusion threshold must be >= 0 bytes");
     c.fusion_threshold = i64;
   }
   HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_CYCLE_TIME, cycle_time_ms, &d));
-  if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvDouble(env, "HVD_CYCLE_TIME", &d)); }
+  if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvDouble(env, Pick(env, "HVD_CYCLE_TIME", "HOROVOD_CYCLE_TIME"), &d)); }
   if (set) {
     if (!(d >= 0 && d <= 10000)) return InvalidArgument("cycle time must be in [0, 10000] ms");
     c.cycle_time_ms = d;
@@ -353,7 +384,7 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
   if (set) {
     i64 = i32;
   } else {
-    HVD_ASSIGN_OR_RETURN(set, EnvInt(env, "HVD_CACHE_CAPACITY", &i64));
+    HVD_ASSIGN_OR_RETURN(set, EnvInt(env, Pick(env, "HVD_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY"), &i64));
   }
   if (set) {
     if (i64 < 0 || i64 > (1 << 20)) return InvalidArgument("cache capacity must be in [0, 1048576]");
@@ -389,26 +420,31 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     const char* env_name;
     double* out;
     bool allow_off;
+    const char* horovod_name;  // Horovod's variable for it (seconds too)
   };
   const Seconds seconds[] = {
       {HVD_PARAM_STALL_WARNING, offsetof(hvd_params_t, stall_warning_s),
        &params->stall_warning_s, "stall_warning_s", "HVD_STALL_WARNING_TIME",
-       &c.stall_warning_s, true},
+       &c.stall_warning_s, true, "HOROVOD_STALL_CHECK_TIME_SECONDS"},
       {HVD_PARAM_STALL_SHUTDOWN, offsetof(hvd_params_t, stall_shutdown_s),
        &params->stall_shutdown_s, "stall_shutdown_s", "HVD_STALL_SHUTDOWN_TIME",
-       &c.stall_shutdown_s, true},
+       &c.stall_shutdown_s, true, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
       {HVD_PARAM_START_TIMEOUT, offsetof(hvd_params_t, start_timeout_s),
        &params->start_timeout_s, "start_timeout_s", "HVD_START_TIMEOUT",
-       &c.start_timeout_s, false},
+       &c.start_timeout_s, false, nullptr},
       {HVD_PARAM_TRANSPORT_TIMEOUT, offsetof(hvd_params_t, transport_timeout_s),
        &params->transport_timeout_s, "transport_timeout_s",
-       "HVD_TRANSPORT_TIMEOUT", &c.transport_timeout_s, false},
+       "HVD_TRANSPORT_TIMEOUT", &c.transport_timeout_s, false, "HOROVOD_GLOO_TIMEOUT_SECONDS"},
       {HVD_PARAM_PEER_TIMEOUT, offsetof(hvd_params_t, peer_timeout_s), &params->peer_timeout_s,
-       "peer_timeout_s", "HVD_PEER_TIMEOUT", &c.peer_timeout_s, true},
+       "peer_timeout_s", "HVD_PEER_TIMEOUT", &c.peer_timeout_s, true, nullptr},
   };
   for (const Seconds& sec : seconds) {
     HVD_ASSIGN_OR_RETURN(set, r.Get(sec.bit, sec.offset, sec.field, &d, sec.name));
-    if (!set) { HVD_ASSIGN_OR_RETURN(set, EnvDouble(env, sec.env_name, &d)); }
+    if (!set) {
+      const char* name =
+          sec.horovod_name ? Pick(env, sec.env_name, sec.horovod_name) : sec.env_name;
+      HVD_ASSIGN_OR_RETURN(set, EnvDouble(env, name, &d));
+    }
     if (!set) continue;
     if (!sec.allow_off && !(d > 0)) {
       return InvalidArgument(std::string(sec.name) + " must be > 0 seconds");
@@ -423,11 +459,15 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     }
     c.log_level = i32;
   } else {
-    std::string lv = EnvStr(env, "HVD_LOG_LEVEL");
+    const char* name = Pick(env, "HVD_LOG_LEVEL", "HOROVOD_LOG_LEVEL");
+    std::string lv = EnvStr(env, name);
     if (!lv.empty()) {
       int level = ParseLogLevel(lv);
+      // Horovod's FATAL: hvd's least, error.
+      if (level < 0 && strcasecmp(lv.c_str(), "fatal") == 0) level = HVD_LOG_ERROR;
       if (level < 0) {
-        return InvalidArgument("HVD_LOG_LEVEL='" + lv + "' is not one of error, warning, info, debug, trace");
+        return InvalidArgument(std::string(name) + "='" + lv +
+                               "' is not one of error, warning, info, debug, trace");
       }
       c.log_level = level;
     }
@@ -437,7 +477,8 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
   // from the environment only, as they are experiment settings.
   {
     HVD_ASSIGN_OR_RETURN(set, HVD_PARAM_FIELD(r, HVD_PARAM_AUTOTUNE, autotune, &i32));
-    std::string v = set ? std::string() : EnvStr(env, "HVD_AUTOTUNE");
+    const char* name = Pick(env, "HVD_AUTOTUNE", "HOROVOD_AUTOTUNE");
+    std::string v = set ? std::string() : EnvStr(env, name);
     if (set) {
       if (i32 != 0 && i32 != 1) {
         return InvalidArgument("params.autotune is " + std::to_string(i32) +
@@ -447,24 +488,29 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
     } else if (v == "1" || v == "true" || v == "yes" || v == "on") {
       c.autotune = true;
     } else if (!v.empty() && v != "0" && v != "false" && v != "no" && v != "off") {
-      return InvalidArgument("HVD_AUTOTUNE='" + v + "' is not one of 1, 0, true, false, yes, no, on, off");
+      return InvalidArgument(std::string(name) + "='" + v +
+                             "' is not one of 1, 0, true, false, yes, no, on, off");
     }
-    c.autotune_log = EnvStr(env, "HVD_AUTOTUNE_LOG");
+    c.autotune_log = EnvStr(env, Pick(env, "HVD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG"));
     struct Count {
       const char* name;
       int* out;
       int lo, hi;
+      const char* horovod_name;
     };
     const Count counts[] = {
-        {"HVD_AUTOTUNE_WARMUP_SAMPLES", &c.autotune_warmup_samples, 0, 1000},
-        {"HVD_AUTOTUNE_STEPS_PER_SAMPLE", &c.autotune_steps_per_sample, 1, 1000000},
-        {"HVD_AUTOTUNE_SAMPLES", &c.autotune_samples, 1, 1000},
+        {"HVD_AUTOTUNE_WARMUP_SAMPLES", &c.autotune_warmup_samples, 0, 1000,
+         "HOROVOD_AUTOTUNE_WARMUP_SAMPLES"},
+        {"HVD_AUTOTUNE_STEPS_PER_SAMPLE", &c.autotune_steps_per_sample, 1, 1000000,
+         "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"},
+        {"HVD_AUTOTUNE_SAMPLES", &c.autotune_samples, 1, 1000, nullptr},
     };
     for (const Count& k : counts) {
-      HVD_ASSIGN_OR_RETURN(set, EnvInt(env, k.name, &i64));
+      const char* kname = k.horovod_name ? Pick(env, k.name, k.horovod_name) : k.name;
+      HVD_ASSIGN_OR_RETURN(set, EnvInt(env, kname, &i64));
       if (!set) continue;
       if (i64 < k.lo || i64 > k.hi) {
-        return InvalidArgument(std::string(k.name) + " must be in [" + std::to_string(k.lo) + ", " +
+        return InvalidArgument(std::string(kname) + " must be in [" + std::to_string(k.lo) + ", " +
                                std::to_string(k.hi) + "]");
       }
       *k.out = static_cast<int>(i64);
@@ -485,18 +531,23 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
                                {"HVD_CALLER_CYCLES", &c.caller_cycles}};
     c.host_id = EnvStr(env, "HVD_HOST_ID");
     for (const Switch& w : switches) {
-      std::string v = EnvStr(env, w.name);
-      for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      if (v.empty()) continue;
-      if (v == "1" || v == "true" || v == "yes" || v == "on") {
-        *w.out = 1;
-      } else if (v == "0" || v == "false" || v == "no" || v == "off") {
-        *w.out = 0;
-      } else {
-        return InvalidArgument(std::string(w.name) + "='" + EnvStr(env, w.name) +
-                               "' is not one of 1, 0, true, false, yes, no, on, off");
+      HVD_ASSIGN_OR_RETURN(int v, EnvSwitch(env, w.name));
+      if (v >= 0) *w.out = v;
+    }
+    // Horovod's two switches, where HVD_HIERARCHICAL is unset: hvd has one
+    // for every collective, on when either is on, off when those set are off.
+    if (c.hierarchical < 0) {
+      HVD_ASSIGN_OR_RETURN(int ar, EnvSwitch(env, "HOROVOD_HIERARCHICAL_ALLREDUCE"));
+      HVD_ASSIGN_OR_RETURN(int ag, EnvSwitch(env, "HOROVOD_HIERARCHICAL_ALLGATHER"));
+      if (ar == 1 || ag == 1) {
+        c.hierarchical = 1;
+      } else if (ar == 0 || ag == 0) {
+        c.hierarchical = 0;
       }
     }
+    HVD_ASSIGN_OR_RETURN(
+        int mark, EnvSwitch(env, Pick(env, "HVD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES")));
+    c.timeline_mark_cycles = mark == 1;
     const char* const names[6] = {"HVD_ALGORITHM_ALLREDUCE", "HVD_ALGORITHM_ALLGATHER",
                                   "HVD_ALGORITHM_BROADCAST", "HVD_ALGORITHM_ALLTOALL",
                                   "HVD_ALGORITHM_REDUCESCATTER", "HVD_ALGORITHM_BARRIER"};

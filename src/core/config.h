@@ -55,6 +55,9 @@ struct Config {
   // (hvd_transport_v3_t::set_timeout) and while below transport_timeout_s.
   double peer_timeout_s = 10.0;
   std::string timeline_path;
+  // HVD_TIMELINE_MARK_CYCLES (or HOROVOD_TIMELINE_MARK_CYCLES): the timeline
+  // started at init also marks the start of every cycle.
+  bool timeline_mark_cycles = false;
 
   // Memory the context keeps for reuse (environment only).
   // HVD_FUSION_BUFFER_INITIAL: bytes of fusion buffer allocated and faulted

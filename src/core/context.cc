@@ -360,7 +360,10 @@ Status ContextImpl::Start() {
       cfg_.rank, cfg_.size, cfg_.cache_capacity,
       StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
 
-  if (!cfg_.timeline_path.empty() && cfg_.rank == 0) HVD_CHECK(timeline_.Open(cfg_.timeline_path));
+  if (!cfg_.timeline_path.empty() && cfg_.rank == 0) {
+    HVD_CHECK(timeline_.Open(cfg_.timeline_path));
+    mark_cycles_ = cfg_.timeline_mark_cycles;  // before the background thread starts
+  }
   executor_ = std::make_unique<Executor>(transport_.get(), &timeline_,
                                          static_cast<size_t>(cfg_.buffer_pool_bytes));
   fusion_threshold_ = cfg_.fusion_threshold;

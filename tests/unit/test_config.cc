@@ -175,6 +175,97 @@ TEST(Config, BadValuesAreClearErrors) {
   bad({{"HVD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, "HVD_AUTOTUNE_STEPS_PER_SAMPLE");
 }
 
+TEST(Config, HorovodVariables) {
+  // A Horovod job's settings count under Horovod's names, in Horovod's units
+  // (fusion threshold in bytes, cycle time in ms, stall times in seconds).
+  Config c = MustResolve(nullptr, {{"HOROVOD_FUSION_THRESHOLD", "33554432"},
+                                   {"HOROVOD_CYCLE_TIME", "3.5"},
+                                   {"HOROVOD_CACHE_CAPACITY", "77"},
+                                   {"HOROVOD_TIMELINE", "/tmp/h.json"},
+                                   {"HOROVOD_TIMELINE_MARK_CYCLES", "1"},
+                                   {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                                   {"HOROVOD_STALL_CHECK_TIME_SECONDS", "12"},
+                                   {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "34"},
+                                   {"HOROVOD_GLOO_TIMEOUT_SECONDS", "45"},
+                                   {"HOROVOD_AUTOTUNE", "1"},
+                                   {"HOROVOD_AUTOTUNE_LOG", "/tmp/a.csv"},
+                                   {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "5"},
+                                   {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "6"},
+                                   {"HOROVOD_LOG_LEVEL", "TRACE"}});
+  EXPECT_EQ(c.fusion_threshold, 33554432);
+  EXPECT_DOUBLE_EQ(c.cycle_time_ms, 3.5);
+  EXPECT_EQ(c.cache_capacity, 77);
+  EXPECT_EQ(c.timeline_path, "/tmp/h.json");
+  EXPECT_TRUE(c.timeline_mark_cycles);
+  EXPECT_EQ(c.hierarchical, 1);
+  EXPECT_DOUBLE_EQ(c.stall_warning_s, 12);
+  EXPECT_DOUBLE_EQ(c.stall_shutdown_s, 34);
+  EXPECT_DOUBLE_EQ(c.transport_timeout_s, 45);
+  EXPECT_TRUE(c.autotune);
+  EXPECT_EQ(c.autotune_log, "/tmp/a.csv");
+  EXPECT_EQ(c.autotune_warmup_samples, 5);
+  EXPECT_EQ(c.autotune_steps_per_sample, 6);
+  EXPECT_EQ(c.log_level, HVD_LOG_TRACE);
+
+  // Unset: the defaults.
+  Config d = MustResolve(nullptr, {});
+  EXPECT_FALSE(d.timeline_mark_cycles);
+  EXPECT_EQ(d.hierarchical, -1);
+  EXPECT_EQ(d.timeline_path, "");
+
+  // HVD_* wins over HOROVOD_*; an empty HVD_* counts as unset.
+  Config w = MustResolve(nullptr, {{"HVD_FUSION_THRESHOLD", "1024"},
+                                   {"HOROVOD_FUSION_THRESHOLD", "2048"},
+                                   {"HVD_CYCLE_TIME", "2"}, {"HOROVOD_CYCLE_TIME", "9"},
+                                   {"HVD_CACHE_CAPACITY", ""}, {"HOROVOD_CACHE_CAPACITY", "5"},
+                                   {"HVD_TIMELINE_MARK_CYCLES", "0"},
+                                   {"HOROVOD_TIMELINE_MARK_CYCLES", "1"},
+                                   {"HVD_HIERARCHICAL", "0"},
+                                   {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                                   {"HVD_STALL_WARNING_TIME", "7"},
+                                   {"HOROVOD_STALL_CHECK_TIME_SECONDS", "8"},
+                                   {"HVD_LOG_LEVEL", "error"}, {"HOROVOD_LOG_LEVEL", "debug"},
+                                   {"HVD_AUTOTUNE", "0"}, {"HOROVOD_AUTOTUNE", "1"}});
+  EXPECT_EQ(w.fusion_threshold, 1024);
+  EXPECT_DOUBLE_EQ(w.cycle_time_ms, 2);
+  EXPECT_EQ(w.cache_capacity, 5);
+  EXPECT_FALSE(w.timeline_mark_cycles);
+  EXPECT_EQ(w.hierarchical, 0);
+  EXPECT_DOUBLE_EQ(w.stall_warning_s, 7);
+  EXPECT_EQ(w.log_level, HVD_LOG_ERROR);
+  EXPECT_FALSE(w.autotune);
+
+  // Horovod's FATAL is hvd's error; HOROVOD_TIMELINE=DYNAMIC starts none at
+  // init; the hierarchical switches: on if either is on, off if those set are.
+  EXPECT_EQ(MustResolve(nullptr, {{"HOROVOD_LOG_LEVEL", "FATAL"}}).log_level, HVD_LOG_ERROR);
+  EXPECT_EQ(MustResolve(nullptr, {{"HOROVOD_TIMELINE", "DYNAMIC"}}).timeline_path, "");
+  EXPECT_EQ(MustResolve(nullptr, {{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"},
+                                  {"HOROVOD_HIERARCHICAL_ALLGATHER", "1"}})
+                .hierarchical,
+            1);
+  EXPECT_EQ(MustResolve(nullptr, {{"HOROVOD_HIERARCHICAL_ALLGATHER", "0"}}).hierarchical, 0);
+  EXPECT_TRUE(MustResolve(nullptr, {{"HVD_TIMELINE_MARK_CYCLES", "yes"}}).timeline_mark_cycles);
+
+  // The same checks, naming the variable given.
+  auto bad = [](std::map<std::string, std::string> env, const char* needle) {
+    auto r = ResolveConfig(nullptr, FakeEnv(std::move(env)));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  bad({{"HOROVOD_CYCLE_TIME", "fast"}}, "HOROVOD_CYCLE_TIME='fast'");
+  bad({{"HOROVOD_CYCLE_TIME", "20000"}}, "cycle time must be in [0, 10000] ms");
+  bad({{"HOROVOD_FUSION_THRESHOLD", "-1"}}, "fusion threshold");
+  bad({{"HOROVOD_FUSION_THRESHOLD", "64MB"}}, "HOROVOD_FUSION_THRESHOLD='64MB'");
+  bad({{"HOROVOD_CACHE_CAPACITY", "-2"}}, "cache capacity");
+  bad({{"HOROVOD_LOG_LEVEL", "loud"}}, "HOROVOD_LOG_LEVEL='loud'");
+  bad({{"HOROVOD_AUTOTUNE", "maybe"}}, "HOROVOD_AUTOTUNE='maybe'");
+  bad({{"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0"}}, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE");
+  bad({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "2"}}, "HOROVOD_HIERARCHICAL_ALLREDUCE='2'");
+  bad({{"HOROVOD_TIMELINE_MARK_CYCLES", "x"}}, "HOROVOD_TIMELINE_MARK_CYCLES='x'");
+  bad({{"HOROVOD_STALL_CHECK_TIME_SECONDS", "soon"}}, "HOROVOD_STALL_CHECK_TIME_SECONDS='soon'");
+}
+
 TEST(Config, BufferSizes) {
   Config d = MustResolve(nullptr, {});
   EXPECT_EQ(d.fusion_buffer_initial, 4ll << 20);
