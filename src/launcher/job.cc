@@ -1,10 +1,12 @@
 #include "launcher/job.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "launcher/supervisor.h"
@@ -196,9 +198,17 @@ std::vector<std::pair<std::string, std::string>> Job::RankVars(const Rank& r) co
 }
 
 void Job::SpawnAll() {
+  // --output-filename: DIR/rank.N, N padded with zeros to the width of the
+  // largest rank (horovodrun's layout).
+  const size_t width = std::to_string(std::max(plan_.size - 1, 0)).size();
   for (auto& r : ranks_) {
     HandleEvents();
     if (stopping_) return;
+    if (!o_.output_filename.empty()) {
+      std::string n = std::to_string(r.slot.rank);
+      if (n.size() < width) n.insert(0, width - n.size(), '0');
+      r.child.output_dir = o_.output_filename + "/rank." + n;
+    }
     Status st = SpawnChild(r.child, RankVars(r), {}, "[" + std::to_string(r.slot.rank) + "]");
     if (!st.ok()) {
       Log("error: cannot start " + r.child.who + ": " + st.message());

@@ -68,9 +68,6 @@ std::string Lower(std::string s) {
 // rather than "unknown option".
 const char* HorovodrunOnlyFlag(const std::string& name) {
   static const std::pair<const char*, const char*> kFlags[] = {
-      {"--hierarchical-allreduce", "hvd has no hierarchical allreduce setting"},
-      {"--hierarchical-allgather", "hvd has no hierarchical allgather setting"},
-      {"--timeline-mark-cycles", "hvd's timeline does not mark cycles"},
       {"--mpi-args", "hvdrun builds the mpirun command itself (docs/mpi.md); run mpirun "
                      "directly for other MPI options"},
       {"--binding-args", "hvdrun builds the mpirun command itself (docs/mpi.md); run mpirun "
@@ -79,11 +76,9 @@ const char* HorovodrunOnlyFlag(const std::string& name) {
                 "for other MPI options"},
       {"--mpi-threads-disable", "hvd has no such setting"},
       {"--num-nccl-streams", "hvd has no NCCL transport"},
-      {"--output-filename", "hvdrun writes every rank's output to its own stdout and stderr "
-                            "(use --tag-output and redirect)"},
-      {"--config-file", "give the settings as flags or HVD_* variables"},
-      {"--check-build", "ask the Python package: hvd.mpi_built(), hvd.gloo_built()"},
-      {"-cb", "ask the Python package: hvd.mpi_built(), hvd.gloo_built()"},
+      {"--config-file", "give the settings as flags or HVD_* variables (hvdrun reads no YAML: "
+                        "it has no YAML parser, and its flags name every setting the file "
+                        "could hold)"},
   };
   for (const auto& f : kFlags) {
     if (name == f.first) return f.second;
@@ -205,6 +200,11 @@ Settings passed to every rank (as environment variables):
                               flag). Unset: the interface the routes to the
                               remote hosts use
   --timeline-filename FILE    HVD_TIMELINE
+  --timeline-mark-cycles      HVD_TIMELINE_MARK_CYCLES=1: the timeline also marks
+                              the start of every cycle
+  --hierarchical-allreduce, --hierarchical-allgather
+                              HVD_HIERARCHICAL=1 (hvd has one switch for every
+                              collective)
   --fusion-threshold-mb M     HVD_FUSION_THRESHOLD (in bytes: M * 1048576)
   --cycle-time-ms T           HVD_CYCLE_TIME (milliseconds)
   --autotune                  HVD_AUTOTUNE=1
@@ -237,6 +237,11 @@ Behaviour:
                               none: no binding
   --tag-output                prefix every output line with "[rank]<stdout>: " or
                               "[rank]<stderr>: "
+  --output-filename DIR       also write each rank's output, as it comes, to
+                              DIR/rank.N/stdout and DIR/rank.N/stderr (N padded
+                              with zeros to the width of np-1; not with elastic
+                              jobs or --transport mpi)
+  -cb, --check-build          show the transports this hvd build has, and exit
   --grace-period S            seconds between SIGTERM and SIGKILL when stopping
                               the job (default 5, or $HVD_LAUNCHER_GRACE)
   -v, --verbose               log the host plan, the rendezvous address and every
@@ -456,6 +461,10 @@ ParseResult ParseArgs(int argc, char** argv) {
          o.cycle_time_ms = v;
          return std::string();
        }},
+      {{"--timeline-mark-cycles"}, false,
+       [&](const std::string&) { return set_env("HVD_TIMELINE_MARK_CYCLES", "1"); }},
+      {{"--hierarchical-allreduce", "--hierarchical-allgather"}, false,
+       [&](const std::string&) { return set_env("HVD_HIERARCHICAL", "1"); }},
       {{"--autotune"}, false, [&](const std::string&) { return set_env("HVD_AUTOTUNE", "1"); }},
       {{"--autotune-log-file"}, true,
        [&](const std::string& v) {
@@ -548,6 +557,12 @@ ParseResult ParseArgs(int argc, char** argv) {
          return std::string();
        }},
       {{"--tag-output"}, false, [&](const std::string&) { o.tag_output = true; return std::string(); }},
+      {{"--output-filename"}, true,
+       [&](const std::string& v) {
+         if (v.empty()) return std::string("empty --output-filename");
+         o.output_filename = v;
+         return std::string();
+       }},
       {{"-v", "--verbose"}, false, [&](const std::string&) { o.verbose = true; return std::string(); }},
   };
 
@@ -565,6 +580,10 @@ ParseResult ParseArgs(int argc, char** argv) {
     }
     if (arg == "--version") {
       res.outcome = ParseOutcome::kVersion;
+      return res;
+    }
+    if (arg == "--check-build" || arg == "-cb") {
+      res.outcome = ParseOutcome::kCheckBuild;
       return res;
     }
     std::string name = arg, value;
@@ -645,6 +664,13 @@ ParseResult ParseArgs(int argc, char** argv) {
   if (slots_given && o.discovery_script.empty()) elastic_only = "--slots";
   if (!o.elastic && !elastic_only.empty()) {
     res.error = elastic_only + " is for elastic jobs (--min-np, --max-np or --host-discovery-script)";
+    return res;
+  }
+  if (!o.output_filename.empty() && (o.elastic || o.transport == "mpi")) {
+    res.error = std::string("--output-filename is not supported with ") +
+                (o.elastic ? "an elastic job (its ranks change with every reset)"
+                           : "--transport mpi (mpirun starts the ranks: give mpirun's own "
+                             "--output-filename through mpirun directly)");
     return res;
   }
   if (o.elastic) {

@@ -34,6 +34,9 @@ struct Options {
 
   bool verbose = false;
   bool tag_output = false;
+  // --output-filename DIR: each rank's output also goes to
+  // DIR/rank.N/{stdout,stderr} (horovodrun's layout).
+  std::string output_filename;
 
   int ssh_port = 0;                 // 0 = ssh's default
   std::string ssh_identity;
@@ -70,7 +73,7 @@ struct Options {
   std::vector<std::string> command;
 };
 
-enum class ParseOutcome { kRun, kHelp, kVersion, kUsageError };
+enum class ParseOutcome { kRun, kHelp, kVersion, kCheckBuild, kUsageError };
 
 struct ParseResult {
   ParseOutcome outcome = ParseOutcome::kUsageError;

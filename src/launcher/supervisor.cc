@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -269,8 +270,39 @@ std::vector<std::pair<std::string, std::string>> Supervisor::CommonVars(const st
   return v;
 }
 
+namespace {
+
+// mkdir -p, for --output-filename's folders.
+Status MakeDirs(const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i < path.size() && path[i] != '/') continue;
+    std::string part = path.substr(0, i);
+    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
+      return Error(HVD_ERR_INTERNAL, "cannot create the folder " + part + ": " + std::strerror(errno));
+    }
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Error(HVD_ERR_INTERNAL, path + " is not a folder");
+  }
+  return Status::Ok();
+}
+
+Result<Fd> OpenOutputFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return Error(HVD_ERR_INTERNAL, "cannot open " + path + ": " + std::strerror(errno));
+  return Fd(fd);
+}
+
+}  // namespace
+
 Status Supervisor::SpawnChild(Child& c, const std::vector<std::pair<std::string, std::string>>& vars,
                               const std::vector<std::string>& drop, const std::string& tag) {
+  if (!c.output_dir.empty()) {
+    HVD_CHECK(MakeDirs(c.output_dir));
+    HVD_ASSIGN_OR_RETURN(c.out_file, OpenOutputFile(c.output_dir + "/stdout"));
+    HVD_ASSIGN_OR_RETURN(c.err_file, OpenOutputFile(c.output_dir + "/stderr"));
+  }
   SpawnRequest req;
   std::set<std::string> ours(drop.begin(), drop.end());  // set here (or dropped): never inherited
   for (const auto& kv : vars) ours.insert(kv.first);
@@ -528,6 +560,11 @@ void Supervisor::ReadOutput(const std::vector<pollfd>& fds,
           continue;
         }
         ls.Feed(buf, static_cast<size_t>(n));
+        Fd& copy = is_out ? c->out_file : c->err_file;
+        if (copy.valid() && !WriteAll(copy.get(), std::string(buf, static_cast<size_t>(n)))) {
+          Log(c->who + ": cannot write to its --output-filename file: " + std::strerror(errno));
+          copy.reset();
+        }
         if (!is_out && c->remote) {
           constexpr size_t kTail = 2048;
           c->err_tail.append(buf, static_cast<size_t>(n));
@@ -539,6 +576,7 @@ void Supervisor::ReadOutput(const std::vector<pollfd>& fds,
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       ls.Finish();  // EOF or error
       fd.reset();
+      (is_out ? c->out_file : c->err_file).reset();
     }
   }
 }

@@ -60,6 +60,10 @@ struct Child {
   bool capture_out = false;  // stdout kept in `captured` instead of forwarded
   std::string captured;
   std::string err_tail;      // a remote child's last stderr bytes: ssh's own message, if it failed
+  // --output-filename: the folder for this child's copies of its output
+  // ("" none), and the files, opened (truncated) at each spawn.
+  std::string output_dir;
+  Fd out_file, err_file;
   // Stopped on its own (StopChild): SIGKILL to its group at kill_at.
   bool stop_requested = false;
   bool kill_sent = false;
