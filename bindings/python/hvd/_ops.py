@@ -315,6 +315,20 @@ def check_op(op):
     return o
 
 
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's helper, in hvd.tensorflow and hvd.torch alike: the reduction
+    op from op and the deprecated average flag (ValueError for both;
+    average=True means Average, False Sum; neither means Average), warning
+    when average is used."""
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
+                      DeprecationWarning, stacklevel=2)
+        return C.HVD_AVERAGE if average else C.HVD_SUM
+    return C.HVD_AVERAGE if op is None else op
+
+
 def _submit(fn_name, *args):
     """Calls an *_async function; returns the raw handle."""
     reap_orphans()

@@ -890,17 +890,8 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
     return _hvd.allgather_object(obj, name=name, process_set=process_set)
 
 
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's: the reduction op from op and the deprecated average flag
-    (ValueError for both; average=True means Average, False Sum; neither
-    means Average), warning when average is used."""
-    if op is not None and average is not None:
-        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
-    if average is not None:
-        import warnings
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                      DeprecationWarning, stacklevel=2)
-    return _op_of(op, average)
+# Horovod's helper, shared with hvd.torch.
+handle_average_backwards_compatibility = _ops.handle_average_backwards_compatibility
 
 
 def check_num_rank_power_of_2(num_rank):
@@ -1013,7 +1004,25 @@ if not any(isinstance(f, _KerasAlias) for f in _sys.meta_path):
 # ---------------------------------------------------------------------------
 
 
-class NoneCompressor:
+class Compressor:
+    """Horovod's base class of the compressors: compress(tensor) -> (tensor,
+    ctx) before the collective, decompress(tensor, ctx) -> tensor after it.
+    A custom compressor derives from it and overrides both."""
+
+    @staticmethod
+    def compress(tensor):
+        """Compresses a tensor; returns it and the context decompress needs."""
+        raise NotImplementedError("Compressor.compress: a compressor overrides it")
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        """Decompresses a tensor with the context compress returned."""
+        raise NotImplementedError("Compressor.decompress: a compressor overrides it")
+
+
+class NoneCompressor(Compressor):
+    """Leaves the tensor as it is."""
+
     @staticmethod
     def compress(tensor):
         return tensor, None
@@ -1023,7 +1032,7 @@ class NoneCompressor:
         return tensor
 
 
-class FP16Compressor:
+class FP16Compressor(Compressor):
     """Floating-point gradients travel as float16."""
 
     @staticmethod

@@ -307,6 +307,10 @@ def _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, pro
                         process_set)
 
 
+# Horovod's helper, shared with hvd.tensorflow.
+handle_average_backwards_compatibility = _ops.handle_average_backwards_compatibility
+
+
 def _resolve(op, average):
     if op is not None:
         return op

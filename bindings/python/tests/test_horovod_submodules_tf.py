@@ -43,7 +43,7 @@ HOROVOD = {
                   "allgather_object"},
     "sync_batch_norm": {"SyncBatchNormalization"},
 }
-MISSING = {"mpi_ops": {"MPI_LIB"}, "compression": {"Compressor"}}
+MISSING = {"mpi_ops": {"MPI_LIB"}}
 # Modules of Horovod's that hvd has no names for, so no module either.
 ABSENT = {"util": {"vars_to_refs", "refs_to_vars"},
           "gradient_aggregation": {"LocalGradientAggregationHelper"},

@@ -63,8 +63,7 @@ HOROVOD = {
 MISSING = {
     "mpi_ops": {"HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
                 "HorovodGroupedAllgather", "HorovodBroadcast", "HorovodAlltoall",
-                "HorovodReducescatter", "HorovodGroupedReducescatter",
-                "handle_average_backwards_compatibility", "mpi_lib"},
+                "HorovodReducescatter", "HorovodGroupedReducescatter", "mpi_lib"},
     "elastic.state": {"StateHandler", "ModelStateHandler", "OptimizerStateHandler",
                       "LRSchedulerStateHandler", "SamplerStateHandler", "get_handler_registry",
                       "set_handler_registry"},

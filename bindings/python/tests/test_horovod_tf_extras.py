@@ -7,7 +7,8 @@ optimizer is hvd's, with the saved state, and trains on averaged
 gradients), callbacks.BestModelCheckpoint (best by monitor, rank 0 only),
 process_set_included_op, hvd.tensorflow.keras as Horovod's module path,
 broadcast_ (in place), the object functions with Horovod's session argument,
-Horovod's average/power-of-2 helpers, and hvd.keras.allreduce / reducescatter
+Horovod's average/power-of-2 helpers, the Compressor base class (hvd's
+compressors and a script's own subclass), and hvd.keras.allreduce / reducescatter
 in Horovod's Keras argument order."""
 
 import os

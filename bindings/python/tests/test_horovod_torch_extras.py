@@ -4,7 +4,8 @@ or lists of parameters) and the deprecated num_groups=, reduced as grouped
 allreduces with exact gradients; hvd.SyncBatchNorm against torch's BatchNorm
 on the concatenated batch of ranks with different batch sizes (forward,
 input and parameter gradients, running statistics; tolerances in the
-worker); is_homogeneous on one host, and on a 2 + 1 rank two-host topology."""
+worker); is_homogeneous on one host, and on a 2 + 1 rank two-host topology;
+Horovod's handle_average_backwards_compatibility (shared with hvd.tensorflow)."""
 
 import os
 

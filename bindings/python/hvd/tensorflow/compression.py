@@ -1,8 +1,8 @@
 """hvd.tensorflow.compression: the names of Horovod's
 horovod.tensorflow.compression (``from hvd.tensorflow.compression import
-Compression``), hvd.tensorflow's own objects. Horovod's base class Compressor
-is not here: hvd's compressors are plain classes without one."""
+Compression``), hvd.tensorflow's own objects: the base class Compressor,
+from which NoneCompressor and FP16Compressor derive, and Compression."""
 
-from hvd.tensorflow import Compression, FP16Compressor, NoneCompressor  # noqa: F401
+from hvd.tensorflow import Compression, Compressor, FP16Compressor, NoneCompressor  # noqa: F401
 
-__all__ = ["Compression", "FP16Compressor", "NoneCompressor"]
+__all__ = ["Compression", "Compressor", "FP16Compressor", "NoneCompressor"]

@@ -7,8 +7,8 @@ Not here, because hvd does not have them: Horovod's autograd classes
 (HorovodAllreduce, HorovodGroupedAllreduce, HorovodAllgather,
 HorovodGroupedAllgather, HorovodBroadcast, HorovodAlltoall,
 HorovodReducescatter, HorovodGroupedReducescatter; hvd's are private and take
-other arguments), handle_average_backwards_compatibility, the extension module
-mpi_lib, and the helpers it imports from horovod.common.util.
+other arguments), the extension module mpi_lib, and the other helpers it
+imports from horovod.common.util.
 """
 
 from hvd.torch import (  # noqa: F401
@@ -43,6 +43,7 @@ from hvd.torch import (  # noqa: F401
     global_process_set,
     gloo_built,
     gloo_enabled,
+    handle_average_backwards_compatibility,
     grouped_allgather,
     grouped_allgather_async,
     grouped_allreduce,
@@ -83,6 +84,7 @@ __all__ = [
     "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built",
     "gloo_enabled", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "handle_average_backwards_compatibility",
     "grouped_reducescatter", "grouped_reducescatter_async", "init", "is_homogeneous",
     "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "nccl_built", "poll", "rank", "reducescatter",

@@ -27,7 +27,7 @@ CHECKS = ["grouped_allgather_eager", "grouped_allgather_graph", "grouped_allgath
           "best_model_checkpoint_filepath_later", "is_homogeneous", "process_set_included_op",
           "tensorflow_keras_module", "broadcast_inplace_eager", "broadcast_inplace_graph",
           "broadcast_inplace_session", "objects_with_session", "average_helpers",
-          "keras_argument_order",
+          "compressor_base", "keras_argument_order",
           "sync_batch_norm_eager", "sync_batch_norm_graph"]
 
 
@@ -410,6 +410,40 @@ def main():
             raise AssertionError("op and average together did not raise")
         powers = [k for k in range(-2, 20) if hvd.check_num_rank_power_of_2(k)]
         assert powers == [1, 2, 4, 8, 16], powers
+        from hvd import _ops
+        assert f is _ops.handle_average_backwards_compatibility  # one helper, shared with torch
+
+    @check
+    def compressor_base():
+        # Horovod's base class: hvd's compressors derive from it, a script's own
+        # compressor subclasses it and serves allreduce.
+        import hvd.tensorflow.compression as comp
+        assert comp.Compressor is hvd.Compressor
+        for c in (hvd.Compression.none, hvd.Compression.fp16, comp.NoneCompressor,
+                  comp.FP16Compressor):
+            assert issubclass(c, hvd.Compressor), c
+        for call in (lambda: hvd.Compressor.compress(tf.constant(1.0)),
+                     lambda: hvd.Compressor.decompress(tf.constant(1.0), None)):
+            try:
+                call()
+            except NotImplementedError:
+                pass
+            else:
+                raise AssertionError("the base class compressed")
+
+        class Halve(hvd.Compressor):  # travels halved, as float32
+            @staticmethod
+            def compress(tensor):
+                return tf.cast(tensor, tf.float32) / 2, tensor.dtype
+
+            @staticmethod
+            def decompress(tensor, ctx):
+                return tf.cast(tensor * 2, ctx)
+
+        x = np.arange(4, dtype=np.float64) + 10 * r
+        total = sum(np.arange(4, dtype=np.float64) + 10 * k for k in range(n))
+        got = hvd.allreduce(tf.constant(x), op=hvd.Sum, compression=Halve, name="comp.halve")
+        eq(got.numpy(), total, "sum through a Compressor subclass")
 
     @check
     def keras_argument_order():

@@ -25,7 +25,7 @@ import hvd.torch as hvd  # noqa: E402  (the changed import line of a Horovod scr
 CHECKS = ["groups_int", "groups_int_uneven", "num_groups_deprecated", "groups_list",
           "groups_unused_and_passes", "groups_errors", "sync_batch_norm_float32",
           "sync_batch_norm_float64", "sync_batch_norm_2d", "sync_batch_norm_eval_and_single",
-          "is_homogeneous"]
+          "is_homogeneous", "average_helpers"]
 
 
 def eq(got, want, what=""):
@@ -269,6 +269,36 @@ def make_checks(size, rank):
         assert hvd.is_homogeneous() is True
         if r == 0:  # remembered: no collective the second time
             assert hvd.is_homogeneous() is True
+
+    @check
+    def average_helpers():
+        # Horovod's helper: op from op and the deprecated average flag.
+        import warnings
+        from hvd import _ops
+        import hvd.torch.mpi_ops as mpi_ops
+        f = hvd.handle_average_backwards_compatibility
+        assert f is _ops.handle_average_backwards_compatibility  # one helper, shared with TF
+        assert mpi_ops.handle_average_backwards_compatibility is f
+        assert f(None, None) == hvd.Average and f(hvd.Sum, None) == hvd.Sum
+        assert f(hvd.Max, None) == hvd.Max
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert f(None, True) == hvd.Average and f(None, False) == hvd.Sum
+        assert [x.category for x in w] == [DeprecationWarning] * 2, w
+        try:
+            f(hvd.Sum, True)
+        except ValueError as e:
+            assert "supersedes average" in str(e), e
+        else:
+            raise AssertionError("op and average together did not raise")
+        # As a Horovod op wrapper uses it: the op it gives reduces as such.
+        x = torch.arange(4, dtype=torch.float64) + 10 * r
+        total = sum(torch.arange(4, dtype=torch.float64) + 10 * k for k in range(n))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            op = f(None, False)
+        eq(hvd.allreduce(x, op=op, name="avg_helper.sum"), total, "sum")
+        eq(hvd.allreduce(x, op=f(None, None), name="avg_helper.avg"), total / n, "average")
 
     assert list(checks) == CHECKS, list(checks)
     return list(checks.items())
