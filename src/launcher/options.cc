@@ -75,7 +75,8 @@ const char* HorovodrunOnlyFlag(const std::string& name) {
       {"--tcp", "hvdrun builds the mpirun command itself (docs/mpi.md); run mpirun directly "
                 "for other MPI options"},
       {"--mpi-threads-disable", "hvd has no such setting"},
-      {"--num-nccl-streams", "hvd has no NCCL transport"},
+      {"--num-nccl-streams", "hvd's NCCL transport runs every collective on the stream of "
+                             "the tensor's caller (docs/gpu.md): there is no stream count to set"},
       {"--config-file", "give the settings as flags or HVD_* variables (hvdrun reads no YAML: "
                         "it has no YAML parser, and its flags name every setting the file "
                         "could hold)"},

@@ -317,10 +317,23 @@ def gloo_built() -> bool:
     return _plugin_built("gloo")
 
 
-def nccl_built() -> bool:
-    """False: hvd has no NCCL transport. (Horovod returns its NCCL version code,
-    0 when absent; False == 0.)"""
-    return False
+def nccl_built():
+    """As Horovod: the NCCL version code (e.g. 22304 for 2.23.4) when hvd's NCCL
+    transport plugin is found where the library looks for plugins and loads
+    (loading it loads libnccl), else False (== 0, Horovod's "no NCCL")."""
+    if not _plugin_built("nccl"):
+        return False
+    if "nccl_version" not in _plugin_cache:
+        version = 0
+        try:
+            nccl = _ctypes.CDLL("libnccl.so.2", mode=_ctypes.RTLD_LOCAL)
+            out = _ctypes.c_int(0)
+            if nccl.ncclGetVersion(_ctypes.byref(out)) == 0:
+                version = out.value
+        except (OSError, AttributeError):
+            pass
+        _plugin_cache["nccl_version"] = version
+    return _plugin_cache["nccl_version"] or True
 
 
 def ddl_built() -> bool:
@@ -334,8 +347,24 @@ def ccl_built() -> bool:
 
 
 def cuda_built() -> bool:
-    """False: hvd has no CUDA transport (GPU tensors are refused)."""
-    return False
+    """True when the library can take CUDA tensors here: it loads the CUDA
+    runtime at run time (HVD_CUDA_RUNTIME, else libcudart.so.13, .12, .so),
+    as this checks, and stages device tensors through host memory or hands
+    them to the NCCL transport (docs/gpu.md). No GPU is needed to answer,
+    as in Horovod, where it says whether the build has CUDA."""
+    if "cuda" not in _plugin_cache:
+        env = _os.environ.get("HVD_CUDA_RUNTIME", "")
+        names = [env] if env else ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+        found = False
+        for name in names:
+            try:
+                _ctypes.CDLL(name, mode=_ctypes.RTLD_LOCAL)
+                found = True
+                break
+            except OSError:
+                continue
+        _plugin_cache["cuda"] = found
+    return _plugin_cache["cuda"]
 
 
 def rocm_built() -> bool:

@@ -25,7 +25,7 @@ BUILT = ("mpi_built", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cud
          "rocm_built")
 ENABLED = ("mpi_enabled", "gloo_enabled")
 CAPABILITIES = BUILT + ENABLED
-NO_SUCH_TRANSPORT = ("nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built")
+NO_SUCH_TRANSPORT = ("ddl_built", "ccl_built", "rocm_built")
 HOROVOD_VARS = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
                 "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")
 
@@ -122,7 +122,25 @@ def test_built_queries_answer_for_this_build(monkeypatch):
     for name in NO_SUCH_TRANSPORT:
         fn = getattr(hvd, name)
         assert fn() is False and fn() == 0, name  # Horovod's nccl_built() gives 0 when absent
+    # NCCL: the version code where the plugin is built and loads, else 0 (False).
+    nccl = hvd.nccl_built()
+    if plugin_next_to_library("nccl") and _loads("libnccl.so.2"):
+        assert nccl is True or (isinstance(nccl, int) and nccl >= 20000), nccl
+    else:
+        assert nccl is False and nccl == 0
+    # CUDA: whether the runtime the library would load loads here.
+    assert hvd.cuda_built() is any(_loads(n) for n in
+                                   ("libcudart.so.13", "libcudart.so.12", "libcudart.so"))
     assert set(CAPABILITIES) <= set(hvd.__all__)
+
+
+def _loads(name):
+    import ctypes
+    try:
+        ctypes.CDLL(name)
+        return True
+    except OSError:
+        return False
 
 
 BUILT_PROBE = "import hvd; print(hvd.library_path(), hvd.gloo_built(), hvd.mpi_built())"
