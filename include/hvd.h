@@ -466,7 +466,10 @@ HVD_API hvd_status_t hvd_barrier_async(hvd_context_t ctx, hvd_handle_t *handle);
 /* Marks this rank as out of data (uneven inputs). Until every rank has
  * joined, a joined rank takes part in the other ranks' allreduces with zeros
  * (AVERAGE still divides by size) and its other collectives fail with
- * HVD_ERR_UNSUPPORTED. The handle completes once every rank has joined. */
+ * HVD_ERR_UNSUPPORTED. The handle completes once every rank has joined; its
+ * output (hvd_handle_output, shape {1}) is one int32, the same on every rank:
+ * the rank that joined last (joins announced in one negotiation count in rank
+ * order), which is what Horovod's join() returns. */
 HVD_API hvd_status_t hvd_join_async(hvd_context_t ctx, hvd_handle_t *handle);
 
 /* Blocking conveniences: submit, wait without a limit, release. The wait

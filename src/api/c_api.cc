@@ -547,10 +547,10 @@ hvd_status_t GetInt(const char* fn, hvd_context_t ctx, int* out, Getter get) {
 hvd::Status RequireOwnedResult(const char* fn, hvd_handle_t h) {
   HVD_CHECK(CheckHandle(fn, h));
   if (h->type != hvd::OpType::kAllgather && h->type != hvd::OpType::kAlltoall &&
-      h->type != hvd::OpType::kReducescatter) {
+      h->type != hvd::OpType::kReducescatter && h->type != hvd::OpType::kJoin) {
     return Invalid(fn, Cat("handle is for ", h->impl->description(),
-                           ", which writes into the caller's buffer; only allgather, alltoall "
-                           "and reducescatter results are owned by the handle"));
+                           ", which writes into the caller's buffer; only allgather, alltoall, "
+                           "reducescatter and join results are owned by the handle"));
   }
   hvd::Status s = h->impl->status();
   if (s.code() == HVD_IN_PROGRESS) return hvd::Status(HVD_IN_PROGRESS, "");

@@ -350,6 +350,7 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
       ++row.count;
       if (is_join && !joined_[r]) {
         joined_[r] = true;
+        last_joined_ = r;
         // Rows that waited only for this rank may be complete now (in key
         // order, the same on every rank).
         std::vector<std::string> keys;
@@ -464,6 +465,7 @@ bool Controller::TryComplete(const std::string& key, std::vector<Response>* out)
   Response resp;
   resp.key = key;
   resp.joined = absent;
+  if (type == OpType::kJoin) resp.last_joined = last_joined_;
   if (!absent.empty() && type != OpType::kAllreduce) {
     std::vector<int> ranks(absent.begin(), absent.end());
     resp.error = Error(HVD_ERR_UNSUPPORTED,

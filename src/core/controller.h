@@ -59,6 +59,9 @@ struct Response {
   // with zeros of the same shape.
   std::vector<int> joined;
   int slot = -1;  // the cache slot a cached response came from (Controller::Take)
+  // A join: the rank whose join completed it, the last to join (Horovod's
+  // join() value; joins announced in one round count in rank order).
+  int last_joined = -1;
 };
 
 // A deterministic LRU of negotiated requests (same content on every rank).
@@ -183,6 +186,7 @@ class Controller {
   std::vector<uint8_t> slot_has_;
   std::map<std::string, TableRow> table_;
   std::vector<bool> joined_;  // ranks whose join was announced, until all join
+  int last_joined_ = -1;      // the latest of them
   std::vector<uint8_t> ctrl_;
   bool want_warning_ = false;  // Contribute -> Conclude
   uint8_t proposal_ = 255, decided_ = 255;

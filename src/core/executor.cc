@@ -289,9 +289,17 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
     case OpType::kBarrier:
       HVD_CHECK(transport_->Barrier());
       break;
-    case OpType::kJoin:
+    case OpType::kJoin: {
+      // Negotiation did the work: every rank has joined. The result is the
+      // rank that joined last, as one int32 (Horovod's join() value).
+      const int32_t last = resp.last_joined;
+      HVD_CHECK(TakeOutput(&h, sizeof(last)));
+      std::memcpy(h.output.data(), &last, sizeof(last));
+      h.output_shape = {1};
+      break;
+    }
     case OpType::kCloseSet:
-      break;  // negotiation did the work: every rank has joined
+      break;  // negotiation did the work
     case OpType::kAllreduce:
       return Error(HVD_ERR_INTERNAL, "allreduce routed outside the fusion path");
   }

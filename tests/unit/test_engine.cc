@@ -539,6 +539,20 @@ TEST(Engine, JoinLetsRanksWithLessDataFinishEarly) {
     hvd_handle_t h;
     ASSERT_EQ(hvd_join_async(ctx, &h), HVD_OK) << hvd_last_error();
     ASSERT_EQ(hvd_handle_wait(h, 30), HVD_OK) << hvd_last_error();
+    // The join's result: the rank that joined last, on every rank. Rank 2
+    // joins after its 6th allreduce, which needed ranks 0 and 1's joins.
+    const void* data = nullptr;
+    size_t bytes = 0;
+    ASSERT_EQ(hvd_handle_output(h, &data, &bytes), HVD_OK) << hvd_last_error();
+    ASSERT_EQ(bytes, sizeof(int32_t));
+    int32_t last = -1;
+    std::memcpy(&last, data, sizeof(last));
+    EXPECT_EQ(last, 2) << "rank " << rank;
+    int64_t shape[2] = {0, 0};
+    int32_t ndim = 0;
+    ASSERT_EQ(hvd_handle_output_shape(h, shape, 2, &ndim), HVD_OK) << hvd_last_error();
+    EXPECT_EQ(ndim, 1);
+    EXPECT_EQ(shape[0], 1);
     hvd_handle_release(h);
     // After everyone joined, the context works as before.
     std::fill(g.begin(), g.end(), 1.0f);

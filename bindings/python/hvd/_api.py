@@ -223,18 +223,20 @@ class Collectives:
 
     def join_async(self, device=-1, process_set=global_process_set):
         _check_device(device)
-        c, _ = self._target(process_set)
-        return _ops.join_async(c._ptr)
+        c, ps = self._target(process_set)
+        return _ops.join_async(c._ptr, None if ps is None else list(ps.ranks))
 
     def join(self, device=-1, process_set=global_process_set):
         """Marks this rank as out of data; until every rank joined, it contributes
-        zeros to the others' allreduces. Returns once every rank has joined.
+        zeros to the others' allreduces. Returns once every rank has joined, the
+        rank that joined last (as Horovod; joins seen in one negotiation count in
+        rank order), the same on every rank.
 
         device: accepted for Horovod's signature and ignored: hvd keeps every
         tensor in host memory, so the zeros a joined rank contributes are on the
-        CPU whatever device is named. Returns None (Horovod returns the rank that
-        joined last). process_set (not in Horovod's join): join within a set."""
-        self.join_async(device, process_set).wait()
+        CPU whatever device is named. process_set (not in Horovod's join): join
+        within a set; the rank returned is then a rank of the job."""
+        return self.join_async(device, process_set).wait()
 
     # -- Python objects ---------------------------------------------------------------
     def broadcast_object(self, obj, root_rank=0, name=None, process_set=global_process_set):

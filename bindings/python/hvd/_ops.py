@@ -491,9 +491,23 @@ def barrier_async(ctx):
     return Handle(raw, (), lambda r: (None, False), "barrier")
 
 
-def join_async(ctx):
+def join_async(ctx, ranks=None):
+    """The handle's result: the rank that joined last (Horovod's join() value),
+    mapped through `ranks` (a process set's job ranks) where given. A library
+    whose join has no result (before it had one) gives None."""
     raw = _submit("hvd_join_async", ctx)
-    return Handle(raw, (), lambda r: (None, False), "join")
+
+    def finish(r):
+        lib = C.lib()
+        data = c_void_p()
+        nbytes = c_size_t(0)
+        C.check_call(lib.hvd_handle_output(r, byref(data), byref(nbytes)))
+        if not data.value or nbytes.value < 4:
+            return None, False
+        last = c_int32.from_address(data.value).value
+        return (ranks[last] if ranks is not None and 0 <= last < len(ranks) else last), False
+
+    return Handle(raw, (), finish, "join")
 
 
 # ---------------------------------------------------------------------------

@@ -59,8 +59,8 @@ r, n = hvd.rank(), hvd.size()
 got = []
 for i in range(r + 1):  # rank r has r + 1 batches: uneven data
     got.append(hvd.allreduce(np.full(3, 1.0), op=hvd.Average, name=f"batch.{{i}}").tolist())
-hvd.join()
-write(r, {{"got": got}})
+last = hvd.join()
+write(r, {{"got": got, "last": last}})
 hvd.shutdown()
 """
 
@@ -82,6 +82,9 @@ def test_join_uneven_batches(tmp_path, hvdrun, size):
         for i, v in enumerate(got):
             active = size - i  # ranks with a batch i; joined ranks contribute zeros
             assert v == pytest.approx([active / size] * 3), (r, i, v)
+        # join() returns the rank that joined last: rank size-1 has the most
+        # batches, and its last allreduce needed every other rank's join.
+        assert job.results[r]["last"] == size - 1, (r, job.results[r])
 
 
 MPI_JOB = """
