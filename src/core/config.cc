@@ -328,6 +328,22 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
                         &params->field, #field, (env_name), (out)))
 
   HVD_STR(HVD_PARAM_TRANSPORT, transport, "HVD_TRANSPORT", &c.transport);
+  if (c.transport.empty() && (params == nullptr || (params->mask & HVD_PARAM_TRANSPORT) == 0)) {
+    // A Horovod job's choice of CPU operations (or of its controller, which
+    // in hvd is the transport too).
+    for (const char* name : {"HOROVOD_CPU_OPERATIONS", "HOROVOD_CONTROLLER"}) {
+      std::string v = EnvStr(env, name);
+      for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (v.empty()) continue;
+      if (v != "gloo" && v != "mpi") {
+        return InvalidArgument(std::string(name) + "='" + EnvStr(env, name) +
+                               "': hvd's CPU transports are gloo, mpi and ucx (HVD_TRANSPORT); "
+                               "it has no '" + v + "'");
+      }
+      c.transport = v;
+      break;
+    }
+  }
   HVD_STR(HVD_PARAM_RENDEZVOUS_ADDR, rendezvous_addr, "HVD_RENDEZVOUS_ADDR", &c.rendezvous_addr);
   HVD_STR(HVD_PARAM_SECRET, secret, "HVD_SECRET", &c.secret);
   {
@@ -438,6 +454,12 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
       {HVD_PARAM_PEER_TIMEOUT, offsetof(hvd_params_t, peer_timeout_s), &params->peer_timeout_s,
        "peer_timeout_s", "HVD_PEER_TIMEOUT", &c.peer_timeout_s, true, nullptr},
   };
+  {
+    // Horovod's switch for its stall inspector: both limits off, unless a
+    // limit is given (below, which wins).
+    HVD_ASSIGN_OR_RETURN(int off, EnvSwitch(env, "HOROVOD_STALL_CHECK_DISABLE"));
+    if (off == 1) c.stall_warning_s = c.stall_shutdown_s = 0;
+  }
   for (const Seconds& sec : seconds) {
     HVD_ASSIGN_OR_RETURN(set, r.Get(sec.bit, sec.offset, sec.field, &d, sec.name));
     if (!set) {

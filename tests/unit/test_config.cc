@@ -207,6 +207,25 @@ TEST(Config, HorovodVariables) {
   EXPECT_EQ(c.autotune_steps_per_sample, 6);
   EXPECT_EQ(c.log_level, HVD_LOG_TRACE);
 
+  // Horovod's CPU operations (or controller) choose the transport; its stall
+  // switch turns both limits off unless one is given.
+  EXPECT_EQ(MustResolve(nullptr, {{"HOROVOD_CPU_OPERATIONS", "MPI"}}).transport, "mpi");
+  EXPECT_EQ(MustResolve(nullptr, {{"HOROVOD_CONTROLLER", "gloo"}}).transport, "gloo");
+  EXPECT_EQ(MustResolve(nullptr, {{"HVD_TRANSPORT", "ucx"}, {"HOROVOD_CPU_OPERATIONS", "mpi"}})
+                .transport,
+            "ucx");
+  auto ccl = ResolveConfig(nullptr, FakeEnv({{"HOROVOD_CPU_OPERATIONS", "ccl"}}));
+  ASSERT_FALSE(ccl.ok());
+  EXPECT_NE(ccl.status().message().find("HOROVOD_CPU_OPERATIONS='ccl'"), std::string::npos)
+      << ccl.status().message();
+  Config off = MustResolve(nullptr, {{"HOROVOD_STALL_CHECK_DISABLE", "1"}});
+  EXPECT_DOUBLE_EQ(off.stall_warning_s, 0);
+  EXPECT_DOUBLE_EQ(off.stall_shutdown_s, 0);
+  Config off_but = MustResolve(nullptr, {{"HOROVOD_STALL_CHECK_DISABLE", "1"},
+                                         {"HVD_STALL_SHUTDOWN_TIME", "99"}});
+  EXPECT_DOUBLE_EQ(off_but.stall_warning_s, 0);
+  EXPECT_DOUBLE_EQ(off_but.stall_shutdown_s, 99);
+
   // Unset: the defaults.
   Config d = MustResolve(nullptr, {});
   EXPECT_FALSE(d.timeline_mark_cycles);
