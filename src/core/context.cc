@@ -172,7 +172,8 @@ class ContextImpl final : public CycleDriver {
   void ReleaseTransport();
   // CycleDriver: runs cycles on a waiting caller's thread while the loop
   // thread is idle (see Loop).
-  bool Drive(std::unique_lock<std::mutex>& lock, const Handle& h) override;
+  bool Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
+             std::chrono::steady_clock::time_point deadline) override;
 
   // Process sets: the collective request behind Context::Split and
   // CreateProcessSet (spec as above), and a set's destruction.
@@ -812,7 +813,8 @@ bool ContextImpl::LoopHasWork() const {
 // polls every cycle time (HVD_CYCLE_TIME: the longest a submit waits for
 // more to fuse with) and goes back to being woken by every submit the first
 // time a poll finds one still queued.
-bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h) {
+bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
+                        std::chrono::steady_clock::time_point deadline) {
   constexpr int kLazyAfter = 8;
   if (!caller_cycles_ || stopped_ || shutdown_requested_) return false;
   if (cycle_held_) {
@@ -822,9 +824,19 @@ bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h) {
     // its previous operation found the loop in every later cycle too: the
     // loop took each next request, the caller's wait came during that
     // cycle, and so on (6-8 us against 1.2 us per small operation).
+    // Until the caller's deadline at the most.
+    auto free_or_done = [&] {
+      return !cycle_held_ || h.done() || stopped_ || shutdown_requested_;
+    };
     ++drive_waiters_;
-    cv_.wait(lock, [&] { return !cycle_held_ || h.done() || stopped_ || shutdown_requested_; });
-    --drive_waiters_;
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      cv_.wait(lock, free_or_done);
+    } else {
+      cv_.wait_until(lock, deadline, free_or_done);
+    }
+    // The loop does not start a cycle while callers wait for one: tell it
+    // when none does any more.
+    if (--drive_waiters_ == 0) cv_.notify_all();
     if (cycle_held_ || h.done() || stopped_ || shutdown_requested_) return false;
   }
   if (queued_ > 0 && ++callers_took_ >= kLazyAfter) lazy_wake_ = true;

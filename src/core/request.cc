@@ -98,23 +98,28 @@ Status Handle::Wait(double timeout_s) const {
   // a peer to enter the negotiation (up to its heartbeat), which a short
   // poll should not.
   constexpr double kDriveMinWaitS = 0.01;
+  using SteadyClock = std::chrono::steady_clock;
+  const bool forever = timeout_s < 0 || !std::isfinite(timeout_s);
+  const SteadyClock::time_point deadline =
+      forever ? SteadyClock::time_point::max()
+              : SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                         std::chrono::duration<double>(timeout_s));
   if (signal_ && timeout_s != 0 && !done()) {
     bool drove = false;
     {
       std::unique_lock<std::mutex> lock(signal_->mu);
       signal_->caller_waits = true;
-      if (signal_->driver != nullptr && (timeout_s < 0 || timeout_s >= kDriveMinWaitS)) {
-        drove = signal_->driver->Drive(lock, *this);
+      if (signal_->driver != nullptr && (forever || timeout_s >= kDriveMinWaitS)) {
+        drove = signal_->driver->Drive(lock, *this, deadline);
       }
     }
     if (!drove) signal_->cv.notify_all();
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (timeout_s < 0 || !std::isfinite(timeout_s)) {
+  if (forever) {
     cv_.wait(lock, [this] { return done_; });
   } else {
-    auto limit = std::chrono::duration<double>(timeout_s);
-    if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
+    if (!cv_.wait_until(lock, deadline, [this] { return done_; })) {
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%g", timeout_s);
       std::string msg = description() + " did not complete within " + secs + " s";

@@ -110,9 +110,12 @@ class CycleDriver {
   virtual ~CycleDriver() = default;
   // With `lock` (LoopSignal::mu) held, and held again on return. True if
   // this thread ran at least one cycle (it has told the loop what it needs
-  // to know); false if it could not (another thread holds the cycle, or the
-  // context is stopping), and the caller should wake the loop as before.
-  virtual bool Drive(std::unique_lock<std::mutex>& lock, const Handle& h) = 0;
+  // to know); false if it could not (another thread held the cycle past
+  // `deadline` or completed h, or the context is stopping), and the caller
+  // should wake the loop as before. A cycle, once started, ends when it ends
+  // (bounded by the peer and transport timeouts), whatever the deadline.
+  virtual bool Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
+                     std::chrono::steady_clock::time_point deadline) = 0;
 };
 
 // The background loop's lock and wake-up, shared with its handles so that a
