@@ -491,11 +491,13 @@ HVD_API hvd_status_t hvd_barrier(hvd_context_t ctx);
  * naming the ranks not yet ready when known; the handle stays valid. To tell
  * "the wait ran out" from "the operation failed with a timeout" (the stall
  * inspector), call hvd_handle_poll: HVD_IN_PROGRESS means still pending.
- * While the context's background thread is idle, a wait (timeout_s < 0 or
- * >= 0.01) runs the negotiation and the operation on the calling thread,
- * sparing two thread hand-offs (HVD_CALLER_CYCLES=0 turns this off); the
- * wait then returns when that cycle ends, which may be after timeout_s if a
- * peer is slow to enter it (bounded by the peer and transport timeouts). */
+ * A wait (timeout_s < 0 or >= 0.01) runs the negotiation and the operation
+ * on the calling thread, sparing two thread hand-offs (HVD_CALLER_CYCLES=0
+ * turns this off); if the background thread or another waiting caller is
+ * inside a cycle, it waits for that cycle's end (at most until timeout_s)
+ * and takes the next. The wait then returns when its cycle ends, which may
+ * be after timeout_s if a peer is slow to enter it (bounded by the peer and
+ * transport timeouts). */
 HVD_API hvd_status_t hvd_handle_wait(hvd_handle_t handle, double timeout_s);
 
 /* HVD_IN_PROGRESS while pending, then the operation's status. */
