@@ -315,6 +315,35 @@ def check_op(op):
     return o
 
 
+class Compressor:
+    """Horovod's base class of the compressors: compress(tensor) -> (tensor,
+    ctx) before the collective, decompress(tensor, ctx) -> tensor after it.
+    A custom compressor derives from it and overrides both. Shared by
+    hvd.torch and hvd.tensorflow (it touches no framework)."""
+
+    @staticmethod
+    def compress(tensor):
+        """Compresses a tensor; returns it and the context decompress needs."""
+        raise NotImplementedError("Compressor.compress: a compressor overrides it")
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        """Decompresses a tensor with the context compress returned."""
+        raise NotImplementedError("Compressor.decompress: a compressor overrides it")
+
+
+class NoneCompressor(Compressor):
+    """Leaves the tensor as it is."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
 def handle_average_backwards_compatibility(op, average):
     """Horovod's helper, in hvd.tensorflow and hvd.torch alike: the reduction
     op from op and the deprecated average flag (ValueError for both;

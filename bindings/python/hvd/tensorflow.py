@@ -1004,32 +1004,8 @@ if not any(isinstance(f, _KerasAlias) for f in _sys.meta_path):
 # ---------------------------------------------------------------------------
 
 
-class Compressor:
-    """Horovod's base class of the compressors: compress(tensor) -> (tensor,
-    ctx) before the collective, decompress(tensor, ctx) -> tensor after it.
-    A custom compressor derives from it and overrides both."""
-
-    @staticmethod
-    def compress(tensor):
-        """Compresses a tensor; returns it and the context decompress needs."""
-        raise NotImplementedError("Compressor.compress: a compressor overrides it")
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Decompresses a tensor with the context compress returned."""
-        raise NotImplementedError("Compressor.decompress: a compressor overrides it")
-
-
-class NoneCompressor(Compressor):
-    """Leaves the tensor as it is."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+Compressor = _ops.Compressor
+NoneCompressor = _ops.NoneCompressor
 
 
 class FP16Compressor(Compressor):

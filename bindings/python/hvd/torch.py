@@ -205,26 +205,8 @@ allgather_object = _t.allgather_object
 # ---------------------------------------------------------------------------
 
 
-class Compressor:
-    """compress(tensor) -> (tensor_to_send, ctx); decompress(tensor, ctx) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+Compressor = _ops.Compressor
+NoneCompressor = _ops.NoneCompressor
 
 
 class FP16Compressor(Compressor):
