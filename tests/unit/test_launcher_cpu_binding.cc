@@ -170,9 +170,17 @@ TEST(CpuBinding, UsableCpusReadsMaskAndTopology) {
   }
   ASSERT_FALSE(want.empty());
 
-  char tmpl[] = "/tmp/hvd_cpu_test.XXXXXX";
+  char tmpl[] = "/tmp/hvd_cpu_test.XXXXXX";  // mkdtemp's template
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string root = tmpl;
+  // Removed however the test ends (a failed ASSERT returns early).
+  struct RemoveAll {
+    std::string path;
+    ~RemoveAll() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } cleanup{root};
   for (int c : want) {
     const std::string dir = root + "/cpu" + std::to_string(c) + "/topology";
     std::filesystem::create_directories(dir);
@@ -190,7 +198,6 @@ TEST(CpuBinding, UsableCpusReadsMaskAndTopology) {
   auto bare = UsableCpus(root + "/missing");
   ASSERT_EQ(bare.size(), want.size());
   for (const auto& c : bare) EXPECT_EQ(c.core, -1);
-  std::filesystem::remove_all(root);
 
   // The real machine: the same CPUs as the mask.
   auto real = UsableCpus();
