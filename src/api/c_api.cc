@@ -16,6 +16,7 @@
 // The only process-global state in the library is the default context below
 // (hvd_init / hvd_shutdown): a pointer and a reference count under a mutex.
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -63,7 +64,22 @@ struct hvd_handle_s {
   std::shared_ptr<hvd::Handle> impl;
   hvd::OpType type = hvd::OpType::kAllreduce;
   int32_t size = 1;  // the context's size when the op was submitted (recv_splits)
+  // Lives in a HandleBox with the handle it wraps (impl then owns the box,
+  // and so this wrapper: release must move impl out before dropping it).
+  bool boxed = false;
 };
+
+namespace {
+// A submit's handle and its C wrapper in one allocation (a fused step of
+// 1,000 tensors makes 1,000 of each). The box lives while the wrapper (its
+// impl) or the core holds the handle.
+struct HandleBox {
+  template <typename... A>
+  explicit HandleBox(A&&... a) : core(std::forward<A>(a)...) {}
+  hvd_handle_s wrapper;
+  hvd::Handle core;
+};
+}  // namespace
 
 namespace {
 
@@ -217,7 +233,9 @@ struct DefaultContext {
   // Guards ctx and refs; held only briefly, never across a collective, so a
   // log callback that calls hvd_rank() during creation cannot deadlock.
   std::mutex mu;
-  hvd_context_s* ctx = nullptr;
+  // Written under mu; read without it on every call that passes NULL (the
+  // hot path of a submit), which needs only the pointer.
+  std::atomic<hvd_context_s*> ctx{nullptr};
   int64_t refs = 0;
 };
 
@@ -234,15 +252,14 @@ DefaultContext& Default() {
 // on the default context (as in Horovod).
 hvd::Status ResolveContext(const char* fn, hvd_context_t ctx, hvd_context_s** out) {
   if (ctx == nullptr) {
-    DefaultContext& d = Default();
-    std::lock_guard<std::mutex> lock(d.mu);
-    if (d.ctx == nullptr) {
+    hvd_context_s* d = Default().ctx.load(std::memory_order_acquire);
+    if (d == nullptr) {
       return hvd::Status(HVD_ERR_NOT_INITIALIZED,
                          Cat(fn, ": ctx is NULL (the default context) and hvd_init has not been "
                                  "called; call hvd_init first or pass a context from "
                                  "hvd_context_create"));
     }
-    *out = d.ctx;
+    *out = d;
     return hvd::Status::Ok();
   }
   if (ctx->magic == kDeadMagic) {
@@ -353,7 +370,10 @@ hvd::Status ValidateTensor(const char* fn, const char* arg, const TensorTag& tag
   }
   const int64_t elem_size = static_cast<int64_t>(hvd::DtypeSize(dtype));
   const int64_t max_elements = std::numeric_limits<int64_t>::max() / elem_size;
-  std::vector<int64_t> shape(static_cast<size_t>(t->ndim));
+  // Written straight into the spec (in place for up to Shape::kInline
+  // dimensions: no allocation).
+  hvd::Shape& shape = spec->shape;
+  shape.resize(static_cast<size_t>(t->ndim));
   int64_t elements = 1;
   bool overflow = false;
   for (int32_t i = 0; i < t->ndim; ++i) {
@@ -383,7 +403,6 @@ hvd::Status ValidateTensor(const char* fn, const char* arg, const TensorTag& tag
     return Invalid(fn, Cat(arg, "->data is NULL but the tensor has ", elements, " elements", tag));
   }
   spec->dtype = t->dtype;
-  spec->shape = std::move(shape);
   spec->device = t->device;
   spec->stream = t->stream;
   spec->input = t->data;
@@ -502,16 +521,29 @@ hvd::Status PrepareBarrier(const char* fn, hvd_context_t ctx, Prepared* p) {
 hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
   // Allocate everything that can fail before the op is queued, so that no
   // queued op is left without a handle.
-  auto handle = p->op != nullptr ? std::make_shared<hvd::Handle>(p->op, p->name)
-                                 : std::make_shared<hvd::Handle>(std::move(p->description));
-  auto wrapper = std::make_unique<hvd_handle_s>();
-  wrapper->type = p->request.type;
-  wrapper->size = static_cast<int32_t>(p->ctx->impl->size());
+  auto box = p->op != nullptr ? std::make_shared<HandleBox>(p->op, p->name)
+                              : std::make_shared<HandleBox>(std::move(p->description));
+  std::shared_ptr<hvd::Handle> handle(box, &box->core);
+  const hvd::OpType type = p->request.type;
   p->request.handle = handle;
   auto r = p->ctx->impl->Enqueue(std::move(p->request));
   if (!r.ok()) return Report(r.status());
-  wrapper->impl = r.value() ? std::move(r).value() : std::move(handle);
-  *out = wrapper.release();
+  hvd_handle_s* wrapper = &box->wrapper;
+  std::unique_ptr<hvd_handle_s> separate;
+  if (r.value() && r.value() != handle) {
+    // The core answered with another handle: the box must not own the
+    // wrapper that outlives it.
+    separate = std::make_unique<hvd_handle_s>();
+    wrapper = separate.get();
+    wrapper->impl = std::move(r).value();
+  } else {
+    wrapper->impl = std::move(handle);  // the wrapper now keeps its own box
+    wrapper->boxed = true;
+  }
+  wrapper->type = type;
+  wrapper->size = static_cast<int32_t>(p->ctx->impl->size());
+  separate.release();
+  *out = wrapper;
   return HVD_OK;
 }
 
@@ -860,7 +892,7 @@ hvd_status_t hvd_init(const hvd_params_t* params) {
   wrapper->impl = std::move(r).value();
   if (!wrapper->impl) return Fail(HVD_ERR_INTERNAL, "hvd_init: Create returned NULL");
   std::lock_guard<std::mutex> lock(d.mu);
-  d.ctx = wrapper.release();
+  d.ctx.store(wrapper.release(), std::memory_order_release);
   d.refs = 1;
   return HVD_OK;
   HVD_API_END();
@@ -879,8 +911,8 @@ hvd_status_t hvd_shutdown(void) {
                                 "every hvd_init was already matched by an hvd_shutdown)"));
     }
     if (--d.refs > 0) return HVD_OK;
-    dying = d.ctx;
-    d.ctx = nullptr;
+    dying = d.ctx.load();
+    d.ctx.store(nullptr, std::memory_order_release);
   }
   // Destroyed outside d.mu: the context's shutdown may log through a user
   // callback that calls back into hvd.
@@ -1217,7 +1249,13 @@ hvd_status_t hvd_handle_release(hvd_handle_t handle) {
   hvd::Status s = CheckHandle(__func__, handle);
   if (!s.ok()) return Report(s);
   handle->magic = kDeadMagic;
-  delete handle;  // a pending op keeps its own reference to the shared state
+  if (handle->boxed) {
+    // The wrapper lives in the box impl may own: move it out first.
+    std::shared_ptr<hvd::Handle> last = std::move(handle->impl);
+    last.reset();  // a pending op keeps its own reference to the shared state
+  } else {
+    delete handle;
+  }
   return HVD_OK;
   HVD_API_END();
 }

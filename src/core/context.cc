@@ -95,14 +95,14 @@ struct Scope {
   std::unique_ptr<CommPlane> plane;
   std::unique_ptr<Controller> controller;
   // Under the context's mu_.
-  std::deque<OpRequest> queue;
-  std::unordered_set<std::string> inflight;
+  std::vector<OpRequest> queue;  // swapped with batch: both keep their capacity
+  NameTable names;  // names in flight (submitted, not yet completed)
   uint64_t barrier_count = 0;
   uint64_t set_count = 0;  // process-set calls on this scope (names their requests)
   bool closed = false;     // a destroyed process set, or a stopped context's
   Status closed_reason;
   // Background thread only.
-  std::deque<OpRequest> batch;
+  std::vector<OpRequest> batch;
   std::vector<Response> responses;
   bool close_agreed = false;  // the set's destruction was agreed this cycle
 };
@@ -164,7 +164,7 @@ class ContextImpl final : public CycleDriver {
   }
 
   Status Start();
-  Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest req);
+  Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest&& req);
   // Stops the loop; pending operations complete with `why`.
   void Shutdown(const Status& why = Error(HVD_ERR_ABORTED, "the context has been shut down"));
   // After Shutdown: closes the transport and the store connection now
@@ -248,7 +248,9 @@ class ContextImpl final : public CycleDriver {
   std::condition_variable& cv_ = signal_->cv;
   size_t queued_ = 0;                // requests in every scope's queue
   Clock::time_point first_enqueue_;  // of the oldest queued request
-  Clock::time_point last_enqueue_;   // of the newest
+  Clock::time_point last_enqueue_;   // of the newest whose time was read (see Enqueue)
+  uint64_t submits_ = 0;             // requests ever queued
+  bool exact_enqueue_ = false;       // read the clock for every submit (timeline open)
   bool shutdown_requested_ = false;
   Status shutdown_reason_;  // what pending operations complete with (set with the flag)
   bool stopped_ = false;  // the loop has exited; enqueue fails with stop_reason_
@@ -364,6 +366,7 @@ Status ContextImpl::Start() {
   if (!cfg_.timeline_path.empty() && cfg_.rank == 0) {
     HVD_CHECK(timeline_.Open(cfg_.timeline_path));
     mark_cycles_ = cfg_.timeline_mark_cycles;  // before the background thread starts
+    exact_enqueue_ = true;
   }
   executor_ = std::make_unique<Executor>(transport_.get(), &timeline_,
                                          static_cast<size_t>(cfg_.buffer_pool_bytes));
@@ -438,7 +441,7 @@ Status ContextImpl::TimelineCommand(bool start, const std::string& path, bool ma
   return tl_result_;
 }
 
-Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest req) {
+Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& req) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || shutdown_requested_) {
     return stopped_ && !stop_reason_.ok()
@@ -455,26 +458,37 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest req
   } else if (req.type == OpType::kCloseSet) {
     req.tensors.front().name = "process_set.destroy";
   }
-  for (size_t i = 0; i < req.tensors.size(); ++i) {
-    if (scope->inflight.count(req.tensors[i].name) != 0) {
-      for (size_t j = 0; j < i; ++j) scope->inflight.erase(req.tensors[j].name);
+  // Barriers and process-set calls are named uniquely above: no name to
+  // check or intern.
+  const bool unique = req.type == OpType::kBarrier || req.type == OpType::kProcessSet;
+  for (size_t i = 0; i < req.tensors.size() && !unique; ++i) {
+    const uint32_t id = scope->names.Acquire(req.tensors[i].name);
+    if (id == kNoNameId) {
+      for (size_t j = 0; j < i; ++j) {
+        scope->names.Release(req.tensors[j].name_id);
+        req.tensors[j].name_id = kNoNameId;
+      }
       return Error(HVD_ERR_DUPLICATE_NAME,
                    "an operation on '" + req.tensors[i].name +
                        "' is already in flight; wait for it before reusing the name");
     }
-    scope->inflight.insert(req.tensors[i].name);
+    req.tensors[i].name_id = id;
   }
   std::shared_ptr<Handle> h = req.handle;
-  req.enqueued = Clock::now();
-  last_enqueue_ = req.enqueued;
+  const bool was_empty = queued_ == 0;
+  // The clock is read for a burst's first submit only (a clock read costs
+  // about a tenth of a submit here); the loop's settle counts the later
+  // ones (submits_). The timeline's negotiation spans need every submit's.
+  if (was_empty || exact_enqueue_) last_enqueue_ = Clock::now();
+  if (was_empty) first_enqueue_ = last_enqueue_;
+  req.enqueued = last_enqueue_;
+  ++submits_;
   signal_->caller_waits = false;
   req.handle->set_signal(signal_);
-  const bool was_empty = queued_ == 0;
-  if (was_empty) first_enqueue_ = req.enqueued;
   scope->queue.push_back(std::move(req));
   ++queued_;
   // The loop waits for the queues to become non-empty; later submits of a
-  // burst need no wake-up (it reads last_enqueue_ when it settles).
+  // burst need no wake-up (it sees submits_ move when it settles).
   if (was_empty && !lazy_wake_) cv_.notify_all();
   return h;
 }
@@ -493,7 +507,10 @@ void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, cons
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < n; ++i) {
-      for (const TensorSpec& t : reqs[i]->tensors) scope.inflight.erase(t.name);
+      for (TensorSpec& t : reqs[i]->tensors) {
+        scope.names.Release(t.name_id);
+        t.name_id = kNoNameId;  // a second Finish must not end a later submit's flight
+      }
     }
   }
   for (size_t i = 0; i < n; ++i) {
@@ -533,7 +550,7 @@ void ContextImpl::FailEverything(const Status& given) {
   for (const auto& w : all_sets_) {
     if (auto s = w.lock()) scopes.push_back(std::move(s));
   }
-  std::vector<std::deque<OpRequest>> queued(scopes.size());
+  std::vector<std::vector<OpRequest>> queued(scopes.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopped_) stop_reason_ = why;  // keep the first reason
@@ -770,10 +787,18 @@ void ContextImpl::Loop() {
         // A caller blocking on a handle ends the burst at once (and may
         // run the cycle itself).
         auto done = [this] { return shutdown_requested_ || signal_->caller_waits || cycle_held_; };
+        // Submits after the first do not read the clock: where some came
+        // since the last look, the burst is taken to go on from now.
+        uint64_t seen = submits_;
+        Clock::time_point mark = last_enqueue_;
         for (;;) {
-          const auto until = std::min(last_enqueue_ + settle_, limit);
+          const auto until = std::min(mark + settle_, limit);
           if (Clock::now() >= until) break;
           if (cv_.wait_until(lock, until, done)) break;
+          if (submits_ != seen) {
+            seen = submits_;
+            mark = Clock::now();
+          }
         }
         quiet_wakeups = queued > 1 || queued_ > queued ? 0 : quiet_wakeups + 1;
       }
@@ -924,6 +949,7 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
       std::lock_guard<std::mutex> lock(mu_);
       tl_result_ = r;
       tl_done_ = tl_seq;
+      exact_enqueue_ = timeline_.enabled();
     }
     exit_cv_.notify_all();
   }
@@ -1451,7 +1477,7 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
 // next negotiation shows every rank that it is free).
 void ContextImpl::CloseAgreed(Scope& set) {
   const Status why = Error(HVD_ERR_ABORTED, "the process set was destroyed");
-  std::deque<OpRequest> queued;
+  std::vector<OpRequest> queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
     set.closed = true;

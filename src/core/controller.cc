@@ -12,6 +12,7 @@ namespace hvd {
 namespace {
 constexpr size_t kHeader = Controller::kHeaderBytes;
 constexpr int kMaxStallKeysLogged = 20;
+constexpr size_t kMaxSpareNodes = 4096;
 // A request pending this long makes its rank ask for a stall round (at most
 // this often), so a handle that times out can say which ranks are missing.
 constexpr double kInspectAfterS = 1.0;
@@ -98,16 +99,28 @@ Controller::Controller(int rank, int size, int cache_capacity, StallConfig stall
       last_stall_warning_(Clock::now()),
       last_inspection_(Clock::now()) {}
 
-void Controller::Add(OpRequest req, Clock::time_point now) {
+void Controller::Add(OpRequest&& req, Clock::time_point now) {
   if (req.type == OpType::kAlltoall && req.splits.empty()) {
     int64_t rows = req.tensors.front().shape.empty() ? 1 : req.tensors.front().shape[0];
     req.splits.assign(static_cast<size_t>(size_), rows / size_);
   }
-  Entry e;
-  std::string key = req.tensors.front().name;
+  if (spare_.empty()) {
+    Entry e;
+    std::string key = req.tensors.front().name;
+    e.req = std::move(req);
+    e.enqueued = now;
+    pending_.emplace(std::move(key), std::move(e));
+    return;
+  }
+  auto node = std::move(spare_.back());
+  spare_.pop_back();
+  node.key() = req.tensors.front().name;  // reuses the key's buffer
+  Entry& e = node.mapped();
   e.req = std::move(req);
+  e.state = State::kNew;
+  e.slot = -1;
   e.enqueued = now;
-  pending_.emplace(std::move(key), std::move(e));
+  pending_.insert(std::move(node));
 }
 
 std::string Controller::RankList(const std::vector<int>& ranks) const {
@@ -219,7 +232,24 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
     }
     if (e.state == State::kNew && e.req.type != OpType::kBarrier &&
         e.req.type != OpType::kProcessSet && e.req.type != OpType::kCloseSet) {
-      int slot = cache_.Lookup(key, e.req, rank_);
+      int slot = -1;
+      // The slot this name had last time, if it still holds the name and
+      // describes the request: no lookup by name in a steady state.
+      const uint32_t id = e.req.tensors.front().name_id;
+      if (id < slot_hint_.size()) {
+        const int hint = slot_hint_[id];
+        if (cache_.Holds(hint, key) &&
+            DescribesRequest((*cache_.Get(hint))[static_cast<size_t>(rank_)], e.req)) {
+          slot = hint;
+        }
+      }
+      if (slot < 0) {
+        slot = cache_.Lookup(key, e.req, rank_);
+        if (slot >= 0 && id != kNoNameId) {
+          if (id >= slot_hint_.size()) slot_hint_.resize(static_cast<size_t>(id) + 1, -1);
+          slot_hint_[id] = slot;
+        }
+      }
       if (slot >= 0) {
         e.state = State::kCached;
         e.slot = slot;
@@ -499,8 +529,9 @@ bool Controller::Take(const Response& resp, OpRequest* req) {
     it = pending_.find(resp.key);
   }
   if (it == pending_.end()) return false;
-  *req = std::move(it->second.req);
-  pending_.erase(it);
+  auto node = pending_.extract(it);
+  *req = std::move(node.mapped().req);
+  if (spare_.size() < kMaxSpareNodes) spare_.push_back(std::move(node));
   return true;
 }
 

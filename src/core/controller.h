@@ -105,7 +105,8 @@ class Controller {
   Controller(int rank, int size, int cache_capacity, StallConfig stall, Logger* log);
 
   // Takes a new local request (its key must not be pending).
-  void Add(OpRequest req, Clock::time_point now);
+  void Add(OpRequest&& req, Clock::time_point now);
+  void Add(const OpRequest& req, Clock::time_point now) { Add(OpRequest(req), now); }
 
   // One negotiation cycle. Fills `out` with the responses, in the same order
   // on every rank, and sets *shutdown when any rank is shutting down.
@@ -179,11 +180,18 @@ class Controller {
   // This rank's own requests: iteration order is local only (announcements are
   // applied in the allgathered order, the same everywhere).
   std::unordered_map<std::string, Entry> pending_;
+  // Nodes of taken entries, reused by Add: a fused step of 1,000 tensors
+  // would otherwise allocate and free 1,000 map nodes (and their keys'
+  // buffers, for long names) every step. At most kMaxSpareNodes.
+  std::vector<std::unordered_map<std::string, Entry>::node_type> spare_;
   // This cycle's pending entry for each cache slot this rank marked ready
   // (Contribute -> Conclude -> Take; nothing is added to pending_ between
   // them, so the iterators stay valid); slot_has_[s] == 0: none.
   std::vector<std::unordered_map<std::string, Entry>::iterator> slot_entry_;
   std::vector<uint8_t> slot_has_;
+  // By name id (TensorSpec::name_id): the cache slot the name was last
+  // found in. Checked before use (ids are reused for other names).
+  std::vector<int> slot_hint_;
   std::map<std::string, TableRow> table_;
   std::vector<bool> joined_;  // ranks whose join was announced, until all join
   int last_joined_ = -1;      // the latest of them

@@ -215,7 +215,7 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
       }
       HVD_CHECK(TakeOutput(&h, total));
       HVD_CHECK(transport_->Allgatherv(t.input, h.output.data(), recv.data()));
-      h.output_shape = t.shape;
+      h.output_shape = t.shape.vec();
       h.output_shape[0] = rows;
       break;
     }
@@ -234,7 +234,7 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
       }
       HVD_CHECK(TakeOutput(&h, total));
       HVD_CHECK(transport_->Alltoallv(t.input, send.data(), h.output.data(), recv.data()));
-      h.output_shape = t.shape;
+      h.output_shape = t.shape.vec();
       h.output_shape[0] = rows;
       break;
     }
@@ -282,7 +282,7 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
       HVD_CHECK(TakeOutput(&h, static_cast<size_t>(my_rows) * row));
       Finalize(h.output.data(), buf + static_cast<size_t>(first_row) * row,
                static_cast<size_t>(my_rows) * row_elems, t.dtype, req.reduce_op, req.postscale, n);
-      h.output_shape = t.shape;
+      h.output_shape = t.shape.vec();
       h.output_shape[0] = my_rows;
       break;
     }

@@ -60,7 +60,7 @@ RequestDesc DescFromRequest(const OpRequest& req) {
   d.postscale = req.postscale;
   for (const TensorSpec& t : req.tensors) {
     d.names.push_back(t.name);
-    d.shapes.push_back(t.shape);
+    d.shapes.push_back(t.shape.vec());
   }
   d.splits = req.splits;
   return d;

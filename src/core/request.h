@@ -1,16 +1,19 @@
 // What a user call enqueues, and the shared state behind an hvd_handle_t.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "core/name_table.h"
 #include "hvd.h"
 
 namespace hvd {
@@ -29,12 +32,77 @@ enum class OpType : uint8_t {
 };
 const char* OpTypeName(OpType t);
 
+// A tensor's dimensions: up to kInline of them held in place, more on the
+// heap. A submit builds one per tensor; in place, a step of 1,000 tensors
+// allocates and frees 1,000 fewer blocks (almost every tensor has at most
+// four dimensions).
+class Shape {
+ public:
+  static constexpr size_t kInline = 6;
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims) { assign(dims.begin(), dims.end()); }
+  Shape(const std::vector<int64_t>& dims) { assign(dims.data(), dims.data() + dims.size()); }  // NOLINT
+  Shape& operator=(std::initializer_list<int64_t> dims) {
+    assign(dims.begin(), dims.end());
+    return *this;
+  }
+  Shape& operator=(const std::vector<int64_t>& dims) {
+    assign(dims.data(), dims.data() + dims.size());
+    return *this;
+  }
+  void assign(const int64_t* first, const int64_t* last) {
+    size_ = static_cast<size_t>(last - first);
+    if (size_ <= kInline) {
+      heap_.clear();
+      std::copy(first, last, inline_);
+    } else {
+      heap_.assign(first, last);
+    }
+  }
+  void resize(size_t n) {
+    if (n > kInline && size_ <= kInline) {
+      heap_.assign(inline_, inline_ + size_);
+    } else if (n <= kInline && size_ > kInline) {
+      std::copy(heap_.begin(), heap_.begin() + static_cast<std::ptrdiff_t>(n), inline_);
+      heap_.clear();
+    }
+    if (n > kInline) heap_.resize(n, 0);
+    for (size_t i = size_; i < n && n <= kInline; ++i) inline_[i] = 0;
+    size_ = n;
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const int64_t* data() const { return size_ <= kInline ? inline_ : heap_.data(); }
+  int64_t* data() { return size_ <= kInline ? inline_ : heap_.data(); }
+  const int64_t* begin() const { return data(); }
+  const int64_t* end() const { return data() + size_; }
+  int64_t* begin() { return data(); }
+  int64_t* end() { return data() + size_; }
+  int64_t operator[](size_t i) const { return data()[i]; }
+  int64_t& operator[](size_t i) { return data()[i]; }
+  std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
+  bool operator==(const Shape& o) const { return std::equal(begin(), end(), o.begin(), o.end()); }
+  bool operator!=(const Shape& o) const { return !(*this == o); }
+
+ private:
+  int64_t inline_[kInline] = {};
+  std::vector<int64_t> heap_;  // used when size_ > kInline
+  size_t size_ = 0;
+};
+inline bool operator==(const Shape& a, const std::vector<int64_t>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
+inline bool operator==(const std::vector<int64_t>& b, const Shape& a) { return a == b; }
+inline bool operator!=(const Shape& a, const std::vector<int64_t>& b) { return !(a == b); }
+inline bool operator!=(const std::vector<int64_t>& b, const Shape& a) { return !(a == b); }
+
 // One tensor of a request. Pointers are the user's; they must stay valid until
 // the handle completes.
 struct TensorSpec {
   std::string name;
+  uint32_t name_id = kNoNameId;  // the scope's NameTable id while in flight (set by the core)
   hvd_dtype_t dtype = HVD_FLOAT32;
-  std::vector<int64_t> shape;
+  Shape shape;
   int32_t device = HVD_DEVICE_CPU;
   void* stream = nullptr;
   const void* input = nullptr;
