@@ -457,6 +457,11 @@ class Runner:
                     env.update(HVD_TRANSPORT="gloo", HVD_CYCLE_TIME=cyc, **extra)
                     self.run(f"{system} fusion {spec} cycle {cyc} ms",
                              self.hvdrun(n, [hb, "fusion", "--system", system] + f), env=env, tags=tag)
+                    if system == "hvd-gloo" and cyc == cycles[0]:
+                        # The same tensors as one grouped allreduce: the per-call floor.
+                        self.run(f"{system} fusion {spec} grouped cycle {cyc} ms",
+                                 self.hvdrun(n, [hb, "fusion", "--system", system, "--grouped"] + f),
+                                 env=env, tags=tag)
                 for system, extra in self.ucx_systems():
                     env = self.base_env()
                     env.update(HVD_TRANSPORT="ucx", HVD_CYCLE_TIME=cyc, **extra)
