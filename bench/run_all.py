@@ -13,6 +13,7 @@ report.md, machine.md and the plots. What is measured and how: docs/benchmarks.m
 
 import argparse
 import datetime
+import glob
 import json
 import os
 import shlex
@@ -394,6 +395,14 @@ class Runner:
             cmd, env = self.deepspeed_cmd(n, ["coll"] + c)
             self.run(f"deepspeed-shm allreduce {n} ranks", cmd, env=env, timeout=600,
                      tags={"rep": rep})
+            # DeepSpeed's shared-memory kernel leaves its buffers in /dev/shm (one per rank,
+            # the job's buffer size each); remove this job's, named by its master port.
+            port = cmd[cmd.index("--master_port") + 1]
+            for leftover in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_*_{port}_*"):
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
         if self.have_horovod and self.mpirun:
             self.run(f"horovod coll {n} ranks",
                      self.mpirun_cmd(n, [sys.executable, os.path.join(SUITE, "torch_bench.py"),
