@@ -30,7 +30,6 @@
 #include <string_view>
 #include <system_error>
 #include <type_traits>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -65,9 +64,8 @@ struct hvd_handle_s {
   std::shared_ptr<hvd::Handle> impl;
   hvd::OpType type = hvd::OpType::kAllreduce;
   int32_t size = 1;  // the context's size when the op was submitted (recv_splits)
-  // Lives in a HandleBox with the handle it wraps (impl then owns the box,
-  // and so this wrapper: release must move impl out before dropping it).
-  bool boxed = false;
+  // Lives in a HandleBox with the handle it wraps: impl owns the box, and
+  // so this wrapper (release moves impl out before dropping it).
 };
 
 namespace {
@@ -527,23 +525,12 @@ hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
   std::shared_ptr<hvd::Handle> handle(box, &box->core);
   const hvd::OpType type = p->request.type;
   p->request.handle = handle;
-  auto r = p->ctx->impl->Enqueue(std::move(p->request));
+  auto r = p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
   if (!r.ok()) return Report(r.status());
   hvd_handle_s* wrapper = &box->wrapper;
-  std::unique_ptr<hvd_handle_s> separate;
-  if (r.value() && r.value() != handle) {
-    // The core answered with another handle: the box must not own the
-    // wrapper that outlives it.
-    separate = std::make_unique<hvd_handle_s>();
-    wrapper = separate.get();
-    wrapper->impl = std::move(r).value();
-  } else {
-    wrapper->impl = std::move(handle);  // the wrapper now keeps its own box
-    wrapper->boxed = true;
-  }
+  wrapper->impl = std::move(handle);  // the wrapper now keeps its own box
   wrapper->type = type;
   wrapper->size = static_cast<int32_t>(p->ctx->impl->size());
-  separate.release();
   *out = wrapper;
   return HVD_OK;
 }
@@ -553,11 +540,10 @@ hvd_status_t SubmitAndWait(Prepared* p) {
   auto handle = p->op != nullptr ? std::make_shared<hvd::Handle>(p->op, p->name)
                                  : std::make_shared<hvd::Handle>(std::move(p->description));
   p->request.handle = handle;
-  auto r = p->ctx->impl->Enqueue(std::move(p->request));
+  auto r = p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
   if (!r.ok()) return Report(r.status());
-  std::shared_ptr<hvd::Handle> h = r.value() ? std::move(r).value() : std::move(handle);
-  const hvd::Status s = h->Wait(-1.0);
-  return Report(OpError(*h, s));
+  const hvd::Status s = handle->Wait(-1.0);
+  return Report(OpError(*handle, s));
 }
 
 hvd::Status CheckOutPointer(const char* fn, const char* arg, const void* p) {
@@ -1307,13 +1293,10 @@ hvd_status_t hvd_handle_release(hvd_handle_t handle) {
   hvd::Status s = CheckHandle(__func__, handle);
   if (!s.ok()) return Report(s);
   handle->magic = kDeadMagic;
-  if (handle->boxed) {
-    // The wrapper lives in the box impl may own: move it out first.
-    std::shared_ptr<hvd::Handle> last = std::move(handle->impl);
-    last.reset();  // a pending op keeps its own reference to the shared state
-  } else {
-    delete handle;
-  }
+  // The wrapper lives in the box impl owns: move impl out before dropping it
+  // (a pending op keeps its own reference to the shared state).
+  std::shared_ptr<hvd::Handle> last = std::move(handle->impl);
+  last.reset();
   return HVD_OK;
   HVD_API_END();
 }

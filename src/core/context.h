@@ -80,6 +80,7 @@ class Context {
   // Queues a request and returns at once. OpType::kBarrier and kJoin get
   // their names here (callers leave them empty). Fails immediately (no handle) if the
   // context is shut down or broken, or a tensor name is already in flight.
+  // On success the handle is request.handle itself.
   Result<std::shared_ptr<Handle>> Enqueue(OpRequest request);
 
   // Stops the background thread; pending handles complete with
