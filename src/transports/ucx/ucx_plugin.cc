@@ -45,6 +45,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ucp/api/ucp.h>
@@ -78,6 +79,7 @@ constexpr uint32_t kHelloTag = 0xFFFFFFFFu;  // init's hello, above every core t
 constexpr uint32_t kByeTag = 0xFFFFFFFEu;    // finalize's goodbye, above every core tag
 constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
 constexpr double kCloseWaitS = 2.0;          // bound of a forced close's progress
+constexpr double kGoodbyeWaitS = 0.1;        // bound of sending the goodbyes
 constexpr int kPollSliceMs = 100;            // a wait re-checks flags at least this often
 constexpr auto kSpin = std::chrono::microseconds(50);
 
@@ -229,8 +231,68 @@ void EpFailed(void* arg, ucp_ep_h, ucs_status_t status) {
   }
 }
 
+// A peer's goodbye (the receive posted at init, user_data its PeerArg). A
+// peer leaving tells every other rank before it closes its endpoints: zero
+// bytes when it finalizes cleanly, one byte when its communicator broke (it
+// failed or was aborted). Over TCP the closing itself reaches the peers
+// (EpFailed), but over shared memory nothing does while the peer's process
+// lives, so without the goodbye a rank waiting on a peer that left would sit
+// out its whole timeout.
+void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
+  const PeerArg* p = static_cast<const PeerArg*>(user_data);
+  Comm* c = p->comm;
+  const size_t r = static_cast<size_t>(p->rank);
+  Request* bye = c->byes[r];
+  if (info != nullptr) bye->info = *info;
+  bye->status = status;
+  bye->done = true;
+  if (status != UCS_OK) return;  // cancelled at this rank's own finalize
+  if (bye->info.length == 0) {
+    c->gone[r] = 1;  // finalized: requests that wait on it fail
+    return;
+  }
+  try {
+    c->Fail(HVD_ERR_TRANSPORT,
+            "ucx: " + c->Who(p->rank) + ": connection lost (its communicator broke)", false,
+            p->rank);
+  } catch (...) {
+    c->failed.store(HVD_ERR_TRANSPORT);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Closing: loop thread only.
+
+// Tells every peer this rank leaves (see ByeDone): `broke` sends the one-byte
+// goodbye of a failed communicator, else the zero-byte one of a clean
+// finalize. Best effort and bounded: a peer that cannot take it learns from
+// the closing (TCP), UCX's keepalive or its own timeout.
+void SayGoodbye(Comm& c, bool broke) {
+  static const unsigned char kBroke = 1;
+  std::vector<void*> sends;
+  ucp_request_param_t p;
+  std::memset(&p, 0, sizeof(p));
+  for (size_t j = 0; j < c.eps.size(); ++j) {
+    if (c.eps[j] == nullptr || j >= c.byes.size() || c.byes[j] == nullptr) continue;
+    const ucs_status_ptr_t sp = ucp_tag_send_nbx(
+        c.eps[j], &kBroke, broke ? 1 : 0, Tag(kByeTag, c.rank), &p);
+    if (UCS_PTR_IS_PTR(sp)) sends.push_back(sp);
+  }
+  const Clock::time_point deadline = After(kGoodbyeWaitS);
+  while (!sends.empty() && Clock::now() < deadline) {
+    ucp_worker_progress(c.worker);
+    for (size_t i = 0; i < sends.size();) {
+      if (ucp_request_check_status(sends[i]) != UCS_INPROGRESS) {
+        ucp_request_free(sends[i]);
+        sends[i] = sends.back();
+        sends.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (void* r : sends) ucp_request_free(r);  // the closing cancels them
+}
 
 // Progresses the worker until every close request is done or the bound passes.
 void ProgressUntilClosed(Comm& c, std::vector<void*>* closing) {
@@ -273,11 +335,13 @@ void Drain(Comm& c) {
   }
 }
 
-// Cancels every pending receive and force-closes every endpoint (pending
-// sends then fail), progressing until both settle (bounded); after this no
-// UCX operation refers to a buffer of a pending request. Idempotent.
+// Tells the peers this rank leaves, cancels every pending receive and
+// force-closes every endpoint (pending sends then fail), progressing until
+// both settle (bounded); after this no UCX operation refers to a buffer of a
+// pending request. Idempotent.
 void CloseEndpoints(Comm& c) {
   if (c.worker == nullptr) return;
+  SayGoodbye(c, c.failed.load() != HVD_OK);
   for (Request* r = c.pending; r != nullptr; r = r->next) {
     if (!r->done && r->op != nullptr && !r->send) ucp_request_cancel(c.worker, r->op);
   }
@@ -540,6 +604,57 @@ struct CommDeleter {
 };
 using CommPtr = std::unique_ptr<Comm, CommDeleter>;
 
+// The transports an endpoint's lanes use, as UCX prints them ("sysv/memory",
+// "tcp/eth0", "rc_mlx5/mlx5_0:1"), '+'-joined; "" if UCX printed none.
+std::string Lanes(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  if (f == nullptr) return "";
+  ucp_ep_print_info(ep, f);
+  std::fclose(f);
+  std::string out;
+  const std::string all(text != nullptr ? text : "", len);
+  std::free(text);
+  // "#                 lane[0]:  3:sysv/memory.0 md[2]  -> md[2]/sysv/..."
+  for (size_t at = all.find("lane["); at != std::string::npos; at = all.find("lane[", at + 1)) {
+    const size_t colon = all.find(':', all.find("]:", at) + 2);
+    if (colon == std::string::npos) break;
+    const size_t end = all.find_first_of(" \n", colon + 1);
+    std::string tl = all.substr(colon + 1, end == std::string::npos ? end : end - colon - 1);
+    const size_t dot = tl.rfind('.');
+    if (dot != std::string::npos && tl.find('/') != std::string::npos && dot > tl.find('/')) {
+      tl.resize(dot);  // the device index
+    }
+    if (tl.empty() || ("+" + out + "+").find("+" + tl + "+") != std::string::npos) continue;
+    out += (out.empty() ? "" : "+") + tl;
+  }
+  return out;
+}
+
+// "sysv/memory to ranks 1, 2; tcp/eth0 to rank 3": what each endpoint runs on.
+std::string LanesByPeer(const Comm& c) {
+  std::vector<std::pair<std::string, std::string>> groups;  // lanes, ranks
+  for (size_t j = 0; j < c.eps.size(); ++j) {
+    if (c.eps[j] == nullptr) continue;
+    std::string lanes = Lanes(c.eps[j]);
+    if (lanes.empty()) lanes = "?";
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const std::pair<std::string, std::string>& x) { return x.first == lanes; });
+    if (g == groups.end()) {
+      groups.emplace_back(lanes, std::to_string(j));
+    } else {
+      g->second += ", " + std::to_string(j);
+    }
+  }
+  std::string out;
+  for (const auto& g : groups) {
+    out += (out.empty() ? "" : "; ") + g.first +
+           (g.second.find(',') == std::string::npos ? " to rank " : " to ranks ") + g.second;
+  }
+  return out;
+}
+
 // Sets a UCP option unless the user's environment sets it (UCX_<name>).
 void Modify(ucp_config_t* cfg, const char* name, const char* value, const Comm& c) {
   const std::string var = std::string("UCX_") + name;
@@ -631,6 +746,16 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
     Modify(cfg, "NET_DEVICES", env.network_interface, *c);
   }
   Modify(cfg, "MEMTYPE_CACHE", "n", *c);
+  // UCX leaves its shared-memory transports (posix, sysv) out of endpoints
+  // that ask for peer error handling unless they watch their peers
+  // themselves: this turns that on, so ranks of one host talk over shared
+  // memory (within a host only: an IPC namespace apart is another host).
+  Modify(cfg, "MM_ERROR_HANDLING", "y", *c);
+  // Over shared memory a peer that died is seen only by UCX's keepalive
+  // (whether the peer process still exists; a stopped one does): once a
+  // second rather than UCX's 20 s, so a dead rank is named within about a
+  // second, as over TCP, not at the transport timeout.
+  Modify(cfg, "KEEPALIVE_INTERVAL", "1s", *c);
   ucp_params_t params;
   std::memset(&params, 0, sizeof(params));
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
@@ -746,16 +871,27 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
     if (j == c->rank) continue;
     Request* r = new Request;
     r->peer = j;
+    r->bytes = 1;  // zero bytes: finalized; one: its communicator broke
     c->byes[j] = r;
-    if (!PostOp(*c, r, &r->dummy, kByeTag)) {
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.user_data = &c->peer_args[j];
+    p.cb.recv = &ByeDone;
+    const ucs_status_ptr_t sp =
+        ucp_tag_recv_nbx(c->worker, &r->dummy, 1, Tag(kByeTag, j), kFullMask, &p);
+    if (UCS_PTR_IS_ERR(sp)) {
       *msg = "ucx init: rank " + std::to_string(c->rank) + ": cannot post a receive from " +
-             c->Who(j) + ": " + ucs_status_string(r->status);
+             c->Who(j) + ": " + ucs_status_string(UCS_PTR_STATUS(sp));
       return HVD_ERR_TRANSPORT;
     }
+    r->op = sp;
   }
   c->Log(HVD_LOG_DEBUG, "ucx: rank " + std::to_string(c->rank) + " of " +
                             std::to_string(c->size) + " connected over " + where +
-                            (c->efd < 0 ? " (no wake-up fd: waits spin)" : ""));
+                            (c->efd < 0 ? " (no wake-up fd: waits spin)" : "") + ": " +
+                            LanesByPeer(*c));
   *out = std::move(c);
   return HVD_OK;
 }
@@ -883,6 +1019,12 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       const bool in_time = ProgressUntil(*c, After(secs), [c, req, peer] {
         return req->done || (peer < c->gone.size() && c->gone[peer] != 0);
       });
+      if (!req->done && peer < c->gone.size() && c->gone[peer] != 0) {
+        // The peer left, but what it sent before its goodbye may still sit
+        // in UCX's queues: what is due now completes within this progress.
+        for (int i = 0; i < 64 && !req->done && ucp_worker_progress(c->worker) != 0; ++i) {
+        }
+      }
       if (c->failed.load() != HVD_OK) {
         status = Settle(*c);  // aborted, or an endpoint failed
       } else if (!req->done && peer < c->gone.size() && c->gone[peer] != 0) {
@@ -920,17 +1062,9 @@ void Finalize(void* comm) noexcept {
       if (c->pending != nullptr || c->failed.load() != HVD_OK) {
         CloseEndpoints(*c);  // force: nothing may write into released buffers
       } else {
-        // A goodbye to every peer, then a flushing close (which sends the
-        // goodbye first): peers see this rank leave, not a fault.
-        std::vector<std::unique_ptr<Request>> byes;
-        for (int j = 0; j < static_cast<int>(c->eps.size()); ++j) {
-          if (c->eps[j] == nullptr) continue;
-          byes.emplace_back(new Request);
-          Request* r = byes.back().get();
-          r->peer = j;
-          r->send = true;
-          (void)PostOp(*c, r, &r->dummy, kByeTag);
-        }
+        // A goodbye to every peer, then a flushing close: peers see this
+        // rank leave, not a fault.
+        SayGoodbye(*c, false);
         std::vector<void*> closing;
         ucp_request_param_t p;
         std::memset(&p, 0, sizeof(p));
@@ -941,15 +1075,16 @@ void Finalize(void* comm) noexcept {
           ep = nullptr;
         }
         ProgressUntilClosed(*c, &closing);
+        // Until every peer's goodbye has arrived (bounded): one that came
+        // after its receive was cancelled would be left in UCX's unexpected
+        // queue, which UCX reports at worker destroy ("unexpected
+        // tag-receive descriptor").
         const Clock::time_point deadline = After(kCloseWaitS);
         for (;;) {
           bool all = true;
-          for (const auto& r : byes) all = all && (r->done || r->op == nullptr);
-          if (all || Clock::now() >= deadline) break;
+          for (const Request* r : c->byes) all = all && (r == nullptr || r->done);
+          if (all || c->failed.load() != HVD_OK || Clock::now() >= deadline) break;
           ucp_worker_progress(c->worker);
-        }
-        for (const auto& r : byes) {
-          if (r->op != nullptr) ucp_request_free(r->op);
         }
       }
       ReleaseByes(*c);
