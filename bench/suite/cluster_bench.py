@@ -9,24 +9,27 @@ unshaped (the "wire" is a memory copy through the kernel), then each rate of
 HVD_BENCH_CLUSTER_RATES (default "10gbit,1gbit"; tc htb on both ends of every
 host's link, each direction, via cluster.sh up --rate). On each:
 
-  coll   hvd-bench coll (--ops, sizes 4 B, 64 KiB, 1 MiB, 16 MiB) in layouts
-         2x2 (2 hosts x 2 ranks) and 4x1 (4 hosts x 1 rank), with
+  coll   hvd-bench coll (--ops; sizes 4 B, 64 KiB, 1 MiB, 16 MiB, or --sizes)
+         in layouts 2x2 (2 hosts x 2 ranks) and 4x1 (4 hosts x 1 rank), with
          HVD_HIERARCHICAL=1 and 0, over every transport plugin of the build
          (gloo; ucx and mpi where built), started by hvdrun over the cluster's
          ssh; with --netdev eth0, so each record carries the bytes the hosts
          sent per operation (hvd_bench.cc, NetCounter). Beside them, in the
-         same layouts: raw Gloo (gloo-bench --iface eth0, FileStore on the
-         shared /tmp) and raw Open MPI (mpi-bench under mpirun over the
-         cluster's ssh), where built.
+         same layouts: raw Gloo (gloo-bench --iface eth0) and torch.distributed
+         (torch_bench.py, gloo backend, GLOO_SOCKET_IFNAME=eth0), both started
+         by hvdrun and meeting in a FileStore on the shared /tmp, and raw Open
+         MPI (mpi-bench under mpirun over the cluster's ssh), where built.
   e2e    hvd-bench e2e (ResNet-50's 161 gradients, compute slept, see
-         hvd_bench.cc) on 1, 2 and 4 hosts with one rank each.
+         hvd_bench.cc) on 1, 2 and 4 hosts with one rank each; the same step
+         for torch.distributed (torch_bench.py e2e: DDP's 25 MiB buckets).
 
 Every job is also bracketed by a read of each host's eth0 counters
 (/proc/<host's anchor>/net/dev): "cluster_job" records. Results are the
 suite's records with kind "cluster_<kind>" and the tags layout, hosts,
 ranks_per_host, hier and rate; report.py's "Many hosts" section reads them
 and cluster.json (the setting). Unshaped, every job runs --coll-repeats times
-(report.py keeps the fastest run); on capped links once. The iteration
+(report.py keeps the fastest run); on capped links once (--coll-repeats 1:
+every job once; HVD_BENCH_CLUSTER_RATES="": unshaped only). The iteration
 schedule is ITERS_SCALE times hvd-bench's usual one. Open MPI runs with mpi_yield_when_idle=1
 (its busy polling otherwise starves 4 ranks on 2 shared cores).
 
@@ -51,6 +54,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CLUSTER_SH = os.path.join(ROOT, "tests", "cluster", "cluster.sh")
+TORCH_BENCH = os.path.join(HERE, "torch_bench.py")
 NHOSTS = 4
 IFACE = "eth0"
 SIZES = "4,64K,1M,16M"
@@ -61,6 +65,8 @@ E2E_COMPUTE_MS = 100
 # iterations, 1 MiB 3 + 6, 16 MiB 2 + 2 (and run_all.py --iters-scale on top).
 ITERS_SCALE = 0.3
 MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+# torch.distributed's Gloo on the cluster's interface, one compute thread per rank.
+TORCH_ENV = {"GLOO_SOCKET_IFNAME": IFACE, "OMP_NUM_THREADS": "1"}
 ID_PREFIX = "bench"
 
 
@@ -193,7 +199,7 @@ class Part:
         self.r = runner
         self.quick = runner.quick
         self.c = Cluster(runner)
-        self.info = {"hosts": NHOSTS, "iface": IFACE, "sizes": SIZES, "rates": [],
+        self.info = {"hosts": NHOSTS, "iface": IFACE, "sizes": runner.args.sizes or SIZES, "rates": [],
                      "transports": [], "peers": [], "e2e_compute_ms": E2E_COMPUTE_MS,
                      "e2e_hosts": list(E2E_HOSTS), "notes": []}
 
@@ -292,6 +298,9 @@ class Part:
         a = ["--iters-scale", f"{ITERS_SCALE * self.r.args.iters_scale:g}"]
         return a + (["--quick"] if self.quick else [])
 
+    def coll_args(self):
+        return ["--sizes", self.r.args.sizes or SIZES, "--ops", self.r.args.ops] + self.common()
+
     def hvdrun(self, hosts, argv, transport=None, xenv=None, hvd_job=True):
         cmd = [self.r.hvdrun_path, "-H", hosts, "--network-interface", IFACE]
         cmd += ["--start-timeout", "30" if hvd_job else "0"]
@@ -301,10 +310,16 @@ class Part:
             cmd += ["-x", f"{k}={v}"]
         return self.c.exec_cmd(1, cmd + argv)
 
+    def store_job(self, label, hosts, argv, tags, xenv=None):
+        """A peer whose processes meet in a FileStore folder on the shared /tmp (raw Gloo,
+        torch.distributed): hvdrun only starts them."""
+        store = tempfile.mkdtemp(dir=self.r.tmp)
+        self.job(label, self.hvdrun(hosts, argv + ["--store", store], xenv=xenv, hvd_job=False),
+                 self.c.job_env(), tags, timeout=300)
+
     def coll_jobs(self, rate, rep):
         hb = self.r.bins["hvd-bench"]
         lib = os.path.join(self.r.build, "lib")
-        ops = self.r.args.ops
         shape = rate or "none"
         for layout, nh, per in LAYOUTS:
             hosts = self.hosts_arg(nh, per)
@@ -317,25 +332,24 @@ class Part:
                     if t == "mpi":
                         xenv.update(MPI_ENV)
                         env_extra = dict(MPI_ENV)
-                    argv = [hb, "coll", "--system", f"hvd-{t}", "--sizes", SIZES, "--ops", ops,
-                            "--netdev", IFACE] + self.common()
+                    argv = [hb, "coll", "--system", f"hvd-{t}", "--netdev", IFACE] + self.coll_args()
                     self.job(f"cluster {shape} {layout} hvd-{t} {'hier' if hier else 'flat'}",
                              self.hvdrun(hosts, argv, transport=t, xenv=xenv),
                              self.c.job_env(env_extra), dict(base, hier=hier), timeout=300,
                              mpi=t == "mpi")
             if "gloo-bench" in self.r.bins:
-                store = tempfile.mkdtemp(dir=self.r.tmp)  # /tmp: shared by every host
-                argv = [self.r.bins["gloo-bench"], "coll", "--store", store, "--iface", IFACE,
-                        "--sizes", SIZES, "--ops", ops, "--variants", "allreduce,ring"] + self.common()
-                self.job(f"cluster {shape} {layout} raw gloo",
-                         self.hvdrun(hosts, argv, hvd_job=False), self.c.job_env(),
-                         dict(base, hier=-1), timeout=300)
+                argv = [self.r.bins["gloo-bench"], "coll", "--iface", IFACE,
+                        "--variants", "allreduce,ring"] + self.coll_args()
+                self.store_job(f"cluster {shape} {layout} raw gloo", hosts, argv, dict(base, hier=-1))
+            if self.r.have_torch:
+                argv = [sys.executable, TORCH_BENCH, "coll", "--system", "torch"] + self.coll_args()
+                self.store_job(f"cluster {shape} {layout} torch", hosts, argv, dict(base, hier=-1),
+                               xenv=TORCH_ENV)
             if "mpi-bench" in self.r.bins and self.r.mpirun:
                 cmd = [self.r.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                        "-np", str(nh * per), "-H", hosts,
                        "--mca", "btl_tcp_if_include", IFACE, "--mca", "oob_tcp_if_include", IFACE]
-                argv = [self.r.bins["mpi-bench"], "coll", "--system", "mpi", "--sizes", SIZES,
-                        "--ops", ops] + self.common()
+                argv = [self.r.bins["mpi-bench"], "coll", "--system", "mpi"] + self.coll_args()
                 self.job(f"cluster {shape} {layout} raw mpi", self.c.exec_cmd(1, cmd + argv),
                          self.c.job_env(MPI_ENV), dict(base, hier=-1), timeout=300, mpi=True)
 
@@ -344,14 +358,18 @@ class Part:
         lib = os.path.join(self.r.build, "lib")
         shape = rate or "none"
         steps = ["--quick"] if self.quick else ["--steps", "6", "--warmup", "1"]
+        step = ["--compute-ms", str(E2E_COMPUTE_MS), "--netdev", IFACE] + steps
         for nh in E2E_HOSTS:
-            argv = [hb, "e2e", "--system", "hvd-gloo", "--compute-ms", str(E2E_COMPUTE_MS),
-                    "--netdev", IFACE] + steps
-            self.job(f"cluster {shape} e2e resnet50 {nh} host(s)",
-                     self.hvdrun(self.hosts_arg(nh, 1), argv, transport="gloo",
+            hosts = self.hosts_arg(nh, 1)
+            tags = dict(rep=rep, layout=f"{nh}x1", hosts=nh, ranks_per_host=1, rate=shape)
+            self.job(f"cluster {shape} e2e resnet50 hvd {nh} host(s)",
+                     self.hvdrun(hosts, [hb, "e2e", "--system", "hvd-gloo"] + step, transport="gloo",
                                  xenv={"HVD_LIBRARY_PATH": lib, "OMP_NUM_THREADS": "1"}),
-                     self.c.job_env(), dict(rep=rep, layout=f"{nh}x1", hosts=nh, ranks_per_host=1,
-                                            rate=shape), timeout=300)
+                     self.c.job_env(), tags, timeout=300)
+            if self.r.have_torch:
+                self.store_job(f"cluster {shape} e2e resnet50 torch {nh} host(s)", hosts,
+                               [sys.executable, TORCH_BENCH, "e2e", "--system", "torch"] + step,
+                               tags, xenv=TORCH_ENV)
 
     # -- the part ---------------------------------------------------------------------------
     def run(self):
@@ -365,9 +383,11 @@ class Part:
             return
         self.info["transports"] = self.transports()
         self.info["peers"] = [p for p, ok in (("gloo", "gloo-bench" in self.r.bins),
-                                              ("mpi", "mpi-bench" in self.r.bins and bool(self.r.mpirun)))
+                                              ("mpi", "mpi-bench" in self.r.bins and bool(self.r.mpirun)),
+                                              ("torch", self.r.have_torch))
                               if ok]
         self.info["mpi_env"] = MPI_ENV
+        self.info["torch_env"] = TORCH_ENV
         old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
 
         def on_signal(signum, _frame):

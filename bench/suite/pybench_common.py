@@ -93,3 +93,60 @@ def launcher_rank():
         if r in env and n in env:
             return int(env[r]), int(env[n]), int(env.get(ln, env[n]))
     return 0, 1, 1
+
+
+def launcher_local_rank():
+    """This process's index on its host, from the same launchers as launcher_rank."""
+    for name in ("HVD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return 0
+
+
+def read_netdev(dev):
+    """(rx, tx) bytes of interface dev in /proc/net/dev (this process's network namespace)."""
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, colon, vals = line.partition(":")
+            if colon and name.strip() == dev:
+                v = vals.split()
+                return float(v[0]), float(v[8])
+    raise SystemExit(f"--netdev: no interface {dev!r} in /proc/net/dev")
+
+
+class NetCounter:
+    """--netdev IF, as hvd_bench.cc's NetCounter (the same result fields): each host's local
+    rank 0 reads IF's counters around the timed loop, then around as many barriers alone; the
+    counts are summed over the hosts. barrier() and sum_(list) -> list are the system's own."""
+
+    def __init__(self, dev, barrier, sum_):
+        self.dev, self.barrier, self.sum_ = dev, barrier, sum_
+        self.reader = bool(dev) and launcher_local_rank() == 0
+        self.a0 = self._read()  # also fails early on a wrong name
+
+    def _read(self):
+        return read_netdev(self.dev) if self.reader else (0.0, 0.0)
+
+    def start(self):
+        if self.dev:
+            self.barrier()
+            self.a0 = self._read()
+
+    def stop(self, ops):
+        """The result fields ({} when off) after a loop of ops iterations. Collective."""
+        if not self.dev:
+            return {}
+        self.barrier()
+        a1 = self._read()
+        self.barrier()
+        b0 = self._read()
+        for _ in range(ops):
+            self.barrier()
+        self.barrier()
+        b1 = self._read()
+        v = self.sum_([a1[1] - self.a0[1], a1[0] - self.a0[0], b1[1] - b0[1], b1[0] - b0[0],
+                       1.0 if self.reader else 0.0])
+        n = max(1, ops)
+        return dict(net_dev=self.dev, net_hosts=round(v[4]), net_tx_per_op=round(v[0] / n, 1),
+                    net_rx_per_op=round(v[1] / n, 1), net_barrier_tx=round(v[2] / n, 1),
+                    net_barrier_rx=round(v[3] / n, 1))

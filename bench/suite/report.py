@@ -755,6 +755,63 @@ def mh_cell(r):
     return f"{fmt_us(mh_time(r))} ({fmt_gbs(mh_busbw(r))})"
 
 
+MH_PEERS = {"gloo": "raw Gloo", "mpi": "raw MPI", "torch": "torch.distributed"}
+# The scaling step's systems and their short names: hvd first, then its peers.
+MH_E2E = {"hvd-gloo": "hvd", "torch": "torch"}
+
+
+def mh_rate(x):
+    return "unshaped" if x == "none" else f"{x}/s"
+
+
+def mh_e2e(recs):
+    """{(system, rate, hosts): record} of the many-hosts training steps."""
+    return {(r["system"], r["rate"], r["hosts"]): r for r in recs
+            if r.get("kind") == "cluster_e2e_synth"}
+
+
+def mh_scaling(by, system, rate, hosts):
+    """One system's step on `hosts` hosts: step (ms, the fastest run's median), images/s, scaling
+    efficiency against its own 1-host step (None without it) and bytes sent per host per step
+    (None without counters); None when not measured."""
+    r = by.get((system, rate, hosts))
+    if not r:
+        return None
+    step = r.get("rep_lo", r["step_ms"])
+    ips = r["ranks"] * r["batch"] / (step / 1e3) if step > 0 else 0
+    one = by.get((system, rate, 1))
+    eff = None
+    if one:
+        s1 = one.get("rep_lo", one["step_ms"])
+        ips1 = one["batch"] / (s1 / 1e3) if s1 > 0 else 0
+        eff = ips / (hosts * ips1) if ips1 > 0 else None
+    sent = r["net_tx_per_op"] / r["net_hosts"] if r.get("net_hosts") and "net_tx_per_op" in r else None
+    return dict(step=step, ips=ips, eff=eff, sent=sent)
+
+
+def target_scaling(recs):
+    """Many hosts: hvd's scaling efficiency on 2 and 4 hosts ≥ every peer's, at every link."""
+    by = mh_e2e(recs)
+    name = ("Many hosts: hvd's scaling efficiency (ResNet-50 step, 2 and 4 hosts, every link) "
+            "≥ every peer measured")
+    parts, ok = [], True
+    for rate in dict.fromkeys(k[1] for k in by):
+        for h in sorted({k[2] for k in by if k[1] == rate and k[2] > 1}):
+            m = mh_scaling(by, "hvd-gloo", rate, h)
+            peers = [(p, mh_scaling(by, p, rate, h)) for p in MH_E2E if p != "hvd-gloo"]
+            peers = [(p, x) for p, x in peers if x and x["eff"] is not None]
+            if not m or m["eff"] is None or not peers:
+                continue
+            parts.append(f"{mh_rate(rate)}, {h} hosts: hvd {m['eff'] * 100:.1f} % vs "
+                         + ", ".join(f"{MH_E2E[p]} {x['eff'] * 100:.1f} %" for p, x in peers))
+            ok = ok and all(m["eff"] >= x["eff"] for _, x in peers)
+    if not by:
+        return None
+    if not parts:
+        return (name, "not measured: no peer's step on several hosts", "not measured")
+    return (name, "; ".join(parts), "met" if ok else "missed")
+
+
 def many_hosts_section(recs, out):
     info = {}
     path = os.path.join(out, "cluster.json")
@@ -767,8 +824,14 @@ def many_hosts_section(recs, out):
         return []
     L = ["## Many hosts\n"]
     rates = info.get("rates") or sorted({r["rate"] for r in coll + e2e})
-    rate_label = {x: ("unshaped" if x == "none" else f"{x}/s") for x in rates}
+    rate_label = {x: mh_rate(x) for x in rates}
     ts = info.get("transports") or []
+    peers = [p for p in MH_PEERS if any(r["system"] == p for r in coll)]
+    torch_note = ""
+    if "torch" in peers:
+        torch_note = (" torch.distributed: its gloo backend (torch_bench.py: blocking `all_reduce` "
+                      "in place, `all_gather_into_tensor`, `broadcast`), `GLOO_SOCKET_IFNAME=eth0`, "
+                      "rendezvous in a FileStore on the shared /tmp, started by hvdrun.")
     L.append(
         f"`run_all.py --parts cluster`: {info.get('hosts', 4)} simulated hosts on this machine "
         f"(tests/cluster/cluster.sh: a network, UTS, IPC and mount namespace each, a veth to a "
@@ -782,7 +845,7 @@ def many_hosts_section(recs, out):
         f"in order; hvd over {', '.join(ts) or '?'}, each with `HVD_HIERARCHICAL=1` (hier) and "
         "`=0` (flat). Peers: raw Gloo (gloo-bench, its faster of `gloo::allreduce` and "
         "`AllreduceRing`) and raw Open MPI (mpi-bench, its faster of in-place and out-of-place), "
-        "Open MPI with `mpi_yield_when_idle=1`. Runs of each job: "
+        "Open MPI with `mpi_yield_when_idle=1`." + torch_note + " Runs of each job: "
         + ", ".join(f"{max([r.get('reps', 1) for r in coll if r['rate'] == x] or [1])} "
                     f"({rate_label[x]})" for x in rates)
         + "; a cell is the fastest run's "
@@ -804,8 +867,7 @@ def many_hosts_section(recs, out):
         header = ["link", "layout", "size"]
         for t in ts:
             header += [f"hvd-{t} flat", f"hvd-{t} hier", "hier ÷ flat"]
-        peers = [p for p in ("gloo", "mpi") if any(r["system"] == p for r in coll)]
-        header += [{"gloo": "raw Gloo", "mpi": "raw MPI"}[p] for p in peers]
+        header += [MH_PEERS[p] for p in peers]
         rows = []
         for rate in rates:
             for lay in layouts:
@@ -880,46 +942,53 @@ def many_hosts_section(recs, out):
 
     # Scaling.
     if e2e:
-        p = e2e[0]
-        grad = p.get("params", 0) * 4
-        L.append("### Scaling: a ResNet-50-sized training step on 1, 2 and 4 hosts\n")
-        L.append(
-            f"hvd-bench e2e: ResNet-50's {p.get('tensors', '?')} gradient tensors "
-            f"({p.get('params', 0) / 1e6:.2f} M float32 parameters, {fmt_size(grad)}), averaged "
-            f"with hvd_allreduce_async as each one's share of a {p.get('compute_ms', '?')} ms "
-            "\"compute\" step ends (a third forward, the rest backward, last layer first; the "
-            "compute is slept, not spun, so that hosts sharing this machine's 2 cores do not slow "
-            "each other's compute: the step measures what communication adds). One rank per "
-            f"host, Gloo, batch {p.get('batch', 32)} per rank; the fastest run's median step. "
-            "Scaling efficiency = images/s on N hosts ÷ (N × images/s on 1 host). Bytes: what each "
-            "host sent per step (eth0), against a ring allreduce's 2(N−1)/N × the gradients.\n")
-        rows = []
-        by = {}
-        for r in e2e:
-            by[(r["rate"], r["hosts"])] = r
-        for rate in rates:
-            one = by.get((rate, 1))
-            for h in sorted({r["hosts"] for r in e2e}):
-                r = by.get((rate, h))
-                if not r:
-                    continue
-                step = r.get("rep_lo", r["step_ms"])
-                ips = r["ranks"] * r["batch"] / (step / 1e3) if step > 0 else 0
-                eff = "–"
-                if one:
-                    s1 = one.get("rep_lo", one["step_ms"])
-                    ips1 = one["batch"] / (s1 / 1e3) if s1 > 0 else 0
-                    eff = f"{ips / (h * ips1) * 100:.0f} %" if ips1 > 0 else "–"
-                sent = None
-                if "net_tx_per_op" in r and r.get("net_hosts"):
-                    sent = r["net_tx_per_op"] / r["net_hosts"]
-                theory = 2.0 * (h - 1) / h * grad
-                rows.append([rate_label.get(rate, rate), h, f"{step:.1f} ms", f"{ips:.0f}", eff,
-                             fmt_size(sent) if sent is not None else "–", fmt_size(theory)])
-        L.append(table(["link", "hosts", "step", "images/s", "scaling efficiency",
-                        "sent per host per step", "ring minimum"], rows,
-                       ["---", "--:", "--:", "--:", "--:", "--:", "--:"]))
-        L.append("")
+        L += scaling_section(e2e, rates)
+    return L
+
+
+def scaling_section(e2e, rates):
+    by = mh_e2e(e2e)
+    systems = [x for x in MH_E2E if any(k[0] == x for k in by)]
+    p = by.get(("hvd-gloo", rates[0], 1)) or e2e[0]
+    grad = p.get("params", 0) * 4
+    L = ["### Scaling: a ResNet-50-sized training step on 1, 2 and 4 hosts\n"]
+    L.append(
+        f"hvd-bench e2e: ResNet-50's {p.get('tensors', '?')} gradient tensors "
+        f"({p.get('params', 0) / 1e6:.2f} M float32 parameters, {fmt_size(grad)}), averaged "
+        f"with hvd_allreduce_async as each one's share of a {p.get('compute_ms', '?')} ms "
+        "\"compute\" step ends (a third forward, the rest backward, last layer first; the "
+        "compute is slept, not spun, so that hosts sharing this machine's 2 cores do not slow "
+        "each other's compute: the step measures what communication adds). One rank per "
+        f"host, Gloo, batch {p.get('batch', 32)} per rank; the fastest run's median step.")
+    t = next((r for r in e2e if r["system"] == "torch"), None)
+    if t:
+        L[-1] += (
+            " torch (torch.distributed, gloo): the same step, its gradients averaged as "
+            "DistributedDataParallel's Reducer does it — each divided by the world size as its "
+            "share ends, into its bucket (DDP's own bucket assignment after its first step: "
+            f"{fmt_size(1 << 20)} first, then {fmt_size(t.get('bucket_cap', 25 << 20))}; "
+            f"{t.get('buckets', '?')} buckets, gradients as views into them), each bucket's "
+            "`all_reduce(async_op=True)` started as soon as its last gradient is in; the step "
+            "ends when all are done.")
+    L[-1] += (" Scaling efficiency = a system's images/s on N hosts ÷ (N × its images/s on 1 "
+              "host). Sent: what each host sent per step (eth0), against a ring allreduce's "
+              "2(N−1)/N × the gradients.\n")
+    header = ["link", "hosts"]
+    for x in systems:
+        header += [f"{MH_E2E[x]} {c}" for c in ("step", "images/s", "efficiency", "sent")]
+    rows = []
+    for rate in rates:
+        for h in sorted({k[2] for k in by if k[1] == rate}):
+            row = [mh_rate(rate), h]
+            for x in systems:
+                m = mh_scaling(by, x, rate, h)
+                row += ["–"] * 4 if not m else [
+                    f"{m['step']:.1f} ms", f"{m['ips']:.0f}",
+                    f"{m['eff'] * 100:.0f} %" if m["eff"] is not None else "–",
+                    fmt_size(m["sent"]) if m["sent"] is not None else "–"]
+            rows.append(row + [fmt_size(2.0 * (h - 1) / h * grad)])
+    L.append(table(header + ["ring minimum"], rows, ["---", "--:"] + ["--:"] * (len(header) - 1)))
+    L.append("")
     return L
 
 
@@ -1070,7 +1139,7 @@ def write_all(out):
                            target_physical_line(recs), target_cpu_peers(recs, meta),
                            target_fusion(recs), target_per_tensor(recs),
                            target_latency(recs, horovod_ok), target_e2e(recs),
-                           target_process_sets(recs))
+                           target_scaling(recs), target_process_sets(recs))
                if t]
     if targets:
         L.append("## Targets (issue 8)\n")
