@@ -7,7 +7,8 @@
 #      worker processes under tests/integration/elastic's fake launcher
 #      ($HVD_FAKE_ELASTIC_LAUNCHER, else the build tree's; skipped without one),
 #      then elastic_worker.jl under hvdrun's elastic driver (1 test)
-#   3. Hvd/test/mp_tests.jl   2 ranks under hvdrun
+#   3. Hvd/test/mp_tests.jl   2 ranks under hvdrun, then again over the UCX
+#      plugin where it is built (Hvd.init(transport = "ucx"), HVD_SHM=0)
 #   4. Hvd/test/process_set_tests.jl   3 ranks, then 4 ranks under hvdrun
 #   5. examples/julia/train_logreg.jl alone, then with 2 ranks (1 test each)
 #
@@ -149,6 +150,19 @@ fi
 say "$np ranks: Hvd/test/mp_tests.jl"
 timeout -k 10 "$step_timeout" "$hvdrun" -np "$np" "${jl[@]}" "$pkg/test/mp_tests.jl" 2>&1 | tee "$log"
 count mp_tests.jl "${PIPESTATUS[0]}"
+
+# Over the UCX plugin where it is built: Hvd.init(transport = "ucx"), the
+# core's shared memory off so every collective goes through UCX.
+libdir=${HVD_LIBRARY_PATH:-}
+[ -z "$libdir" ] || [ -d "$libdir" ] || libdir=$(dirname "$libdir")
+if [ -n "$libdir" ] && [ -f "$libdir/libhvd_transport_ucx.so" ]; then
+  say "$np ranks over UCX: Hvd/test/mp_tests.jl"
+  HVD_JULIA_TEST_TRANSPORT=ucx HVD_SHM=0 timeout -k 10 "$step_timeout" "$hvdrun" -np "$np" \
+    "${jl[@]}" "$pkg/test/mp_tests.jl" 2>&1 | tee "$log"
+  count "mp_tests.jl over UCX" "${PIPESTATUS[0]}"
+else
+  say "$np ranks over UCX: skipped (no libhvd_transport_ucx.so beside the library${libdir:+ in $libdir})"
+fi
 
 for ps_np in 3 4; do
   say "$ps_np ranks: Hvd/test/process_set_tests.jl"

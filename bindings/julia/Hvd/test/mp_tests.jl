@@ -1,6 +1,7 @@
 # Multi-process tests: run by every rank of a job started with hvdrun.
 #
 #   hvdrun -np 2 julia --project=bindings/julia/Hvd bindings/julia/Hvd/test/mp_tests.jl
+#   HVD_JULIA_TEST_TRANSPORT=ucx HVD_SHM=0 hvdrun -np 2 julia ... mp_tests.jl
 #
 # Written for any number of ranks >= 2 (run_tests.sh uses 2). Every rank runs
 # the same sequence of collectives (a test that fails on one rank must not
@@ -11,7 +12,10 @@
 
 include("common.jl")
 
-Hvd.init()
+# HVD_JULIA_TEST_TRANSPORT=ucx (run_tests.sh): the transport asked for by
+# name in Hvd.init, as a user would, and checked to be the one in use.
+const WANT_TRANSPORT = get(ENV, "HVD_JULIA_TEST_TRANSPORT", "")
+isempty(WANT_TRANSPORT) ? Hvd.init() : Hvd.init(transport = WANT_TRANSPORT)
 const R = Hvd.rank()
 const N = Hvd.size()
 TAG[] = "[rank $R] "
@@ -34,6 +38,7 @@ ts = @testset CountingTestSet "Hvd multi-process" begin
         @test Hvd.cross_rank() == parse(Int, ENV["HVD_CROSS_RANK"])
         @test Hvd.cross_size() == parse(Int, ENV["HVD_CROSS_SIZE"])
         @test Hvd.transport() != "local"
+        isempty(WANT_TRANSPORT) || @test Hvd.transport() == WANT_TRANSPORT
         @test allgather(R) == collect(0:N-1)
     end
 
