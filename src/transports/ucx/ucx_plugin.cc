@@ -80,6 +80,7 @@ constexpr uint32_t kByeTag = 0xFFFFFFFEu;    // finalize's goodbye, above every 
 constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
 constexpr double kCloseWaitS = 2.0;          // bound of a forced close's progress
 constexpr double kGoodbyeWaitS = 0.1;        // bound of sending the goodbyes
+constexpr double kPeerGoodbyeWaitS = 0.5;    // bound of finalize's wait for the peers'
 constexpr int kPollSliceMs = 100;            // a wait re-checks flags at least this often
 constexpr auto kSpin = std::chrono::microseconds(50);
 
@@ -1075,11 +1076,11 @@ void Finalize(void* comm) noexcept {
           ep = nullptr;
         }
         ProgressUntilClosed(*c, &closing);
-        // Until every peer's goodbye has arrived (bounded): one that came
-        // after its receive was cancelled would be left in UCX's unexpected
-        // queue, which UCX reports at worker destroy ("unexpected
-        // tag-receive descriptor").
-        const Clock::time_point deadline = After(kCloseWaitS);
+        // Until every peer's goodbye has arrived (bounded: a peer may still
+        // be busy before its own finalize): one that came after its receive
+        // was cancelled would be left in UCX's unexpected queue, which UCX
+        // reports at worker destroy ("unexpected tag-receive descriptor").
+        const Clock::time_point deadline = After(kPeerGoodbyeWaitS);
         for (;;) {
           bool all = true;
           for (const Request* r : c->byes) all = all && (r == nullptr || r->done);
