@@ -16,8 +16,10 @@ import datetime
 import glob
 import json
 import os
+import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +39,60 @@ OPT_PARTS = ("cluster", "elastic")
 
 def log_print(*a):
     print(*a, flush=True)
+
+
+def free_port():
+    """A TCP port nobody listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    """Whether a socket of this machine listens on the TCP port (/proc/net/tcp and tcp6)."""
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                rows = [ln.split() for ln in f.readlines()[1:]]
+        except OSError:
+            continue
+        if any(r[1].endswith(f":{port:04X}") and r[3] == "0A" for r in rows):
+            return True
+    return False
+
+
+def bench_records(out):
+    """The records of a job's `BENCH {json}` lines."""
+    recs = []
+    for line in out.splitlines():
+        if line.startswith("BENCH "):
+            try:
+                recs.append(json.loads(line[6:]))
+            except ValueError:
+                continue
+    return recs
+
+
+# ucx_perftest -v: a CSV header, then "iterations,50.0_percentile_lat,avg_lat,overall_lat,..."
+# once a second ("[thread 0]" before the interim lines) and at the end; with UCX_LOG_LEVEL=info
+# UCX names the endpoint's lanes ("ep_cfg[0]: tag(sysv/memory cma/memory)").
+PERFTEST_ROW = re.compile(r"^(?:\[thread \d+\])?(\d+),([0-9.]+),([0-9.]+),([0-9.]+),")
+PERFTEST_LANES = re.compile(r"ep_cfg\[0\]: tag\(([^)]*)\)")
+
+
+def perftest_records(out, system, tls, nbytes):
+    """ucx_perftest -t tag_lat's final line as a latency record: time_us = its median over
+    the last 2048 iterations (its timing queue), overall_us = its mean over all of them; both
+    one way, half a ping-pong's round trip, as ucx_perftest prints them."""
+    rows = [m for m in map(PERFTEST_ROW.match, out.splitlines()) if m]
+    if not rows:
+        return []
+    iters, p50, _, overall = rows[-1].groups()
+    lanes = PERFTEST_LANES.search(out)
+    return [dict(kind="latency", system=system, variant="tag_lat", ranks=2, tensors=1,
+                 tensor_bytes=nbytes, iters=int(iters), time_us=float(p50),
+                 overall_us=float(overall), ucx_tls=tls, lanes=lanes.group(1) if lanes else "?",
+                 one_way=True)]
 
 
 class Runner:
@@ -82,6 +138,7 @@ class Runner:
         self.have_gloo_plugin = os.path.exists(os.path.join(b, "lib", "libhvd_transport_gloo.so"))
         self.have_mpi_plugin = os.path.exists(os.path.join(b, "lib", "libhvd_transport_mpi.so"))
         self.have_ucx_plugin = os.path.exists(os.path.join(b, "lib", "libhvd_transport_ucx.so"))
+        self.ucx_perftest = shutil.which("ucx_perftest")
         self.mpirun = shutil.which("mpirun")
         self.have_torch = self._py_ok("import torch, torch.distributed")
         self.have_horovod = self._py_ok("import horovod.torch")
@@ -97,6 +154,7 @@ class Runner:
             "hvd transport gloo": self.have_gloo_plugin,
             "hvd transport mpi": self.have_mpi_plugin and bool(self.mpirun),
             "hvd transport ucx": self.have_ucx_plugin,
+            "raw UCX (ucx_perftest)": bool(self.ucx_perftest),
             "raw gloo (gloo-bench)": "gloo-bench" in self.bins,
             "raw MPI (mpi-bench)": "mpi-bench" in self.bins and bool(self.mpirun),
             "torch.distributed": self.have_torch,
@@ -112,6 +170,31 @@ class Runner:
             self.skipped.append("hvd over MPI: lib/libhvd_transport_mpi.so is not built")
         if not self.have_horovod:
             self.skipped.append("Horovod: `import horovod.torch` fails (see the Horovod section)")
+        parts = self.args.parts.split(",")
+        if not self.ucx_perftest and "latency" in parts:
+            self.skipped.append("raw UCX latency: no ucx_perftest (Debian's ucx-utils; "
+                                "bench/suite/install_peers.sh --only ucx installs it)")
+        self.ucx_lanes = {}
+        if any(p in parts for p in ("coll", "fusion", "latency")):
+            self.probe_ucx_lanes()
+
+    def probe_ucx_lanes(self):
+        """What each hvd-ucx series' ranks connect over, from the plugin's debug line ("ucx:
+        rank 0 of 2 connected over UCX's default devices: sysv/memory to rank 1") in one short
+        2-rank job per series, outside the timed jobs: the report shows it beside the series,
+        so that hvd-ucx-shm is seen to be on UCX's shared memory and hvd-ucx-tcp on tcp."""
+        for system, extra in self.ucx_systems():
+            env = self.base_env()
+            env.update(HVD_TRANSPORT="ucx", HVD_LOG_LEVEL="debug", **extra)
+            cmd = self.hvdrun(2, [self.bins["hvd-bench"], "latency", "--system", system, "--quick"])
+            try:
+                out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, timeout=60, stdin=subprocess.DEVNULL).stdout
+            except subprocess.TimeoutExpired:
+                out = "(timed out after 60 s)"
+            self.logf.write(f"\n### {system}: UCX lanes\n$ {shlex.join(cmd)}\n{out}\n")
+            m = re.search(r"ucx: rank 0 of \d+ connected over .*?: (.+)", out)
+            self.ucx_lanes[system] = m.group(1).strip() if m else "? (no connection line; log.txt)"
 
     # -- optional peers (bench/suite/install_peers.sh) ----------------------------------
     def find_peers(self):
@@ -210,10 +293,7 @@ class Runner:
     def deepspeed_cmd(self, n, argv):
         """DeepSpeed's own launcher (deepspeed --num_accelerators N), which sets RANK,
         WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE, MASTER_ADDR/PORT, on a free port."""
-        import socket
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         env = self.base_env()
         env["DS_ACCELERATOR"] = "cpu"
         return [sys.executable, "-m", "deepspeed.launcher.runner", "--num_accelerators", str(n),
@@ -291,7 +371,7 @@ class Runner:
             calm = calm + 1 if running <= 1 else 0
             time.sleep(0.02)
 
-    def run(self, label, cmd, env=None, timeout=300, tags=None):
+    def run(self, label, cmd, env=None, timeout=300, tags=None, parse=bench_records):
         env = env or self.base_env()
         if not self.quick:  # --quick runs beside other test suites: never calm
             self.settle()
@@ -309,15 +389,10 @@ class Runner:
         self.logf.write(out + f"\n[exit {rc}, {dt:.1f} s]\n")
         self.logf.flush()
         n = 0
-        for line in out.splitlines():
-            if line.startswith("BENCH "):
-                try:
-                    rec = json.loads(line[6:])
-                except ValueError:
-                    continue
-                rec.update(tags or {})
-                self.records.append(rec)
-                n += 1
+        for rec in parse(out):
+            rec.update(tags or {})
+            self.records.append(rec)
+            n += 1
         self.jobs.append(dict(label=label, seconds=round(dt, 1), rc=rc, results=n))
         status = "ok" if rc == 0 else f"FAILED ({rc})"
         log_print(f"  {label:48s} {dt:6.1f} s  {n:3d} results  {status}")
@@ -417,13 +492,16 @@ class Runner:
         return [("hvd-gloo", {}), ("hvd-gloo-tcp", {"HVD_GLOO_SHM": "0"})]
 
     def ucx_systems(self):
-        """hvd over its UCX plugin as users get it (the core's shared memory between ranks of
-        one host, UCX between hosts) and with every byte over UCX (HVD_SHM=0; on one host UCX
-        runs tcp over loopback, since the plugin's peer error handling rules out UCX's
-        shared-memory transports): the line to read beside hvd-gloo-tcp."""
+        """hvd over its UCX plugin as users get it (hvd-ucx: the core's shared memory between
+        ranks of one host, UCX between hosts); with every byte over UCX (hvd-ucx-shm,
+        HVD_SHM=0: on one host UCX's own shared-memory transports, posix or sysv, its choice),
+        the line to read beside the core's shared memory (hvd-gloo); and with every byte over
+        UCX's tcp (hvd-ucx-tcp, HVD_SHM=0 UCX_TLS=tcp,self: loopback on one host), the line to
+        read beside hvd-gloo-tcp and raw Gloo."""
         if not self.have_ucx_plugin:
             return []
-        return [("hvd-ucx", {}), ("hvd-ucx-tcp", {"HVD_SHM": "0"})]
+        return [("hvd-ucx", {}), ("hvd-ucx-shm", {"HVD_SHM": "0"}),
+                ("hvd-ucx-tcp", {"HVD_SHM": "0", "UCX_TLS": "tcp,self"})]
 
     def mpi_systems(self):
         """hvd over its MPI plugin as shipped (shared memory between ranks of one host) and
@@ -518,6 +596,47 @@ class Runner:
         if "mpi-bench" in self.bins and self.mpirun:
             self.run("mpi latency", self.mpirun_cmd(n, [self.bins["mpi-bench"], "latency",
                                                         "--system", "mpi"] + q), tags=tag)
+        for system, tls in self.ucx_perftest_systems():
+            for nbytes in ([4] if self.quick else [4, 64 << 10]):
+                self.ucx_perftest_job(system, tls, nbytes, tag)
+
+    # -- raw UCX: ucx_perftest (Debian's ucx-utils) --------------------------------------
+    def ucx_perftest_systems(self):
+        """Raw UCX beside hvd-ucx-tcp and hvd-ucx-shm: ucx_perftest over tcp, and over UCX's
+        shared-memory transports (sm: posix, sysv, cma..., UCX's choice)."""
+        if not self.ucx_perftest:
+            return []
+        return [("ucx_perftest-tcp", "tcp,self"), ("ucx_perftest-shm", "sm,self")]
+
+    def ucx_perftest_job(self, system, tls, nbytes, tags):
+        """One `ucx_perftest -t tag_lat` (UCP tag-matching ping-pong) on this host: its server
+        (no host argument) on a free port, then its client (`localhost`) as the job. Every wait
+        is bounded: the server's listen (10 s), the client (60 s), the server's exit (10 s,
+        then it is killed)."""
+        iters = 2000 if self.quick or nbytes > 4096 else 20000
+        port = free_port()
+        argv = ["-t", "tag_lat", "-s", str(nbytes), "-n", str(iters), "-w", str(iters // 10),
+                "-p", str(port), "-v"]
+        env = self.base_env()
+        env.update(UCX_TLS=tls, UCX_LOG_LEVEL="info")  # info: the lanes, once
+        with tempfile.TemporaryFile("w+", dir=self.tmp) as log:
+            server = subprocess.Popen([self.ucx_perftest] + argv, env=env, stdout=log,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                end = time.time() + 10
+                while not listening(port) and server.poll() is None and time.time() < end:
+                    time.sleep(0.02)
+                self.run(f"{system} tag_lat {report_mod.fmt_bytes(nbytes)}",
+                         [self.ucx_perftest, "localhost"] + argv, env=env, timeout=60, tags=tags,
+                         parse=lambda out: perftest_records(out, system, tls, nbytes))
+            finally:
+                try:
+                    server.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    server.kill()
+                    server.wait()
+                log.seek(0)
+                self.logf.write(f"(server, exit {server.returncode}:)\n{log.read()}\n")
 
     def part_python_peers(self, parts, rep=0):
         """torch.distributed and Horovod fusion + latency, one job each."""
@@ -670,7 +789,7 @@ def main():
         load_before=load_before, load_after=uptime(), seconds=round(total, 1),
         results=len(r.records),
         jobs=r.jobs, failures=r.failures, skipped=r.skipped, availability=r.availability,
-        horovod=r.horovod_origin, peer_versions=r.peer_versions,
+        horovod=r.horovod_origin, peer_versions=r.peer_versions, ucx_lanes=r.ucx_lanes,
         command=shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]))
     with open(os.path.join(r.out, "results.jsonl"), "w") as f:
         for rec in r.records:

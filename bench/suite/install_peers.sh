@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # install_peers.sh -- OPTIONAL: install the benchmark suite's extra CPU peers, Intel oneCCL and
-# DeepSpeed's shared-memory allreduce, with pip. Nothing else in hvd needs them; the suite
-# measures each peer where it is installed and otherwise records why it was skipped.
+# DeepSpeed's shared-memory allreduce with pip, and raw UCX's ucx_perftest with apt. Nothing
+# else in hvd needs them; the suite measures each peer where it is installed and otherwise
+# records why it was skipped.
 #
-#   bench/suite/install_peers.sh [--only oneccl|deepspeed] [PREFIX]
+#   bench/suite/install_peers.sh [--only oneccl|deepspeed|ucx] [PREFIX]
 #
 #   PREFIX  where oneCCL goes (PREFIX/oneccl); default $HVD_BENCH_PEERS, else
 #           /opt/hvd-bench-peers. run_all.py looks there too (same variable, same default).
@@ -23,12 +24,15 @@
 #   0.19.8; it uses the installed torch), then its CPU shared-memory op (ShareMemCommBuilder,
 #   the kernel behind deepspeed.comm.inference_all_reduce) is compiled once with the local
 #   compiler into torch's extension cache, so the benchmark does not time or repeat that build.
+#
+# ucx: Debian's ucx-utils (ucx_perftest, for the latency part's raw UCX line beside hvd over
+#   its UCX plugin), with apt-get unless it is installed already (as root, else with sudo).
 set -euo pipefail
 
 PY=${PYTHON:-python3}
 ONLY=""
 if [ "${1:-}" = "--only" ]; then
-  ONLY=${2:?"--only needs oneccl or deepspeed"}
+  ONLY=${2:?"--only needs oneccl, deepspeed or ucx"}
   shift 2
 fi
 PREFIX=${1:-${HVD_BENCH_PEERS:-/opt/hvd-bench-peers}}
@@ -58,9 +62,23 @@ print("install_peers.sh: shm op ready, vector kernel level", m.vector_kernel_lev
 '
 }
 
+install_ucx() {
+  if dpkg-query -W -f='${Status}' ucx-utils 2>/dev/null | grep -q "install ok installed"; then
+    echo "install_peers.sh: ucx-utils is installed ($(command -v ucx_perftest))"
+    return
+  fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "install_peers.sh: apt-get install ucx-utils (ucx_perftest)"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends ucx-utils >/dev/null
+  command -v ucx_perftest >/dev/null || { echo "install_peers.sh: no ucx_perftest after the install" >&2; exit 1; }
+}
+
 case "$ONLY" in
-  "") install_oneccl; install_deepspeed ;;
+  "") install_ucx; install_oneccl; install_deepspeed ;;
   oneccl) install_oneccl ;;
   deepspeed) install_deepspeed ;;
-  *) echo "install_peers.sh: --only takes oneccl or deepspeed, not '$ONLY'" >&2; exit 2 ;;
+  ucx) install_ucx ;;
+  *) echo "install_peers.sh: --only takes oneccl, deepspeed or ucx, not '$ONLY'" >&2; exit 2 ;;
 esac

@@ -13,17 +13,20 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Display order of the series in tables and plots; hvd first.
-SERIES_ORDER = ["hvd-gloo", "hvd-gloo-tcp", "hvd-ucx", "hvd-ucx-tcp", "hvd-mpi", "hvd-mpi-p2p",
+SERIES_ORDER = ["hvd-gloo", "hvd-gloo-tcp", "hvd-ucx", "hvd-ucx-shm", "hvd-ucx-tcp", "hvd-mpi",
+                "hvd-mpi-p2p",
                 "hvd-gloo-set",
                 "hvd-gloo-halves", "hvd-mpi-set", "gloo:ring", "gloo:ringchunked", "gloo:allreduce", "gloo",
                 "mpi:inplace", "mpi:outofplace", "mpi", "mpi-nommap:inplace",
                 "mpi-nommap:outofplace", "mpi-nommap", "torch", "horovod", "oneccl",
-                "deepspeed-shm", "deepspeed-shm:inference", "deepspeed-shm:all_reduce"]
+                "deepspeed-shm", "deepspeed-shm:inference", "deepspeed-shm:all_reduce",
+                "ucx_perftest-shm", "ucx_perftest-tcp"]
 SERIES_LABEL = {
     "hvd-gloo": "hvd (gloo)",
     "hvd-gloo-tcp": "hvd (gloo, TCP only)",
     "hvd-ucx": "hvd (ucx)",
-    "hvd-ucx-tcp": "hvd (ucx, UCX only)",
+    "hvd-ucx-shm": "hvd (ucx, UCX's shared memory)",
+    "hvd-ucx-tcp": "hvd (ucx, TCP only)",
     "hvd-mpi": "hvd (mpi)",
     "hvd-mpi-p2p": "hvd (mpi, MPI only)",
     "hvd-gloo-set": "hvd (gloo) process set of all ranks",
@@ -45,17 +48,26 @@ SERIES_LABEL = {
     "deepspeed-shm": "DeepSpeed shm",
     "deepspeed-shm:inference": "DeepSpeed shm",
     "deepspeed-shm:all_reduce": "DeepSpeed all_reduce (gloo)",
+    "ucx_perftest-shm": "raw UCX: ucx_perftest tag_lat, shared memory (one way)",
+    "ucx_perftest-tcp": "raw UCX: ucx_perftest tag_lat, tcp (one way)",
 }
 # The CPU peers of the "best of oneCCL/DeepSpeed" target (bench/suite/install_peers.sh).
 CPU_PEERS = ("oneccl", "deepspeed-shm", "deepspeed-shm:inference")
-HVD_SERIES = ("hvd-gloo", "hvd-gloo-tcp", "hvd-ucx", "hvd-ucx-tcp", "hvd-mpi", "hvd-mpi-p2p",
-              "hvd-gloo-set", "hvd-gloo-halves", "hvd-mpi-set")
+HVD_SERIES = ("hvd-gloo", "hvd-gloo-tcp", "hvd-ucx", "hvd-ucx-shm", "hvd-ucx-tcp", "hvd-mpi",
+              "hvd-mpi-p2p", "hvd-gloo-set", "hvd-gloo-halves", "hvd-mpi-set")
 # A process set against its parent context of the same size (same transport).
 SET_PARENT = {"hvd-gloo-set": "hvd-gloo", "hvd-mpi-set": "hvd-mpi"}
+# The raw transport each hvd latency series' overhead is taken against. Raw Gloo and MPI run
+# the same 4-byte allreduce, so issue 8's limit (cycle time + 50 µs) applies; ucx_perftest
+# times a one-way tag-matching ping-pong latency, so that overhead is stated without a limit.
+LATENCY_BASE = {"hvd-gloo": "gloo", "hvd-gloo-tcp": "gloo", "hvd-mpi": "mpi", "hvd-mpi-p2p": "mpi",
+                "hvd-ucx-shm": "ucx_perftest-shm", "hvd-ucx-tcp": "ucx_perftest-tcp"}
+UCX_PERFTEST = ("ucx_perftest-tcp", "ucx_perftest-shm")
 
 
 MEASURED = {"time_us", "min_us", "iters", "rep", "submit_us", "samples_per_s", "step_ms",
             "algbw_gbs", "busbw_gbs", "best_gbs", "median_gbs",
+            "overall_us",  # ucx_perftest's mean over all iterations
             # many hosts (cluster_bench.py): bytes on the links, images/s, job records
             "net_tx_per_op", "net_rx_per_op", "net_barrier_tx", "net_barrier_rx", "images_per_s",
             "seconds", "host_tx", "host_rx"}
@@ -615,31 +627,44 @@ def target_per_tensor(recs):
             "met" if ok else "missed")
 
 
-def latency_table(recs):
-    lat = [r for r in recs if r.get("kind") == "latency" and r["ranks"] == 2]
+def latency_recs(recs):
+    """The 2-rank latency records: hvd's and its peers' 4-byte steps, ucx_perftest's one-way
+    latencies (4 bytes and more)."""
+    return [r for r in recs if r.get("kind") == "latency" and r["ranks"] == 2]
+
+
+def raw_latency(lat):
+    """{raw system: its fastest 4-byte record} (raw Gloo: its faster variant)."""
     raw = {}
     for r in lat:
-        if r["system"] in ("gloo", "mpi", "torch"):
-            key = "gloo" if r["system"] == "gloo" else r["system"]
-            if key not in raw or r["time_us"] < raw[key]["time_us"]:
-                raw[key] = r
+        key = r["system"]
+        if key not in ("gloo", "mpi", "torch") + UCX_PERFTEST or r.get("tensor_bytes", 4) != 4:
+            continue
+        if key not in raw or r["time_us"] < raw[key]["time_us"]:
+            raw[key] = r
+    return raw
+
+
+def latency_table(recs):
+    lat = latency_recs(recs)
+    raw = raw_latency(lat)
     rows = []
     verdicts = []
-    for r in sorted(lat, key=lambda r: (r["system"], -float(r.get("cycle_time_ms", 0) or 0))):
+    for r in sorted(lat, key=lambda r: (r["system"], r.get("tensor_bytes", 4),
+                                        -float(r.get("cycle_time_ms", 0) or 0))):
         cyc = r.get("cycle_time_ms")
-        base = None
-        if r["system"] in ("hvd-gloo", "hvd-gloo-tcp"):
-            base = raw.get("gloo")
-        elif r["system"] in ("hvd-mpi", "hvd-mpi-p2p"):
-            base = raw.get("mpi")
+        base = raw.get(LATENCY_BASE.get(r["system"]))
         over = r["time_us"] - base["time_us"] if base else None
-        limit = float(cyc) * 1000 + 50 if cyc is not None and r["system"].startswith("hvd") else None
+        limited = r["system"].startswith("hvd") and LATENCY_BASE.get(r["system"]) not in UCX_PERFTEST
+        limit = float(cyc) * 1000 + 50 if cyc is not None and limited else None
         ok = None if over is None or limit is None else over <= limit
         if ok is not None:
             verdicts.append((r["system"], cyc, over, limit, ok))
         label = SERIES_LABEL.get(r["system"], r["system"])
         if r["system"] == "gloo":
             label = SERIES_LABEL.get("gloo:" + r["variant"], label)
+        elif r["system"] in UCX_PERFTEST:
+            label += f", {fmt_bytes(r['tensor_bytes'])}"
         rows.append([label, "–" if cyc is None else f"{cyc} ms", fmt_us(r["time_us"]) + spread(r, fmt_us),
                      "–" if over is None else f"{over:+.0f} µs",
                      "–" if limit is None else f"{limit:.0f} µs",
@@ -993,6 +1018,190 @@ def scaling_section(e2e, rates):
 
 
 # ---------------------------------------------------------------------------------------
+# The UCX transport (its issue): hvd over UCX against hvd's own paths, raw Gloo and raw UCX.
+
+UCX_SHM_GOAL = 0.9  # hvd over UCX's shared memory ÷ the core's shared-memory path
+UCX_TCP_GOAL = 1.0  # hvd over UCX's tcp ÷ hvd over Gloo's TCP (every size), ÷ raw Gloo's best
+UCX_GLOO_MIN = 64 << 10  # ... from this size up
+# (what, hvd over UCX's series, ucx_perftest's) of the latency line
+UCX_LATENCY = (("tcp", "hvd-ucx-tcp", "ucx_perftest-tcp"),
+               ("shared memory", "hvd-ucx-shm", "ucx_perftest-shm"))
+
+
+def is_gloo(key):
+    return key.startswith("gloo")
+
+
+def allreduce_ratios(recs, key, ref, min_bytes=0):
+    """{ranks: [(bytes, ratio)]}: series key's allreduce busbw ÷ ref's at every size ≥ min_bytes,
+    2 and 4 ranks; ref is a series, or a test on peer series (their fastest at each size)."""
+    out = {}
+    for n in (2, 4):
+        s = coll_series(recs, "allreduce", n)
+        for b in sorted(s.get(key, {})):
+            if b < min_bytes:
+                continue
+            if callable(ref):
+                bp = best_peer(s, b, allow=ref)
+                other = bp[1] if bp else None
+            else:
+                other = s.get(ref, {}).get(b)
+            r = ratio(s[key][b], other)
+            if r is not None:
+                out.setdefault(n, []).append((b, r))
+    return out
+
+
+def ratios_text(what, by_ranks):
+    """"what, 2 ranks: 4 B 1.10×, 64 KiB 0.95×; what, 4 ranks: ..."."""
+    return "; ".join(f"{what}, {n} ranks: " + ", ".join(f"{fmt_bytes(b)} {r:.2f}×" for b, r in rs)
+                     for n, rs in sorted(by_ranks.items()))
+
+
+def ratios_verdict(what, worst, goal):
+    return f"{what}: {'met' if worst >= goal else 'missed'} (worst {worst:.2f}×)"
+
+
+def worst_ratio(by_ranks):
+    return min(r for rs in by_ranks.values() for _, r in rs)
+
+
+def target_ucx_shm(recs):
+    """hvd with every byte over UCX, on one host its shared memory, against the core's own
+    shared-memory path (hvd over Gloo as shipped) at every size."""
+    by = allreduce_ratios(recs, "hvd-ucx-shm", "hvd-gloo")
+    if not by:
+        return None
+    what = f"{SERIES_LABEL['hvd-ucx-shm']} ÷ {SERIES_LABEL['hvd-gloo']}"
+    return (f"UCX, shared memory: hvd over UCX's shared memory (`HVD_SHM=0`) ≥ {UCX_SHM_GOAL}× "
+            "hvd's own shared-memory path (hvd over Gloo as shipped), allreduce busbw at every "
+            "size, 2 and 4 ranks", ratios_text(what, by),
+            ratios_verdict(what, worst_ratio(by), UCX_SHM_GOAL))
+
+
+def target_ucx_tcp(recs):
+    """hvd with every byte over UCX's tcp against hvd over Gloo's TCP at every size, and
+    against raw Gloo's best algorithm (TCP) from 64 KiB up."""
+    label = SERIES_LABEL["hvd-ucx-tcp"]
+    pairs = [(f"{label} ÷ {SERIES_LABEL['hvd-gloo-tcp']}",
+              allreduce_ratios(recs, "hvd-ucx-tcp", "hvd-gloo-tcp")),
+             (f"{label} ÷ raw Gloo's best (≥ {fmt_bytes(UCX_GLOO_MIN)})",
+              allreduce_ratios(recs, "hvd-ucx-tcp", is_gloo, UCX_GLOO_MIN))]
+    pairs = [(what, by) for what, by in pairs if by]
+    if not pairs:
+        return None
+    return (f"UCX over TCP (`HVD_SHM=0 UCX_TLS=tcp,self`) ≥ {UCX_TCP_GOAL}× hvd over Gloo's TCP "
+            f"at every size and ≥ {UCX_TCP_GOAL}× raw Gloo's best algorithm (ring, ring-chunked, "
+            f"gloo::allreduce) at ≥ {fmt_bytes(UCX_GLOO_MIN)}, allreduce busbw, 2 and 4 ranks",
+            "; ".join(ratios_text(what, by) for what, by in pairs),
+            "; ".join(ratios_verdict(what, worst_ratio(by), UCX_TCP_GOAL) for what, by in pairs))
+
+
+def ucx_latency_line(lat, raw, what, hvd, peer):
+    """(text, [hvd's overheads in µs]) of one UCX transport: ucx_perftest's one-way latencies,
+    hvd over it per cycle time with its step − ucx_perftest's 4-byte latency."""
+    mine = sorted((r for r in lat if r["system"] == hvd),
+                  key=lambda r: -float(r.get("cycle_time_ms", 0) or 0))
+    pt = sorted((r for r in lat if r["system"] == peer), key=lambda r: r["tensor_bytes"])
+    base = raw.get(peer)
+    steps, overs = [], []
+    for r in mine:
+        over = r["time_us"] - base["time_us"] if base else None
+        steps.append(f"@ {r.get('cycle_time_ms')} ms {fmt_us(r['time_us'])}"
+                     + ("" if over is None else f" ({over:+.0f} µs)"))
+        if over is not None:
+            overs.append(over)
+    raw_txt = (", ".join(f"{fmt_bytes(r['tensor_bytes'])} {fmt_us(r['time_us'])}" for r in pt)
+               + " one way" if pt else "not run")
+    return (f"{what}: ucx_perftest {raw_txt}; {SERIES_LABEL[hvd]} 4-byte step "
+            + (", ".join(steps) or "not run"), overs)
+
+
+def target_ucx_latency(recs, meta):
+    """hvd over UCX's 4-byte step beside raw ucx_perftest's one-way latency on the same UCX
+    transport, in the same run; hvd's overhead stated, no target ratio."""
+    lat = latency_recs(recs)
+    raw = raw_latency(lat)
+    parts, status = [], []
+    for what, hvd, peer in UCX_LATENCY:
+        if not any(r["system"] in (hvd, peer) for r in lat):
+            continue
+        txt, overs = ucx_latency_line(lat, raw, what, hvd, peer)
+        parts.append(txt)
+        if overs:
+            span = f"{min(overs):+.0f}" + (f" to {max(overs):+.0f}" if len(overs) > 1 else "")
+            status.append(f"over {what} hvd adds {span} µs")
+    if not parts:
+        return None
+    if not any(r["system"] in UCX_PERFTEST for r in lat):
+        skipped = any(x.startswith("raw UCX") for x in meta.get("skipped", []))
+        status.append("ucx_perftest not run" + (" (see \"Not measured\")" if skipped else ""))
+    return ("UCX, small-operation latency: hvd over UCX's 4-byte allreduce step beside raw "
+            "`ucx_perftest -t tag_lat` on the same UCX transport, same run (overhead = hvd's "
+            "step − ucx_perftest's one-way 4-byte latency)", "; ".join(parts),
+            "reported, no target ratio" + (": " + "; ".join(status) if status else ""))
+
+
+def target_ucx_cluster(recs):
+    """Simulated cluster (--parts cluster): hvd over UCX against hvd over Gloo, both as shipped
+    (the core's shared memory within a host, each plugin's tcp across hosts), same link, layout
+    and HVD_HIERARCHICAL, allreduce at every size; and against raw Gloo's best from 64 KiB up.
+    The worst ratio of each setting."""
+    best = {}
+    for r in recs:
+        if r.get("kind") == "cluster_coll" and r["op"] == "allreduce":
+            k = (r["rate"], r["layout"], r["system"], r.get("hier", -1), r["bytes"])
+            if k not in best or mh_time(r) < mh_time(best[k]):
+                best[k] = r
+    worst = {}  # (rate, layout, hier, reference) -> (ratio, bytes)
+    for (rate, lay, system, hier, b), r in best.items():
+        if system != "hvd-ucx" or mh_time(r) <= 0:
+            continue
+        refs = [("hvd-gloo", best.get((rate, lay, "hvd-gloo", hier, b)))]
+        if b >= UCX_GLOO_MIN:
+            refs.append(("gloo", best.get((rate, lay, "gloo", -1, b))))
+        for ref, rr in refs:
+            x = mh_time(rr) / mh_time(r) if rr else None
+            k = (rate, lay, hier, ref)
+            if x is not None and (k not in worst or x < worst[k][0]):
+                worst[k] = (x, b)
+    if not worst:
+        return None
+    names = {"hvd-gloo": SERIES_LABEL["hvd-gloo"], "gloo": "raw Gloo's best"}
+    by_setting, by_ref = {}, {}
+    for (rate, lay, hier, ref), (x, b) in worst.items():
+        by_setting.setdefault(f"{mh_rate(rate)} {lay} {'hier' if hier else 'flat'}", []).append(
+            f"÷ {names[ref]} {x:.2f}× (at {fmt_bytes(b)})")
+        by_ref[ref] = min(x, by_ref.get(ref, x))
+    return (f"UCX on the simulated cluster (tcp across hosts): hvd over UCX ≥ {UCX_TCP_GOAL}× hvd "
+            f"over Gloo (both as shipped) at every size and ≥ {UCX_TCP_GOAL}× raw Gloo's best at "
+            f"≥ {fmt_bytes(UCX_GLOO_MIN)}, allreduce, each link, layout and hierarchy setting",
+            "worst ratio of each setting: " + "; ".join(f"{k}: {', '.join(v)}"
+                                                       for k, v in by_setting.items()),
+            "; ".join(ratios_verdict(f"÷ {names[ref]}", x, UCX_TCP_GOAL) for ref, x in by_ref.items()))
+
+
+def ucx_targets_section(recs, meta):
+    rows = [t for t in (target_ucx_shm(recs), target_ucx_tcp(recs), target_ucx_latency(recs, meta),
+                        target_ucx_cluster(recs)) if t]
+    if not rows:
+        return []
+    lanes = [f"{SERIES_LABEL.get(k, k)}: {v}" for k, v in (meta.get("ucx_lanes") or {}).items()]
+    lanes += [f"{SERIES_LABEL[k]}: {r['lanes']}" for k, r in raw_latency(latency_recs(recs)).items()
+              if k in UCX_PERFTEST and "lanes" in r]
+    intro = ("hvd over its UCX plugin: as shipped (hvd (ucx): the core's shared memory between ranks "
+             "of a host), with every byte over UCX (`HVD_SHM=0`: on one host UCX's shared memory) "
+             "and over UCX's tcp alone (`HVD_SHM=0 UCX_TLS=tcp,self`). Ratios: hvd over UCX's busbw "
+             "÷ the reference's at each size (≥ 1: UCX faster).")
+    if lanes:
+        intro += (" Connected over (the plugin's debug line from a 2-rank probe; ucx_perftest: UCX's "
+                  "own log): " + "; ".join(lanes) + ".")
+    return ["## Targets (UCX transport)\n", intro + "\n",
+            table(["target", "measured", "status"], [list(t) for t in rows], ["---", "---", "---"]),
+            ""]
+
+
+# ---------------------------------------------------------------------------------------
 # Plots.
 
 def plots(recs, out):
@@ -1006,6 +1215,7 @@ def plots(recs, out):
     styles = {"hvd-gloo": dict(color="C3", lw=2.5, marker="o"),
               "hvd-gloo-tcp": dict(color="C3", lw=1.5, ls="--", marker="o"),
               "hvd-ucx": dict(color="C2", lw=2.5, marker="^"),
+              "hvd-ucx-shm": dict(color="C2", lw=1.5, ls=":", marker="^"),
               "hvd-ucx-tcp": dict(color="C2", lw=1.5, ls="--", marker="^"),
               "hvd-mpi": dict(color="C1", lw=2.5, marker="s"),
               "hvd-mpi-p2p": dict(color="C1", lw=1.5, ls="--", marker="s")}
@@ -1064,7 +1274,7 @@ def plots(recs, out):
         plt.close(fig)
         made.append("fusion.png")
 
-    lat = [r for r in recs if r.get("kind") == "latency"]
+    lat = [r for r in recs if r.get("kind") == "latency" and r.get("tensor_bytes", 4) == 4]
     if lat:
         fig, ax = plt.subplots(figsize=(7.5, 4))
         labels = [f"{r['system']}:{r['variant']}" + (f" @{r['cycle_time_ms']}ms" if "cycle_time_ms" in r else "")
@@ -1075,7 +1285,7 @@ def plots(recs, out):
         ax.set_yticklabels(labels, fontsize=8)
         ax.set_xscale("log")
         ax.set_xlabel("median step time (µs, log)")
-        ax.set_title("One 4-byte allreduce per step, 2 ranks")
+        ax.set_title("One 4-byte allreduce per step, 2 ranks (ucx_perftest: one-way 4 B)")
         ax.invert_yaxis()
         fig.tight_layout()
         fig.savefig(os.path.join(out, "latency.png"), dpi=110)
@@ -1146,6 +1356,7 @@ def write_all(out):
         L.append(table(["target", "measured", "status"], [list(t) for t in targets],
                        ["---", "---", "---"]))
         L.append("")
+    L += ucx_targets_section(recs, meta)
 
     # Memory reference
     st = [r for r in recs if r.get("kind") == "stream"]
@@ -1178,7 +1389,8 @@ def write_all(out):
                  "busbw = bytes/time. Each iteration starts after the system's own barrier; the "
                  "time of an iteration is its slowest rank's; the table shows the median "
                  "iteration. All ranks on this host (loopback TCP for Gloo, shared memory for "
-                 "Open MPI).\n")
+                 "Open MPI; hvd over UCX: UCX's shared memory with `HVD_SHM=0`, loopback tcp with "
+                 "`UCX_TLS=tcp,self` as well).\n")
         pv = meta.get("peer_versions") or {}
         peers = []
         if any(r.get("system") == "oneccl" for r in colls):
@@ -1235,7 +1447,12 @@ def write_all(out):
         L.append("One 4-byte allreduce per step, back to back (a training loop's steady state: "
                  "the response cache hits), 2 ranks, median step of the slower rank. Overhead = "
                  "hvd's step − the raw transport's (raw Gloo's faster variant for hvd over Gloo, "
-                 "raw MPI for hvd over MPI); target: ≤ cycle time + 50 µs.\n")
+                 "raw MPI for hvd over MPI); target: ≤ cycle time + 50 µs. Raw UCX: "
+                 "`ucx_perftest -t tag_lat` (a tag-matching ping-pong between two processes of "
+                 "this host; its median over the last 2,048 iterations, one way = half the round "
+                 "trip, as it prints it) over tcp and over UCX's shared memory; hvd over UCX's "
+                 "overhead is its step − ucx_perftest's 4-byte latency on the same UCX "
+                 "transport, shown without a limit (a one-way latency, not an allreduce).\n")
         L.append(table(["system", "cycle time", "step", "overhead", "limit", "within"], rows))
         L.append("")
         if "latency.png" in made:
