@@ -1067,16 +1067,25 @@ def worst_ratio(by_ranks):
 
 
 def target_ucx_shm(recs):
-    """hvd with every byte over UCX, on one host its shared memory, against the core's own
-    shared-memory path (hvd over Gloo as shipped) at every size."""
-    by = allreduce_ratios(recs, "hvd-ucx-shm", "hvd-gloo")
+    """Ranks of one host over UCX: hvd over UCX as shipped (the core's shared-memory path for
+    the collectives, UCX for the point-to-point left) against hvd's own shared-memory path
+    (hvd over Gloo as shipped), the target; beside it, for information, every byte over UCX's
+    shared memory (HVD_SHM=0: the core's point-to-point algorithms over UCX's sysv/posix),
+    against that path and against every byte over UCX's tcp."""
+    by = allreduce_ratios(recs, "hvd-ucx", "hvd-gloo")
     if not by:
         return None
-    what = f"{SERIES_LABEL['hvd-ucx-shm']} ÷ {SERIES_LABEL['hvd-gloo']}"
-    return (f"UCX, shared memory: hvd over UCX's shared memory (`HVD_SHM=0`) ≥ {UCX_SHM_GOAL}× "
-            "hvd's own shared-memory path (hvd over Gloo as shipped), allreduce busbw at every "
-            "size, 2 and 4 ranks", ratios_text(what, by),
-            ratios_verdict(what, worst_ratio(by), UCX_SHM_GOAL))
+    what = f"{SERIES_LABEL['hvd-ucx']} ÷ {SERIES_LABEL['hvd-gloo']}"
+    info = [(f"{SERIES_LABEL['hvd-ucx-shm']} ÷ {SERIES_LABEL[ref]}",
+             allreduce_ratios(recs, "hvd-ucx-shm", ref)) for ref in ("hvd-gloo", "hvd-ucx-tcp")]
+    info = [(w, b) for w, b in info if b]
+    text = ratios_text(what, by)
+    if info:
+        text += "; for information (point-to-point over UCX alone, no target): " + "; ".join(
+            ratios_text(w, b) for w, b in info)
+    return (f"UCX, shared memory: hvd over UCX as shipped ≥ {UCX_SHM_GOAL}× hvd's own "
+            "shared-memory path (hvd over Gloo as shipped), allreduce busbw at every size, 2 and "
+            "4 ranks", text, ratios_verdict(what, worst_ratio(by), UCX_SHM_GOAL))
 
 
 def target_ucx_tcp(recs):
