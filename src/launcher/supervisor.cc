@@ -394,6 +394,8 @@ void Supervisor::Track(Child& c, Spawned&& sp, const std::string& tag, const std
   c.pid = sp.pid;
   c.started = c.running = true;
   c.ready = false;
+  c.remote_started = false;
+  c.marker = StartMarkerFilter();
   c.stop_requested = c.kill_sent = false;
   c.kill_at = Clock::time_point::max();
   c.exec_errno = sp.exec_errno;
@@ -499,6 +501,11 @@ std::string Supervisor::SshFailure(const Child& c) const {
            " (the host went down or was cut off, or its sshd ended the session; exit code 255 is "
            "also what a program that exits with 255 gives)";
   }
+  if (c.remote_started) {
+    // The login worked: the script ran on the host.
+    return "after the login to " + c.host + " had completed: the command exited with 255 there, "
+           "or the ssh connection broke";
+  }
   return "ssh failed? check that 'ssh" + (o_.ssh_port ? " -p " + port : std::string()) + " " +
          c.host + "' works without a password";
 }
@@ -559,25 +566,51 @@ void Supervisor::ReadOutput(const std::vector<pollfd>& fds,
           if (c->captured.size() < kMaxCapture) c->captured.append(buf, static_cast<size_t>(n));
           continue;
         }
-        ls.Feed(buf, static_cast<size_t>(n));
-        Fd& copy = is_out ? c->out_file : c->err_file;
-        if (copy.valid() && !WriteAll(copy.get(), std::string(buf, static_cast<size_t>(n)))) {
-          Log(c->who + ": cannot write to its --output-filename file: " + std::strerror(errno));
-          copy.reset();
+        const char* data = buf;
+        size_t len = static_cast<size_t>(n);
+        std::string kept;
+        if (!is_out && c->remote && !c->marker.seen()) {
+          // Until the remote script's start marker came: taken out here.
+          if (c->marker.Feed(buf, len, &kept)) {
+            c->remote_started = true;
+            if (o_.verbose) {
+              Log(c->who + ": ssh login to " + c->host + " complete, the remote script runs");
+            }
+          }
+          data = kept.data();
+          len = kept.size();
         }
-        if (!is_out && c->remote) {
-          constexpr size_t kTail = 2048;
-          c->err_tail.append(buf, static_cast<size_t>(n));
-          if (c->err_tail.size() > kTail) c->err_tail.erase(0, c->err_tail.size() - kTail);
-        }
+        Forward(*c, is_out, data, len);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (!is_out && c->remote) {
+        std::string held;
+        c->marker.Finish(&held);
+        Forward(*c, is_out, held.data(), held.size());
+      }
       ls.Finish();  // EOF or error
       fd.reset();
       (is_out ? c->out_file : c->err_file).reset();
     }
+  }
+}
+
+// Bytes of c's stdout or stderr: to hvdrun's own, to its --output-filename
+// copy, and (a remote child's stderr) to its tail for ssh's messages.
+void Supervisor::Forward(Child& c, bool is_out, const char* data, size_t n) {
+  if (n == 0) return;
+  (is_out ? *c.out : *c.err).Feed(data, n);
+  Fd& copy = is_out ? c.out_file : c.err_file;
+  if (copy.valid() && !WriteAll(copy.get(), std::string(data, n))) {
+    Log(c.who + ": cannot write to its --output-filename file: " + std::strerror(errno));
+    copy.reset();
+  }
+  if (!is_out && c.remote) {
+    constexpr size_t kTail = 2048;
+    c.err_tail.append(data, n);
+    if (c.err_tail.size() > kTail) c.err_tail.erase(0, c.err_tail.size() - kTail);
   }
 }
 

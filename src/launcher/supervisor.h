@@ -25,6 +25,7 @@
 #include "launcher/options.h"
 #include "launcher/output.h"
 #include "launcher/process.h"
+#include "launcher/remote.h"
 #include "rendezvous/store.h"
 
 namespace hvd::launcher {
@@ -52,6 +53,11 @@ struct Child {
   bool started = false;
   bool running = false;
   bool ready = false;        // reached the store (for ssh failure messages)
+  // A remote child: its ssh brought the remote script's start marker (the
+  // login completed and the script runs); the marker is taken out of its
+  // stderr by `marker`.
+  bool remote_started = false;
+  StartMarkerFilter marker;
   bool exec_failed = false;  // the program could not be executed (exec_errno says why)
   int exec_errno = 0;
   Fd out_r, err_r, stdin_w;
@@ -173,6 +179,7 @@ class Supervisor {
   void HandleSignals();
   void Reap();
   void ReadOutput(const std::vector<pollfd>& fds, const std::vector<std::pair<Child*, int>>& who);
+  void Forward(Child& c, bool is_out, const char* data, size_t n);
   int PollTimeoutMs() const;
   void FlushIdleOutput();
   void KillDue();
