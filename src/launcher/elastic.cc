@@ -357,7 +357,15 @@ bool ElasticJob::SpawnWorker(const std::string& host, int slot) {
         "it; give --network-interface");
   }
   if (w->child.remote) {
-    NoteRemoteUnbound();
+    // Bound on its host by its slot among the host's slots: a live worker's
+    // slot is its own, and one started in a failed one's place takes over
+    // its slot and so its CPUs.
+    const HostSlots* h = FindHost(usable_, host);
+    if (h != nullptr && slot < h->slots) {
+      w->child.bind_rank = slot;
+      w->child.bind_size = h->slots;
+    }
+    NoteRemoteBinding();
   } else {
     w->child.cpus = LocalCpus();
   }

@@ -140,7 +140,10 @@ int Job::Prepare() {
   size_t next = 0;
   for (auto& r : ranks_) {
     if (r.child.remote) {
-      NoteRemoteUnbound();
+      // Bound on its host, among that host's ranks (hvdrun --bind-exec).
+      r.child.bind_rank = r.slot.local_rank;
+      r.child.bind_size = r.slot.local_size;
+      NoteRemoteBinding();
     } else if (!blocks.empty()) {
       r.child.cpus = blocks[next++];
     }

@@ -73,6 +73,9 @@ std::string RemoteScript(const RemoteSpec& spec) {
   // then the command, even one starting with '-').
   std::string cmd = "env --";
   for (const auto& kv : spec.env) cmd += " " + ShellQuote(kv.first + "=" + kv.second);
+  // With a binding: the positional parameters, set below to the binding
+  // program's words (or to none, where that program is missing).
+  if (!spec.bind_program.empty()) cmd += " \"$@\"";
   for (const auto& a : spec.command) cmd += " " + ShellQuote(a);
 
   long grace = std::lround(std::ceil(spec.grace_s));
@@ -88,6 +91,21 @@ std::string RemoteScript(const RemoteSpec& spec) {
       "cd " + ShellQuote(spec.cwd) + " || { echo \"hvdrun: cannot cd to \"" +
           ShellQuote(spec.cwd) + "\" on $(uname -n)\" >&2; exit 1; }",
   };
+  if (!spec.bind_program.empty()) {
+    BindExecArgs b = spec.bind;
+    b.command.clear();  // the command follows "$@" in cmd
+    std::string words;
+    for (const auto& w : BindExecArgv(spec.bind_program, b)) words += " " + ShellQuote(w);
+    std::string missing = ":";
+    if (b.verbose) {
+      missing = "echo " +
+                ShellQuote(std::string("hvdrun: --bind-to ") + BindModeName(b.mode) + ": " + b.who +
+                           " is not bound: no " + spec.bind_program + " on host " + spec.host) +
+                " >&2";
+    }
+    steps.push_back("if [ -x " + ShellQuote(spec.bind_program) + " ]; then set --" + words +
+                    "; else set --; " + missing + "; fi");
+  }
   const std::vector<std::string> rest = {
       "if command -v setsid >/dev/null 2>&1; then setsid " + cmd + " 3<&- & else " + cmd +
           " 3<&- & fi",

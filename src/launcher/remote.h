@@ -21,12 +21,20 @@
 // that does not answer) from a rank that started but never reached the
 // store. hvdrun takes the line out of the rank's stderr (StartMarkerFilter)
 // before anything else sees it.
+//
+// With --bind-to core or auto the script starts the command through this
+// hvdrun's own program on the remote host (the same path: hvd installed
+// alike on every host), as `hvdrun --bind-exec ... -- command` (cpu_binding.h),
+// which binds the rank to its share of that host's CPUs and execs it. Where
+// that program is missing there, the rank runs unbound (said with -v).
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "launcher/cpu_binding.h"
 
 namespace hvd::launcher {
 
@@ -79,6 +87,11 @@ struct RemoteSpec {
   // 3 probes unanswered, so a host cut off ends its worker's ssh client
   // within about 3 intervals; 0: ssh's default (no probes).
   int alive_interval_s = 0;
+  // --bind-to on the remote host: bind_program (this hvdrun's path) runs
+  // there as `bind_program --bind-exec ...` with bind (its command left
+  // empty: the command above goes in); "" : not bound.
+  std::string bind_program;
+  BindExecArgs bind;
 };
 
 // The shell script run on the remote host (see above). It expects the secret

@@ -106,7 +106,19 @@ Supervisor::Supervisor(const Options& o) : o_(o) {
   g_log_sink = &err_sink_;
   char buf[4096];
   cwd_ = ::getcwd(buf, sizeof(buf)) ? buf : "/";
-  if (o_.bind_to != BindMode::kNone) usable_cpus_ = UsableCpus();
+  if (o_.bind_to != BindMode::kNone) {
+    usable_cpus_ = UsableCpus();
+    // A remote rank binds itself through this program, at the same path on
+    // its host (hvd installed alike on every host).
+    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n > 0 && buf[0] == '/') self_path_.assign(buf, static_cast<size_t>(n));
+    // Replaced while running (a rebuild): no path to give.
+    const std::string deleted = " (deleted)";
+    if (self_path_.size() > deleted.size() &&
+        self_path_.compare(self_path_.size() - deleted.size(), deleted.size(), deleted) == 0) {
+      self_path_.clear();
+    }
+  }
 }
 
 std::vector<std::vector<int>> Supervisor::LocalCpuBlocks(int n) {
@@ -123,11 +135,17 @@ std::vector<std::vector<int>> Supervisor::LocalCpuBlocks(int n) {
   return blocks;
 }
 
-void Supervisor::NoteRemoteUnbound() {
+void Supervisor::NoteRemoteBinding() {
   if (o_.bind_to == BindMode::kNone || !o_.verbose || remote_noted_) return;
   remote_noted_ = true;
-  Log(std::string("--bind-to ") + BindModeName(o_.bind_to) +
-      ": ranks on remote hosts are not bound");
+  if (self_path_.empty()) {
+    Log(std::string("--bind-to ") + BindModeName(o_.bind_to) +
+        ": ranks on remote hosts are not bound (the path of this program is unknown)");
+  } else {
+    Log(std::string("--bind-to ") + BindModeName(o_.bind_to) +
+        ": ranks on remote hosts bind themselves to their host's CPUs (" + self_path_ +
+        " --bind-exec there)");
+  }
 }
 
 Supervisor::~Supervisor() {
@@ -338,6 +356,15 @@ Status Supervisor::SpawnChild(Child& c, const std::vector<std::pair<std::string,
     // epoch being formed at once instead of after the start timeout (the
     // survivors already reset; hvdrun waits for every live worker).
     if (o_.elastic) spec.alive_interval_s = kElasticSshAliveS;
+    if (o_.bind_to != BindMode::kNone && c.bind_size > 0 && !self_path_.empty()) {
+      spec.bind_program = self_path_;
+      spec.bind.mode = o_.bind_to;
+      spec.bind.local_rank = c.bind_rank;
+      spec.bind.local_size = c.bind_size;
+      spec.bind.verbose = o_.verbose;
+      spec.bind.host = c.host;
+      spec.bind.who = c.who;
+    }
     // hvdrun's own HVD_* settings travel too (HVD_LOG_LEVEL and the like).
     std::map<std::string, std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {

@@ -47,6 +47,14 @@
 #                complete; nothing may mention the rendezvous store or show
 #                the remote script's start marker; once the hang is released,
 #                nothing may be left on any host.
+#   bind_remote  2 x 2 (hvd-h1's ranks local, hvd-h2's over ssh), each rank
+#                reporting its Cpus_allowed_list: with --bind-to auto the two
+#                ranks of each host get disjoint CPU sets (hvd-h2's bound by
+#                hvdrun --bind-exec there; -v shows their CPUs), with
+#                --bind-to none every rank keeps the full set; then, with
+#                hvd-h2's sshd (so its sessions) confined to one CPU, auto
+#                leaves hvd-h2's two ranks unbound on that CPU, says so with
+#                -v, and the job still succeeds.
 #   ssh_lost     2 x 2, cluster_probe loop; once every rank is up, the ssh
 #                sessions of hvd-h2's ranks are killed (its sshd's session
 #                processes: host, link and ranks stay). hvdrun must exit 255
@@ -436,6 +444,71 @@ EOF
     # (here E is about 16 s for the probe's, 11 s for hvdrun's).
     "$cluster" exec h3 rm -f "$authdir/hang"
     no_leftovers 30
+    ;;
+  bind_remote)
+    all=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+    # The CPUs of a Cpus_allowed_list, one a line ("0-2,5" -> 0 1 2 5).
+    cpus_of() {
+      local part
+      for part in $(echo "$1" | tr ',' ' '); do
+        case "$part" in *-*) seq "${part%-*}" "${part#*-}" ;; *) echo "$part" ;; esac
+      done
+    }
+    [ "$(cpus_of "$all" | wc -l)" -ge 2 ] || skip "fewer than 2 usable CPUs ($all): nothing to bind apart"
+    up 2
+    # The rank: "AFF <rank> <host it runs in> <Cpus_allowed_list>".
+    cat >"$work/aff.sh" <<'EOF'
+echo "AFF $HVD_RANK $(uname -n) $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+EOF
+    aff() { sed -n "s/^AFF $2 $3 //p" "$1"; }   # aff OUT RANK HOST: its list
+    checking=1
+    run 60 "$work/auto" "$HVDRUN" -v -H hvd-h1:2,hvd-h2:2 --start-timeout 30 sh "$work/aff.sh"
+    [ "$rc" -eq 0 ] || fail "hvdrun --bind-to auto exited $rc"
+    for pair in "0 1 hvd-h1" "2 3 hvd-h2"; do
+      set -- $pair
+      a=$(aff "$work/auto" "$1" "$3") b=$(aff "$work/auto" "$2" "$3")
+      [ -n "$a" ] && [ -n "$b" ] || fail "ranks $1 and $2 did not both report from $3"
+      # Disjoint, and each within the machine's.
+      shared=$(comm -12 <(cpus_of "$a" | sort) <(cpus_of "$b" | sort) | tr '\n' ' ')
+      [ -z "$shared" ] || fail "--bind-to auto: ranks $1 ($a) and $2 ($b) on $3 share CPUs $shared"
+      outside=$(comm -23 <(cpus_of "$a,$b" | sort -u) <(cpus_of "$all" | sort) | tr '\n' ' ')
+      [ -z "$outside" ] || fail "--bind-to auto: CPUs $outside on $3 are not usable ($all)"
+      echo "--bind-to auto: $3: rank $1 on $a, rank $2 on $b"
+    done
+    # -v: the remote ranks' CPUs, as the local ones'.
+    for r in 2 3; do
+      grep -qx "hvdrun: rank $r (host hvd-h2): CPUs $(aff "$work/auto" $r hvd-h2)" "$work/auto" ||
+        fail "-v does not show rank $r's CPUs on hvd-h2"
+    done
+    run 60 "$work/none" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 --bind-to none sh "$work/aff.sh"
+    [ "$rc" -eq 0 ] || fail "hvdrun --bind-to none exited $rc"
+    for rh in "0 hvd-h1" "1 hvd-h1" "2 hvd-h2" "3 hvd-h2"; do
+      set -- $rh
+      [ "$(aff "$work/none" "$1" "$2")" = "$all" ] ||
+        fail "--bind-to none: rank $1 on $2 has CPUs '$(aff "$work/none" "$1" "$2")', want all ($all)"
+    done
+    echo "--bind-to none: every rank on $all"
+    # A remote host with fewer CPUs than ranks, as its sessions see it:
+    # hvd-h2's sshd confined to one CPU (its sessions inherit it). auto binds
+    # there by what that host has: nothing fits, so its ranks run unbound
+    # (on that one CPU), -v says so once, and the job goes on.
+    if command -v taskset >/dev/null; then
+      one=$(cpus_of "$all" | tail -1)
+      taskset -p -c "$one" "$(cat "$HVDC_DIR/h2/sshd.pid")" >/dev/null
+      run 60 "$work/one" "$HVDRUN" -v -H hvd-h1:2,hvd-h2:2 --start-timeout 30 sh "$work/aff.sh"
+      [ "$rc" -eq 0 ] || fail "hvdrun with hvd-h2 on one CPU exited $rc"
+      for r in 2 3; do
+        [ "$(aff "$work/one" $r hvd-h2)" = "$one" ] ||
+          fail "rank $r on hvd-h2 (one CPU: $one) has CPUs '$(aff "$work/one" $r hvd-h2)'"
+      done
+      n=$(count "$work/one" "^hvdrun: --bind-to auto: 2 local rank\(s\) on host hvd-h2 do not fit its 1 usable CPU\(s\) \($one\): not bound$")
+      [ "$n" -eq 1 ] || fail "the note that hvd-h2's ranks do not fit its one CPU came $n times, want 1"
+      a=$(aff "$work/one" 0 hvd-h1) b=$(aff "$work/one" 1 hvd-h1)
+      [ -z "$(comm -12 <(cpus_of "$a" | sort) <(cpus_of "$b" | sort))" ] ||
+        fail "hvd-h1's ranks ($a, $b) share CPUs while hvd-h2 has one"
+      echo "hvd-h2 on CPU $one: its ranks unbound there, said once; hvd-h1's on $a and $b"
+    fi
+    no_leftovers 10
     ;;
   ssh_lost)
     up 2

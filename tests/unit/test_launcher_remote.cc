@@ -2,7 +2,7 @@
 // the start marker the remote script writes first and hvdrun takes out of
 // the rank's stderr, however the reads cut it; the start timeout's words
 // for a login that never completed; and the script itself (the marker its
-// first step, quoting).
+// first step, the binding through hvdrun --bind-exec, quoting).
 
 #include "launcher/remote.h"
 
@@ -13,6 +13,7 @@
 
 namespace {
 
+using hvd::launcher::BindMode;
 using hvd::launcher::kRemoteStartMarker;
 using hvd::launcher::LoginNotCompleted;
 using hvd::launcher::RemoteScript;
@@ -117,7 +118,40 @@ RemoteSpec Spec() {
 TEST(RemoteScript, MarkerIsTheFirstStep) {
   std::string s = RemoteScript(Spec());
   EXPECT_EQ(s.rfind("echo " + kMarker + " >&2; ", 0), 0u) << s;
+}
+
+TEST(RemoteScript, UnboundWithoutABindProgram) {
+  std::string s = RemoteScript(Spec());
+  EXPECT_EQ(s.find("--bind-exec"), std::string::npos) << s;
+  EXPECT_EQ(s.find("\"$@\""), std::string::npos) << s;
   EXPECT_NE(s.find("env -- 'HVD_RANK=3' 'python' 'it'\\''s.py' 3<&-"), std::string::npos) << s;
+}
+
+TEST(RemoteScript, BindsThroughBindExec) {
+  RemoteSpec spec = Spec();
+  spec.bind_program = "/opt/hvd/bin/hvdrun";
+  spec.bind.mode = BindMode::kAuto;
+  spec.bind.local_rank = 1;
+  spec.bind.local_size = 2;
+  spec.bind.host = "h2";
+  spec.bind.who = "rank 3 (host h2)";
+  spec.bind.command = {"ignored"};
+  std::string s = RemoteScript(spec);
+  EXPECT_NE(s.find("if [ -x '/opt/hvd/bin/hvdrun' ]; then set -- '/opt/hvd/bin/hvdrun' "
+                   "'--bind-exec' 'auto' '1' '2' '0' 'h2' 'rank 3 (host h2)' '--'; "
+                   "else set --; :; fi"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("env -- 'HVD_RANK=3' \"$@\" 'python' 'it'\\''s.py' 3<&-"), std::string::npos)
+      << s;
+  EXPECT_EQ(s.find("ignored"), std::string::npos) << s;
+  // With -v, a missing program is said.
+  spec.bind.verbose = true;
+  s = RemoteScript(spec);
+  EXPECT_NE(s.find("else set --; echo 'hvdrun: --bind-to auto: rank 3 (host h2) is not bound: no "
+                   "/opt/hvd/bin/hvdrun on host h2' >&2; fi"),
+            std::string::npos)
+      << s;
 }
 
 }  // namespace
