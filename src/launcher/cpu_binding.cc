@@ -1,10 +1,12 @@
 #include "launcher/cpu_binding.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -62,6 +64,45 @@ std::vector<int> DistinctCoresFirst(const std::vector<std::vector<int>>& cores) 
     }
   }
   return order;
+}
+
+// A whole decimal number in [lo, hi]; false for anything else.
+bool ParseIntIn(const std::string& s, int lo, int hi, int* out) {
+  if (s.empty() || s.size() > 9) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  long v = std::strtol(s.c_str(), nullptr, 10);
+  if (v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+// Writes s to stderr, as much as goes (a message before exec: nothing to do
+// when stderr is gone).
+void ToStderr(const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = ::write(2, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// Binds this process to cpus; false (errno set) when the kernel refuses.
+bool BindSelf(const std::vector<int>& cpus) {
+  int top = *std::max_element(cpus.begin(), cpus.end());
+  cpu_set_t* set = CPU_ALLOC(top + 1);
+  if (set == nullptr) return false;
+  size_t size = CPU_ALLOC_SIZE(top + 1);
+  CPU_ZERO_S(size, set);
+  for (int cpu : cpus) CPU_SET_S(static_cast<size_t>(cpu), size, set);
+  int rc = ::sched_setaffinity(0, size, set);
+  int e = errno;
+  CPU_FREE(set);
+  errno = e;
+  return rc == 0;
 }
 
 }  // namespace
@@ -180,6 +221,106 @@ std::string FormatCpuList(std::vector<int> cpus) {
     i = j + 1;
   }
   return out;
+}
+
+std::vector<std::string> BindExecArgv(const std::string& program, const BindExecArgs& a) {
+  std::vector<std::string> argv = {program,
+                                   "--bind-exec",
+                                   BindModeName(a.mode),
+                                   std::to_string(a.local_rank),
+                                   std::to_string(a.local_size),
+                                   a.verbose ? "1" : "0",
+                                   a.host,
+                                   a.who,
+                                   "--"};
+  argv.insert(argv.end(), a.command.begin(), a.command.end());
+  return argv;
+}
+
+bool ParseBindExecArgs(const std::vector<std::string>& args, BindExecArgs* out,
+                       std::string* error) {
+  // MODE LOCAL_RANK LOCAL_SIZE VERBOSE HOST WHO -- COMMAND...
+  if (args.size() < 8 || args[6] != "--") {
+    *error = "usage: hvdrun --bind-exec MODE LOCAL_RANK LOCAL_SIZE VERBOSE HOST WHO -- COMMAND...";
+    return false;
+  }
+  BindExecArgs a;
+  if (!ParseBindMode(args[0], &a.mode) || a.mode == BindMode::kNone) {
+    *error = "bad mode '" + args[0] + "' (core or auto)";
+    return false;
+  }
+  if (!ParseIntIn(args[2], 1, 1000000, &a.local_size) ||
+      !ParseIntIn(args[1], 0, a.local_size - 1, &a.local_rank)) {
+    *error = "bad local rank/size '" + args[1] + "'/'" + args[2] + "'";
+    return false;
+  }
+  if (args[3] != "0" && args[3] != "1") {
+    *error = "bad verbosity '" + args[3] + "' (0 or 1)";
+    return false;
+  }
+  a.verbose = args[3] == "1";
+  a.host = args[4];
+  a.who = args[5];
+  a.command.assign(args.begin() + 7, args.end());
+  *out = std::move(a);
+  return true;
+}
+
+BindDecision DecideBinding(const BindExecArgs& a, const std::vector<CpuInfo>& usable) {
+  BindDecision d;
+  const std::string mode = std::string("--bind-to ") + BindModeName(a.mode) + ": ";
+  if (usable.empty()) {
+    d.note = mode + a.who + ": the usable CPUs of host " + a.host + " cannot be read: not bound";
+    return d;
+  }
+  auto blocks = CpuBlocks(a.mode, usable, a.local_size);
+  if (blocks.empty() || a.local_rank < 0 || a.local_rank >= static_cast<int>(blocks.size())) {
+    // Said once a host: by its first rank (the others see the same CPUs).
+    if (a.local_rank == 0) {
+      std::vector<int> ids;
+      for (const auto& c : usable) ids.push_back(c.cpu);
+      d.note = mode + std::to_string(a.local_size) + " local rank(s) on host " + a.host +
+               " do not fit its " + std::to_string(ids.size()) + " usable CPU(s) (" +
+               FormatCpuList(ids) + "): not bound";
+    }
+    return d;
+  }
+  d.cpus = blocks[static_cast<size_t>(a.local_rank)];
+  return d;
+}
+
+int RunBindExec(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  BindExecArgs a;
+  std::string error;
+  if (!ParseBindExecArgs(args, &a, &error)) {
+    ToStderr("hvdrun: error: --bind-exec: " + error + "\n");
+    return 2;
+  }
+  BindDecision d = DecideBinding(a, UsableCpus());
+  if (!d.cpus.empty()) {
+    const std::string list = FormatCpuList(d.cpus);
+    if (BindSelf(d.cpus)) {
+      if (a.verbose) ToStderr("hvdrun: " + a.who + ": CPUs " + list + "\n");
+    } else {
+      // As for a local rank: said whatever the verbosity, and the rank runs.
+      ToStderr("hvdrun: warning: cannot bind this process to CPUs " + list +
+               " (sched_setaffinity failed: " + std::strerror(errno) + "): it runs unbound\n");
+    }
+  } else if (a.verbose && !d.note.empty()) {
+    ToStderr("hvdrun: " + d.note + "\n");
+  }
+  std::vector<char*> cargv;
+  for (auto& s : a.command) cargv.push_back(const_cast<char*>(s.c_str()));
+  cargv.push_back(nullptr);
+  ::execvp(cargv[0], cargv.data());
+  int e = errno;
+  // env's exit codes, which the remote script used before: 127 not found,
+  // 126 found but not executable.
+  ToStderr("hvdrun: " + a.who + ": cannot execute '" + a.command[0] + "': " + std::strerror(e) +
+           "\n");
+  return e == ENOENT ? 127 : 126;
 }
 
 }  // namespace hvd::launcher

@@ -357,7 +357,15 @@ bool ElasticJob::SpawnWorker(const std::string& host, int slot) {
         "it; give --network-interface");
   }
   if (w->child.remote) {
-    NoteRemoteUnbound();
+    // Bound on its host by its slot among the host's slots: a live worker's
+    // slot is its own, and one started in a failed one's place takes over
+    // its slot and so its CPUs.
+    const HostSlots* h = FindHost(usable_, host);
+    if (h != nullptr && slot < h->slots) {
+      w->child.bind_rank = slot;
+      w->child.bind_size = h->slots;
+    }
+    NoteRemoteBinding();
   } else {
     w->child.cpus = LocalCpus();
   }
@@ -492,8 +500,14 @@ void ElasticJob::Form() {
       if (!w->Live() || w->join_pending) continue;
       Clock::time_point from = std::max(forming_since_, w->started);
       if (std::chrono::duration<double>(now - from).count() < o_.start_timeout_s) continue;
-      std::string what = w->child.who + " did not ask to join epoch " + std::to_string(epoch_ + 1) +
-                         " within the start timeout (" + FormatSeconds(o_.start_timeout_s) + " s)";
+      // Its ssh never brought the remote script's start marker: the login
+      // to its host hangs, not the worker.
+      std::string what =
+          w->child.remote && !w->child.remote_started
+              ? w->child.who + ": " + LoginNotCompleted(w->host, o_.ssh_port,
+                                                        FormatSeconds(o_.start_timeout_s))
+              : w->child.who + " did not ask to join epoch " + std::to_string(epoch_ + 1) +
+                    " within the start timeout (" + FormatSeconds(o_.start_timeout_s) + " s)";
       Log(what + ": stopping it");
       unrecovered_.push_back({what, 1});
       Drop(*w, "it did not ask to join within the start timeout", true);

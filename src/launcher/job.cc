@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -139,7 +140,10 @@ int Job::Prepare() {
   size_t next = 0;
   for (auto& r : ranks_) {
     if (r.child.remote) {
-      NoteRemoteUnbound();
+      // Bound on its host, among that host's ranks (hvdrun --bind-exec).
+      r.child.bind_rank = r.slot.local_rank;
+      r.child.bind_size = r.slot.local_size;
+      NoteRemoteBinding();
     } else if (!blocks.empty()) {
       r.child.cpus = blocks[next++];
     }
@@ -221,6 +225,13 @@ void Job::SpawnAll() {
 void Job::OnExit(Child& c, int wstatus) {
   ExitInfo e = DescribeExit(c, wstatus);
   if (e.failed && !stopping_) {
+    // A rank that fails once the start timeout is over, while others have
+    // not started (their ssh login hangs) or not reached the store, fails
+    // for them as a rule: the library's own start timeout (HVD_START_TIMEOUT,
+    // as long, counted from the rank's start, so never over before hvdrun's)
+    // ended its wait for them. Those are said first, as the start timeout
+    // (which then stops the job), and this exit after them.
+    CheckStartTimeout();
     Log(c.who + " " + e.what);
     BeginStop(e.code);
   } else if (o_.verbose || (e.failed && exit_code_ < 0)) {
@@ -254,11 +265,43 @@ void Job::UpdateReady() {
 void Job::CheckStartTimeout() {
   if (stopping_ || o_.start_timeout_s <= 0) return;
   if (SecondsSince(start_time_) < o_.start_timeout_s) return;
+  // A remote rank whose ssh never brought the script's start marker did not
+  // start at all: its login hangs (authentication), and the store is not to
+  // blame. Said first, a line a host.
   std::vector<const Rank*> missing;
+  std::vector<std::string> login_hosts;
+  std::map<std::string, std::vector<int>> login_ranks;
   for (const auto& r : ranks_) {
-    if (r.child.running && !r.child.ready) missing.push_back(&r);
+    if (!r.child.running || r.child.ready) continue;
+    if (r.child.remote && !r.child.remote_started) {
+      if (!login_ranks.count(r.child.host)) login_hosts.push_back(r.child.host);
+      login_ranks[r.child.host].push_back(r.slot.rank);
+    } else {
+      missing.push_back(&r);
+    }
   }
-  if (missing.empty()) return;
+  if (missing.empty() && login_hosts.empty()) return;
+  constexpr size_t kMaxHostLines = 8;
+  for (size_t k = 0; k < login_hosts.size() && k < kMaxHostLines; ++k) {
+    const std::string& h = login_hosts[k];
+    const std::vector<int>& ids = login_ranks[h];
+    std::string who = ids.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ids.size(); ++i) who += (i ? ", " : "") + std::to_string(ids[i]);
+    Log("start timeout: " + who + " (host " + h + "): " +
+        LoginNotCompleted(h, o_.ssh_port, FormatSeconds(o_.start_timeout_s)));
+  }
+  if (login_hosts.size() > kMaxHostLines) {
+    std::string more;
+    for (size_t k = kMaxHostLines; k < login_hosts.size(); ++k) {
+      more += (more.empty() ? "" : ", ") + login_hosts[k];
+    }
+    Log("start timeout: the ssh login did not complete on " +
+        std::to_string(login_hosts.size() - kMaxHostLines) + " more host(s) either: " + more);
+  }
+  if (missing.empty()) {
+    BeginStop(1);
+    return;
+  }
   std::string list;
   for (size_t i = 0; i < missing.size(); ++i) {
     if (i == 8 && missing.size() > 10) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hvd.h"
+#include "launcher/cpu_binding.h"
 #include "launcher/elastic.h"
 #include "launcher/hosts.h"
 #include "launcher/job.h"
@@ -123,6 +124,9 @@ std::string CheckBuildText() {
 
 int main(int argc, char** argv) {
   using namespace hvd::launcher;
+  // Not an option of the command line: what the remote script runs to bind
+  // a rank on its host (cpu_binding.h). It binds and execs the rank.
+  if (argc >= 2 && std::string(argv[1]) == "--bind-exec") return RunBindExec(argc, argv);
   ParseResult pr = ParseArgs(argc, argv);
   switch (pr.outcome) {
     case ParseOutcome::kHelp:

@@ -228,9 +228,10 @@ Remote hosts:
   -i, --ssh-identity-file F   ssh private key
 
 Behaviour:
-  --bind-to none|core|auto    CPU binding of the ranks started on this machine
-                              (not those on remote hosts), within hvdrun's own
-                              CPU affinity. auto (the default, or
+  --bind-to none|core|auto    CPU binding of each host's ranks, within the CPU
+                              affinity hvdrun has here (remote ranks: their
+                              ssh session's there; hvdrun at the same path
+                              there binds them). auto (the default, or
                               $HVD_BIND_TO): where the ranks fit the CPUs, each
                               gets an equal contiguous share of them (whole
                               physical cores first); else none. core: one CPU

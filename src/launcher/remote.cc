@@ -18,23 +18,95 @@ std::string ShellQuote(const std::string& s) {
   return out;
 }
 
+bool StartMarkerFilter::Feed(const char* data, size_t n, std::string* out) {
+  if (seen_) {
+    out->append(data, n);
+    return false;
+  }
+  static const std::string marker = kRemoteStartMarker;
+  for (size_t i = 0; i < n; ++i) {
+    char c = data[i];
+    if (!line_start_) {
+      // The middle of a line that is not the marker: it passes.
+      size_t end = i;
+      while (end < n && data[end] != '\n') ++end;
+      out->append(data + i, end - i);
+      if (end == n) return false;
+      out->push_back('\n');
+      line_start_ = true;
+      i = end;
+      continue;
+    }
+    if (c == '\n' && held_ == marker) {
+      held_.clear();
+      seen_ = true;
+      out->append(data + i + 1, n - i - 1);
+      return true;
+    }
+    held_.push_back(c);
+    if (c == '\n' || marker.compare(0, held_.size(), held_) != 0) {
+      // Not the marker after all.
+      out->append(held_);
+      line_start_ = c == '\n';
+      held_.clear();
+    }
+  }
+  return false;
+}
+
+void StartMarkerFilter::Finish(std::string* out) {
+  out->append(held_);
+  held_.clear();
+}
+
+std::string LoginNotCompleted(const std::string& host, int port, const std::string& timeout) {
+  const std::string p = port > 0 ? " -p " + std::to_string(port) : std::string();
+  return "ssh to host " + host + " did not complete the login (authentication) within " + timeout +
+         " s: the remote command never started there. Check that this user's key is accepted "
+         "there without a prompt, and the lookups of that login on " + host +
+         " (authorized keys, PAM, LDAP/NSS; its shell's startup files); try 'ssh -v" + p + " " +
+         host + " true'";
+}
+
 std::string RemoteScript(const RemoteSpec& spec) {
   // "--" first: env takes no option from what follows (the assignments and
   // then the command, even one starting with '-').
   std::string cmd = "env --";
   for (const auto& kv : spec.env) cmd += " " + ShellQuote(kv.first + "=" + kv.second);
+  // With a binding: the positional parameters, set below to the binding
+  // program's words (or to none, where that program is missing).
+  if (!spec.bind_program.empty()) cmd += " \"$@\"";
   for (const auto& a : spec.command) cmd += " " + ShellQuote(a);
 
   long grace = std::lround(std::ceil(spec.grace_s));
   // One line, steps joined with "; " (or ended by "&"), so that any login
   // shell passes it to sh intact.
   std::vector<std::string> steps = {
+      // First of all: the login is complete and this script runs.
+      std::string("echo ") + kRemoteStartMarker + " >&2",
       // fd 3 = the pipe from hvdrun; fd 0 = /dev/null for the command.
       "exec 3<&0 </dev/null",
       "IFS= read -r HVD_SECRET <&3 || exit 1",
       "export HVD_SECRET",
       "cd " + ShellQuote(spec.cwd) + " || { echo \"hvdrun: cannot cd to \"" +
           ShellQuote(spec.cwd) + "\" on $(uname -n)\" >&2; exit 1; }",
+  };
+  if (!spec.bind_program.empty()) {
+    BindExecArgs b = spec.bind;
+    b.command.clear();  // the command follows "$@" in cmd
+    std::string words;
+    for (const auto& w : BindExecArgv(spec.bind_program, b)) words += " " + ShellQuote(w);
+    std::string missing = ":";
+    if (b.verbose) {
+      missing = "echo " +
+                ShellQuote(std::string("hvdrun: --bind-to ") + BindModeName(b.mode) + ": " + b.who +
+                           " is not bound: no " + spec.bind_program + " on host " + spec.host) +
+                " >&2";
+    }
+    steps.push_back("if [ -x " + ShellQuote(spec.bind_program) + " ]; then set --" + words +
+                    "; else set --; " + missing + "; fi");
+  }
+  const std::vector<std::string> rest = {
       "if command -v setsid >/dev/null 2>&1; then setsid " + cmd + " 3<&- & else " + cmd +
           " 3<&- & fi",
       "hvd_pid=$!",
@@ -56,6 +128,7 @@ std::string RemoteScript(const RemoteSpec& spec) {
       "wait $hvd_watch",
       "exit $hvd_rc",
   };
+  steps.insert(steps.end(), rest.begin(), rest.end());
   std::string s;
   for (size_t i = 0; i < steps.size(); ++i) s += (i ? "; " : "") + steps[i];
   return s;
@@ -70,7 +143,9 @@ std::vector<std::string> SshArgv(const RemoteSpec& spec) {
     // Half the start timeout (at least 1 s) to connect and read sshd's
     // banner: a host that does not answer, or whose sshd accepts but never
     // speaks (hung), fails ssh itself, which says so (exit 255), before the
-    // start timeout would report the rank as not reaching the store.
+    // start timeout would report the rank as not reaching the store. (It
+    // does not cover what follows the banner: a login that hangs there is
+    // told at the start timeout by the missing start marker.)
     argv.push_back("-o");
     argv.push_back("ConnectTimeout=" +
                    std::to_string(std::max(1L, std::lround(std::ceil(spec.connect_timeout_s / 2)))));

@@ -106,7 +106,19 @@ Supervisor::Supervisor(const Options& o) : o_(o) {
   g_log_sink = &err_sink_;
   char buf[4096];
   cwd_ = ::getcwd(buf, sizeof(buf)) ? buf : "/";
-  if (o_.bind_to != BindMode::kNone) usable_cpus_ = UsableCpus();
+  if (o_.bind_to != BindMode::kNone) {
+    usable_cpus_ = UsableCpus();
+    // A remote rank binds itself through this program, at the same path on
+    // its host (hvd installed alike on every host).
+    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n > 0 && buf[0] == '/') self_path_.assign(buf, static_cast<size_t>(n));
+    // Replaced while running (a rebuild): no path to give.
+    const std::string deleted = " (deleted)";
+    if (self_path_.size() > deleted.size() &&
+        self_path_.compare(self_path_.size() - deleted.size(), deleted.size(), deleted) == 0) {
+      self_path_.clear();
+    }
+  }
 }
 
 std::vector<std::vector<int>> Supervisor::LocalCpuBlocks(int n) {
@@ -123,11 +135,17 @@ std::vector<std::vector<int>> Supervisor::LocalCpuBlocks(int n) {
   return blocks;
 }
 
-void Supervisor::NoteRemoteUnbound() {
+void Supervisor::NoteRemoteBinding() {
   if (o_.bind_to == BindMode::kNone || !o_.verbose || remote_noted_) return;
   remote_noted_ = true;
-  Log(std::string("--bind-to ") + BindModeName(o_.bind_to) +
-      ": ranks on remote hosts are not bound");
+  if (self_path_.empty()) {
+    Log(std::string("--bind-to ") + BindModeName(o_.bind_to) +
+        ": ranks on remote hosts are not bound (the path of this program is unknown)");
+  } else {
+    Log(std::string("--bind-to ") + BindModeName(o_.bind_to) +
+        ": ranks on remote hosts bind themselves to their host's CPUs (" + self_path_ +
+        " --bind-exec there)");
+  }
 }
 
 Supervisor::~Supervisor() {
@@ -338,6 +356,15 @@ Status Supervisor::SpawnChild(Child& c, const std::vector<std::pair<std::string,
     // epoch being formed at once instead of after the start timeout (the
     // survivors already reset; hvdrun waits for every live worker).
     if (o_.elastic) spec.alive_interval_s = kElasticSshAliveS;
+    if (o_.bind_to != BindMode::kNone && c.bind_size > 0 && !self_path_.empty()) {
+      spec.bind_program = self_path_;
+      spec.bind.mode = o_.bind_to;
+      spec.bind.local_rank = c.bind_rank;
+      spec.bind.local_size = c.bind_size;
+      spec.bind.verbose = o_.verbose;
+      spec.bind.host = c.host;
+      spec.bind.who = c.who;
+    }
     // hvdrun's own HVD_* settings travel too (HVD_LOG_LEVEL and the like).
     std::map<std::string, std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
@@ -394,6 +421,8 @@ void Supervisor::Track(Child& c, Spawned&& sp, const std::string& tag, const std
   c.pid = sp.pid;
   c.started = c.running = true;
   c.ready = false;
+  c.remote_started = false;
+  c.marker = StartMarkerFilter();
   c.stop_requested = c.kill_sent = false;
   c.kill_at = Clock::time_point::max();
   c.exec_errno = sp.exec_errno;
@@ -499,6 +528,11 @@ std::string Supervisor::SshFailure(const Child& c) const {
            " (the host went down or was cut off, or its sshd ended the session; exit code 255 is "
            "also what a program that exits with 255 gives)";
   }
+  if (c.remote_started) {
+    // The login worked: the script ran on the host.
+    return "after the login to " + c.host + " had completed: the command exited with 255 there, "
+           "or the ssh connection broke";
+  }
   return "ssh failed? check that 'ssh" + (o_.ssh_port ? " -p " + port : std::string()) + " " +
          c.host + "' works without a password";
 }
@@ -559,25 +593,51 @@ void Supervisor::ReadOutput(const std::vector<pollfd>& fds,
           if (c->captured.size() < kMaxCapture) c->captured.append(buf, static_cast<size_t>(n));
           continue;
         }
-        ls.Feed(buf, static_cast<size_t>(n));
-        Fd& copy = is_out ? c->out_file : c->err_file;
-        if (copy.valid() && !WriteAll(copy.get(), std::string(buf, static_cast<size_t>(n)))) {
-          Log(c->who + ": cannot write to its --output-filename file: " + std::strerror(errno));
-          copy.reset();
+        const char* data = buf;
+        size_t len = static_cast<size_t>(n);
+        std::string kept;
+        if (!is_out && c->remote && !c->marker.seen()) {
+          // Until the remote script's start marker came: taken out here.
+          if (c->marker.Feed(buf, len, &kept)) {
+            c->remote_started = true;
+            if (o_.verbose) {
+              Log(c->who + ": ssh login to " + c->host + " complete, the remote script runs");
+            }
+          }
+          data = kept.data();
+          len = kept.size();
         }
-        if (!is_out && c->remote) {
-          constexpr size_t kTail = 2048;
-          c->err_tail.append(buf, static_cast<size_t>(n));
-          if (c->err_tail.size() > kTail) c->err_tail.erase(0, c->err_tail.size() - kTail);
-        }
+        Forward(*c, is_out, data, len);
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (!is_out && c->remote) {
+        std::string held;
+        c->marker.Finish(&held);
+        Forward(*c, is_out, held.data(), held.size());
+      }
       ls.Finish();  // EOF or error
       fd.reset();
       (is_out ? c->out_file : c->err_file).reset();
     }
+  }
+}
+
+// Bytes of c's stdout or stderr: to hvdrun's own, to its --output-filename
+// copy, and (a remote child's stderr) to its tail for ssh's messages.
+void Supervisor::Forward(Child& c, bool is_out, const char* data, size_t n) {
+  if (n == 0) return;
+  (is_out ? *c.out : *c.err).Feed(data, n);
+  Fd& copy = is_out ? c.out_file : c.err_file;
+  if (copy.valid() && !WriteAll(copy.get(), std::string(data, n))) {
+    Log(c.who + ": cannot write to its --output-filename file: " + std::strerror(errno));
+    copy.reset();
+  }
+  if (!is_out && c.remote) {
+    constexpr size_t kTail = 2048;
+    c.err_tail.append(data, n);
+    if (c.err_tail.size() > kTail) c.err_tail.erase(0, c.err_tail.size() - kTail);
   }
 }
 

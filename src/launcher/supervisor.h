@@ -25,6 +25,7 @@
 #include "launcher/options.h"
 #include "launcher/output.h"
 #include "launcher/process.h"
+#include "launcher/remote.h"
 #include "rendezvous/store.h"
 
 namespace hvd::launcher {
@@ -52,11 +53,19 @@ struct Child {
   bool started = false;
   bool running = false;
   bool ready = false;        // reached the store (for ssh failure messages)
+  // A remote child: its ssh brought the remote script's start marker (the
+  // login completed and the script runs); the marker is taken out of its
+  // stderr by `marker`.
+  bool remote_started = false;
+  StartMarkerFilter marker;
   bool exec_failed = false;  // the program could not be executed (exec_errno says why)
   int exec_errno = 0;
   Fd out_r, err_r, stdin_w;
   std::unique_ptr<LineStream> out, err;
   std::vector<int> cpus;     // a local child's CPU binding (--bind-to); empty: none
+  // A remote child's place among its host's ranks, for --bind-to there
+  // (hvdrun --bind-exec): bind_size 0: not bound.
+  int bind_rank = 0, bind_size = 0;
   bool capture_out = false;  // stdout kept in `captured` instead of forwarded
   std::string captured;
   std::string err_tail;      // a remote child's last stderr bytes: ssh's own message, if it failed
@@ -107,11 +116,12 @@ class Supervisor {
   // rank (CpuBlocks over hvdrun's own affinity); empty: they are not bound
   // (with -v, the first time, says why).
   std::vector<std::vector<int>> LocalCpuBlocks(int n);
-  // With -v, once a job: that ranks on remote hosts are not bound.
-  void NoteRemoteUnbound();
+  // With -v, once a job: how ranks on remote hosts are bound (or that they
+  // are not: no path to this program).
+  void NoteRemoteBinding();
 
   // Starts the job's command as c (c.host, c.remote, c.who set; c.cpus, a
-  // local child's binding), with vars
+  // local child's binding; c.bind_rank/bind_size, a remote one's), with vars
   // (a later one wins) and HVD_SECRET; `drop` names variables of hvdrun's
   // environment the child must not inherit. tag: its output prefix with
   // --tag-output ("[3]"). Tracks c.
@@ -173,6 +183,7 @@ class Supervisor {
   void HandleSignals();
   void Reap();
   void ReadOutput(const std::vector<pollfd>& fds, const std::vector<std::pair<Child*, int>>& who);
+  void Forward(Child& c, bool is_out, const char* data, size_t n);
   int PollTimeoutMs() const;
   void FlushIdleOutput();
   void KillDue();
@@ -181,6 +192,7 @@ class Supervisor {
   std::map<pid_t, Child*> by_pid_;
   std::vector<CpuInfo> usable_cpus_;  // read once, when --bind-to is not none
   bool unbound_noted_ = false, remote_noted_ = false;
+  std::string self_path_;  // this program, run on remote hosts to bind their ranks
   Fd sig_r_, sig_w_;
   Clock::time_point kill_deadline_;
 };

@@ -352,7 +352,10 @@ ClientAliveInterval 2
 ClientAliveCountMax 3
 LogLevel ERROR
 CONF
-    "$SSHD" -t -f "$STATE/h$i/sshd_config" || die "sshd rejects $STATE/h$i/sshd_config"
+    # Checked inside the host, as it will run: sshd -t wants its privilege
+    # separation directory, which may exist only in the host's private /run.
+    nsenter -t "$(anchor_of "$i")" -n -u -i -m --wd=/ -- "$SSHD" -t -f "$STATE/h$i/sshd_config" ||
+      die "sshd rejects $STATE/h$i/sshd_config"
     nsenter -t "$(anchor_of "$i")" -n -u -i -m --wd=/ -- "$SSHD" -f "$STATE/h$i/sshd_config" \
       -E "$STATE/h$i/sshd.log" </dev/null >/dev/null 2>&1 || die "sshd of h$i did not start: $(cat "$STATE/h$i/sshd.log" 2>/dev/null)"
   done

@@ -38,6 +38,23 @@
 #                reach the rendezvous store), and leave no process on any
 #                host, before and after that sshd is resumed (SIGCONT, on
 #                every path).
+#   ssh_auth_hung  3 x 1 with hvd-h3's login hanging during authentication
+#                (its sshd asks an AuthorizedKeysCommand that does not answer
+#                until released; first checked with ssh -v: the banner comes,
+#                the key is offered, then nothing): hvdrun --start-timeout 10
+#                must fail within 12 s, its first message naming rank 2 and
+#                hvd-h3 and saying the ssh login (authentication) did not
+#                complete; nothing may mention the rendezvous store or show
+#                the remote script's start marker; once the hang is released,
+#                nothing may be left on any host.
+#   bind_remote  2 x 2 (hvd-h1's ranks local, hvd-h2's over ssh), each rank
+#                reporting its Cpus_allowed_list: with --bind-to auto the two
+#                ranks of each host get disjoint CPU sets (hvd-h2's bound by
+#                hvdrun --bind-exec there; -v shows their CPUs), with
+#                --bind-to none every rank keeps the full set; then, with
+#                hvd-h2's sshd (so its sessions) confined to one CPU, auto
+#                leaves hvd-h2's two ranks unbound on that CPU, says so with
+#                -v, and the job still succeeds.
 #   ssh_lost     2 x 2, cluster_probe loop; once every rank is up, the ssh
 #                sessions of hvd-h2's ranks are killed (its sshd's session
 #                processes: host, link and ranks stay). hvdrun must exit 255
@@ -355,6 +372,143 @@ case "$case_" in
     sleep 1
     no_leftovers 10
     "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h3 true || fail "hvd-h3 unreachable once its sshd resumed"
+    ;;
+  ssh_auth_hung)
+    up 3
+    # hvd-h3's login hangs during authentication: its sshd asks a command for
+    # the authorized keys (and none from the file), and that command does not
+    # answer while $authdir/hang exists. sshd runs such a command only from a
+    # root-owned path with no group- or world-writable directory on it (not
+    # /tmp), so it lives on a tmpfs mounted in hvd-h3's own mount namespace
+    # over a root-owned directory (hidden there only; gone with the host).
+    # sshd re-reads its configuration on SIGHUP (it re-executes itself: same
+    # pid).
+    authdir=""
+    for d in /srv /media /mnt /opt; do
+      if [ -d "$d" ] && [ "$(stat -c '%u %a' "$d")" = "0 755" ]; then authdir=$d; break; fi
+    done
+    [ -n "$authdir" ] || skip "no root-owned directory of mode 755 to mount the key command's tmpfs on"
+    sshd_bin=$(command -v sshd || echo /usr/sbin/sshd)
+    "$cluster" exec h3 mount -t tmpfs -o mode=755 hvd-auth-hang "$authdir"
+    "$cluster" exec h3 sh -c "cat >$authdir/keys && chmod 755 $authdir/keys && touch $authdir/hang" <<EOF
+#!/bin/sh
+# AuthorizedKeysCommand of hvd-h3: hangs the login until $authdir/hang goes
+# (120 s at most), then offers no key.
+i=0
+while [ -e $authdir/hang ] && [ \$i -lt 1200 ]; do sleep 0.1; i=\$((i + 1)); done
+EOF
+    sed -i -e "s|^AuthorizedKeysFile .*|AuthorizedKeysFile none\nAuthorizedKeysCommand $authdir/keys\nAuthorizedKeysCommandUser root|" \
+      "$HVDC_DIR/h3/sshd_config"
+    "$cluster" exec h3 "$sshd_bin" -t -f "$HVDC_DIR/h3/sshd_config" || fail "sshd rejects the hanging configuration"
+    kill -HUP "$(cat "$HVDC_DIR/h3/sshd.pid")"
+    # The fault is the one meant: sshd's banner comes, the key is offered,
+    # and then nothing (ssh -v, stopped after 4 s; refused while sshd
+    # restarts).
+    for _ in $(seq 1 25); do
+      rc=0
+      timeout -k 2 4 "$cluster" exec h1 ssh -v -F "$HVDC_SSH_CONFIG" -o ConnectTimeout=2 hvd-h3 true \
+        >"$work/probe_ssh" 2>&1 </dev/null || rc=$?
+      grep -q "Connection refused" "$work/probe_ssh" || break
+      sleep 0.2
+    done
+    if [ "$rc" -ne 124 ] || ! grep -q "Remote protocol version" "$work/probe_ssh" ||
+       ! grep -q "Offering public key" "$work/probe_ssh" || grep -q "Authenticated to" "$work/probe_ssh"; then
+      tail -5 "$work/probe_ssh"
+      fail "ssh -v to hvd-h3: rc $rc; want it past the banner, offering its key, and then hanging"
+    fi
+    echo "ssh -v to hvd-h3: past the banner, key offered, then no answer (stopped after 4 s)"
+    checking=1
+    start=10 grace=3
+    t1=$(date +%s.%N)
+    run 60 "$work/job" "$HVDRUN" -H hvd-h1,hvd-h2,hvd-h3 --start-timeout $start --grace-period $grace \
+      "$PROBE" topo 1 3
+    took=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    echo "hvdrun exited $rc after $took s"
+    [ "$rc" -ne 0 ] || fail "hvdrun exited 0 with hvd-h3's login hanging"
+    awk -v t="$took" -v b=$((start + 2)) 'BEGIN { exit !(t <= b) }' ||
+      fail "hvdrun took $took s, beyond its start timeout ($start s) + 2 s"
+    # hvdrun's first message (what stopped the job) names hvd-h3's rank and
+    # says the login there did not complete.
+    first=$(grep -m1 "^hvdrun: " "$work/job" || true)
+    echo "$first" | grep -qE "^hvdrun: start timeout: rank 2 \(host hvd-h3\): ssh to host hvd-h3 did not complete the login \(authentication\) within $start s: .*try 'ssh -v hvd-h3 true'$" ||
+      fail "hvdrun's first message does not say that the login to hvd-h3 did not complete: $first"
+    if grep -qi "rendezvous store" "$work/job"; then
+      fail "something blames the rendezvous store for a host whose login hangs"
+    fi
+    if grep -q "remote-started" "$work/job"; then fail "the remote script's start marker shows"; fi
+    # Released, the hanging lookups end, and their sshd processes with them
+    # (their clients are gone): nothing may be left on any host. Not at
+    # once: sshd answers a login attempt that did not succeed no sooner than
+    # a delay that it doubles until it exceeds the time the attempt took, so
+    # the processes of an attempt that hung E s stay up to about E s more
+    # (here E is about 16 s for the probe's, 11 s for hvdrun's).
+    "$cluster" exec h3 rm -f "$authdir/hang"
+    no_leftovers 30
+    ;;
+  bind_remote)
+    all=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+    # The CPUs of a Cpus_allowed_list, one a line ("0-2,5" -> 0 1 2 5).
+    cpus_of() {
+      local part
+      for part in $(echo "$1" | tr ',' ' '); do
+        case "$part" in *-*) seq "${part%-*}" "${part#*-}" ;; *) echo "$part" ;; esac
+      done
+    }
+    [ "$(cpus_of "$all" | wc -l)" -ge 2 ] || skip "fewer than 2 usable CPUs ($all): nothing to bind apart"
+    up 2
+    # The rank: "AFF <rank> <host it runs in> <Cpus_allowed_list>".
+    cat >"$work/aff.sh" <<'EOF'
+echo "AFF $HVD_RANK $(uname -n) $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
+EOF
+    aff() { sed -n "s/^AFF $2 $3 //p" "$1"; }   # aff OUT RANK HOST: its list
+    checking=1
+    run 60 "$work/auto" "$HVDRUN" -v -H hvd-h1:2,hvd-h2:2 --start-timeout 30 sh "$work/aff.sh"
+    [ "$rc" -eq 0 ] || fail "hvdrun --bind-to auto exited $rc"
+    for pair in "0 1 hvd-h1" "2 3 hvd-h2"; do
+      set -- $pair
+      a=$(aff "$work/auto" "$1" "$3") b=$(aff "$work/auto" "$2" "$3")
+      [ -n "$a" ] && [ -n "$b" ] || fail "ranks $1 and $2 did not both report from $3"
+      # Disjoint, and each within the machine's.
+      shared=$(comm -12 <(cpus_of "$a" | sort) <(cpus_of "$b" | sort) | tr '\n' ' ')
+      [ -z "$shared" ] || fail "--bind-to auto: ranks $1 ($a) and $2 ($b) on $3 share CPUs $shared"
+      outside=$(comm -23 <(cpus_of "$a,$b" | sort -u) <(cpus_of "$all" | sort) | tr '\n' ' ')
+      [ -z "$outside" ] || fail "--bind-to auto: CPUs $outside on $3 are not usable ($all)"
+      echo "--bind-to auto: $3: rank $1 on $a, rank $2 on $b"
+    done
+    # -v: the remote ranks' CPUs, as the local ones'.
+    for r in 2 3; do
+      grep -qx "hvdrun: rank $r (host hvd-h2): CPUs $(aff "$work/auto" $r hvd-h2)" "$work/auto" ||
+        fail "-v does not show rank $r's CPUs on hvd-h2"
+    done
+    run 60 "$work/none" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 --bind-to none sh "$work/aff.sh"
+    [ "$rc" -eq 0 ] || fail "hvdrun --bind-to none exited $rc"
+    for rh in "0 hvd-h1" "1 hvd-h1" "2 hvd-h2" "3 hvd-h2"; do
+      set -- $rh
+      [ "$(aff "$work/none" "$1" "$2")" = "$all" ] ||
+        fail "--bind-to none: rank $1 on $2 has CPUs '$(aff "$work/none" "$1" "$2")', want all ($all)"
+    done
+    echo "--bind-to none: every rank on $all"
+    # A remote host with fewer CPUs than ranks, as its sessions see it:
+    # hvd-h2's sshd confined to one CPU (its sessions inherit it). auto binds
+    # there by what that host has: nothing fits, so its ranks run unbound
+    # (on that one CPU), -v says so once, and the job goes on.
+    if command -v taskset >/dev/null; then
+      one=$(cpus_of "$all" | tail -1)
+      taskset -p -c "$one" "$(cat "$HVDC_DIR/h2/sshd.pid")" >/dev/null
+      run 60 "$work/one" "$HVDRUN" -v -H hvd-h1:2,hvd-h2:2 --start-timeout 30 sh "$work/aff.sh"
+      [ "$rc" -eq 0 ] || fail "hvdrun with hvd-h2 on one CPU exited $rc"
+      for r in 2 3; do
+        [ "$(aff "$work/one" $r hvd-h2)" = "$one" ] ||
+          fail "rank $r on hvd-h2 (one CPU: $one) has CPUs '$(aff "$work/one" $r hvd-h2)'"
+      done
+      n=$(count "$work/one" "^hvdrun: --bind-to auto: 2 local rank\(s\) on host hvd-h2 do not fit its 1 usable CPU\(s\) \($one\): not bound$")
+      [ "$n" -eq 1 ] || fail "the note that hvd-h2's ranks do not fit its one CPU came $n times, want 1"
+      a=$(aff "$work/one" 0 hvd-h1) b=$(aff "$work/one" 1 hvd-h1)
+      [ -z "$(comm -12 <(cpus_of "$a" | sort) <(cpus_of "$b" | sort))" ] ||
+        fail "hvd-h1's ranks ($a, $b) share CPUs while hvd-h2 has one"
+      echo "hvd-h2 on CPU $one: its ranks unbound there, said once; hvd-h1's on $a and $b"
+    fi
+    no_leftovers 10
     ;;
   ssh_lost)
     up 2

@@ -1,7 +1,9 @@
 // Tests of hvdrun's CPU binding plan (src/launcher/cpu_binding.h): which CPUs
 // each local rank gets under --bind-to core and auto, on machine shapes this
 // machine does not have (hyperthreads numbered either way, two packages, a
-// taskset subset), and the reading of the affinity mask and topology.
+// taskset subset), the reading of the affinity mask and topology, and what
+// hvdrun --bind-exec (a remote rank binding itself on its host) is given and
+// decides.
 
 #include "launcher/cpu_binding.h"
 
@@ -18,7 +20,12 @@
 
 namespace {
 
+using hvd::launcher::BindDecision;
+using hvd::launcher::BindExecArgs;
+using hvd::launcher::BindExecArgv;
 using hvd::launcher::BindMode;
+using hvd::launcher::DecideBinding;
+using hvd::launcher::ParseBindExecArgs;
 using hvd::launcher::CpuBlocks;
 using hvd::launcher::CpuInfo;
 using hvd::launcher::FormatCpuList;
@@ -203,6 +210,98 @@ TEST(CpuBinding, UsableCpusReadsMaskAndTopology) {
   auto real = UsableCpus();
   ASSERT_EQ(real.size(), want.size());
   for (size_t i = 0; i < real.size(); ++i) EXPECT_EQ(real[i].cpu, want[i]);
+}
+
+// --bind-exec's arguments: what BindExecArgv writes, ParseBindExecArgs reads
+// back, whatever the words hold.
+TEST(CpuBinding, BindExecArgsRoundTrip) {
+  BindExecArgs a;
+  a.mode = BindMode::kCore;
+  a.local_rank = 2;
+  a.local_size = 3;
+  a.verbose = true;
+  a.host = "node-7";
+  a.who = "rank 5 (host node-7)";
+  a.command = {"-dash-first", "a b", "it's", ""};
+  std::vector<std::string> argv = BindExecArgv("/opt/hvd/bin/hvdrun", a);
+  ASSERT_GE(argv.size(), 3u);
+  EXPECT_EQ(argv[0], "/opt/hvd/bin/hvdrun");
+  EXPECT_EQ(argv[1], "--bind-exec");
+  BindExecArgs b;
+  std::string err;
+  ASSERT_TRUE(ParseBindExecArgs(std::vector<std::string>(argv.begin() + 2, argv.end()), &b, &err))
+      << err;
+  EXPECT_EQ(b.mode, BindMode::kCore);
+  EXPECT_EQ(b.local_rank, 2);
+  EXPECT_EQ(b.local_size, 3);
+  EXPECT_TRUE(b.verbose);
+  EXPECT_EQ(b.host, "node-7");
+  EXPECT_EQ(b.who, "rank 5 (host node-7)");
+  EXPECT_EQ(b.command, a.command);
+}
+
+TEST(CpuBinding, BindExecArgsRefused) {
+  using V = std::vector<std::string>;
+  BindExecArgs b;
+  std::string err;
+  const V good = {"auto", "0", "2", "0", "h", "rank 0 (host h)", "--", "true"};
+  EXPECT_TRUE(ParseBindExecArgs(good, &b, &err)) << err;
+  EXPECT_FALSE(b.verbose);
+  auto with = [&](size_t i, const std::string& v) {
+    V x = good;
+    x[i] = v;
+    return x;
+  };
+  for (const V& bad : {V{}, V(good.begin(), good.end() - 1),  // no command
+                       with(0, "none"), with(0, "cores"), with(1, "2"), with(1, "-1"),
+                       with(1, "x"), with(2, "0"), with(2, "2x"), with(3, "yes"),
+                       with(6, "true")}) {
+    err.clear();
+    EXPECT_FALSE(ParseBindExecArgs(bad, &b, &err));
+    EXPECT_FALSE(err.empty());
+  }
+}
+
+// On the remote host: that host's CPUs shared among its ranks, as for local
+// ranks; unbound (with a note from the first rank only) where they do not fit.
+TEST(CpuBinding, DecideBinding) {
+  BindExecArgs a;
+  a.mode = BindMode::kAuto;
+  a.local_size = 2;
+  a.host = "h2";
+  a.who = "rank 3 (host h2)";
+  // A 4-CPU host with hyperthreads 0/2, 1/3: whole cores.
+  auto ht = Machine(4, [](int i) { return i % 2; });
+  a.local_rank = 0;
+  EXPECT_EQ(DecideBinding(a, ht).cpus, (std::vector<int>{0, 2}));
+  a.local_rank = 1;
+  BindDecision d = DecideBinding(a, ht);
+  EXPECT_EQ(d.cpus, (std::vector<int>{1, 3}));
+  EXPECT_EQ(d.note, "");
+
+  // Three ranks on a host whose mask holds two CPUs (5 and 9): auto binds none.
+  auto two = std::vector<CpuInfo>{{5, 0, -1}, {9, 0, -1}};
+  a.local_size = 3;
+  a.local_rank = 0;
+  d = DecideBinding(a, two);
+  EXPECT_TRUE(d.cpus.empty());
+  EXPECT_EQ(d.note, "--bind-to auto: 3 local rank(s) on host h2 do not fit its 2 usable CPU(s) "
+                    "(5,9): not bound");
+  a.local_rank = 2;
+  d = DecideBinding(a, two);
+  EXPECT_TRUE(d.cpus.empty());
+  EXPECT_EQ(d.note, "");  // said once a host, by its first rank
+  // core: round robin instead.
+  a.mode = BindMode::kCore;
+  EXPECT_EQ(DecideBinding(a, two).cpus, (std::vector<int>{5}));
+  a.local_rank = 1;
+  EXPECT_EQ(DecideBinding(a, two).cpus, (std::vector<int>{9}));
+
+  // No mask to read: unbound, said.
+  d = DecideBinding(a, {});
+  EXPECT_TRUE(d.cpus.empty());
+  EXPECT_EQ(d.note, "--bind-to core: rank 3 (host h2): the usable CPUs of host h2 cannot be read: "
+                    "not bound");
 }
 
 }  // namespace

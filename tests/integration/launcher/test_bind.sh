@@ -161,20 +161,70 @@ HVD_BIND_TO=socket run_hvdrun -np 2 true
 expect_rc 2 "HVD_BIND_TO=socket"
 expect_in "$TMP/err" "^hvdrun: error: bad HVD_BIND_TO 'socket' \(none, core or auto\)"
 
-# --- remote ranks (ssh) are not bound ----------------------------------------------
-# A stand-in ssh client that runs the remote command here.
+# --- remote ranks (ssh): bound on their host by hvdrun --bind-exec -----------------
+# A stand-in ssh client that runs the remote command here: the "remote host"
+# is this machine as hvdrun's process sees it (under taskset, two CPUs).
 cat >"$TMP/fake_ssh" <<'EOF'
 #!/bin/sh
 for a; do last=$a; done
 exec sh -c "$last"
 EOF
 chmod +x "$TMP/fake_ssh"
-HVD_LAUNCHER_FORCE_SSH=1 HVD_LAUNCHER_SSH="$TMP/fake_ssh" run2 -v -np 2 sh "$TMP/aff.sh" "$MARK"
-expect_rc 0 "remote ranks"
-expect_affs "AFF 0 $AB" "AFF 1 $AB"
-[ "$(grep -c '^hvdrun: --bind-to auto: ranks on remote hosts are not bound$' "$TMP/err")" = 1 ] \
-  || fail "no single note that remote ranks are not bound"
+# The same, on a host that lacks this hvdrun at its path.
+cat >"$TMP/fake_ssh_nohvdrun" <<EOF
+#!/bin/sh
+for a; do last=\$a; done
+exec sh -c "\$(printf '%s' "\$last" | sed 's|$HVDRUN|/nonexistent/hvdrun|g')"
+EOF
+chmod +x "$TMP/fake_ssh_nohvdrun"
+remote() { HVD_LAUNCHER_FORCE_SSH=1 HVD_LAUNCHER_SSH="$TMP/fake_ssh" "$@"; }
+
+remote run2 -v -np 2 sh "$TMP/aff.sh" "$MARK"
+expect_rc 0 "remote ranks, auto"
+expect_affs "AFF 0 $A" "AFF 1 $B"
+[ "$(grep -c '^hvdrun: --bind-to auto: ranks on remote hosts bind themselves to their host.s CPUs' "$TMP/err")" = 1 ] \
+  || fail "no single note that remote ranks bind themselves"
+# -v: each remote rank's list, from the rank's side.
+expect_in "$TMP/err" "^hvdrun: rank 0 \(host localhost\): CPUs $A\$"
+expect_in "$TMP/err" "^hvdrun: rank 1 \(host localhost\): CPUs $B\$"
 expect_no_survivors
+# The start marker never shows.
+expect_not_in "$TMP/err" 'remote-started'
+expect_not_in "$TMP/out" 'remote-started'
+
+remote run2 --bind-to core -np 3 sh "$TMP/aff.sh" "$MARK"
+expect_rc 0 "remote ranks, core"
+expect_affs "AFF 0 $A" "AFF 1 $B" "AFF 2 $A"
+[ ! -s "$TMP/err" ] || fail "remote ranks, core: messages on stderr without -v: $(cat "$TMP/err")"
+
+remote run2 -v --bind-to none -np 2 sh "$TMP/aff.sh" "$MARK"
+expect_rc 0 "remote ranks, none"
+expect_affs "AFF 0 $AB" "AFF 1 $AB"
+expect_not_in "$TMP/err" 'CPUs'
+expect_not_in "$TMP/err" 'bind'
+
+# Where they do not fit the remote host's CPUs (its mask: one CPU), auto
+# leaves them unbound, said once with -v, and the job runs.
+remote run_hvdrun_ts "$A" -v -np 2 sh "$TMP/aff.sh" "$MARK"
+expect_rc 0 "remote ranks, auto, one CPU"
+expect_affs "AFF 0 $A" "AFF 1 $A"
+[ "$(grep -c "^hvdrun: --bind-to auto: 2 local rank(s) on host localhost do not fit its 1 usable CPU(s) ($A): not bound\$" "$TMP/err")" = 1 ] \
+  || fail "no single 'do not fit' note for the remote host"
+expect_not_in "$TMP/err" ': CPUs '
+remote run_hvdrun_ts "$A" -np 2 sh "$TMP/aff.sh" "$MARK"
+expect_rc 0 "remote ranks, auto, one CPU, quiet"
+[ ! -s "$TMP/err" ] || fail "a remote binding left undone is said without -v: $(cat "$TMP/err")"
+
+# No hvdrun at this path on the remote host: unbound, said with -v, the job runs.
+HVD_LAUNCHER_FORCE_SSH=1 HVD_LAUNCHER_SSH="$TMP/fake_ssh_nohvdrun" run2 -v -np 2 sh "$TMP/aff.sh" "$MARK"
+expect_rc 0 "remote ranks, no hvdrun there"
+expect_affs "AFF 0 $AB" "AFF 1 $AB"
+expect_in "$TMP/err" "^hvdrun: --bind-to auto: rank 1 \(host localhost\) is not bound: no /nonexistent/hvdrun on host localhost\$"
+
+# A remote command that cannot be run: env's codes, as before the binding step.
+remote run2 -np 1 no-such-command-"$MARK"
+expect_rc 127 "remote ranks, a missing command"
+expect_in "$TMP/err" "cannot execute 'no-such-command-$MARK': No such file or directory"
 
 # --- elastic workers --------------------------------------------------------------
 FAKE_PLAN='*@0=done' run2 --min-np 2 -np 2 -H 127.0.0.1,127.0.0.2 \
@@ -189,6 +239,13 @@ FAKE_PLAN='127.0.0.1:1@0=exit3 *@2=done' run2 --min-np 1 -np 2 -H 127.0.0.1:2 \
   --blacklist-cooldown-range 0.5 0.5 sh "$TMP/aff.sh" "$MARK" bash "$WORKER" "$MARK"
 expect_rc 0 "elastic, a replaced worker"
 expect_affs "AFF 127.0.0.1:0:0 $A" "AFF 127.0.0.1:1:1 $B" "AFF 127.0.0.1:1:2 $B"
+expect_no_survivors
+
+# Workers on a remote host: bound there by their slot among its slots.
+FAKE_PLAN='*@0=done' remote run2 --min-np 2 -np 2 -H 127.0.0.2:2 \
+  sh "$TMP/aff.sh" "$MARK" bash "$WORKER" "$MARK"
+expect_rc 0 "elastic, a remote host"
+expect_affs "AFF 127.0.0.2:0:0 $A" "AFF 127.0.0.2:1:1 $B"
 expect_no_survivors
 
 FAKE_PLAN='*@0=done' run2 --bind-to none --min-np 2 -np 2 -H 127.0.0.1,127.0.0.2 \

@@ -32,6 +32,28 @@ expect_joins 'W 127.0.0.1:0:0 join 0: ok 0 0 1 0'
 expect_in "$TMP/err" '^hvdrun: worker 127\.0\.0\.2:0:1 did not ask to join epoch 0 within the start timeout \(2 s\): stopping it$'
 expect_no_survivors
 
+# A worker on a remote host whose ssh login never completes (a stand-in ssh
+# client that hangs for 127.0.0.2 instead of running the remote script, as
+# ssh does when authentication hangs; for the other host it runs the script
+# here, in a session of its own like a remote host's): the login is named,
+# not the worker.
+cat >"$TMP/fake_ssh" <<'EOF'
+#!/bin/sh
+for a; do last=$a; done
+case "$last" in
+  *"'HVD_ELASTIC_WORKER=127.0.0.2:"*) exec sh -c 'while :; do sleep 0.2; done' "$last" ;;
+esac
+exec setsid -w sh -c "$last"
+EOF
+chmod +x "$TMP/fake_ssh"
+FAKE_PLAN='*@0=done' HVD_LAUNCHER_FORCE_SSH=1 HVD_LAUNCHER_SSH="$TMP/fake_ssh" run_hvdrun --min-np 1 -np 2 \
+  --start-timeout 2 -H 127.0.0.1,127.0.0.2 bash "$WORKER" "$MARK"
+expect_rc 0 "a remote worker whose login hangs"
+expect_joins 'W 127.0.0.1:0:0 join 0: ok 0 0 1 0'
+expect_in "$TMP/err" "^hvdrun: worker 127\.0\.0\.2:0:1: ssh to host 127\.0\.0\.2 did not complete the login \(authentication\) within 2 s: .*try 'ssh -v 127\.0\.0\.2 true': stopping it$"
+expect_not_in "$TMP/err" 'did not ask to join'
+expect_no_survivors
+
 # ... and when no epoch follows, the job fails, naming it.
 run_hvdrun --min-np 1 --start-timeout 1 --grace-period 0.5 "$RANK_HELPER" sleep 30 "$MARK"
 expect_rc 1 "the only worker never joins"

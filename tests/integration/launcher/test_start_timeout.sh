@@ -14,6 +14,47 @@ expect_in "$TMP/err" 'start timeout: 1 running rank\(s\) did not connect to the 
 expect_in "$TMP/out" '^connected rank=0$'
 expect_no_survivors
 
+# Ranks on a remote host, through a stand-in ssh client that runs the remote
+# script here, except for rank 1's: for that one it hangs instead, as ssh
+# does when the login hangs during authentication, so the script's start
+# marker never comes. Rank 0 connects, rank 2 starts but never connects.
+# The start timeout blames the login for rank 1, the store for rank 2 only.
+# Like a remote host's, the script runs in a session of its own (hvdrun's
+# signals to the ssh client's group do not reach it) and ends its command
+# once its input from hvdrun closes.
+cat >"$TMP/fake_ssh" <<'EOF'
+#!/bin/sh
+for a; do last=$a; done
+case "$last" in
+  *"'HVD_RANK=1'"*) exec sh -c 'while :; do sleep 0.2; done' "$last" ;;
+esac
+exec setsid -w sh -c "$last"
+EOF
+chmod +x "$TMP/fake_ssh"
+HVD_LAUNCHER_FORCE_SSH=1 HVD_LAUNCHER_SSH="$TMP/fake_ssh" run_hvdrun -np 3 --start-timeout 3 \
+  --grace-period 2 sh -c '
+  if [ "$HVD_RANK" = 0 ]; then exec "$1" connect --sleep 60 "$0"; fi
+  exec "$1" sleep 60 "$0"' "$MARK" "$RANK_HELPER"
+expect_rc 1 "start timeout, remote ranks"
+expect_faster 9 "start timeout of 3 s (+ 2 s grace), remote ranks"
+first=$(grep -m1 '^hvdrun: ' "$TMP/err")
+echo "$first" | grep -Eq "^hvdrun: start timeout: rank 1 \(host localhost\): ssh to host localhost did not complete the login \(authentication\) within 3 s: .*try 'ssh -v localhost true'$" ||
+  fail "the first message does not say rank 1's login did not complete: $first"
+expect_in "$TMP/err" 'start timeout: 1 running rank\(s\) did not connect to the rendezvous store at [0-9.]+:[0-9]+ within 3 s: rank 2 \(host localhost\)$'
+expect_not_in "$TMP/err" 'rendezvous store.*rank 1 '
+expect_not_in "$TMP/err" 'remote-started'
+expect_in "$TMP/out" '^connected rank=0$'
+expect_no_survivors
+
+# Every remote rank's login hangs: nothing about the store at all.
+HVD_LAUNCHER_FORCE_SSH=1 HVD_LAUNCHER_SSH="$TMP/fake_ssh" run_hvdrun -H localhost:1,127.0.0.1:1 \
+  --start-timeout 2 "$RANK_HELPER" connect --sleep 60 "$MARK"
+expect_rc 1 "start timeout, a remote login that hangs"
+expect_faster 8 "start timeout of 2 s, a remote login that hangs"
+expect_in "$TMP/err" "^hvdrun: start timeout: rank 1 \(host 127\.0\.0\.1\): ssh to host 127\.0\.0\.1 did not complete the login \(authentication\) within 2 s"
+expect_not_in "$TMP/err" 'store'
+expect_no_survivors
+
 # The timeout from the environment.
 HVD_START_TIMEOUT=1 run_hvdrun -np 1 "$RANK_HELPER" sleep 30 "$MARK"
 expect_rc 1 "HVD_START_TIMEOUT"
