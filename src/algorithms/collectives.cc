@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "common/kernels.h"
 
@@ -188,43 +189,136 @@ struct PhaseArgs {
   hvd_reduce_op_t op;
 };
 
-Status RingPass(Links& l, uint8_t* base, const PhaseArgs& a) {
+// Where the ring's elements live. FlatView: one contiguous buffer (every
+// segment is addressed in place). SpanView: the concatenation of spans (the
+// tensors of a fused batch where they lie): a segment inside one span is
+// addressed in place; one that straddles spans is packed into a staging
+// slot to be sent, and received into one to be unpacked or reduced piece
+// by piece.
+struct FlatView {
+  static constexpr bool kStaged = false;
+  uint8_t* base;
+  size_t es;
+  uint8_t* Direct(size_t off, size_t) const { return base + off * es; }
+  template <typename F>
+  void Pieces(size_t off, size_t len, F f) const { f(base + off * es, len, size_t{0}); }
+};
+
+class SpanView {
+ public:
+  static constexpr bool kStaged = true;
+  SpanView(const hvd_transport_span_t* spans, size_t n, size_t es) : spans_(spans), es_(es) {
+    start_.reserve(n + 1);
+    start_.push_back(0);
+    for (size_t i = 0; i < n; ++i) start_.push_back(start_.back() + spans[i].count);
+  }
+  size_t count() const { return start_.back(); }
+  // [off, off + len) elements in place if they lie in one span, else nullptr.
+  uint8_t* Direct(size_t off, size_t len) const {
+    const size_t i = Find(off);
+    if (off + len > start_[i + 1]) return nullptr;
+    return static_cast<uint8_t*>(spans_[i].data) + (off - start_[i]) * es_;
+  }
+  // f(pointer, elements, elements before this piece) for each span's piece.
+  template <typename F>
+  void Pieces(size_t off, size_t len, F f) const {
+    size_t done = 0;
+    for (size_t i = Find(off); done < len; ++i) {
+      const size_t from = off + done - start_[i];
+      const size_t n = std::min(len - done, start_[i + 1] - start_[i] - from);
+      if (n > 0) f(static_cast<uint8_t*>(spans_[i].data) + from * es_, n, done);
+      done += n;
+    }
+  }
+
+ private:
+  // The span holding element off (the last non-empty one at or before it).
+  size_t Find(size_t off) const {
+    const auto it = std::upper_bound(start_.begin(), start_.end(), off);
+    return static_cast<size_t>(it - start_.begin()) - 1;
+  }
+  const hvd_transport_span_t* spans_;
+  size_t es_;
+  std::vector<size_t> start_;  // element offset of each span, and the total
+};
+
+template <typename View>
+Status RingPass(Links& l, const View& v, const PhaseArgs& a) {
   const Plan& plan = a.plan;
   const size_t P = plan.P, K = plan.K, es = a.es, r = static_cast<size_t>(l.rank());
   const int right = static_cast<int>((r + 1) % P), left = static_cast<int>((r + P - 1) % P);
   constexpr size_t kSlots = kRingDepth + 1;
   const size_t slot_bytes = (plan.seg * es + 63) / 64 * 64;
+  // Slots: received segments to reduce (reducing), then (spans) staged
+  // sends and staged gather receives.
+  const size_t reduce_slots = a.reduce != nullptr ? kSlots : 0;
+  const size_t stage_slots = View::kStaged ? 2 * kSlots : 0;
   uint8_t* scratch = nullptr;
-  if (a.reduce != nullptr) {
-    HVD_ASSIGN_OR_RETURN(scratch, a.scratch->Get(slot_bytes * kSlots));
+  uint8_t* send_stage = nullptr;
+  uint8_t* recv_stage = nullptr;
+  if (reduce_slots + stage_slots > 0) {
+    uint8_t* mem = nullptr;
+    HVD_ASSIGN_OR_RETURN(mem, a.scratch->Get(slot_bytes * (reduce_slots + stage_slots)));
+    if (reduce_slots > 0) scratch = mem;
+    if (stage_slots > 0) {
+      send_stage = mem + slot_bytes * reduce_slots;
+      recv_stage = send_stage + slot_bytes * kSlots;
+    }
   }
   Req recv[kSlots] = {}, send[kSlots] = {};
+  bool staged[kSlots] = {};  // gather: receive t % kSlots landed in recv_stage
   auto seg = [&](long long shift, size_t t, size_t* off) {
     return plan.Seg(Mod(static_cast<long long>(r) + shift - static_cast<long long>(t / K), P), t % K, off);
   };
   auto send_seg = [&](size_t t, size_t* off) { return seg(a.send_shift, t, off); };
   auto recv_seg = [&](size_t t, size_t* off) { return seg(a.send_shift - 1, t, off); };
-  auto into = [&](size_t t, size_t off) {
-    return scratch != nullptr ? scratch + (t % kSlots) * slot_bytes : base + off * es;
-  };
   return RingPhase(
       (P - 1) * K, K,
       [&](size_t t) {
         size_t off;
         const size_t len = recv_seg(t, &off);
-        return len ? l.Irecv(left, a.tag, into(t, off), len * es, &recv[t % kSlots]) : Status::Ok();
+        if (!len) return Status::Ok();
+        uint8_t* into = scratch != nullptr ? scratch + (t % kSlots) * slot_bytes : v.Direct(off, len);
+        if constexpr (View::kStaged) {
+          staged[t % kSlots] = into == nullptr;
+          if (into == nullptr) into = recv_stage + (t % kSlots) * slot_bytes;
+        }
+        return l.Irecv(left, a.tag, into, len * es, &recv[t % kSlots]);
       },
       [&](size_t t) {
         size_t off;
         const size_t len = send_seg(t, &off);
-        return len ? l.Isend(right, a.tag, base + off * es, len * es, &send[t % kSlots]) : Status::Ok();
+        if (!len) return Status::Ok();
+        const uint8_t* from = v.Direct(off, len);
+        if constexpr (View::kStaged) {
+          if (from == nullptr) {  // this slot's last send was waited for at t - kSlots
+            uint8_t* stage = send_stage + (t % kSlots) * slot_bytes;
+            v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) {
+              std::memcpy(stage + done * es, p, n * es);
+            });
+            from = stage;
+          }
+        }
+        return l.Isend(right, a.tag, from, len * es, &send[t % kSlots]);
       },
       [&](size_t t) {
         size_t off;
         const size_t len = recv_seg(t, &off);
         if (!len) return Status::Ok();
         HVD_CHECK(l.Wait(recv[t % kSlots]));
-        if (scratch != nullptr) a.reduce(base + off * es, into(t, off), len, a.dtype, a.op);
+        if (scratch != nullptr) {
+          const uint8_t* got = scratch + (t % kSlots) * slot_bytes;
+          v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) {
+            a.reduce(p, got + done * es, n, a.dtype, a.op);
+          });
+        } else if constexpr (View::kStaged) {
+          if (staged[t % kSlots]) {
+            const uint8_t* got = recv_stage + (t % kSlots) * slot_bytes;
+            v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) {
+              std::memcpy(p, got + done * es, n * es);
+            });
+          }
+        }
         return Status::Ok();
       },
       [&](size_t t) {
@@ -235,17 +329,27 @@ Status RingPass(Links& l, uint8_t* base, const PhaseArgs& a) {
 
 // Phase 1 (reduce-scatter): afterwards this rank holds part (rank + o) % P
 // reduced over every rank.
-Status ReducePhase(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, uint8_t* base,
+template <typename View>
+Status ReducePhase(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, const View& v,
                    const Plan& plan, size_t es, size_t o, uint32_t tag, hvd_dtype_t dtype,
                    hvd_reduce_op_t op) {
-  return RingPass(l, base, PhaseArgs{plan, es, static_cast<long long>(o) - 1, tag, reduce, &s, dtype, op});
+  return RingPass(l, v, PhaseArgs{plan, es, static_cast<long long>(o) - 1, tag, reduce, &s, dtype, op});
 }
 
 // Phase 2 (allgather): this rank holds part (rank + o) % P; afterwards every
-// part everywhere.
-Status GatherPhase(Links& l, uint8_t* base, const Plan& plan, size_t es, size_t o, uint32_t tag) {
-  return RingPass(l, base, PhaseArgs{plan, es, static_cast<long long>(o), tag, nullptr, nullptr,
-                                     HVD_UINT8, HVD_SUM});
+// part everywhere. scratch: spans only (staging).
+template <typename View>
+Status GatherPhase(Links& l, const View& v, const Plan& plan, size_t es, size_t o, uint32_t tag,
+                   Scratch* scratch = nullptr) {
+  return RingPass(l, v, PhaseArgs{plan, es, static_cast<long long>(o), tag, nullptr, scratch,
+                                  HVD_UINT8, HVD_SUM});
+}
+
+// The ring's parts: P near-equal runs of count elements.
+std::vector<size_t> RingParts(size_t count, size_t P) {
+  std::vector<size_t> start(P + 1);
+  for (size_t p = 0; p <= P; ++p) start[p] = p * (count / P) + std::min(p, count % P);
+  return start;
 }
 
 }  // namespace
@@ -286,12 +390,28 @@ Status AllreduceRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* bu
   HVD_CHECK(CheckReduction("allreduce", buf, count, dtype, op, &es));
   const size_t P = static_cast<size_t>(l.size());
   if (count == 0 || P == 1) return Status::Ok();
-  std::vector<size_t> start(P + 1);
-  for (size_t p = 0; p <= P; ++p) start[p] = p * (count / P) + std::min(p, count % P);
+  const std::vector<size_t> start = RingParts(count, P);
   const Plan plan = MakePlan(start.data(), P, es, l.segment_bytes());
-  uint8_t* base = static_cast<uint8_t*>(buf);
-  HVD_CHECK(ReducePhase(l, s, reduce, base, plan, es, 1, kTagRing, dtype, op));
-  return GatherPhase(l, base, plan, es, 1, kTagRing);
+  const FlatView v{static_cast<uint8_t*>(buf), es};
+  HVD_CHECK(ReducePhase(l, s, reduce, v, plan, es, 1, kTagRing, dtype, op));
+  return GatherPhase(l, v, plan, es, 1, kTagRing);
+}
+
+Status AllreduceRingSpans(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce,
+                          const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
+                          hvd_reduce_op_t op) {
+  if (nspans > 0 && spans == nullptr) return InvalidArgument("allreduce: NULL spans");
+  size_t es = 0;
+  for (size_t i = 0; i < nspans; ++i) {
+    HVD_CHECK(CheckReduction("allreduce", spans[i].data, spans[i].count, dtype, op, &es));
+  }
+  const SpanView v(spans, nspans, std::max<size_t>(es, 1));
+  const size_t P = static_cast<size_t>(l.size());
+  if (v.count() == 0 || P == 1) return Status::Ok();
+  const std::vector<size_t> start = RingParts(v.count(), P);
+  const Plan plan = MakePlan(start.data(), P, es, l.segment_bytes());
+  HVD_CHECK(ReducePhase(l, s, reduce, v, plan, es, 1, kTagRing, dtype, op));
+  return GatherPhase(l, v, plan, es, 1, kTagRing, &s);
 }
 
 // ---- reducescatter ---------------------------------------------------------------
@@ -309,8 +429,8 @@ Status ReducescatterRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void
   HVD_CHECK(CheckReduction("reducescatter", buf, start[P], dtype, op, &es));
   if (start[P] == 0 || P == 1) return Status::Ok();
   const Plan plan = MakePlan(start.data(), P, es, l.segment_bytes());
-  return ReducePhase(l, s, reduce, static_cast<uint8_t*>(buf), plan, es, 0, kTagReducescatter,
-                     dtype, op);
+  return ReducePhase(l, s, reduce, FlatView{static_cast<uint8_t*>(buf), es}, plan, es, 0,
+                     kTagReducescatter, dtype, op);
 }
 
 // ---- allgatherv ---------------------------------------------------------------
@@ -329,7 +449,7 @@ Status AllgathervRing(Links& l, const void* send, void* recv, const size_t* recv
   if (recv_bytes[r] > 0 && out + start[r] != send) std::memmove(out + start[r], send, recv_bytes[r]);
   if (P == 1 || start[P] == 0) return Status::Ok();
   const Plan plan = MakePlan(start.data(), P, 1, l.segment_bytes());
-  return GatherPhase(l, out, plan, 1, 0, kTagAllgatherv);
+  return GatherPhase(l, FlatView{out, 1}, plan, 1, 0, kTagAllgatherv);
 }
 
 // ---- broadcast ------------------------------------------------------------------

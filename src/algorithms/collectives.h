@@ -84,6 +84,12 @@ Status AllreduceDirect(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* 
                        hvd_dtype_t dtype, hvd_reduce_op_t op);
 Status AllreduceRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* buf, size_t count,
                      hvd_dtype_t dtype, hvd_reduce_op_t op);
+// The ring over the concatenation of spans (the tensors of a fused batch
+// where they lie), in place: as AllreduceRing of the spans packed, without
+// the packing (a segment that straddles spans goes through a staging slot).
+Status AllreduceRingSpans(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce,
+                          const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
+                          hvd_reduce_op_t op);
 // The default choice for allreduce over point-to-point.
 Algorithm ChooseAllreduce(int size, size_t bytes);
 

@@ -30,10 +30,11 @@ class Comm {
                                hvd_reduce_op_t op) = 0;
   virtual bool has_reducescatter() const = 0;
   // In place over the concatenation of spans, as one allreduce of them
-  // packed; only where allreduce_spans().
+  // packed (the executor's fused batch without its fusion buffer); only
+  // where allreduce_spans(bytes in all) says this communicator does it.
   virtual Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans,
                                 hvd_dtype_t dtype, hvd_reduce_op_t op) = 0;
-  virtual bool allreduce_spans() const = 0;
+  virtual bool allreduce_spans(size_t bytes) const = 0;
   // CUDA device memory handed to the transport as it lies, without staging
   // through host memory: only where device_memory() (a version 4 plugin
   // with HVD_TRANSPORT_CAP_CUDA_MEMORY whose every collective is native).

@@ -550,6 +550,7 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
                                {"HVD_GLOO_SHM", &c.gloo_shm},
                                {"HVD_MPI_SHM", &c.mpi_shm},
                                {"HVD_HIERARCHICAL", &c.hierarchical},
+                               {"HVD_FUSION_IN_PLACE", &c.fusion_in_place},
                                {"HVD_CALLER_CYCLES", &c.caller_cycles}};
     c.host_id = EnvStr(env, "HVD_HOST_ID");
     for (const Switch& w : switches) {

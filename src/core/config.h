@@ -79,6 +79,10 @@ struct Config {
   // HVD_HIERARCHICAL: the hierarchical collectives where ranks span several
   // hosts and some host has several (1 on, 0 off, -1 unset = on).
   int hierarchical = -1;
+  // HVD_FUSION_IN_PLACE: a fused allreduce that runs the ring over
+  // point-to-point reads and writes the tensors where they lie, with no copy
+  // into and out of the fusion buffer (1 on, 0 off, -1 unset = on).
+  int fusion_in_place = -1;
   // HVD_CALLER_CYCLES: a caller blocking on a handle while the background
   // thread is idle runs the cycle itself, saving two thread hand-offs
   // (1 on, 0 off, -1 unset = on; only where the transport allows any thread).

@@ -117,9 +117,10 @@ Status Executor::RunHostAllreduceBatch(std::vector<OpRequest*>& batch) {
     return Status::Ok();
   }
 
-  if (transport_->allreduce_spans()) {
+  if (transport_->allreduce_spans(total * esize)) {
     // The transport reads and writes the outputs where they lie (shared
-    // memory): no fusion buffer, no copy in or out.
+    // memory, or the ring over point-to-point): no fusion buffer, no copy
+    // in or out.
     spans_.clear();
     for (OpRequest* r : batch) {
       for (TensorSpec& t : r->tensors) {

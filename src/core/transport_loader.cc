@@ -507,6 +507,7 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
   t->limit_s_ = env.timeout_s;
   t->shm_enabled_ = opts.shm;
   t->shm_switch_ = opts.shm_switch;
+  t->ring_spans_ = opts.fusion_in_place;
   if (f.v4) {
     t->v4_ = true;
     t->v4_table_ = f.v4_table;
@@ -932,18 +933,31 @@ Status Transport::CoreReducescatter(const CoreGroup& g, algo::Algorithm how, voi
   return algo::ReducescatterRing(*g.links, *g.scratch, reduce_, buf, counts, dtype, op);
 }
 
+bool Transport::RingSpans(size_t bytes) const {
+  return v4_ && ring_spans_ && links_ && !hier_ &&
+         Choose(HVD_TRANSPORT_ALLREDUCE, bytes) == algo::Algorithm::kRing;
+}
+
 Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans,
                                  hvd_dtype_t dtype, hvd_reduce_op_t op) {
-  if (!spans_) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < nspans && spans != nullptr; ++i) bytes += spans[i].count * DtypeSize(dtype);
+  if (!allreduce_spans(bytes)) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " does not serve allreduce_spans");
   }
   if (!v4_) return Check(v2_->allreduce_spans(comm_, spans, nspans, dtype, op), "allreduce");
   if (broken()) return Unusable();
-  return CoreAllreduceSpans(Whole(), spans, nspans, dtype, op);
+  op_ = "allreduce";
+  return CoreAllreduceSpans(Whole(), spans_ ? algo::Algorithm::kShm : algo::Algorithm::kRing,
+                            spans, nspans, dtype, op);
 }
 
-Status Transport::CoreAllreduceSpans(const CoreGroup& g, const hvd_transport_span_t* spans,
-                                     size_t nspans, hvd_dtype_t dtype, hvd_reduce_op_t op) {
+Status Transport::CoreAllreduceSpans(const CoreGroup& g, algo::Algorithm how,
+                                     const hvd_transport_span_t* spans, size_t nspans,
+                                     hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  if (how != algo::Algorithm::kShm) {
+    return algo::AllreduceRingSpans(*g.links, *g.scratch, reduce_, spans, nspans, dtype, op);
+  }
   try {
     shm::AllreduceSpans(*g.shm, reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
     return Status::Ok();
@@ -1129,7 +1143,9 @@ class Transport::Subset : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool has_reducescatter() const override { return true; }
-  bool allreduce_spans() const override { return shm_ != nullptr && Choose(0, 0) == algo::Algorithm::kShm; }
+  bool allreduce_spans(size_t) const override {
+    return shm_ != nullptr && Choose(0, 0) == algo::Algorithm::kShm;
+  }
 
   Status Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) override {
     HVD_CHECK(Enter("allreduce"));
@@ -1150,10 +1166,10 @@ class Transport::Subset : public Comm {
   Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                         hvd_reduce_op_t op) override {
     HVD_CHECK(Enter("allreduce"));
-    if (!allreduce_spans()) {
+    if (!allreduce_spans(0)) {
       return Error(HVD_ERR_UNSUPPORTED, "this process set does not serve allreduce_spans");
     }
-    return t_->CoreAllreduceSpans(Group(), spans, nspans, dtype, op);
+    return t_->CoreAllreduceSpans(Group(), algo::Algorithm::kShm, spans, nspans, dtype, op);
   }
   Status Allgatherv(const void* send, void* recv, const size_t* recv_bytes) override {
     HVD_CHECK(Enter("allgather"));

@@ -70,6 +70,9 @@ struct TransportOptions {
   // (on where ranks span several hosts and some host has several).
   int hierarchical = -1;
   std::string host_id;  // HVD_HOST_ID; empty: shm::HostIdentity()
+  // A fused allreduce over the ring takes the tensors where they lie
+  // (HVD_FUSION_IN_PLACE): on unless false.
+  bool fusion_in_place = true;
 };
 
 // A loaded, connected transport and the collectives over it. For a version 4
@@ -114,12 +117,15 @@ class Transport : public Comm {
   bool has_reducescatter() const override {
     return v4_ || (v2_ != nullptr && v2_->reducescatter != nullptr);
   }
-  // In place over the concatenation of spans, as one allreduce of them packed
-  // (hvd_transport_v2_t). Only where allreduce_spans(): the plugin has the
-  // entry point and its query("allreduce_spans") answered 1 at start.
+  // In place over the concatenation of spans, as one allreduce of them packed.
+  // Where allreduce_spans(bytes): a version 2-3 plugin whose
+  // query("allreduce_spans") answered 1 at start; the shared-memory path;
+  // or the ring over point-to-point, when it is the allreduce chosen for
+  // that many bytes (flat, not hierarchical; HVD_FUSION_IN_PLACE=0 turns
+  // this one off).
   Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                         hvd_reduce_op_t op) override;
-  bool allreduce_spans() const override { return spans_; }
+  bool allreduce_spans(size_t bytes) const override { return spans_ || RingSpans(bytes); }
   // CUDA memory straight to the plugin (Comm::device_memory): a version 4
   // plugin with HVD_TRANSPORT_CAP_CUDA_MEMORY, no point-to-point (so every
   // collective is its native one), no shared-memory or hierarchical path.
@@ -218,8 +224,12 @@ class Transport : public Comm {
   Status CoreReducescatter(const CoreGroup& g, algo::Algorithm how, void* buf,
                            const size_t* counts, const std::vector<size_t>& start,
                            hvd_dtype_t dtype, hvd_reduce_op_t op);
-  Status CoreAllreduceSpans(const CoreGroup& g, const hvd_transport_span_t* spans, size_t nspans,
-                            hvd_dtype_t dtype, hvd_reduce_op_t op);
+  Status CoreAllreduceSpans(const CoreGroup& g, algo::Algorithm how,
+                            const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
+                            hvd_reduce_op_t op);
+  // An allreduce of `bytes` runs the ring over point-to-point here, and may
+  // take spans.
+  bool RingSpans(size_t bytes) const;
   Status CoreAllgatherv(const CoreGroup& g, algo::Algorithm how, const void* send, void* recv,
                         const size_t* recv_bytes);
   Status CoreBroadcast(const CoreGroup& g, algo::Algorithm how, void* buf, size_t bytes, int root);
@@ -233,6 +243,7 @@ class Transport : public Comm {
   void* dl_ = nullptr;
   void* comm_ = nullptr;
   bool spans_ = false;
+  bool ring_spans_ = true;  // HVD_FUSION_IN_PLACE
   bool any_thread_ = false;
   bool cuda_memory_ = false;  // HVD_TRANSPORT_CAP_CUDA_MEMORY (version 4)
   std::vector<std::pair<std::string, int64_t>> facts_;  // Query's answers

@@ -280,12 +280,37 @@ void CheckAllreduce(const char* name, Allreduce fn, int n, size_t segment = size
   }
 }
 
+// AllreduceRingSpans over buf cut into pieces of cycling sizes (1, 7, 1031
+// elements and a third of the buffer, with an empty span among them), handed
+// over in reverse memory order: segments fall inside one span (sent and
+// received in place) and across several (staged), and no span follows the
+// one before it in memory. The result is checked as AllreduceRing's.
+Status RingSpansReversed(algo::Links& l, algo::Scratch& s, hvd_reduce_kernel_fn reduce, void* buf,
+                         size_t count, hvd_dtype_t d, hvd_reduce_op_t op) {
+  uint8_t* p = static_cast<uint8_t*>(buf);
+  const size_t es = DtypeSize(d);
+  const size_t sizes[] = {1, 7, 1031, count / 3 + 1};
+  std::vector<hvd_transport_span_t> spans;
+  for (size_t off = 0, k = 0; off < count; ++k) {
+    const size_t n = std::min(count - off, sizes[k % 4]);
+    spans.push_back({p + off * es, n});
+    off += n;
+  }
+  spans.insert(spans.begin() + static_cast<long>(spans.size() / 2), {p, 0});
+  std::reverse(spans.begin(), spans.end());
+  return algo::AllreduceRingSpans(l, s, reduce, spans.data(), spans.size(), d, op);
+}
+
 class Ranks : public ::testing::TestWithParam<int> {};
 
 TEST_P(Ranks, AllreduceDirect) { CheckAllreduce("direct", algo::AllreduceDirect, GetParam()); }
 TEST_P(Ranks, AllreduceRing) { CheckAllreduce("ring", algo::AllreduceRing, GetParam()); }
 // Segments of 4000 bytes (not a multiple of 8- or 16-byte rows): many
 // pipeline stages and uneven last segments on every size above.
+TEST_P(Ranks, AllreduceRingSpans) { CheckAllreduce("ring spans", RingSpansReversed, GetParam()); }
+TEST_P(Ranks, AllreduceRingSpansSmallSegments) {
+  CheckAllreduce("ring spans/4000", RingSpansReversed, GetParam(), 4000);
+}
 TEST_P(Ranks, AllreduceRingSmallSegments) {
   CheckAllreduce("ring/4000", algo::AllreduceRing, GetParam(), 4000);
 }

@@ -172,7 +172,8 @@ TEST(TransportLoader, NullOptionalEntriesAreAbsent) {
     ASSERT_TRUE(t.ok()) << t.status().message();
     Transport& tr = **t;
     EXPECT_FALSE(tr.has_reducescatter());
-    EXPECT_FALSE(tr.allreduce_spans());
+    EXPECT_FALSE(tr.allreduce_spans(8));
+    EXPECT_FALSE(tr.allreduce_spans(size_t{64} << 20));
     float buf[2] = {1, 2};
     size_t counts[1] = {2};
     EXPECT_EQ(tr.Reducescatter(buf, counts, HVD_FLOAT32, HVD_SUM).code(), HVD_ERR_UNSUPPORTED);
@@ -191,7 +192,7 @@ TEST(TransportLoader, NullOptionalEntriesAreAbsent) {
     ASSERT_TRUE(t.ok()) << t.status().message();
     auto v = (*t)->Query("answer");
     EXPECT_EQ(v.status().code(), HVD_ERR_UNSUPPORTED);
-    EXPECT_FALSE((*t)->allreduce_spans());
+    EXPECT_FALSE((*t)->allreduce_spans(size_t{64} << 20));
   }
 }
 
