@@ -71,3 +71,22 @@ expect_no_survivors() {
   ps -o pid,ppid,pgid,stat,args -p "$(echo $left | tr ' ' ',')" >&2 || true
   fail "processes of the job survived: $left"
 }
+
+# hanging_ssh FILE MATCH: a stand-in ssh client at FILE. It runs the remote
+# script here, in a session of its own like a remote host's (hvdrun's signals
+# to the ssh client's group do not reach it; the script ends its command once
+# its input from hvdrun closes), except for a script that contains MATCH: for
+# that one it hangs instead, as ssh does when the login hangs during
+# authentication, so the script's start marker never comes. MATCH is put in
+# double quotes in a case pattern (no double quotes, $ or backquotes in it).
+hanging_ssh() {
+  cat >"$1" <<EOF
+#!/bin/sh
+for a; do last=\$a; done
+case "\$last" in
+  *"$2"*) exec sh -c 'while :; do sleep 0.2; done' "\$last" ;;
+esac
+exec setsid -w sh -c "\$last"
+EOF
+  chmod +x "$1"
+}

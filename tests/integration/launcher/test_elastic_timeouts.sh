@@ -37,15 +37,7 @@ expect_no_survivors
 # ssh does when authentication hangs; for the other host it runs the script
 # here, in a session of its own like a remote host's): the login is named,
 # not the worker.
-cat >"$TMP/fake_ssh" <<'EOF'
-#!/bin/sh
-for a; do last=$a; done
-case "$last" in
-  *"'HVD_ELASTIC_WORKER=127.0.0.2:"*) exec sh -c 'while :; do sleep 0.2; done' "$last" ;;
-esac
-exec setsid -w sh -c "$last"
-EOF
-chmod +x "$TMP/fake_ssh"
+hanging_ssh "$TMP/fake_ssh" "'HVD_ELASTIC_WORKER=127.0.0.2:"
 FAKE_PLAN='*@0=done' HVD_LAUNCHER_FORCE_SSH=1 HVD_LAUNCHER_SSH="$TMP/fake_ssh" run_hvdrun --min-np 1 -np 2 \
   --start-timeout 2 -H 127.0.0.1,127.0.0.2 bash "$WORKER" "$MARK"
 expect_rc 0 "a remote worker whose login hangs"

@@ -15,22 +15,10 @@ expect_in "$TMP/out" '^connected rank=0$'
 expect_no_survivors
 
 # Ranks on a remote host, through a stand-in ssh client that runs the remote
-# script here, except for rank 1's: for that one it hangs instead, as ssh
-# does when the login hangs during authentication, so the script's start
-# marker never comes. Rank 0 connects, rank 2 starts but never connects.
-# The start timeout blames the login for rank 1, the store for rank 2 only.
-# Like a remote host's, the script runs in a session of its own (hvdrun's
-# signals to the ssh client's group do not reach it) and ends its command
-# once its input from hvdrun closes.
-cat >"$TMP/fake_ssh" <<'EOF'
-#!/bin/sh
-for a; do last=$a; done
-case "$last" in
-  *"'HVD_RANK=1'"*) exec sh -c 'while :; do sleep 0.2; done' "$last" ;;
-esac
-exec setsid -w sh -c "$last"
-EOF
-chmod +x "$TMP/fake_ssh"
+# script here, except for rank 1's, whose login hangs (hanging_ssh in lib.sh).
+# Rank 0 connects, rank 2 starts but never connects. The start timeout blames
+# the login for rank 1, the store for rank 2 only.
+hanging_ssh "$TMP/fake_ssh" "'HVD_RANK=1'"
 HVD_LAUNCHER_FORCE_SSH=1 HVD_LAUNCHER_SSH="$TMP/fake_ssh" run_hvdrun -np 3 --start-timeout 3 \
   --grace-period 2 sh -c '
   if [ "$HVD_RANK" = 0 ]; then exec "$1" connect --sleep 60 "$0"; fi
