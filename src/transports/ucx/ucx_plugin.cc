@@ -269,6 +269,29 @@ void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* 
 // ---------------------------------------------------------------------------
 // Closing: loop thread only.
 
+
+// Progresses the worker until every request of reqs (a close, a send without
+// a callback) is done or bound_s passes; frees them all (those still pending
+// are left to UCX) and empties reqs.
+void ProgressUntilDone(Comm& c, std::vector<void*>* reqs, double bound_s) {
+  const Clock::time_point deadline = After(bound_s);
+  while (!reqs->empty() && Clock::now() < deadline) {
+    ucp_worker_progress(c.worker);
+    for (size_t i = 0; i < reqs->size();) {
+      const ucs_status_t st = ucp_request_check_status((*reqs)[i]);
+      if (st != UCS_INPROGRESS) {
+        ucp_request_free((*reqs)[i]);
+        (*reqs)[i] = reqs->back();
+        reqs->pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (void* r : *reqs) ucp_request_free(r);  // left to UCX
+  reqs->clear();
+}
+
 // Tells every peer this rank leaves (see ByeDone): `broke` sends the one-byte
 // goodbye of a failed communicator, else the zero-byte one of a clean
 // finalize. Best effort and bounded: a peer that cannot take it learns from
@@ -284,40 +307,7 @@ void SayGoodbye(Comm& c, bool broke) {
         c.eps[j], &kBroke, broke ? 1 : 0, Tag(kByeTag, c.rank), &p);
     if (UCS_PTR_IS_PTR(sp)) sends.push_back(sp);
   }
-  const Clock::time_point deadline = After(kGoodbyeWaitS);
-  while (!sends.empty() && Clock::now() < deadline) {
-    ucp_worker_progress(c.worker);
-    for (size_t i = 0; i < sends.size();) {
-      if (ucp_request_check_status(sends[i]) != UCS_INPROGRESS) {
-        ucp_request_free(sends[i]);
-        sends[i] = sends.back();
-        sends.pop_back();
-      } else {
-        ++i;
-      }
-    }
-  }
-  for (void* r : sends) ucp_request_free(r);  // the closing cancels them
-}
-
-// Progresses the worker until every close request is done or the bound passes.
-void ProgressUntilClosed(Comm& c, std::vector<void*>* closing) {
-  const Clock::time_point deadline = After(kCloseWaitS);
-  while (!closing->empty() && Clock::now() < deadline) {
-    ucp_worker_progress(c.worker);
-    for (size_t i = 0; i < closing->size();) {
-      const ucs_status_t st = ucp_request_check_status((*closing)[i]);
-      if (st != UCS_INPROGRESS) {
-        ucp_request_free((*closing)[i]);
-        (*closing)[i] = closing->back();
-        closing->pop_back();
-      } else {
-        ++i;
-      }
-    }
-  }
-  for (void* r : *closing) ucp_request_free(r);  // left to UCX
-  closing->clear();
+  ProgressUntilDone(c, &sends, kGoodbyeWaitS);  // the closing cancels what is left
 }
 
 // Progresses the closed worker until it has been idle for kDrainIdleS (at
@@ -362,7 +352,7 @@ void CloseEndpoints(Comm& c) {
     if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
     ep = nullptr;
   }
-  ProgressUntilClosed(c, &closing);
+  ProgressUntilDone(c, &closing, kCloseWaitS);
   const Clock::time_point deadline = After(kCloseWaitS);
   for (;;) {
     bool all = true;
@@ -1089,7 +1079,7 @@ void Finalize(void* comm) noexcept {
           if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
           ep = nullptr;
         }
-        ProgressUntilClosed(*c, &closing);
+        ProgressUntilDone(*c, &closing, kCloseWaitS);
         // Until every peer's goodbye has arrived (bounded: a peer may still
         // be busy before its own finalize): one that came after its receive
         // was cancelled would be left in UCX's unexpected queue, which UCX
