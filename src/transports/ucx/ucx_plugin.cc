@@ -269,7 +269,6 @@ void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* 
 // ---------------------------------------------------------------------------
 // Closing: loop thread only.
 
-
 // Progresses the worker until every request of reqs (a close, a send without
 // a callback) is done or bound_s passes; frees them all (those still pending
 // are left to UCX) and empties reqs.
