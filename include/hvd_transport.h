@@ -258,6 +258,12 @@ typedef struct hvd_transport_request hvd_transport_request_t;
  *     lock, so each call sees the previous one's effects). Without the flag
  *     every call comes from the background thread.                        */
 
+#define HVD_TRANSPORT_CAP_AVERAGE ((uint64_t)1 << 8)
+/*     native allreduce on CUDA buffers also takes op HVD_AVERAGE for the
+ *     floating dtypes (the sum divided by the size in the plugin's own
+ *     arithmetic: NCCL's ncclAvg). Without the flag the core sends the sum
+ *     and divides on the device itself.                                    */
+
 /* The collectives, as indices of hvd_transport_info_t.native_max_bytes. */
 #define HVD_TRANSPORT_ALLREDUCE 0
 #define HVD_TRANSPORT_ALLGATHERV 1

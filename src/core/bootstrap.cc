@@ -25,12 +25,67 @@ Bootstrap::~Bootstrap() {
   server_.reset();
 }
 
+// HVD_TRANSPORT may name a transport for device memory only (the NCCL
+// plugin: native collectives on CUDA buffers, no point-to-point, host
+// memory refused). The negotiation and host tensors then need a host
+// transport beside it: HVD_CPU_TRANSPORT's, else the usual choice.
+Status Bootstrap::ResolveDeviceTransport() {
+  host_request_ = cfg_->transport;
+  device_name_.clear();
+  const std::string& t = cfg_->transport;
+  if (t.empty() || t == "mpi" || t == "gloo" || t == "local") return Status::Ok();
+  auto caps = Transport::Capabilities(t, cfg_->transport_path);
+  if (!caps.ok() || !Transport::DeviceOnly(*caps)) return Status::Ok();  // Open says why
+  device_name_ = t;
+  host_request_ = cfg_->cpu_transport;
+  if (!host_request_.empty() && host_request_ != "mpi" && host_request_ != "gloo" &&
+      host_request_ != "local") {
+    auto hc = Transport::Capabilities(host_request_, cfg_->transport_path);
+    if (hc.ok() && Transport::DeviceOnly(*hc)) {
+      return InvalidArgument("HVD_CPU_TRANSPORT=" + host_request_ +
+                             " is a transport for device memory only; the host transport "
+                             "beside " + t + " must move host memory (gloo, mpi or ucx)");
+    }
+  }
+  return Status::Ok();
+}
+
+// The device-only transport, over the same ranks as the host one, with
+// keys of its own in the store; no shared-memory or hierarchical path (its
+// collectives are all native).
+Status Bootstrap::OpenDevice(const hvd_transport_env_v1_t& host_env, const Transport& host) {
+  hvd_transport_env_v1_t env = host_env;
+  env.rank = cfg_->rank;
+  env.size = cfg_->size;
+  env.local_rank = cfg_->local_rank;
+  env.local_size = cfg_->local_size;
+  env.cross_rank = cfg_->cross_rank;
+  env.cross_size = cfg_->cross_size;
+  if (client_) {
+    device_kv_ = kv_;
+    device_kv_.prefix = kv_.prefix + "device/";
+    env.kv = &device_kv_;
+  }
+  TransportOptions topts;
+  topts.hostname = cfg_->hostname;
+  topts.shm = false;
+  topts.shm_switch = "a device transport";
+  topts.hierarchical = 0;
+  topts.host_id = cfg_->host_id;
+  for (int r = 0; r < cfg_->size; ++r) topts.hosts.push_back(host.host_of(r));
+  HVD_ASSIGN_OR_RETURN(device_, Transport::Open(device_name_, cfg_->transport_path, env, topts, log_));
+  HVD_LOG(*log_, HVD_LOG_INFO, "rank " << cfg_->rank << ": CUDA tensors over " << device_->name()
+                                       << ", host tensors and the negotiation over the host transport");
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<Transport>> Bootstrap::Run() {
+  HVD_CHECK(ResolveDeviceTransport());
   std::string transport = ChooseTransport();
   // A transport asked for by name must exist even where another serves (a
   // world of one), so a typo or a missing plugin still fails.
-  if (!cfg_->transport.empty() && transport != cfg_->transport) {
-    HVD_CHECK(Transport::Check(cfg_->transport, cfg_->transport_path));
+  if (!host_request_.empty() && transport != host_request_) {
+    HVD_CHECK(Transport::Check(host_request_, cfg_->transport_path));
   }
   if (cfg_->size > 1 && transport != "mpi") {
     HVD_CHECK(Rendezvous());
@@ -110,17 +165,26 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
     auto v = opened->Query(t.key);
     if (v.ok()) *t.field = static_cast<int>(*v);
   }
+  if (!device_name_.empty()) {
+    Status s = OpenDevice(env, *opened);
+    if (!s.ok()) {
+      // The host transport's peers are connected: tell them this rank is
+      // going (it is destroyed here, before the error is returned).
+      opened.reset();
+      return s;
+    }
+  }
   return opened;
 }
 
 std::string Bootstrap::ChooseTransport() const {
   // An MPI communicator, or MPI asked for by name: the MPI transport, which
   // needs no rendezvous and defines rank and size itself.
-  if (cfg_->mpi_comm != nullptr || cfg_->transport == "mpi") return "mpi";
+  if (cfg_->mpi_comm != nullptr || host_request_ == "mpi") return "mpi";
   // A world of one needs no network: "local" serves it whatever was asked
   // for (Start checks that a named transport exists, so a typo still fails).
   if (cfg_->size == 1) return "local";
-  if (!cfg_->transport.empty()) return cfg_->transport;
+  if (!host_request_.empty()) return host_request_;
   // Launched by mpirun with no other way to meet: the MPI transport needs none.
   if (cfg_->rank_source == "mpi" && cfg_->rendezvous_addr.empty() && cfg_->oob_allgather == nullptr &&
       Transport::Available("mpi", cfg_->transport_path)) {

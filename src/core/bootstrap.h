@@ -26,8 +26,15 @@ class Bootstrap {
   // Rendezvous (for more than one rank, where the transport needs a store),
   // topology, transport. Updates *cfg (topology, as the transport found it).
   Result<std::unique_ptr<Transport>> Run();
+  // The device-only transport opened beside the host one (HVD_TRANSPORT
+  // names one: the NCCL plugin), or null; after Run, once.
+  std::unique_ptr<Transport> TakeDevice() { return std::move(device_); }
 
  private:
+  // Splits cfg_->transport into the host transport asked for
+  // (host_request_) and a device-only one (device_name_).
+  Status ResolveDeviceTransport();
+  Status OpenDevice(const hvd_transport_env_v1_t& host_env, const Transport& host);
   std::string ChooseTransport() const;
   Status Rendezvous();
   Status ResolveLocalTopology();
@@ -40,6 +47,10 @@ class Bootstrap {
   std::unique_ptr<rdv::StoreServer> server_;
   std::unique_ptr<rdv::StoreClient> client_;
   PluginKv kv_;
+  std::string host_request_;  // the host transport asked for ("" = choose)
+  std::string device_name_;   // a device-only transport beside it ("" = none)
+  PluginKv device_kv_;        // its keys: kv_'s prefix + "device/"
+  std::unique_ptr<Transport> device_;
 };
 
 }  // namespace hvd

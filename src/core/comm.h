@@ -41,6 +41,9 @@ class Comm {
   // buf describes the memory (HVD_MEMORY_CUDA, device, stream); the call
   // returns once the plugin returns (the caller then waits on the stream).
   virtual bool device_memory() const { return false; }
+  // DeviceAllreduce also takes HVD_AVERAGE for floating dtypes
+  // (HVD_TRANSPORT_CAP_AVERAGE).
+  virtual bool device_average() const { return false; }
   virtual Status DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count,
                                  hvd_dtype_t dtype, hvd_reduce_op_t op) {
     (void)buf, (void)count, (void)dtype, (void)op;

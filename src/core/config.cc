@@ -264,6 +264,7 @@ std::string Config::ToString() const {
      << " local_size=" << local_size << " cross_rank=" << cross_rank
      << " cross_size=" << cross_size << " rank_source=" << rank_source
      << " transport=" << (transport.empty() ? "(auto)" : transport)
+     << " cpu_transport=" << (cpu_transport.empty() ? "(auto)" : cpu_transport)
      << " transport_path=" << (transport_path.empty() ? "(next to libhvd.so)" : transport_path)
      << " rendezvous=" << (rendezvous_addr.empty() ? "(none)" : rendezvous_addr)
      << (host_store ? " (hosted here)" : "") << " oob=" << (oob_allgather ? "yes" : "no")
@@ -328,10 +329,16 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
                         &params->field, #field, (env_name), (out)))
 
   HVD_STR(HVD_PARAM_TRANSPORT, transport, "HVD_TRANSPORT", &c.transport);
-  if (c.transport.empty() && (params == nullptr || (params->mask & HVD_PARAM_TRANSPORT) == 0)) {
+  c.cpu_transport = EnvStr(env, "HVD_CPU_TRANSPORT");
+  const bool transport_given =
+      !c.transport.empty() || (params != nullptr && (params->mask & HVD_PARAM_TRANSPORT) != 0);
+  {
     // A Horovod job's choice of CPU operations (or of its controller, which
-    // in hvd is the transport too).
+    // in hvd is the transport too): the transport where none was given,
+    // else the host transport beside a device-only one.
+    std::string* into = transport_given ? &c.cpu_transport : &c.transport;
     for (const char* name : {"HOROVOD_CPU_OPERATIONS", "HOROVOD_CONTROLLER"}) {
+      if (!into->empty()) break;
       std::string v = EnvStr(env, name);
       for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       if (v.empty()) continue;
@@ -340,7 +347,7 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
                                "': hvd's CPU transports are gloo, mpi and ucx (HVD_TRANSPORT); "
                                "it has no '" + v + "'");
       }
-      c.transport = v;
+      *into = v;
       break;
     }
   }

@@ -31,6 +31,11 @@ struct Config {
 
   // Bootstrap.
   std::string transport;        // "" = choose
+  // The host transport beside a device-only one (HVD_TRANSPORT=nccl): it
+  // carries the negotiation and host tensors. HVD_CPU_TRANSPORT, else
+  // HOROVOD_CPU_OPERATIONS; "" = choose as for any job (gloo, or mpi under
+  // mpirun). Ignored where the transport is not device-only.
+  std::string cpu_transport;
   std::string transport_path;   // extra plugin folders (HVD_TRANSPORT_PATH, ':'-separated)
   std::string rendezvous_addr;  // host:port of a store to join
   bool host_store = false;      // this rank hosts the store at rendezvous_addr (torchrun style)

@@ -159,6 +159,7 @@ class ContextImpl final : public CycleDriver {
   ~ContextImpl() override {
     Shutdown();
     ReleaseSets();
+    device_transport_.reset();
     transport_.reset();
     boot_.reset();
   }
@@ -233,6 +234,9 @@ class ContextImpl final : public CycleDriver {
   Logger log_;
   std::unique_ptr<Bootstrap> boot_;  // the store (and its client) the transport may use
   std::unique_ptr<Transport> transport_;
+  // A device-only transport beside it (HVD_TRANSPORT=nccl): the root
+  // context's CUDA allreduces and broadcasts; null: none.
+  std::unique_ptr<Transport> device_transport_;
   Timeline timeline_;
   std::unique_ptr<Autotuner> tuner_;  // made in Start()
   std::unique_ptr<Executor> executor_;  // made in Start(), once the transport is up
@@ -332,6 +336,7 @@ Status ContextImpl::Start() {
   ReportStartStage(StartStage::kStarted, cfg_.hostname, log_);  // for hvdrun --transport mpi
   boot_ = std::make_unique<Bootstrap>(&cfg_, &log_);
   HVD_ASSIGN_OR_RETURN(transport_, boot_->Run());
+  device_transport_ = boot_->TakeDevice();
   log_.set_rank(cfg_.rank);
   // The peer timeout bounds the negotiation only: every live rank enters it
   // at least once per heartbeat, whatever its user threads do, so a peer
@@ -370,6 +375,7 @@ Status ContextImpl::Start() {
   }
   executor_ = std::make_unique<Executor>(transport_.get(), &timeline_,
                                          static_cast<size_t>(cfg_.buffer_pool_bytes));
+  executor_->Use(transport_.get(), device_transport_.get());
   fusion_threshold_ = cfg_.fusion_threshold;
   tuner_ = std::make_unique<Autotuner>(cfg_, &log_);
   const int64_t initial = std::min(cfg_.fusion_threshold, cfg_.fusion_buffer_initial);
@@ -399,7 +405,8 @@ Status ContextImpl::Start() {
   next_ = last_cycle_ = Clock::now();
   // Callers may run the cycle where the transport can be called from any
   // thread (one at a time), unless HVD_CALLER_CYCLES=0.
-  caller_cycles_ = cfg_.caller_cycles != 0 && transport_->any_thread();
+  caller_cycles_ = cfg_.caller_cycles != 0 && transport_->any_thread() &&
+                   (!device_transport_ || device_transport_->any_thread());
   HVD_LOG(log_, HVD_LOG_DEBUG,
           "cycles on waiting callers' threads: "
               << (caller_cycles_ ? "on"
@@ -612,9 +619,10 @@ void ContextImpl::Shutdown(const Status& why) {
           transport_) {
         lock.unlock();
         // A timeout's status: the peer it waits for may be gone for good.
-        const bool aborted = transport_->Abort(
-            HVD_ERR_TIMEOUT, "rank " + std::to_string(cfg_.rank) +
-                                 " is shutting down its context while a collective is blocked");
+        const std::string why = "rank " + std::to_string(cfg_.rank) +
+                                " is shutting down its context while a collective is blocked";
+        bool aborted = transport_->Abort(HVD_ERR_TIMEOUT, why);
+        if (device_transport_) aborted = device_transport_->Abort(HVD_ERR_TIMEOUT, why) && aborted;
         HVD_LOG(log_, HVD_LOG_WARNING,
                 "shutdown: the background thread is still inside a collective after "
                     << kShutdownGraceS << " s; "
@@ -639,6 +647,7 @@ void ContextImpl::ReleaseTransport() {
   executor_.reset();
   root_->plane.reset();
   root_->comm = nullptr;
+  device_transport_.reset();
   transport_.reset();
   boot_.reset();
 }
@@ -1028,7 +1037,7 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
     Scope* sc = k == 0 ? root_.get() : sets_[k - 1].get();
     if (sc == nullptr || (sc->responses.empty() && !sc->close_agreed)) continue;
     ran = true;
-    executor_->Use(sc->comm);
+    executor_->Use(sc->comm, k == 0 ? device_transport_.get() : nullptr);
     timeline_.set_scope(&sc->label);
     bytes += Execute(*sc);
     timeline_.set_scope(nullptr);

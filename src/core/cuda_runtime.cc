@@ -45,6 +45,8 @@ struct CudaRuntime::Fns {
   cudaError (*event_synchronize)(void*) = nullptr;
   cudaError (*event_destroy)(void*) = nullptr;
   cudaError (*stream_wait_event)(void*, void*, unsigned) = nullptr;
+  cudaError (*malloc)(void**, size_t) = nullptr;
+  cudaError (*free)(void*) = nullptr;
   const char* (*get_error_string)(cudaError) = nullptr;
 };
 
@@ -95,6 +97,8 @@ Result<std::unique_ptr<CudaRuntime>> CudaRuntime::Load() {
   sym(f.event_synchronize, "cudaEventSynchronize");
   sym(f.event_destroy, "cudaEventDestroy");
   sym(f.stream_wait_event, "cudaStreamWaitEvent");
+  sym(f.malloc, "cudaMalloc");
+  sym(f.free, "cudaFree");
   sym(f.get_error_string, "cudaGetErrorString");
   if (!missing.empty()) {
     return Error(HVD_ERR_UNSUPPORTED, "no CUDA runtime could be loaded (" + rt->library_ +
@@ -176,6 +180,96 @@ Status CudaRuntime::WaitForStream(void* stream) const {
   return s;
 }
 
+Status CudaRuntime::Malloc(void** p, size_t bytes) const {
+  return Check(fn_->malloc(p, bytes), "cudaMalloc");
+}
+
+void CudaRuntime::Free(void* p) const {
+  if (p != nullptr) fn_->free(p);
+}
+
+Status CudaRuntime::StreamWaitStream(void* waiter, void* waited) const {
+  if (waiter == waited) return Status::Ok();
+  void* ev = nullptr;
+  HVD_CHECK(Check(fn_->event_create_with_flags(&ev, kEventDisableTiming), "cudaEventCreateWithFlags"));
+  Status s = Check(fn_->event_record(ev, waited), "cudaEventRecord");
+  if (s.ok()) s = Check(fn_->stream_wait_event(waiter, ev, 0), "cudaStreamWaitEvent");
+  fn_->event_destroy(ev);  // CUDA releases it once the wait is done
+  return s;
+}
+
+// ---- the kernels -------------------------------------------------------------
+
+namespace {
+
+// The folder libhvd.so (the library holding this function) was loaded from.
+std::string ThisLibraryDir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&ThisLibraryDir), &info) == 0 || info.dli_fname == nullptr) {
+    return "";
+  }
+  std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaKernels>> CudaKernels::Load() {
+  std::vector<std::string> names;
+  const char* env = std::getenv("HVD_CUDA_KERNELS");
+  const bool forced = env != nullptr && env[0] != '\0';
+  if (forced) {
+    names.emplace_back(env);
+  } else {
+    const std::string dir = ThisLibraryDir();
+    if (!dir.empty()) names.push_back(dir + "/libhvd_cuda_kernels.so");
+    names.emplace_back("libhvd_cuda_kernels.so");
+  }
+  std::unique_ptr<CudaKernels> k(new CudaKernels());
+  std::string tried;
+  for (const std::string& n : names) {
+    void* dl = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (dl == nullptr) {
+      const char* e = dlerror();
+      tried += (tried.empty() ? "" : "; ") + (e != nullptr ? std::string(e) : n + ": not found");
+      continue;
+    }
+    auto fn = reinterpret_cast<hvd_cuda_kernels_v1_fn>(dlsym(dl, "hvd_cuda_kernels_v1"));
+    const hvd_cuda_kernels_v1_t* t = fn != nullptr ? fn() : nullptr;
+    if (t == nullptr || t->abi_version != HVD_CUDA_KERNELS_ABI ||
+        t->struct_size < sizeof(hvd_cuda_kernels_v1_t) || t->scale_copy == nullptr) {
+      tried += (tried.empty() ? "" : "; ") + n +
+               (t == nullptr ? ": no hvd_cuda_kernels_v1 table"
+                             : ": table version " + std::to_string(t->abi_version) +
+                                   " (this core needs " + std::to_string(HVD_CUDA_KERNELS_ABI) + ")");
+      dlclose(dl);
+      continue;
+    }
+    k->dl_ = dl;
+    k->library_ = n;
+    k->table_ = t;
+    return k;
+  }
+  return Error(HVD_ERR_UNSUPPORTED,
+               "hvd's CUDA kernels could not be loaded (" + tried +
+                   (forced ? "; set by HVD_CUDA_KERNELS" : "; build hvd with the CUDA toolkit") + ")");
+}
+
+CudaKernels::~CudaKernels() {
+  if (dl_ != nullptr) dlclose(dl_);
+}
+
+Status CudaKernels::ScaleCopy(const hvd_cuda_copy_t* copies, size_t n, const hvd_cuda_scale_t& how,
+                              void* stream) const {
+  const int e = table_->scale_copy(copies, n, &how, stream);
+  if (e == 0) return Status::Ok();
+  const char* text = table_->error_string != nullptr ? table_->error_string(e) : nullptr;
+  return Error(HVD_ERR_TRANSPORT, std::string("hvd CUDA kernel (scaled copy of ") +
+                                      std::to_string(n) + " tensors): " +
+                                      (text != nullptr ? text : "error " + std::to_string(e)));
+}
+
 CudaDeviceScope::CudaDeviceScope(const CudaRuntime& rt, int device) : rt_(rt) {
   status_ = rt_.GetDevice(&saved_);
   if (!status_.ok()) {
@@ -234,6 +328,21 @@ Status CudaSlot::Check(int device, const std::string& name, const void* data) {
 const CudaRuntime* CudaSlot::loaded() const {
   std::lock_guard<std::mutex> lock(mu_);
   return rt_.get();
+}
+
+Result<const CudaKernels*> CudaSlot::Kernels() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!kernels_tried_) {
+    kernels_tried_ = true;
+    auto k = CudaKernels::Load();
+    if (k.ok()) {
+      kernels_ = std::move(k).value();
+    } else {
+      kernels_error_ = k.status();
+    }
+  }
+  if (!kernels_) return kernels_error_;
+  return static_cast<const CudaKernels*>(kernels_.get());
 }
 
 }  // namespace hvd

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "cuda/cuda_kernels.h"
 
 namespace hvd {
 
@@ -47,6 +48,12 @@ class CudaRuntime {
   Status CopyToDevice(void* dst, const void* src, size_t bytes, void* stream) const;
   Status CopyOnDevice(void* dst, const void* src, size_t bytes, void* stream) const;
   Status StreamSynchronize(void* stream) const;
+  // Device memory of the current device (cudaMalloc / cudaFree).
+  Status Malloc(void** p, size_t bytes) const;
+  void Free(void* p) const;
+  // `waiter` waits (on the device, the host does not block) for the work
+  // queued on `waited` so far: an event recorded there.
+  Status StreamWaitStream(void* waiter, void* waited) const;
   // Waits for the work on `stream` so far through an event (recorded
   // there, then synchronized): where another stream, or the host, must
   // wait for work a transport enqueued on it.
@@ -61,6 +68,30 @@ class CudaRuntime {
   int devices_ = 0;
   struct Fns;
   std::unique_ptr<Fns> fn_;
+};
+
+// The core's CUDA kernels (src/cuda/cuda_kernels.h), loaded at run time
+// from HVD_CUDA_KERNELS (a path) where set, else libhvd_cuda_kernels.so in
+// the folder libhvd.so was loaded from, else by that name from the
+// loader's path. Used for the device fusion buffer and device-side scaling;
+// without them a device transport runs one tensor at a time and refuses
+// operations that need scaling, naming what it could not load.
+class CudaKernels {
+ public:
+  static Result<std::unique_ptr<CudaKernels>> Load();
+  ~CudaKernels();
+  CudaKernels(const CudaKernels&) = delete;
+  CudaKernels& operator=(const CudaKernels&) = delete;
+  const std::string& library() const { return library_; }
+  // n copies of one dtype and scaling on `stream` of the current device.
+  Status ScaleCopy(const hvd_cuda_copy_t* copies, size_t n, const hvd_cuda_scale_t& how,
+                   void* stream) const;
+
+ private:
+  CudaKernels() = default;
+  void* dl_ = nullptr;
+  std::string library_;
+  const hvd_cuda_kernels_v1_t* table_ = nullptr;
 };
 
 // The calling thread's current device set to `device` for the scope, and
@@ -90,12 +121,17 @@ class CudaSlot {
   Status Check(int device, const std::string& name, const void* data);
   // The loaded runtime, or null (never loads).
   const CudaRuntime* loaded() const;
+  // The kernels, loaded on first use (the loop thread), or why not.
+  Result<const CudaKernels*> Kernels();
 
  private:
   mutable std::mutex mu_;
   bool tried_ = false;
   Status error_;
   std::unique_ptr<CudaRuntime> rt_;
+  bool kernels_tried_ = false;
+  Status kernels_error_;
+  std::unique_ptr<CudaKernels> kernels_;
 };
 
 }  // namespace hvd

@@ -335,8 +335,12 @@ hvd_transport_buffer_t DeviceBuffer(void* data, size_t bytes, const TensorSpec& 
 }  // namespace
 
 Executor::~Executor() {
-  if (stage_ != nullptr) {
-    if (const CudaRuntime* rt = cuda_.loaded()) rt->FreeHost(stage_);
+  const CudaRuntime* rt = cuda_.loaded();
+  if (rt == nullptr) return;
+  if (stage_ != nullptr) rt->FreeHost(stage_);
+  for (const DeviceFusionBuffer& b : dev_fusion_) {
+    CudaDeviceScope scope(*rt, b.device);
+    if (scope.status().ok()) rt->Free(b.data);
   }
 }
 
@@ -348,7 +352,11 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
     }
   }
   if (stage_list_.empty()) return RunHostAllreduceBatch(batch);
-  if (transport_->device_memory()) return RunDeviceAllreduce(batch);
+  if (Comm* dev = DeviceComm()) {
+    // With no host transport to stage over, the device transport is the
+    // only way (and says what it cannot do).
+    if (dev == transport_ || DeviceServes(batch)) return RunDeviceAllreduce(batch, *dev);
+  }
   stage_in_.assign(stage_list_.size(), true);
   stage_out_.assign(stage_list_.size(), true);
   HVD_CHECK(Stage(stage_list_, stage_in_, stage_out_));
@@ -360,7 +368,12 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
 Status Executor::RunOne(OpRequest& req, const Response& resp) {
   TensorSpec& t = req.tensors.front();
   if (t.device == HVD_DEVICE_CPU) return RunHostOne(req, resp);
-  if (transport_->device_memory()) return RunDeviceOne(req);
+  if (Comm* dev = DeviceComm()) {
+    // Broadcast runs on the device transport; allgather, alltoall and
+    // reducescatter (results the handle owns, in host memory) are staged
+    // over the host transport beside it.
+    if (req.type == OpType::kBroadcast || dev == transport_) return RunDeviceOne(req, *dev);
+  }
   stage_list_.assign(1, &t);
   // Broadcast: only the root's data matters; every rank's output is written.
   const bool bcast = req.type == OpType::kBroadcast;
@@ -465,46 +478,249 @@ Status Executor::Unstage(bool ok) {
   return s.ok() ? s : s.Wrap("copying results back to CUDA memory");
 }
 
-Status Executor::RunDeviceAllreduce(std::vector<OpRequest*>& batch) {
+// ---- CUDA tensors on a transport that takes device memory -------------------
+//
+// The result's scaling as the host path's Finalize does it: AVERAGE divides
+// integers by the size (then postscale), and folds 1/size into the factor
+// for floating types.
+
+namespace {
+
+hvd_cuda_scale_t FinishScale(hvd_dtype_t dtype, hvd_reduce_op_t op, double postscale, int size) {
+  hvd_cuda_scale_t how{};
+  how.dtype = dtype;
+  how.divisor = 1;
+  how.scale = postscale;
+  if (op == HVD_AVERAGE) {
+    if (IsFloatingDtype(dtype)) {
+      how.scale = postscale / size;
+    } else {
+      how.divisor = size;
+    }
+  }
+  return how;
+}
+
+bool Identity(const hvd_cuda_scale_t& how) {
+  return how.dtype == HVD_BOOL || (how.scale == 1.0 && how.divisor == 1);
+}
+
+hvd_cuda_scale_t Prescale(hvd_dtype_t dtype, double prescale) {
+  hvd_cuda_scale_t how{};
+  how.dtype = dtype;
+  how.divisor = 1;
+  how.scale = prescale;
+  return how;
+}
+
+}  // namespace
+
+bool Executor::DeviceServes(const std::vector<OpRequest*>& batch) const {
+  return batch.front()->reduce_op != HVD_ADASUM;  // Adasum's tree runs on the host
+}
+
+Result<uint8_t*> Executor::DeviceFusion(const CudaRuntime& rt, int device, size_t bytes) {
+  DeviceFusionBuffer* b = nullptr;
+  for (DeviceFusionBuffer& x : dev_fusion_) {
+    if (x.device == device) b = &x;
+  }
+  if (b == nullptr) {
+    dev_fusion_.push_back({device, nullptr, 0});
+    b = &dev_fusion_.back();
+  }
+  if (b->capacity >= bytes) return static_cast<uint8_t*>(b->data);
+  // Earlier runs finished (each waits for its stream), so the old buffer
+  // is free; cudaFree also waits for the device.
+  rt.Free(b->data);
+  b->data = nullptr;
+  b->capacity = 0;
+  constexpr size_t kGrain = 2u << 20;
+  const size_t want = (std::max(bytes, b->capacity + b->capacity / 2) + kGrain - 1) / kGrain * kGrain;
+  void* p = nullptr;
+  Status s = rt.Malloc(&p, want);
+  if (!s.ok() || p == nullptr) {
+    return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(want) +
+                                        " bytes of device fusion buffer on CUDA device " +
+                                        std::to_string(device) + ": " + s.message());
+  }
+  b->data = p;
+  b->capacity = want;
+  return static_cast<uint8_t*>(p);
+}
+
+Status Executor::RunDeviceAllreduce(std::vector<OpRequest*>& batch, Comm& dev) {
   auto r = cuda_.Get();
   if (!r.ok()) return r.status();
   const CudaRuntime& rt = *r.value();
+  const OpRequest& first = *batch.front();
+  if (first.reduce_op == HVD_ADASUM) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 "Adasum of CUDA tensors needs a host transport to stage over (HVD_CPU_TRANSPORT "
+                 "beside the device transport)");
+  }
+  size_t total = 0, ntensors = 0;
+  int device = -1;
   for (OpRequest* req : batch) {
-    if (req->reduce_op == HVD_AVERAGE || req->reduce_op == HVD_ADASUM || req->prescale != 1.0 ||
-        req->postscale != 1.0) {
-      return Error(HVD_ERR_UNSUPPORTED,
-                   "allreduce of CUDA tensors on a transport that takes CUDA memory: "
-                   "HVD_SUM, HVD_MIN, HVD_MAX and HVD_PRODUCT without scale factors only");
-    }
     for (TensorSpec& t : req->tensors) {
       if (t.device == HVD_DEVICE_CPU) {
         return Error(HVD_ERR_UNSUPPORTED, "allreduce '" + t.name +
                                               "': host memory on a transport that takes CUDA "
                                               "memory (a joined rank's zeros)");
       }
-      const size_t bytes = TensorBytes(t);
-      if (bytes == 0) continue;
-      CudaDeviceScope scope(rt, t.device);
-      HVD_CHECK(scope.status());
-      if (t.output != t.input) HVD_CHECK(rt.CopyOnDevice(t.output, t.input, bytes, t.stream));
-      const hvd_transport_buffer_t b = DeviceBuffer(t.output, bytes, t);
-      HVD_CHECK(transport_->DeviceAllreduce(b, static_cast<size_t>(t.NumElements()), t.dtype,
-                                            req->reduce_op));
-      // A stream-ordered plugin may return before the work is done.
-      HVD_CHECK(rt.WaitForStream(t.stream));
+      if (device >= 0 && t.device != device) {
+        return Error(HVD_ERR_INTERNAL, "a fused batch of CUDA tensors spans devices " +
+                                           std::to_string(device) + " and " +
+                                           std::to_string(t.device));
+      }
+      device = t.device;
+      total += static_cast<size_t>(t.NumElements());
+      ++ntensors;
+    }
+  }
+  auto kr = cuda_.Kernels();
+  const CudaKernels* k = kr.ok() ? kr.value() : nullptr;
+  CudaDeviceScope scope(rt, device);
+  HVD_CHECK(scope.status());
+  if (ntensors > 1 && k != nullptr) {
+    return DeviceAllreduceFused(batch, dev, rt, *k, total, ntensors);
+  }
+  // One tensor, or no kernels to fuse with: tensor by tensor, each on its
+  // own stream.
+  for (OpRequest* req : batch) {
+    for (TensorSpec& t : req->tensors) {
+      Status s = DeviceAllreduceOne(t, first, dev, rt, k);
+      if (!s.ok() && k == nullptr && s.code() == HVD_ERR_UNSUPPORTED) {
+        return s.Wrap(kr.status().message());
+      }
+      HVD_CHECK(s);
     }
   }
   return Status::Ok();
 }
 
-Status Executor::RunDeviceOne(OpRequest& req) {
+Status Executor::DeviceAllreduceOne(TensorSpec& t, const OpRequest& first, Comm& dev,
+                                    const CudaRuntime& rt, const CudaKernels* k) {
+  auto t0 = Clock::now();
+  const hvd_dtype_t dtype = t.dtype;
+  const hvd_reduce_op_t op = first.reduce_op;
+  const size_t n = static_cast<size_t>(t.NumElements());
+  const size_t bytes = n * DtypeSize(dtype);
+  if (bytes == 0) return Status::Ok();
+  // AVERAGE of a floating type with no postscale goes to the transport as
+  // it is (NCCL's ncclAvg); otherwise the sum, scaled here after.
+  const bool native_average = op == HVD_AVERAGE && IsFloatingDtype(dtype) &&
+                              first.postscale == 1.0 && dev.device_average();
+  const hvd_cuda_scale_t pre = Prescale(dtype, first.prescale);
+  const hvd_cuda_scale_t post = native_average ? Prescale(dtype, 1.0)
+                                               : FinishScale(dtype, op, first.postscale, size_);
+  if ((!Identity(pre) || !Identity(post)) && k == nullptr) {
+    return Error(HVD_ERR_UNSUPPORTED, "allreduce '" + t.name +
+                                          "' of a CUDA tensor needs scaling on the device "
+                                          "(AVERAGE of integers, or scale factors)");
+  }
+  if (!Identity(pre)) {
+    const hvd_cuda_copy_t c{t.input, t.output, n};
+    HVD_CHECK(k->ScaleCopy(&c, 1, pre, t.stream));
+  } else if (t.output != t.input) {
+    HVD_CHECK(rt.CopyOnDevice(t.output, t.input, bytes, t.stream));
+  }
+  HVD_CHECK(dev.DeviceAllreduce(DeviceBuffer(t.output, bytes, t), n, dtype,
+                                native_average ? HVD_AVERAGE : TransportOp(op)));
+  if (!Identity(post)) {
+    const hvd_cuda_copy_t c{t.output, t.output, n};
+    HVD_CHECK(k->ScaleCopy(&c, 1, post, t.stream));
+  }
+  // A stream-ordered plugin may return before the work is done.
+  HVD_CHECK(rt.WaitForStream(t.stream));
+  if (timeline_->enabled()) {
+    timeline_->Span(t.name, "ALLREDUCE", t0, Clock::now(),
+                    "{\"bytes\":" + std::to_string(bytes) + ",\"device\":" +
+                        std::to_string(t.device) + "}");
+  }
+  return Status::Ok();
+}
+
+// Many tensors as one: the first tensor's stream waits for the others',
+// one kernel launch (per batch_capacity tensors) copies them into the
+// device's fusion buffer with the prescale, the transport reduces the
+// buffer on that stream, one launch copies the results out with the
+// postscale (AVERAGE's division included), the other streams wait for it,
+// and the host waits for the stream before the handles complete.
+Status Executor::DeviceAllreduceFused(std::vector<OpRequest*>& batch, Comm& dev,
+                                      const CudaRuntime& rt, const CudaKernels& k, size_t total,
+                                      size_t ntensors) {
+  auto t0 = Clock::now();
+  const OpRequest& first = *batch.front();
+  TensorSpec& lead = batch.front()->tensors.front();
+  const hvd_dtype_t dtype = lead.dtype;
+  const size_t esize = DtypeSize(dtype);
+  const int device = lead.device;
+  void* const stream = lead.stream;
+  HVD_ASSIGN_OR_RETURN(uint8_t* buf, DeviceFusion(rt, device, total * esize));
+  copies_.clear();
+  size_t off = 0;
+  for (OpRequest* req : batch) {
+    for (TensorSpec& t : req->tensors) {
+      const size_t n = static_cast<size_t>(t.NumElements());
+      if (n == 0) continue;
+      if (t.stream != stream) HVD_CHECK(rt.StreamWaitStream(stream, t.stream));
+      copies_.push_back({t.input, buf + off, n});
+      off += n * esize;
+    }
+  }
+  HVD_CHECK(k.ScaleCopy(copies_.data(), copies_.size(), Prescale(dtype, first.prescale), stream));
+  auto t1 = Clock::now();
+  hvd_transport_buffer_t b{};
+  b.data = buf;
+  b.bytes = total * esize;
+  b.memory_type = HVD_MEMORY_CUDA;
+  b.device = device;
+  b.stream = stream;
+  HVD_CHECK(dev.DeviceAllreduce(b, total, dtype, TransportOp(first.reduce_op)));
+  auto t2 = Clock::now();
+  copies_.clear();
+  off = 0;
+  for (OpRequest* req : batch) {
+    for (TensorSpec& t : req->tensors) {
+      const size_t n = static_cast<size_t>(t.NumElements());
+      if (n == 0) continue;
+      copies_.push_back({buf + off, t.output, n});
+      off += n * esize;
+    }
+  }
+  HVD_CHECK(k.ScaleCopy(copies_.data(), copies_.size(),
+                        FinishScale(dtype, first.reduce_op, first.postscale, size_), stream));
+  for (OpRequest* req : batch) {
+    for (TensorSpec& t : req->tensors) {
+      if (t.stream != stream) HVD_CHECK(rt.StreamWaitStream(t.stream, stream));
+    }
+  }
+  HVD_CHECK(rt.WaitForStream(stream));
+  if (timeline_->enabled()) {
+    auto t3 = Clock::now();
+    std::string args = "{\"fused_tensors\":" + std::to_string(ntensors) +
+                       ",\"bytes\":" + std::to_string(total * esize) +
+                       ",\"device\":" + std::to_string(device) + "}";
+    for (OpRequest* req : batch) {
+      for (const TensorSpec& t : req->tensors) {
+        timeline_->Span(t.name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
+        timeline_->Span(t.name, "ALLREDUCE", t1, t2, args);
+        timeline_->Span(t.name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Executor::RunDeviceOne(OpRequest& req, Comm& dev) {
   TensorSpec& t = req.tensors.front();
   if (req.type != OpType::kBroadcast) {
     return Error(HVD_ERR_UNSUPPORTED,
                  std::string(OpTypeName(req.type)) + " '" + t.name +
                      "' of a CUDA tensor on a transport that takes CUDA memory: its result "
                      "belongs to the handle, in host memory, which that transport does not "
-                     "take; only allreduce and broadcast pass CUDA memory through");
+                     "take; only allreduce and broadcast pass CUDA memory through (with a host "
+                     "transport beside it, HVD_CPU_TRANSPORT, the others are staged over that)");
   }
   auto r = cuda_.Get();
   if (!r.ok()) return r.status();
@@ -516,7 +732,7 @@ Status Executor::RunDeviceOne(OpRequest& req) {
   if (rank_ == req.root && t.output != t.input) {
     HVD_CHECK(rt.CopyOnDevice(t.output, t.input, bytes, t.stream));
   }
-  HVD_CHECK(transport_->DeviceBroadcast(DeviceBuffer(t.output, bytes, t), req.root));
+  HVD_CHECK(dev.DeviceBroadcast(DeviceBuffer(t.output, bytes, t), req.root));
   return rt.WaitForStream(t.stream);
 }
 

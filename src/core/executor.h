@@ -28,8 +28,11 @@ class Executor {
   // The communicator the next runs use: the context's, or one of its
   // process sets' (which share this executor's buffers: one loop thread
   // runs them all, one at a time).
-  void Use(Comm* comm) {
+  // `device`: a device-only transport beside it (the root context's, for
+  // CUDA tensors; null: none, CUDA tensors are staged over `comm`).
+  void Use(Comm* comm, Comm* device = nullptr) {
     transport_ = comm;
+    device_ = device;
     rank_ = comm->rank();
     size_ = comm->size();
   }
@@ -72,9 +75,32 @@ class Executor {
                const std::vector<bool>& copy_out);
   Status Unstage(bool ok);  // copies results back when ok; always restores the pointers
   Status SynchronizeStreams(const CudaRuntime& rt);
-  // CUDA tensors handed to a transport that takes device memory (NCCL).
-  Status RunDeviceAllreduce(std::vector<OpRequest*>& batch);
-  Status RunDeviceOne(OpRequest& req);
+  // CUDA tensors handed to a transport that takes device memory (NCCL):
+  // the device transport beside the host one, or the transport itself.
+  // Null where CUDA tensors are staged over the host transport.
+  Comm* DeviceComm() const {
+    if (device_ != nullptr && device_->device_memory()) return device_;
+    return transport_->device_memory() ? transport_ : nullptr;
+  }
+  // Whether the device path serves this batch; where not (Adasum; a joined
+  // rank's host zeros), it is staged over a host transport, if there is one.
+  bool DeviceServes(const std::vector<OpRequest*>& batch) const;
+  Status RunDeviceAllreduce(std::vector<OpRequest*>& batch, Comm& dev);
+  Status DeviceAllreduceOne(TensorSpec& t, const OpRequest& first, Comm& dev,
+                            const CudaRuntime& rt, const CudaKernels* k);
+  Status DeviceAllreduceFused(std::vector<OpRequest*>& batch, Comm& dev, const CudaRuntime& rt,
+                              const CudaKernels& k, size_t total, size_t ntensors);
+  Status RunDeviceOne(OpRequest& req, Comm& dev);
+  // The device fusion buffer of `device` (the current device), grown to
+  // at least `bytes`; one per device, kept for the executor's life.
+  Result<uint8_t*> DeviceFusion(const CudaRuntime& rt, int device, size_t bytes);
+  struct DeviceFusionBuffer {
+    int device;
+    void* data;
+    size_t capacity;
+  };
+  std::vector<DeviceFusionBuffer> dev_fusion_;
+  std::vector<hvd_cuda_copy_t> copies_;
 
   CudaSlot cuda_;  // first: the staging buffer is freed through it
   void* stage_ = nullptr;  // page-locked (cudaHostAlloc), grown on demand
@@ -85,6 +111,7 @@ class Executor {
   std::vector<bool> stage_in_, stage_out_;
 
   Comm* transport_;
+  Comm* device_ = nullptr;  // a device-only transport beside transport_ (Use)
   Timeline* timeline_;
   int rank_;
   int size_;

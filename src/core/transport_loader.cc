@@ -494,6 +494,15 @@ Status Transport::Check(const std::string& name, const std::string& search_path)
   return Status::Ok();
 }
 
+Result<uint64_t> Transport::Capabilities(const std::string& name,
+                                          const std::string& search_path) {
+  auto f = Find(name, search_path);
+  if (!f.ok()) return f.status();
+  const uint64_t caps = f->v4 ? f->v4_table.caps : 0;
+  if (f->dl != nullptr) dlclose(f->dl);
+  return caps;
+}
+
 Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
                                                    const std::string& search_path,
                                                    const hvd_transport_env_v1_t& env,
@@ -576,6 +585,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
   size_ = size;
   any_thread_ = (v.caps & HVD_TRANSPORT_CAP_ANY_THREAD) != 0;
   cuda_memory_ = (v.caps & HVD_TRANSPORT_CAP_CUDA_MEMORY) != 0;
+  device_average_ = (v.caps & HVD_TRANSPORT_CAP_AVERAGE) != 0;
   const struct {
     const char* key;
     int32_t found, given;
@@ -618,15 +628,20 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
     want_shm = want_shm || a == algo::Algorithm::kShm;
   }
 
+  // A device-only transport (NCCL) refuses host memory, so nothing is
+  // exchanged over it: the host names come from the host transport beside
+  // it (opts.hosts), and it has no shared-memory path.
+  const bool device_only = DeviceOnly(v.caps);
+  if (device_only) hosts_ = opts.hosts;
   // Every rank's host name, so messages about a peer can name its host.
-  if (size > 1) {
+  if (size > 1 && !device_only) {
     TransportExchange ex(this, size);
     std::string why;
     const int st = ex.Allgather("hosts", opts.hostname, &hosts_, &why);
     if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
   }
   // The shared-memory path: agreed with every peer over the transport itself.
-  if (size > 1) {
+  if (size > 1 && !device_only) {
     shm::Options o;
     o.transport = name_;
     o.enabled = opts.shm;

@@ -70,6 +70,9 @@ struct TransportOptions {
   // (on where ranks span several hosts and some host has several).
   int hierarchical = -1;
   std::string host_id;  // HVD_HOST_ID; empty: shm::HostIdentity()
+  // Every rank's host name, for a device-only transport (which exchanges
+  // nothing in host memory): the host transport's.
+  std::vector<std::string> hosts;
   // A fused allreduce over the ring takes the tensors where they lie
   // (HVD_FUSION_IN_PLACE): on unless false.
   bool fusion_in_place = true;
@@ -89,6 +92,15 @@ class Transport : public Comm {
   // OK if a table for `name` can be found (does not connect); else why not,
   // naming the folders searched.
   static Status Check(const std::string& name, const std::string& search_path);
+  // The capabilities a version 4 table declares (HVD_TRANSPORT_CAP_*; 0
+  // for older tables), without connecting; else why it cannot be found.
+  static Result<uint64_t> Capabilities(const std::string& name, const std::string& search_path);
+  // A transport for device memory only: HVD_TRANSPORT_CAP_CUDA_MEMORY and
+  // no point-to-point (the NCCL plugin). It runs beside a host transport,
+  // which carries the negotiation and host tensors.
+  static bool DeviceOnly(uint64_t caps) {
+    return (caps & HVD_TRANSPORT_CAP_CUDA_MEMORY) != 0 && (caps & HVD_TRANSPORT_CAP_P2P) == 0;
+  }
   static bool Available(const std::string& name, const std::string& search_path) {
     return Check(name, search_path).ok();
   }
@@ -134,6 +146,7 @@ class Transport : public Comm {
   }
   Status DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count, hvd_dtype_t dtype,
                          hvd_reduce_op_t op) override;
+  bool device_average() const override { return device_memory() && device_average_; }
   Status DeviceBroadcast(const hvd_transport_buffer_t& buf, int root) override;
   // What the transport said at start (never asks it again: answered from
   // what Open kept, so any thread may call it): "rank", "size",
@@ -246,6 +259,7 @@ class Transport : public Comm {
   bool ring_spans_ = true;  // HVD_FUSION_IN_PLACE
   bool any_thread_ = false;
   bool cuda_memory_ = false;  // HVD_TRANSPORT_CAP_CUDA_MEMORY (version 4)
+  bool device_average_ = false;  // HVD_TRANSPORT_CAP_AVERAGE
   std::vector<std::pair<std::string, int64_t>> facts_;  // Query's answers
 
   // Version 4.

@@ -18,6 +18,9 @@
  *    follow: tests see both.
  *  - cudaMemcpyAsync checks its direction against the pointers: the device
  *    side must be cudaMalloc memory, the host side must not be.
+ *  - cudaLaunchHostFunc queues a host function on the stream, run in order
+ *    with the stream's copies when it is synchronized: the fake CUDA
+ *    kernels (fake_cuda_kernels.cc) launch through it.
  *  - Counters (fake_cuda_stats) let tests assert what happened.
  * Thread-safe (one lock): ranks as threads share it.
  */
@@ -82,6 +85,8 @@ struct op {
     const void *src;  /* NULL: data holds the bytes (a fill) */
     unsigned char *data;
     size_t n;
+    void (*fn)(void *); /* a host function (cudaLaunchHostFunc): runs fn(arg) */
+    void *arg;
     struct op *next;
 };
 struct stream_q {
@@ -132,7 +137,11 @@ static void flush(void *stream) {
     struct stream_q *q = queue_of(stream);
     for (struct op *o = q->head; o != NULL;) {
         struct op *next = o->next;
-        memcpy(o->dst, o->src != NULL ? o->src : o->data, o->n);
+        if (o->fn != NULL) {
+            o->fn(o->arg);
+        } else {
+            memcpy(o->dst, o->src != NULL ? o->src : o->data, o->n);
+        }
         free(o->data);
         free(o);
         --g_stats.pending;
@@ -341,6 +350,19 @@ EXPORT const char *cudaGetErrorString(cudaError_t e) {
         case cudaErrorInvalidDevice: return "invalid device ordinal";
         default: return "unknown error";
     }
+}
+
+/* The function runs when the stream is synchronized, after the work queued
+ * before it; it must not call back into this library (the lock is held). */
+EXPORT cudaError_t cudaLaunchHostFunc(void *stream, void (*fn)(void *), void *arg) {
+    if (fn == NULL) return cudaErrorInvalidValue;
+    struct op *o = calloc(1, sizeof(*o));
+    o->fn = fn;
+    o->arg = arg;
+    pthread_mutex_lock(&g_mu);
+    enqueue(stream, o);
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
 }
 
 /* ---- test hooks (not CUDA's) ------------------------------------------- */

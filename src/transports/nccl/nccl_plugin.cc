@@ -63,7 +63,8 @@ constexpr double kFinalizeS = 30.0;      // ncclCommFinalize's bound when env gi
 constexpr unsigned kSpins = 200;         // polls with yield before sleeping between polls
 constexpr auto kPollSleep = std::chrono::microseconds(50);
 constexpr uint64_t kCaps = HVD_TRANSPORT_CAP_CUDA_MEMORY | HVD_TRANSPORT_CAP_STREAM_ORDERED |
-                           HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT;
+                           HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
+                           HVD_TRANSPORT_CAP_AVERAGE;
 
 Clock::time_point After(double s) {
   if (!(s > 0) || s > 3.0e7) return Clock::time_point::max();

@@ -99,7 +99,8 @@ void CheckTable(const hvd_transport_v4_t* t) {
   CHECK_EQ(t->struct_size, sizeof(hvd_transport_v4_t));
   CHECK(t->name != nullptr && std::string(t->name) == "nccl");
   const uint64_t want = HVD_TRANSPORT_CAP_CUDA_MEMORY | HVD_TRANSPORT_CAP_STREAM_ORDERED |
-                        HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT;
+                        HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
+                        HVD_TRANSPORT_CAP_AVERAGE;
   CHECK_EQ(t->caps, want);
   CHECK(t->init != nullptr && t->finalize != nullptr && t->last_error != nullptr);
   // No point-to-point and no registration: caps promise none, entries NULL.
