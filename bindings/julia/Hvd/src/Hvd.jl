@@ -209,6 +209,27 @@ True when `A`'s elements lie densely in memory in column-major order, so its
 pointer can go to the library as is: `Array`s, and strided views and reshapes
 whose strides are those of a dense array.
 """
+# The array at the bottom of A's wrappers (views, reshapes, reinterprets).
+function storage_root(A)
+    while true
+        P = parent(A)
+        P === A && return A
+        A = P
+    end
+end
+
+# A GPU package's array (CUDA.jl's CuArray and the others derive from
+# GPUArrays' AbstractGPUArray), known by its supertypes' names so that the
+# package needs no GPU package to tell.
+function is_device_array(A)
+    T = typeof(storage_root(A))
+    while T !== Any
+        nameof(T) === :AbstractGPUArray && return true
+        T = supertype(T)
+    end
+    return false
+end
+
 function iscontiguous(A::AbstractArray)
     A isa Array && return true
     A isa StridedArray || return false
@@ -233,6 +254,13 @@ function check_array(A, what::AbstractString)
     end
     if A isa BitArray
         throw(ArgumentError("Hvd: $what is a BitArray (packed bits); convert it with Array{Bool}(A)"))
+    end
+    if is_device_array(A)
+        throw(ArgumentError("Hvd: $what is a $(typeof(storage_root(A)).name) in device memory; " *
+                            "this package passes host arrays only: copy it with Array(A) and " *
+                            "back (hvd's C API takes CUDA memory, hvd_tensor_t.device and " *
+                            ".stream, which a CUDA.jl extension of this package would fill " *
+                            "from the array's device pointer, CUDA.device() and CUDA.stream())"))
     end
     if !iscontiguous(A)
         throw(ArgumentError("Hvd: $what ($(typeof(A).name)) is not contiguous in memory, so it " *

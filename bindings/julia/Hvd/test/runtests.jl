@@ -16,6 +16,17 @@ end
 # `cmd` with one more environment variable (Base.addenv is Julia 1.6+).
 addenv_(cmd::Cmd, p::Pair) = setenv(cmd, merge(Dict(ENV), Dict(p)))
 
+# A stand-in for a GPU package's array (CUDA.jl's CuArray derives from
+# GPUArrays' AbstractGPUArray, a DenseArray): host data here, but the
+# package must refuse it as device memory.
+abstract type AbstractGPUArray{T,N} <: DenseArray{T,N} end
+struct FakeGPUArray{T,N} <: AbstractGPUArray{T,N}
+    data::Array{T,N}
+end
+Base.size(A::FakeGPUArray) = size(A.data)
+Base.getindex(A::FakeGPUArray, i::Int...) = A.data[i...]
+Base.strides(A::FakeGPUArray) = strides(A.data)
+
 struct TinyModel          # a model as a plain struct: arrays, a function, a number
     W::Matrix{Float64}
     b::Vector{Float64}
@@ -389,6 +400,12 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test_throws ArgumentError allreduce(UInt32[1])
         @test_throws ArgumentError allreduce(Int128(1))
         @test_throws ArgumentError allreduce(trues(4))            # BitArray
+        # A GPU package's array (its supertype named as GPUArrays names it):
+        # refused with what to do, before any pointer reaches the library.
+        e = try allreduce!(FakeGPUArray(zeros(Float32, 4))); nothing catch err; err end
+        @test e isa ArgumentError && occursin("device memory", e.msg) && occursin("Array(A)", e.msg)
+        e = try allreduce(view(FakeGPUArray(zeros(Float32, 4)), 1:2)); nothing catch err; err end
+        @test e isa ArgumentError && occursin("device memory", e.msg)
         M = rand(4, 4)
         for bad in (view(M, 1:2, :), view(M, 1, :), view(M, :, [1, 3]), PermutedDimsArray(M, (2, 1)),
                     transpose(M), 1:4, view(collect(1:10), 1:2:9))
