@@ -34,7 +34,7 @@ NOMMAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
 PARTS = ("stream", "coll", "fusion", "latency", "e2e")
 # opt-in: many hosts, needs root (bench/suite/cluster_bench.py); elastic training's
 # recovery and steady state against torchrun (bench/suite/elastic_bench.py)
-OPT_PARTS = ("cluster", "elastic")
+OPT_PARTS = ("cluster", "elastic", "gpu")
 
 
 def log_print(*a):
@@ -409,6 +409,26 @@ class Runner:
         a = ["--iters-scale", str(self.args.iters_scale)]
         return a + (["--quick"] if self.quick else [])
 
+    def part_gpu(self):
+        """The core's batched copy kernel against cudaMemcpyAsync on one GPU
+        (bench/suite/cuda_copy_bench.cc); skipped with the reason elsewhere."""
+        exe = self._find_bin("cuda-copy-bench")
+        lib = os.path.join(self.build, "lib", "libhvd_cuda_kernels.so")
+        if not exe or not os.path.exists(lib):
+            self.skipped.append("GPU copies: cuda-copy-bench or lib/libhvd_cuda_kernels.so is not "
+                                "built (no CUDA toolkit)")
+            return
+        probe = subprocess.run([exe, "--kernels", lib, "--tensors", "1", "--sizes", "4K", "--quick"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        skip = [l for l in probe.stdout.splitlines() if l.startswith("SKIP ")]
+        if skip:
+            self.skipped.append("GPU copies: " + skip[0][5:])
+            return
+        args = [exe, "--kernels", lib]
+        if self.quick:
+            args += ["--tensors", "64", "--sizes", "16K,1M", "--quick"]
+        self.run("gpu: batched copies vs cudaMemcpyAsync", args, timeout=600)
+
     def part_stream(self):
         if "stream-bench" not in self.bins:
             return
@@ -763,6 +783,8 @@ def main():
         for rep in range(r.reps()):
             if "e2e" in parts:
                 r.part_e2e(rep)
+        if "gpu" in parts:
+            r.part_gpu()
         if "cluster" in parts:
             import cluster_bench  # bench/suite/cluster_bench.py
             cluster_bench.run_part(r)

@@ -101,3 +101,146 @@ def test_two_ranks(tmp_path):
     job = harness.run_job(2, script, tmp_path=tmp_path, timeout=180)
     assert job.ok(), job.describe()
     assert job.output.count("GPU-OK") == 2, job.describe()
+
+
+def _nccl_plugin_built():
+    lib = os.environ.get("HVD_LIBRARY_PATH", "")
+    folder = os.path.dirname(lib) if lib.endswith(".so") else lib
+    return bool(folder) and os.path.exists(os.path.join(folder, "libhvd_transport_nccl.so"))
+
+
+@pytest.mark.skipif(not _nccl_plugin_built(),
+                    reason="libhvd_transport_nccl.so is not next to HVD_LIBRARY_PATH's libhvd.so")
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float16, torch.bfloat16, torch.float32,
+                                   torch.float64], ids=str)
+def test_nccl_world_of_one_matches_host(dtype):
+    """hvd.init(transport="nccl"): the NCCL plugin beside the local host
+    transport; CUDA allreduces go to NCCL, fused through the device fusion
+    buffer with the real kernels (libhvd_cuda_kernels.so), and must give the
+    host path's bits (same context, host tensors)."""
+    import hvd.torch as hvd
+    hvd.init(transport="nccl")
+    try:
+        dev = torch.device("cuda", 0)
+        xs = [((torch.arange(n) % 9) - 2).to(dtype) / (8 if dtype.is_floating_point else 1)
+              for n in (7, 33, 4096 + 5)]
+        xs = [x.to(dtype) for x in xs]
+        for op in (hvd.Sum, hvd.Average, hvd.Max):
+            if op is hvd.Average and not dtype.is_floating_point:
+                continue
+            for pre, post in ((1.0, 1.0), (0.5, 4.0)):
+                host = hvd.grouped_allreduce(xs, op=op, prescale_factor=pre,
+                                             postscale_factor=post, name=f"h{op}{pre}")
+                cuda = hvd.grouped_allreduce([x.to(dev) for x in xs], op=op,
+                                             prescale_factor=pre, postscale_factor=post,
+                                             name=f"d{op}{pre}")
+                for h, c in zip(host, cuda):
+                    assert c.device == dev
+                    assert torch.equal(h, c.cpu()), (op, pre, post, h, c)
+                one = hvd.allreduce(xs[2].to(dev), op=op, name=f"u{op}{pre}",
+                                    prescale_factor=pre, postscale_factor=post)
+                assert torch.equal(one.cpu(), hvd.allreduce(xs[2], op=op, name=f"uh{op}{pre}",
+                                                            prescale_factor=pre,
+                                                            postscale_factor=post))
+        b = hvd.broadcast(xs[1].to(dev), 0, name="bc")
+        assert torch.equal(b.cpu(), xs[1])
+    finally:
+        hvd.shutdown()
+
+
+# ---- several GPUs: tests/gpu/run.sh --multi-gpu (HVD_TEST_MULTI_GPU=1) --------------------
+
+MULTI_GPU = os.environ.get("HVD_TEST_MULTI_GPU") == "1"
+
+NCCL_JOB = """
+    import os, sys, time
+    import torch
+    import hvd.torch as hvd
+    hvd.init(transport="nccl")
+    r, n = hvd.rank(), hvd.size()
+    torch.cuda.set_device(hvd.local_rank())
+    dev = torch.device("cuda", hvd.local_rank())
+    for dt in (torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+               torch.float32, torch.float64):
+        x = ((torch.arange(1000) + r) % 5).to(dt).to(dev)
+        want = sum(((torch.arange(1000) + q) % 5).to(torch.float64) for q in range(n))
+        s = hvd.allreduce(x, op=hvd.Sum, name=f"s{dt}")
+        assert torch.equal(s.cpu().to(torch.float64), want), (dt, s)
+        m = hvd.allreduce(x, op=hvd.Max, name=f"m{dt}")
+        assert torch.equal(m.cpu(), torch.full((1000,), 4).to(dt)) if n >= 5 else True
+        if dt.is_floating_point:
+            a = hvd.allreduce(x, op=hvd.Average, name=f"a{dt}")
+            assert torch.allclose(a.cpu().double(), want / n, atol=1e-2), (dt, a)
+        # A fused group in different orders per rank (names, not order, match).
+        xs = [x[: 10 * (k + 1)] + k for k in range(5)]
+        names = [f"g{dt}.{k}" for k in range(5)]
+        order = list(range(5)) if r % 2 == 0 else list(reversed(range(5)))
+        hs = {k: hvd.allreduce_async(xs[k], op=hvd.Sum, name=names[k]) for k in order}
+        for k in range(5):
+            got = hvd.synchronize(hs[k]).cpu().to(torch.float64)
+            ref = sum((((torch.arange(1000) + q) % 5)[: 10 * (k + 1)] + k).to(torch.float64)
+                      for q in range(n))
+            assert torch.equal(got, ref), (dt, k, got)
+        b = hvd.broadcast(x, n - 1, name=f"b{dt}")
+        assert torch.equal(b.cpu(), ((torch.arange(1000) + n - 1) % 5).to(dt)), dt
+        g = hvd.allgather(x[: r + 1].reshape(-1, 1), name=f"ag{dt}")
+        assert g.device == dev and g.shape[0] == n * (n + 1) // 2, g.shape
+        t = hvd.alltoall(torch.full((n,), r, device=dev).to(dt), name=f"a2a{dt}")
+        assert torch.equal(t.cpu(), torch.arange(n).to(dt)), t
+    # A host tensor in the same job goes over the CPU transport.
+    h = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="host")
+    assert torch.equal(h, torch.full((3,), float(n)))
+    # DistributedOptimizer on a CUDA model: every rank ends with the same bits.
+    torch.manual_seed(r)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(dev)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for step in range(5):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 16, device=dev)).pow(2).mean()
+        loss.backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    every = hvd.allgather(flat.reshape(1, -1), name="params")
+    assert all(torch.equal(every[0], every[q]) for q in range(n)), "parameters differ"
+    if os.environ.get("KILL_RANK") == str(r):
+        print("DYING", r, flush=True)
+        os._exit(9)
+    if os.environ.get("KILL_RANK"):
+        t0 = time.time()
+        try:
+            for i in range(1000):
+                hvd.allreduce(torch.ones(1 << 20, device=dev), name=f"after{i}")
+        except Exception as e:
+            print("SURVIVOR-ERROR", r, round(time.time() - t0, 1), str(e)[:300], flush=True)
+            sys.exit(3)
+        sys.exit(4)
+    hvd.shutdown()
+    print("NCCL-OK", r)
+"""
+
+
+@pytest.mark.skipif(not MULTI_GPU, reason="multi-GPU tests: tests/gpu/run.sh --multi-gpu")
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_nccl_ranks(tmp_path, n):
+    if torch.cuda.device_count() < n:
+        pytest.skip(f"{n} ranks need {n} GPUs; this host has {torch.cuda.device_count()}")
+    script = harness.write_script(tmp_path, NCCL_JOB)
+    job = harness.run_job(n, script, tmp_path=tmp_path, timeout=600)
+    assert job.ok(), job.describe()
+    assert job.output.count("NCCL-OK") == n, job.describe()
+
+
+@pytest.mark.skipif(not MULTI_GPU, reason="multi-GPU tests: tests/gpu/run.sh --multi-gpu")
+def test_nccl_peer_death(tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs; this host has {torch.cuda.device_count()}")
+    script = harness.write_script(tmp_path, NCCL_JOB)
+    t0 = __import__("time").time()
+    job = harness.run_job(2, script, tmp_path=tmp_path, timeout=240,
+                          env={"KILL_RANK": "1", "HVD_TRANSPORT_TIMEOUT": "20"})
+    assert not job.ok()
+    assert "DYING 1" in job.output, job.describe()
+    assert "SURVIVOR-ERROR 0" in job.output, job.describe()
+    assert __import__("time").time() - t0 < 120, job.describe()
