@@ -376,6 +376,7 @@ Status ContextImpl::Start() {
   executor_ = std::make_unique<Executor>(transport_.get(), &timeline_,
                                          static_cast<size_t>(cfg_.buffer_pool_bytes));
   executor_->Use(transport_.get(), device_transport_.get());
+  executor_->set_local_rank(cfg_.local_rank);
   fusion_threshold_ = cfg_.fusion_threshold;
   tuner_ = std::make_unique<Autotuner>(cfg_, &log_);
   const int64_t initial = std::min(cfg_.fusion_threshold, cfg_.fusion_buffer_initial);
@@ -1181,6 +1182,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       ph.reduce_op = d.reduce_op;
       ph.prescale = d.prescale;
       ph.postscale = d.postscale;
+      ph.zeros_device = d.device;
       for (size_t k = 0; k < d.names.size(); ++k) {
         TensorSpec t;
         t.name = d.names[k];

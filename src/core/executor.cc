@@ -338,13 +338,24 @@ Executor::~Executor() {
   const CudaRuntime* rt = cuda_.loaded();
   if (rt == nullptr) return;
   if (stage_ != nullptr) rt->FreeHost(stage_);
-  for (const DeviceFusionBuffer& b : dev_fusion_) {
-    CudaDeviceScope scope(*rt, b.device);
-    if (scope.status().ok()) rt->Free(b.data);
+  for (const auto* list : {&dev_fusion_, &dev_zeros_}) {
+    for (const DeviceFusionBuffer& b : *list) {
+      CudaDeviceScope scope(*rt, b.device);
+      if (scope.status().ok()) rt->Free(b.data);
+    }
   }
 }
 
 Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
+  bool zeros_for_device = false;
+  for (const OpRequest* r : batch) zeros_for_device = zeros_for_device || r->zeros_device != HVD_DEVICE_CPU;
+  if (zeros_for_device) {
+    // This rank joined; the others' tensors are CUDA memory. Where they go
+    // to a device transport, so do this rank's zeros (else the others stage
+    // theirs, and host zeros match).
+    Comm* dev = DeviceComm();
+    if (dev != nullptr && (dev == transport_ || DeviceServes(batch))) HVD_CHECK(ZerosToDevice(batch));
+  }
   stage_list_.clear();
   for (OpRequest* r : batch) {
     for (TensorSpec& t : r->tensors) {
@@ -519,14 +530,15 @@ bool Executor::DeviceServes(const std::vector<OpRequest*>& batch) const {
   return batch.front()->reduce_op != HVD_ADASUM;  // Adasum's tree runs on the host
 }
 
-Result<uint8_t*> Executor::DeviceFusion(const CudaRuntime& rt, int device, size_t bytes) {
+Result<uint8_t*> Executor::DeviceBufferOf(std::vector<DeviceFusionBuffer>* list,
+                                          const CudaRuntime& rt, int device, size_t bytes) {
   DeviceFusionBuffer* b = nullptr;
-  for (DeviceFusionBuffer& x : dev_fusion_) {
+  for (DeviceFusionBuffer& x : *list) {
     if (x.device == device) b = &x;
   }
   if (b == nullptr) {
-    dev_fusion_.push_back({device, nullptr, 0});
-    b = &dev_fusion_.back();
+    list->push_back({device, nullptr, 0});
+    b = &list->back();
   }
   if (b->capacity >= bytes) return static_cast<uint8_t*>(b->data);
   // Earlier runs finished (each waits for its stream), so the old buffer
@@ -546,6 +558,35 @@ Result<uint8_t*> Executor::DeviceFusion(const CudaRuntime& rt, int device, size_
   b->data = p;
   b->capacity = want;
   return static_cast<uint8_t*>(p);
+}
+
+Status Executor::ZerosToDevice(std::vector<OpRequest*>& batch) {
+  auto r = cuda_.Get();
+  if (!r.ok()) return r.status().Wrap("a joined rank's zeros for CUDA tensors");
+  const CudaRuntime& rt = *r.value();
+  const int device = local_rank_ % rt.device_count();
+  size_t total = 0;
+  for (OpRequest* req : batch) {
+    if (req->zeros_device == HVD_DEVICE_CPU) continue;
+    for (const TensorSpec& t : req->tensors) total += AlignUp(TensorBytes(t));
+  }
+  CudaDeviceScope scope(rt, device);
+  HVD_CHECK(scope.status());
+  HVD_ASSIGN_OR_RETURN(uint8_t* buf, DeviceBufferOf(&dev_zeros_, rt, device, total));
+  size_t off = 0;
+  for (OpRequest* req : batch) {
+    if (req->zeros_device == HVD_DEVICE_CPU) continue;
+    for (TensorSpec& t : req->tensors) {
+      const size_t bytes = TensorBytes(t);
+      if (bytes > 0) HVD_CHECK(rt.CopyToDevice(buf + off, t.input, bytes, nullptr));
+      t.input = t.output = buf + off;
+      t.device = device;
+      t.stream = nullptr;
+      off += AlignUp(bytes);
+    }
+    req->zeros_device = HVD_DEVICE_CPU;  // moved
+  }
+  return Status::Ok();
 }
 
 Status Executor::RunDeviceAllreduce(std::vector<OpRequest*>& batch, Comm& dev) {

@@ -44,6 +44,10 @@ class Executor {
   // One operation as the negotiated response describes it.
   Status RunOne(OpRequest& req, const Response& resp);
 
+  // This rank's index on its host: a device transport's device is
+  // local_rank % devices (as the NCCL plugin's), used for a joined rank's zeros.
+  void set_local_rank(int r) { local_rank_ = r < 0 ? 0 : r; }
+
   FusionBuffer& fusion() { return fusion_; }
   const FusionBuffer& fusion() const { return fusion_; }
   const BufferPool& results() const { return *results_; }
@@ -93,13 +97,22 @@ class Executor {
   Status RunDeviceOne(OpRequest& req, Comm& dev);
   // The device fusion buffer of `device` (the current device), grown to
   // at least `bytes`; one per device, kept for the executor's life.
-  Result<uint8_t*> DeviceFusion(const CudaRuntime& rt, int device, size_t bytes);
   struct DeviceFusionBuffer {
     int device;
     void* data;
     size_t capacity;
   };
+  Result<uint8_t*> DeviceFusion(const CudaRuntime& rt, int device, size_t bytes) {
+    return DeviceBufferOf(&dev_fusion_, rt, device, bytes);
+  }
+  static Result<uint8_t*> DeviceBufferOf(std::vector<DeviceFusionBuffer>* list,
+                                         const CudaRuntime& rt, int device, size_t bytes);
+  // A joined rank's zeros, moved to this rank's device where the other
+  // ranks' tensors go to a device transport (so it makes the same calls).
+  Status ZerosToDevice(std::vector<OpRequest*>& batch);
   std::vector<DeviceFusionBuffer> dev_fusion_;
+  std::vector<DeviceFusionBuffer> dev_zeros_;  // ZerosToDevice's memory
+  int local_rank_ = 0;
   std::vector<hvd_cuda_copy_t> copies_;
 
   CudaSlot cuda_;  // first: the staging buffer is freed through it

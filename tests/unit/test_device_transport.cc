@@ -418,6 +418,40 @@ TEST_F(DeviceTransport, WithoutKernels) {
   EXPECT_EQ(F().launches(), 0);
 }
 
+// A rank that has joined takes part with zeros on its own device (local
+// rank % devices), through the same device calls as the others: single and
+// fused, SUM and AVERAGE (still divided by the size).
+TEST_F(DeviceTransport, JoinedRankTakesPartOnTheDevice) {
+  RunDev(2, [](hvd_context_t ctx, int rank) {
+    hvd_handle_t join = nullptr;
+    if (rank == 1) {
+      ASSERT_EQ(hvd_join_async(ctx, &join), HVD_OK) << hvd_last_error();
+    } else {
+      for (const std::vector<size_t>& sizes : {std::vector<size_t>{6}, std::vector<size_t>{2, 5, 3}}) {
+        for (hvd_reduce_op_t op : {HVD_SUM, HVD_AVERAGE}) {
+          const std::string tag = "j" + std::to_string(op) + "n" + std::to_string(sizes.size());
+          auto got = GroupedAllreduce(ctx, rank, true, HVD_FLOAT32, op, 1.0, 1.0, sizes, tag);
+          for (size_t k = 0; k < sizes.size(); ++k) {
+            auto in = Bytes(HVD_FLOAT32, rank, static_cast<int>(k), sizes[k]);
+            std::vector<float> want(sizes[k]);
+            std::memcpy(want.data(), in.data(), in.size());
+            if (op == HVD_AVERAGE) {
+              for (float& v : want) v *= 0.5f;
+            }
+            ASSERT_EQ(got[k].size(), want.size() * 4);
+            EXPECT_EQ(std::memcmp(got[k].data(), want.data(), got[k].size()), 0) << tag << " " << k;
+          }
+        }
+      }
+      ASSERT_EQ(hvd_join_async(ctx, &join), HVD_OK) << hvd_last_error();
+    }
+    WaitOk(join, "join");
+  });
+  const DevStats s = F().Stats();
+  EXPECT_EQ(s.host_refused, 0);
+  EXPECT_EQ(s.allreduces, 2 * 4);  // every allreduce on both ranks
+}
+
 // A world of one: the local host transport and the device transport.
 TEST_F(DeviceTransport, WorldOfOne) {
   RunDev(1, [](hvd_context_t ctx, int rank) {
