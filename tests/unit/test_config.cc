@@ -214,6 +214,17 @@ TEST(Config, HorovodVariables) {
   EXPECT_EQ(MustResolve(nullptr, {{"HVD_TRANSPORT", "ucx"}, {"HOROVOD_CPU_OPERATIONS", "mpi"}})
                 .transport,
             "ucx");
+  // Beside a given transport (a device-only one, nccl), Horovod's CPU
+  // operations name the host transport, unless HVD_CPU_TRANSPORT does.
+  Config nccl = MustResolve(nullptr, {{"HVD_TRANSPORT", "nccl"}, {"HOROVOD_CPU_OPERATIONS", "mpi"}});
+  EXPECT_EQ(nccl.transport, "nccl");
+  EXPECT_EQ(nccl.cpu_transport, "mpi");
+  EXPECT_EQ(MustResolve(nullptr, {{"HVD_TRANSPORT", "nccl"}, {"HVD_CPU_TRANSPORT", "ucx"},
+                                  {"HOROVOD_CPU_OPERATIONS", "mpi"}})
+                .cpu_transport,
+            "ucx");
+  EXPECT_EQ(MustResolve(nullptr, {{"HVD_TRANSPORT", "nccl"}}).cpu_transport, "");
+  EXPECT_EQ(MustResolve(nullptr, {{"HOROVOD_CPU_OPERATIONS", "gloo"}}).cpu_transport, "");
   auto ccl = ResolveConfig(nullptr, FakeEnv({{"HOROVOD_CPU_OPERATIONS", "ccl"}}));
   ASSERT_FALSE(ccl.ok());
   EXPECT_NE(ccl.status().message().find("HOROVOD_CPU_OPERATIONS='ccl'"), std::string::npos)
