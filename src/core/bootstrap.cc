@@ -50,17 +50,21 @@ Status Bootstrap::ResolveDeviceTransport() {
   return Status::Ok();
 }
 
+void Bootstrap::SetTopology(hvd_transport_env_v1_t* env) const {
+  env->rank = cfg_->rank;
+  env->size = cfg_->size;
+  env->local_rank = cfg_->local_rank;
+  env->local_size = cfg_->local_size;
+  env->cross_rank = cfg_->cross_rank;
+  env->cross_size = cfg_->cross_size;
+}
+
 // The device-only transport, over the same ranks as the host one, with
 // keys of its own in the store; no shared-memory or hierarchical path (its
 // collectives are all native).
 Status Bootstrap::OpenDevice(const hvd_transport_env_v1_t& host_env, const Transport& host) {
   hvd_transport_env_v1_t env = host_env;
-  env.rank = cfg_->rank;
-  env.size = cfg_->size;
-  env.local_rank = cfg_->local_rank;
-  env.local_size = cfg_->local_size;
-  env.cross_rank = cfg_->cross_rank;
-  env.cross_size = cfg_->cross_size;
+  SetTopology(&env);  // as the host transport left it (MPI has the last word)
   if (client_) {
     device_kv_ = kv_;
     device_kv_.prefix = kv_.prefix + "device/";
@@ -98,12 +102,7 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
 
   hvd_transport_env_v1_t env{};
   env.struct_size = sizeof(env);
-  env.rank = cfg_->rank;
-  env.size = cfg_->size;
-  env.local_rank = cfg_->local_rank;
-  env.local_size = cfg_->local_size;
-  env.cross_rank = cfg_->cross_rank;
-  env.cross_size = cfg_->cross_size;
+  SetTopology(&env);
   if (client_) {
     env.kv = &kv_;
     env.kv_set = PluginKvSet;

@@ -35,6 +35,7 @@ class Bootstrap {
   // (host_request_) and a device-only one (device_name_).
   Status ResolveDeviceTransport();
   Status OpenDevice(const hvd_transport_env_v1_t& host_env, const Transport& host);
+  void SetTopology(hvd_transport_env_v1_t* env) const;  // rank, size, local, cross from *cfg_
   std::string ChooseTransport() const;
   Status Rendezvous();
   Status ResolveLocalTopology();

@@ -284,19 +284,30 @@ CudaDeviceScope::~CudaDeviceScope() {
   if (saved_ >= 0 && rt_.GetDevice(&now).ok() && now != saved_) (void)rt_.SetDevice(saved_);
 }
 
-Result<const CudaRuntime*> CudaSlot::Get() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!tried_) {
-    tried_ = true;
-    auto r = CudaRuntime::Load();
+namespace {
+
+// The library `load` gives, loaded once (the outcome kept); under the
+// slot's lock.
+template <typename T, typename LoadFn>
+Result<const T*> LoadOnce(bool* tried, Status* error, std::unique_ptr<T>* slot, LoadFn load) {
+  if (!*tried) {
+    *tried = true;
+    auto r = load();
     if (r.ok()) {
-      rt_ = std::move(r).value();
+      *slot = std::move(r).value();
     } else {
-      error_ = r.status();
+      *error = r.status();
     }
   }
-  if (!rt_) return error_;
-  return static_cast<const CudaRuntime*>(rt_.get());
+  if (!*slot) return *error;
+  return static_cast<const T*>(slot->get());
+}
+
+}  // namespace
+
+Result<const CudaRuntime*> CudaSlot::Get() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LoadOnce(&tried_, &error_, &rt_, &CudaRuntime::Load);
 }
 
 Status CudaSlot::Check(int device, const std::string& name, const void* data) {
@@ -332,17 +343,7 @@ const CudaRuntime* CudaSlot::loaded() const {
 
 Result<const CudaKernels*> CudaSlot::Kernels() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!kernels_tried_) {
-    kernels_tried_ = true;
-    auto k = CudaKernels::Load();
-    if (k.ok()) {
-      kernels_ = std::move(k).value();
-    } else {
-      kernels_error_ = k.status();
-    }
-  }
-  if (!kernels_) return kernels_error_;
-  return static_cast<const CudaKernels*>(kernels_.get());
+  return LoadOnce(&kernels_tried_, &kernels_error_, &kernels_, &CudaKernels::Load);
 }
 
 }  // namespace hvd
