@@ -347,19 +347,22 @@ Executor::~Executor() {
 }
 
 Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
+  stage_list_.clear();
   bool zeros_for_device = false;
-  for (const OpRequest* r : batch) zeros_for_device = zeros_for_device || r->zeros_device != HVD_DEVICE_CPU;
+  for (OpRequest* r : batch) {
+    zeros_for_device = zeros_for_device || r->zeros_device != HVD_DEVICE_CPU;
+    for (TensorSpec& t : r->tensors) {
+      if (t.device != HVD_DEVICE_CPU) stage_list_.push_back(&t);
+    }
+  }
   if (zeros_for_device) {
     // This rank joined; the others' tensors are CUDA memory. Where they go
     // to a device transport, so do this rank's zeros (else the others stage
     // theirs, and host zeros match).
     Comm* dev = DeviceComm();
-    if (dev != nullptr && (dev == transport_ || DeviceServes(batch))) HVD_CHECK(ZerosToDevice(batch));
-  }
-  stage_list_.clear();
-  for (OpRequest* r : batch) {
-    for (TensorSpec& t : r->tensors) {
-      if (t.device != HVD_DEVICE_CPU) stage_list_.push_back(&t);
+    if (dev != nullptr && (dev == transport_ || DeviceServes(batch))) {
+      HVD_CHECK(ZerosToDevice(batch));
+      return RunDeviceAllreduce(batch, *dev);
     }
   }
   if (stage_list_.empty()) return RunHostAllreduceBatch(batch);
