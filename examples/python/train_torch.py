@@ -8,7 +8,9 @@ Each rank trains on its own shard of the training set; hvd.DistributedOptimizer
 averages the gradients, so all ranks keep identical weights. The learning rate
 is scaled by the number of ranks (the global batch grows with it), rank 0's
 initial weights are broadcast to everyone, and only rank 0 writes checkpoints
-and shows a progress bar.
+and shows a progress bar. Where CUDA is available each rank trains on GPU
+(local rank % GPUs) and its CUDA gradients are averaged on the device;
+`hvdrun --transport nccl` runs those allreduces on NCCL (docs/gpu.md).
 """
 
 import argparse
@@ -51,10 +53,17 @@ def main():
     ap.add_argument("--lr", type=float, default=0.02, help="for one rank; scaled by size")
     ap.add_argument("--checkpoint-dir", default="checkpoints")
     ap.add_argument("--fp16-allreduce", action="store_true")
+    ap.add_argument("--no-cuda", action="store_true", help="stay on the CPU where a GPU exists")
     args = ap.parse_args()
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
+    # One GPU per local rank where there are GPUs (ranks beyond them share,
+    # as on a one-GPU machine); the CPU otherwise.
+    cuda = torch.cuda.is_available() and not args.no_cuda
+    if cuda:
+        torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.manual_seed(1234 + rank)  # different on purpose: the broadcast below aligns them
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
 
@@ -65,10 +74,10 @@ def main():
                                                         stratify=y)
     # Equal shards, so every rank runs the same number of steps per epoch.
     n = len(x_train) // size * size
-    x_shard = torch.from_numpy(x_train[rank:n:size])
-    y_shard = torch.from_numpy(y_train[rank:n:size])
+    x_shard = torch.from_numpy(x_train[rank:n:size]).to(device)
+    y_shard = torch.from_numpy(y_train[rank:n:size]).to(device)
 
-    model = Net()
+    model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(),
@@ -80,7 +89,7 @@ def main():
     gen = torch.Generator().manual_seed(rank)
     for epoch in range(args.epochs):
         model.train()
-        order = torch.randperm(len(x_shard), generator=gen)
+        order = torch.randperm(len(x_shard), generator=gen).to(device)
         # Advanced by hand after each step: set_postfix inside `for step in bar`
         # would redraw with the count of the step before it. An epoch here
         # takes well under tqdm's default 0.1 s between redraws, hence 0.02 s.
@@ -109,8 +118,8 @@ def main():
     # Test accuracy: each rank scores its slice of the test set; sum the counts.
     model.eval()
     with torch.no_grad():
-        xt = torch.from_numpy(x_test[rank::size])
-        yt = torch.from_numpy(y_test[rank::size])
+        xt = torch.from_numpy(x_test[rank::size]).to(device)
+        yt = torch.from_numpy(y_test[rank::size]).to(device)
         correct = (model(xt).argmax(1) == yt).sum()
     counts = hvd.allreduce(torch.tensor([correct.item(), len(yt)], dtype=torch.int64),
                            op=hvd.Sum, name="test_counts")
