@@ -104,7 +104,7 @@ def wheel(tmp_path_factory):
     m = re.search(r"hvd transports: local=\S+((?: \w+=\S+)+)", log)
     assert m, f"the CMake configure line 'hvd transports: ...' is not in the log:\n{log[-4000:]}"
     said = dict(kv.split("=", 1) for kv in m.group(1).split())
-    built = {t: _cmake_true(said.get(t, "OFF")) for t in PLUGINS}
+    built = {t: _cmake_true(said.get(t, "OFF")) for t in PLUGINS + ("cuda_kernels",)}
     yield str(wheels[0]), built, str(build_dir)
     shutil.rmtree(build_dir, ignore_errors=True)
 
@@ -162,6 +162,8 @@ def test_wheel_contents(wheel):
     native = {n for n in names if n.endswith(".so") or ".data/" in n}
     want = {"hvd/libhvd.so", "hvd-0.1.0.data/scripts/hvdrun"}
     want |= {f"hvd/libhvd_transport_{t}.so" for t in PLUGINS if built.get(t)}
+    if built.get("cuda_kernels"):  # the core's CUDA kernels, loaded next to libhvd.so
+        want.add("hvd/libhvd_cuda_kernels.so")
     assert built["gloo"], "the wheel build found no Gloo: the wheel would have no multi-host transport"
     assert native == want, f"native files {sorted(native)}, expected {sorted(want)}"
     for py in ("__init__", "_api", "_c_api", "_numpy", "_ops", "torch", "tensorflow", "keras",
