@@ -29,6 +29,16 @@ struct PointerAttributes {
   long reserved[8];  // CUDA 12 and 13 have them; more room than any older layout needs
 };
 
+// dlopen(name), or nullptr with why appended to *tried ("; "-separated).
+void* OpenLibrary(const std::string& name, std::string* tried) {
+  void* dl = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (dl == nullptr) {
+    const char* e = dlerror();
+    *tried += (tried->empty() ? "" : "; ") + (e != nullptr ? std::string(e) : name + ": not found");
+  }
+  return dl;
+}
+
 }  // namespace
 
 struct CudaRuntime::Fns {
@@ -61,12 +71,8 @@ Result<std::unique_ptr<CudaRuntime>> CudaRuntime::Load() {
   std::unique_ptr<CudaRuntime> rt(new CudaRuntime());
   std::string tried;
   for (const std::string& n : names) {
-    void* dl = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (dl == nullptr) {
-      const char* e = dlerror();
-      tried += (tried.empty() ? "" : "; ") + (e != nullptr ? std::string(e) : n + ": not found");
-      continue;
-    }
+    void* dl = OpenLibrary(n, &tried);
+    if (dl == nullptr) continue;
     rt->dl_ = dl;
     rt->library_ = n;
     break;
@@ -229,12 +235,8 @@ Result<std::unique_ptr<CudaKernels>> CudaKernels::Load() {
   std::unique_ptr<CudaKernels> k(new CudaKernels());
   std::string tried;
   for (const std::string& n : names) {
-    void* dl = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (dl == nullptr) {
-      const char* e = dlerror();
-      tried += (tried.empty() ? "" : "; ") + (e != nullptr ? std::string(e) : n + ": not found");
-      continue;
-    }
+    void* dl = OpenLibrary(n, &tried);
+    if (dl == nullptr) continue;
     auto fn = reinterpret_cast<hvd_cuda_kernels_v1_fn>(dlsym(dl, "hvd_cuda_kernels_v1"));
     const hvd_cuda_kernels_v1_t* t = fn != nullptr ? fn() : nullptr;
     if (t == nullptr || t->abi_version != HVD_CUDA_KERNELS_ABI ||
