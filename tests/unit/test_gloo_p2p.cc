@@ -3,8 +3,11 @@
 // threads of this process sharing an in-memory rendezvous store. Every wait
 // here is bounded: the plugin's waits by an explicit limit or a short
 // env.timeout_s, the test's own by deadlines.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <sched.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -448,6 +451,94 @@ TEST_P(GlooP2p, FinalizeReleasesPendingRequests) {
     EXPECT_LT(SecondsSince(t0), 2.0);
     return true;
   });
+}
+
+// Threads of this process under SCHED_BATCH (each Gloo device's event loop,
+// see MakeDevice in the plugin).
+int BatchThreads() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    if (sched_getscheduler(static_cast<pid_t>(std::atoi(e->d_name))) == SCHED_BATCH) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// One event loop per rank's device runs under SCHED_BATCH, and nothing else:
+// the ranks' own threads keep their policy. Messages still go around.
+TEST_P(GlooP2p, EventLoopRunsUnderSchedBatch) {
+  const int size = Ranks();
+  const int before = BatchThreads();
+  ASSERT_GE(before, 0) << "no /proc/self/task";
+  std::atomic<int> up{0}, counted{0};
+  int during = -1;
+  RunWorld(size, [&](int rank, void* comm) {
+    EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER) << "rank " << rank << "'s own thread";
+    up.fetch_add(1);
+    const auto t0 = Clock::now();
+    while (up.load() < size && SecondsSince(t0) < kWaitS) std::this_thread::yield();
+    if (rank == 0) {
+      during = BatchThreads();
+      counted.store(1);
+    }
+    while (counted.load() == 0 && SecondsSince(t0) < kWaitS) std::this_thread::yield();
+    const hvd_transport_v4_t* t = Plugin();
+    uint8_t out = static_cast<uint8_t>(rank), in = 0xFF;
+    auto* r = Post(comm, false, (rank + size - 1) % size, 7, &in, 1);
+    auto* s = Post(comm, true, (rank + 1) % size, 7, &out, 1);
+    ASSERT_EQ(t->wait(comm, r, kWaitS), HVD_OK) << t->last_error(comm);
+    ASSERT_EQ(t->wait(comm, s, kWaitS), HVD_OK) << t->last_error(comm);
+    EXPECT_EQ(in, (rank + size - 1) % size);
+  });
+  EXPECT_EQ(during, before + size);
+}
+
+// HVD_GLOO_LOOP_SCHED=normal leaves the loops at the caller's policy; any
+// other value fails init naming the variable.
+TEST(GlooP2pLoopSched, NormalKeepsThePolicyAndABadValueIsRefused) {
+  const int before = BatchThreads();
+  ASSERT_GE(before, 0);
+  ASSERT_EQ(setenv("HVD_GLOO_LOOP_SCHED", "normal", 1), 0);
+  int during = -1;
+  std::atomic<int> up{0};
+  RunWorld(2, [&](int rank, void*) {
+    up.fetch_add(1);
+    const auto t0 = Clock::now();
+    while (up.load() < 2 && SecondsSince(t0) < kWaitS) std::this_thread::yield();
+    if (rank == 0) during = BatchThreads();
+  });
+  EXPECT_EQ(during, before);
+
+  ASSERT_EQ(setenv("HVD_GLOO_LOOP_SCHED", "fifo", 1), 0);
+  const hvd_transport_v4_t* t = Plugin();
+  MemKv kv;
+  std::vector<std::thread> ranks;
+  std::vector<int> status(2, HVD_OK);
+  std::vector<std::string> errors(2);
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      WorldOptions opt;
+      opt.start_timeout_s = 2;
+      hvd_transport_env_v1_t env = MakeEnv(&kv, r, 2, opt);
+      hvd_transport_info_t info;
+      std::memset(&info, 0, sizeof(info));
+      info.struct_size = sizeof(info);
+      void* comm = nullptr;
+      char err[512] = {0};
+      status[r] = t->init(&env, &info, &comm, err, sizeof(err));
+      errors[r] = err;
+      if (status[r] == HVD_OK) t->finalize(comm);
+    });
+  }
+  for (auto& th : ranks) th.join();
+  unsetenv("HVD_GLOO_LOOP_SCHED");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(status[r], HVD_ERR_INVALID_ARGUMENT) << "rank " << r;
+    EXPECT_NE(errors[r].find("HVD_GLOO_LOOP_SCHED='fifo'"), std::string::npos) << errors[r];
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooP2p, ::testing::Values(2, 3, 4),
