@@ -283,6 +283,8 @@ void Segment::Depart() {
   WakeEveryone();
 }
 
+void Segment::set_owner(int32_t pid) { line(rank_)->pid.store(pid, std::memory_order_relaxed); }
+
 bool Segment::Reached(int j, uint32_t g) const {
   return static_cast<int32_t>(line(j)->seq.load(std::memory_order_acquire) - g) >= 0;
 }
@@ -314,14 +316,22 @@ void Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
                 std::string(what) + " (shm): " + Name(rank_) + ": " +
                     Name(static_cast<int>(ab) - 1) + " broke the communicator: " + why);
   }
-  for (int j : Missing(g)) {
+  // A peer read as missing may arrive, finish the operation and leave (or
+  // exit) before its flag is read below: each verdict is checked against a
+  // fresh read of its counter, made after the flag. Its counter was
+  // published before the flag (Depart's store, or the process's exit), so a
+  // peer that left after arriving reads as arrived there.
+  const std::vector<int> missing = Missing(g);
+  if (check_hook_) check_hook_();
+  for (int j : missing) {
     if (line(j)->departed.load(std::memory_order_acquire) != 0) {
+      if (Reached(j, g)) continue;
       throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + Name(j) +
                                          " has finalized (left the job)");
     }
     if (check_pids) {
       const int32_t pid = line(j)->pid.load(std::memory_order_relaxed);
-      if (PidIsDead(pid)) {
+      if (PidIsDead(pid) && !Reached(j, g)) {
         throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + WithPid(Name(j), pid) + " died");
       }
     }
@@ -826,7 +836,7 @@ int Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out, std::st
       }
     }
   }
-  if (seg) seg->line(r)->pid.store(static_cast<int32_t>(getpid()));
+  if (seg) seg->set_owner(static_cast<int32_t>(getpid()));
   st = ex.Allgather("ok", fail.empty() ? "ok" : fail, &all, err);
   if (st != HVD_OK) return st;
   std::string first_fail;  // again from the exchanged values only

@@ -145,6 +145,13 @@ class Segment {
   // Rank r's (the segment's index) NoteWait: whom it waits for and how
   // long it has; false if it is not waiting.
   bool WaitingOn(int r, int* peer, double* secs) const;
+  // The process that answers for this rank: peers that find it dead fail
+  // their waits. Setup sets it to the calling process.
+  void set_owner(int32_t pid);
+  // Tests only: called by a wait that found peers missing, after reading
+  // their counters and before reading whether they left or died (the
+  // window in which a peer can arrive and then leave).
+  void set_check_hook(std::function<void()> hook) { check_hook_ = std::move(hook); }
 
  private:
   bool Reached(int j, uint32_t g) const;
@@ -166,6 +173,7 @@ class Segment {
   std::atomic<int> aborted_here_{0};  // Abort's status, set from any thread of this rank
   uint32_t set_ = 0;
   std::vector<std::string> names_;  // set_names
+  std::function<void()> check_hook_;  // set_check_hook
 };
 
 // An on/off switch's value: true unless it is 0, false, off or no (any

@@ -1,8 +1,11 @@
 // The plugins' shared-memory setup (algorithms/shm.cc) takes its
 // switch from the plugin (Options::enabled), never from the environment:
-// the plugin reads its settings once, in its init. Two ranks as threads
-// with an in-memory exchange.
+// the plugin reads its settings once, in its init. And a wait's verdict on
+// a peer that left: a peer that arrived and then left is not missing. Two
+// ranks as threads with an in-memory exchange.
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -64,10 +67,14 @@ struct RankResult {
   std::vector<std::string> log;
 };
 
-// Runs Setup on two ranks; enabled[r] is rank r's switch.
-std::vector<RankResult> SetupTwoRanks(const bool enabled[2]) {
+// Runs Setup on two ranks; enabled[r] is rank r's switch. Waits go
+// straight to the checked sleep (no spinning) where `segs` is given; it
+// receives the segments.
+std::vector<RankResult> SetupTwoRanks(const bool enabled[2],
+                                      std::vector<std::unique_ptr<shm::Segment>>* segs = nullptr) {
   ThreadExchange::Board board(2);
   std::vector<RankResult> out(2);
+  std::vector<std::unique_ptr<shm::Segment>> made(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -80,16 +87,27 @@ std::vector<RankResult> SetupTwoRanks(const bool enabled[2]) {
       o.size = 2;
       o.timeout_s = 20;
       o.slot_bytes = 4096;
+      if (segs != nullptr) o.spin_ns = o.yield_ns = 0;
       o.log = [&out, r](int, const std::string& msg) { out[r].log.push_back(msg); };
       ThreadExchange ex(&board, r);
-      std::unique_ptr<shm::Segment> seg;
-      out[r].status = shm::Setup(ex, o, &seg, &out[r].err);
-      out[r].mapped = seg != nullptr;
+      out[r].status = shm::Setup(ex, o, &made[r], &out[r].err);
+      out[r].mapped = made[r] != nullptr;
     });
   }
   for (std::thread& t : threads) t.join();
+  if (segs != nullptr) *segs = std::move(made);
   return out;
 }
+
+// Two mapped segments of one communicator, or a skip.
+#define TWO_SEGMENTS(segs)                                                         \
+  std::vector<std::unique_ptr<shm::Segment>> segs;                                 \
+  do {                                                                             \
+    if (shm::HostIdentity().empty()) GTEST_SKIP() << "this host cannot tell its identity"; \
+    const bool on[2] = {true, true};                                               \
+    std::vector<RankResult> res = SetupTwoRanks(on, &segs);                        \
+    ASSERT_TRUE(res[0].mapped && res[1].mapped) << res[0].err << res[1].err;       \
+  } while (0)
 
 using hvd::test::ScopedEnv;
 
@@ -119,6 +137,81 @@ TEST(ShmSetup, OffOnOneRankIsOffOnEvery) {
       said = said || l.find("rank 1 set HVD_TEST_SHM=0") != std::string::npos;
     }
     EXPECT_TRUE(said) << "no log line names the switch";
+  }
+}
+
+// Rank 1 reaches the barrier and leaves (finalizes) after rank 0 read it
+// as missing and before rank 0 read whether it left: the window a
+// preempted waiter can be caught in. Rank 0's barrier completes: rank 1
+// did arrive. (This once failed a 4-rank job: "rank 2 has finalized (left
+// the job)" from a rank whose peer had finished the round and closed the
+// set.)
+TEST(ShmPeers, APeerThatArrivedAndThenLeftIsNotMissing) {
+  TWO_SEGMENTS(segs);
+  int hooked = 0;
+  segs[0]->set_check_hook([&] {
+    if (hooked++ > 0) return;
+    segs[1]->Barrier("test");  // rank 0 is in already: returns at once
+    segs[1]->Depart();
+  });
+  try {
+    segs[0]->Barrier("test");
+  } catch (const shm::Error& e) {
+    FAIL() << "rank 0's barrier failed: " << e.what();
+  }
+  EXPECT_EQ(hooked, 1) << "the wait never checked its peers: the window was not tested";
+}
+
+// The same after a process exit: a peer that arrived and then died (its pid
+// gone) did arrive.
+TEST(ShmPeers, APeerThatArrivedAndThenDiedIsNotMissing) {
+  TWO_SEGMENTS(segs);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // a pid that no longer exists
+  int hooked = 0;
+  segs[0]->set_check_hook([&] {
+    if (hooked++ > 0) return;
+    segs[1]->Barrier("test");
+    segs[1]->set_owner(static_cast<int32_t>(child));
+  });
+  try {
+    segs[0]->Barrier("test");
+  } catch (const shm::Error& e) {
+    FAIL() << "rank 0's barrier failed: " << e.what();
+  }
+  EXPECT_EQ(hooked, 1);
+}
+
+// A peer that left without arriving fails the wait at once (not at the
+// 20 s timeout), naming it; so does one that died.
+TEST(ShmPeers, APeerThatLeftWithoutArrivingFailsTheWait) {
+  for (const bool died : {false, true}) {
+    SCOPED_TRACE(died ? "died" : "finalized");
+    TWO_SEGMENTS(segs);
+    pid_t child = 0;
+    if (died) {
+      child = fork();
+      ASSERT_GE(child, 0);
+      if (child == 0) _exit(0);
+      ASSERT_EQ(waitpid(child, nullptr, 0), child);
+      segs[1]->set_owner(static_cast<int32_t>(child));
+    } else {
+      segs[1]->Depart();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      segs[0]->Barrier("allreduce");
+      FAIL() << "the barrier completed without rank 1";
+    } catch (const shm::Error& e) {
+      EXPECT_EQ(e.code, HVD_ERR_TRANSPORT);
+      const std::string want = died ? "allreduce (shm): rank 0: rank 1 (pid " +
+                                          std::to_string(child) + ") died"
+                                    : "allreduce (shm): rank 0: rank 1 has finalized (left the job)";
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   }
 }
 
