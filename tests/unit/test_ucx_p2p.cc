@@ -24,6 +24,7 @@
 #include "hvd_transport.h"
 #include "mem_kv.h"
 #include "p2p_world.h"
+#include "scoped_env.h"
 
 
 namespace {
@@ -589,6 +590,52 @@ INSTANTIATE_TEST_SUITE_P(Ranks, UcxP2p, ::testing::Values(2, 3, 4),
 
 // Per-message cost, printed (not a pass/fail measure): round trips of small
 // messages between two ranks.
+// The plugin's own UCX settings (tcp segments, shared memory's peer
+// checks) are given only to transports UCX_TLS lets UCX load: UCX reports
+// a setting no loaded transport takes as an "invalid configuration" on
+// every rank's output. Each list still carries messages (4 MiB: several
+// of the plugin's 1 MiB tcp segments, and UCX's rendezvous protocol).
+TEST(UcxP2pConfig, NoInvalidConfigurationForAnyTransportList) {
+  for (const char* tls : {"", "tcp,self", "^sm", "all", "tcp", "^tcp", "sm,self"}) {
+    SCOPED_TRACE(std::string("UCX_TLS=") + tls);
+    hvd::test::ScopedEnv env("UCX_TLS", tls[0] != '\0' ? tls : nullptr);
+    char path[] = "/tmp/hvd-ucx-config-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const int saved_out = dup(1), saved_err = dup(2);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    RunWorld(2, [&](int rank, void* comm) {
+      const hvd_transport_v4_t* t = Plugin();
+      std::vector<uint8_t> buf(size_t{4} << 20);
+      for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(rank == 0 ? i * 7 : 0);
+      ASSERT_EQ(t->wait(comm, Post(comm, rank == 0, 1 - rank, 5, buf.data(), buf.size()), kWaitS),
+                HVD_OK)
+          << t->last_error(comm);
+      if (rank == 1) {
+        for (size_t i = 0; i < buf.size(); ++i) {
+          ASSERT_EQ(buf[i], static_cast<uint8_t>(i * 7)) << "byte " << i;
+        }
+      }
+    });
+    std::fflush(stdout);
+    std::fflush(stderr);
+    dup2(saved_out, 1);
+    dup2(saved_err, 2);
+    close(saved_out);
+    close(saved_err);
+    std::string said;
+    char chunk[4096];
+    lseek(fd, 0, SEEK_SET);
+    for (ssize_t n; (n = read(fd, chunk, sizeof(chunk))) > 0;) said.append(chunk, static_cast<size_t>(n));
+    close(fd);
+    unlink(path);
+    EXPECT_EQ(said.find("invalid configuration"), std::string::npos) << said;
+  }
+}
+
 TEST(UcxP2pCost, PingPong) {
   constexpr int kTrips = 2000;
   RunWorld(2, [&](int rank, void* comm) {

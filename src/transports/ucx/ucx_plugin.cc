@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -669,6 +670,43 @@ void Modify(ucp_config_t* cfg, const char* name, const char* value, const Comm& 
   }
 }
 
+// Whether UCX_TLS (`tls`; null: unset, every transport) can let UCX load a
+// transport of `family`: one of the names (a transport or an alias naming the
+// whole family) is listed, or "all", or the list is a "^" exclusion that
+// names none of them. A field set for a transport UCX does not load is
+// reported by UCX as an "invalid configuration" when the worker is made.
+bool TlsMayLoad(const char* tls, std::initializer_list<const char*> family) {
+  if (tls == nullptr || tls[0] == '\0') return true;
+  std::string list(tls);
+  const bool exclude = list[0] == '^';
+  if (exclude) list.erase(0, 1);
+  bool named = false;
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string tl = list.substr(at, comma - at);
+    if (!exclude && tl == "all") return true;
+    for (const char* f : family) named = named || tl == f;
+    at = comma + 1;
+  }
+  return exclude ? !named : named;
+}
+
+// Sets a field of UCX's tcp transport unless the user's environment sets
+// it (UCX_TCP_<field>) or tcp is not among UCX_TLS. UCP takes a transport's
+// field by its name within the transport's own table ("TX_SEG_SIZE":
+// "TCP_TX_SEG_SIZE" is reported as an unused configuration when the worker
+// is made) and gives it to every transport with a field of that name; in
+// UCX 1.13 only tcp has TX_SEG_SIZE and RX_SEG_SIZE.
+void ModifyTcp(ucp_config_t* cfg, const char* field, const char* value, const Comm& c) {
+  const std::string var = std::string("UCX_TCP_") + field;
+  if (std::getenv(var.c_str()) != nullptr || !TlsMayLoad(std::getenv("UCX_TLS"), {"tcp"})) return;
+  const ucs_status_t st = ucp_config_modify(cfg, field, value);
+  if (st != UCS_OK) {
+    c.Log(HVD_LOG_WARNING, "ucx: cannot set " + var + "=" + value + ": " + ucs_status_string(st));
+  }
+}
+
 int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* msg) {
   if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
     *msg = "ucx init: missing or too small environment table";
@@ -754,12 +792,21 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
   // that ask for peer error handling unless they watch their peers
   // themselves: this turns that on, so ranks of one host talk over shared
   // memory (within a host only: an IPC namespace apart is another host).
-  Modify(cfg, "MM_ERROR_HANDLING", "y", *c);
+  if (TlsMayLoad(std::getenv("UCX_TLS"), {"posix", "sysv", "mm", "sm", "shm"})) {
+    Modify(cfg, "MM_ERROR_HANDLING", "y", *c);
+  }
   // Over shared memory a peer that died is seen only by UCX's keepalive
   // (whether the peer process still exists; a stopped one does): once a
   // second rather than UCX's 20 s, so a dead rank is named within about a
   // second, as over TCP, not at the transport timeout.
   Modify(cfg, "KEEPALIVE_INTERVAL", "1s", *c);
+  // UCX's tcp copies a message through segments of 8 KiB (send) and 64 KiB
+  // (receive), each a system call and an event; 1 MiB segments measured
+  // faster at 64 KiB and above (bench/results/2026-12-02-ucx-seg). The
+  // buffers come from a pool while a message is in flight, not one per
+  // endpoint.
+  ModifyTcp(cfg, "TX_SEG_SIZE", "1m", *c);
+  ModifyTcp(cfg, "RX_SEG_SIZE", "1m", *c);
   ucp_params_t params;
   std::memset(&params, 0, sizeof(params));
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
