@@ -64,6 +64,15 @@
 #                loop) must be gone within the grace period (+2 s) of the
 #                cut, nothing may be left on any host, and hvd-h2 must still
 #                take ssh logins.
+#   host_death   2 x 2, cluster_probe loop; once every rank is up, every
+#                process of hvd-h2 is killed (cluster.sh kill-host: its
+#                ranks and its sshd; its link stays up, so its sockets are
+#                reset, not silent). Each rank on hvd-h1 must report its own
+#                failure within the transport timeout (+2 s) naming a rank
+#                on hvd-h2; hvdrun must exit with an error (not hang) within
+#                the transport timeout (+3 s), its first message naming a
+#                rank on hvd-h2 and the lost ssh connection to it; nothing
+#                may be left on any host. ucx_host_death: the same over UCX.
 #   script       cluster.sh's own verbs: rate limit, private /dev/shm and
 #                /etc/hosts, exec's exit code, partition/heal, kill-host,
 #                refusals, and down leaving nothing behind.
@@ -275,6 +284,57 @@ case "$case_" in
     no_leftovers 15
     "$cluster" heal h2
     "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h2 true || fail "hvd-h2 unreachable after heal"
+    ;;
+  host_death|ucx_host_death)
+    tflags=()
+    if [ "$case_" = ucx_host_death ]; then
+      [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_ucx.so" ] || skip "the UCX transport is not built"
+      tflags=(--transport ucx)
+    fi
+    up 2
+    transport=5 grace=60
+    mkdir -p "$work/ranks"
+    # The ranks ignore SIGTERM and the grace period is long: what the
+    # survivors report is their own detection.
+    timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" "${tflags[@]}" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 \
+      --gloo-timeout-seconds $transport --grace-period $grace \
+      "$PROBE" loop "$work/ranks" >"$work/job" 2>&1 &
+    job=$!
+    for _ in $(seq 1 150); do
+      [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] && break
+      kill -0 $job 2>/dev/null || break
+      sleep 0.2
+    done
+    [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] || { cat "$work/job"; fail "the job did not come up"; }
+    sleep 0.5
+    cut=$(date +%s.%N)
+    "$cluster" kill-host h2
+    echo "hvd-h2's processes killed at $(elapsed) s"
+    checking=1
+    rc=0
+    wait $job || rc=$?
+    took=$(awk -v a="$cut" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    cat "$work/job"
+    echo "hvdrun exited $rc, $took s after the kill"
+    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "hvdrun hung after hvd-h2 died"
+    [ "$rc" -ne 0 ] || fail "hvdrun exited 0 with a host dead"
+    awk -v t="$took" -v b=$((transport + 3)) 'BEGIN { exit !(t <= b) }' ||
+      fail "hvdrun took $took s after the kill, beyond the transport timeout ($transport s) + 3 s"
+    first=$(grep -m1 "^hvdrun: " "$work/job" || true)
+    echo "$first" | grep -qE "^hvdrun: rank [23] \(host hvd-h2\) exited with code 255 \(the ssh connection to hvd-h2 was lost after the rank had started" ||
+      fail "hvdrun's first message does not name hvd-h2's lost connection: $first"
+    for r in 0 1; do
+      f="$work/ranks/rank-$r.txt"
+      [ -f "$f" ] || fail "rank $r (on hvd-h1) reported no failure"
+      sed "s/^/  /" "$f"
+      line=$(head -1 "$f")
+      echo "$line" | grep -qE "^rank $r \(host hvd-h1\): failed after [0-9.]+ s with (transport failure|timed out): .*rank [23] \(host hvd-h2" ||
+        fail "rank $r's report does not name a rank on hvd-h2: $line"
+      secs=$(echo "$line" | sed -E 's/.* failed after ([0-9.]+) s .*/\1/')
+      awk -v s="$secs" -v b=$((transport + 2)) 'BEGIN { exit !(s <= b) }' ||
+        fail "rank $r failed $secs s after its last allreduce, beyond $((transport + 2)) s"
+    done
+    no_leftovers 10
     ;;
   decoy_nic)
     up 2 --decoy
