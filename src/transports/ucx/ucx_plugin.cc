@@ -318,6 +318,14 @@ void SayGoodbye(Comm& c, bool broke) {
 // broke: seen when ranks finalize with a rendezvous send (8 MiB) pending.
 // Progressing lets UCX fail and drop those messages itself. On a loaded
 // machine a peer's wire-up can lag 50 ms (the abort was still seen then).
+//
+// Then the messages no receive took (a peer's sends that arrived after this
+// rank's collective failed and cancelled its receives, or a mismatched
+// program's) are taken into a scratch buffer and dropped: UCX would report
+// each at worker destroy ("unexpected tag-receive descriptor ... was not
+// matched"), a warning that says nothing to the user. Within the same time
+// bound; a receive that does not complete within it is cancelled and its
+// scratch left allocated (UCX may still write it).
 void Drain(Comm& c) {
   constexpr double kDrainIdleS = 0.2, kDrainMaxS = 2.0;
   const Clock::time_point end = After(kDrainMaxS);
@@ -328,6 +336,26 @@ void Drain(Comm& c) {
     const Clock::time_point now = Clock::now();
     if (now >= end || now - last_busy >= idle_for) break;
     if (ucp_worker_progress(c.worker) != 0) last_busy = Clock::now();
+  }
+  while (Clock::now() < end) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = ucp_tag_probe_nb(c.worker, 0, 0, 1, &info);
+    if (msg == nullptr) break;
+    auto* sink = new std::vector<uint8_t>(std::max<size_t>(info.length, 1));
+    ucp_request_param_t p;
+    std::memset(&p, 0, sizeof(p));
+    const ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(c.worker, sink->data(), info.length, msg, &p);
+    if (UCS_PTR_IS_ERR(sp) || sp == nullptr) {
+      delete sink;
+      continue;
+    }
+    while (ucp_request_check_status(sp) == UCS_INPROGRESS && Clock::now() < end) {
+      ucp_worker_progress(c.worker);
+    }
+    const bool done = ucp_request_check_status(sp) != UCS_INPROGRESS;
+    if (!done) ucp_request_cancel(c.worker, sp);
+    ucp_request_free(sp);
+    if (done) delete sink;  // else UCX may still write into it: left allocated
   }
 }
 
