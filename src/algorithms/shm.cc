@@ -309,29 +309,38 @@ void Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
   if (const int code = aborted_here_.load(std::memory_order_acquire)) {
     throw Error(code, std::string(what) + " (shm): " + Name(rank_) + ": aborted on this rank");
   }
-  const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
-  if (ab != 0 && ab != kAbortClaimed && ab != static_cast<uint32_t>(rank_) + 1) {
-    std::string why(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));
-    throw Error(h->abort_code == HVD_ERR_TIMEOUT ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
-                std::string(what) + " (shm): " + Name(rank_) + ": " +
-                    Name(static_cast<int>(ab) - 1) + " broke the communicator: " + why);
-  }
+  // Another rank's abort: its reason (which names the culprit) is the error.
+  auto throw_if_aborted = [&] {
+    const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
+    if (ab != 0 && ab != kAbortClaimed && ab != static_cast<uint32_t>(rank_) + 1) {
+      std::string why(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));
+      throw Error(h->abort_code == HVD_ERR_TIMEOUT ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
+                  std::string(what) + " (shm): " + Name(rank_) + ": " +
+                      Name(static_cast<int>(ab) - 1) + " broke the communicator: " + why);
+    }
+  };
+  throw_if_aborted();
   // A peer read as missing may arrive, finish the operation and leave (or
   // exit) before its flag is read below: each verdict is checked against a
   // fresh read of its counter, made after the flag. Its counter was
   // published before the flag (Depart's store, or the process's exit), so a
-  // peer that left after arriving reads as arrived there.
+  // peer that left after arriving reads as arrived there. Likewise a peer
+  // that failed, aborted the segment and then left (or exited) in that
+  // window: its abort was written before it left, so it is read again
+  // before the peer is blamed, and its reason wins.
   const std::vector<int> missing = Missing(g);
   if (check_hook_) check_hook_();
   for (int j : missing) {
     if (line(j)->departed.load(std::memory_order_acquire) != 0) {
       if (Reached(j, g)) continue;
+      throw_if_aborted();
       throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + Name(j) +
                                          " has finalized (left the job)");
     }
     if (check_pids) {
       const int32_t pid = line(j)->pid.load(std::memory_order_relaxed);
       if (PidIsDead(pid) && !Reached(j, g)) {
+        throw_if_aborted();
         throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + WithPid(Name(j), pid) + " died");
       }
     }

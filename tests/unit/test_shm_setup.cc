@@ -184,6 +184,31 @@ TEST(ShmPeers, APeerThatArrivedAndThenDiedIsNotMissing) {
   EXPECT_EQ(hooked, 1);
 }
 
+// Rank 1 fails (aborts the segment with its reason) and leaves after rank
+// 0 read the abort word and before it read whether rank 1 left: rank 0's
+// error is rank 1's reason, not "has finalized". (Seen on the simulated
+// cluster: a host's other rank blamed the rank that had lost its peer on
+// the dead host as "finalized", naming nobody on that host.)
+TEST(ShmPeers, APeerThatAbortedAndThenLeftGivesItsReason) {
+  TWO_SEGMENTS(segs);
+  int hooked = 0;
+  segs[0]->set_check_hook([&] {
+    if (hooked++ > 0) return;
+    segs[1]->Abort(HVD_ERR_TRANSPORT, "gloo: rank 2 (host h2): Connection closed by peer");
+    segs[1]->Depart();
+  });
+  try {
+    segs[0]->Barrier("allgatherv");
+    FAIL() << "the barrier completed without rank 1";
+  } catch (const shm::Error& e) {
+    EXPECT_EQ(e.code, HVD_ERR_TRANSPORT);
+    EXPECT_EQ(std::string(e.what()),
+              "allgatherv (shm): rank 0: rank 1 broke the communicator: gloo: rank 2 (host h2): "
+              "Connection closed by peer");
+  }
+  EXPECT_EQ(hooked, 1);
+}
+
 // A peer that left without arriving fails the wait at once (not at the
 // 20 s timeout), naming it; so does one that died.
 TEST(ShmPeers, APeerThatLeftWithoutArrivingFailsTheWait) {
