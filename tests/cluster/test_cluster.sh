@@ -143,6 +143,40 @@ expect_mp_check_ok() {   # OUT N
 
 count() { grep -cE -- "$2" "$1" || true; }
 
+# After starting a 4-rank `cluster_probe loop` job in the background
+# (output in $work/job) and setting job=$!: waits until every rank is up.
+await_loop_up() {
+  for _ in $(seq 1 150); do
+    [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] && break
+    kill -0 $job 2>/dev/null || break
+    sleep 0.2
+  done
+  [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] || { cat "$work/job"; fail "the job did not come up"; }
+  sleep 0.5
+}
+
+# took_within LIMIT MESSAGE: fails with MESSAGE unless $took <= LIMIT.
+took_within() { awk -v t="$took" -v b="$1" 'BEGIN { exit !(t <= b) }' || fail "$2"; }
+
+# first_says REGEX WHAT: hvdrun's first message in $work/job matches REGEX,
+# else fails saying that it does not WHAT.
+first_says() {
+  local first
+  first=$(grep -m1 "^hvdrun: " "$work/job" || true)
+  echo "$first" | grep -qE "$1" || fail "hvdrun's first message $2: $first"
+}
+
+# await_job_end FAULT: waits for $job; sets rc and took (seconds since
+# $cut), shows the job's output; fails if the job hung after FAULT.
+await_job_end() {
+  rc=0
+  wait $job || rc=$?
+  took=$(awk -v a="$cut" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  cat "$work/job"
+  echo "hvdrun exited $rc, $took s after $1"
+  [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "hvdrun hung after $1"
+}
+
 # A process that exists and is not a zombie (killed processes wait for the
 # machine's init to reap them).
 running() { [ -r "/proc/$1/stat" ] && [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
@@ -223,13 +257,7 @@ case "$case_" in
       --start-timeout 30 --gloo-timeout-seconds $transport --grace-period $grace \
       "$PROBE" loop "$work/ranks" >"$work/job" 2>&1 &
     job=$!
-    for _ in $(seq 1 150); do
-      [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] && break
-      kill -0 $job 2>/dev/null || break
-      sleep 0.2
-    done
-    [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] || { cat "$work/job"; fail "the job did not come up"; }
-    sleep 0.5
+    await_loop_up
     cut=$(date +%s.%N)
     "$cluster" partition h2
     echo "hvd-h2 partitioned at $(elapsed) s"
@@ -262,15 +290,9 @@ case "$case_" in
       echo "PASS: $case_"
       exit 0
     fi
-    rc=0
-    wait $job || rc=$?
-    took=$(awk -v a="$cut" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-    cat "$work/job"
-    echo "hvdrun exited $rc, $took s after the cut"
-    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "hvdrun hung after the partition"
+    await_job_end "the partition"
     [ "$rc" -eq 4 ] || fail "hvdrun exited $rc, want 4 (the survivors' code)"
-    awk -v t="$took" -v b=$((transport + 3)) 'BEGIN { exit !(t <= b) }' ||
-      fail "hvdrun took $took s after the cut, beyond the transport timeout ($transport s) + 3 s"
+    took_within $((transport + 3)) "hvdrun took $took s after the cut, beyond the transport timeout ($transport s) + 3 s"
     # The launcher's side fails within the transport timeout.
     check_rank 0 hvd-h1 hvd-h2 $((transport + 2))
     check_rank 1 hvd-h1 hvd-h2 $((transport + 2))
@@ -300,29 +322,15 @@ case "$case_" in
       --gloo-timeout-seconds $transport --grace-period $grace \
       "$PROBE" loop "$work/ranks" >"$work/job" 2>&1 &
     job=$!
-    for _ in $(seq 1 150); do
-      [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] && break
-      kill -0 $job 2>/dev/null || break
-      sleep 0.2
-    done
-    [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] || { cat "$work/job"; fail "the job did not come up"; }
-    sleep 0.5
+    await_loop_up
     cut=$(date +%s.%N)
     "$cluster" kill-host h2
     echo "hvd-h2's processes killed at $(elapsed) s"
     checking=1
-    rc=0
-    wait $job || rc=$?
-    took=$(awk -v a="$cut" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-    cat "$work/job"
-    echo "hvdrun exited $rc, $took s after the kill"
-    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "hvdrun hung after hvd-h2 died"
+    await_job_end "hvd-h2 died"
     [ "$rc" -ne 0 ] || fail "hvdrun exited 0 with a host dead"
-    awk -v t="$took" -v b=$((transport + 3)) 'BEGIN { exit !(t <= b) }' ||
-      fail "hvdrun took $took s after the kill, beyond the transport timeout ($transport s) + 3 s"
-    first=$(grep -m1 "^hvdrun: " "$work/job" || true)
-    echo "$first" | grep -qE "^hvdrun: rank [23] \(host hvd-h2\) exited with code 255 \(the ssh connection to hvd-h2 was lost after the rank had started" ||
-      fail "hvdrun's first message does not name hvd-h2's lost connection: $first"
+    took_within $((transport + 3)) "hvdrun took $took s after the kill, beyond the transport timeout ($transport s) + 3 s"
+    first_says "^hvdrun: rank [23] \(host hvd-h2\) exited with code 255 \(the ssh connection to hvd-h2 was lost after the rank had started" "does not name hvd-h2's lost connection"
     for r in 0 1; do
       f="$work/ranks/rank-$r.txt"
       [ -f "$f" ] || fail "rank $r (on hvd-h1) reported no failure"
@@ -414,13 +422,10 @@ case "$case_" in
     took=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     echo "hvdrun exited $rc after $took s"
     [ "$rc" -ne 0 ] || fail "hvdrun exited 0 with hvd-h3's sshd stopped"
-    awk -v t="$took" -v b=$((start + 2)) 'BEGIN { exit !(t <= b) }' ||
-      fail "hvdrun took $took s, beyond its start timeout ($start s) + 2 s"
+    took_within $((start + 2)) "hvdrun took $took s, beyond its start timeout ($start s) + 2 s"
     # hvdrun's first message (what stopped the job) names hvd-h3's rank and
     # says ssh did not answer there.
-    first=$(grep -m1 "^hvdrun: " "$work/job" || true)
-    echo "$first" | grep -qE "^hvdrun: rank 2 \(host hvd-h3\) exited with code 255 \(ssh: hvd-h3 accepted the connection but its sshd did not answer .*: sshd hung or overloaded there\?; try 'ssh hvd-h3 true'\)$" ||
-      fail "hvdrun's first message does not say that sshd on hvd-h3 did not answer: $first"
+    first_says "^hvdrun: rank 2 \(host hvd-h3\) exited with code 255 \(ssh: hvd-h3 accepted the connection but its sshd did not answer .*: sshd hung or overloaded there\?; try 'ssh hvd-h3 true'\)$" "does not say that sshd on hvd-h3 did not answer"
     if grep -q "did not connect to the rendezvous store" "$work/job"; then
       fail "hvdrun blames the rendezvous store for a host whose sshd does not answer"
     fi
@@ -485,13 +490,10 @@ EOF
     took=$(awk -v a="$t1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     echo "hvdrun exited $rc after $took s"
     [ "$rc" -ne 0 ] || fail "hvdrun exited 0 with hvd-h3's login hanging"
-    awk -v t="$took" -v b=$((start + 2)) 'BEGIN { exit !(t <= b) }' ||
-      fail "hvdrun took $took s, beyond its start timeout ($start s) + 2 s"
+    took_within $((start + 2)) "hvdrun took $took s, beyond its start timeout ($start s) + 2 s"
     # hvdrun's first message (what stopped the job) names hvd-h3's rank and
     # says the login there did not complete.
-    first=$(grep -m1 "^hvdrun: " "$work/job" || true)
-    echo "$first" | grep -qE "^hvdrun: start timeout: rank 2 \(host hvd-h3\): ssh to host hvd-h3 did not complete the login \(authentication\) within $start s: .*try 'ssh -v hvd-h3 true'$" ||
-      fail "hvdrun's first message does not say that the login to hvd-h3 did not complete: $first"
+    first_says "^hvdrun: start timeout: rank 2 \(host hvd-h3\): ssh to host hvd-h3 did not complete the login \(authentication\) within $start s: .*try 'ssh -v hvd-h3 true'$" "does not say that the login to hvd-h3 did not complete"
     if grep -qi "rendezvous store" "$work/job"; then
       fail "something blames the rendezvous store for a host whose login hangs"
     fi
@@ -582,13 +584,7 @@ EOF
     timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 --grace-period $grace \
       sh -c 'trap "" TERM; "$0" loop "$1"; sleep 60' "$PROBE" "$work/ranks" >"$work/job" 2>&1 &
     job=$!
-    for _ in $(seq 1 150); do
-      [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] && break
-      kill -0 $job 2>/dev/null || break
-      sleep 0.2
-    done
-    [ "$(count "$work/job" "^probe rank [0-3]: up$")" -eq 4 ] || { cat "$work/job"; fail "the job did not come up"; }
-    sleep 0.5
+    await_loop_up
     listener=$(cat "$HVDC_DIR/h2/sshd.pid")
     sessions=$(pgrep -P "$listener" | tr '\n' ' ')
     [ "$(echo $sessions | wc -w)" -eq 2 ] || fail "hvd-h2's sshd has sessions '$sessions', want 2 (one a rank)"
@@ -602,18 +598,10 @@ EOF
     # shellcheck disable=SC2086
     kill -KILL $sessions
     echo "hvd-h2's ssh sessions ($sessions) killed at $(elapsed) s; the job's processes there: $job_h2"
-    rc=0
-    wait $job || rc=$?
-    took=$(awk -v a="$cut" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-    cat "$work/job"
-    echo "hvdrun exited $rc, $took s after the cut"
-    [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "hvdrun hung after the ssh sessions were cut"
+    await_job_end "the ssh sessions were cut"
     [ "$rc" -eq 255 ] || fail "hvdrun exited $rc, want 255 (the lost ssh's code)"
-    awk -v t="$took" -v b=$((grace + 3)) 'BEGIN { exit !(t <= b) }' ||
-      fail "hvdrun took $took s after the cut, beyond the grace period ($grace s) + 3 s"
-    first=$(grep -m1 "^hvdrun: " "$work/job" || true)
-    echo "$first" | grep -qE "^hvdrun: rank [23] \(host hvd-h2\) exited with code 255 \(the ssh connection to hvd-h2 was lost after the rank had started" ||
-      fail "hvdrun's first message does not say the ssh connection to hvd-h2 was lost mid-job: $first"
+    took_within $((grace + 3)) "hvdrun took $took s after the cut, beyond the grace period ($grace s) + 3 s"
+    first_says "^hvdrun: rank [23] \(host hvd-h2\) exited with code 255 \(the ssh connection to hvd-h2 was lost after the rank had started" "does not say the ssh connection to hvd-h2 was lost mid-job"
     if grep -q "works without a password" "$work/job"; then
       fail "a connection lost mid-job got the hint for a login that fails"
     fi
