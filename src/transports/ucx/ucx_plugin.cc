@@ -35,13 +35,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <initializer_list>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -341,12 +341,13 @@ void Drain(Comm& c) {
     ucp_tag_recv_info_t info;
     ucp_tag_message_h msg = ucp_tag_probe_nb(c.worker, 0, 0, 1, &info);
     if (msg == nullptr) break;
-    auto* sink = new std::vector<uint8_t>(std::max<size_t>(info.length, 1));
+    uint8_t* sink = new (std::nothrow) uint8_t[std::max<size_t>(info.length, 1)];
+    if (sink == nullptr) break;  // left to UCX's warning
     ucp_request_param_t p;
     std::memset(&p, 0, sizeof(p));
-    const ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(c.worker, sink->data(), info.length, msg, &p);
+    const ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(c.worker, sink, info.length, msg, &p);
     if (UCS_PTR_IS_ERR(sp) || sp == nullptr) {
-      delete sink;
+      delete[] sink;
       continue;
     }
     while (ucp_request_check_status(sp) == UCS_INPROGRESS && Clock::now() < end) {
@@ -355,7 +356,7 @@ void Drain(Comm& c) {
     const bool done = ucp_request_check_status(sp) != UCS_INPROGRESS;
     if (!done) ucp_request_cancel(c.worker, sp);
     ucp_request_free(sp);
-    if (done) delete sink;  // else UCX may still write into it: left allocated
+    if (done) delete[] sink;  // else UCX may still write into it: left allocated
   }
 }
 
