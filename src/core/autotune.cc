@@ -53,7 +53,7 @@ Autotuner::Autotuner(const Config& cfg, Logger* log)
       HVD_LOG(*log_, HVD_LOG_WARNING,
               "autotune: cannot write " << cfg.autotune_log << ": " << std::strerror(errno));
     } else {
-      std::fprintf(csv_, "kind,fusion_threshold_bytes,cycle_time_ms,bytes_per_s\n");
+      std::fprintf(csv_, "kind,fusion_threshold_bytes,cycle_time_ms,bytes_per_s,hierarchical\n");
       std::fflush(csv_);
     }
   }
@@ -72,21 +72,43 @@ Autotuner::~Autotuner() {
   if (csv_ != nullptr) std::fclose(csv_);
 }
 
+void Autotuner::TuneHierarchical() {
+  if (!enabled_ || tune_hier_ || (phase_ != Phase::kWarmup && phase_ != Phase::kThresholds)) return;
+  if (GridSize() * 2 > kKeep) return;  // the index must fit below kKeep
+  tune_hier_ = true;
+  if (root_) HVD_LOG(*log_, HVD_LOG_INFO, "autotune: then hierarchical collectives on and off");
+}
+
 TuneParams Autotuner::Candidate(uint8_t index) const {
-  const size_t ti = index / cycles_.size();
+  const size_t per_hi = thresholds_.size() * cycles_.size();
+  const size_t hi = index / per_hi;
+  const size_t ti = index % per_hi / cycles_.size();
   const size_t ci = index % cycles_.size();
-  return TuneParams{thresholds_[std::min(ti, thresholds_.size() - 1)], cycles_[ci]};
+  TuneParams p{thresholds_[std::min(ti, thresholds_.size() - 1)], cycles_[ci]};
+  if (tune_hier_) p.hierarchical = hi == 0 ? 1 : 0;
+  return p;
+}
+
+std::string Autotuner::Row(const char* kind, size_t ti, size_t ci, size_t hi,
+                           const std::string& score) const {
+  std::ostringstream os;
+  os << kind << "," << thresholds_[ti] << "," << cycles_[ci] << "," << score << ",";
+  if (tune_hier_) os << (hi == 0 ? 1 : 0);
+  return os.str();
 }
 
 bool Autotuner::Apply(uint8_t decided, TuneParams* p) {
   if (!enabled_ || decided == kKeep) return false;
-  if (decided >= thresholds_.size() * cycles_.size()) return false;  // not from this grid
-  current_ti_ = decided / cycles_.size();
+  if (decided >= GridSize()) return false;  // not from this grid
+  const size_t per_hi = thresholds_.size() * cycles_.size();
+  current_hi_ = decided / per_hi;
+  current_ti_ = decided % per_hi / cycles_.size();
   current_ci_ = decided % cycles_.size();
   *p = Candidate(decided);
   if (root_) {
     proposal_ = kKeep;
-    measuring_ = phase_ == Phase::kThresholds || phase_ == Phase::kCycles;
+    measuring_ = phase_ == Phase::kThresholds || phase_ == Phase::kCycles ||
+                 phase_ == Phase::kHierarchical;
     window_index_ = 0;
     window_cycles_ = 0;
     window_bytes_ = 0;
@@ -97,15 +119,20 @@ bool Autotuner::Apply(uint8_t decided, TuneParams* p) {
 
 void Autotuner::StartCandidate() {
   const size_t ti = phase_ == Phase::kThresholds ? stage_pos_ : best_ti_;
-  const size_t ci = phase_ == Phase::kThresholds ? stage1_ci_ : stage_pos_;
-  proposal_ = Index(ti, ci);
+  const size_t ci = phase_ == Phase::kThresholds ? stage1_ci_
+                    : phase_ == Phase::kCycles   ? stage_pos_
+                                                 : best_ci_;
+  const size_t hi = phase_ == Phase::kHierarchical ? stage_pos_ : 0;
+  proposal_ = Index(ti, ci, hi);
   measuring_ = false;
 }
 
 void Autotuner::FinishCandidate() {
   stage_scores_.push_back(Median(scores_));
   ++stage_pos_;
-  const size_t stage_size = phase_ == Phase::kThresholds ? thresholds_.size() : cycles_.size();
+  const size_t stage_size = phase_ == Phase::kThresholds ? thresholds_.size()
+                            : phase_ == Phase::kCycles   ? cycles_.size()
+                                                         : 2;
   if (stage_pos_ < stage_size) {
     StartCandidate();
     return;
@@ -119,15 +146,27 @@ void Autotuner::FinishCandidate() {
     StartCandidate();
     return;
   }
+  size_t best_hi = 0;
+  if (phase_ == Phase::kCycles) {
+    best_ci_ = best;
+    if (tune_hier_) {
+      phase_ = Phase::kHierarchical;
+      StartCandidate();
+      return;
+    }
+  } else {
+    best_hi = best;
+  }
   phase_ = Phase::kDone;
   measuring_ = false;
-  proposal_ = Index(best_ti_, best);
-  std::ostringstream os;
-  os << "best," << thresholds_[best_ti_] << "," << cycles_[best] << ",";
-  Log(os.str());
+  proposal_ = Index(best_ti_, best_ci_, best_hi);
+  Log(Row("best", best_ti_, best_ci_, best_hi, ""));
   HVD_LOG(*log_, HVD_LOG_INFO,
           "autotune: done; fusion threshold " << thresholds_[best_ti_] << " bytes, cycle time "
-                                              << cycles_[best] << " ms");
+                                              << cycles_[best_ci_] << " ms"
+                                              << (tune_hier_ ? best_hi == 0 ? ", hierarchical on"
+                                                                            : ", hierarchical off"
+                                                             : ""));
 }
 
 void Autotuner::Observe(uint64_t bytes, Clock::time_point start, Clock::time_point end) {
@@ -152,8 +191,8 @@ void Autotuner::Observe(uint64_t bytes, Clock::time_point start, Clock::time_poi
   if (++window_index_ == 1) return;  // the transition window
   scores_.push_back(score);
   std::ostringstream os;
-  os << "sample," << thresholds_[current_ti_] << "," << cycles_[current_ci_] << "," << score;
-  Log(os.str());
+  os << score;
+  Log(Row("sample", current_ti_, current_ci_, current_hi_, os.str()));
   if (static_cast<int>(scores_.size()) >= samples_) FinishCandidate();
 }
 

@@ -1,4 +1,6 @@
-// Autotuning of the fusion threshold and the cycle time (HVD_AUTOTUNE=1).
+// Autotuning of the fusion threshold, the cycle time and, where the
+// transport runs hierarchical collectives on its own choice (HVD_HIERARCHICAL
+// unset), whether it does (HVD_AUTOTUNE=1).
 //
 // Rank 0 scores candidate settings by the bytes its collectives moved per
 // second of wall time (compute between steps included, so overlap counts),
@@ -8,9 +10,10 @@
 // are bucketed: fusion buckets stay identical on every rank.
 //
 // Search: coordinate descent over a fixed grid (thresholds with the
-// configured cycle time, then cycle times with the best threshold), a
-// discarded transition window after every switch, the median of `samples`
-// windows per candidate, then the best setting for good.
+// configured cycle time, then cycle times with the best threshold, then,
+// where tuned, hierarchical on and off with both), a discarded transition
+// window after every switch, the median of `samples` windows per
+// candidate, then the best setting for good.
 #pragma once
 
 #include <chrono>
@@ -27,6 +30,7 @@ namespace hvd {
 struct TuneParams {
   int64_t fusion_threshold;
   double cycle_time_ms;
+  int hierarchical = -1;  // 1 on, 0 off; -1: not tuned (leave as it is)
 };
 
 class Autotuner {
@@ -40,6 +44,10 @@ class Autotuner {
   Autotuner& operator=(const Autotuner&) = delete;
 
   bool enabled() const { return enabled_; }
+  // The transport runs hierarchical collectives by its own choice: a third
+  // stage tries them off (every rank calls it alike, before the first cycle).
+  void TuneHierarchical();
+  bool tunes_hierarchical() const { return tune_hier_; }
   bool done() const { return phase_ == Phase::kDone; }
 
   // This rank's byte for the negotiation (the MIN picks rank 0's).
@@ -59,11 +67,14 @@ class Autotuner {
   TuneParams Candidate(uint8_t index) const;
 
  private:
-  enum class Phase { kWarmup, kThresholds, kCycles, kDone };
+  enum class Phase { kWarmup, kThresholds, kCycles, kHierarchical, kDone };
 
-  uint8_t Index(size_t ti, size_t ci) const {
-    return static_cast<uint8_t>(ti * cycles_.size() + ci);
+  // hi: 0 hierarchical as configured (on), 1 off; always 0 unless tuned.
+  uint8_t Index(size_t ti, size_t ci, size_t hi) const {
+    return static_cast<uint8_t>((hi * thresholds_.size() + ti) * cycles_.size() + ci);
   }
+  size_t GridSize() const { return thresholds_.size() * cycles_.size() * (tune_hier_ ? 2 : 1); }
+  std::string Row(const char* kind, size_t ti, size_t ci, size_t hi, const std::string& score) const;
   void StartCandidate();   // proposes the current stage's next candidate
   void FinishCandidate();  // records its median score, moves on
   void Log(const std::string& line);
@@ -78,13 +89,14 @@ class Autotuner {
 
   Phase phase_ = Phase::kWarmup;
   uint8_t proposal_ = kKeep;
-  size_t current_ti_ = 0, current_ci_ = 0;  // the settings in force
+  bool tune_hier_ = false;
+  size_t current_ti_ = 0, current_ci_ = 0, current_hi_ = 0;  // the settings in force
   size_t stage_pos_ = 0;                    // candidate of the stage being measured
   bool measuring_ = false;                  // the candidate is in force
   int window_index_ = 0;                    // windows seen for this candidate
   std::vector<double> scores_;              // this candidate's scored windows
   std::vector<double> stage_scores_;        // median per candidate of the stage
-  size_t best_ti_ = 0;
+  size_t best_ti_ = 0, best_ci_ = 0;
   size_t stage1_ci_ = 0;  // the configured cycle time, used while thresholds are tried
 
   // The open window.

@@ -379,6 +379,10 @@ Status ContextImpl::Start() {
   executor_->set_local_rank(cfg_.local_rank);
   fusion_threshold_ = cfg_.fusion_threshold;
   tuner_ = std::make_unique<Autotuner>(cfg_, &log_);
+  // Hierarchical collectives the transport chose by itself (not forced by
+  // HVD_HIERARCHICAL): the tuner tries them off too. Every rank has the same
+  // hierarchy (decided from every rank's host), so every rank tunes alike.
+  if (cfg_.hierarchical < 0 && transport_->hierarchical()) tuner_->TuneHierarchical();
   const int64_t initial = std::min(cfg_.fusion_threshold, cfg_.fusion_buffer_initial);
   if (initial > 0) {
     // Fault the fusion buffer in now rather than during the first steps.
@@ -1025,9 +1029,13 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
     fusion_threshold_ = tuned.fusion_threshold;
     cycle_ = duration_cast<Clock::duration>(duration<double, std::milli>(tuned.cycle_time_ms));
     settle_ = std::min<Clock::duration>(cycle_, std::chrono::microseconds(HVD_SETTLE_US));
+    if (tuned.hierarchical >= 0) transport_->set_hierarchical(tuned.hierarchical == 1);
     HVD_LOG(log_, HVD_LOG_DEBUG,
             "autotune: fusion threshold " << tuned.fusion_threshold << " bytes, cycle time "
-                                          << tuned.cycle_time_ms << " ms");
+                                          << tuned.cycle_time_ms << " ms"
+                                          << (tuned.hierarchical < 0 ? ""
+                                              : tuned.hierarchical == 1 ? ", hierarchical on"
+                                                                        : ", hierarchical off"));
   }
   // The context's responses first (they may make sets: those take part
   // from the next cycle), then each set's, in slot order: the same order

@@ -862,7 +862,7 @@ Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_redu
   if (broken()) return Unusable();
   op_ = "allreduce";
   const size_t es = DtypeSize(dtype);
-  if (hier_ && forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kAuto) {
+  if (hierarchical_on() && forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kAuto) {
     return AllreduceHier(buf, count, dtype, op);
   }
   const algo::Algorithm how = Choose(HVD_TRANSPORT_ALLREDUCE, count * es);
@@ -922,7 +922,8 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
   const int size = static_cast<int>(comm_size());
   std::vector<size_t> start(static_cast<size_t>(size) + 1, 0);
   for (int p = 0; p < size; ++p) start[p + 1] = start[p] + counts[p];
-  if (hier_ && hier_->even && forced_[HVD_TRANSPORT_REDUCESCATTER] == algo::Algorithm::kAuto) {
+  if (hierarchical_on() && hier_->even &&
+      forced_[HVD_TRANSPORT_REDUCESCATTER] == algo::Algorithm::kAuto) {
     return ReducescatterHier(buf, counts, start, dtype, op);
   }
   const algo::Algorithm how = Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es);
@@ -949,7 +950,7 @@ Status Transport::CoreReducescatter(const CoreGroup& g, algo::Algorithm how, voi
 }
 
 bool Transport::RingSpans(size_t bytes) const {
-  return v4_ && ring_spans_ && links_ && !hier_ &&
+  return v4_ && ring_spans_ && links_ && !hierarchical_on() &&
          Choose(HVD_TRANSPORT_ALLREDUCE, bytes) == algo::Algorithm::kRing;
 }
 
@@ -994,7 +995,8 @@ Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_by
   const int size = static_cast<int>(comm_size());
   size_t total = 0;
   for (int p = 0; p < size; ++p) total += recv_bytes[p];
-  if (hier_ && forced_[HVD_TRANSPORT_ALLGATHERV] == algo::Algorithm::kAuto && total >= kHierAllgatherMin) {
+  if (hierarchical_on() && forced_[HVD_TRANSPORT_ALLGATHERV] == algo::Algorithm::kAuto &&
+      total >= kHierAllgatherMin) {
     return AllgathervHier(send, recv, recv_bytes, total);
   }
   const algo::Algorithm how = Choose(HVD_TRANSPORT_ALLGATHERV, total);
@@ -1024,7 +1026,7 @@ Status Transport::Broadcast(void* buf, size_t bytes, int root) {
   if (!v4_) return Check(table_->broadcast(comm_, buf, bytes, root), "broadcast");
   if (broken()) return Unusable();
   op_ = "broadcast";
-  if (hier_ && hier_->even && forced_[HVD_TRANSPORT_BROADCAST] == algo::Algorithm::kAuto) {
+  if (hierarchical_on() && hier_->even && forced_[HVD_TRANSPORT_BROADCAST] == algo::Algorithm::kAuto) {
     return BroadcastHier(buf, bytes, root);
   }
   const algo::Algorithm how = Choose(HVD_TRANSPORT_BROADCAST, bytes);

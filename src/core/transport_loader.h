@@ -194,6 +194,10 @@ class Transport : public Comm {
   static constexpr uint32_t kFirstSetBand = 3;
   // The hierarchical collectives are in use (StartHierarchy), for logs and tests.
   bool hierarchical() const { return hier_ != nullptr; }
+  // Whether the hierarchical collectives run (autotune switches them off and
+  // on, on every rank in the same cycle); only where hierarchical().
+  void set_hierarchical(bool on) { hier_on_ = on; }
+  bool hierarchical_on() const { return hier_ != nullptr && hier_on_; }
   // Rank r's host name ("" if unknown), as the transport learned it.
   std::string host_of(int r) const {
     return r >= 0 && r < static_cast<int>(hosts_.size()) ? hosts_[static_cast<size_t>(r)] : "";
@@ -296,6 +300,7 @@ class Transport : public Comm {
     std::vector<int> local_index;  // rank -> index among its host's ranks
   };
   std::unique_ptr<Hierarchy> hier_;
+  bool hier_on_ = true;  // set_hierarchical
   // The shared memory of this rank's host: shm_, else the hierarchy's host
   // step's where it has one; null if neither. Point-to-point waits note
   // their peer in it (shm::Segment::NoteWait) for BlockedChain.

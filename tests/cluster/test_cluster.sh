@@ -73,6 +73,11 @@
 #                the transport timeout (+3 s), its first message naming a
 #                rank on hvd-h2 and the lost ssh connection to it; nothing
 #                may be left on any host. ucx_host_death: the same over UCX.
+#   autotune_hier  2 x 2, mp_check 4 under HVD_AUTOTUNE=1 (short windows):
+#                the tuner's last stage switches the hierarchical collectives
+#                off and on while every collective is checked exactly; the
+#                CSV must show samples with them on and off and a final
+#                choice.
 #   script       cluster.sh's own verbs: rate limit, private /dev/shm and
 #                /etc/hosts, exec's exit code, partition/heal, kill-host,
 #                refusals, and down leaving nothing behind.
@@ -193,6 +198,24 @@ case "$case_" in
     expect_mp_check_ok "$work/mp" 4
     n=$(count "$work/mp" "INFO: hierarchical collectives: 2 hosts, 2 rank\(s\) on this one")
     [ "$n" -eq 4 ] || fail "'hierarchical collectives: 2 hosts, 2 rank(s) on this one' logged $n times, want 4"
+    no_leftovers 10
+    ;;
+  autotune_hier)
+    up 2
+    # Autotuning switches the hierarchical collectives off and on (on every
+    # rank in the same cycle) while mp_check checks every collective exactly.
+    run 150 "$work/mp" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 -x HVD_LOG_LEVEL=info \
+      -x HVD_AUTOTUNE=1 -x HVD_AUTOTUNE_LOG="$work/tune.csv" -x HVD_AUTOTUNE_WARMUP_SAMPLES=0 \
+      -x HVD_AUTOTUNE_STEPS_PER_SAMPLE=2 -x HVD_AUTOTUNE_SAMPLES=1 "$MP_CHECK" 4
+    [ "$rc" -eq 0 ] || fail "hvdrun mp_check exited $rc"
+    expect_mp_check_ok "$work/mp" 4
+    grep -q "autotune: then hierarchical collectives on and off" "$work/mp" ||
+      fail "the tuner did not take up the hierarchical collectives"
+    [ -f "$work/tune.csv" ] || fail "rank 0 wrote no autotune log"
+    sed "s/^/  /" "$work/tune.csv"
+    [ "$(count "$work/tune.csv" "^sample,.*,1$")" -ge 1 ] || fail "no sample with the hierarchical collectives on"
+    [ "$(count "$work/tune.csv" "^sample,.*,0$")" -ge 1 ] || fail "no sample with them off"
+    grep -qE "^best,[0-9]+,[0-9.]+,,[01]$" "$work/tune.csv" || fail "the search did not finish within mp_check"
     no_leftovers 10
     ;;
   hvdrun_4x1)

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/autotune.h"
 #include "core/config.h"
@@ -36,7 +37,8 @@ Config TuneConfig(int rank, const std::string& log_path) {
 // Drives rank 0 (and a follower) until the tuner is done; the throughput of
 // a window is a function of the settings in force.
 template <typename Score>
-TuneParams Drive(Autotuner& root, Autotuner& follower, Score score, int* cycles_out) {
+TuneParams Drive(Autotuner& root, Autotuner& follower, Score score, int* cycles_out,
+                 std::vector<int>* hier_seen = nullptr) {
   TuneParams in_force{128ll << 20, 1.0};
   TuneParams follower_params = in_force;
   TClock::time_point t = TClock::now();
@@ -53,6 +55,8 @@ TuneParams Drive(Autotuner& root, Autotuner& follower, Score score, int* cycles_
       follower_params = q;
       EXPECT_EQ(p.fusion_threshold, q.fusion_threshold);
       EXPECT_EQ(p.cycle_time_ms, q.cycle_time_ms);
+      EXPECT_EQ(p.hierarchical, q.hierarchical);
+      if (hier_seen != nullptr) hier_seen->push_back(p.hierarchical);
     }
     // One busy cycle: 1 MB in a time that depends on the settings.
     const double secs = 1e6 / score(in_force);
@@ -92,7 +96,7 @@ TEST(Autotune, FindsTheBestThresholdThenTheBestCycleTime) {
   ASSERT_TRUE(f.good());
   std::string line;
   std::getline(f, line);
-  EXPECT_EQ(line, "kind,fusion_threshold_bytes,cycle_time_ms,bytes_per_s");
+  EXPECT_EQ(line, "kind,fusion_threshold_bytes,cycle_time_ms,bytes_per_s,hierarchical");
   int samples = 0;
   std::string last;
   while (std::getline(f, line)) {
@@ -100,8 +104,81 @@ TEST(Autotune, FindsTheBestThresholdThenTheBestCycleTime) {
     last = line;
   }
   EXPECT_EQ(samples, static_cast<int>(2 * candidates));
-  EXPECT_EQ(last, "best," + std::to_string(16ll << 20) + ",0.05,");
+  EXPECT_EQ(last, "best," + std::to_string(16ll << 20) + ",0.05,,");
   std::remove(path.c_str());
+}
+
+// Where the transport chose hierarchical collectives, a third stage tries
+// them on and off with the best threshold and cycle time: here off is
+// better, and every switch reaches both ranks with the same setting.
+TEST(Autotune, ThenHierarchicalOnAndOff) {
+  const std::string path = ::testing::TempDir() + "hvd_autotune_hier.csv";
+  Logger log(HVD_LOG_ERROR, nullptr, nullptr);
+  Autotuner root(TuneConfig(0, path), &log);
+  Autotuner follower(TuneConfig(1, ""), &log);
+  root.TuneHierarchical();
+  follower.TuneHierarchical();
+  ASSERT_TRUE(root.tunes_hierarchical() && follower.tunes_hierarchical());
+  auto score = [](const TuneParams& p) {
+    double s = 1e9;
+    s -= std::abs(static_cast<double>(p.fusion_threshold - (4ll << 20))) / 1e3;
+    s -= std::abs(p.cycle_time_ms - 0.1) * 1e7;
+    if (p.hierarchical == 1) s -= 1e6;  // the flat collectives win
+    return s;
+  };
+  int cycles = 0;
+  std::vector<int> seen;
+  TuneParams best = Drive(root, follower, score, &cycles, &seen);
+  EXPECT_EQ(best.fusion_threshold, 4ll << 20);
+  EXPECT_DOUBLE_EQ(best.cycle_time_ms, 0.1);
+  EXPECT_EQ(best.hierarchical, 0);
+  // On (as configured) through the first two stages, then on, off, and off for good.
+  ASSERT_GE(seen.size(), 3u);
+  const size_t first_off = static_cast<size_t>(std::find(seen.begin(), seen.end(), 0) - seen.begin());
+  ASSERT_LT(first_off, seen.size());
+  for (size_t i = 0; i < first_off; ++i) EXPECT_EQ(seen[i], 1) << "switch " << i;
+  EXPECT_EQ(seen.back(), 0);
+  EXPECT_EQ(root.thresholds().size() + root.cycles().size() + 2, first_off + 1)
+      << "off is the last stage's second candidate";
+
+  std::ifstream f(path);
+  std::string line, last;
+  int samples = 0, off_samples = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("sample,", 0) == 0) {
+      ++samples;
+      if (line.size() >= 2 && line.compare(line.size() - 2, 2, ",0") == 0) ++off_samples;
+    }
+    last = line;
+  }
+  EXPECT_EQ(samples, static_cast<int>(2 * (root.thresholds().size() + root.cycles().size() + 2)));
+  EXPECT_EQ(off_samples, 2);
+  EXPECT_EQ(last, "best," + std::to_string(4ll << 20) + ",0.1,,0");
+  std::remove(path.c_str());
+
+  // Where hierarchical collectives win, they stay on.
+  Autotuner root2(TuneConfig(0, ""), &log), follower2(TuneConfig(1, ""), &log);
+  root2.TuneHierarchical();
+  follower2.TuneHierarchical();
+  auto prefer_on = [&](const TuneParams& p) { return score(p) + (p.hierarchical == 1 ? 2e6 : 0); };
+  EXPECT_EQ(Drive(root2, follower2, prefer_on, &cycles).hierarchical, 1);
+}
+
+// Without TuneHierarchical the parameters say nothing about it.
+TEST(Autotune, HierarchicalUntouchedUnlessTuned) {
+  Logger log(HVD_LOG_ERROR, nullptr, nullptr);
+  Autotuner a(TuneConfig(1, ""), &log);
+  TuneParams p{};
+  ASSERT_TRUE(a.Apply(0, &p));
+  EXPECT_EQ(p.hierarchical, -1);
+  EXPECT_FALSE(a.Apply(static_cast<uint8_t>(a.thresholds().size() * a.cycles().size()), &p))
+      << "an index of the hierarchical stage is off this grid";
+  a.TuneHierarchical();
+  ASSERT_TRUE(a.Apply(static_cast<uint8_t>(a.thresholds().size() * a.cycles().size()), &p));
+  EXPECT_EQ(p.hierarchical, 0);
+  EXPECT_EQ(p.fusion_threshold, a.thresholds()[0]);
+  ASSERT_TRUE(a.Apply(1, &p));
+  EXPECT_EQ(p.hierarchical, 1);
 }
 
 TEST(Autotune, DisabledOrAloneProposesNothing) {
