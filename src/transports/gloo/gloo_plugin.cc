@@ -54,6 +54,7 @@
 #include <thread>
 #include <vector>
 
+#include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
@@ -466,6 +467,21 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, s
     return HVD_ERR_RENDEZVOUS;
   } catch (const std::exception& e) {
     *msg = "gloo init: connecting the full mesh over " + where + ": " + WithoutLocation(e.what());
+    return LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
+  }
+  // Every rank's mesh is complete before any rank's init returns. Gloo's
+  // connect completes on the connecting side before the accepting side has
+  // read the handshake, so a rank that returned and finalized at once could
+  // still break a peer's set-up ("Connection closed by peer", or a third
+  // rank's connect timing out). Seen in test_gloo_p2p under load, where one
+  // of three ranks has no traffic and finalizes right after init. A
+  // dissemination barrier: done on one rank, every rank has entered it.
+  try {
+    gloo::BarrierOptions done(c->ctx);
+    done.setTimeout(std::max(Millis(200), ToMillis(start_s)));
+    gloo::barrier(done);
+  } catch (const std::exception& e) {
+    *msg = "gloo init: the ranks' closing handshake over " + where + ": " + WithoutLocation(e.what());
     return LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
   }
   c->ctx->setTimeout(ToMillis(env.timeout_s));
