@@ -79,11 +79,16 @@ void Autotuner::TuneHierarchical() {
   if (root_) HVD_LOG(*log_, HVD_LOG_INFO, "autotune: then hierarchical collectives on and off");
 }
 
-TuneParams Autotuner::Candidate(uint8_t index) const {
+void Autotuner::Decode(uint8_t index, size_t* ti, size_t* ci, size_t* hi) const {
   const size_t per_hi = thresholds_.size() * cycles_.size();
-  const size_t hi = index / per_hi;
-  const size_t ti = index % per_hi / cycles_.size();
-  const size_t ci = index % cycles_.size();
+  *hi = index / per_hi;
+  *ti = index % per_hi / cycles_.size();
+  *ci = index % cycles_.size();
+}
+
+TuneParams Autotuner::Candidate(uint8_t index) const {
+  size_t ti = 0, ci = 0, hi = 0;
+  Decode(index, &ti, &ci, &hi);
   TuneParams p{thresholds_[std::min(ti, thresholds_.size() - 1)], cycles_[ci]};
   if (tune_hier_) p.hierarchical = hi == 0 ? 1 : 0;
   return p;
@@ -100,10 +105,7 @@ std::string Autotuner::Row(const char* kind, size_t ti, size_t ci, size_t hi,
 bool Autotuner::Apply(uint8_t decided, TuneParams* p) {
   if (!enabled_ || decided == kKeep) return false;
   if (decided >= GridSize()) return false;  // not from this grid
-  const size_t per_hi = thresholds_.size() * cycles_.size();
-  current_hi_ = decided / per_hi;
-  current_ti_ = decided % per_hi / cycles_.size();
-  current_ci_ = decided % cycles_.size();
+  Decode(decided, &current_ti_, &current_ci_, &current_hi_);
   *p = Candidate(decided);
   if (root_) {
     proposal_ = kKeep;

@@ -73,6 +73,7 @@ class Autotuner {
   uint8_t Index(size_t ti, size_t ci, size_t hi) const {
     return static_cast<uint8_t>((hi * thresholds_.size() + ti) * cycles_.size() + ci);
   }
+  void Decode(uint8_t index, size_t* ti, size_t* ci, size_t* hi) const;  // Index's inverse
   size_t GridSize() const { return thresholds_.size() * cycles_.size() * (tune_hier_ ? 2 : 1); }
   std::string Row(const char* kind, size_t ti, size_t ci, size_t hi, const std::string& score) const;
   void StartCandidate();   // proposes the current stage's next candidate

@@ -593,8 +593,10 @@ INSTANTIATE_TEST_SUITE_P(Ranks, UcxP2p, ::testing::Values(2, 3, 4),
 // What this process writes to stdout and stderr (UCX's log goes to either)
 // while f runs.
 std::string CaptureOutput(const std::function<void()>& f) {
-  char path[] = "/tmp/hvd-ucx-output-XXXXXX";
-  const int fd = mkstemp(path);
+  std::string name = ::testing::TempDir() + "hvd-ucx-output-XXXXXX";
+  std::vector<char> path(name.begin(), name.end());
+  path.push_back('\0');
+  const int fd = mkstemp(path.data());
   if (fd < 0) {
     ADD_FAILURE() << "mkstemp failed";
     return "";
@@ -616,7 +618,7 @@ std::string CaptureOutput(const std::function<void()>& f) {
   lseek(fd, 0, SEEK_SET);
   for (ssize_t n; (n = read(fd, chunk, sizeof(chunk))) > 0;) said.append(chunk, static_cast<size_t>(n));
   close(fd);
-  unlink(path);
+  unlink(path.data());
   return said;
 }
 

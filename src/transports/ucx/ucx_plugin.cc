@@ -697,14 +697,16 @@ int HostCpus() {
   return n > 0 ? static_cast<int>(std::min<long>(n, 1 << 20)) : 1;
 }
 
-// Sets a UCP option unless the user's environment sets it (UCX_<name>).
-void Modify(ucp_config_t* cfg, const char* name, const char* value, const Comm& c) {
-  const std::string var = std::string("UCX_") + name;
+// Sets a UCP option unless the user's environment sets it: UCX_<name>, or
+// `user_var` where the user's name for it differs (a transport's field:
+// see ModifyTcp).
+void Modify(ucp_config_t* cfg, const char* name, const char* value, const Comm& c,
+            const char* user_var = nullptr) {
+  const std::string var = user_var != nullptr ? std::string(user_var) : std::string("UCX_") + name;
   if (std::getenv(var.c_str()) != nullptr) return;
   const ucs_status_t st = ucp_config_modify(cfg, name, value);
   if (st != UCS_OK) {
-    c.Log(HVD_LOG_WARNING, std::string("ucx: cannot set ") + name + "=" + value + ": " +
-                               ucs_status_string(st));
+    c.Log(HVD_LOG_WARNING, "ucx: cannot set " + var + "=" + value + ": " + ucs_status_string(st));
   }
 }
 
@@ -737,12 +739,8 @@ bool TlsMayLoad(const char* tls, std::initializer_list<const char*> family) {
 // is made) and gives it to every transport with a field of that name; in
 // UCX 1.13 only tcp has TX_SEG_SIZE and RX_SEG_SIZE.
 void ModifyTcp(ucp_config_t* cfg, const char* field, const char* value, const Comm& c) {
-  const std::string var = std::string("UCX_TCP_") + field;
-  if (std::getenv(var.c_str()) != nullptr || !TlsMayLoad(std::getenv("UCX_TLS"), {"tcp"})) return;
-  const ucs_status_t st = ucp_config_modify(cfg, field, value);
-  if (st != UCS_OK) {
-    c.Log(HVD_LOG_WARNING, "ucx: cannot set " + var + "=" + value + ": " + ucs_status_string(st));
-  }
+  if (!TlsMayLoad(std::getenv("UCX_TLS"), {"tcp"})) return;
+  Modify(cfg, field, value, c, (std::string("UCX_TCP_") + field).c_str());
 }
 
 int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* msg) {
