@@ -278,6 +278,7 @@ std::string Config::ToString() const {
      << " fusion_buffer_initial=" << fusion_buffer_initial
      << " buffer_pool_bytes=" << buffer_pool_bytes
      << " shm=" << (shm < 0 ? "(auto)" : shm ? "on" : "off")
+     << " piggyback=" << (piggyback == 0 ? "off" : "on")
      << " autotune=" << (autotune ? "on" : "off")
      << " elastic=" << (elastic ? "on (worker " + elastic_worker + ")" : std::string("off"))
      << " log_level=" << LogLevelName(log_level);
@@ -558,7 +559,8 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
                                {"HVD_MPI_SHM", &c.mpi_shm},
                                {"HVD_HIERARCHICAL", &c.hierarchical},
                                {"HVD_FUSION_IN_PLACE", &c.fusion_in_place},
-                               {"HVD_CALLER_CYCLES", &c.caller_cycles}};
+                               {"HVD_CALLER_CYCLES", &c.caller_cycles},
+                               {"HVD_PIGGYBACK", &c.piggyback}};
     c.host_id = EnvStr(env, "HVD_HOST_ID");
     for (const Switch& w : switches) {
       HVD_ASSIGN_OR_RETURN(int v, EnvSwitch(env, w.name));

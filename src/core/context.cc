@@ -134,6 +134,132 @@ int32_t HostHash(const std::string& identity) {
   return static_cast<int32_t>(h & 0x7fffffffu);
 }
 
+// ---- A small allreduce in the negotiation (HVD_PIGGYBACK) ---------------
+//
+// The negotiation's allreduce then runs in the small tensor's dtype and
+// (transport) op: each control byte becomes one number, chosen so that the
+// numbers' reduction under that op says what the bytes' MIN would, then
+// the tensor follows. Flags (0/1; every byte but the autotuning proposal):
+// SUM adds them (all set: the size), MIN and PRODUCT keep 1 only where all
+// are 1, MAX takes 1 - flag (all set: 0). The proposal is rank 0's: every
+// other rank contributes the op's identity. Exact wherever the dtype holds
+// the integers involved (0..255, and the size for SUM).
+constexpr size_t kPiggybackMaxBytes = 1024;
+constexpr size_t kProposalByte = 3;
+
+// The largest integer up to which every integer is exact in dtype (0: not
+// used: int8 cannot hold 255, bool's SUM is an or).
+double ExactIntegers(hvd_dtype_t d) {
+  switch (d) {
+    case HVD_UINT8: return 255;
+    case HVD_UINT16: return 65535;
+    case HVD_INT16: return 32767;
+    case HVD_INT32: return 2147483647.0;
+    case HVD_INT64:
+    case HVD_FLOAT64: return 9007199254740992.0;
+    case HVD_FLOAT16: return 2048;
+    case HVD_BFLOAT16: return 256;
+    case HVD_FLOAT32: return 16777216.0;
+    default: return 0;
+  }
+}
+
+void PutNumber(uint8_t* p, hvd_dtype_t d, double v) {
+  switch (d) {
+    case HVD_UINT8: *p = static_cast<uint8_t>(v); break;
+    case HVD_UINT16: { uint16_t x = static_cast<uint16_t>(v); std::memcpy(p, &x, 2); break; }
+    case HVD_INT16: { int16_t x = static_cast<int16_t>(v); std::memcpy(p, &x, 2); break; }
+    case HVD_INT32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
+    case HVD_INT64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+    case HVD_FLOAT16: { uint16_t x = FloatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+    case HVD_BFLOAT16: { uint16_t x = FloatToBFloat16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+    case HVD_FLOAT32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+    default: std::memcpy(p, &v, 8); break;  // HVD_FLOAT64
+  }
+}
+
+double GetNumber(const uint8_t* p, hvd_dtype_t d) {
+  switch (d) {
+    case HVD_UINT8: return *p;
+    case HVD_UINT16: { uint16_t x; std::memcpy(&x, p, 2); return x; }
+    case HVD_INT16: { int16_t x; std::memcpy(&x, p, 2); return x; }
+    case HVD_INT32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+    case HVD_INT64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
+    case HVD_FLOAT16: { uint16_t x; std::memcpy(&x, p, 2); return HalfToFloat(x); }
+    case HVD_BFLOAT16: { uint16_t x; std::memcpy(&x, p, 2); return BFloat16ToFloat(x); }
+    case HVD_FLOAT32: { float x; std::memcpy(&x, p, 4); return x; }
+    default: { double x; std::memcpy(&x, p, 8); return x; }
+  }
+}
+
+// The number a flag byte becomes: set (1, or 0 under MAX) or clear.
+double FlagNumber(bool set, hvd_reduce_op_t op) {
+  return (op == HVD_MAX) != set ? 1 : 0;
+}
+
+// The reduced number of a flag every rank set: the size under SUM, 0 under
+// MAX, 1 under MIN and PRODUCT.
+double ReadyNumber(hvd_reduce_op_t op, int size) {
+  return op == HVD_SUM ? size : op == HVD_MAX ? 0 : 1;
+}
+
+// The flags as element patterns of the dtype's width (the numbers involved
+// are exact, so their bits are canonical and compare bitwise): one pass
+// over the control bytes each way, run every negotiation.
+template <typename S>
+void EncodeFlags(uint8_t* out, const uint8_t* ctrl, size_t head, const uint8_t* set_bits,
+                 const uint8_t* clear_bits) {
+  S set, clear;
+  std::memcpy(&set, set_bits, sizeof(S));
+  std::memcpy(&clear, clear_bits, sizeof(S));
+  for (size_t i = 0; i < head; ++i) {
+    const S v = ctrl[i] != 0 ? set : clear;
+    std::memcpy(out + i * sizeof(S), &v, sizeof(S));
+  }
+}
+
+template <typename S>
+void DecodeFlags(uint8_t* ctrl, const uint8_t* in, size_t head, const uint8_t* ready_bits) {
+  S ready;
+  std::memcpy(&ready, ready_bits, sizeof(S));
+  for (size_t i = 0; i < head; ++i) {
+    S v;
+    std::memcpy(&v, in + i * sizeof(S), sizeof(S));
+    ctrl[i] = v == ready ? 1 : 0;
+  }
+}
+
+// Encodes ctrl[0, head) into out (numbers of dtype d for transport op op).
+void EncodeControl(uint8_t* out, const uint8_t* ctrl, size_t head, hvd_dtype_t d,
+                   hvd_reduce_op_t op, bool rank0) {
+  uint8_t set[8], clear[8];
+  PutNumber(set, d, FlagNumber(true, op));
+  PutNumber(clear, d, FlagNumber(false, op));
+  switch (DtypeSize(d)) {
+    case 1: EncodeFlags<uint8_t>(out, ctrl, head, set, clear); break;
+    case 2: EncodeFlags<uint16_t>(out, ctrl, head, set, clear); break;
+    case 4: EncodeFlags<uint32_t>(out, ctrl, head, set, clear); break;
+    default: EncodeFlags<uint64_t>(out, ctrl, head, set, clear); break;
+  }
+  const double identity = op == HVD_MIN ? 255 : op == HVD_PRODUCT ? 1 : 0;
+  PutNumber(out + kProposalByte * DtypeSize(d), d,
+            rank0 ? ctrl[kProposalByte] : identity);
+}
+
+// The bytes a MIN over the ranks' control bytes would have given.
+void DecodeControl(uint8_t* ctrl, const uint8_t* in, size_t head, hvd_dtype_t d,
+                   hvd_reduce_op_t op, int size) {
+  uint8_t ready[8];
+  PutNumber(ready, d, ReadyNumber(op, size));
+  switch (DtypeSize(d)) {
+    case 1: DecodeFlags<uint8_t>(ctrl, in, head, ready); break;
+    case 2: DecodeFlags<uint16_t>(ctrl, in, head, ready); break;
+    case 4: DecodeFlags<uint32_t>(ctrl, in, head, ready); break;
+    default: DecodeFlags<uint64_t>(ctrl, in, head, ready); break;
+  }
+  ctrl[kProposalByte] = static_cast<uint8_t>(GetNumber(in + kProposalByte * DtypeSize(d), d));
+}
+
 std::string ListText(const int32_t* v, size_t n) {
   std::ostringstream os;
   os << "[";
@@ -184,8 +310,9 @@ class ContextImpl final : public CycleDriver {
   const Config& cfg() const { return cfg_; }
   const std::shared_ptr<Scope>& root() const { return root_; }
   Result<int64_t> Query(const std::string& key) const {
-    if (key == "caller_cycles" || key == "lazy_wake") {
+    if (key == "caller_cycles" || key == "lazy_wake" || key == "piggybacked") {
       std::lock_guard<std::mutex> lock(mu_);
+      if (key == "piggybacked") return static_cast<int64_t>(piggybacked_);
       return static_cast<int64_t>(key == "lazy_wake" ? lazy_wake_ : caller_cycles_run_);
     }
     if (!transport_) return Error(HVD_ERR_NOT_INITIALIZED, "no transport");
@@ -275,6 +402,7 @@ class ContextImpl final : public CycleDriver {
   bool cycle_held_ = false;
   bool caller_cycles_ = false;     // callers may run it (HVD_CALLER_CYCLES, the transport)
   uint64_t caller_cycles_run_ = 0;  // cycles run by callers (Query "caller_cycles")
+  uint64_t piggybacked_ = 0;  // allreduces served by the negotiation (Query "piggybacked")
   int drive_waiters_ = 0;           // callers waiting in Drive for the cycle's end
   bool mark_cycles_ = false;  // background thread only
   // The cycle's pacing (background thread only; set in Start).
@@ -309,6 +437,32 @@ class ContextImpl final : public CycleDriver {
   std::vector<size_t> slot_extent_, slot_at_;
   bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
   std::vector<uint8_t> ctrl_;  // the packed control bytes
+  // A small allreduce riding in the negotiation (HVD_PIGGYBACK; see the
+  // encoding above). The plan is made from the context's responses, alike
+  // on every rank: the last small host allreduce that a cycle served alone.
+  // While the cache holds it, no process set exists and every rank has the
+  // switch on, each negotiation carries this rank's prescaled tensor (zeros
+  // where it has none ready) after the control bytes; where those show the
+  // slot ready on every rank, the reduced tensor is its result and the
+  // cycle runs no second collective for it.
+  struct Piggyback {
+    int slot = -1;  // the plan; -1: none
+    std::string key;
+    // The cache entry it was made from: a request that changed under the
+    // same name is cached anew (another entry), which ends the plan.
+    RequestDescs all;
+    hvd_dtype_t dtype = HVD_FLOAT32;
+    hvd_reduce_op_t op = HVD_SUM;
+    size_t count = 0;
+    double prescale = 1, postscale = 1;
+    int served = -1;  // this cycle's: the slot whose result is in buf
+    size_t result_at = 0;  // where in buf
+    std::vector<uint8_t> buf;
+    uint64_t count_served = 0;  // Query "piggybacked"
+  } piggy_;
+  bool PiggybackUsable(size_t root_slots) const;
+  Status PiggybackAllreduce(size_t head);
+  void PlanPiggyback();
   // Execute's scratch (background thread only), kept between cycles.
   struct ExecUnit {
     std::vector<OpRequest*> batch;  // allreduce batch
@@ -1077,6 +1231,8 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
     total += kSlotHeader + Controller::control_bytes(slot_extent_[k]);
   }
   ctrl_.assign(total, 0xFF);
+  const bool piggy = PiggybackUsable(root_slots);
+  rc.set_piggyback(cfg_.piggyback != 0);
   rc.Contribute(shutting_down, now, ctrl_.data(), root_slots);
   for (size_t k = 0; k < sets_.size(); ++k) {
     Scope* set = sets_[k].get();
@@ -1092,11 +1248,20 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
     p[3] = static_cast<uint8_t>(steps & 0xFF);
     set->controller->Contribute(false, now, p + kSlotHeader, slot_extent_[k]);
   }
-  HVD_CHECK(transport_->Allreduce(ctrl_.data(), ctrl_.size(), HVD_UINT8, HVD_MIN)
-                .Wrap("negotiation"));
+  piggy_.served = -1;
+  if (piggy) {
+    HVD_CHECK(PiggybackAllreduce(head).Wrap("negotiation"));
+  } else {
+    HVD_CHECK(transport_->Allreduce(ctrl_.data(), ctrl_.size(), HVD_UINT8, HVD_MIN)
+                  .Wrap("negotiation"));
+  }
   HVD_CHECK(rc.Conclude(root_->plane.get(), ctrl_.data(), root_slots, now, &root_->responses,
                         shutdown));
   if (*shutdown) return Status::Ok();
+  if (piggy && ctrl_[Controller::kHeaderBytes + static_cast<size_t>(piggy_.slot)] != 0) {
+    piggy_.served = piggy_.slot;
+  }
+  PlanPiggyback();
   sets_busy_ = false;
   for (size_t k = 0; k < slot_live_.size(); ++k) {
     const uint8_t* p = ctrl_.data() + slot_at_[k];
@@ -1139,6 +1304,75 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   return Status::Ok();
 }
 
+bool ContextImpl::PiggybackUsable(size_t root_slots) const {
+  const Controller& rc = *root_->controller;
+  return piggy_.slot >= 0 && static_cast<size_t>(piggy_.slot) < root_slots &&
+         slot_live_.empty() && rc.piggyback_agreed() &&
+         rc.cache().Holds(piggy_.slot, piggy_.key) && rc.cache().Get(piggy_.slot) == piggy_.all;
+}
+
+// The negotiation's allreduce with the planned tensor after the control
+// bytes (head of them: no process set exists), in the tensor's dtype and op.
+Status ContextImpl::PiggybackAllreduce(size_t head) {
+  const size_t es = DtypeSize(piggy_.dtype);
+  const hvd_reduce_op_t op = piggy_.op == HVD_AVERAGE ? HVD_SUM : piggy_.op;
+  const size_t n = head + piggy_.count;
+  piggy_.buf.resize(n * es);
+  uint8_t* b = piggy_.buf.data();
+  EncodeControl(b, ctrl_.data(), head, piggy_.dtype, op, root_->rank == 0);
+  piggy_.result_at = head * es;
+  uint8_t* mine = b + piggy_.result_at;
+  const OpRequest* req = root_->controller->Marked(piggy_.slot);
+  // A marked request matches the cached descriptor: one host tensor of the
+  // plan's dtype and element count.
+  if (req != nullptr && req->tensors.size() == 1 &&
+      static_cast<size_t>(req->tensors[0].NumElements()) == piggy_.count &&
+      req->tensors[0].dtype == piggy_.dtype && req->tensors[0].device == HVD_DEVICE_CPU) {
+    ScaleCopy(mine, req->tensors[0].input, piggy_.count, piggy_.dtype, piggy_.prescale);
+  } else {
+    // Not ready here (the slot's byte is 0, the result unused), or joined
+    // (zeros, as a joined rank's stand-in tensor).
+    std::memset(mine, 0, piggy_.count * es);
+  }
+  HVD_CHECK(transport_->Allreduce(b, n, piggy_.dtype, op));
+  DecodeControl(ctrl_.data(), b, head, piggy_.dtype, op, root_->size);
+  return Status::Ok();
+}
+
+// The plan for the next negotiations, from this one's responses (the same on
+// every rank): a cycle that served one request alone, a small allreduce of
+// one host tensor in the cache, makes it the plan; any other cycle keeps it.
+void ContextImpl::PlanPiggyback() {
+  const std::vector<Response>& rs = root_->responses;
+  if (rs.size() != 1) return;
+  const Response& r = rs.front();
+  if (!r.error.ok() || !r.all || r.all->empty() || !r.joined.empty()) return;
+  const RequestDesc& d = r.desc(0);
+  if (d.type != OpType::kAllreduce || d.names.size() != 1 || d.shapes.size() != 1 ||
+      d.reduce_op == HVD_ADASUM) {
+    return;
+  }
+  const double exact = ExactIntegers(d.dtype);
+  const bool sum = d.reduce_op == HVD_SUM || d.reduce_op == HVD_AVERAGE;
+  if (exact < 255 || (sum && exact < root_->size)) return;
+  for (int q = 0; q < root_->size; ++q) {
+    if (r.desc(q).device != HVD_DEVICE_CPU) return;
+  }
+  size_t count = 1;
+  for (int64_t x : d.shapes[0]) count *= static_cast<size_t>(x);
+  if (count * DtypeSize(d.dtype) > kPiggybackMaxBytes) return;
+  const int slot = root_->controller->cache().SlotOf(r.key);
+  if (slot < 0 || root_->controller->cache().Get(slot) != r.all) return;
+  piggy_.slot = slot;
+  piggy_.key = r.key;
+  piggy_.all = r.all;
+  piggy_.dtype = d.dtype;
+  piggy_.op = d.reduce_op;
+  piggy_.count = count;
+  piggy_.prescale = d.prescale;
+  piggy_.postscale = d.postscale;
+}
+
 // Groups allreduces into fusion batches (same dtype, op, scaling and device,
 // at most the fusion threshold of bytes), keeping every other operation in
 // response order. All ranks hold the same responses, so all build the same
@@ -1176,8 +1410,24 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   const size_t threshold = static_cast<size_t>(fusion_threshold_);
   auto now = Clock::now();
 
+  uint64_t piggybacked = 0;  // bytes served by the negotiation
   for (size_t i = 0; i < responses.size(); ++i) {
     Response& resp = responses[i];
+    if (&scope == root_.get() && resp.slot >= 0 && resp.slot == piggy_.served &&
+        resp.error.ok()) {
+      // Reduced in the negotiation: finish it from there (a joined rank,
+      // which has no request, has nothing more to do).
+      piggy_.served = -1;
+      if (scope.controller->Take(resp, &reqs[i])) {
+        OpRequest& req = reqs[i];
+        if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
+        executor_->FinishPiggybacked(req, piggy_.buf.data() + piggy_.result_at, now);
+        piggybacked += piggy_.count * DtypeSize(piggy_.dtype);
+        ++piggy_.count_served;
+        Finish(scope, req, Status::Ok());
+      }
+      continue;
+    }
     have[i] = scope.controller->Take(resp, &reqs[i]);
     if (!have[i] && resp.error.ok() && resp.all && !resp.all->empty() &&
         resp.desc(0).type == OpType::kAllreduce &&
@@ -1267,7 +1517,11 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     }
   }
 
-  uint64_t moved = 0;
+  if (piggybacked != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    piggybacked_ = piggy_.count_served;
+  }
+  uint64_t moved = piggybacked;
   for (size_t k = 0; k < nunits; ++k) {
     ExecUnit& u = units[k];
     if (u.single != nullptr) {
@@ -1536,7 +1790,12 @@ void ApplyAssignment(const ElasticMember::Assignment& a, Config* cfg) {
 }  // namespace
 
 Result<std::unique_ptr<Context>> Context::Create(const hvd_params_t* params) {
-  HVD_ASSIGN_OR_RETURN(Config cfg, ResolveConfig(params, ProcessEnv()));
+  return Create(params, ProcessEnv());
+}
+
+Result<std::unique_ptr<Context>> Context::Create(const hvd_params_t* params,
+                                                 const EnvLookup& env) {
+  HVD_ASSIGN_OR_RETURN(Config cfg, ResolveConfig(params, env));
   std::shared_ptr<ElasticMember> elastic;
   if (cfg.elastic) {
     HVD_ASSIGN_OR_RETURN(std::unique_ptr<ElasticMember> member, ElasticMember::Connect(cfg));

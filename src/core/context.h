@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "core/config.h"
 #include "core/request.h"
 #include "hvd.h"
 
@@ -25,6 +26,10 @@ class Context {
   // Collective over the job: forms the communicator (rendezvous, transport)
   // and starts the background thread. params may be NULL.
   static Result<std::unique_ptr<Context>> Create(const hvd_params_t* params);
+  // The same with the settings read from `env` instead of the process's
+  // environment (tests: thread-ranks of one process with different settings).
+  static Result<std::unique_ptr<Context>> Create(const hvd_params_t* params,
+                                                 const EnvLookup& env);
   ~Context();  // = Shutdown()
 
   // Process sets: collective over this context's ranks (every rank calls,

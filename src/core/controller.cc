@@ -279,6 +279,7 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
   ctrl[1] = shutting_down ? 0 : 1;
   ctrl[2] = want_stall ? 0 : 1;
   ctrl[3] = proposal_;
+  ctrl[4] = piggyback_ ? 1 : 0;
   want_warning_ = want_warning;
 }
 
@@ -288,6 +289,7 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
   *shutdown = false;
   const bool want_warning = want_warning_;
   decided_ = ctrl[3];
+  piggyback_agreed_ = ctrl[4] != 0;
 
   if (ctrl[1] == 0) {
     *shutdown = true;

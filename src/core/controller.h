@@ -9,7 +9,9 @@
 //       second) — the report tells each rank which ranks its pending
 //       requests wait for, which a handle's timeout message then names
 //   [3] autotuning: rank 0's proposal (255 from every other rank; see autotune.h)
-//   [4 + s] 1 if this rank has a pending request that matches cache slot s
+//   [4] 1 if this rank lets a small allreduce ride in the negotiation
+//       (HVD_PIGGYBACK; the context's Negotiate, used once all ranks do)
+//   [5 + s] 1 if this rank has a pending request that matches cache slot s
 // A slot whose byte survives the MIN is ready everywhere: steady-state steps,
 // where every request was seen before, cost this one allreduce and nothing
 // else. Otherwise a full round allgathers each rank's new request
@@ -71,6 +73,11 @@ class ResponseCache {
   int capacity() const { return static_cast<int>(slots_.size()); }
   // Slot holding key whose descriptor for `rank` describes req exactly, or -1.
   int Lookup(const std::string& key, const OpRequest& req, int rank) const;
+  // Slot holding key, or -1.
+  int SlotOf(const std::string& key) const {
+    auto it = by_key_.find(key);
+    return it == by_key_.end() ? -1 : it->second;
+  }
   bool Holds(int slot, const std::string& key) const;
   const RequestDescs& Get(int slot) const { return slots_[slot].all; }
   const std::string& KeyOf(int slot) const { return slots_[slot].key; }
@@ -128,7 +135,7 @@ class Controller {
   // kExtentStep) is too: a negotiation need not carry the bytes of slots
   // never used (1,024 by default, where a training step uses a few
   // hundred and a small-operation loop a few).
-  static constexpr size_t kHeaderBytes = 4;
+  static constexpr size_t kHeaderBytes = 5;
   static constexpr size_t kExtentStep = 64;
   static size_t control_bytes(size_t slots) { return kHeaderBytes + slots; }
   size_t slot_extent() const;
@@ -149,6 +156,19 @@ class Controller {
   // next cycle (255 = none), and what survived the MIN in the last one.
   void set_proposal(uint8_t p) { proposal_ = p; }
   uint8_t decided() const { return decided_; }
+  // Byte 4: whether this rank lets a small allreduce ride in the
+  // negotiation, and whether every rank did in the last cycle.
+  void set_piggyback(bool on) { piggyback_ = on; }
+  bool piggyback_agreed() const { return piggyback_agreed_; }
+  // The pending request this rank marked ready for cache slot `slot` in the
+  // last Contribute (null: none), until Take or the next Contribute.
+  const OpRequest* Marked(int slot) const {
+    if (slot < 0 || static_cast<size_t>(slot) >= slot_has_.size() ||
+        slot_has_[static_cast<size_t>(slot)] == 0) {
+      return nullptr;
+    }
+    return &slot_entry_[static_cast<size_t>(slot)]->second.req;
+  }
   const ResponseCache& cache() const { return cache_; }
   uint64_t full_rounds() const { return full_rounds_; }
   uint64_t cycles() const { return tick_; }
@@ -198,6 +218,7 @@ class Controller {
   std::vector<uint8_t> ctrl_;
   bool want_warning_ = false;  // Contribute -> Conclude
   uint8_t proposal_ = 255, decided_ = 255;
+  bool piggyback_ = false, piggyback_agreed_ = false;
   uint64_t tick_ = 0;
   uint64_t full_rounds_ = 0;
   Clock::time_point last_stall_warning_;  // the last round that logged a stall warning

@@ -86,6 +86,17 @@ Status Executor::RunAdasumBatch(std::vector<OpRequest*>& batch) {
   return Status::Ok();
 }
 
+void Executor::FinishPiggybacked(OpRequest& req, const void* reduced, Clock::time_point t0) {
+  TensorSpec& t = req.tensors.front();
+  const size_t n = static_cast<size_t>(t.NumElements());
+  Finalize(t.output, reduced, n, t.dtype, req.reduce_op, req.postscale, size_);
+  if (timeline_->enabled()) {
+    timeline_->Span(t.name, "ALLREDUCE", t0, Clock::now(),
+                    "{\"bytes\":" + std::to_string(n * DtypeSize(t.dtype)) +
+                        ",\"in_negotiation\":true}");
+  }
+}
+
 Status Executor::RunHostAllreduceBatch(std::vector<OpRequest*>& batch) {
   const OpRequest& first = *batch.front();
   const hvd_dtype_t dtype = first.tensors.front().dtype;

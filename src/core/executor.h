@@ -5,6 +5,7 @@
 // buffer, the spans of an in-place fused batch, the pool results come from.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -43,6 +44,12 @@ class Executor {
   Status RunAllreduceBatch(std::vector<OpRequest*>& batch);
   // One operation as the negotiated response describes it.
   Status RunOne(OpRequest& req, const Response& resp);
+  // A one-tensor host allreduce the negotiation reduced (HVD_PIGGYBACK):
+  // `reduced` holds the ranks' prescaled tensors reduced under the
+  // transport op; writes the output with the postscale (AVERAGE's
+  // division included), as an unfused allreduce would.
+  void FinishPiggybacked(OpRequest& req, const void* reduced,
+                         std::chrono::steady_clock::time_point t0);
 
   // This rank's index on its host: a device transport's device is
   // local_rank % devices (as the NCCL plugin's), used for a joined rank's zeros.

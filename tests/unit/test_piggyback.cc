@@ -1,0 +1,387 @@
+// A small allreduce riding in the negotiation (HVD_PIGGYBACK): once a small
+// host allreduce has been served alone, later negotiations carry it, and a
+// step whose every rank has it ready needs no second collective. These
+// tests check that it happens (the context counts such allreduces, exactly:
+// every step after the first), that results stay exact for every dtype and
+// op it takes and for those it does not, with scale factors, joined ranks,
+// shuffled submission next to a big tensor, and that one rank with the
+// switch off, or a process set, turns it off for everyone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/kernels.h"
+#include "core/context.h"
+#include "core/request.h"
+#include "reference.h"
+#include "thread_ranks.h"
+
+namespace hvd {
+namespace {
+
+using test::OobGroup;
+
+// Runs fn(ctx, rank) on n thread-ranks, each with its own Context; rank r
+// reads its settings from env_of(r) first (then the process environment).
+void RunContexts(int n, const std::function<void(Context&, int)>& fn,
+                 const std::function<std::map<std::string, std::string>(int)>& env_of = nullptr) {
+  OobGroup group(n);
+  std::vector<std::pair<OobGroup*, int>> users;
+  for (int r = 0; r < n; ++r) users.emplace_back(&group, r);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const hvd_params_t p = test::ThreadRankParams(r, n, "gloo", &users[r]);
+      const std::map<std::string, std::string> mine =
+          env_of ? env_of(r) : std::map<std::string, std::string>();
+      EnvLookup env = [&mine](const char* name) -> const char* {
+        auto it = mine.find(name);
+        return it != mine.end() ? it->second.c_str() : std::getenv(name);
+      };
+      auto ctx = Context::Create(&p, env);
+      ASSERT_TRUE(ctx.ok()) << "rank " << r << ": " << ctx.status().message();
+      fn(**ctx, r);
+      EXPECT_TRUE((*ctx)->Shutdown().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name, hvd_dtype_t d,
+                                          const void* in, void* out, size_t count,
+                                          hvd_reduce_op_t op, double pre = 1, double post = 1) {
+  OpRequest req;
+  req.type = OpType::kAllreduce;
+  req.reduce_op = op;
+  req.prescale = pre;
+  req.postscale = post;
+  TensorSpec t;
+  t.name = name;
+  t.dtype = d;
+  t.shape = {static_cast<int64_t>(count)};
+  t.input = const_cast<void*>(in);
+  t.output = out;
+  req.tensors.push_back(std::move(t));
+  req.handle = std::make_shared<Handle>("allreduce", name);
+  return ctx.Enqueue(std::move(req));
+}
+
+Result<std::shared_ptr<Handle>> Join(Context& ctx) {
+  OpRequest req;
+  req.type = OpType::kJoin;
+  TensorSpec t;
+  t.dtype = HVD_UINT8;
+  t.shape = {0};
+  req.tensors.push_back(std::move(t));
+  req.handle = std::make_shared<Handle>("join");
+  return ctx.Enqueue(std::move(req));
+}
+
+int64_t Piggybacked(Context& ctx) {
+  auto n = ctx.Query("piggybacked");
+  EXPECT_TRUE(n.ok()) << n.status().message();
+  return n.ok() ? *n : -1;
+}
+
+// Whether the negotiation can carry an allreduce of d under op among n
+// ranks: the dtype must hold 0..255 exactly, and the size for SUM.
+bool Rides(hvd_dtype_t d, hvd_reduce_op_t op, int n) {
+  double exact = 0;
+  switch (d) {
+    case HVD_UINT8: exact = 255; break;
+    case HVD_UINT16: exact = 65535; break;
+    case HVD_INT16: exact = 32767; break;
+    case HVD_FLOAT16: exact = 2048; break;
+    case HVD_BFLOAT16: exact = 256; break;
+    case HVD_INT32: case HVD_INT64: case HVD_FLOAT32: case HVD_FLOAT64: exact = 1e9; break;
+    default: exact = 0;  // int8, bool
+  }
+  return exact >= 255 && ((op != HVD_SUM && op != HVD_AVERAGE) || exact >= n);
+}
+
+// One step: allreduce of `count` elements of d under op, out of place into
+// a poisoned buffer; every element checked against the reference.
+void Step(Context& ctx, int rank, int n, hvd_dtype_t d, hvd_reduce_op_t op, size_t count,
+          const std::string& name, std::atomic<int>* failures) {
+  const size_t es = DtypeSize(d);
+  std::vector<unsigned char> in(count * es), out(count * es, 0xAB);
+  for (size_t i = 0; i < count; ++i) test::Store(d, in.data(), i, test::Value(d, op, rank, i));
+  auto h = Allreduce(ctx, name, d, in.data(), out.data(), count, op);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  Status s = (*h)->Wait(60);
+  ASSERT_TRUE(s.ok()) << name << ": " << s.message();
+  const double tol = test::Tolerance(d, op);
+  for (size_t i = 0; i < count; ++i) {
+    const double want = test::Expected(d, op, n, i);
+    const double got = test::Load(d, out.data(), i);
+    if (std::fabs(got - want) > tol * std::max(1.0, std::fabs(want))) {
+      ADD_FAILURE() << "rank " << rank << " " << name << "[" << i << "]: got " << got
+                    << " want " << want;
+      ++*failures;
+      return;
+    }
+  }
+}
+
+class PiggybackMatrix : public ::testing::TestWithParam<int> {};
+
+// Every dtype x op, a few steps each: exact results, and every step after
+// the first served by the negotiation where the dtype and op allow it
+// (none where they do not: int8, bool).
+TEST_P(PiggybackMatrix, EveryDtypeAndOpExactAndServedAfterTheFirstStep) {
+  const int n = GetParam();
+  constexpr int kSteps = 5;
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    for (hvd_dtype_t d : test::kDtypes) {
+      for (hvd_reduce_op_t op : test::kOps) {
+        if (d == HVD_BOOL && op == HVD_AVERAGE) continue;
+        const std::string name = std::string(DtypeName(d)) + "/" + ReduceOpName(op);
+        const int64_t before = Piggybacked(ctx);
+        for (int s = 0; s < kSteps; ++s) Step(ctx, rank, n, d, op, 3, name, &failures);
+        EXPECT_EQ(Piggybacked(ctx) - before, Rides(d, op, n) ? kSteps - 1 : 0)
+            << "rank " << rank << " " << name;
+      }
+    }
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, PiggybackMatrix, ::testing::Values(2, 3, 4));
+
+// Scale factors apply as for an unfused allreduce: sum(x * pre) * post,
+// AVERAGE's division included; and a tensor over the size limit (1 KiB)
+// never rides.
+TEST(Piggyback, ScaleFactorsAndTheSizeLimit) {
+  constexpr int n = 3;
+  constexpr int kSteps = 4;
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    for (hvd_reduce_op_t op : {HVD_SUM, HVD_AVERAGE}) {
+      for (size_t count : {size_t{1}, size_t{256}, size_t{257}}) {  // 257 floats > 1 KiB
+        const std::string name = std::string("scaled/") + ReduceOpName(op) + "/" +
+                                 std::to_string(count);
+        const int64_t before = Piggybacked(ctx);
+        for (int s = 0; s < kSteps; ++s) {
+          std::vector<float> in(count), out(count, -1);
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + 1 + i % 5 + s);
+          auto h = Allreduce(ctx, name, HVD_FLOAT32, in.data(), out.data(), count, op, 0.5, 4);
+          ASSERT_TRUE(h.ok()) << h.status().message();
+          ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
+          for (size_t i = 0; i < count; ++i) {
+            double sum = 0;
+            for (int r = 0; r < n; ++r) sum += (r + 1 + i % 5 + s) * 0.5;
+            const double want = sum * 4 / (op == HVD_AVERAGE ? n : 1);
+            if (std::fabs(out[i] - want) > 1e-5 * std::max(1.0, want)) {
+              ADD_FAILURE() << name << "[" << i << "] step " << s << ": got " << out[i]
+                            << " want " << want;
+              ++failures;
+              break;
+            }
+          }
+        }
+        EXPECT_EQ(Piggybacked(ctx) - before, count <= 256 ? kSteps - 1 : 0) << name;
+      }
+    }
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// HVD_PIGGYBACK=0 on one rank: nobody's negotiation carries a tensor (the
+// layout must agree), and results are exact.
+TEST(Piggyback, OneRankWithItOffTurnsItOffForAll) {
+  constexpr int n = 3;
+  std::atomic<int> failures{0};
+  RunContexts(
+      n,
+      [&](Context& ctx, int rank) {
+        for (int s = 0; s < 6; ++s) Step(ctx, rank, n, HVD_FLOAT32, HVD_SUM, 4, "x", &failures);
+        EXPECT_EQ(Piggybacked(ctx), 0) << "rank " << rank;
+      },
+      [](int r) {
+        std::map<std::string, std::string> e;
+        if (r == 1) e["HVD_PIGGYBACK"] = "0";
+        return e;
+      });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// A rank that joined contributes zeros to the planned tensor, as to any
+// allreduce after a join: the others' steps are served by the negotiation
+// and sum only their own values.
+TEST(Piggyback, AJoinedRankContributesZeros) {
+  constexpr int n = 3;
+  constexpr int kSteps = 5, kBeforeJoin = 2;
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    const int steps = rank == 2 ? kBeforeJoin : kSteps;
+    const int64_t before = Piggybacked(ctx);
+    for (int s = 0; s < steps; ++s) {
+      int64_t v[2] = {rank + 1, 10 * (rank + 1) + s}, out[2] = {-1, -1};
+      auto h = Allreduce(ctx, "x", HVD_INT64, v, out, 2, HVD_SUM);
+      ASSERT_TRUE(h.ok()) << h.status().message();
+      ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
+      const int ranks = s < kBeforeJoin ? 3 : 2;  // ranks 0 and 1 go on alone
+      int64_t want0 = 0, want1 = 0;
+      for (int r = 0; r < ranks; ++r) {
+        want0 += r + 1;
+        want1 += 10 * (r + 1) + s;
+      }
+      if (out[0] != want0 || out[1] != want1) {
+        ADD_FAILURE() << "rank " << rank << " step " << s << ": got " << out[0] << ", "
+                      << out[1] << " want " << want0 << ", " << want1;
+        ++failures;
+      }
+    }
+    auto j = Join(ctx);
+    ASSERT_TRUE(j.ok()) << j.status().message();
+    ASSERT_TRUE((*j)->Wait(60).ok()) << (*j)->status().message();
+    EXPECT_EQ(Piggybacked(ctx) - before, steps - 1) << "rank " << rank;
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// The planned tensor beside a big one, submitted in a different order on
+// every rank with random delays: whatever cycles serve them, the results
+// are exact; a step that waits for the small tensor alone is served.
+TEST(Piggyback, BesideABigTensorInShuffledOrder) {
+  constexpr int n = 3;
+  constexpr int kSteps = 12;
+  constexpr size_t kBig = 1 << 18;  // 1 MiB of float32
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    std::mt19937 rng(77 + rank);
+    std::vector<float> big(kBig), big_out(kBig);
+    for (int s = 0; s < kSteps; ++s) {
+      float loss = static_cast<float>(rank + s), loss_out = -1;
+      for (size_t i = 0; i < kBig; i += 4096) big[i] = static_cast<float>(rank * (i % 7) + s);
+      std::shared_ptr<Handle> hl, hb;
+      auto submit_loss = [&] {
+        auto h = Allreduce(ctx, "loss", HVD_FLOAT32, &loss, &loss_out, 1, HVD_SUM);
+        ASSERT_TRUE(h.ok()) << h.status().message();
+        hl = *h;
+      };
+      auto submit_big = [&] {
+        auto h = Allreduce(ctx, "grad", HVD_FLOAT32, big.data(), big_out.data(), kBig, HVD_SUM);
+        ASSERT_TRUE(h.ok()) << h.status().message();
+        hb = *h;
+      };
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+      if ((rng() & 1) != 0) {
+        submit_loss();
+        submit_big();
+      } else {
+        submit_big();
+        submit_loss();
+      }
+      ASSERT_TRUE(hl->Wait(60).ok()) << hl->status().message();
+      ASSERT_TRUE(hb->Wait(60).ok()) << hb->status().message();
+      float want = 0;
+      for (int r = 0; r < n; ++r) want += static_cast<float>(r + s);
+      if (loss_out != want) {
+        ADD_FAILURE() << "rank " << rank << " step " << s << ": loss " << loss_out << " want "
+                      << want;
+        ++failures;
+      }
+      for (size_t i = 0; i < kBig; i += 4096) {
+        float w = 0;
+        for (int r = 0; r < n; ++r) w += static_cast<float>(r * (i % 7) + s);
+        if (big_out[i] != w) {
+          ADD_FAILURE() << "rank " << rank << " step " << s << ": grad[" << i << "] "
+                        << big_out[i] << " want " << w;
+          ++failures;
+          break;
+        }
+      }
+    }
+    // Now the loss alone each step: planned by its first lone cycle (at the
+    // latest), served by every later one.
+    const int64_t before = Piggybacked(ctx);
+    for (int s = 0; s < 4; ++s) Step(ctx, rank, n, HVD_FLOAT32, HVD_MAX, 1, "loss2", &failures);
+    EXPECT_EQ(Piggybacked(ctx) - before, 3) << "rank " << rank;
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// A name submitted again as something else is cached anew; a plan made
+// from the old entry ends. Here "x" becomes the first member (and so the
+// key) of a grouped allreduce, which is never planned (two tensors): the
+// group's steps must not take the old plan, then "x" alone again rides.
+TEST(Piggyback, ANameCachedAnewEndsThePlan) {
+  constexpr int n = 3;
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    for (int s = 0; s < 3; ++s) Step(ctx, rank, n, HVD_FLOAT32, HVD_SUM, 3, "x", &failures);
+    for (int s = 0; s < 3; ++s) {
+      float x[5], xo[5];
+      int32_t w[2] = {rank, 1}, wo[2] = {-1, -1};
+      for (int i = 0; i < 5; ++i) x[i] = static_cast<float>(rank * 10 + i + s);
+      OpRequest req;
+      req.type = OpType::kAllreduce;
+      req.reduce_op = HVD_SUM;
+      TensorSpec a, b;
+      a.name = "x";
+      a.dtype = HVD_FLOAT32;
+      a.shape = {5};
+      a.input = x;
+      a.output = xo;
+      b.name = "w";
+      b.dtype = HVD_INT32;
+      b.shape = {2};
+      b.input = w;
+      b.output = wo;
+      req.tensors.push_back(std::move(a));
+      req.tensors.push_back(std::move(b));
+      req.handle = std::make_shared<Handle>("grouped allreduce", "x");
+      auto h = ctx.Enqueue(std::move(req));
+      ASSERT_TRUE(h.ok()) << h.status().message();
+      ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
+      for (int i = 0; i < 5; ++i) {
+        EXPECT_EQ(xo[i], 30.0f + 3 * (i + s)) << "rank " << rank << " step " << s;
+      }
+      EXPECT_EQ(wo[0], 3) << "rank " << rank << " step " << s;
+      EXPECT_EQ(wo[1], 3) << "rank " << rank << " step " << s;
+    }
+    const int64_t before = Piggybacked(ctx);
+    for (int s = 0; s < 3; ++s) Step(ctx, rank, n, HVD_FLOAT32, HVD_SUM, 5, "x", &failures);
+    EXPECT_EQ(Piggybacked(ctx) - before, 2) << "rank " << rank;
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// While a process set exists the negotiation packs the sets' bytes too and
+// carries no tensor; once it is gone, the plan rides again.
+TEST(Piggyback, OffWhileAProcessSetExists) {
+  constexpr int n = 3;
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    Step(ctx, rank, n, HVD_INT32, HVD_SUM, 2, "y", &failures);
+    auto set = ctx.CreateProcessSet({0, 1});
+    ASSERT_TRUE(set.ok()) << set.status().message();
+    const int64_t before = Piggybacked(ctx);
+    for (int s = 0; s < 4; ++s) Step(ctx, rank, n, HVD_INT32, HVD_SUM, 2, "y", &failures);
+    EXPECT_EQ(Piggybacked(ctx) - before, 0) << "rank " << rank;
+    if (*set) {
+      EXPECT_TRUE((*set)->Shutdown().ok());
+    }
+    set->reset();
+    // The set's slot frees once no member holds it; the plan survives.
+    for (int s = 0; s < 4; ++s) Step(ctx, rank, n, HVD_INT32, HVD_SUM, 2, "y", &failures);
+    EXPECT_GE(Piggybacked(ctx) - before, 1) << "rank " << rank;
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace hvd
