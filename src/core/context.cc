@@ -458,7 +458,6 @@ class ContextImpl final : public CycleDriver {
     int served = -1;  // this cycle's: the slot whose result is in buf
     size_t result_at = 0;  // where in buf
     std::vector<uint8_t> buf;
-    uint64_t count_served = 0;  // Query "piggybacked"
   } piggy_;
   bool PiggybackUsable(size_t root_slots) const;
   Status PiggybackAllreduce(size_t head);
@@ -1423,7 +1422,10 @@ uint64_t ContextImpl::Execute(Scope& scope) {
         if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
         executor_->FinishPiggybacked(req, piggy_.buf.data() + piggy_.result_at, now);
         piggybacked += piggy_.count * DtypeSize(piggy_.dtype);
-        ++piggy_.count_served;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++piggybacked_;  // before the handle completes: its waiter may ask
+        }
         Finish(scope, req, Status::Ok());
       }
       continue;
@@ -1517,10 +1519,6 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     }
   }
 
-  if (piggybacked != 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    piggybacked_ = piggy_.count_served;
-  }
   uint64_t moved = piggybacked;
   for (size_t k = 0; k < nunits; ++k) {
     ExecUnit& u = units[k];
