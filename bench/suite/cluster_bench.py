@@ -362,10 +362,16 @@ class Part:
         for nh in E2E_HOSTS:
             hosts = self.hosts_arg(nh, 1)
             tags = dict(rep=rep, layout=f"{nh}x1", hosts=nh, ranks_per_host=1, rate=shape)
-            self.job(f"cluster {shape} e2e resnet50 hvd {nh} host(s)",
-                     self.hvdrun(hosts, [hb, "e2e", "--system", "hvd-gloo"] + step, transport="gloo",
-                                 xenv={"HVD_LIBRARY_PATH": lib, "OMP_NUM_THREADS": "1"}),
-                     self.c.job_env(), tags, timeout=300)
+            for t in self.transports():
+                xenv = {"HVD_LIBRARY_PATH": lib, "OMP_NUM_THREADS": "1"}
+                env_extra = {}
+                if t == "mpi":
+                    xenv.update(MPI_ENV)
+                    env_extra = dict(MPI_ENV)
+                self.job(f"cluster {shape} e2e resnet50 hvd-{t} {nh} host(s)",
+                         self.hvdrun(hosts, [hb, "e2e", "--system", f"hvd-{t}"] + step, transport=t,
+                                     xenv=xenv),
+                         self.c.job_env(env_extra), tags, timeout=300, mpi=t == "mpi")
             if self.r.have_torch:
                 self.store_job(f"cluster {shape} e2e resnet50 torch {nh} host(s)", hosts,
                                [sys.executable, TORCH_BENCH, "e2e", "--system", "torch"] + step,
