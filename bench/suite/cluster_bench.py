@@ -65,6 +65,10 @@ E2E_COMPUTE_MS = 100
 # iterations, 1 MiB 3 + 6, 16 MiB 2 + 2 (and run_all.py --iters-scale on top).
 ITERS_SCALE = 0.3
 MPI_ENV = {"OMPI_MCA_mpi_yield_when_idle": "1"}
+# The simulated hosts share this machine's CPUs, which each host's ranks cannot see: UCX's
+# waits must not spin (what the plugin does by itself where a host's ranks outnumber its
+# CPUs), as MPI's must yield.
+UCX_ENV = {"HVD_UCX_SPIN_US": "0"}
 # torch.distributed's Gloo on the cluster's interface, one compute thread per rank.
 TORCH_ENV = {"GLOO_SOCKET_IFNAME": IFACE, "OMP_NUM_THREADS": "1"}
 ID_PREFIX = "bench"
@@ -332,6 +336,8 @@ class Part:
                     if t == "mpi":
                         xenv.update(MPI_ENV)
                         env_extra = dict(MPI_ENV)
+                    if t == "ucx":
+                        xenv.update(UCX_ENV)
                     argv = [hb, "coll", "--system", f"hvd-{t}", "--netdev", IFACE] + self.coll_args()
                     self.job(f"cluster {shape} {layout} hvd-{t} {'hier' if hier else 'flat'}",
                              self.hvdrun(hosts, argv, transport=t, xenv=xenv),
@@ -368,6 +374,8 @@ class Part:
                 if t == "mpi":
                     xenv.update(MPI_ENV)
                     env_extra = dict(MPI_ENV)
+                if t == "ucx":
+                    xenv.update(UCX_ENV)
                 self.job(f"cluster {shape} e2e resnet50 hvd-{t} {nh} host(s)",
                          self.hvdrun(hosts, [hb, "e2e", "--system", f"hvd-{t}"] + step, transport=t,
                                      xenv=xenv),
@@ -393,6 +401,7 @@ class Part:
                                               ("torch", self.r.have_torch))
                               if ok]
         self.info["mpi_env"] = MPI_ENV
+        self.info["ucx_env"] = UCX_ENV
         self.info["torch_env"] = TORCH_ENV
         old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
 

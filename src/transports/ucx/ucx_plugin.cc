@@ -770,6 +770,18 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
   c->kv_get = env.kv_get;
   c->kv_free = env.kv_free;
   if (env.local_size > HostCpus()) c->spin = std::chrono::microseconds(0);
+  // HVD_UCX_SPIN_US: the spin in microseconds, whatever the count (a host
+  // whose CPUs other jobs share, or where waking from the fd costs more).
+  if (const char* v = std::getenv("HVD_UCX_SPIN_US")) {
+    char* end = nullptr;
+    const long us = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && us >= 0 && us <= 1000000) {
+      c->spin = std::chrono::microseconds(us);
+    } else {
+      c->Log(HVD_LOG_WARNING, std::string("HVD_UCX_SPIN_US='") + v +
+                                  "' is not a number of microseconds (0 to 1000000): ignored");
+    }
+  }
   if (c->size == 1) {
     *out = std::move(c);
     return HVD_OK;
