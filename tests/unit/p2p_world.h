@@ -93,10 +93,17 @@ inline void CheckPointToPointTable(const hvd_transport_v4_t* t, const char* name
 struct WorldOptions {
   double timeout_s = 60.0;
   double start_timeout_s = 30.0;
+  // The plugins' log callback (env.log), if set.
+  void (*log)(void* logger, int level, const char* msg) = nullptr;
+  void* logger = nullptr;
 };
 
 inline hvd_transport_env_v1_t MakeEnv(MemKv* kv, int rank, int size, const WorldOptions& opt) {
-  return hvd::test::ThreadRankEnv(kv, rank, size, opt.timeout_s, opt.start_timeout_s);
+  hvd_transport_env_v1_t env =
+      hvd::test::ThreadRankEnv(kv, rank, size, opt.timeout_s, opt.start_timeout_s);
+  env.log = opt.log;
+  env.logger = opt.logger;
+  return env;
 }
 
 // The plugin's tag range, checked at every init: each test file defines it.

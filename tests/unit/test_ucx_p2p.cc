@@ -7,6 +7,8 @@
 // limit or a short env.timeout_s, the test's own by deadlines.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+
+#include <mutex>
 #include <unistd.h>
 
 #include <algorithm>
@@ -672,6 +674,42 @@ TEST(UcxP2pFaults, UnreceivedMessagesLeaveNoWarningAtFinalize) {
   });
   EXPECT_EQ(said.find("unexpected tag-receive"), std::string::npos) << said;
   EXPECT_EQ(said.find("was not matched"), std::string::npos) << said;
+}
+
+// HVD_UCX_SPIN_US: a number of microseconds is taken (a wait that sleeps at
+// once still completes), anything else is refused with a warning naming it.
+TEST(UcxP2pConfig, SpinSettingTakenOrRefusedByName) {
+  struct Said {
+    std::mutex mu;
+    std::string text;
+    static void Log(void* self, int, const char* msg) {
+      auto* s = static_cast<Said*>(self);
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->text += std::string(msg) + "\n";
+    }
+  };
+  for (const char* v : {"0", "200", "fast", "-3", "12us"}) {
+    SCOPED_TRACE(std::string("HVD_UCX_SPIN_US=") + v);
+    hvd::test::ScopedEnv env("HVD_UCX_SPIN_US", v);
+    Said said;
+    WorldOptions opt;
+    opt.log = &Said::Log;
+    opt.logger = &said;
+    RunWorld(
+        2,
+        [&](int rank, void* comm) {
+          const hvd_transport_v4_t* t = Plugin();
+          uint32_t x = rank == 0 ? 0xC0FFEEu : 0;
+          ASSERT_EQ(t->wait(comm, Post(comm, rank == 0, 1 - rank, 3, &x, sizeof(x)), kWaitS), HVD_OK)
+              << t->last_error(comm);
+          EXPECT_EQ(x, 0xC0FFEEu);
+        },
+        opt);
+    const bool number = std::string(v) == "0" || std::string(v) == "200";
+    EXPECT_EQ(said.text.find(std::string("HVD_UCX_SPIN_US='") + v + "'") != std::string::npos,
+              !number)
+        << said.text;
+  }
 }
 
 TEST(UcxP2pCost, PingPong) {
