@@ -225,6 +225,20 @@ class Part:
             t.append("mpi")
         return t
 
+    def hvd_env(self, t, extra=None):
+        """(the job's -x settings, hvdrun's own extra environment) for hvd over transport t:
+        the library, one compute thread, and the transport's settings for hosts that share
+        this machine's CPUs (MPI_ENV, UCX_ENV)."""
+        xenv = {"HVD_LIBRARY_PATH": os.path.join(self.r.build, "lib"), "OMP_NUM_THREADS": "1"}
+        xenv.update(extra or {})
+        env_extra = {}
+        if t == "mpi":
+            xenv.update(MPI_ENV)
+            env_extra = dict(MPI_ENV)
+        if t == "ucx":
+            xenv.update(UCX_ENV)
+        return xenv, env_extra
+
     def rates(self):
         if self.quick:
             return [None]
@@ -323,21 +337,13 @@ class Part:
 
     def coll_jobs(self, rate, rep):
         hb = self.r.bins["hvd-bench"]
-        lib = os.path.join(self.r.build, "lib")
         shape = rate or "none"
         for layout, nh, per in LAYOUTS:
             hosts = self.hosts_arg(nh, per)
             base = dict(rep=rep, layout=layout, hosts=nh, ranks_per_host=per, rate=shape)
             for t in self.transports():
                 for hier in (1, 0):
-                    xenv = {"HVD_HIERARCHICAL": str(hier), "HVD_LIBRARY_PATH": lib,
-                            "OMP_NUM_THREADS": "1"}
-                    env_extra = {}
-                    if t == "mpi":
-                        xenv.update(MPI_ENV)
-                        env_extra = dict(MPI_ENV)
-                    if t == "ucx":
-                        xenv.update(UCX_ENV)
+                    xenv, env_extra = self.hvd_env(t, {"HVD_HIERARCHICAL": str(hier)})
                     argv = [hb, "coll", "--system", f"hvd-{t}", "--netdev", IFACE] + self.coll_args()
                     self.job(f"cluster {shape} {layout} hvd-{t} {'hier' if hier else 'flat'}",
                              self.hvdrun(hosts, argv, transport=t, xenv=xenv),
@@ -361,7 +367,6 @@ class Part:
 
     def e2e_jobs(self, rate, rep):
         hb = self.r.bins["hvd-bench"]
-        lib = os.path.join(self.r.build, "lib")
         shape = rate or "none"
         steps = ["--quick"] if self.quick else ["--steps", "6", "--warmup", "1"]
         step = ["--compute-ms", str(E2E_COMPUTE_MS), "--netdev", IFACE] + steps
@@ -369,13 +374,7 @@ class Part:
             hosts = self.hosts_arg(nh, 1)
             tags = dict(rep=rep, layout=f"{nh}x1", hosts=nh, ranks_per_host=1, rate=shape)
             for t in self.transports():
-                xenv = {"HVD_LIBRARY_PATH": lib, "OMP_NUM_THREADS": "1"}
-                env_extra = {}
-                if t == "mpi":
-                    xenv.update(MPI_ENV)
-                    env_extra = dict(MPI_ENV)
-                if t == "ucx":
-                    xenv.update(UCX_ENV)
+                xenv, env_extra = self.hvd_env(t)
                 self.job(f"cluster {shape} e2e resnet50 hvd-{t} {nh} host(s)",
                          self.hvdrun(hosts, [hb, "e2e", "--system", f"hvd-{t}"] + step, transport=t,
                                      xenv=xenv),

@@ -447,9 +447,9 @@ class ContextImpl final : public CycleDriver {
   // cycle runs no second collective for it.
   struct Piggyback {
     int slot = -1;  // the plan; -1: none
-    std::string key;
-    // The cache entry it was made from: a request that changed under the
-    // same name is cached anew (another entry), which ends the plan.
+    // The cache entry it was made from: the plan holds while the slot holds
+    // this entry (an eviction, or a request that changed under the same
+    // name and was cached anew, puts another entry there and ends it).
     RequestDescs all;
     hvd_dtype_t dtype = HVD_FLOAT32;
     hvd_reduce_op_t op = HVD_SUM;
@@ -520,6 +520,7 @@ Status ContextImpl::Start() {
   root.controller = std::make_unique<Controller>(
       cfg_.rank, cfg_.size, cfg_.cache_capacity,
       StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
+  root.controller->set_piggyback(cfg_.piggyback != 0);
 
   if (!cfg_.timeline_path.empty() && cfg_.rank == 0) {
     HVD_CHECK(timeline_.Open(cfg_.timeline_path));
@@ -1231,7 +1232,6 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   }
   ctrl_.assign(total, 0xFF);
   const bool piggy = PiggybackUsable(root_slots);
-  rc.set_piggyback(cfg_.piggyback != 0);
   rc.Contribute(shutting_down, now, ctrl_.data(), root_slots);
   for (size_t k = 0; k < sets_.size(); ++k) {
     Scope* set = sets_[k].get();
@@ -1306,8 +1306,7 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
 bool ContextImpl::PiggybackUsable(size_t root_slots) const {
   const Controller& rc = *root_->controller;
   return piggy_.slot >= 0 && static_cast<size_t>(piggy_.slot) < root_slots &&
-         slot_live_.empty() && rc.piggyback_agreed() &&
-         rc.cache().Holds(piggy_.slot, piggy_.key) && rc.cache().Get(piggy_.slot) == piggy_.all;
+         slot_live_.empty() && rc.piggyback_agreed() && rc.cache().Get(piggy_.slot) == piggy_.all;
 }
 
 // The negotiation's allreduce with the planned tensor after the control
@@ -1363,7 +1362,6 @@ void ContextImpl::PlanPiggyback() {
   const int slot = root_->controller->cache().SlotOf(r.key);
   if (slot < 0 || root_->controller->cache().Get(slot) != r.all) return;
   piggy_.slot = slot;
-  piggy_.key = r.key;
   piggy_.all = r.all;
   piggy_.dtype = d.dtype;
   piggy_.op = d.reduce_op;

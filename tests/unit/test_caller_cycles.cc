@@ -17,32 +17,14 @@
 #include "core/context.h"
 #include "core/request.h"
 #include "scoped_env.h"
+#include "context_ranks.h"
 #include "thread_ranks.h"
 
 namespace hvd {
 namespace {
 
-using test::OobGroup;
+using test::RunContexts;
 using test::ScopedEnv;
-
-// Runs fn(ctx, rank) on n thread-ranks, each with its own hvd::Context.
-void RunContexts(int n, const std::function<void(Context&, int)>& fn,
-                 const char* transport = "gloo") {
-  OobGroup group(n);
-  std::vector<std::pair<OobGroup*, int>> users;
-  for (int r = 0; r < n; ++r) users.emplace_back(&group, r);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      const hvd_params_t p = test::ThreadRankParams(r, n, transport, &users[r]);
-      auto ctx = Context::Create(&p);
-      ASSERT_TRUE(ctx.ok()) << "rank " << r << ": " << ctx.status().message();
-      fn(**ctx, r);
-      EXPECT_TRUE((*ctx)->Shutdown().ok());
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 // An in-place int64 allreduce (SUM unless `op`) of `v` named `name`.
 Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name, int64_t* v,

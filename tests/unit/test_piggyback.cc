@@ -25,38 +25,13 @@
 #include "core/context.h"
 #include "core/request.h"
 #include "reference.h"
-#include "thread_ranks.h"
+#include "context_ranks.h"
 
 namespace hvd {
 namespace {
 
-using test::OobGroup;
-
-// Runs fn(ctx, rank) on n thread-ranks, each with its own Context; rank r
-// reads its settings from env_of(r) first (then the process environment).
-void RunContexts(int n, const std::function<void(Context&, int)>& fn,
-                 const std::function<std::map<std::string, std::string>(int)>& env_of = nullptr) {
-  OobGroup group(n);
-  std::vector<std::pair<OobGroup*, int>> users;
-  for (int r = 0; r < n; ++r) users.emplace_back(&group, r);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      const hvd_params_t p = test::ThreadRankParams(r, n, "gloo", &users[r]);
-      const std::map<std::string, std::string> mine =
-          env_of ? env_of(r) : std::map<std::string, std::string>();
-      EnvLookup env = [&mine](const char* name) -> const char* {
-        auto it = mine.find(name);
-        return it != mine.end() ? it->second.c_str() : std::getenv(name);
-      };
-      auto ctx = Context::Create(&p, env);
-      ASSERT_TRUE(ctx.ok()) << "rank " << r << ": " << ctx.status().message();
-      fn(**ctx, r);
-      EXPECT_TRUE((*ctx)->Shutdown().ok());
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+using test::RankEnv;
+using test::RunContexts;
 
 Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name, hvd_dtype_t d,
                                           const void* in, void* out, size_t count,
@@ -209,8 +184,9 @@ TEST(Piggyback, OneRankWithItOffTurnsItOffForAll) {
         for (int s = 0; s < 6; ++s) Step(ctx, rank, n, HVD_FLOAT32, HVD_SUM, 4, "x", &failures);
         EXPECT_EQ(Piggybacked(ctx), 0) << "rank " << rank;
       },
+      "gloo",
       [](int r) {
-        std::map<std::string, std::string> e;
+        RankEnv e;
         if (r == 1) e["HVD_PIGGYBACK"] = "0";
         return e;
       });
