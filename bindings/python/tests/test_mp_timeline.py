@@ -70,3 +70,48 @@ def test_start_stop_timeline(tmp_path, hvdrun):
     assert job.results[1]["bad_dir"] is None, job.results[1]
     for r in (0, 1):
         assert "empty" in (job.results[r]["empty"] or ""), job.results[r]
+
+
+# A loss averaged every step, as a training loop does it: from the second
+# step on, the negotiation carries it (HVD_PIGGYBACK, on by default), which
+# the timeline shows as its allreduce "in_negotiation"; with HVD_PIGGYBACK=0
+# every step runs its own allreduce. The values are exact either way.
+PIGGYBACK_JOB = """
+import os, sys
+import numpy as np
+import hvd
+sys.path.insert(0, {workers!r})
+from common import write
+out = os.environ["HVD_TEST_OUT"]
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+hvd.start_timeline(os.path.join(out, "piggy.json"))
+got = []
+for step in range(6):
+    loss = np.array([float(r + step)], dtype=np.float32)
+    got.append(float(hvd.allreduce(loss, name="loss", op=hvd.Average)[0]))
+hvd.stop_timeline()
+want = [sum(q + step for q in range(n)) / n for step in range(6)]
+write(r, {{"got": got, "want": want}})
+hvd.shutdown()
+"""
+
+
+def _loss_allreduces(events):
+    tid = {e["tid"] for e in events if e.get("ph") == "M" and e["args"]["name"] == "loss"}
+    return [e for e in events if e.get("ph") == "X" and e.get("tid") in tid
+            and e.get("name") == "ALLREDUCE"]
+
+
+def test_small_allreduce_rides_in_the_negotiation(tmp_path, hvdrun):
+    script = harness.write_script(tmp_path, PIGGYBACK_JOB.format(workers=harness.WORKERS))
+    for setting, riding in (("1", 5), ("0", 0)):
+        job = harness.run_job(2, script, launcher="hvdrun", tmp_path=tmp_path, timeout=120,
+                              env={"HVD_PIGGYBACK": setting})
+        assert job.ok(), job.describe()
+        for r in (0, 1):
+            assert job.results[r]["got"] == job.results[r]["want"], job.results[r]
+        spans = _loss_allreduces(_events(os.path.join(tmp_path, "piggy.json")))
+        assert len(spans) == 6, spans
+        carried = [e for e in spans if e.get("args", {}).get("in_negotiation")]
+        assert len(carried) == riding, (setting, spans)
