@@ -194,9 +194,11 @@ typedef enum hvd_reduce_op {
  * owns (allgather, alltoall, reducescatter) are then HOST memory for CUDA
  * inputs too: hvd_handle_output returns a host pointer, and frontends copy
  * it to the device (hvd.torch does). A transport declaring
- * HVD_TRANSPORT_CAP_CUDA_MEMORY (nccl) receives allreduce and broadcast
- * device buffers as they are (SUM, MIN, MAX, PRODUCT without scale factors);
- * other CUDA operations on it fail with HVD_ERR_UNSUPPORTED. A CUDA error
+ * HVD_TRANSPORT_CAP_CUDA_MEMORY (nccl) receives the device buffers of every
+ * collective as they are (scale factors and AVERAGE applied on the device;
+ * Adasum is staged over a host transport beside it); the results the handle
+ * owns then stay in device memory the handle owns (hvd_handle_output_device;
+ * hvd_handle_output copies them to host memory when asked). A CUDA error
  * while copying fails the operation on that rank with HVD_ERR_TRANSPORT
  * naming the CUDA call. */
 typedef struct hvd_tensor {
@@ -508,9 +510,22 @@ HVD_API hvd_status_t hvd_handle_poll(hvd_handle_t handle);
 HVD_API hvd_status_t hvd_handle_release(hvd_handle_t handle);
 
 /* For operations whose result the handle owns (allgather, alltoall,
- * reducescatter): the data, valid until the handle is released. Always host
- * memory, also where the input was a CUDA tensor (see hvd_tensor_t). */
+ * reducescatter, join): the data, valid until the handle is released. Always
+ * host memory: where a transport that takes CUDA memory left the result on
+ * the device (see hvd_tensor_t), the first call copies it to host memory
+ * (blocking; later calls return the same copy). */
 HVD_API hvd_status_t hvd_handle_output(hvd_handle_t handle, const void **data, size_t *bytes);
+/* Where that result lies, without copying it: *device = HVD_DEVICE_CPU and
+ * the host memory hvd_handle_output returns (before any copy of a device
+ * result: see below), or *device = the CUDA device whose memory holds it
+ * (allgather, alltoall and reducescatter of CUDA tensors run by a transport
+ * that takes CUDA memory). Device memory belongs to the handle until
+ * hvd_handle_release, and is complete when the handle is: any stream may
+ * read it without further synchronization. Results staged through host
+ * memory (the host transports) are host memory. An empty result: *data
+ * NULL, *bytes 0, *device where it would have been. */
+HVD_API hvd_status_t hvd_handle_output_device(hvd_handle_t handle, const void **data,
+                                              size_t *bytes, int32_t *device);
 /* Result shape: writes up to max_ndim dims into shape and the true ndim. */
 HVD_API hvd_status_t hvd_handle_output_shape(hvd_handle_t handle, int64_t *shape,
                                              int32_t max_ndim, int32_t *ndim);

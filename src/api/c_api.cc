@@ -1310,9 +1310,35 @@ hvd_status_t hvd_handle_output(hvd_handle_t handle, const void** data, size_t* b
   if (s.ok() && bytes == nullptr) s = Invalid(__func__, "bytes is NULL");
   if (s.ok()) s = RequireOwnedResult(__func__, handle);
   if (!s.ok()) return Report(s);
-  const hvd::ByteBuffer& out = handle->impl->output;
-  *data = out.data();
-  *bytes = out.size();
+  auto out = handle->impl->HostOutput();  // copies a device result on the first call
+  if (!out.ok()) return Report(out.status());
+  *data = out.value()->data();
+  *bytes = out.value()->size();
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_handle_output_device(hvd_handle_t handle, const void** data, size_t* bytes,
+                                      int32_t* device) {
+  HVD_API_BEGIN();
+  if (data != nullptr) *data = nullptr;
+  if (bytes != nullptr) *bytes = 0;
+  if (device != nullptr) *device = HVD_DEVICE_CPU;
+  hvd::Status s = CheckHandle(__func__, handle);
+  if (s.ok() && data == nullptr) s = Invalid(__func__, "data is NULL");
+  if (s.ok() && bytes == nullptr) s = Invalid(__func__, "bytes is NULL");
+  if (s.ok() && device == nullptr) s = Invalid(__func__, "device is NULL");
+  if (s.ok()) s = RequireOwnedResult(__func__, handle);
+  if (!s.ok()) return Report(s);
+  hvd::Handle& h = *handle->impl;
+  if (h.output_device == HVD_DEVICE_CPU) {
+    *data = h.output.data();
+    *bytes = h.output.size();
+  } else {
+    *data = h.device_output.data;
+    *bytes = h.device_bytes;
+    *device = h.output_device;
+  }
   return HVD_OK;
   HVD_API_END();
 }

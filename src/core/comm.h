@@ -53,6 +53,23 @@ class Comm {
     (void)buf, (void)root;
     return Status(HVD_ERR_UNSUPPORTED, "this communicator takes host memory only");
   }
+  // As Allgatherv, Alltoallv and Reducescatter, over CUDA buffers (each
+  // describes its memory; the byte and element counts are the host forms').
+  virtual Status DeviceAllgatherv(const hvd_transport_buffer_t& send,
+                                  const hvd_transport_buffer_t& recv, const size_t* recv_bytes) {
+    (void)send, (void)recv, (void)recv_bytes;
+    return Status(HVD_ERR_UNSUPPORTED, "this communicator takes host memory only");
+  }
+  virtual Status DeviceAlltoallv(const hvd_transport_buffer_t& send, const size_t* send_bytes,
+                                 const hvd_transport_buffer_t& recv, const size_t* recv_bytes) {
+    (void)send, (void)send_bytes, (void)recv, (void)recv_bytes;
+    return Status(HVD_ERR_UNSUPPORTED, "this communicator takes host memory only");
+  }
+  virtual Status DeviceReducescatter(const hvd_transport_buffer_t& buf, const size_t* counts,
+                                     hvd_dtype_t dtype, hvd_reduce_op_t op) {
+    (void)buf, (void)counts, (void)dtype, (void)op;
+    return Status(HVD_ERR_UNSUPPORTED, "this communicator takes host memory only");
+  }
 };
 
 }  // namespace hvd

@@ -290,8 +290,8 @@ namespace {
 
 // The library `load` gives, loaded once (the outcome kept); under the
 // slot's lock.
-template <typename T, typename LoadFn>
-Result<const T*> LoadOnce(bool* tried, Status* error, std::unique_ptr<T>* slot, LoadFn load) {
+template <typename T, typename Ptr, typename LoadFn>
+Result<const T*> LoadOnce(bool* tried, Status* error, Ptr* slot, LoadFn load) {
   if (!*tried) {
     *tried = true;
     auto r = load();
@@ -309,7 +309,13 @@ Result<const T*> LoadOnce(bool* tried, Status* error, std::unique_ptr<T>* slot, 
 
 Result<const CudaRuntime*> CudaSlot::Get() {
   std::lock_guard<std::mutex> lock(mu_);
-  return LoadOnce(&tried_, &error_, &rt_, &CudaRuntime::Load);
+  return LoadOnce<CudaRuntime>(&tried_, &error_, &rt_, &CudaRuntime::Load);
+}
+
+std::shared_ptr<DevicePool> CudaSlot::Results(size_t max_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!results_ && rt_) results_ = std::make_shared<DevicePool>(rt_, max_bytes);
+  return results_;
 }
 
 Status CudaSlot::Check(int device, const std::string& name, const void* data) {
@@ -345,7 +351,81 @@ const CudaRuntime* CudaSlot::loaded() const {
 
 Result<const CudaKernels*> CudaSlot::Kernels() {
   std::lock_guard<std::mutex> lock(mu_);
-  return LoadOnce(&kernels_tried_, &kernels_error_, &kernels_, &CudaKernels::Load);
+  return LoadOnce<CudaKernels>(&kernels_tried_, &kernels_error_, &kernels_, &CudaKernels::Load);
+}
+
+
+// ---- device memory for results the handles own ---------------------------
+
+DevicePool::~DevicePool() {
+  for (const DeviceBlock& b : spare_) FreeBlock(b);
+}
+
+void DevicePool::FreeBlock(const DeviceBlock& b) const {
+  if (b.data == nullptr) return;
+  CudaDeviceScope scope(*rt_, b.device);
+  if (scope.status().ok()) rt_->Free(b.data);
+}
+
+Result<DeviceBlock> DevicePool::Take(int device, size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t best = spare_.size();
+    for (size_t i = 0; i < spare_.size(); ++i) {
+      const DeviceBlock& b = spare_[i];
+      if (b.device != device || b.capacity < bytes) continue;
+      if (best == spare_.size() || b.capacity < spare_[best].capacity) best = i;
+    }
+    if (best < spare_.size()) {
+      DeviceBlock b = spare_[best];
+      spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(best));
+      spare_bytes_ -= b.capacity;
+      return b;
+    }
+  }
+  CudaDeviceScope scope(*rt_, device);
+  HVD_CHECK(scope.status());
+  DeviceBlock b;
+  b.device = device;
+  Status s = rt_->Malloc(&b.data, bytes);
+  if (!s.ok() || b.data == nullptr) {
+    return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(bytes) +
+                                        " bytes of CUDA device " + std::to_string(device) +
+                                        " memory for the result: " + s.message());
+  }
+  b.capacity = bytes;
+  return b;
+}
+
+void DevicePool::Give(DeviceBlock b) {
+  if (b.data == nullptr) return;
+  std::vector<DeviceBlock> drop;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_.push_back(b);
+    spare_bytes_ += b.capacity;
+    while (spare_bytes_ > max_bytes_ && !spare_.empty()) {  // oldest first
+      drop.push_back(spare_.front());
+      spare_bytes_ -= spare_.front().capacity;
+      spare_.erase(spare_.begin());
+    }
+  }
+  for (const DeviceBlock& d : drop) FreeBlock(d);
+}
+
+size_t DevicePool::spare_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spare_bytes_;
+}
+
+Status DevicePool::CopyToHost(void* dst, const DeviceBlock& b, size_t bytes) const {
+  if (bytes == 0) return Status::Ok();
+  CudaDeviceScope scope(*rt_, b.device);
+  HVD_CHECK(scope.status());
+  // The legacy default stream: the result is complete (the handle waited
+  // for it), so the copy needs no ordering beyond its own.
+  HVD_CHECK(rt_->CopyToHost(dst, b.data, bytes, nullptr));
+  return rt_->StreamSynchronize(nullptr);
 }
 
 }  // namespace hvd

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "cuda/cuda_kernels.h"
@@ -108,6 +109,43 @@ class CudaDeviceScope {
   Status status_;
 };
 
+// Device memory a handle owns: the result of a CUDA allgather, alltoall or
+// reducescatter that a device transport left on the device.
+struct DeviceBlock {
+  void* data = nullptr;
+  size_t capacity = 0;
+  int device = -1;
+};
+
+// Where those blocks come from and go back to when their handles are
+// released (cudaMalloc per result would cost more than the collective, and
+// cudaFree synchronizes the device). Holds the runtime it frees through, so
+// a handle released after its context is gone still frees correctly.
+// Spares beyond max_bytes are freed, oldest first. Thread-safe.
+class DevicePool {
+ public:
+  DevicePool(std::shared_ptr<const CudaRuntime> rt, size_t max_bytes)
+      : rt_(std::move(rt)), max_bytes_(max_bytes) {}
+  ~DevicePool();
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+  // A block of at least `bytes` on `device`: the smallest spare that fits,
+  // else a new one (the calling thread's current device is restored).
+  Result<DeviceBlock> Take(int device, size_t bytes);
+  void Give(DeviceBlock b);
+  // bytes of b into host memory, synchronously (a completed result).
+  Status CopyToHost(void* dst, const DeviceBlock& b, size_t bytes) const;
+  size_t spare_bytes() const;
+
+ private:
+  void FreeBlock(const DeviceBlock& b) const;
+  std::shared_ptr<const CudaRuntime> rt_;
+  size_t max_bytes_;
+  mutable std::mutex mu_;
+  std::vector<DeviceBlock> spare_;
+  size_t spare_bytes_ = 0;
+};
+
 // A context's runtime, loaded on first use (any thread; the result, runtime
 // or error, is kept). Check() is what the C API asks of each device tensor.
 class CudaSlot {
@@ -123,12 +161,16 @@ class CudaSlot {
   const CudaRuntime* loaded() const;
   // The kernels, loaded on first use (the loop thread), or why not.
   Result<const CudaKernels*> Kernels();
+  // The pool device results come from (made with the first call after the
+  // runtime loaded, keeping at most max_bytes of spares); null before.
+  std::shared_ptr<DevicePool> Results(size_t max_bytes);
 
  private:
   mutable std::mutex mu_;
   bool tried_ = false;
   Status error_;
-  std::unique_ptr<CudaRuntime> rt_;
+  std::shared_ptr<CudaRuntime> rt_;
+  std::shared_ptr<DevicePool> results_;
   bool kernels_tried_ = false;
   Status kernels_error_;
   std::unique_ptr<CudaKernels> kernels_;

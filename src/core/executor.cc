@@ -393,12 +393,9 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
 Status Executor::RunOne(OpRequest& req, const Response& resp) {
   TensorSpec& t = req.tensors.front();
   if (t.device == HVD_DEVICE_CPU) return RunHostOne(req, resp);
-  if (Comm* dev = DeviceComm()) {
-    // Broadcast runs on the device transport; allgather, alltoall and
-    // reducescatter (results the handle owns, in host memory) are staged
-    // over the host transport beside it.
-    if (req.type == OpType::kBroadcast || dev == transport_) return RunDeviceOne(req, *dev);
-  }
+  // A transport that takes CUDA memory runs every collective of CUDA
+  // tensors (a host transport beside it, if any, carries the host ones).
+  if (Comm* dev = DeviceComm()) return RunDeviceOne(req, resp, *dev);
   stage_list_.assign(1, &t);
   // Broadcast: only the root's data matters; every rank's output is written.
   const bool bcast = req.type == OpType::kBroadcast;
@@ -767,19 +764,19 @@ Status Executor::DeviceAllreduceFused(std::vector<OpRequest*>& batch, Comm& dev,
   return Status::Ok();
 }
 
-Status Executor::RunDeviceOne(OpRequest& req, Comm& dev) {
+Status Executor::RunDeviceOne(OpRequest& req, const Response& resp, Comm& dev) {
   TensorSpec& t = req.tensors.front();
-  if (req.type != OpType::kBroadcast) {
-    return Error(HVD_ERR_UNSUPPORTED,
-                 std::string(OpTypeName(req.type)) + " '" + t.name +
-                     "' of a CUDA tensor on a transport that takes CUDA memory: its result "
-                     "belongs to the handle, in host memory, which that transport does not "
-                     "take; only allreduce and broadcast pass CUDA memory through (with a host "
-                     "transport beside it, HVD_CPU_TRANSPORT, the others are staged over that)");
-  }
   auto r = cuda_.Get();
   if (!r.ok()) return r.status();
   const CudaRuntime& rt = *r.value();
+  if (req.type == OpType::kAllgather || req.type == OpType::kAlltoall ||
+      req.type == OpType::kReducescatter) {
+    return DeviceOwnedResult(req, resp, dev, rt);
+  }
+  if (req.type != OpType::kBroadcast) {
+    return Error(HVD_ERR_UNSUPPORTED, std::string(OpTypeName(req.type)) + " '" + t.name +
+                                          "' on a transport that takes CUDA memory only");
+  }
   const size_t bytes = TensorBytes(t);
   if (bytes == 0) return Status::Ok();
   CudaDeviceScope scope(rt, t.device);
@@ -789,6 +786,145 @@ Status Executor::RunDeviceOne(OpRequest& req, Comm& dev) {
   }
   HVD_CHECK(dev.DeviceBroadcast(DeviceBuffer(t.output, bytes, t), req.root));
   return rt.WaitForStream(t.stream);
+}
+
+Result<uint8_t*> Executor::TakeDeviceOutput(Handle* h, int device, size_t bytes) {
+  h->output_device = device;
+  h->device_bytes = bytes;
+  if (bytes == 0) return static_cast<uint8_t*>(nullptr);
+  std::shared_ptr<DevicePool> pool = cuda_.Results(pool_bytes_);
+  if (!pool) return Error(HVD_ERR_INTERNAL, "device results before the CUDA runtime loaded");
+  HVD_ASSIGN_OR_RETURN(DeviceBlock b, pool->Take(device, bytes));
+  h->device_output = b;
+  h->device_pool = std::move(pool);
+  return static_cast<uint8_t*>(b.data);
+}
+
+// The same row arithmetic as RunHostOne's, over device buffers on the
+// tensor's stream: the input is read where it lies, the result written
+// into a block of the device results pool that the handle then owns, and
+// the host waits for the stream before the handle completes.
+Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& dev,
+                                   const CudaRuntime& rt) {
+  auto t0 = Clock::now();
+  const int n = size_;
+  const int me = rank_;
+  Handle& h = *req.handle;
+  TensorSpec& t = req.tensors.front();
+  const size_t esize = DtypeSize(t.dtype);
+  size_t row = esize;
+  for (size_t d = 1; d < t.shape.size(); ++d) row *= static_cast<size_t>(t.shape[d]);
+  CudaDeviceScope scope(rt, t.device);
+  HVD_CHECK(scope.status());
+  auto buffer = [&](void* data, size_t bytes) { return DeviceBuffer(data, bytes, t); };
+  size_t out_bytes = 0;
+  switch (req.type) {
+    case OpType::kAllgather: {
+      std::vector<size_t> recv(static_cast<size_t>(n));
+      int64_t rows = 0;
+      for (int r = 0; r < n; ++r) {
+        const int64_t rr = resp.desc(r).shapes[0][0];
+        recv[r] = static_cast<size_t>(rr) * row;
+        rows += rr;
+        out_bytes += recv[r];
+      }
+      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
+      h.output_shape = t.shape.vec();
+      h.output_shape[0] = rows;
+      if (out_bytes == 0) break;
+      HVD_CHECK(dev.DeviceAllgatherv(buffer(const_cast<void*>(t.input), recv[me]),
+                                     buffer(out, out_bytes), recv.data()));
+      break;
+    }
+    case OpType::kAlltoall: {
+      std::vector<size_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
+      h.recv_splits.assign(static_cast<size_t>(n), 0);
+      int64_t rows = 0;
+      size_t send_bytes = 0;
+      for (int r = 0; r < n; ++r) {
+        send[r] = static_cast<size_t>(req.splits[r]) * row;
+        send_bytes += send[r];
+        const int64_t from_r = resp.desc(r).splits[me];
+        h.recv_splits[r] = from_r;
+        recv[r] = static_cast<size_t>(from_r) * row;
+        rows += from_r;
+        out_bytes += recv[r];
+      }
+      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
+      h.output_shape = t.shape.vec();
+      h.output_shape[0] = rows;
+      // Called even with nothing to move here: the others may be waiting.
+      HVD_CHECK(dev.DeviceAlltoallv(buffer(const_cast<void*>(t.input), send_bytes), send.data(),
+                                    buffer(out, out_bytes), recv.data()));
+      break;
+    }
+    case OpType::kReducescatter: {
+      const size_t count = static_cast<size_t>(t.NumElements());
+      const int64_t rows = t.shape[0];
+      const int64_t base = rows / n, extra = rows % n;
+      const int64_t my_rows = base + (me < extra ? 1 : 0);
+      const int64_t first_row = me * base + std::min<int64_t>(me, extra);
+      const size_t row_elems = row / esize;
+      out_bytes = static_cast<size_t>(my_rows) * row;
+      h.output_shape = t.shape.vec();
+      h.output_shape[0] = my_rows;
+      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
+      if (count == 0) break;
+      // AVERAGE of a floating type with no postscale goes to the transport
+      // as it is (NCCL's ncclAvg); otherwise the sum, scaled after.
+      const bool native_average = req.reduce_op == HVD_AVERAGE && IsFloatingDtype(t.dtype) &&
+                                  req.postscale == 1.0 && dev.device_average();
+      const hvd_cuda_scale_t pre = Prescale(t.dtype, req.prescale);
+      const hvd_cuda_scale_t post = native_average
+                                        ? Prescale(t.dtype, 1.0)
+                                        : FinishScale(t.dtype, req.reduce_op, req.postscale, n);
+      const CudaKernels* k = nullptr;
+      if (!Identity(pre) || !Identity(post)) {
+        auto kr = cuda_.Kernels();
+        if (!kr.ok()) {
+          return Error(HVD_ERR_UNSUPPORTED,
+                       "reducescatter '" + t.name +
+                           "' of a CUDA tensor needs scaling on the device (AVERAGE of "
+                           "integers, or scale factors): " + kr.status().message());
+        }
+        k = kr.value();
+      }
+      // In place over a copy of the whole input (the device fusion buffer);
+      // this rank's rows then go to the result with the postscale.
+      HVD_ASSIGN_OR_RETURN(uint8_t* scratch, DeviceFusion(rt, t.device, count * esize));
+      if (k != nullptr && !Identity(pre)) {
+        const hvd_cuda_copy_t c{t.input, scratch, count};
+        HVD_CHECK(k->ScaleCopy(&c, 1, pre, t.stream));
+      } else {
+        HVD_CHECK(rt.CopyOnDevice(scratch, t.input, count * esize, t.stream));
+      }
+      std::vector<size_t> counts(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        counts[r] = static_cast<size_t>(base + (r < extra ? 1 : 0)) * row_elems;
+      }
+      HVD_CHECK(dev.DeviceReducescatter(buffer(scratch, count * esize), counts.data(), t.dtype,
+                                        native_average ? HVD_AVERAGE : TransportOp(req.reduce_op)));
+      if (out_bytes == 0) break;
+      uint8_t* mine = scratch + static_cast<size_t>(first_row) * row;
+      if (k != nullptr && !Identity(post)) {
+        const hvd_cuda_copy_t c{mine, out, static_cast<size_t>(my_rows) * row_elems};
+        HVD_CHECK(k->ScaleCopy(&c, 1, post, t.stream));
+      } else {
+        HVD_CHECK(rt.CopyOnDevice(out, mine, out_bytes, t.stream));
+      }
+      break;
+    }
+    default:
+      return Error(HVD_ERR_INTERNAL, "not an operation with an owned result");
+  }
+  // A stream-ordered plugin may return before the work is done.
+  HVD_CHECK(rt.WaitForStream(t.stream));
+  if (timeline_->enabled()) {
+    timeline_->Span(t.name, OpTypeName(req.type), t0, Clock::now(),
+                    "{\"bytes\":" + std::to_string(out_bytes) + ",\"device\":" +
+                        std::to_string(t.device) + "}");
+  }
+  return Status::Ok();
 }
 
 Status Executor::TakeOutput(Handle* h, size_t bytes) {

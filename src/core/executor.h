@@ -23,7 +23,7 @@ class Executor {
  public:
   Executor(Comm* comm, Timeline* timeline, size_t pool_bytes)
       : transport_(comm), timeline_(timeline), rank_(comm->rank()), size_(comm->size()),
-        results_(std::make_shared<BufferPool>(pool_bytes)) {}
+        pool_bytes_(pool_bytes), results_(std::make_shared<BufferPool>(pool_bytes)) {}
   ~Executor();
 
   // The communicator the next runs use: the context's, or one of its
@@ -101,7 +101,12 @@ class Executor {
                             const CudaRuntime& rt, const CudaKernels* k);
   Status DeviceAllreduceFused(std::vector<OpRequest*>& batch, Comm& dev, const CudaRuntime& rt,
                               const CudaKernels& k, size_t total, size_t ntensors);
-  Status RunDeviceOne(OpRequest& req, Comm& dev);
+  Status RunDeviceOne(OpRequest& req, const Response& resp, Comm& dev);
+  // Allgather, alltoall and reducescatter on the device transport: the
+  // result lands in device memory the handle owns (Handle::device_output).
+  Status DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& dev,
+                           const CudaRuntime& rt);
+  Result<uint8_t*> TakeDeviceOutput(Handle* h, int device, size_t bytes);
   // The device fusion buffer of `device` (the current device), grown to
   // at least `bytes`; one per device, kept for the executor's life.
   struct DeviceFusionBuffer {
@@ -135,6 +140,7 @@ class Executor {
   Timeline* timeline_;
   int rank_;
   int size_;
+  size_t pool_bytes_;  // the most spare result memory kept, host and device each
   FusionBuffer fusion_;
   std::vector<hvd_transport_span_t> spans_;  // a fused batch's outputs (in-place transports)
   // Buffers recycled between operations: results of released handles

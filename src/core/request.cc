@@ -70,6 +70,25 @@ size_t BufferPool::spare_bytes() const {
 
 Handle::~Handle() {
   if (output_pool) output_pool->Give(std::move(output));
+  if (device_pool) device_pool->Give(device_output);
+}
+
+Result<const ByteBuffer*> Handle::HostOutput() {
+  std::lock_guard<std::mutex> lock(host_mu_);
+  if (output_device == HVD_DEVICE_CPU || host_copied_ || device_bytes == 0) return &output;
+  if (!device_pool) return Error(HVD_ERR_INTERNAL, "a device result without its pool");
+  if (output_pool) {
+    output = output_pool->Take(device_bytes);
+  }
+  if (!output.Resize(device_bytes)) {
+    return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(device_bytes) +
+                                        " bytes of host memory for the result of " +
+                                        description());
+  }
+  Status s = device_pool->CopyToHost(output.data(), device_output, device_bytes);
+  if (!s.ok()) return s.Wrap("copying the result of " + description() + " to host memory");
+  host_copied_ = true;
+  return &output;
 }
 
 void Handle::Complete(Status status) {

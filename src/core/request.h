@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "core/cuda_runtime.h"
 #include "core/name_table.h"
 #include "hvd.h"
 
@@ -239,8 +240,21 @@ class Handle {
   std::shared_ptr<BufferPool> output_pool;  // where output goes back on release
   std::vector<int64_t> output_shape;
   std::vector<int64_t> recv_splits;
+  // Where the result lies: HVD_DEVICE_CPU (output), or the CUDA device
+  // whose memory holds it (device_output, device_bytes of it; from
+  // device_pool, given back on release). A device result is copied into
+  // output only when HostOutput is first asked for.
+  int output_device = HVD_DEVICE_CPU;
+  DeviceBlock device_output;
+  size_t device_bytes = 0;
+  std::shared_ptr<DevicePool> device_pool;
+  // The result in host memory: output, after copying a device result
+  // there on the first call (any thread; later calls return the copy).
+  Result<const ByteBuffer*> HostOutput();
 
  private:
+  std::mutex host_mu_;
+  bool host_copied_ = false;
   const char* op_ = nullptr;  // set: description_ holds the tensor name only
   std::shared_ptr<LoopSignal> signal_;
   std::string description_;

@@ -892,6 +892,37 @@ Status Transport::DeviceBroadcast(const hvd_transport_buffer_t& buf, int root) {
   return Check(v4_table_.broadcast(comm_, &buf, root), "broadcast");
 }
 
+Status Transport::DeviceAllgatherv(const hvd_transport_buffer_t& send,
+                                   const hvd_transport_buffer_t& recv, const size_t* recv_bytes) {
+  if (!device_memory() || v4_table_.allgatherv == nullptr) {
+    return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " takes no CUDA memory for allgather");
+  }
+  if (broken()) return Unusable();
+  op_ = "allgatherv";
+  return Check(v4_table_.allgatherv(comm_, &send, &recv, recv_bytes), "allgatherv");
+}
+
+Status Transport::DeviceAlltoallv(const hvd_transport_buffer_t& send, const size_t* send_bytes,
+                                  const hvd_transport_buffer_t& recv, const size_t* recv_bytes) {
+  if (!device_memory() || v4_table_.alltoallv == nullptr) {
+    return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " takes no CUDA memory for alltoall");
+  }
+  if (broken()) return Unusable();
+  op_ = "alltoallv";
+  return Check(v4_table_.alltoallv(comm_, &send, send_bytes, &recv, recv_bytes), "alltoallv");
+}
+
+Status Transport::DeviceReducescatter(const hvd_transport_buffer_t& buf, const size_t* counts,
+                                      hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  if (!device_memory() || v4_table_.reducescatter == nullptr) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 std::string(name_) + " takes no CUDA memory for reducescatter");
+  }
+  if (broken()) return Unusable();
+  op_ = "reducescatter";
+  return Check(v4_table_.reducescatter(comm_, &buf, counts, dtype, op), "reducescatter");
+}
+
 Status Transport::CoreAllreduce(const CoreGroup& g, algo::Algorithm how, void* buf, size_t count,
                                 hvd_dtype_t dtype, hvd_reduce_op_t op) {
   switch (how) {

@@ -148,6 +148,12 @@ class Transport : public Comm {
                          hvd_reduce_op_t op) override;
   bool device_average() const override { return device_memory() && device_average_; }
   Status DeviceBroadcast(const hvd_transport_buffer_t& buf, int root) override;
+  Status DeviceAllgatherv(const hvd_transport_buffer_t& send, const hvd_transport_buffer_t& recv,
+                          const size_t* recv_bytes) override;
+  Status DeviceAlltoallv(const hvd_transport_buffer_t& send, const size_t* send_bytes,
+                         const hvd_transport_buffer_t& recv, const size_t* recv_bytes) override;
+  Status DeviceReducescatter(const hvd_transport_buffer_t& buf, const size_t* counts,
+                             hvd_dtype_t dtype, hvd_reduce_op_t op) override;
   // What the transport said at start (never asks it again: answered from
   // what Open kept, so any thread may call it): "rank", "size",
   // "local_rank", "local_size", "cross_rank", "cross_size" (where the

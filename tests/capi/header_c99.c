@@ -79,6 +79,8 @@ int hvd_header_c99_touch(void) {
     hvd_status_t (*poll)(hvd_handle_t) = hvd_handle_poll;
     hvd_status_t (*release)(hvd_handle_t) = hvd_handle_release;
     hvd_status_t (*output)(hvd_handle_t, const void **, size_t *) = hvd_handle_output;
+    hvd_status_t (*output_device)(hvd_handle_t, const void **, size_t *, int32_t *) =
+        hvd_handle_output_device;
     hvd_status_t (*output_shape)(hvd_handle_t, int64_t *, int32_t, int32_t *) =
         hvd_handle_output_shape;
     hvd_status_t (*recv_splits)(hvd_handle_t, int64_t *, int32_t) = hvd_handle_recv_splits;
@@ -110,6 +112,6 @@ int hvd_header_c99_touch(void) {
            (transport != 0) + (init != 0) + (shutdown != 0) + (is_init != 0) + (dflt != 0) +
            (getters[0] != 0) + (ar != 0) + (gar != 0) + (ag != 0) + (bc != 0) + (a2a != 0) +
            (rs != 0) + (bar != 0) + (ar_b != 0) + (bc_b != 0) + (bar_b != 0) + (wait != 0) +
-           (poll != 0) + (release != 0) + (output != 0) + (output_shape != 0) +
+           (poll != 0) + (release != 0) + (output != 0) + (output_device != 0) + (output_shape != 0) +
            (recv_splits != 0) + (mpi_threads != 0) + (join != 0);
 }

@@ -959,6 +959,7 @@ static void test_handle_bad_arguments(void **state) {
     int32_t nd = -1;
     const void *data = (const void *)foreign;
     size_t bytes = 99;
+    int32_t device = 0;
     hvd_tensor_t t = capi_tensor_1d(x, HVD_FLOAT32, shape);
     hvd_handle_t ar = NULL, ag = NULL, a2a = NULL;
     (void)state;
@@ -968,6 +969,7 @@ static void test_handle_bad_arguments(void **state) {
     EXPECT_FAIL(hvd_handle_poll(NULL), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_release(NULL), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_output(NULL, &data, &bytes), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL(hvd_handle_output_device(NULL, &data, &bytes, &device), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_output_shape(NULL, dims, 4, &nd), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_recv_splits(NULL, splits, 4), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_wait(bogus, 1.0), HVD_ERR_INVALID_ARGUMENT);
@@ -985,6 +987,8 @@ static void test_handle_bad_arguments(void **state) {
     /* The allreduce wrote into y: the handle owns no result. */
     EXPECT_FAIL_MSG(hvd_handle_output(ar, &data, &bytes), HVD_ERR_INVALID_ARGUMENT, "allreduce",
                     "h.ar");
+    EXPECT_FAIL_MSG(hvd_handle_output_device(ar, &data, &bytes, &device), HVD_ERR_INVALID_ARGUMENT,
+                    "allreduce", "h.ar");
     EXPECT_FAIL(hvd_handle_output_shape(ar, dims, 4, &nd), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_recv_splits(ar, splits, 4), HVD_ERR_INVALID_ARGUMENT);
     /* recv_splits is for alltoall only, and needs n >= size. */
@@ -994,6 +998,23 @@ static void test_handle_bad_arguments(void **state) {
     /* NULL out-pointers. */
     EXPECT_FAIL(hvd_handle_output(ag, NULL, &bytes), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_output(ag, &data, NULL), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL_MSG(hvd_handle_output_device(ag, NULL, &bytes, &device), HVD_ERR_INVALID_ARGUMENT,
+                    "data", "NULL");
+    EXPECT_FAIL_MSG(hvd_handle_output_device(ag, &data, NULL, &device), HVD_ERR_INVALID_ARGUMENT,
+                    "bytes", "NULL");
+    EXPECT_FAIL_MSG(hvd_handle_output_device(ag, &data, &bytes, NULL), HVD_ERR_INVALID_ARGUMENT,
+                    "device", "NULL");
+    /* A host result: where hvd_handle_output says, on no device. */
+    {
+        const void *host = NULL;
+        size_t host_bytes = 0;
+        device = 5;
+        EXPECT_OK(hvd_handle_output_device(ag, &data, &bytes, &device));
+        EXPECT_OK(hvd_handle_output(ag, &host, &host_bytes));
+        assert_int_equal(device, HVD_DEVICE_CPU);
+        assert_ptr_equal(data, host);
+        assert_int_equal(bytes, host_bytes);
+    }
     EXPECT_FAIL(hvd_handle_output_shape(ag, dims, 4, NULL), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_output_shape(ag, NULL, 4, &nd), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_output_shape(ag, dims, -1, &nd), HVD_ERR_INVALID_ARGUMENT);

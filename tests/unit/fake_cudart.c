@@ -70,6 +70,7 @@ typedef struct fake_cuda_stats {
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static fake_cuda_stats_t g_stats;
 static __thread int t_device = 0;
+static long g_mallocs;
 
 /* cudaMalloc'd ranges. */
 struct region {
@@ -181,6 +182,7 @@ EXPORT cudaError_t cudaMalloc(void **p, size_t bytes) {
     r->hi = r->lo + (bytes > 0 ? bytes : 1);
     r->device = t_device;
     pthread_mutex_lock(&g_mu);
+    ++g_mallocs;
     r->next = g_regions;
     g_regions = r;
     pthread_mutex_unlock(&g_mu);
@@ -378,6 +380,21 @@ EXPORT void fake_cuda_fill_async(void *dst, const void *value, size_t n, void *s
     pthread_mutex_lock(&g_mu);
     enqueue(stream, o);
     pthread_mutex_unlock(&g_mu);
+}
+
+/* cudaMalloc calls so far, and the ranges not yet freed. */
+EXPORT long fake_cuda_mallocs(void) {
+    pthread_mutex_lock(&g_mu);
+    long n = g_mallocs;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+EXPORT long fake_cuda_live_allocations(void) {
+    pthread_mutex_lock(&g_mu);
+    long n = 0;
+    for (struct region *r = g_regions; r != NULL; r = r->next) ++n;
+    pthread_mutex_unlock(&g_mu);
+    return n;
 }
 
 EXPORT void fake_cuda_stats(fake_cuda_stats_t *out) {

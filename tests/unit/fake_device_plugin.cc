@@ -32,12 +32,16 @@ extern "C" {
 typedef struct fake_dev_stats {
   long allreduces;
   long broadcasts;
-  long others;      // allgatherv, alltoallv, reducescatter, barrier: the core should not call them
+  long others;      // barrier: the core should not call it (a host tensor's)
   long host_refused;
   long last_count;  // elements of the last allreduce
   int last_op;
   int last_dtype;
   long elements;    // of every allreduce
+  long allgathers;
+  long alltoalls;
+  long reducescatters;
+  int last_rs_op;   // the op of the last reducescatter
 } fake_dev_stats_t;
 }
 
@@ -58,7 +62,8 @@ StreamSync Sync() {
 }
 
 struct Group {
-  explicit Group(int n) : size(n), bufs(static_cast<size_t>(n), nullptr) {}
+  explicit Group(int n)
+      : size(n), bufs(static_cast<size_t>(n), nullptr), sizes(static_cast<size_t>(n), nullptr) {}
   std::mutex mu;
   std::condition_variable cv;
   int size;
@@ -67,6 +72,7 @@ struct Group {
   unsigned long gen = 0;
   bool aborted = false;
   std::vector<void*> bufs;
+  std::vector<const size_t*> sizes;  // a rank's byte counts (alltoallv's send_bytes)
   // Meets every rank; false on timeout or abort.
   bool Meet(std::unique_lock<std::mutex>& lock, double timeout_s) {
     const unsigned long g = gen;
@@ -216,15 +222,115 @@ int Other(void* comm, const char* what) {
   ++g_stats.others;
   return Fail(c, HVD_ERR_UNSUPPORTED, std::string(what) + " is not offered by this fake");
 }
-int Allgatherv(void* comm, const hvd_transport_buffer_t*, const hvd_transport_buffer_t*, const size_t*) {
-  return Other(comm, "allgatherv");
+
+void Count(long fake_dev_stats_t::*field) {
+  std::lock_guard<std::mutex> lock(g_stats_mu);
+  ++(g_stats.*field);
 }
-int Alltoallv(void* comm, const hvd_transport_buffer_t*, const size_t*, const hvd_transport_buffer_t*,
-              const size_t*) {
-  return Other(comm, "alltoallv");
+
+// Every rank publishes its buffer (and counts), meets, reads what it needs
+// from the others' into a private copy, meets again (so no buffer changes
+// while another rank reads it), then writes its own.
+int Allgatherv(void* comm, const hvd_transport_buffer_t* send, const hvd_transport_buffer_t* recv,
+               const size_t* recv_bytes) {
+  Comm* c = static_cast<Comm*>(comm);
+  Count(&fake_dev_stats_t::allgathers);
+  if (int rc = CheckDevice(c, send, "allgatherv send")) return rc;
+  if (int rc = CheckDevice(c, recv, "allgatherv receive")) return rc;
+  Group* g = c->group;
+  size_t total = 0;
+  for (int r = 0; r < g->size; ++r) total += recv_bytes[r];
+  if (recv->bytes < total) return Fail(c, HVD_ERR_INVALID_ARGUMENT, "allgatherv: receive buffer too small");
+  if (send->bytes != recv_bytes[c->rank]) return Fail(c, HVD_ERR_INVALID_ARGUMENT, "allgatherv: send bytes");
+  std::vector<unsigned char> out(total);
+  std::unique_lock<std::mutex> lock(g->mu);
+  g->bufs[static_cast<size_t>(c->rank)] = send->data;
+  if (!g->Meet(lock, c->timeout_s)) return Fail(c, HVD_ERR_TIMEOUT, "allgatherv: a rank did not come");
+  size_t off = 0;
+  for (int r = 0; r < g->size; off += recv_bytes[r], ++r) {
+    if (recv_bytes[r] > 0) std::memcpy(out.data() + off, g->bufs[static_cast<size_t>(r)], recv_bytes[r]);
+  }
+  if (!g->Meet(lock, c->timeout_s)) return Fail(c, HVD_ERR_TIMEOUT, "allgatherv: a rank did not finish");
+  lock.unlock();
+  if (total > 0) std::memcpy(recv->data, out.data(), total);
+  return HVD_OK;
 }
-int Reducescatter(void* comm, const hvd_transport_buffer_t*, const size_t*, hvd_dtype_t, hvd_reduce_op_t) {
-  return Other(comm, "reducescatter");
+
+int Alltoallv(void* comm, const hvd_transport_buffer_t* send, const size_t* send_bytes,
+              const hvd_transport_buffer_t* recv, const size_t* recv_bytes) {
+  Comm* c = static_cast<Comm*>(comm);
+  Count(&fake_dev_stats_t::alltoalls);
+  if (int rc = CheckDevice(c, send, "alltoallv send")) return rc;
+  if (int rc = CheckDevice(c, recv, "alltoallv receive")) return rc;
+  Group* g = c->group;
+  size_t stotal = 0, rtotal = 0;
+  for (int r = 0; r < g->size; ++r) {
+    stotal += send_bytes[r];
+    rtotal += recv_bytes[r];
+  }
+  if (send->bytes < stotal || recv->bytes < rtotal)
+    return Fail(c, HVD_ERR_INVALID_ARGUMENT, "alltoallv: a buffer is smaller than its counts");
+  std::vector<unsigned char> out(rtotal);
+  std::unique_lock<std::mutex> lock(g->mu);
+  g->bufs[static_cast<size_t>(c->rank)] = send->data;
+  g->sizes[static_cast<size_t>(c->rank)] = send_bytes;
+  if (!g->Meet(lock, c->timeout_s)) return Fail(c, HVD_ERR_TIMEOUT, "alltoallv: a rank did not come");
+  size_t roff = 0;
+  for (int p = 0; p < g->size; roff += recv_bytes[p], ++p) {
+    const size_t* theirs = g->sizes[static_cast<size_t>(p)];
+    if (theirs[c->rank] != recv_bytes[p]) {
+      lock.unlock();
+      return Fail(c, HVD_ERR_MISMATCH, "alltoallv: rank " + std::to_string(p) + " sends " +
+                                           std::to_string(theirs[c->rank]) + " bytes, " +
+                                           std::to_string(recv_bytes[p]) + " expected");
+    }
+    size_t soff = 0;
+    for (int q = 0; q < c->rank; ++q) soff += theirs[q];
+    if (recv_bytes[p] > 0) {
+      std::memcpy(out.data() + roff, static_cast<const unsigned char*>(g->bufs[static_cast<size_t>(p)]) + soff,
+                  recv_bytes[p]);
+    }
+  }
+  if (!g->Meet(lock, c->timeout_s)) return Fail(c, HVD_ERR_TIMEOUT, "alltoallv: a rank did not finish");
+  lock.unlock();
+  if (rtotal > 0) std::memcpy(recv->data, out.data(), rtotal);
+  return HVD_OK;
+}
+
+int Reducescatter(void* comm, const hvd_transport_buffer_t* buf, const size_t* counts,
+                  hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  Comm* c = static_cast<Comm*>(comm);
+  Count(&fake_dev_stats_t::reducescatters);
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    g_stats.last_rs_op = op;
+  }
+  if (int rc = CheckDevice(c, buf, "reducescatter")) return rc;
+  const bool average = op == HVD_AVERAGE;
+  if (average && !hvd::IsFloatingDtype(dtype)) return Fail(c, HVD_ERR_INVALID_ARGUMENT, "AVERAGE of an integer dtype");
+  Group* g = c->group;
+  const size_t es = hvd::DtypeSize(dtype);
+  size_t first = 0, total = 0;
+  for (int r = 0; r < g->size; ++r) {
+    if (r < c->rank) first += counts[r];
+    total += counts[r];
+  }
+  if (buf->bytes < total * es) return Fail(c, HVD_ERR_INVALID_ARGUMENT, "reducescatter: buffer too small");
+  const size_t n = counts[c->rank];
+  std::vector<unsigned char> mine(n * es);
+  std::unique_lock<std::mutex> lock(g->mu);
+  g->bufs[static_cast<size_t>(c->rank)] = buf->data;
+  if (!g->Meet(lock, c->timeout_s)) return Fail(c, HVD_ERR_TIMEOUT, "reducescatter: a rank did not come");
+  auto block = [&](int r) { return static_cast<const unsigned char*>(g->bufs[static_cast<size_t>(r)]) + first * es; };
+  if (n > 0) std::memcpy(mine.data(), block(0), n * es);
+  for (int r = 1; r < g->size; ++r) {
+    hvd::hvd_reduce_kernel(mine.data(), block(r), n, dtype, average ? HVD_SUM : op);
+  }
+  if (!g->Meet(lock, c->timeout_s)) return Fail(c, HVD_ERR_TIMEOUT, "reducescatter: a rank did not finish");
+  lock.unlock();
+  if (average) hvd::ScaleInPlace(mine.data(), n, dtype, 1.0 / g->size);
+  if (n > 0) std::memcpy(static_cast<unsigned char*>(buf->data) + first * es, mine.data(), n * es);
+  return HVD_OK;
 }
 int Barrier(void* comm) { return Other(comm, "barrier"); }
 

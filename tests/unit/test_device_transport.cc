@@ -4,9 +4,10 @@
 // native collectives among thread-ranks), the CUDA runtime by fake_cudart.c
 // (streams are queues that run when synchronized) and the core's kernels by
 // fake_cuda_kernels.cc (host functions queued on those streams). What runs
-// is the core: the routing (CUDA allreduce and broadcast to the device
-// transport, everything else over the host one), the device fusion buffer,
-// the scaling on the device, the ordering on the callers' streams.
+// is the core: the routing (every collective of CUDA tensors to the device
+// transport, host tensors and Adasum over the host one), the device fusion
+// buffer, the scaling on the device, the ordering on the callers' streams,
+// and the results the handles own left in device memory (a pool).
 //
 // Every device result is checked bit for bit against the same operation on
 // host tensors in the same context (the host path over gloo), with values
@@ -36,6 +37,8 @@ struct DevStats {
   long allreduces, broadcasts, others, host_refused, last_count;
   int last_op, last_dtype;
   long elements;
+  long allgathers, alltoalls, reducescatters;
+  int last_rs_op;
 };
 
 template <typename F>
@@ -58,6 +61,20 @@ struct Fakes {
   void (*kernels_reset)() = Sym<void (*)()>(kernels, "fake_cuda_kernels_reset");
   void (*dev_stats)(DevStats*) = Sym<void (*)(DevStats*)>(dev, "fake_dev_stats");
   void (*dev_reset)() = Sym<void (*)()>(dev, "fake_dev_reset");
+  long (*mallocs)() = Sym<long (*)()>(cudart, "fake_cuda_mallocs");
+  long (*live)() = Sym<long (*)()>(cudart, "fake_cuda_live_allocations");
+  struct Attr {
+    int type, device;
+    void *dev_ptr, *host_ptr;
+    long reserved[8];
+  };
+  int (*attributes)(Attr*, const void*) = Sym<int (*)(Attr*, const void*)>(cudart, "cudaPointerGetAttributes");
+  // The device whose (fake) memory p is; -1 for host memory.
+  int DeviceOf(const void* p) const {
+    Attr a{};
+    if (attributes(&a, p) != 0 || a.type != 2) return -1;
+    return a.device;
+  }
 
   DevStats Stats() const {
     DevStats s{};
@@ -148,10 +165,13 @@ struct Tensor {
   hvd_tensor_t t = HVD_TENSOR_INIT;
   void* dev = nullptr;                // device memory (nullptr: a host tensor)
   std::vector<unsigned char> host;    // a host tensor's memory
-  Tensor(hvd_dtype_t dt, size_t count, const std::vector<unsigned char>& data, int device, void* stream)
-      : shape{static_cast<int64_t>(count)} {
+  // cols > 1: a matrix of count / cols rows.
+  Tensor(hvd_dtype_t dt, size_t count, const std::vector<unsigned char>& data, int device, void* stream,
+         int64_t cols = 1)
+      : shape{static_cast<int64_t>(count) / cols} {
+    if (cols > 1) shape.push_back(cols);
     t.dtype = dt;
-    t.ndim = 1;
+    t.ndim = static_cast<int32_t>(shape.size());
     t.shape = shape.data();
     if (device < 0) {
       host = data;
@@ -173,7 +193,11 @@ struct Tensor {
   const unsigned char* bytes() const {
     return dev != nullptr ? static_cast<const unsigned char*>(dev) : host.data();
   }
-  size_t nbytes() const { return static_cast<size_t>(shape[0]) * hvd::DtypeSize(t.dtype); }
+  size_t nbytes() const {
+    size_t n = hvd::DtypeSize(t.dtype);
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
 };
 
 void WaitOk(hvd_handle_t h, const std::string& what) {
@@ -293,11 +317,10 @@ TEST_F(DeviceTransport, UnfusedAverageGoesNativeWhereOffered) {
   EXPECT_EQ(F().launches(), 2);  // the division, per rank
 }
 
-// Broadcast on the device transport; allgather, alltoall and reducescatter
-// of CUDA tensors staged over the host transport; host tensors over it too.
-TEST_F(DeviceTransport, OtherCollectivesAndHostTensors) {
+// Broadcast on the device transport; host tensors in the same context over
+// the host transport.
+TEST_F(DeviceTransport, BroadcastAndHostTensors) {
   RunDev(3, [](hvd_context_t ctx, int rank) {
-    const int n = 3;
     {
       Tensor x(HVD_INT32, 4, Bytes(HVD_INT32, rank, 1, 4), rank % 2, StreamOf(rank));
       hvd_handle_t h = nullptr;
@@ -307,52 +330,16 @@ TEST_F(DeviceTransport, OtherCollectivesAndHostTensors) {
       EXPECT_EQ(std::memcmp(x.bytes(), want.data(), want.size()), 0);
     }
     {
-      Tensor x(HVD_FLOAT64, 2, Bytes(HVD_FLOAT64, rank, 2, 2), rank % 2, StreamOf(rank));
+      Tensor x(HVD_INT32, 3, Bytes(HVD_INT32, rank, 2, 3), HVD_DEVICE_CPU, nullptr);
       hvd_handle_t h = nullptr;
-      ASSERT_EQ(hvd_allgather_async(ctx, "ag", &x.t, &h), HVD_OK) << hvd_last_error();
+      ASSERT_EQ(hvd_allgather_async(ctx, "host.ag", &x.t, &h), HVD_OK) << hvd_last_error();
       ASSERT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << hvd_last_error();
       const void* data = nullptr;
       size_t bytes = 0;
-      ASSERT_EQ(hvd_handle_output(h, &data, &bytes), HVD_OK);
-      ASSERT_EQ(bytes, n * 2 * sizeof(double));
-      for (int r = 0; r < n; ++r) {
-        const auto want = Bytes(HVD_FLOAT64, r, 2, 2);
-        EXPECT_EQ(std::memcmp(static_cast<const char*>(data) + r * 16, want.data(), 16), 0) << r;
-      }
-      hvd_handle_release(h);
-    }
-    {
-      std::vector<unsigned char> in(n * 4);
-      for (int j = 0; j < n; ++j) {
-        const int32_t v = rank * 10 + j;
-        std::memcpy(in.data() + j * 4, &v, 4);
-      }
-      Tensor x(HVD_INT32, n, in, rank % 2, StreamOf(rank));
-      hvd_handle_t h = nullptr;
-      ASSERT_EQ(hvd_alltoall_async(ctx, "a2a", &x.t, nullptr, &h), HVD_OK) << hvd_last_error();
-      ASSERT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << hvd_last_error();
-      const void* data = nullptr;
-      size_t bytes = 0;
-      ASSERT_EQ(hvd_handle_output(h, &data, &bytes), HVD_OK);
-      ASSERT_EQ(bytes, n * 4u);
-      for (int r = 0; r < n; ++r) EXPECT_EQ(static_cast<const int32_t*>(data)[r], r * 10 + rank);
-      hvd_handle_release(h);
-    }
-    {
-      Tensor x(HVD_INT64, 6, Bytes(HVD_INT64, rank, 3, 6), rank % 2, StreamOf(rank));
-      hvd_handle_t h = nullptr;
-      ASSERT_EQ(hvd_reducescatter_async(ctx, "rs", &x.t, HVD_SUM, 1.0, 1.0, &h), HVD_OK)
-          << hvd_last_error();
-      ASSERT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << hvd_last_error();
-      const void* data = nullptr;
-      size_t bytes = 0;
-      ASSERT_EQ(hvd_handle_output(h, &data, &bytes), HVD_OK);
-      ASSERT_EQ(bytes, 2 * sizeof(int64_t));
-      for (int i = 0; i < 2; ++i) {
-        int64_t want = 0;
-        for (int r = 0; r < n; ++r) want += static_cast<int64_t>(Value(HVD_INT64, r, 3, rank * 2 + i));
-        EXPECT_EQ(static_cast<const int64_t*>(data)[i], want);
-      }
+      int32_t device = 7;
+      ASSERT_EQ(hvd_handle_output_device(h, &data, &bytes, &device), HVD_OK) << hvd_last_error();
+      EXPECT_EQ(device, HVD_DEVICE_CPU);
+      EXPECT_EQ(bytes, 3u * 3 * 4);
       hvd_handle_release(h);
     }
     // A host tensor in the same context: over gloo.
@@ -361,9 +348,231 @@ TEST_F(DeviceTransport, OtherCollectivesAndHostTensors) {
   });
   const DevStats s = F().Stats();
   EXPECT_EQ(s.broadcasts, 3);
-  EXPECT_EQ(s.allreduces, 0);  // the host tensor's allreduce did not come here
+  EXPECT_EQ(s.allreduces, 0);  // the host tensors did not come here
+  EXPECT_EQ(s.allgathers, 0);
   EXPECT_EQ(s.others, 0);
   EXPECT_EQ(s.host_refused, 0);
+}
+
+// What a handle that owns its result says about it.
+struct Owned {
+  std::vector<unsigned char> bytes;  // hvd_handle_output's (host) copy
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;
+  int device = HVD_DEVICE_CPU;  // hvd_handle_output_device's
+};
+
+// Waits for h and reads its result. A device result must lie in memory of
+// `device`, and hvd_handle_output must copy exactly those bytes to host.
+void Collect(hvd_handle_t h, int device, int nsplits, const std::string& what, Owned* out) {
+  ASSERT_NE(h, nullptr) << what;
+  ASSERT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << what << ": " << hvd_last_error();
+  const void* where = nullptr;
+  size_t where_bytes = 0;
+  int32_t on = -2;
+  ASSERT_EQ(hvd_handle_output_device(h, &where, &where_bytes, &on), HVD_OK) << what;
+  out->device = on;
+  const void* data = nullptr;
+  size_t bytes = 0;
+  ASSERT_EQ(hvd_handle_output(h, &data, &bytes), HVD_OK) << what << ": " << hvd_last_error();
+  EXPECT_EQ(bytes, where_bytes) << what;
+  if (bytes > 0) {
+    EXPECT_EQ(F().DeviceOf(data), -1) << what << ": hvd_handle_output gave device memory";
+    EXPECT_EQ(F().DeviceOf(where), device) << what;
+    if (device >= 0) {
+      EXPECT_NE(data, where) << what;
+      // The fake's device memory is host memory: the copy must equal it.
+      EXPECT_EQ(std::memcmp(data, where, bytes), 0) << what;
+    }
+    out->bytes.assign(static_cast<const unsigned char*>(data), static_cast<const unsigned char*>(data) + bytes);
+  }
+  int64_t dims[HVD_MAX_NDIM];
+  int32_t ndim = 0;
+  ASSERT_EQ(hvd_handle_output_shape(h, dims, HVD_MAX_NDIM, &ndim), HVD_OK) << what;
+  out->shape.assign(dims, dims + ndim);
+  if (nsplits > 0) {
+    out->splits.resize(static_cast<size_t>(nsplits));
+    ASSERT_EQ(hvd_handle_recv_splits(h, out->splits.data(), nsplits), HVD_OK) << what;
+  }
+  hvd_handle_release(h);
+}
+
+// Allgather (rank r holds a different number of rows, rank 1 none),
+// alltoall (uneven splits) and reducescatter (rows not a multiple of the
+// size; every op and scaling) of every dtype, on CUDA tensors and on the
+// same host tensors; the device ones are submitted in an order that
+// differs per rank. Both must give the same bits, the device results in
+// device memory of the input's device.
+void EveryOwned(int n) {
+  RunDev(n, [n](hvd_context_t ctx, int rank) {
+    constexpr int64_t kCols = 3;
+    for (hvd_dtype_t dt : kDtypes) {
+      struct Case {
+        std::string name;
+        std::unique_ptr<Tensor> x;
+        int kind;  // 0 allgather, 1 alltoall, 2 reducescatter
+        hvd_reduce_op_t op = HVD_SUM;
+        double pre = 1.0, post = 1.0;
+        std::vector<int64_t> splits;
+        Owned got;
+      };
+      for (int device_input = 0; device_input < 2; ++device_input) {
+        const int device = device_input ? rank % 2 : HVD_DEVICE_CPU;
+        const std::string tag = "d" + std::to_string(dt) + (device_input ? ".dev" : ".host");
+        std::vector<std::unique_ptr<Case>> cases;
+        auto add = [&](int kind, int64_t rows, int seed) {
+          auto c = std::make_unique<Case>();
+          c->kind = kind;
+          const size_t count = static_cast<size_t>(rows * kCols);
+          c->x = std::make_unique<Tensor>(dt, count, Bytes(dt, rank, seed, count), device,
+                                          StreamOf(rank, seed % 4), kCols);
+          cases.push_back(std::move(c));
+          return cases.back().get();
+        };
+        add(0, rank == 1 ? 0 : rank + 2, 1)->name = tag + ".ag";
+        {
+          std::vector<int64_t> splits;
+          int64_t rows = 0;
+          for (int j = 0; j < n; ++j) {
+            splits.push_back((rank + 2 * j) % 3);
+            rows += splits.back();
+          }
+          Case* c = add(1, rows, 2);
+          c->name = tag + ".a2a";
+          c->splits = splits;
+        }
+        int seed = 3;
+        for (hvd_reduce_op_t op : kOps) {
+          if (dt == HVD_BOOL && op == HVD_AVERAGE) continue;
+          for (int scaled = 0; scaled < 2; ++scaled) {
+            Case* c = add(2, 2 * n + 1, seed++);
+            c->name = tag + ".rs" + std::to_string(op) + "s" + std::to_string(scaled);
+            c->op = op;
+            c->pre = scaled ? 0.5 : 1.0;
+            c->post = scaled ? 4.0 : 1.0;
+          }
+        }
+        // Submit in an order that differs per rank (rotated), then wait.
+        std::vector<hvd_handle_t> handles(cases.size(), nullptr);
+        for (size_t i = 0; i < cases.size(); ++i) {
+          const size_t k = (i + static_cast<size_t>(rank) * 2) % cases.size();
+          Case& c = *cases[k];
+          hvd_status_t st = HVD_ERR_INTERNAL;
+          if (c.kind == 0) {
+            st = hvd_allgather_async(ctx, c.name.c_str(), &c.x->t, &handles[k]);
+          } else if (c.kind == 1) {
+            st = hvd_alltoall_async(ctx, c.name.c_str(), &c.x->t, c.splits.data(), &handles[k]);
+          } else {
+            st = hvd_reducescatter_async(ctx, c.name.c_str(), &c.x->t, c.op, c.pre, c.post, &handles[k]);
+          }
+          ASSERT_EQ(st, HVD_OK) << c.name << ": " << hvd_last_error();
+        }
+        for (size_t k = 0; k < cases.size(); ++k) {
+          Collect(handles[k], device, cases[k]->kind == 1 ? n : 0, cases[k]->name, &cases[k]->got);
+        }
+        static thread_local std::vector<Owned> host_results;
+        if (!device_input) {
+          host_results.clear();
+          for (const auto& c : cases) host_results.push_back(c->got);
+          continue;
+        }
+        ASSERT_EQ(host_results.size(), cases.size());
+        for (size_t k = 0; k < cases.size(); ++k) {
+          const Owned& want = host_results[k];
+          const Owned& got = cases[k]->got;
+          EXPECT_EQ(got.device, device) << cases[k]->name << " on rank " << rank;
+          EXPECT_EQ(want.shape, got.shape) << cases[k]->name << " on rank " << rank;
+          EXPECT_EQ(want.splits, got.splits) << cases[k]->name << " on rank " << rank;
+          EXPECT_EQ(want.bytes, got.bytes) << cases[k]->name << " on rank " << rank;
+        }
+      }
+    }
+  });
+  const DevStats s = F().Stats();
+  const long dtypes = static_cast<long>(sizeof(kDtypes) / sizeof(kDtypes[0]));
+  EXPECT_EQ(s.allgathers, n * dtypes);
+  EXPECT_EQ(s.alltoalls, n * dtypes);
+  EXPECT_EQ(s.reducescatters, n * ((dtypes - 1) * 10 + 8));  // bool has no AVERAGE
+  EXPECT_EQ(s.host_refused, 0) << "host memory reached the device transport";
+  EXPECT_EQ(s.others, 0);
+}
+
+TEST_F(DeviceTransport, OwnedResultsStayOnTheDeviceTwoRanks) { EveryOwned(2); }
+TEST_F(DeviceTransport, OwnedResultsStayOnTheDeviceThreeRanks) { EveryOwned(3); }
+
+// Reducescatter's AVERAGE of a floating type goes to the transport as it is
+// where it offers it (no postscale), as the sum divided on the device where not.
+TEST_F(DeviceTransport, ReducescatterAverageGoesNativeWhereOffered) {
+  for (int native = 0; native < 2; ++native) {
+    ScopedEnv avg("FAKE_DEV_AVERAGE", native ? "1" : "0");
+    F().dev_reset();
+    F().kernels_reset();
+    RunDev(2, [](hvd_context_t ctx, int rank) {
+      Tensor x(HVD_FLOAT32, 4, Bytes(HVD_FLOAT32, rank, 5, 4), rank % 2, StreamOf(rank));
+      hvd_handle_t h = nullptr;
+      ASSERT_EQ(hvd_reducescatter_async(ctx, "rsavg", &x.t, HVD_AVERAGE, 1.0, 1.0, &h), HVD_OK);
+      Owned got;
+      Collect(h, rank % 2, 0, "rsavg", &got);
+      ASSERT_EQ(got.bytes.size(), 2 * sizeof(float));
+      for (int i = 0; i < 2; ++i) {
+        float v = 0;
+        std::memcpy(&v, got.bytes.data() + 4 * i, 4);
+        const double want = (Value(HVD_FLOAT32, 0, 5, 2 * rank + i) + Value(HVD_FLOAT32, 1, 5, 2 * rank + i)) / 2;
+        EXPECT_EQ(v, static_cast<float>(want)) << i;
+      }
+    });
+    EXPECT_EQ(F().Stats().last_rs_op, native ? HVD_AVERAGE : HVD_SUM);
+    EXPECT_EQ(F().launches(), native ? 0 : 2);  // the division, per rank
+  }
+}
+
+// Device results come from a pool: a released result's memory serves the
+// next one of the size, no new cudaMalloc. A handle may outlive its
+// context: its device result is still read (and copied to host) after the
+// context is gone, and freed on release; nothing is left allocated.
+TEST_F(DeviceTransport, DeviceResultsArePooledAndOutliveTheContext) {
+  const long live_before = F().live();
+  std::vector<hvd_handle_t> kept(2, nullptr);
+  std::vector<long> grew(2, -1);
+  RunDev(2, [&](hvd_context_t ctx, int rank) {
+    Tensor x(HVD_INT64, 8, Bytes(HVD_INT64, rank, 6, 8), rank % 2, StreamOf(rank));
+    auto gather = [&](const std::string& name) {
+      hvd_handle_t h = nullptr;
+      EXPECT_EQ(hvd_allgather_async(ctx, name.c_str(), &x.t, &h), HVD_OK) << hvd_last_error();
+      EXPECT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << hvd_last_error();
+      return h;
+    };
+    auto barrier = [&] {
+      hvd_handle_t b = nullptr;
+      ASSERT_EQ(hvd_barrier_async(ctx, &b), HVD_OK);
+      WaitOk(b, "barrier");
+    };
+    hvd_handle_release(gather("first"));
+    barrier();
+    const long before = F().mallocs();
+    barrier();
+    hvd_handle_release(gather("second"));  // the first's block, from the pool
+    barrier();
+    grew[static_cast<size_t>(rank)] = F().mallocs() - before;
+    barrier();
+    kept[static_cast<size_t>(rank)] = gather("kept");
+  });
+  EXPECT_EQ(grew[0], 0);
+  EXPECT_EQ(grew[1], 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    hvd_handle_t h = kept[static_cast<size_t>(rank)];
+    ASSERT_NE(h, nullptr);
+    const void* data = nullptr;
+    size_t bytes = 0;
+    ASSERT_EQ(hvd_handle_output(h, &data, &bytes), HVD_OK) << hvd_last_error();
+    ASSERT_EQ(bytes, 2 * 8 * sizeof(int64_t));
+    for (int r = 0; r < 2; ++r) {
+      const auto want = Bytes(HVD_INT64, r, 6, 8);
+      EXPECT_EQ(std::memcmp(static_cast<const char*>(data) + r * 64, want.data(), 64), 0) << r;
+    }
+    EXPECT_EQ(hvd_handle_release(h), HVD_OK);
+  }
+  EXPECT_EQ(F().live(), live_before) << "device memory left allocated";
 }
 
 // Adasum of CUDA tensors is staged over the host transport (its tree runs
@@ -405,6 +614,14 @@ TEST_F(DeviceTransport, WithoutKernels) {
     auto want = GroupedAllreduce(ctx, rank, false, HVD_INT32, HVD_MAX, 1.0, 1.0, {3, 4, 2}, "nk");
     auto got = GroupedAllreduce(ctx, rank, true, HVD_INT32, HVD_MAX, 1.0, 1.0, {3, 4, 2}, "nk");
     EXPECT_EQ(want, got);
+    // Reducescatter without scaling runs on the device.
+    Tensor y(HVD_INT32, 4, Bytes(HVD_INT32, rank, 1, 4), rank % 2, StreamOf(rank));
+    hvd_handle_t rh = nullptr;
+    ASSERT_EQ(hvd_reducescatter_async(ctx, "rsmax", &y.t, HVD_MAX, 1.0, 1.0, &rh), HVD_OK);
+    Owned rs;
+    Collect(rh, rank % 2, 0, "rsmax", &rs);
+    EXPECT_EQ(rs.bytes.size(), 2 * sizeof(int32_t));
+    // A refusal on the device ends the context (ranks could part ways there).
     Tensor x(HVD_INT32, 4, Bytes(HVD_INT32, rank, 0, 4), rank % 2, StreamOf(rank));
     hvd_handle_t h = nullptr;
     ASSERT_EQ(hvd_allreduce_async(ctx, "avg", &x.t, x.dev, HVD_AVERAGE, 1.0, 1.0, &h), HVD_OK);
@@ -415,7 +632,24 @@ TEST_F(DeviceTransport, WithoutKernels) {
     hvd_handle_release(h);
   });
   EXPECT_EQ(F().Stats().allreduces, 2 * 3);  // the group, tensor by tensor, per rank
+  EXPECT_EQ(F().Stats().reducescatters, 2);
   EXPECT_EQ(F().launches(), 0);
+}
+
+TEST_F(DeviceTransport, ScaledReducescatterWithoutKernelsIsRefusedByName) {
+  ScopedEnv none("HVD_CUDA_KERNELS", "/nonexistent/libhvd_cuda_kernels.so");
+  RunDev(2, [](hvd_context_t ctx, int rank) {
+    Tensor y(HVD_INT32, 4, Bytes(HVD_INT32, rank, 1, 4), rank % 2, StreamOf(rank));
+    hvd_handle_t h = nullptr;
+    ASSERT_EQ(hvd_reducescatter_async(ctx, "rsint", &y.t, HVD_AVERAGE, 1.0, 1.0, &h), HVD_OK);
+    EXPECT_EQ(hvd_handle_wait(h, 60.0), HVD_ERR_UNSUPPORTED);
+    const std::string err = hvd_last_error();
+    EXPECT_NE(err.find("'rsint'"), std::string::npos) << err;
+    EXPECT_NE(err.find("needs scaling on the device"), std::string::npos) << err;
+    EXPECT_NE(err.find("/nonexistent/libhvd_cuda_kernels.so"), std::string::npos) << err;
+    hvd_handle_release(h);
+  });
+  EXPECT_EQ(F().Stats().reducescatters, 0);  // refused before the transport
 }
 
 // A rank that has joined takes part with zeros on its own device (local

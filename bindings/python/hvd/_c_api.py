@@ -443,6 +443,8 @@ FUNCTIONS = {
     "hvd_handle_poll": (_S, [hvd_handle_t]),
     "hvd_handle_release": (_S, [hvd_handle_t]),
     "hvd_handle_output": (_S, [hvd_handle_t, POINTER(c_void_p), POINTER(c_size_t)]),
+    "hvd_handle_output_device": (
+        _S, [hvd_handle_t, POINTER(c_void_p), POINTER(c_size_t), POINTER(c_int32)]),
     "hvd_handle_output_shape": (_S, [hvd_handle_t, POINTER(c_int64), c_int32, POINTER(c_int32)]),
     "hvd_handle_recv_splits": (_S, [hvd_handle_t, POINTER(c_int64), c_int32]),
 }

@@ -129,6 +129,24 @@ class HandleMemory:
                 pass
 
 
+class HandleDeviceMemory(HandleMemory):
+    """A completed handle's result in CUDA device memory (a transport that
+    takes CUDA memory left it there); exposes it through the CUDA array
+    interface, so frameworks view it without a copy. The result is complete
+    when the handle is: no stream to synchronize with."""
+
+    __slots__ = ()
+
+    @property
+    def __array_interface__(self):
+        raise AttributeError("device memory has no host array interface")
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (self._nbytes,), "typestr": "|u1", "data": (self._ptr, False),
+                "version": 3, "stream": None}
+
+
 # ---------------------------------------------------------------------------
 # Handles.
 # ---------------------------------------------------------------------------
@@ -458,6 +476,17 @@ def _owned_result(raw, ad, buf):
     shape = tuple(dims[i] for i in range(ndim.value))
     data = c_void_p()
     nbytes = c_size_t(0)
+    if (buf.device != C.HVD_DEVICE_CPU and hasattr(ad, "owned_device")
+            and "hvd_handle_output_device" not in C.MISSING):
+        # A transport that takes CUDA memory leaves the result on the device:
+        # viewed there, without the copy to host and back.
+        device = c_int32(C.HVD_DEVICE_CPU)
+        C.check_call(lib.hvd_handle_output_device(raw, byref(data), byref(nbytes), byref(device)))
+        if device.value != C.HVD_DEVICE_CPU:
+            if not data.value or nbytes.value == 0:
+                return ad.owned(None, buf, shape), False
+            mem = HandleDeviceMemory(raw, data.value, nbytes.value)
+            return ad.owned_device(mem, buf, shape), True
     C.check_call(lib.hvd_handle_output(raw, byref(data), byref(nbytes)))
     if not data.value or nbytes.value == 0:
         return ad.owned(None, buf, shape), False

@@ -148,10 +148,16 @@ class TorchAdapter:
         out = torch.empty(buf.shape, dtype=buf.contig.dtype, device=buf.contig.device)
         return out, (out.data_ptr() if out.numel() else 0)
 
+    def owned_device(self, mem, buf, shape):
+        # A result in the input's device memory (a transport that takes CUDA
+        # memory): a view of it, which keeps the handle until it goes.
+        raw = torch.as_tensor(mem, device=buf.contig.device)
+        return raw.view(buf.contig.dtype).reshape(shape)
+
     def owned(self, mem, buf, shape):
-        # Results the handle owns (allgather, alltoall, reducescatter) are
-        # host memory, also for CUDA inputs (hvd.h): copied to the input's
-        # device, on its current stream.
+        # Results the handle owns (allgather, alltoall, reducescatter) staged
+        # over a host transport are host memory, also for CUDA inputs
+        # (hvd.h): copied to the input's device, on its current stream.
         dt = buf.contig.dtype
         dev = buf.contig.device
         if mem is None:

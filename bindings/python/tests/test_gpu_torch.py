@@ -148,6 +148,43 @@ def test_nccl_world_of_one_matches_host(dtype):
         hvd.shutdown()
 
 
+@pytest.mark.skipif(not _nccl_plugin_built(),
+                    reason="libhvd_transport_nccl.so is not next to HVD_LIBRARY_PATH's libhvd.so")
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.int64, torch.float16,
+                                   torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_nccl_world_of_one_owned_results_stay_on_the_device(dtype):
+    """Allgather, alltoall and reducescatter of CUDA tensors run on NCCL and
+    leave their results in device memory the handle owns: hvd.torch views
+    it (no copy to host and back), with the host path's bits."""
+    import hvd.torch as hvd
+    hvd.init(transport="nccl")
+    try:
+        dev = torch.device("cuda", 0)
+        x = ((torch.arange(7 * 3) % 9) + 1).to(dtype).reshape(7, 3)
+        if dtype.is_floating_point:
+            x = x / 8
+        g = hvd.allgather(x.to(dev), name="ag")
+        assert g.device == dev and torch.equal(g.cpu(), hvd.allgather(x, name="agh"))
+        t = hvd.alltoall(x.to(dev), name="a2a")
+        assert t.device == dev and torch.equal(t.cpu(), hvd.alltoall(x, name="a2ah"))
+        ops = [hvd.Sum, hvd.Max, hvd.Min] + ([hvd.Average] if dtype.is_floating_point else [])
+        for op in ops:
+            for pre, post in ((1.0, 1.0), (0.5, 4.0)):
+                name = f"rs{op}{pre}"
+                rs = hvd.reducescatter(x.to(dev), op=op, prescale_factor=pre,
+                                       postscale_factor=post, name=name)
+                want = hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post,
+                                         name=name + "h")
+                assert rs.device == dev and torch.equal(rs.cpu(), want), (op, pre, post, rs)
+        # The view outlives the handle's other references, and ops on it work.
+        kept = hvd.allgather(x.to(dev), name="kept")
+        import gc
+        gc.collect()
+        assert torch.equal((kept + 0).cpu(), x)
+    finally:
+        hvd.shutdown()
+
+
 # ---- several GPUs: tests/gpu/run.sh --multi-gpu (HVD_TEST_MULTI_GPU=1) --------------------
 
 MULTI_GPU = os.environ.get("HVD_TEST_MULTI_GPU") == "1"
@@ -186,7 +223,15 @@ NCCL_JOB = """
         g = hvd.allgather(x[: r + 1].reshape(-1, 1), name=f"ag{dt}")
         assert g.device == dev and g.shape[0] == n * (n + 1) // 2, g.shape
         t = hvd.alltoall(torch.full((n,), r, device=dev).to(dt), name=f"a2a{dt}")
-        assert torch.equal(t.cpu(), torch.arange(n).to(dt)), t
+        assert t.device == dev and torch.equal(t.cpu(), torch.arange(n).to(dt)), t
+        # 2n + 1 rows: the blocks are uneven (grouped reduces on NCCL).
+        rows = torch.arange(2 * n + 1).repeat_interleave(2).reshape(-1, 2) + r
+        rs = hvd.reducescatter(rows.to(dt).to(dev), op=hvd.Sum, name=f"rs{dt}")
+        lo = r * 2 + min(r, 1)
+        mine = 3 if r == 0 else 2
+        ref = sum((torch.arange(2 * n + 1).repeat_interleave(2).reshape(-1, 2) + q).to(torch.float64)
+                  for q in range(n))[lo: lo + mine]
+        assert rs.device == dev and torch.equal(rs.cpu().to(torch.float64), ref), (dt, rs)
     # A host tensor in the same job goes over the CPU transport.
     h = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="host")
     assert torch.equal(h, torch.full((3,), float(n)))
