@@ -83,6 +83,37 @@ Status Bootstrap::OpenDevice(const hvd_transport_env_v1_t& host_env, const Trans
   return Status::Ok();
 }
 
+Result<std::unique_ptr<Transport>> Bootstrap::OpenDeviceSet(const DeviceSet& set,
+                                                        const Transport& host, PluginKv* kv) {
+  if (device_name_.empty()) return Error(HVD_ERR_INTERNAL, "no device transport to open for a set");
+  if (!client_ && set.members.size() > 1) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 "a process set's CUDA tensors on the " + device_name_ +
+                     " transport need the job's store (this job formed without one)");
+  }
+  hvd_transport_env_v1_t env = host_env_;
+  SetTopology(&env);
+  env.rank = set.set_rank;
+  env.size = static_cast<int32_t>(set.members.size());
+  env.cross_rank = set.cross_rank;
+  env.cross_size = set.cross_size;
+  // local_rank and local_size stay the context's: they pick this rank's
+  // device, which the set's tensors are on.
+  if (client_) {  // else a set of one, which meets no one
+    *kv = kv_;
+    kv->prefix = kv_.prefix + "device/set" + std::to_string(set.generation) + "/";
+    env.kv = kv;
+  }
+  TransportOptions topts;
+  topts.hostname = cfg_->hostname;
+  topts.shm = false;
+  topts.shm_switch = "a device transport";
+  topts.hierarchical = 0;
+  topts.host_id = cfg_->host_id;
+  for (int r : set.members) topts.hosts.push_back(host.host_of(r));
+  return Transport::Open(device_name_, cfg_->transport_path, env, topts, log_);
+}
+
 Result<std::unique_ptr<Transport>> Bootstrap::Run() {
   HVD_CHECK(ResolveDeviceTransport());
   std::string transport = ChooseTransport();
@@ -123,18 +154,18 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
   }
   // A CIDR setting names the interface with an address in it (the same
   // setting serves hosts whose interface names differ).
-  std::string iface = cfg_->network_interface;
-  if (!iface.empty()) {
+  iface_ = cfg_->network_interface;
+  if (!iface_.empty()) {
     NetInterface nif;
     std::string why;
-    if (!FindInterface(iface, &nif, &why)) {
-      return InvalidArgument("HVD_NETWORK_INTERFACE=" + iface + " on host " + cfg_->hostname + ": " + why);
+    if (!FindInterface(iface_, &nif, &why)) {
+      return InvalidArgument("HVD_NETWORK_INTERFACE=" + iface_ + " on host " + cfg_->hostname + ": " + why);
     }
-    iface = nif.name;
+    iface_ = nif.name;
   }
-  env.network_interface = iface.c_str();
-  std::string local_address = client_ ? client_->local_address() : "";
-  env.local_address = local_address.c_str();
+  env.network_interface = iface_.c_str();
+  local_address_ = client_ ? client_->local_address() : "";
+  env.local_address = local_address_.c_str();
   env.mpi_comm = cfg_->mpi_comm;
   TransportOptions topts;
   topts.hostname = cfg_->hostname;
@@ -164,6 +195,7 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
     auto v = opened->Query(t.key);
     if (v.ok()) *t.field = static_cast<int>(*v);
   }
+  host_env_ = env;
   if (!device_name_.empty()) {
     Status s = OpenDevice(env, *opened);
     if (!s.ok()) {

@@ -30,6 +30,21 @@ class Bootstrap {
   // names one: the NCCL plugin), or null; after Run, once.
   std::unique_ptr<Transport> TakeDevice() { return std::move(device_); }
 
+  // The device-only transport again, over a process set's members (CUDA
+  // tensors of the set), opened by every member in the same cycle:
+  // members are context ranks in the set's order, this rank is
+  // members[set_rank]; the device stays the one local_rank picks (the
+  // context's), the keys are the set's own (prefix + "device/set<generation>/",
+  // in *kv, which must outlive the transport). After Run, on the loop thread.
+  struct DeviceSet {
+    std::vector<int> members;
+    int set_rank = 0;
+    int cross_rank = 0, cross_size = 1;
+    uint64_t generation = 0;
+  };
+  Result<std::unique_ptr<Transport>> OpenDeviceSet(const DeviceSet& set, const Transport& host,
+                                                   PluginKv* kv);
+
  private:
   // Splits cfg_->transport into the host transport asked for
   // (host_request_) and a device-only one (device_name_).
@@ -51,6 +66,10 @@ class Bootstrap {
   std::string host_request_;  // the host transport asked for ("" = choose)
   std::string device_name_;   // a device-only transport beside it ("" = none)
   PluginKv device_kv_;        // its keys: kv_'s prefix + "device/"
+  // The host transport's start environment (OpenDeviceSet starts from it),
+  // and the strings it points at.
+  hvd_transport_env_v1_t host_env_{};
+  std::string iface_, local_address_;
   std::unique_ptr<Transport> device_;
 };
 

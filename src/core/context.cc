@@ -105,6 +105,16 @@ struct Scope {
   std::vector<OpRequest> batch;
   std::vector<Response> responses;
   bool close_agreed = false;  // the set's destruction was agreed this cycle
+  // A set's own device transport (its CUDA tensors, beside a device-only
+  // transport such as NCCL): opened by every member in the first cycle one
+  // of the set's responses holds CUDA tensors (ContextImpl::SetDevice).
+  // Written by the loop thread under the context's mu_ (the shutdown
+  // aborts it from another thread).
+  uint64_t generation = 0;  // the set's creation count in the context: its store keys
+  std::unique_ptr<PluginKv> device_kv;  // before device: outlives it
+  std::unique_ptr<Transport> device;
+  bool device_tried = false;
+  Status device_error;  // why it could not be opened: its CUDA operations fail with it
 };
 
 namespace {
@@ -355,6 +365,8 @@ class ContextImpl final : public CycleDriver {
   // left) is a membership change: HVD_ERR_MEMBERSHIP_CHANGED, naming it.
   Status Membership(const Status& s) const;
   void ReleaseSets();
+  Comm* SetDevice(Scope& sc);
+  uint64_t set_generation_ = 0;  // groups made so far (loop thread): OpenDeviceSet's keys
   size_t pending() const;
 
   Config cfg_;
@@ -747,13 +759,59 @@ void ContextImpl::FailEverything(const Status& given) {
 // has stopped: nothing runs over them).
 void ContextImpl::ReleaseSets() {
   std::vector<std::unique_ptr<Comm>> comms;
+  std::vector<std::unique_ptr<Transport>> devices;  // before their keys (below)
+  std::vector<std::unique_ptr<PluginKv>> kvs;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& w : all_sets_) {
-      if (auto s = w.lock()) comms.push_back(std::move(s->own_comm));
+      if (auto s = w.lock()) {
+        comms.push_back(std::move(s->own_comm));
+        kvs.push_back(std::move(s->device_kv));
+        devices.push_back(std::move(s->device));
+      }
     }
   }
+  devices.clear();
   sets_.clear();
+}
+
+// A set's device transport, opened the first time its responses hold CUDA
+// tensors (the same responses on every member, so every member opens it in
+// the same cycle; a set that only ever moves host tensors costs nothing).
+// Null where the set has none, or opening failed (device_error says why).
+Comm* ContextImpl::SetDevice(Scope& sc) {
+  if (sc.device) return sc.device.get();
+  if (sc.device_tried) return nullptr;
+  bool cuda = false;
+  for (const Response& r : sc.responses) {
+    if (!r.error.ok() || !r.all) continue;
+    for (const RequestDesc& d : *r.all) cuda = cuda || d.device != HVD_DEVICE_CPU;
+  }
+  if (!cuda) return nullptr;
+  sc.device_tried = true;
+  Bootstrap::DeviceSet spec;
+  spec.members = sc.members;
+  spec.set_rank = sc.rank;
+  spec.cross_rank = sc.cross_rank;
+  spec.cross_size = sc.cross_size;
+  spec.generation = sc.generation;
+  auto kv = std::make_unique<PluginKv>();
+  auto t = boot_->OpenDeviceSet(spec, *transport_, kv.get());
+  if (!t.ok()) {
+    sc.device_error = t.status().Wrap(
+        "opening the " + std::string(device_transport_->name()) + " transport for process " +
+        sc.label + " (its CUDA tensors) on rank " + std::to_string(cfg_.rank) + " (set rank " +
+        std::to_string(sc.rank) + ")");
+    HVD_LOG(log_, HVD_LOG_ERROR, "rank " << cfg_.rank << ": " << sc.device_error.message());
+    return nullptr;
+  }
+  HVD_LOG(log_, HVD_LOG_INFO, "rank " << cfg_.rank << ": process " << sc.label << ": CUDA tensors over "
+                                      << t.value()->name() << " (set rank " << sc.rank << " of "
+                                      << sc.size << ")");
+  std::lock_guard<std::mutex> lock(mu_);
+  sc.device_kv = std::move(kv);
+  sc.device = std::move(t).value();
+  return sc.device.get();
 }
 
 void ContextImpl::Shutdown(const Status& why) {
@@ -782,6 +840,13 @@ void ContextImpl::Shutdown(const Status& why) {
                                 " is shutting down its context while a collective is blocked";
         bool aborted = transport_->Abort(HVD_ERR_TIMEOUT, why);
         if (device_transport_) aborted = device_transport_->Abort(HVD_ERR_TIMEOUT, why) && aborted;
+        {
+          std::lock_guard<std::mutex> sets_lock(mu_);
+          for (const auto& w : all_sets_) {
+            auto set = w.lock();
+            if (set && set->device) aborted = set->device->Abort(HVD_ERR_TIMEOUT, why) && aborted;
+          }
+        }
         HVD_LOG(log_, HVD_LOG_WARNING,
                 "shutdown: the background thread is still inside a collective after "
                     << kShutdownGraceS << " s; "
@@ -1200,7 +1265,12 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
     Scope* sc = k == 0 ? root_.get() : sets_[k - 1].get();
     if (sc == nullptr || (sc->responses.empty() && !sc->close_agreed)) continue;
     ran = true;
-    executor_->Use(sc->comm, k == 0 ? device_transport_.get() : nullptr);
+    if (k == 0) {
+      executor_->Use(sc->comm, device_transport_.get());
+    } else {
+      Comm* dev = device_transport_ ? SetDevice(*sc) : nullptr;
+      executor_->Use(sc->comm, dev, sc->device_error);
+    }
     timeline_.set_scope(&sc->label);
     bytes += Execute(*sc);
     timeline_.set_scope(nullptr);
@@ -1682,6 +1752,7 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
     slot_extent_[k] = 0;  // a new set's cache is empty
     if (sets_.size() < slot_live_.size()) sets_.resize(slot_live_.size());
     const auto& g = groups[i];
+    const uint64_t generation = ++set_generation_;  // every rank counts every group
     auto at = std::find(g.begin(), g.end(), root_->rank);
     if (at == g.end()) continue;
     auto set = std::make_shared<Scope>();
@@ -1717,6 +1788,7 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
         ++set->cross_size;
       }
     }
+    set->generation = generation;
     auto comm = transport_->OpenSubset(g, static_cast<uint32_t>(k + Transport::kFirstSetBand));
     if (!comm.ok()) return comm.status().Wrap("making a process set");
     set->own_comm = std::move(comm).value();

@@ -366,6 +366,7 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
       if (t.device != HVD_DEVICE_CPU) stage_list_.push_back(&t);
     }
   }
+  if (!device_status_.ok() && (zeros_for_device || !stage_list_.empty())) return device_status_;
   if (zeros_for_device) {
     // This rank joined; the others' tensors are CUDA memory. Where they go
     // to a device transport, so do this rank's zeros (else the others stage
@@ -393,6 +394,7 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
 Status Executor::RunOne(OpRequest& req, const Response& resp) {
   TensorSpec& t = req.tensors.front();
   if (t.device == HVD_DEVICE_CPU) return RunHostOne(req, resp);
+  if (!device_status_.ok()) return device_status_;
   // A transport that takes CUDA memory runs every collective of CUDA
   // tensors (a host transport beside it, if any, carries the host ones).
   if (Comm* dev = DeviceComm()) return RunDeviceOne(req, resp, *dev);

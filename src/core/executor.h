@@ -31,9 +31,12 @@ class Executor {
   // runs them all, one at a time).
   // `device`: a device-only transport beside it (the root context's, for
   // CUDA tensors; null: none, CUDA tensors are staged over `comm`).
-  void Use(Comm* comm, Comm* device = nullptr) {
+  // device_status: not ok where a device transport should serve `comm`'s
+  // CUDA tensors but could not be opened (they then fail with it).
+  void Use(Comm* comm, Comm* device = nullptr, Status device_status = Status::Ok()) {
     transport_ = comm;
     device_ = device;
+    device_status_ = std::move(device_status);
     rank_ = comm->rank();
     size_ = comm->size();
   }
@@ -137,6 +140,7 @@ class Executor {
 
   Comm* transport_;
   Comm* device_ = nullptr;  // a device-only transport beside transport_ (Use)
+  Status device_status_;
   Timeline* timeline_;
   int rank_;
   int size_;

@@ -12,6 +12,8 @@
 //    address (one process), the others read it.
 //  - FAKE_DEV_AVERAGE=1 declares HVD_TRANSPORT_CAP_AVERAGE (the sum divided
 //    by the size here, in the element type).
+//  - FAKE_DEV_REFUSE_SIZE=n fails init of a communicator of n ranks (a
+//    process set's, say).
 //  - fake_dev_stats() says what the core asked for.
 #include <dlfcn.h>
 
@@ -118,6 +120,11 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** o
     std::snprintf(err, err_len, "fakedev: rank %d: %s", env->rank, m.c_str());
     return HVD_ERR_TRANSPORT;
   };
+  const char* refuse = std::getenv("FAKE_DEV_REFUSE_SIZE");
+  if (refuse != nullptr && std::atoi(refuse) == env->size) {
+    return fail("refusing a communicator of " + std::to_string(env->size) +
+                " ranks (FAKE_DEV_REFUSE_SIZE)");
+  }
   Group* g = nullptr;
   if (env->size == 1) {
     g = new Group(1);

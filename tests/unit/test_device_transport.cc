@@ -586,22 +586,75 @@ TEST_F(DeviceTransport, AdasumIsStaged) {
   EXPECT_EQ(F().Stats().allreduces, 0);
 }
 
-// A process set's CUDA tensors are staged over the set's host connections.
-TEST_F(DeviceTransport, ProcessSetsStage) {
+// A process set's CUDA tensors go to a device transport of the set's own,
+// opened by its members the first time they move CUDA tensors (its keys
+// the set's: a later set, even over the same slot, gets a fresh one); host
+// tensors stay on the set's host connections.
+TEST_F(DeviceTransport, ProcessSetsOpenTheirOwnDeviceTransport) {
+  RunDev(3, [](hvd_context_t ctx, int rank) {
+    for (const std::vector<int32_t>& ranks : {std::vector<int32_t>{0, 2}, std::vector<int32_t>{1, 2}}) {
+      hvd_context_t set = nullptr;
+      ASSERT_EQ(hvd_process_set_create(ctx, 2, ranks.data(), &set), HVD_OK) << hvd_last_error();
+      if (set != nullptr) {
+        const std::string tag = "set" + std::to_string(ranks[1]);
+        auto want = GroupedAllreduce(set, rank, false, HVD_INT32, HVD_SUM, 1.0, 1.0, {5}, tag);
+        auto got = GroupedAllreduce(set, rank, true, HVD_INT32, HVD_SUM, 1.0, 1.0, {5}, tag);
+        EXPECT_EQ(want, got);
+        Tensor x(HVD_INT16, 2, Bytes(HVD_INT16, rank, 4, 2), rank % 2, StreamOf(rank));
+        hvd_handle_t h = nullptr;
+        ASSERT_EQ(hvd_allgather_async(set, (tag + ".ag").c_str(), &x.t, &h), HVD_OK);
+        Owned g;
+        Collect(h, rank % 2, 0, tag + ".ag", &g);
+        ASSERT_EQ(g.bytes.size(), 2u * 2 * 2);
+        for (int j = 0; j < 2; ++j) {
+          const auto part = Bytes(HVD_INT16, ranks[static_cast<size_t>(j)], 4, 2);
+          EXPECT_EQ(std::memcmp(g.bytes.data() + 4 * j, part.data(), 4), 0) << tag << " " << j;
+        }
+        EXPECT_EQ(hvd_context_destroy(set), HVD_OK);
+      }
+      // The rank outside the set stays until the others are done with it.
+      hvd_handle_t h = nullptr;
+      ASSERT_EQ(hvd_barrier_async(ctx, &h), HVD_OK) << hvd_last_error();
+      WaitOk(h, "barrier");
+    }
+  });
+  const DevStats s = F().Stats();
+  EXPECT_EQ(s.allreduces, 4);  // two sets of two members, one CUDA allreduce each
+  EXPECT_EQ(s.allgathers, 4);
+  EXPECT_EQ(s.host_refused, 0);
+}
+
+// Where a set's device transport cannot be opened, its CUDA operations fail
+// naming the set, the rank and why; the context then stops (the members may
+// have parted ways there), and says so.
+TEST_F(DeviceTransport, SetDeviceTransportThatCannotOpenIsNamed) {
+  ScopedEnv refuse("FAKE_DEV_REFUSE_SIZE", "2");
   RunDev(3, [](hvd_context_t ctx, int rank) {
     const int32_t ranks[] = {0, 2};
     hvd_context_t set = nullptr;
     ASSERT_EQ(hvd_process_set_create(ctx, 2, ranks, &set), HVD_OK) << hvd_last_error();
     if (set != nullptr) {
-      auto want = GroupedAllreduce(set, rank, false, HVD_INT32, HVD_SUM, 1.0, 1.0, {5}, "set");
-      auto got = GroupedAllreduce(set, rank, true, HVD_INT32, HVD_SUM, 1.0, 1.0, {5}, "set");
-      EXPECT_EQ(want, got);
-      EXPECT_EQ(hvd_context_destroy(set), HVD_OK);
+      auto host = GroupedAllreduce(set, rank, false, HVD_INT32, HVD_SUM, 1.0, 1.0, {4}, "sh");
+      EXPECT_EQ(host.size(), 1u);  // host tensors open nothing
+      Tensor x(HVD_FLOAT32, 3, Bytes(HVD_FLOAT32, rank, 0, 3), rank % 2, StreamOf(rank));
+      hvd_handle_t h = nullptr;
+      ASSERT_EQ(hvd_allreduce_async(set, "sx", &x.t, x.dev, HVD_SUM, 1.0, 1.0, &h), HVD_OK);
+      EXPECT_EQ(hvd_handle_wait(h, 60.0), HVD_ERR_TRANSPORT);
+      const std::string err = hvd_last_error();
+      EXPECT_NE(err.find("process set [0, 2]"), std::string::npos) << err;
+      EXPECT_NE(err.find("on rank " + std::to_string(rank) + " (set rank " +
+                         std::to_string(rank / 2) + ")"), std::string::npos) << err;
+      EXPECT_NE(err.find("FAKE_DEV_REFUSE_SIZE"), std::string::npos) << err;
+      hvd_handle_release(h);
+      hvd_context_destroy(set);
     }
-    // The rank outside the set stays until the others are done with it.
-    hvd_handle_t h = nullptr;
-    ASSERT_EQ(hvd_barrier_async(ctx, &h), HVD_OK) << hvd_last_error();
-    WaitOk(h, "barrier");
+    // Rank 1 (outside the set) learns of it at its next operation at the
+    // latest, from the others' going.
+    hvd_handle_t b = nullptr;
+    if (hvd_barrier_async(ctx, &b) == HVD_OK) {
+      EXPECT_NE(hvd_handle_wait(b, 60.0), HVD_OK);
+      hvd_handle_release(b);
+    }
   });
   EXPECT_EQ(F().Stats().allreduces, 0);
 }
@@ -692,8 +745,15 @@ TEST_F(DeviceTransport, WorldOfOne) {
     auto want = GroupedAllreduce(ctx, rank, false, HVD_FLOAT16, HVD_AVERAGE, 0.5, 2.0, {3, 3}, "one");
     auto got = GroupedAllreduce(ctx, rank, true, HVD_FLOAT16, HVD_AVERAGE, 0.5, 2.0, {3, 3}, "one");
     EXPECT_EQ(want, got);
+    // A set of the one rank (no store in a world of one): its own device transport.
+    const int32_t ranks[] = {0};
+    hvd_context_t set = nullptr;
+    ASSERT_EQ(hvd_process_set_create(ctx, 1, ranks, &set), HVD_OK) << hvd_last_error();
+    auto in_set = GroupedAllreduce(set, rank, true, HVD_FLOAT16, HVD_AVERAGE, 0.5, 2.0, {3, 3}, "one");
+    EXPECT_EQ(want, in_set);
+    EXPECT_EQ(hvd_context_destroy(set), HVD_OK);
   });
-  EXPECT_EQ(F().Stats().allreduces, 1);
+  EXPECT_EQ(F().Stats().allreduces, 2);
 }
 
 TEST_F(DeviceTransport, DeviceOnlyHostTransportIsRefused) {

@@ -181,6 +181,13 @@ def test_nccl_world_of_one_owned_results_stay_on_the_device(dtype):
         import gc
         gc.collect()
         assert torch.equal((kept + 0).cpu(), x)
+        # A process set opens NCCL again over its members (here: one).
+        ps = hvd.add_process_set([0])
+        s = hvd.allreduce(x.to(dev), op=hvd.Sum, name="ps.ar", process_set=ps)
+        assert s.device == dev and torch.equal(s.cpu(), x)
+        pg = hvd.allgather(x.to(dev), name="ps.ag", process_set=ps)
+        assert pg.device == dev and torch.equal(pg.cpu(), x)
+        hvd.remove_process_set(ps)
     finally:
         hvd.shutdown()
 
@@ -232,6 +239,15 @@ NCCL_JOB = """
         ref = sum((torch.arange(2 * n + 1).repeat_interleave(2).reshape(-1, 2) + q).to(torch.float64)
                   for q in range(n))[lo: lo + mine]
         assert rs.device == dev and torch.equal(rs.cpu().to(torch.float64), ref), (dt, rs)
+    # A process set of the even ranks: its own NCCL communicator.
+    evens = hvd.add_process_set(list(range(0, n, 2)))
+    if r % 2 == 0:
+        e = hvd.allreduce(torch.full((5,), float(r), device=dev), op=hvd.Sum, name="evens",
+                          process_set=evens)
+        assert torch.equal(e.cpu(), torch.full((5,), float(sum(range(0, n, 2))))), e
+        eg = hvd.allgather(torch.full((1, 2), r, device=dev), name="evens.ag", process_set=evens)
+        assert eg.device == dev and eg[:, 0].tolist() == list(range(0, n, 2)), eg
+    hvd.remove_process_set(evens)
     # A host tensor in the same job goes over the CPU transport.
     h = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="host")
     assert torch.equal(h, torch.full((3,), float(n)))
