@@ -67,8 +67,9 @@ class UcxP2p : public ::testing::TestWithParam<int> {
 
 TEST(UcxP2pTable, PassesTheLoadersChecks) {
   CheckPointToPointTable(Plugin(), "ucx",
-                         HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT |
-                             HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD);
+                         HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST |
+                             HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
+                             HVD_TRANSPORT_CAP_ANY_THREAD);
 }
 
 // NULL communicator or request: HVD_ERR_INVALID_ARGUMENT, no crash.
@@ -81,6 +82,9 @@ TEST(UcxP2pTable, NullCommunicatorAndRequest) {
   EXPECT_EQ(t->isend(nullptr, 1, 0, &buf, &req), HVD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(t->irecv(nullptr, 1, 0, &buf, &req), HVD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(t->wait(nullptr, nullptr, 1.0), HVD_ERR_INVALID_ARGUMENT);
+  int done = 7;
+  EXPECT_EQ(t->test(nullptr, nullptr, &done), HVD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(t->progress(nullptr), HVD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(t->abort(nullptr, HVD_ERR_ABORTED, "x"), HVD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(t->async_error(nullptr), HVD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(t->set_timeout(nullptr, 1.0, HVD_TRANSPORT_LIMIT_PEER), HVD_ERR_INVALID_ARGUMENT);
@@ -271,6 +275,87 @@ TEST_P(UcxP2p, WaitCompletesExactlyItsOwnRequest) {
       }
     }
   });
+}
+
+// test never blocks: a receive nobody has sent to stays pending (and stays
+// the caller's), completes once the message is sent, with the data; a large
+// message (rendezvous) moves while only progress and test are called.
+TEST_P(UcxP2p, TestAndProgressNeverBlock) {
+  const int size = Ranks();
+  std::atomic<int> phase{0};
+  RunWorld(size, [&](int rank, void* comm) {
+    const hvd_transport_v4_t* t = Plugin();
+    const int last = size - 1;
+    constexpr size_t kBig = 4u << 20;
+    if (rank == 0) {
+      uint32_t v = 0;
+      auto* r = Post(comm, false, last, 3, &v, sizeof(v));
+      int done = 1;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < 100; ++i) {
+        ASSERT_EQ(t->test(comm, r, &done), HVD_OK) << t->last_error(comm);
+        ASSERT_EQ(done, 0) << "completed before anything was sent";
+        ASSERT_EQ(t->progress(comm), HVD_OK);
+      }
+      EXPECT_LT(SecondsSince(t0), 1.0) << "test or progress blocked";
+      phase.store(1);
+      while (done == 0 && SecondsSince(t0) < kWaitS) {
+        ASSERT_EQ(t->test(comm, r, &done), HVD_OK) << t->last_error(comm);
+      }
+      ASSERT_EQ(done, 1);
+      EXPECT_EQ(v, 0xC0FFEEu);
+      std::vector<uint8_t> big(kBig, 0);
+      auto* b = Post(comm, false, last, 4, big.data(), big.size());
+      done = 0;
+      while (done == 0 && SecondsSince(t0) < kWaitS) {
+        ASSERT_EQ(t->progress(comm), HVD_OK);
+        ASSERT_EQ(t->test(comm, b, &done), HVD_OK) << t->last_error(comm);
+      }
+      ASSERT_EQ(done, 1);
+      for (size_t i = 0; i < kBig; i += 4099) ASSERT_EQ(big[i], static_cast<uint8_t>(i * 7)) << i;
+    } else if (rank == last) {
+      const auto t0 = Clock::now();
+      while (phase.load() == 0 && SecondsSince(t0) < kWaitS) std::this_thread::yield();
+      uint32_t v = 0xC0FFEEu;
+      auto* s = Post(comm, true, 0, 3, &v, sizeof(v));
+      ASSERT_EQ(t->wait(comm, s, kWaitS), HVD_OK) << t->last_error(comm);
+      std::vector<uint8_t> big(kBig);
+      for (size_t i = 0; i < kBig; ++i) big[i] = static_cast<uint8_t>(i * 7);
+      auto* b = Post(comm, true, 0, 4, big.data(), big.size());
+      int done = 0;
+      while (done == 0 && SecondsSince(t0) < kWaitS) {
+        ASSERT_EQ(t->test(comm, b, &done), HVD_OK) << t->last_error(comm);
+      }
+      ASSERT_EQ(done, 1);
+    }
+  });
+}
+
+// A peer that leaves: test reports the lost connection naming it (done,
+// request released), as wait does.
+TEST(UcxP2pFaults, TestNamesAPeerThatLeft) {
+  RunWorldEx(
+      2,
+      [&](int rank, void* comm) {
+        const hvd_transport_v4_t* t = Plugin();
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          t->finalize(comm);
+          return true;
+        }
+        uint8_t b = 0;
+        auto* r = Post(comm, false, 1, 1, &b, 1);
+        int done = 0, st = HVD_OK;
+        const auto t0 = Clock::now();
+        while (done == 0 && SecondsSince(t0) < 10.0) st = t->test(comm, r, &done);
+        EXPECT_EQ(done, 1);
+        EXPECT_EQ(st, HVD_ERR_TRANSPORT) << t->last_error(comm);
+        const std::string msg = t->last_error(comm);
+        EXPECT_NE(msg.find(Who(1) + ": connection lost"), std::string::npos) << msg;
+        EXPECT_NE(t->progress(comm), HVD_OK);  // broken
+        return false;
+      },
+      WorldOptions());
 }
 
 // Zero-byte messages on their own (the plugin sends from and receives into

@@ -1150,6 +1150,66 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   return status;
 }
 
+// Never blocks: one round of progress, then the request's state as Wait
+// would report it once done (a failure breaks the communicator as there).
+int Test(void* comm, hvd_transport_request_t* req, int* done) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr || done == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  *done = 0;
+  if (req == nullptr) {
+    try {
+      c->last_error = "ucx test: NULL request";
+    } catch (...) {
+    }
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  int status = HVD_OK;
+  try {
+    if (c->failed.load() == HVD_OK) {
+      for (int i = 0; i < 8 && !req->done && ucp_worker_progress(c->worker) != 0; ++i) {
+      }
+    }
+    const size_t peer = static_cast<size_t>(req->peer);
+    if (c->failed.load() != HVD_OK) {
+      status = Settle(*c);
+    } else if (!req->done && peer < c->gone.size() && c->gone[peer] != 0) {
+      status = Break(*c, HVD_ERR_TRANSPORT,
+                     "ucx: " + c->Who(req->peer) + ": connection lost (it finalized and left while this rank " +
+                         (req->send ? "was sending to it)" : "waited for it)"));
+    } else if (!req->done) {
+      return HVD_OK;  // still pending: not released
+    } else {
+      const std::string why = Outcome(*c, *req);
+      if (!why.empty()) status = Break(*c, StatusOf(req->status), why, req->peer);
+    }
+  } catch (...) {
+    status = HVD_ERR_INTERNAL;
+    try {
+      status = Break(*c, HVD_ERR_TRANSPORT, "ucx test: unexpected exception");
+    } catch (...) {
+    }
+  }
+  *done = 1;
+  Release(*c, req);
+  return status;
+}
+
+// Advances pending transfers without blocking: what has arrived is taken in
+// (a rendezvous over tcp moves only while the worker is progressed), so a
+// caller busy between waits (the ring's reductions) keeps the wire moving.
+int Progress(void* comm) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  if (c->failed.load() != HVD_OK) return c->failed.load();
+  try {
+    for (int i = 0; i < 8 && ucp_worker_progress(c->worker) != 0; ++i) {
+    }
+  } catch (...) {
+    return HVD_ERR_INTERNAL;
+  }
+  return HVD_OK;
+}
+
 // ---------------------------------------------------------------------------
 // The rest.
 
@@ -1247,14 +1307,16 @@ hvd_transport_v4_t MakeTable() {
   t.abi_version = HVD_TRANSPORT_ABI_V4;
   t.struct_size = sizeof(hvd_transport_v4_t);
   t.name = "ucx";
-  t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
-           HVD_TRANSPORT_CAP_ANY_THREAD;
+  t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
+           HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD;
   t.init = &Init;
   t.finalize = &Finalize;
   t.last_error = &LastError;
   t.isend = &Isend;
   t.irecv = &Irecv;
   t.wait = &Wait;
+  t.test = &Test;
+  t.progress = &Progress;
   t.abort = &Abort;
   t.async_error = &AsyncError;
   t.set_timeout = &SetTimeout;
