@@ -174,3 +174,18 @@ def test_missing_symbol_raises_unsupported():
     missing_fn = C._MissingFunction("hvd_future_call", "/x/libhvd.so")
     with pytest.raises(hvd.UnsupportedError, match="hvd_future_call: not exported"):
         missing_fn()
+
+
+def test_device_result_memory_exposes_the_cuda_array_interface_only():
+    """A result left in device memory (hvd_handle_output_device) is offered to
+    frameworks through the CUDA array interface, complete (no stream to wait
+    on); it has no host array interface, so numpy cannot read device memory."""
+    from hvd import _ops
+    mem = _ops.HandleDeviceMemory(None, 0x10000, 96)  # no handle: nothing to release
+    cai = mem.__cuda_array_interface__
+    assert cai == {"shape": (96,), "typestr": "|u1", "data": (0x10000, False), "version": 3,
+                   "stream": None}
+    assert not hasattr(mem, "__array_interface__")
+    host = _ops.HandleMemory(None, 0x10000, 96)
+    assert host.__array_interface__["data"] == (0x10000, False)
+    assert "hvd_handle_output_device" in C.FUNCTIONS
