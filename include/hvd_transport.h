@@ -399,6 +399,14 @@ typedef struct hvd_transport_v4 {
     int (*async_error)(void *comm);
     /* set_timeout (HVD_TRANSPORT_CAP_PEER_TIMEOUT): as in version 3. */
     int (*set_timeout)(void *comm, double timeout_s, int32_t kind);
+
+    /* ---- appended (read only where struct_size reaches it) --------------
+     * The dtypes the native reductions (allreduce, reducescatter) take, bit
+     * (1 << dtype) each; 0, or a table too old to hold the field: every
+     * dtype. Beside a device-only transport the core stages a reduction of
+     * another dtype over the host transport instead (NCCL has no 16-bit
+     * integer type). */
+    uint64_t reduce_dtypes;
 } hvd_transport_v4_t;
 
 typedef const hvd_transport_v4_t *(*hvd_transport_plugin_v4_fn)(void);

@@ -44,6 +44,11 @@ class Comm {
   // DeviceAllreduce also takes HVD_AVERAGE for floating dtypes
   // (HVD_TRANSPORT_CAP_AVERAGE).
   virtual bool device_average() const { return false; }
+  // Whether the device path reduces dtype d (hvd_transport_v4_t.reduce_dtypes).
+  virtual bool device_reduces(hvd_dtype_t d) const {
+    (void)d;
+    return true;
+  }
   virtual Status DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count,
                                  hvd_dtype_t dtype, hvd_reduce_op_t op) {
     (void)buf, (void)count, (void)dtype, (void)op;

@@ -372,7 +372,7 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
     // to a device transport, so do this rank's zeros (else the others stage
     // theirs, and host zeros match).
     Comm* dev = DeviceComm();
-    if (dev != nullptr && (dev == transport_ || DeviceServes(batch))) {
+    if (dev != nullptr && (dev == transport_ || DeviceServes(batch, *dev))) {
       HVD_CHECK(ZerosToDevice(batch));
       return RunDeviceAllreduce(batch, *dev);
     }
@@ -381,7 +381,7 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
   if (Comm* dev = DeviceComm()) {
     // With no host transport to stage over, the device transport is the
     // only way (and says what it cannot do).
-    if (dev == transport_ || DeviceServes(batch)) return RunDeviceAllreduce(batch, *dev);
+    if (dev == transport_ || DeviceServes(batch, *dev)) return RunDeviceAllreduce(batch, *dev);
   }
   stage_in_.assign(stage_list_.size(), true);
   stage_out_.assign(stage_list_.size(), true);
@@ -396,8 +396,13 @@ Status Executor::RunOne(OpRequest& req, const Response& resp) {
   if (t.device == HVD_DEVICE_CPU) return RunHostOne(req, resp);
   if (!device_status_.ok()) return device_status_;
   // A transport that takes CUDA memory runs every collective of CUDA
-  // tensors (a host transport beside it, if any, carries the host ones).
-  if (Comm* dev = DeviceComm()) return RunDeviceOne(req, resp, *dev);
+  // tensors (a host transport beside it, if any, carries the host ones),
+  // except reductions of a dtype it does not reduce, staged over that one.
+  if (Comm* dev = DeviceComm()) {
+    if (dev == transport_ || req.type != OpType::kReducescatter || dev->device_reduces(t.dtype)) {
+      return RunDeviceOne(req, resp, *dev);
+    }
+  }
   stage_list_.assign(1, &t);
   // Broadcast: only the root's data matters; every rank's output is written.
   const bool bcast = req.type == OpType::kBroadcast;
@@ -539,8 +544,10 @@ hvd_cuda_scale_t Prescale(hvd_dtype_t dtype, double prescale) {
 
 }  // namespace
 
-bool Executor::DeviceServes(const std::vector<OpRequest*>& batch) const {
-  return batch.front()->reduce_op != HVD_ADASUM;  // Adasum's tree runs on the host
+bool Executor::DeviceServes(const std::vector<OpRequest*>& batch, const Comm& dev) const {
+  const OpRequest& first = *batch.front();
+  if (first.reduce_op == HVD_ADASUM) return false;  // Adasum's tree runs on the host
+  return first.tensors.empty() || dev.device_reduces(first.tensors.front().dtype);
 }
 
 Result<uint8_t*> Executor::DeviceBufferOf(std::vector<DeviceFusionBuffer>* list,
@@ -611,6 +618,13 @@ Status Executor::RunDeviceAllreduce(std::vector<OpRequest*>& batch, Comm& dev) {
     return Error(HVD_ERR_UNSUPPORTED,
                  "Adasum of CUDA tensors needs a host transport to stage over (HVD_CPU_TRANSPORT "
                  "beside the device transport)");
+  }
+  if (!dev.device_reduces(first.tensors.front().dtype)) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 "allreduce '" + first.tensors.front().name + "' of " +
+                     DtypeName(first.tensors.front().dtype) +
+                     " CUDA tensors: the device transport does not reduce that dtype, and there "
+                     "is no host transport beside it to stage over (HVD_CPU_TRANSPORT)");
   }
   size_t total = 0, ntensors = 0;
   int device = -1;
@@ -870,6 +884,12 @@ Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& d
       out_bytes = static_cast<size_t>(my_rows) * row;
       h.output_shape = t.shape.vec();
       h.output_shape[0] = my_rows;
+      if (!dev.device_reduces(t.dtype)) {
+        return Error(HVD_ERR_UNSUPPORTED,
+                     "reducescatter '" + t.name + "' of a " + DtypeName(t.dtype) +
+                         " CUDA tensor: the device transport does not reduce that dtype, and "
+                         "there is no host transport beside it to stage over (HVD_CPU_TRANSPORT)");
+      }
       HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
       if (count == 0) break;
       // AVERAGE of a floating type with no postscale goes to the transport

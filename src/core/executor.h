@@ -96,9 +96,10 @@ class Executor {
     if (device_ != nullptr && device_->device_memory()) return device_;
     return transport_->device_memory() ? transport_ : nullptr;
   }
-  // Whether the device path serves this batch; where not (Adasum; a joined
-  // rank's host zeros), it is staged over a host transport, if there is one.
-  bool DeviceServes(const std::vector<OpRequest*>& batch) const;
+  // Whether the device path serves this batch; where not (Adasum; a dtype
+  // the device transport does not reduce), it is staged over a host
+  // transport, if there is one.
+  bool DeviceServes(const std::vector<OpRequest*>& batch, const Comm& dev) const;
   Status RunDeviceAllreduce(std::vector<OpRequest*>& batch, Comm& dev);
   Status DeviceAllreduceOne(TensorSpec& t, const OpRequest& first, Comm& dev,
                             const CudaRuntime& rt, const CudaKernels* k);

@@ -586,6 +586,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
   any_thread_ = (v.caps & HVD_TRANSPORT_CAP_ANY_THREAD) != 0;
   cuda_memory_ = (v.caps & HVD_TRANSPORT_CAP_CUDA_MEMORY) != 0;
   device_average_ = (v.caps & HVD_TRANSPORT_CAP_AVERAGE) != 0;
+  reduce_dtypes_ = v.reduce_dtypes;  // zero where the plugin's table ends before it
   const struct {
     const char* key;
     int32_t found, given;

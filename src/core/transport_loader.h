@@ -147,6 +147,9 @@ class Transport : public Comm {
   Status DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count, hvd_dtype_t dtype,
                          hvd_reduce_op_t op) override;
   bool device_average() const override { return device_memory() && device_average_; }
+  bool device_reduces(hvd_dtype_t d) const override {
+    return reduce_dtypes_ == 0 || (d >= 0 && d < 64 && ((reduce_dtypes_ >> d) & 1) != 0);
+  }
   Status DeviceBroadcast(const hvd_transport_buffer_t& buf, int root) override;
   Status DeviceAllgatherv(const hvd_transport_buffer_t& send, const hvd_transport_buffer_t& recv,
                           const size_t* recv_bytes) override;
@@ -270,6 +273,7 @@ class Transport : public Comm {
   bool any_thread_ = false;
   bool cuda_memory_ = false;  // HVD_TRANSPORT_CAP_CUDA_MEMORY (version 4)
   bool device_average_ = false;  // HVD_TRANSPORT_CAP_AVERAGE
+  uint64_t reduce_dtypes_ = 0;   // hvd_transport_v4_t.reduce_dtypes (0: every dtype)
   std::vector<std::pair<std::string, int64_t>> facts_;  // Query's answers
 
   // Version 4.

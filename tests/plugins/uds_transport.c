@@ -903,6 +903,7 @@ static const hvd_transport_v4_t uds_table = {
     uds_abort,
     uds_async_error,
     uds_set_timeout,
+    0, /* reduce_dtypes: every dtype (it has no native reductions) */
 };
 
 UDS_EXPORT const hvd_transport_v4_t *hvd_transport_plugin_v4(void) { return &uds_table; }

@@ -12,6 +12,8 @@
 //    address (one process), the others read it.
 //  - FAKE_DEV_AVERAGE=1 declares HVD_TRANSPORT_CAP_AVERAGE (the sum divided
 //    by the size here, in the element type).
+//  - FAKE_DEV_REDUCE_DTYPES=mask declares the dtypes it reduces (the
+//    table's reduce_dtypes) and refuses reductions of the others.
 //  - FAKE_DEV_REFUSE_SIZE=n fails init of a communicator of n ranks (a
 //    process set's, say).
 //  - fake_dev_stats() says what the core asked for.
@@ -44,6 +46,7 @@ typedef struct fake_dev_stats {
   long alltoalls;
   long reducescatters;
   int last_rs_op;   // the op of the last reducescatter
+  long dtype_refused;  // reductions of a dtype outside FAKE_DEV_REDUCE_DTYPES
 } fake_dev_stats_t;
 }
 
@@ -110,6 +113,18 @@ int CheckDevice(Comm* c, const hvd_transport_buffer_t* b, const char* what) {
   }
   if (b->bytes > 0 && Sync() != nullptr) Sync()(b->stream);
   return HVD_OK;
+}
+
+int CheckReduces(Comm* c, hvd_dtype_t dtype, const char* what) {
+  const char* dts = std::getenv("FAKE_DEV_REDUCE_DTYPES");
+  if (dts == nullptr) return HVD_OK;
+  const uint64_t mask = std::strtoull(dts, nullptr, 0);
+  if (mask == 0 || ((mask >> dtype) & 1) != 0) return HVD_OK;
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mu);
+    ++g_stats.dtype_refused;
+  }
+  return Fail(c, HVD_ERR_UNSUPPORTED, std::string(what) + ": dtype " + std::to_string(dtype) + " is not reduced here");
 }
 
 int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** out, char* err,
@@ -182,6 +197,7 @@ int Allreduce(void* comm, const hvd_transport_buffer_t* buf, size_t count, hvd_d
     g_stats.elements += static_cast<long>(count);
   }
   if (int rc = CheckDevice(c, buf, "allreduce")) return rc;
+  if (int rc = CheckReduces(c, dtype, "allreduce")) return rc;
   const bool average = op == HVD_AVERAGE;
   if (average && !hvd::IsFloatingDtype(dtype)) return Fail(c, HVD_ERR_INVALID_ARGUMENT, "AVERAGE of an integer dtype");
   const size_t bytes = count * hvd::DtypeSize(dtype);
@@ -313,6 +329,7 @@ int Reducescatter(void* comm, const hvd_transport_buffer_t* buf, const size_t* c
     g_stats.last_rs_op = op;
   }
   if (int rc = CheckDevice(c, buf, "reducescatter")) return rc;
+  if (int rc = CheckReduces(c, dtype, "reducescatter")) return rc;
   const bool average = op == HVD_AVERAGE;
   if (average && !hvd::IsFloatingDtype(dtype)) return Fail(c, HVD_ERR_INVALID_ARGUMENT, "AVERAGE of an integer dtype");
   Group* g = c->group;
@@ -363,6 +380,10 @@ hvd_transport_v4_t MakeTable() {
   t.struct_size = sizeof(t);
   t.name = "fakedev";
   t.caps = HVD_TRANSPORT_CAP_CUDA_MEMORY | HVD_TRANSPORT_CAP_ABORT;
+  // FAKE_DEV_REDUCE_DTYPES: a mask of the dtypes reduced here (0x...); the
+  // others are refused (the core should stage them).
+  const char* dts = std::getenv("FAKE_DEV_REDUCE_DTYPES");
+  if (dts != nullptr) t.reduce_dtypes = std::strtoull(dts, nullptr, 0);
   const char* avg = std::getenv("FAKE_DEV_AVERAGE");
   if (avg != nullptr && std::strcmp(avg, "1") == 0) t.caps |= HVD_TRANSPORT_CAP_AVERAGE;
   t.init = Init;

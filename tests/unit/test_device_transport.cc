@@ -39,6 +39,7 @@ struct DevStats {
   long elements;
   long allgathers, alltoalls, reducescatters;
   int last_rs_op;
+  long dtype_refused;
 };
 
 template <typename F>
@@ -657,6 +658,43 @@ TEST_F(DeviceTransport, SetDeviceTransportThatCannotOpenIsNamed) {
     }
   });
   EXPECT_EQ(F().Stats().allreduces, 0);
+}
+
+// Reductions of a dtype the device transport does not reduce (its table's
+// reduce_dtypes; NCCL: no 16-bit integers) are staged over the host
+// transport beside it, fused or not, allreduce and reducescatter, with the
+// host path's bits; the others still go to the device.
+TEST_F(DeviceTransport, DtypesTheDeviceDoesNotReduceAreStaged) {
+  const uint64_t mask = ~uint64_t{0} & ~(uint64_t{1} << HVD_INT16) & ~(uint64_t{1} << HVD_UINT16);
+  ScopedEnv dts("FAKE_DEV_REDUCE_DTYPES", std::to_string(mask).c_str());
+  RunDev(2, [](hvd_context_t ctx, int rank) {
+    for (hvd_dtype_t dt : {HVD_INT16, HVD_UINT16, HVD_INT32}) {
+      for (const std::vector<size_t>& sizes : {std::vector<size_t>{5}, std::vector<size_t>{2, 3}}) {
+        const std::string tag = "st" + std::to_string(dt) + "n" + std::to_string(sizes.size());
+        auto want = GroupedAllreduce(ctx, rank, false, dt, HVD_SUM, 1.0, 1.0, sizes, tag);
+        auto got = GroupedAllreduce(ctx, rank, true, dt, HVD_SUM, 1.0, 1.0, sizes, tag);
+        EXPECT_EQ(want, got) << tag;
+      }
+      Owned host, dev;
+      for (int device_input = 0; device_input < 2; ++device_input) {
+        const int device = device_input ? rank % 2 : HVD_DEVICE_CPU;
+        Tensor x(dt, 6, Bytes(dt, rank, 3, 6), device, StreamOf(rank), 2);
+        const std::string name = "rs" + std::to_string(dt) + (device_input ? "d" : "h");
+        hvd_handle_t h = nullptr;
+        ASSERT_EQ(hvd_reducescatter_async(ctx, name.c_str(), &x.t, HVD_MAX, 1.0, 1.0, &h), HVD_OK);
+        // Staged: the result is the handle's host memory; on the device: device memory.
+        const bool staged = dt != HVD_INT32;
+        Collect(h, device_input && !staged ? device : HVD_DEVICE_CPU, 0, name, device_input ? &dev : &host);
+      }
+      EXPECT_EQ(host.bytes, dev.bytes) << dt;
+      EXPECT_EQ(host.shape, dev.shape) << dt;
+    }
+  });
+  const DevStats s = F().Stats();
+  EXPECT_EQ(s.dtype_refused, 0) << "a 16-bit integer reduction reached the device transport";
+  EXPECT_EQ(s.allreduces, 2 * 2);      // int32's two allreduces, per rank
+  EXPECT_EQ(s.reducescatters, 2 * 1);  // int32's, per rank
+  EXPECT_EQ(s.host_refused, 0);
 }
 
 // Without the kernels: tensor by tensor, and a clear refusal where the

@@ -891,7 +891,8 @@ const hvd_transport_v4_t kTable = {
     &Init, &Finalize, &LastError, &Isend, &Irecv, &Wait, &Test, &Progress,
     nullptr, nullptr,  // register_memory, deregister_memory
     &Allreduce, &Allgatherv, &Broadcast, &Alltoallv, &Reducescatter, &Barrier,
-    &Abort, &AsyncError, &SetTimeout};
+    &Abort, &AsyncError, &SetTimeout,
+    0};  // reduce_dtypes: every dtype
 // clang-format on
 
 }  // namespace

@@ -766,6 +766,8 @@ hvd_transport_v4_t MakeTable() {
   t.struct_size = sizeof(hvd_transport_v4_t);
   t.name = "nccl";
   t.caps = kCaps;
+  // NCCL has no 16-bit integer type: the core stages those reductions.
+  t.reduce_dtypes = ~uint64_t{0} & ~(uint64_t{1} << HVD_INT16) & ~(uint64_t{1} << HVD_UINT16);
   t.init = Init;
   t.finalize = Finalize;
   t.last_error = LastError;
