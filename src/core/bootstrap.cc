@@ -59,6 +59,20 @@ void Bootstrap::SetTopology(hvd_transport_env_v1_t* env) const {
   env->cross_size = cfg_->cross_size;
 }
 
+// A device transport's options over `members` (context ranks): no
+// shared-memory or hierarchical path (its collectives are all native), the
+// members' host names as the host transport learnt them.
+TransportOptions Bootstrap::DeviceOptions(const Transport& host, const std::vector<int>& members) const {
+  TransportOptions topts;
+  topts.hostname = cfg_->hostname;
+  topts.shm = false;
+  topts.shm_switch = "a device transport";
+  topts.hierarchical = 0;
+  topts.host_id = cfg_->host_id;
+  for (int r : members) topts.hosts.push_back(host.host_of(r));
+  return topts;
+}
+
 // The device-only transport, over the same ranks as the host one, with
 // keys of its own in the store; no shared-memory or hierarchical path (its
 // collectives are all native).
@@ -70,14 +84,10 @@ Status Bootstrap::OpenDevice(const hvd_transport_env_v1_t& host_env, const Trans
     device_kv_.prefix = kv_.prefix + "device/";
     env.kv = &device_kv_;
   }
-  TransportOptions topts;
-  topts.hostname = cfg_->hostname;
-  topts.shm = false;
-  topts.shm_switch = "a device transport";
-  topts.hierarchical = 0;
-  topts.host_id = cfg_->host_id;
-  for (int r = 0; r < cfg_->size; ++r) topts.hosts.push_back(host.host_of(r));
-  HVD_ASSIGN_OR_RETURN(device_, Transport::Open(device_name_, cfg_->transport_path, env, topts, log_));
+  std::vector<int> all(static_cast<size_t>(cfg_->size));
+  for (int r = 0; r < cfg_->size; ++r) all[static_cast<size_t>(r)] = r;
+  HVD_ASSIGN_OR_RETURN(device_, Transport::Open(device_name_, cfg_->transport_path, env,
+                                                DeviceOptions(host, all), log_));
   HVD_LOG(*log_, HVD_LOG_INFO, "rank " << cfg_->rank << ": CUDA tensors over " << device_->name()
                                        << ", host tensors and the negotiation over the host transport");
   return Status::Ok();
@@ -104,14 +114,8 @@ Result<std::unique_ptr<Transport>> Bootstrap::OpenDeviceSet(const DeviceSet& set
     kv->prefix = kv_.prefix + "device/set" + std::to_string(set.generation) + "/";
     env.kv = kv;
   }
-  TransportOptions topts;
-  topts.hostname = cfg_->hostname;
-  topts.shm = false;
-  topts.shm_switch = "a device transport";
-  topts.hierarchical = 0;
-  topts.host_id = cfg_->host_id;
-  for (int r : set.members) topts.hosts.push_back(host.host_of(r));
-  return Transport::Open(device_name_, cfg_->transport_path, env, topts, log_);
+  return Transport::Open(device_name_, cfg_->transport_path, env, DeviceOptions(host, set.members),
+                         log_);
 }
 
 Result<std::unique_ptr<Transport>> Bootstrap::Run() {

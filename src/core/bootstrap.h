@@ -50,6 +50,7 @@ class Bootstrap {
   // (host_request_) and a device-only one (device_name_).
   Status ResolveDeviceTransport();
   Status OpenDevice(const hvd_transport_env_v1_t& host_env, const Transport& host);
+  TransportOptions DeviceOptions(const Transport& host, const std::vector<int>& members) const;
   void SetTopology(hvd_transport_env_v1_t* env) const;  // rank, size, local, cross from *cfg_
   std::string ChooseTransport() const;
   Status Rendezvous();

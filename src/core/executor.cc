@@ -196,6 +196,75 @@ Status Executor::RunHostAllreduceBatch(std::vector<OpRequest*>& batch) {
   return Status::Ok();
 }
 
+// ---- the byte counts of collectives with owned results --------------------
+//
+// From the negotiated descriptors, the same on the host path and the device
+// path: one row is everything but the first dimension.
+
+namespace {
+
+size_t RowBytes(const TensorSpec& t) {
+  size_t row = DtypeSize(t.dtype);
+  for (size_t d = 1; d < t.shape.size(); ++d) row *= static_cast<size_t>(t.shape[d]);
+  return row;
+}
+
+struct Counts {
+  std::vector<size_t> send, recv;  // bytes to and from each rank
+  size_t send_total = 0, recv_total = 0;
+  int64_t rows = 0;  // the result's first dimension
+};
+
+// Allgather: rank r's rows from its descriptor.
+Counts AllgatherCounts(const Response& resp, int n, size_t row) {
+  Counts c;
+  c.recv.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const int64_t rr = resp.desc(r).shapes[0][0];
+    c.recv[r] = static_cast<size_t>(rr) * row;
+    c.rows += rr;
+    c.recv_total += c.recv[r];
+  }
+  return c;
+}
+
+// Alltoall: this rank's splits out, each rank's split for this rank in;
+// the rows received from each rank go to *recv_splits.
+Counts AlltoallCounts(const OpRequest& req, const Response& resp, int n, int me, size_t row,
+                      std::vector<int64_t>* recv_splits) {
+  Counts c;
+  c.send.resize(static_cast<size_t>(n));
+  c.recv.resize(static_cast<size_t>(n));
+  recv_splits->assign(static_cast<size_t>(n), 0);
+  for (int r = 0; r < n; ++r) {
+    c.send[r] = static_cast<size_t>(req.splits[r]) * row;
+    c.send_total += c.send[r];
+    const int64_t from_r = resp.desc(r).splits[me];
+    (*recv_splits)[r] = from_r;
+    c.recv[r] = static_cast<size_t>(from_r) * row;
+    c.rows += from_r;
+    c.recv_total += c.recv[r];
+  }
+  return c;
+}
+
+// Reducescatter: the first rows % n ranks get one row more.
+struct ScatterRows {
+  int64_t mine = 0, first = 0;  // this rank's rows and where they start
+  std::vector<size_t> counts;   // elements of each rank's block
+};
+ScatterRows ReducescatterRows(int64_t rows, int n, int me, size_t row_elems) {
+  ScatterRows s;
+  const int64_t base = rows / n, extra = rows % n;
+  s.mine = base + (me < extra ? 1 : 0);
+  s.first = me * base + std::min<int64_t>(me, extra);
+  s.counts.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) s.counts[r] = static_cast<size_t>(base + (r < extra ? 1 : 0)) * row_elems;
+  return s;
+}
+
+}  // namespace
+
 Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
   const int n = size_;
   const int me = rank_;
@@ -203,9 +272,7 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
   Handle& h = *req.handle;
   TensorSpec& t = req.tensors.front();
   const size_t esize = DtypeSize(t.dtype);
-  // Bytes of one row (everything but the first dimension).
-  size_t row = esize;
-  for (size_t d = 1; d < t.shape.size(); ++d) row *= static_cast<size_t>(t.shape[d]);
+  const size_t row = RowBytes(t);
 
   switch (req.type) {
     case OpType::kBroadcast: {
@@ -216,46 +283,26 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
     }
     case OpType::kAllgather:
     case OpType::kProcessSet: {
-      std::vector<size_t> recv(static_cast<size_t>(n));
-      int64_t rows = 0;
-      size_t total = 0;
-      for (int r = 0; r < n; ++r) {
-        int64_t rr = resp.desc(r).shapes[0][0];
-        recv[r] = static_cast<size_t>(rr) * row;
-        rows += rr;
-        total += recv[r];
-      }
-      HVD_CHECK(TakeOutput(&h, total));
-      HVD_CHECK(transport_->Allgatherv(t.input, h.output.data(), recv.data()));
+      const Counts c = AllgatherCounts(resp, n, row);
+      HVD_CHECK(TakeOutput(&h, c.recv_total));
+      HVD_CHECK(transport_->Allgatherv(t.input, h.output.data(), c.recv.data()));
       h.output_shape = t.shape.vec();
-      h.output_shape[0] = rows;
+      h.output_shape[0] = c.rows;
       break;
     }
     case OpType::kAlltoall: {
-      std::vector<size_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
-      h.recv_splits.assign(static_cast<size_t>(n), 0);
-      int64_t rows = 0;
-      size_t total = 0;
-      for (int r = 0; r < n; ++r) {
-        send[r] = static_cast<size_t>(req.splits[r]) * row;
-        int64_t from_r = resp.desc(r).splits[me];
-        h.recv_splits[r] = from_r;
-        recv[r] = static_cast<size_t>(from_r) * row;
-        rows += from_r;
-        total += recv[r];
-      }
-      HVD_CHECK(TakeOutput(&h, total));
-      HVD_CHECK(transport_->Alltoallv(t.input, send.data(), h.output.data(), recv.data()));
+      const Counts c = AlltoallCounts(req, resp, n, me, row, &h.recv_splits);
+      HVD_CHECK(TakeOutput(&h, c.recv_total));
+      HVD_CHECK(transport_->Alltoallv(t.input, c.send.data(), h.output.data(), c.recv.data()));
       h.output_shape = t.shape.vec();
-      h.output_shape[0] = rows;
+      h.output_shape[0] = c.rows;
       break;
     }
     case OpType::kReducescatter: {
       const size_t count = static_cast<size_t>(t.NumElements());
-      const int64_t rows = t.shape[0];
-      const int64_t base = rows / n, extra = rows % n;
-      const int64_t my_rows = base + (me < extra ? 1 : 0);
-      const int64_t first_row = me * base + std::min<int64_t>(me, extra);
+      const size_t row_elems = row / esize;
+      const ScatterRows sr = ReducescatterRows(t.shape[0], n, me, row_elems);
+      const int64_t my_rows = sr.mine, first_row = sr.first;
       // Scratch for the in-place reduction: the fusion buffer where it is
       // big enough already, else a pool buffer handed back right after (the
       // pool keeps it only within its cap), so that one large reducescatter
@@ -281,16 +328,11 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
       }
       Prepare(buf, t.input, count, t.dtype, req.prescale);
       if (transport_->has_reducescatter()) {
-        std::vector<size_t> counts(static_cast<size_t>(n));
-        for (int r = 0; r < n; ++r) {
-          counts[r] = static_cast<size_t>(base + (r < extra ? 1 : 0)) * (row / esize);
-        }
-        HVD_CHECK(transport_->Reducescatter(buf, counts.data(), t.dtype, TransportOp(req.reduce_op)));
+        HVD_CHECK(transport_->Reducescatter(buf, sr.counts.data(), t.dtype, TransportOp(req.reduce_op)));
       } else {
         // A version 1 plugin: the whole reduction, of which this rank keeps its rows.
         HVD_CHECK(transport_->Allreduce(buf, count, t.dtype, TransportOp(req.reduce_op)));
       }
-      const size_t row_elems = row / esize;
       HVD_CHECK(TakeOutput(&h, static_cast<size_t>(my_rows) * row));
       Finalize(h.output.data(), buf + static_cast<size_t>(first_row) * row,
                static_cast<size_t>(my_rows) * row_elems, t.dtype, req.reduce_op, req.postscale, n);
@@ -816,7 +858,7 @@ Result<uint8_t*> Executor::TakeDeviceOutput(Handle* h, int device, size_t bytes)
   return static_cast<uint8_t*>(b.data);
 }
 
-// The same row arithmetic as RunHostOne's, over device buffers on the
+// RunHostOne's counts (AllgatherCounts, ...), over device buffers on the
 // tensor's stream: the input is read where it lies, the result written
 // into a block of the device results pool that the handle then owns, and
 // the host waits for the stream before the handle completes.
@@ -828,59 +870,39 @@ Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& d
   Handle& h = *req.handle;
   TensorSpec& t = req.tensors.front();
   const size_t esize = DtypeSize(t.dtype);
-  size_t row = esize;
-  for (size_t d = 1; d < t.shape.size(); ++d) row *= static_cast<size_t>(t.shape[d]);
+  const size_t row = RowBytes(t);
   CudaDeviceScope scope(rt, t.device);
   HVD_CHECK(scope.status());
   auto buffer = [&](void* data, size_t bytes) { return DeviceBuffer(data, bytes, t); };
   size_t out_bytes = 0;
   switch (req.type) {
     case OpType::kAllgather: {
-      std::vector<size_t> recv(static_cast<size_t>(n));
-      int64_t rows = 0;
-      for (int r = 0; r < n; ++r) {
-        const int64_t rr = resp.desc(r).shapes[0][0];
-        recv[r] = static_cast<size_t>(rr) * row;
-        rows += rr;
-        out_bytes += recv[r];
-      }
+      const Counts c = AllgatherCounts(resp, n, row);
+      out_bytes = c.recv_total;
       HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
       h.output_shape = t.shape.vec();
-      h.output_shape[0] = rows;
+      h.output_shape[0] = c.rows;
       if (out_bytes == 0) break;
-      HVD_CHECK(dev.DeviceAllgatherv(buffer(const_cast<void*>(t.input), recv[me]),
-                                     buffer(out, out_bytes), recv.data()));
+      HVD_CHECK(dev.DeviceAllgatherv(buffer(const_cast<void*>(t.input), c.recv[me]),
+                                     buffer(out, out_bytes), c.recv.data()));
       break;
     }
     case OpType::kAlltoall: {
-      std::vector<size_t> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
-      h.recv_splits.assign(static_cast<size_t>(n), 0);
-      int64_t rows = 0;
-      size_t send_bytes = 0;
-      for (int r = 0; r < n; ++r) {
-        send[r] = static_cast<size_t>(req.splits[r]) * row;
-        send_bytes += send[r];
-        const int64_t from_r = resp.desc(r).splits[me];
-        h.recv_splits[r] = from_r;
-        recv[r] = static_cast<size_t>(from_r) * row;
-        rows += from_r;
-        out_bytes += recv[r];
-      }
+      const Counts c = AlltoallCounts(req, resp, n, me, row, &h.recv_splits);
+      out_bytes = c.recv_total;
       HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
       h.output_shape = t.shape.vec();
-      h.output_shape[0] = rows;
+      h.output_shape[0] = c.rows;
       // Called even with nothing to move here: the others may be waiting.
-      HVD_CHECK(dev.DeviceAlltoallv(buffer(const_cast<void*>(t.input), send_bytes), send.data(),
-                                    buffer(out, out_bytes), recv.data()));
+      HVD_CHECK(dev.DeviceAlltoallv(buffer(const_cast<void*>(t.input), c.send_total), c.send.data(),
+                                    buffer(out, out_bytes), c.recv.data()));
       break;
     }
     case OpType::kReducescatter: {
       const size_t count = static_cast<size_t>(t.NumElements());
-      const int64_t rows = t.shape[0];
-      const int64_t base = rows / n, extra = rows % n;
-      const int64_t my_rows = base + (me < extra ? 1 : 0);
-      const int64_t first_row = me * base + std::min<int64_t>(me, extra);
       const size_t row_elems = row / esize;
+      const ScatterRows sr = ReducescatterRows(t.shape[0], n, me, row_elems);
+      const int64_t my_rows = sr.mine, first_row = sr.first;
       out_bytes = static_cast<size_t>(my_rows) * row;
       h.output_shape = t.shape.vec();
       h.output_shape[0] = my_rows;
@@ -920,11 +942,7 @@ Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& d
       } else {
         HVD_CHECK(rt.CopyOnDevice(scratch, t.input, count * esize, t.stream));
       }
-      std::vector<size_t> counts(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) {
-        counts[r] = static_cast<size_t>(base + (r < extra ? 1 : 0)) * row_elems;
-      }
-      HVD_CHECK(dev.DeviceReducescatter(buffer(scratch, count * esize), counts.data(), t.dtype,
+      HVD_CHECK(dev.DeviceReducescatter(buffer(scratch, count * esize), sr.counts.data(), t.dtype,
                                         native_average ? HVD_AVERAGE : TransportOp(req.reduce_op)));
       if (out_bytes == 0) break;
       uint8_t* mine = scratch + static_cast<size_t>(first_row) * row;

@@ -1097,6 +1097,23 @@ int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* 
   return Post(comm, peer, tag, buf, req, false);
 }
 
+// What a request comes to once a wait or test stops progressing: the
+// communicator's failure (aborted, an endpoint failed), its peer's leaving,
+// or its own outcome once done (HVD_OK, or a failure that breaks the
+// communicator); HVD_IN_PROGRESS while none of these has happened.
+int Conclusion(Comm& c, hvd_transport_request_t* req) {
+  const size_t peer = static_cast<size_t>(req->peer);
+  if (c.failed.load() != HVD_OK) return Settle(c);
+  if (!req->done && peer < c.gone.size() && c.gone[peer] != 0) {
+    return Break(c, HVD_ERR_TRANSPORT,
+                 "ucx: " + c.Who(req->peer) + ": connection lost (it finalized and left while this rank " +
+                     (req->send ? "was sending to it)" : "waited for it)"));
+  }
+  if (!req->done) return HVD_IN_PROGRESS;
+  const std::string why = Outcome(c, *req);
+  return why.empty() ? HVD_OK : Break(c, StatusOf(req->status), why, req->peer);
+}
+
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
@@ -1124,18 +1141,10 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
         for (int i = 0; i < 64 && !req->done && ucp_worker_progress(c->worker) != 0; ++i) {
         }
       }
-      if (c->failed.load() != HVD_OK) {
-        status = Settle(*c);  // aborted, or an endpoint failed
-      } else if (!req->done && peer < c->gone.size() && c->gone[peer] != 0) {
-        status = Break(*c, HVD_ERR_TRANSPORT,
-                       "ucx: " + c->Who(req->peer) +
-                           ": connection lost (it finalized and left while this rank " +
-                           (req->send ? "was sending to it)" : "waited for it)"));
-      } else if (!in_time) {
-        status = Break(*c, HVD_ERR_TIMEOUT, TimeoutMessage(*c, *req, secs, peer_kind), req->peer);
-      } else {
-        const std::string why = Outcome(*c, *req);
-        if (!why.empty()) status = Break(*c, StatusOf(req->status), why, req->peer);
+      status = Conclusion(*c, req);
+      if (status == HVD_IN_PROGRESS) {  // not done, and ProgressUntil gave up
+        status = in_time ? HVD_ERR_INTERNAL
+                         : Break(*c, HVD_ERR_TIMEOUT, TimeoutMessage(*c, *req, secs, peer_kind), req->peer);
       }
     }
   } catch (...) {
@@ -1169,19 +1178,8 @@ int Test(void* comm, hvd_transport_request_t* req, int* done) noexcept {
       for (int i = 0; i < 8 && !req->done && ucp_worker_progress(c->worker) != 0; ++i) {
       }
     }
-    const size_t peer = static_cast<size_t>(req->peer);
-    if (c->failed.load() != HVD_OK) {
-      status = Settle(*c);
-    } else if (!req->done && peer < c->gone.size() && c->gone[peer] != 0) {
-      status = Break(*c, HVD_ERR_TRANSPORT,
-                     "ucx: " + c->Who(req->peer) + ": connection lost (it finalized and left while this rank " +
-                         (req->send ? "was sending to it)" : "waited for it)"));
-    } else if (!req->done) {
-      return HVD_OK;  // still pending: not released
-    } else {
-      const std::string why = Outcome(*c, *req);
-      if (!why.empty()) status = Break(*c, StatusOf(req->status), why, req->peer);
-    }
+    status = Conclusion(*c, req);
+    if (status == HVD_IN_PROGRESS) return HVD_OK;  // still pending: not released
   } catch (...) {
     status = HVD_ERR_INTERNAL;
     try {
