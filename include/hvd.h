@@ -189,6 +189,16 @@ typedef enum hvd_reduce_op {
  * after hvd_handle_wait returns HVD_OK the output may be used from any
  * stream. Until the handle completes the stream must stay valid and the
  * caller must not write the input or output.
+ * Stream-ordered completion (HVD_CUDA_ASYNC_COMPLETION=1, or Horovod's
+ * HOROVOD_ENABLE_ASYNC_COMPLETION=1; off by default): the host no longer
+ * waits for the results' last copies and scaling. The handle completes
+ * once they are queued on the tensor's stream (a grouped allreduce: the
+ * first tensor's, after which the others' streams are ordered), so work the
+ * caller queues on that stream afterwards sees the results without blocking
+ * the host; any other stream, or the host, waits first through
+ * hvd_handle_stream_wait or hvd_handle_cuda_event. The stream must then
+ * stay valid until the handle is released. A CUDA failure in the queued
+ * work shows in the stream's later CUDA calls, not in the handle.
  * Over the host transports (gloo, mpi, ucx, local) the data is staged
  * through page-locked host memory (per context, reused); results the handle
  * owns (allgather, alltoall, reducescatter) are then HOST memory for CUDA
@@ -521,11 +531,29 @@ HVD_API hvd_status_t hvd_handle_output(hvd_handle_t handle, const void **data, s
  * (allgather, alltoall and reducescatter of CUDA tensors run by a transport
  * that takes CUDA memory). Device memory belongs to the handle until
  * hvd_handle_release, and is complete when the handle is: any stream may
- * read it without further synchronization. Results staged through host
+ * read it without further synchronization (with stream-ordered completion:
+ * the input's stream may; others wait through hvd_handle_stream_wait, and
+ * the release is ordered on that stream: work queued there before it may
+ * still read the block, work on other streams must have been ordered before
+ * it or have finished). Results staged through host
  * memory (the host transports) are host memory. An empty result: *data
  * NULL, *bytes 0, *device where it would have been. */
 HVD_API hvd_status_t hvd_handle_output_device(hvd_handle_t handle, const void **data,
                                               size_t *bytes, int32_t *device);
+/* Stream-ordered completion of CUDA tensors (see hvd_tensor_t): the
+ * cudaEvent_t recorded after the operation's results on the tensor's stream,
+ * valid until the handle is released (the caller must not destroy it); a
+ * stream or the host waits for it with cudaStreamWaitEvent or
+ * cudaEventSynchronize. *event = NULL where nothing is left to wait for:
+ * host tensors, or CUDA tensors with the default completion (the results
+ * were in place when the handle completed). The handle must have completed:
+ * HVD_IN_PROGRESS while pending, the operation's failure if it failed. */
+HVD_API hvd_status_t hvd_handle_cuda_event(hvd_handle_t handle, void **event);
+/* The same, for callers without the CUDA runtime: `stream` (a cudaStream_t
+ * of the tensor's device; NULL = its legacy default stream) waits on the
+ * device for the results; the host does not block. HVD_OK without effect
+ * where there is nothing to wait for. HVD_IN_PROGRESS while pending. */
+HVD_API hvd_status_t hvd_handle_stream_wait(hvd_handle_t handle, void *stream);
 /* Result shape: writes up to max_ndim dims into shape and the true ndim. */
 HVD_API hvd_status_t hvd_handle_output_shape(hvd_handle_t handle, int64_t *shape,
                                              int32_t max_ndim, int32_t *ndim);

@@ -576,6 +576,21 @@ hvd::Status RequireOwnedResult(const char* fn, hvd_handle_t h) {
   return OpError(*h->impl, s);
 }
 
+// The completed operation's state for the two calls below: HVD_OK with its
+// fence (null where none is needed), HVD_IN_PROGRESS, or its failure.
+hvd::Status CompletedFence(const char* fn, hvd_handle_t handle,
+                           std::shared_ptr<hvd::CudaFence>* fence) {
+  HVD_CHECK(CheckHandle(fn, handle));
+  hvd::Status s = handle->impl->status();
+  if (s.code() == HVD_IN_PROGRESS) {
+    return hvd::Status(HVD_IN_PROGRESS, Cat(fn, ": ", handle->impl->description(),
+                                            " has not completed"));
+  }
+  HVD_CHECK(OpError(*handle->impl, s));
+  *fence = handle->impl->cuda_fence;
+  return hvd::Status::Ok();
+}
+
 }  // namespace
 
 // ===========================================================================
@@ -1339,6 +1354,28 @@ hvd_status_t hvd_handle_output_device(hvd_handle_t handle, const void** data, si
     *bytes = h.device_bytes;
     *device = h.output_device;
   }
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_handle_cuda_event(hvd_handle_t handle, void** event) {
+  HVD_API_BEGIN();
+  if (event != nullptr) *event = nullptr;
+  std::shared_ptr<hvd::CudaFence> fence;
+  hvd::Status s = event == nullptr ? Invalid(__func__, "event is NULL")
+                                   : CompletedFence(__func__, handle, &fence);
+  if (!s.ok()) return Report(s);
+  if (fence) *event = fence->event();
+  return HVD_OK;
+  HVD_API_END();
+}
+
+hvd_status_t hvd_handle_stream_wait(hvd_handle_t handle, void* stream) {
+  HVD_API_BEGIN();
+  std::shared_ptr<hvd::CudaFence> fence;
+  hvd::Status s = CompletedFence(__func__, handle, &fence);
+  if (s.ok() && fence) s = fence->OrderBefore(stream);
+  if (!s.ok()) return Report(s);
   return HVD_OK;
   HVD_API_END();
 }

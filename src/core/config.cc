@@ -279,6 +279,7 @@ std::string Config::ToString() const {
      << " buffer_pool_bytes=" << buffer_pool_bytes
      << " shm=" << (shm < 0 ? "(auto)" : shm ? "on" : "off")
      << " piggyback=" << (piggyback == 0 ? "off" : "on")
+     << " cuda_async_completion=" << (cuda_async_completion == 1 ? "on" : "off")
      << " autotune=" << (autotune ? "on" : "off")
      << " elastic=" << (elastic ? "on (worker " + elastic_worker + ")" : std::string("off"))
      << " log_level=" << LogLevelName(log_level);
@@ -560,7 +561,8 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
                                {"HVD_HIERARCHICAL", &c.hierarchical},
                                {"HVD_FUSION_IN_PLACE", &c.fusion_in_place},
                                {"HVD_CALLER_CYCLES", &c.caller_cycles},
-                               {"HVD_PIGGYBACK", &c.piggyback}};
+                               {"HVD_PIGGYBACK", &c.piggyback},
+                               {"HVD_CUDA_ASYNC_COMPLETION", &c.cuda_async_completion}};
     c.host_id = EnvStr(env, "HVD_HOST_ID");
     for (const Switch& w : switches) {
       HVD_ASSIGN_OR_RETURN(int v, EnvSwitch(env, w.name));
@@ -576,6 +578,10 @@ Result<Config> ResolveConfig(const hvd_params_t* params, const EnvLookup& env) {
       } else if (ar == 0 || ag == 0) {
         c.hierarchical = 0;
       }
+    }
+    if (c.cuda_async_completion < 0) {
+      HVD_ASSIGN_OR_RETURN(c.cuda_async_completion,
+                           EnvSwitch(env, "HOROVOD_ENABLE_ASYNC_COMPLETION"));
     }
     HVD_ASSIGN_OR_RETURN(
         int mark, EnvSwitch(env, Pick(env, "HVD_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES")));

@@ -97,6 +97,12 @@ struct Config {
   // one collective instead of two (1 on, 0 off, -1 unset = on; used only
   // where every rank has it on: see Controller's header byte 4).
   int piggyback = -1;
+  // HVD_CUDA_ASYNC_COMPLETION (Horovod's HOROVOD_ENABLE_ASYNC_COMPLETION
+  // where unset): a handle of CUDA tensors completes once its results are
+  // queued on the tensors' stream, with an event marking them
+  // (hvd_handle_cuda_event), instead of once the host has waited for them
+  // (1 on, 0 off, -1 unset = off).
+  int cuda_async_completion = -1;
   // HVD_HOST_ID: this rank's host identity for the shared-memory and
   // hierarchical paths (ranks with equal ones count as one host); unset:
   // the machine's (boot id, host name, IPC and PID namespaces). For

@@ -543,6 +543,7 @@ Status ContextImpl::Start() {
                                          static_cast<size_t>(cfg_.buffer_pool_bytes));
   executor_->Use(transport_.get(), device_transport_.get());
   executor_->set_local_rank(cfg_.local_rank);
+  executor_->set_async_completion(cfg_.cuda_async_completion == 1);
   fusion_threshold_ = cfg_.fusion_threshold;
   tuner_ = std::make_unique<Autotuner>(cfg_, &log_);
   // Hierarchical collectives the transport chose by itself (not forced by

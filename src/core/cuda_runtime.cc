@@ -186,6 +186,51 @@ Status CudaRuntime::WaitForStream(void* stream) const {
   return s;
 }
 
+Status CudaRuntime::EventCreate(void** event) const {
+  return Check(fn_->event_create_with_flags(event, kEventDisableTiming), "cudaEventCreateWithFlags");
+}
+
+Status CudaRuntime::EventRecord(void* event, void* stream) const {
+  return Check(fn_->event_record(event, stream), "cudaEventRecord");
+}
+
+Status CudaRuntime::EventSynchronize(void* event) const {
+  return Check(fn_->event_synchronize(event), "cudaEventSynchronize");
+}
+
+Status CudaRuntime::StreamWaitEvent(void* stream, void* event) const {
+  return Check(fn_->stream_wait_event(stream, event, 0), "cudaStreamWaitEvent");
+}
+
+void CudaRuntime::EventDestroy(void* event) const {
+  if (event != nullptr) fn_->event_destroy(event);
+}
+
+Result<std::shared_ptr<CudaFence>> CudaFence::Record(std::shared_ptr<const CudaRuntime> rt,
+                                                     int device, void* stream) {
+  if (!rt) return Error(HVD_ERR_INTERNAL, "a CUDA fence without a runtime");
+  CudaDeviceScope scope(*rt, device);
+  HVD_CHECK(scope.status());
+  std::shared_ptr<CudaFence> f(new CudaFence(rt, device, stream));
+  HVD_CHECK(rt->EventCreate(&f->event_));
+  HVD_CHECK(rt->EventRecord(f->event_, stream));
+  return f;
+}
+
+CudaFence::~CudaFence() {
+  if (event_ == nullptr) return;
+  CudaDeviceScope scope(*rt_, device_);
+  rt_->EventDestroy(event_);  // CUDA releases it once the work before it is done
+}
+
+Status CudaFence::Synchronize() const { return rt_->EventSynchronize(event_); }
+
+Status CudaFence::OrderBefore(void* stream) const {
+  CudaDeviceScope scope(*rt_, device_);
+  HVD_CHECK(scope.status());
+  return rt_->StreamWaitEvent(stream, event_);
+}
+
 Status CudaRuntime::Malloc(void** p, size_t bytes) const {
   return Check(fn_->malloc(p, bytes), "cudaMalloc");
 }
@@ -349,6 +394,11 @@ const CudaRuntime* CudaSlot::loaded() const {
   return rt_.get();
 }
 
+std::shared_ptr<const CudaRuntime> CudaSlot::shared() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rt_;
+}
+
 Result<const CudaKernels*> CudaSlot::Kernels() {
   std::lock_guard<std::mutex> lock(mu_);
   return LoadOnce<CudaKernels>(&kernels_tried_, &kernels_error_, &kernels_, &CudaKernels::Load);
@@ -363,6 +413,7 @@ DevicePool::~DevicePool() {
 
 void DevicePool::FreeBlock(const DeviceBlock& b) const {
   if (b.data == nullptr) return;
+  if (b.fence) (void)b.fence->Synchronize();  // readers queued before its release
   CudaDeviceScope scope(*rt_, b.device);
   if (scope.status().ok()) rt_->Free(b.data);
 }

@@ -59,6 +59,12 @@ class CudaRuntime {
   // there, then synchronized): where another stream, or the host, must
   // wait for work a transport enqueued on it.
   Status WaitForStream(void* stream) const;
+  // Events without timing (cudaEventDisableTiming), on the current device.
+  Status EventCreate(void** event) const;
+  Status EventRecord(void* event, void* stream) const;
+  Status EventSynchronize(void* event) const;
+  Status StreamWaitEvent(void* stream, void* event) const;
+  void EventDestroy(void* event) const;
 
  private:
   CudaRuntime() = default;
@@ -109,12 +115,50 @@ class CudaDeviceScope {
   Status status_;
 };
 
+// An event recorded on a stream after some work (stream-ordered completion,
+// HVD_CUDA_ASYNC_COMPLETION): the host, or another stream, waits for that
+// work through it. Keeps the runtime it was made with, so it is destroyed
+// correctly whenever its last holder lets go (a handle may outlive its
+// context). Shared by the handles of one fused batch.
+class CudaFence {
+ public:
+  // An event made on `device` and recorded on `stream` (NULL: the legacy
+  // default stream); the calling thread's current device is restored.
+  static Result<std::shared_ptr<CudaFence>> Record(std::shared_ptr<const CudaRuntime> rt,
+                                                   int device, void* stream);
+  ~CudaFence();
+  CudaFence(const CudaFence&) = delete;
+  CudaFence& operator=(const CudaFence&) = delete;
+  void* event() const { return event_; }  // a cudaEvent_t
+  int device() const { return device_; }
+  void* stream() const { return stream_; }  // where it was recorded
+  const CudaRuntime& runtime() const { return *rt_; }
+  const std::shared_ptr<const CudaRuntime>& shared_runtime() const { return rt_; }
+  // The host waits for the work before the event.
+  Status Synchronize() const;
+  // `stream` (of this fence's device) waits for it on the device; the host
+  // does not block.
+  Status OrderBefore(void* stream) const;
+
+ private:
+  CudaFence(std::shared_ptr<const CudaRuntime> rt, int device, void* stream)
+      : rt_(std::move(rt)), device_(device), stream_(stream) {}
+  std::shared_ptr<const CudaRuntime> rt_;
+  int device_;
+  void* stream_;
+  void* event_ = nullptr;
+};
+
 // Device memory a handle owns: the result of a CUDA allgather, alltoall or
 // reducescatter that a device transport left on the device.
 struct DeviceBlock {
   void* data = nullptr;
   size_t capacity = 0;
   int device = -1;
+  // Work that may still read the block when it was given back (its handle
+  // was released with stream-ordered completion: recorded on the stream the
+  // result was ordered on). The next user's stream waits for it first.
+  std::shared_ptr<CudaFence> fence;
 };
 
 // Where those blocks come from and go back to when their handles are
@@ -159,6 +203,8 @@ class CudaSlot {
   Status Check(int device, const std::string& name, const void* data);
   // The loaded runtime, or null (never loads).
   const CudaRuntime* loaded() const;
+  // The same, shared: what a CudaFence keeps.
+  std::shared_ptr<const CudaRuntime> shared() const;
   // The kernels, loaded on first use (the loop thread), or why not.
   Result<const CudaKernels*> Kernels();
   // The pool device results come from (made with the first call after the

@@ -390,6 +390,7 @@ hvd_transport_buffer_t DeviceBuffer(void* data, size_t bytes, const TensorSpec& 
 Executor::~Executor() {
   const CudaRuntime* rt = cuda_.loaded();
   if (rt == nullptr) return;
+  (void)SettleStaging();
   if (stage_ != nullptr) rt->FreeHost(stage_);
   for (const auto* list : {&dev_fusion_, &dev_zeros_}) {
     for (const DeviceFusionBuffer& b : *list) {
@@ -400,6 +401,78 @@ Executor::~Executor() {
 }
 
 Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
+  Status s = RunAllreduceBatchOn(batch);
+  if (s.ok() && async_) s = FenceHandles(batch.data(), batch.size());
+  return s;
+}
+
+Status Executor::RunOne(OpRequest& req, const Response& resp) {
+  Status s = RunOneOn(req, resp);
+  if (s.ok() && async_) {
+    OpRequest* one = &req;
+    s = FenceHandles(&one, 1);
+  }
+  return s;
+}
+
+Status Executor::FenceHandles(OpRequest* const* reqs, size_t n) {
+  std::shared_ptr<const CudaRuntime> rt;  // loaded only where a CUDA tensor ran
+  std::shared_ptr<CudaFence> last;        // shared while requests keep to one stream
+  for (size_t i = 0; i < n; ++i) {
+    OpRequest& req = *reqs[i];
+    const TensorSpec* lead = nullptr;
+    for (const TensorSpec& t : req.tensors) {
+      if (t.device != HVD_DEVICE_CPU) {
+        lead = &t;
+        break;
+      }
+    }
+    if (lead == nullptr || !req.handle) continue;
+    if (!rt) rt = cuda_.shared();
+    if (!rt) return Error(HVD_ERR_INTERNAL, "CUDA tensors ran before the CUDA runtime loaded");
+    bool one_stream = true;
+    for (const TensorSpec& t : req.tensors) {
+      if (t.device == HVD_DEVICE_CPU || t.stream == lead->stream) continue;
+      // The handle's one event covers every tensor of the group.
+      one_stream = false;
+      CudaDeviceScope scope(*rt, lead->device);
+      HVD_CHECK(scope.status());
+      HVD_CHECK(rt->StreamWaitStream(lead->stream, t.stream));
+    }
+    if (!one_stream || !last || last->device() != lead->device || last->stream() != lead->stream) {
+      HVD_ASSIGN_OR_RETURN(last, CudaFence::Record(rt, lead->device, lead->stream));
+    }
+    req.handle->cuda_fence = last;
+  }
+  return Status::Ok();
+}
+
+Status Executor::SettleStaging() {
+  Status first;
+  for (const std::shared_ptr<CudaFence>& f : stage_fences_) {
+    Status s = f->Synchronize();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  stage_fences_.clear();
+  return first;
+}
+
+Status Executor::AfterLastDeviceWork(const CudaRuntime& rt, int device, void* stream) {
+  if (!last_device_.set || last_device_.device != device || last_device_.stream == stream) {
+    return Status::Ok();
+  }
+  return rt.StreamWaitStream(stream, last_device_.stream);
+}
+
+Status Executor::EndOnStream(const CudaRuntime& rt, int device, void* stream) {
+  if (!async_) return rt.WaitForStream(stream);
+  last_device_.set = true;
+  last_device_.device = device;
+  last_device_.stream = stream;
+  return Status::Ok();
+}
+
+Status Executor::RunAllreduceBatchOn(std::vector<OpRequest*>& batch) {
   stage_list_.clear();
   bool zeros_for_device = false;
   for (OpRequest* r : batch) {
@@ -433,7 +506,7 @@ Status Executor::RunAllreduceBatch(std::vector<OpRequest*>& batch) {
   return s.ok() ? u : s;
 }
 
-Status Executor::RunOne(OpRequest& req, const Response& resp) {
+Status Executor::RunOneOn(OpRequest& req, const Response& resp) {
   TensorSpec& t = req.tensors.front();
   if (t.device == HVD_DEVICE_CPU) return RunHostOne(req, resp);
   if (!device_status_.ok()) return device_status_;
@@ -476,6 +549,8 @@ Status Executor::Stage(std::vector<TensorSpec*>& tensors, const std::vector<bool
   auto r = cuda_.Get();
   if (!r.ok()) return r.status();
   const CudaRuntime& rt = *r.value();
+  // Copies back from the last run may still read the buffer.
+  HVD_CHECK(SettleStaging().Wrap("waiting for the last results' copies to CUDA memory"));
   size_t total = 0;
   for (const TensorSpec* t : tensors) total += AlignUp(TensorBytes(*t));
   if (total > stage_cap_) {
@@ -537,9 +612,29 @@ Status Executor::Unstage(bool ok) {
       if (!s.ok()) break;
       streams_.emplace_back(st.t->device, st.t->stream);
     }
-    // The handle completes once the results are in device memory.
-    Status sync = SynchronizeStreams(*rt);
-    if (s.ok()) s = sync;
+    if (async_) {
+      // Stream-ordered completion: the copies stay queued; the staging
+      // buffer is not written again before they are done (SettleStaging).
+      std::shared_ptr<const CudaRuntime> shared = cuda_.shared();
+      for (size_t i = 0; i < streams_.size() && s.ok(); ++i) {
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; ++j) seen = streams_[j] == streams_[i];
+        if (seen) continue;
+        auto f = CudaFence::Record(shared, streams_[i].first, streams_[i].second);
+        if (f.ok()) {
+          stage_fences_.push_back(std::move(f).value());
+        } else {
+          s = f.status();
+        }
+      }
+      // After a failure nothing may stay queued on the buffer: the host waits.
+      if (!s.ok()) (void)SynchronizeStreams(*rt);
+      streams_.clear();
+    } else {
+      // The handle completes once the results are in device memory.
+      Status sync = SynchronizeStreams(*rt);
+      if (s.ok()) s = sync;
+    }
   }
   for (const StagedTensor& st : staged_) {
     st.t->input = st.input;
@@ -716,6 +811,7 @@ Status Executor::DeviceAllreduceOne(TensorSpec& t, const OpRequest& first, Comm&
   const size_t n = static_cast<size_t>(t.NumElements());
   const size_t bytes = n * DtypeSize(dtype);
   if (bytes == 0) return Status::Ok();
+  HVD_CHECK(AfterLastDeviceWork(rt, t.device, t.stream));
   // AVERAGE of a floating type with no postscale goes to the transport as
   // it is (NCCL's ncclAvg); otherwise the sum, scaled here after.
   const bool native_average = op == HVD_AVERAGE && IsFloatingDtype(dtype) &&
@@ -741,7 +837,7 @@ Status Executor::DeviceAllreduceOne(TensorSpec& t, const OpRequest& first, Comm&
     HVD_CHECK(k->ScaleCopy(&c, 1, post, t.stream));
   }
   // A stream-ordered plugin may return before the work is done.
-  HVD_CHECK(rt.WaitForStream(t.stream));
+  HVD_CHECK(EndOnStream(rt, t.device, t.stream));
   if (timeline_->enabled()) {
     timeline_->Span(t.name, "ALLREDUCE", t0, Clock::now(),
                     "{\"bytes\":" + std::to_string(bytes) + ",\"device\":" +
@@ -766,6 +862,7 @@ Status Executor::DeviceAllreduceFused(std::vector<OpRequest*>& batch, Comm& dev,
   const size_t esize = DtypeSize(dtype);
   const int device = lead.device;
   void* const stream = lead.stream;
+  HVD_CHECK(AfterLastDeviceWork(rt, device, stream));  // the fusion buffer's last user
   HVD_ASSIGN_OR_RETURN(uint8_t* buf, DeviceFusion(rt, device, total * esize));
   copies_.clear();
   size_t off = 0;
@@ -805,7 +902,7 @@ Status Executor::DeviceAllreduceFused(std::vector<OpRequest*>& batch, Comm& dev,
       if (t.stream != stream) HVD_CHECK(rt.StreamWaitStream(t.stream, stream));
     }
   }
-  HVD_CHECK(rt.WaitForStream(stream));
+  HVD_CHECK(EndOnStream(rt, device, stream));
   if (timeline_->enabled()) {
     auto t3 = Clock::now();
     std::string args = "{\"fused_tensors\":" + std::to_string(ntensors) +
@@ -839,20 +936,31 @@ Status Executor::RunDeviceOne(OpRequest& req, const Response& resp, Comm& dev) {
   if (bytes == 0) return Status::Ok();
   CudaDeviceScope scope(rt, t.device);
   HVD_CHECK(scope.status());
+  HVD_CHECK(AfterLastDeviceWork(rt, t.device, t.stream));
   if (rank_ == req.root && t.output != t.input) {
     HVD_CHECK(rt.CopyOnDevice(t.output, t.input, bytes, t.stream));
   }
   HVD_CHECK(dev.DeviceBroadcast(DeviceBuffer(t.output, bytes, t), req.root));
-  return rt.WaitForStream(t.stream);
+  return EndOnStream(rt, t.device, t.stream);
 }
 
-Result<uint8_t*> Executor::TakeDeviceOutput(Handle* h, int device, size_t bytes) {
+Result<uint8_t*> Executor::TakeDeviceOutput(Handle* h, int device, size_t bytes, void* stream) {
   h->output_device = device;
   h->device_bytes = bytes;
   if (bytes == 0) return static_cast<uint8_t*>(nullptr);
   std::shared_ptr<DevicePool> pool = cuda_.Results(pool_bytes_);
   if (!pool) return Error(HVD_ERR_INTERNAL, "device results before the CUDA runtime loaded");
   HVD_ASSIGN_OR_RETURN(DeviceBlock b, pool->Take(device, bytes));
+  if (b.fence) {
+    // Its last handle was released in stream order: work queued then may
+    // still read it. This run's stream waits for that work first.
+    Status s = b.fence->OrderBefore(stream);
+    b.fence.reset();
+    if (!s.ok()) {
+      pool->Give(b);
+      return s.Wrap("ordering a reused device result block");
+    }
+  }
   h->device_output = b;
   h->device_pool = std::move(pool);
   return static_cast<uint8_t*>(b.data);
@@ -873,13 +981,14 @@ Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& d
   const size_t row = RowBytes(t);
   CudaDeviceScope scope(rt, t.device);
   HVD_CHECK(scope.status());
+  HVD_CHECK(AfterLastDeviceWork(rt, t.device, t.stream));
   auto buffer = [&](void* data, size_t bytes) { return DeviceBuffer(data, bytes, t); };
   size_t out_bytes = 0;
   switch (req.type) {
     case OpType::kAllgather: {
       const Counts c = AllgatherCounts(resp, n, row);
       out_bytes = c.recv_total;
-      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
+      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes, t.stream));
       h.output_shape = t.shape.vec();
       h.output_shape[0] = c.rows;
       if (out_bytes == 0) break;
@@ -890,7 +999,7 @@ Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& d
     case OpType::kAlltoall: {
       const Counts c = AlltoallCounts(req, resp, n, me, row, &h.recv_splits);
       out_bytes = c.recv_total;
-      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
+      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes, t.stream));
       h.output_shape = t.shape.vec();
       h.output_shape[0] = c.rows;
       // Called even with nothing to move here: the others may be waiting.
@@ -912,7 +1021,7 @@ Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& d
                          " CUDA tensor: the device transport does not reduce that dtype, and "
                          "there is no host transport beside it to stage over (HVD_CPU_TRANSPORT)");
       }
-      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes));
+      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes, t.stream));
       if (count == 0) break;
       // AVERAGE of a floating type with no postscale goes to the transport
       // as it is (NCCL's ncclAvg); otherwise the sum, scaled after.
@@ -958,7 +1067,7 @@ Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& d
       return Error(HVD_ERR_INTERNAL, "not an operation with an owned result");
   }
   // A stream-ordered plugin may return before the work is done.
-  HVD_CHECK(rt.WaitForStream(t.stream));
+  HVD_CHECK(EndOnStream(rt, t.device, t.stream));
   if (timeline_->enabled()) {
     timeline_->Span(t.name, OpTypeName(req.type), t0, Clock::now(),
                     "{\"bytes\":" + std::to_string(out_bytes) + ",\"device\":" +

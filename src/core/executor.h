@@ -54,6 +54,12 @@ class Executor {
   void FinishPiggybacked(OpRequest& req, const void* reduced,
                          std::chrono::steady_clock::time_point t0);
 
+  // Stream-ordered completion of CUDA operations (HVD_CUDA_ASYNC_COMPLETION):
+  // the host no longer waits for the results' copies and scaling on the
+  // tensors' streams; each handle gets the event recorded after them
+  // (Handle::cuda_fence). Off: the host waits, and handles carry none.
+  void set_async_completion(bool on) { async_ = on; }
+
   // This rank's index on its host: a device transport's device is
   // local_rank % devices (as the NCCL plugin's), used for a joined rank's zeros.
   void set_local_rank(int r) { local_rank_ = r < 0 ? 0 : r; }
@@ -89,6 +95,22 @@ class Executor {
                const std::vector<bool>& copy_out);
   Status Unstage(bool ok);  // copies results back when ok; always restores the pointers
   Status SynchronizeStreams(const CudaRuntime& rt);
+  // Stream-ordered completion. The staging buffer's copies back to the
+  // devices may still be queued after a run: the next Stage (and the
+  // destructor) waits for them before writing (freeing) it.
+  Status SettleStaging();
+  // Where a device path's last work was queued (its buffers, the device
+  // fusion buffer above all, may still be in use there): a later run on
+  // another stream of that device waits for it on the device first.
+  Status AfterLastDeviceWork(const CudaRuntime& rt, int device, void* stream);
+  // The end of a device path: the host waits for `stream` (host-
+  // synchronized completion), or it is remembered for the next run.
+  Status EndOnStream(const CudaRuntime& rt, int device, void* stream);
+  // Records, for each request with CUDA tensors, the event its handle
+  // hands out (stream-ordered completion only).
+  Status FenceHandles(OpRequest* const* reqs, size_t n);
+  Status RunAllreduceBatchOn(std::vector<OpRequest*>& batch);
+  Status RunOneOn(OpRequest& req, const Response& resp);
   // CUDA tensors handed to a transport that takes device memory (NCCL):
   // the device transport beside the host one, or the transport itself.
   // Null where CUDA tensors are staged over the host transport.
@@ -110,7 +132,7 @@ class Executor {
   // result lands in device memory the handle owns (Handle::device_output).
   Status DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& dev,
                            const CudaRuntime& rt);
-  Result<uint8_t*> TakeDeviceOutput(Handle* h, int device, size_t bytes);
+  Result<uint8_t*> TakeDeviceOutput(Handle* h, int device, size_t bytes, void* stream);
   // The device fusion buffer of `device` (the current device), grown to
   // at least `bytes`; one per device, kept for the executor's life.
   struct DeviceFusionBuffer {
@@ -138,6 +160,13 @@ class Executor {
   std::vector<std::pair<int, void*>> streams_;  // (device, stream) pairs to synchronize
   std::vector<TensorSpec*> stage_list_;
   std::vector<bool> stage_in_, stage_out_;
+  bool async_ = false;  // set_async_completion
+  std::vector<std::shared_ptr<CudaFence>> stage_fences_;  // SettleStaging's
+  struct LastDeviceWork {
+    bool set = false;
+    int device = -1;
+    void* stream = nullptr;
+  } last_device_;
 
   Comm* transport_;
   Comm* device_ = nullptr;  // a device-only transport beside transport_ (Use)

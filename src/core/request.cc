@@ -70,12 +70,30 @@ size_t BufferPool::spare_bytes() const {
 
 Handle::~Handle() {
   if (output_pool) output_pool->Give(std::move(output));
-  if (device_pool) device_pool->Give(device_output);
+  if (device_pool) {
+    if (cuda_fence && device_output.data != nullptr) {
+      // Released in stream order: work the caller queued on the result's
+      // stream before releasing may still read the block; the next user
+      // waits for it (else, at worst, the host waits here).
+      auto f = CudaFence::Record(cuda_fence->shared_runtime(), cuda_fence->device(),
+                                 cuda_fence->stream());
+      if (f.ok()) {
+        device_output.fence = std::move(f).value();
+      } else {
+        (void)cuda_fence->Synchronize();
+      }
+    }
+    device_pool->Give(device_output);
+  }
 }
 
 Result<const ByteBuffer*> Handle::HostOutput() {
   std::lock_guard<std::mutex> lock(host_mu_);
   if (output_device == HVD_DEVICE_CPU || host_copied_ || device_bytes == 0) return &output;
+  if (cuda_fence) {
+    Status s = cuda_fence->Synchronize();  // the result queued on its stream is in place
+    if (!s.ok()) return s.Wrap("waiting for the result of " + description());
+  }
   if (!device_pool) return Error(HVD_ERR_INTERNAL, "a device result without its pool");
   if (output_pool) {
     output = output_pool->Take(device_bytes);

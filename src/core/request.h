@@ -248,6 +248,14 @@ class Handle {
   DeviceBlock device_output;
   size_t device_bytes = 0;
   std::shared_ptr<DevicePool> device_pool;
+  // Stream-ordered completion (HVD_CUDA_ASYNC_COMPLETION) of an operation
+  // on CUDA tensors: the handle completed once the results were queued on
+  // the tensors' stream (the first tensor's; the others' streams wait for
+  // it), and this event, recorded there after them, marks when they are in
+  // place. Null where the handle completed with the results in place
+  // (host tensors, or the default host-synchronized completion). Set before
+  // Complete().
+  std::shared_ptr<CudaFence> cuda_fence;
   // The result in host memory: output, after copying a device result
   // there on the first call (any thread; later calls return the copy).
   Result<const ByteBuffer*> HostOutput();

@@ -84,6 +84,8 @@ int hvd_header_c99_touch(void) {
     hvd_status_t (*output_shape)(hvd_handle_t, int64_t *, int32_t, int32_t *) =
         hvd_handle_output_shape;
     hvd_status_t (*recv_splits)(hvd_handle_t, int64_t *, int32_t) = hvd_handle_recv_splits;
+    hvd_status_t (*cuda_event)(hvd_handle_t, void **) = hvd_handle_cuda_event;
+    hvd_status_t (*stream_wait)(hvd_handle_t, void *) = hvd_handle_stream_wait;
 
     p.struct_size = sizeof(p);
     p.mask = HVD_PARAM_RANK | HVD_PARAM_SIZE | HVD_PARAM_LOCAL_RANK | HVD_PARAM_LOCAL_SIZE |
@@ -113,5 +115,6 @@ int hvd_header_c99_touch(void) {
            (getters[0] != 0) + (ar != 0) + (gar != 0) + (ag != 0) + (bc != 0) + (a2a != 0) +
            (rs != 0) + (bar != 0) + (ar_b != 0) + (bc_b != 0) + (bar_b != 0) + (wait != 0) +
            (poll != 0) + (release != 0) + (output != 0) + (output_device != 0) + (output_shape != 0) +
-           (recv_splits != 0) + (mpi_threads != 0) + (join != 0);
+           (recv_splits != 0) + (cuda_event != 0) + (stream_wait != 0) + (mpi_threads != 0) +
+           (join != 0);
 }

@@ -972,6 +972,14 @@ static void test_handle_bad_arguments(void **state) {
     EXPECT_FAIL(hvd_handle_output_device(NULL, &data, &bytes, &device), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_output_shape(NULL, dims, 4, &nd), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_recv_splits(NULL, splits, 4), HVD_ERR_INVALID_ARGUMENT);
+    {
+        void *ev = (void *)foreign;
+        EXPECT_FAIL(hvd_handle_cuda_event(NULL, &ev), HVD_ERR_INVALID_ARGUMENT);
+        assert_null(ev);
+        EXPECT_FAIL(hvd_handle_stream_wait(NULL, NULL), HVD_ERR_INVALID_ARGUMENT);
+        EXPECT_FAIL(hvd_handle_cuda_event(bogus, &ev), HVD_ERR_INVALID_ARGUMENT);
+        EXPECT_FAIL(hvd_handle_stream_wait(bogus, NULL), HVD_ERR_INVALID_ARGUMENT);
+    }
     EXPECT_FAIL(hvd_handle_wait(bogus, 1.0), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_poll(bogus), HVD_ERR_INVALID_ARGUMENT);
     EXPECT_FAIL(hvd_handle_release(bogus), HVD_ERR_INVALID_ARGUMENT);
@@ -984,6 +992,15 @@ static void test_handle_bad_arguments(void **state) {
     EXPECT_OK(hvd_handle_wait(a2a, 30.0));
     EXPECT_FAIL(hvd_handle_wait(ar, NAN), HVD_ERR_INVALID_ARGUMENT);
 
+    /* Host tensors: nothing for a stream to wait for. */
+    {
+        void *ev = (void *)foreign;
+        EXPECT_FAIL_MSG(hvd_handle_cuda_event(ar, NULL), HVD_ERR_INVALID_ARGUMENT, "event",
+                        "NULL");
+        EXPECT_OK(hvd_handle_cuda_event(ar, &ev));
+        assert_null(ev);
+        EXPECT_OK(hvd_handle_stream_wait(ar, NULL));
+    }
     /* The allreduce wrote into y: the handle owns no result. */
     EXPECT_FAIL_MSG(hvd_handle_output(ar, &data, &bytes), HVD_ERR_INVALID_ARGUMENT, "allreduce",
                     "h.ar");

@@ -340,6 +340,110 @@ TEST_F(CudaStaging, OrderedOnTheCallersStream) {
   EXPECT_EQ(F().Stats().pending, 0);
 }
 
+// Stream-ordered completion (HVD_CUDA_ASYNC_COMPLETION=1): the handle
+// completes with the copy back still queued on the caller's stream (the
+// fake runs it only when that stream is synchronized or waited for), hands
+// out the event after it, and a stream waiting through the handle sees the
+// result. The default completion hands out no event: the result is in place.
+TEST_F(CudaStaging, AsyncCompletionLeavesResultsQueuedOnTheStream) {
+  ScopedEnv async("HVD_CUDA_ASYNC_COMPLETION", "1");
+  RunRanks(2, [](hvd_context_t ctx, int rank) {
+    void* stream = StreamOf(rank);
+    void* other = StreamOf(rank + 100);
+    DevTensor<int32_t> x(rank, stream, {4}, {1, 2, 3, rank});
+    int32_t* out = static_cast<int32_t*>(F().Alloc(rank, 4 * sizeof(int32_t), 0));
+    hvd_handle_t h = nullptr;
+    ASSERT_EQ(hvd_allreduce_async(ctx, "async", &x.t, out, HVD_SUM, 1, 1, &h), HVD_OK)
+        << hvd_last_error();
+    Wait(h, "async allreduce");
+    // Completed, and the copy back is still queued on the caller's stream.
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], 0) << "element " << i << " before the wait";
+    void* ev = nullptr;
+    ASSERT_EQ(hvd_handle_cuda_event(h, &ev), HVD_OK) << hvd_last_error();
+    EXPECT_NE(ev, nullptr);
+    ASSERT_EQ(hvd_handle_stream_wait(h, other), HVD_OK) << hvd_last_error();
+    EXPECT_EQ(out[0], 2);
+    EXPECT_EQ(out[1], 4);
+    EXPECT_EQ(out[2], 6);
+    EXPECT_EQ(out[3], 1);
+    hvd_handle_release(h);
+    // Broadcast in place, and an allgather (its result the handle's host
+    // memory: in place at completion whatever the mode).
+    DevTensor<int32_t> b(rank, stream, {2}, {7 * rank, 9});
+    ASSERT_EQ(hvd_broadcast_async(ctx, "async.bc", &b.t, b.data, 1, &h), HVD_OK);
+    Wait(h, "async broadcast");
+    ASSERT_EQ(hvd_handle_stream_wait(h, other), HVD_OK) << hvd_last_error();
+    hvd_handle_release(h);
+    EXPECT_EQ(b.data[0], 7);
+    EXPECT_EQ(b.data[1], 9);
+    DevTensor<int32_t> g(rank, stream, {1}, {rank + 40});
+    ASSERT_EQ(hvd_allgather_async(ctx, "async.ag", &g.t, &h), HVD_OK);
+    Wait(h, "async allgather");
+    const void* data = nullptr;
+    size_t bytes = 0;
+    ASSERT_EQ(hvd_handle_output(h, &data, &bytes), HVD_OK);
+    ASSERT_EQ(bytes, 2 * sizeof(int32_t));
+    EXPECT_EQ(static_cast<const int32_t*>(data)[0], 40);
+    EXPECT_EQ(static_cast<const int32_t*>(data)[1], 41);
+    hvd_handle_release(h);
+    F().free_(out);
+  });
+  const FakeStats s = F().Stats();
+  EXPECT_EQ(s.pending, 0);
+  EXPECT_EQ(s.dropped, 0);
+  EXPECT_EQ(s.bad_copies, 0);
+}
+
+// The staging buffer is written again only once the last run's copies out
+// of it are done: two allreduces on two streams, neither synchronized by
+// the test in between; the first result would be the second's values if
+// the second copied in over a buffer the first still copies back from.
+TEST_F(CudaStaging, AsyncCompletionReusesStagingOnlyAfterItsCopiesBack) {
+  ScopedEnv async("HVD_CUDA_ASYNC_COMPLETION", "1");
+  RunRanks(2, [](hvd_context_t ctx, int rank) {
+    void* s1 = StreamOf(rank);
+    void* s2 = StreamOf(rank + 10);
+    DevTensor<int64_t> a(0, s1, {3}, {1, 2, 3});
+    DevTensor<int64_t> b(0, s2, {3}, {100, 200, 300 + rank});
+    hvd_handle_t ha = nullptr, hb = nullptr;
+    ASSERT_EQ(hvd_allreduce_async(ctx, "reuse.a", &a.t, a.data, HVD_SUM, 1, 1, &ha), HVD_OK);
+    Wait(ha, "first");
+    ASSERT_EQ(hvd_allreduce_async(ctx, "reuse.b", &b.t, b.data, HVD_SUM, 1, 1, &hb), HVD_OK);
+    Wait(hb, "second");
+    EXPECT_EQ(b.data[0], 100) << "the second result is queued, not in place";
+    ASSERT_EQ(F().sync(s1), 0);
+    ASSERT_EQ(F().sync(s2), 0);
+    EXPECT_EQ(a.data[0], 2);
+    EXPECT_EQ(a.data[1], 4);
+    EXPECT_EQ(a.data[2], 6);
+    EXPECT_EQ(b.data[0], 200);
+    EXPECT_EQ(b.data[1], 400);
+    EXPECT_EQ(b.data[2], 601);
+    hvd_handle_release(ha);
+    hvd_handle_release(hb);
+  });
+  EXPECT_EQ(F().Stats().pending, 0);
+}
+
+TEST_F(CudaStaging, DefaultCompletionHandsOutNoEvent) {
+  RunRanks(2, [](hvd_context_t ctx, int rank) {
+    DevTensor<float> x(rank, StreamOf(rank), {2}, {1.0f, 2.0f});
+    hvd_handle_t h = nullptr;
+    ASSERT_EQ(hvd_allreduce_async(ctx, "sync", &x.t, x.data, HVD_SUM, 1, 1, &h), HVD_OK);
+    void* ev = reinterpret_cast<void*>(1);
+    // Pending or done, never an event: pending answers HVD_IN_PROGRESS.
+    const hvd_status_t early = hvd_handle_cuda_event(h, &ev);
+    EXPECT_TRUE(early == HVD_OK || early == HVD_IN_PROGRESS) << early;
+    EXPECT_EQ(ev, nullptr);
+    Wait(h, "allreduce");
+    EXPECT_EQ(x.data[0], 2.0f);  // in place at completion
+    ASSERT_EQ(hvd_handle_cuda_event(h, &ev), HVD_OK);
+    EXPECT_EQ(ev, nullptr);
+    EXPECT_EQ(hvd_handle_stream_wait(h, StreamOf(rank + 5)), HVD_OK);
+    hvd_handle_release(h);
+  });
+}
+
 // Ranks whose tensors sit on different device ordinals build the same
 // fusion batches (keyed on every rank's devices): rank 0 has a on device 0
 // and b on device 1, rank 1 both on device 1.

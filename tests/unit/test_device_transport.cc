@@ -279,6 +279,68 @@ void EveryCase(int n) {
 }
 
 TEST_F(DeviceTransport, EveryDtypeOpAndScalingTwoRanks) { EveryCase(2); }
+
+// Stream-ordered completion (HVD_CUDA_ASYNC_COMPLETION=1) on the device
+// path: two fused batches on two streams, back to back. The first batch's
+// copy out of the device fusion buffer is still queued on its stream when
+// the second copies in on another stream; the second stream must wait for
+// the first (else the first result is the second's sums). The second's
+// handle completes with its copy out queued, and a stream waiting through
+// the handle sees it.
+TEST_F(DeviceTransport, AsyncCompletionOrdersTheFusionBufferAcrossStreams) {
+  ScopedEnv async("HVD_CUDA_ASYNC_COMPLETION", "1");
+  RunDev(2, [](hvd_context_t ctx, int rank) {
+    const int dev = rank % 2;
+    auto batch = [&](int seed, void* stream, std::vector<std::unique_ptr<Tensor>>* ts) {
+      std::vector<hvd_tensor_t> in;
+      std::vector<void*> out;
+      std::vector<std::string> names;
+      for (int k = 0; k < 3; ++k) {
+        ts->push_back(std::make_unique<Tensor>(HVD_INT32, 4, Bytes(HVD_INT32, rank, seed + k, 4),
+                                               dev, stream));
+        in.push_back(ts->back()->t);
+        out.push_back(ts->back()->dev);
+        names.push_back("async" + std::to_string(seed) + "." + std::to_string(k));
+      }
+      const char* cn[3] = {names[0].c_str(), names[1].c_str(), names[2].c_str()};
+      hvd_handle_t h = nullptr;
+      EXPECT_EQ(hvd_grouped_allreduce_async(ctx, 3, cn, in.data(), out.data(), HVD_SUM, 1, 1, &h),
+                HVD_OK)
+          << hvd_last_error();
+      EXPECT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << hvd_last_error();
+      return h;
+    };
+    auto want = [&](int seed) {
+      std::vector<int32_t> w(4, 0);
+      for (int r = 0; r < 2; ++r) {
+        std::vector<unsigned char> b = Bytes(HVD_INT32, r, seed, 4);
+        for (int i = 0; i < 4; ++i) {
+          int32_t v;
+          std::memcpy(&v, b.data() + 4 * i, 4);
+          w[i] += v;
+        }
+      }
+      return w;
+    };
+    std::vector<std::unique_ptr<Tensor>> a, b;
+    hvd_handle_t ha = batch(0, StreamOf(rank, 1), &a);
+    hvd_handle_t hb = batch(10, StreamOf(rank, 2), &b);
+    // The second batch's results are queued on its stream, not in place.
+    EXPECT_EQ(std::memcmp(b[0]->dev, Bytes(HVD_INT32, rank, 10, 4).data(), 16), 0);
+    void* ev = nullptr;
+    ASSERT_EQ(hvd_handle_cuda_event(hb, &ev), HVD_OK);
+    EXPECT_NE(ev, nullptr);
+    ASSERT_EQ(hvd_handle_stream_wait(ha, StreamOf(rank, 9)), HVD_OK) << hvd_last_error();
+    ASSERT_EQ(hvd_handle_stream_wait(hb, StreamOf(rank, 9)), HVD_OK) << hvd_last_error();
+    for (int k = 0; k < 3; ++k) {
+      std::vector<int32_t> wa = want(k), wb = want(10 + k);
+      EXPECT_EQ(std::memcmp(a[k]->dev, wa.data(), 16), 0) << "first batch, tensor " << k;
+      EXPECT_EQ(std::memcmp(b[k]->dev, wb.data(), 16), 0) << "second batch, tensor " << k;
+    }
+    hvd_handle_release(ha);
+    hvd_handle_release(hb);
+  });
+}
 TEST_F(DeviceTransport, EveryDtypeOpAndScalingThreeRanks) { EveryCase(3); }
 
 TEST_F(DeviceTransport, EveryCaseWithNativeAverage) {
@@ -499,6 +561,59 @@ void EveryOwned(int n) {
 }
 
 TEST_F(DeviceTransport, OwnedResultsStayOnTheDeviceTwoRanks) { EveryOwned(2); }
+
+// Stream-ordered completion and the device results pool: a handle released
+// while the caller's stream still has a read of its result queued gives its
+// block back behind that read; the next result taking the block (on
+// another stream) waits for it before writing. Else the queued read would
+// copy the second result.
+TEST_F(DeviceTransport, AsyncCompletionReusesAResultBlockOnlyAfterItsReaders) {
+  ScopedEnv async("HVD_CUDA_ASYNC_COMPLETION", "1");
+  auto* memcpy_async = Sym<int (*)(void*, const void*, size_t, int, void*)>(F().cudart, "cudaMemcpyAsync");
+  auto* stream_sync = Sym<int (*)(void*)>(F().cudart, "cudaStreamSynchronize");
+  ASSERT_NE(memcpy_async, nullptr);
+  ASSERT_NE(stream_sync, nullptr);
+  RunDev(2, [&](hvd_context_t ctx, int rank) {
+    const int dev = rank % 2;
+    void* s1 = StreamOf(rank, 1);
+    void* s2 = StreamOf(rank, 2);
+    Tensor x(HVD_INT32, 2, Bytes(HVD_INT32, rank, 1, 2), dev, s1);
+    hvd_handle_t h = nullptr;
+    ASSERT_EQ(hvd_allgather_async(ctx, "pool.a", &x.t, &h), HVD_OK) << hvd_last_error();
+    ASSERT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << hvd_last_error();
+    hvd_handle_t ha = h;
+    // A device operation on s2, so that s2 no longer needs to wait for s1
+    // as the device path's last stream: only the block's own fence orders
+    // what follows.
+    Tensor z(HVD_INT32, 2, Bytes(HVD_INT32, rank, 3, 2), dev, s2);
+    ASSERT_EQ(hvd_allreduce_async(ctx, "pool.z", &z.t, z.dev, HVD_SUM, 1, 1, &h), HVD_OK);
+    ASSERT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << hvd_last_error();
+    hvd_handle_release(h);
+    const void* data = nullptr;
+    size_t bytes = 0;
+    int32_t where = -1;
+    ASSERT_EQ(hvd_handle_output_device(ha, &data, &bytes, &where), HVD_OK);
+    ASSERT_EQ(bytes, 16u);
+    // "A kernel" on s1 reads the result (queued: it runs when s1 does).
+    int32_t seen[4] = {0, 0, 0, 0};
+    ASSERT_EQ(memcpy_async(seen, data, 16, 2, s1), 0);
+    hvd_handle_release(ha);
+    // Same size, on s2: takes the released block.
+    Tensor y(HVD_INT32, 2, Bytes(HVD_INT32, rank, 2, 2), dev, s2);  // other values than seed 1
+    ASSERT_EQ(hvd_allgather_async(ctx, "pool.b", &y.t, &h), HVD_OK) << hvd_last_error();
+    ASSERT_EQ(hvd_handle_wait(h, 60.0), HVD_OK) << hvd_last_error();
+    const void* data2 = nullptr;
+    ASSERT_EQ(hvd_handle_output_device(h, &data2, &bytes, &where), HVD_OK);
+    EXPECT_EQ(data2, data) << "the block was not reused; the test shows nothing";
+    ASSERT_EQ(stream_sync(s1), 0);
+    for (int r = 0; r < 2; ++r) {
+      std::vector<unsigned char> b = Bytes(HVD_INT32, r, 1, 2);
+      EXPECT_EQ(std::memcmp(seen + 2 * r, b.data(), 8), 0) << "the read saw the second result";
+    }
+    ASSERT_EQ(hvd_handle_stream_wait(h, s2), HVD_OK);
+    hvd_handle_release(h);
+  });
+}
 TEST_F(DeviceTransport, OwnedResultsStayOnTheDeviceThreeRanks) { EveryOwned(3); }
 
 // Reducescatter's AVERAGE of a floating type goes to the transport as it is

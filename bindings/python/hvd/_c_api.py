@@ -447,6 +447,8 @@ FUNCTIONS = {
         _S, [hvd_handle_t, POINTER(c_void_p), POINTER(c_size_t), POINTER(c_int32)]),
     "hvd_handle_output_shape": (_S, [hvd_handle_t, POINTER(c_int64), c_int32, POINTER(c_int32)]),
     "hvd_handle_recv_splits": (_S, [hvd_handle_t, POINTER(c_int64), c_int32]),
+    "hvd_handle_cuda_event": (_S, [hvd_handle_t, POINTER(c_void_p)]),
+    "hvd_handle_stream_wait": (_S, [hvd_handle_t, c_void_p]),
 }
 
 # ---------------------------------------------------------------------------

@@ -177,6 +177,29 @@ def reap_orphans(wait=False):
             _orphans.extend(keep)
 
 
+# Set by a frontend whose tensors may be CUDA memory (hvd.torch): device
+# ordinal -> the cudaStream_t (an int) that code waiting on a handle goes on
+# with. With stream-ordered completion (HVD_CUDA_ASYNC_COMPLETION=1) a
+# CUDA result is ordered on the stream it was submitted on; the waiting
+# code's stream is made to wait for it (no host block). Without it the call
+# has nothing to do.
+consumer_stream = None
+
+
+def _cuda_device_of(keep):
+    """The CUDA device of the first device buffer among an op's keep-alive
+    objects, or None."""
+    for k in keep or ():
+        if isinstance(k, Buf):
+            if k.device != C.HVD_DEVICE_CPU:
+                return k.device
+        elif isinstance(k, (tuple, list)):
+            d = _cuda_device_of(k)
+            if d is not None:
+                return d
+    return None
+
+
 class Handle:
     """A pending collective. ``synchronize(handle)`` (or ``handle.wait()``)
     waits and returns its result; ``poll(handle)`` tells whether it is done.
@@ -239,6 +262,9 @@ class Handle:
                 self._state = 2
                 return
             try:
+                device = _cuda_device_of(self._keep) if consumer_stream is not None else None
+                if device is not None and "hvd_handle_stream_wait" not in C.MISSING:
+                    C.check_call(lib.hvd_handle_stream_wait(raw, consumer_stream(device) or None))
                 result, transferred = self._finish(raw)
             except BaseException as e:  # noqa: B902 - recorded and re-raised by wait()
                 self._error, self._state, transferred = e, 2, False

@@ -7,8 +7,11 @@
     hvd.broadcast_optimizer_state(opt, root_rank=0)
 
 CPU tensors are passed to the library zero-copy (data_ptr); non-contiguous
-tensors are copied once (PerformanceWarning). CUDA tensors are refused with
-UnsupportedError until a GPU transport exists: move them with ``.cpu()``.
+tensors are copied once (PerformanceWarning). CUDA tensors are passed as
+device memory, ordered on the current stream of their device: staged
+through host memory over the host transports, or handed to NCCL with
+``hvd.init(transport="nccl")``; waiting on a handle orders the waiting
+code's current stream after the result (docs/gpu.md).
 
 Do not use it in a process that has loaded TensorFlow (hvd.tensorflow,
 hvd.keras): the two frameworks cannot share a process (importing this module
@@ -105,6 +108,14 @@ if hasattr(torch, "uint16"):
     _TO_HVD[torch.uint16] = C.HVD_UINT16
 
 SUPPORTED_DTYPES = tuple(_TO_HVD)
+
+
+def _current_stream(device):
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+# A handle's CUDA result goes on with the waiting code's current stream.
+_ops.consumer_stream = _current_stream
 
 
 class TorchAdapter:

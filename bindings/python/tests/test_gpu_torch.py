@@ -61,6 +61,34 @@ def test_every_collective_world_of_one(world, dtype):
         assert torch.equal(r.cpu(), host), name
 
 
+@pytest.mark.parametrize("transport", ["local", "nccl"])
+def test_stream_ordered_completion(monkeypatch, transport):
+    # HVD_CUDA_ASYNC_COMPLETION=1: the handle completes with the results
+    # queued on the submitting stream; waiting from another stream orders
+    # that stream after them (hvd_handle_stream_wait), with no host wait.
+    import hvd.torch as hvd
+    if transport == "nccl" and not hvd.nccl_built():
+        pytest.skip("this build has no NCCL transport")
+    monkeypatch.setenv("HVD_CUDA_ASYNC_COMPLETION", "1")
+    hvd.init(transport=transport)
+    try:
+        dev = torch.device("cuda", torch.cuda.current_device())
+        s1, s2 = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
+        for step in range(20):
+            with torch.cuda.stream(s1):
+                xs = [torch.full((1 << 16,), float(step + k), device=dev) for k in range(4)]
+                hs = [hvd.allreduce_async(x, op=hvd.Sum, name=f"async{k}") for k, x in enumerate(xs)]
+            with torch.cuda.stream(s2):  # a consumer on another stream
+                ys = [hvd.synchronize(h) for h in hs]
+                sums = torch.stack([y.sum() for y in ys])
+            torch.cuda.synchronize()
+            want = torch.tensor([float(step + k) * (1 << 16) for k in range(4)], device=dev)
+            assert torch.equal(sums, want), step
+    finally:
+        while hvd.is_initialized():
+            hvd.shutdown()
+
+
 def test_ordered_on_the_current_stream(world):
     hvd = world
     dev = torch.device("cuda", torch.cuda.current_device())

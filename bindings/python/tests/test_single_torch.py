@@ -80,3 +80,25 @@ def test_optimizer_argument_checks(world):
         hvd.DistributedOptimizer(opt, backward_passes_per_step=0)
     with pytest.raises(TypeError):
         hvd.DistributedOptimizer(object())
+
+
+def test_host_results_ask_no_stream_to_wait(world, monkeypatch):
+    # Waiting on a handle orders the waiting code's CUDA stream after a CUDA
+    # result (stream-ordered completion); host tensors never ask for a stream.
+    from hvd import _ops
+    assert _ops.consumer_stream is not None  # installed by hvd.torch
+    asked = []
+    monkeypatch.setattr(_ops, "consumer_stream", lambda device: asked.append(device) or 0)
+    assert torch.equal(hvd.allreduce(torch.arange(4.0), op=hvd.Sum), torch.arange(4.0))
+    assert torch.equal(hvd.allgather(torch.arange(2)), torch.arange(2))
+    assert asked == []
+
+
+def test_cuda_device_of_an_ops_buffers():
+    from hvd import _ops
+    from hvd import _c_api as C
+    host = _ops.Buf(0, C.HVD_FLOAT32, (1,), None, None, False, 4)
+    dev = _ops.Buf(0, C.HVD_FLOAT32, (1,), None, None, False, 4, device=1, stream=7)
+    assert _ops._cuda_device_of((host, None)) is None
+    assert _ops._cuda_device_of((host, [host, dev])) == 1
+    assert _ops._cuda_device_of(()) is None
