@@ -296,6 +296,8 @@ HVDJ_OPAQUE(hvd_handle_t)
 %ignore hvd_handle_output;
 %ignore hvd_handle_output_shape;
 %ignore hvd_handle_wait;      // hvdj_handle_wait tells a time slice from a failure
+%ignore hvd_handle_cuda_event;   // stream-ordered completion: CUDA tensors, which Java has none of
+%ignore hvd_handle_stream_wait;
 %ignore HVD_TENSOR_INIT;
 %ignore HVD_PARAMS_INIT;
 %ignore HVD_API;
