@@ -297,3 +297,22 @@ def test_import_hvd_needs_no_framework():
     assert "hvd.torch ImportError: hvd.torch needs PyTorch" in out
     assert "hvd.tensorflow ImportError: hvd.tensorflow needs TensorFlow" in out
     assert "hvd.keras ImportError: hvd.keras needs TensorFlow" in out
+
+
+def test_nccl_without_a_gpu_is_refused_clearly():
+    # hvd.init(transport="nccl") on a host without a usable GPU fails at once,
+    # naming the transport, the host and why (CUDA's own answer).
+    if not hvd.nccl_built():
+        pytest.skip("this build has no NCCL transport")
+    try:
+        hvd.init(transport="nccl")
+    except hvd.UnsupportedError as e:
+        msg = str(e)
+        assert "transport 'nccl' failed to start" in msg, msg
+        assert "no CUDA device on host" in msg and "one GPU per rank" in msg, msg
+        assert not hvd.is_initialized()
+        return
+    try:
+        pytest.skip("this host has a GPU: hvd.init(transport='nccl') started")
+    finally:
+        hvd.shutdown()

@@ -49,6 +49,12 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+// Non-blocking communicators (ncclConfig_t.blocking, ncclInProgress) came in
+// NCCL 2.14, ncclAvg in 2.10 (CMake refuses an older nccl.h first).
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "the NCCL transport needs NCCL 2.14 or later (non-blocking communicators)"
+#endif
+
 #include "hvd.h"
 #include "hvd_transport.h"
 
