@@ -131,6 +131,130 @@ def test_two_ranks(tmp_path):
     assert job.output.count("GPU-OK") == 2, job.describe()
 
 
+# Ranks sharing one GPU over gloo (staged through page-locked host memory):
+# every collective x dtype, fused groups in opposite orders, the optimizer
+# path, and a peer that dies mid-job. HVD_TEST_DEVICE=cpu runs the same job
+# on host tensors (how the job itself was checked on a machine without a GPU).
+STAGED_JOB = """
+    import os, sys, time
+    import torch
+    import hvd.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    if os.environ.get("HVD_TEST_DEVICE", "cuda") == "cuda":
+        dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
+    DTYPES = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+              torch.float32, torch.float64, torch.bool)
+    def base(q, k=1000):
+        return (torch.arange(k) + q) % 5
+    for dt in DTYPES:
+        tag = str(dt).replace("torch.", "")
+        x = base(r).to(dt).to(dev)
+        ref64 = [base(q).to(dt).to(torch.float64) for q in range(n)]
+        if dt is torch.bool:
+            s = hvd.allreduce(x, op=hvd.Max, name=f"max{tag}")
+            assert s.device == x.device and torch.equal(s.cpu(), torch.stack([base(q).to(dt) for q in range(n)]).any(0)), (tag, s)
+        else:
+            s = hvd.allreduce(x, op=hvd.Sum, name=f"s{tag}")
+            assert s.device == x.device and torch.equal(s.cpu().to(torch.float64), sum(ref64)), (tag, s)
+            m = hvd.allreduce(x, op=hvd.Min, name=f"m{tag}")
+            assert torch.equal(m.cpu().to(torch.float64), torch.stack(ref64).min(0).values), (tag, m)
+            p = hvd.allreduce(x, op=hvd.Product, name=f"p{tag}")
+            assert torch.equal(p.cpu().to(torch.float64), torch.stack(ref64).prod(0).to(dt).to(torch.float64)), (tag, p)
+            if dt.is_floating_point:
+                a = hvd.allreduce(x, op=hvd.Average, name=f"a{tag}")
+                assert torch.allclose(a.cpu().double(), sum(ref64) / n, atol=1e-2), (tag, a)
+                sc = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0, name=f"sc{tag}")
+                assert torch.allclose(sc.cpu().double(), sum(ref64) * 2, atol=1e-2), (tag, sc)
+            # Fused: five tensors submitted in opposite orders on odd and even ranks.
+            xs = [x[: 10 * (k + 1)] + k for k in range(5)]
+            order = list(range(5)) if r % 2 == 0 else list(reversed(range(5)))
+            hs = {k: hvd.allreduce_async(xs[k], op=hvd.Sum, name=f"f{tag}.{k}") for k in order}
+            for k in range(5):
+                got = hvd.synchronize(hs[k]).cpu().to(torch.float64)
+                want = sum((base(q)[: 10 * (k + 1)].to(dt) + k).to(torch.float64) for q in range(n))
+                assert torch.equal(got, want), (tag, k, got)
+            g = hvd.grouped_allreduce([x[:7], x[7:20]], op=hvd.Max, name=f"g{tag}")
+            assert torch.equal(g[1].cpu(), torch.stack([base(q).to(dt) for q in range(n)]).max(0).values[7:20]), (tag, g)
+        b = hvd.broadcast(x, n - 1, name=f"b{tag}")
+        assert b.device == x.device and torch.equal(b.cpu(), base(n - 1).to(dt)), (tag, b)
+        z = x.clone()
+        hvd.broadcast_(z, 0, name=f"bi{tag}")
+        assert torch.equal(z.cpu(), base(0).to(dt)), (tag, z)
+        ag = hvd.allgather(x[: r + 1].reshape(-1, 1), name=f"ag{tag}")
+        want = torch.cat([base(q)[: q + 1].to(dt).reshape(-1, 1) for q in range(n)])
+        assert ag.device == x.device and torch.equal(ag.cpu(), want), (tag, ag)
+        splits = [(r + j) % 3 for j in range(n)]
+        rows = torch.cat([torch.full((splits[j], 2), j).to(dt) for j in range(n)]).to(dev)
+        t, recv = hvd.alltoall(rows, splits=splits, name=f"a2a{tag}")
+        assert list(recv.tolist()) == [(q + r) % 3 for q in range(n)], (tag, recv)
+        got_rows = sum((q + r) % 3 for q in range(n))
+        assert t.device == x.device and t.shape == (got_rows, 2), (tag, t.shape)
+        assert torch.equal(t.cpu(), torch.full((got_rows, 2), r).to(dt)), (tag, t)
+        if dt is not torch.bool:
+            rs = hvd.reducescatter(base(r, 2 * n + 1).to(dt).reshape(-1, 1).to(dev), op=hvd.Sum, name=f"rs{tag}")
+            full = sum(base(q, 2 * n + 1).to(dt).to(torch.float64) for q in range(n))
+            lo = r * 2 + min(r, 1)
+            mine = 3 if r == 0 else 2
+            assert rs.device == x.device and torch.equal(rs.cpu().reshape(-1).to(torch.float64), full[lo: lo + mine]), (tag, rs)
+    # DistributedOptimizer on a model on the device, with fp16 compression, the
+    # initial state from rank 0: every rank ends with the same bits.
+    torch.manual_seed(r)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   compression=hvd.Compression.fp16)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for step in range(6):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 16, device=dev)).pow(2).mean()
+        loss.backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    every = hvd.allgather(flat.reshape(1, -1), name="params")
+    assert all(torch.equal(every[0], every[q]) for q in range(n)), "parameters differ"
+    if os.environ.get("KILL_RANK"):
+        # A rank dies while the others are inside a stream of large allreduces.
+        t0 = time.time()
+        try:
+            for i in range(10000):
+                if os.environ["KILL_RANK"] == str(r) and i == 20:
+                    print("DYING", r, flush=True)
+                    os._exit(9)
+                hvd.allreduce(torch.ones(1 << 22, device=dev), name=f"after{i}")
+        except Exception as e:
+            print("SURVIVOR-ERROR", r, round(time.time() - t0, 1), str(e)[:300], flush=True)
+            sys.exit(3)
+        sys.exit(4)
+    hvd.shutdown()
+    print("STAGED-OK", r)
+"""
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_staged_ranks_share_the_gpu(tmp_path, n):
+    script = harness.write_script(tmp_path, STAGED_JOB)
+    job = harness.run_job(n, script, tmp_path=tmp_path, timeout=600)
+    assert job.ok(), job.describe()
+    assert job.output.count("STAGED-OK") == n, job.describe()
+
+
+def test_staged_peer_killed_mid_job(tmp_path):
+    script = harness.write_script(tmp_path, STAGED_JOB)
+    t0 = __import__("time").time()
+    job = harness.run_job(2, script, tmp_path=tmp_path, timeout=300,
+                          env={"KILL_RANK": "1", "HVD_TRANSPORT_TIMEOUT": "20"})
+    assert not job.ok()
+    assert "DYING 1" in job.output, job.describe()
+    assert "SURVIVOR-ERROR 0" in job.output, job.describe()
+    assert "rank 1" in job.output.split("SURVIVOR-ERROR 0", 1)[1], job.describe()
+    assert __import__("time").time() - t0 < 150, job.describe()
+
+
 def _nccl_plugin_built():
     lib = os.environ.get("HVD_LIBRARY_PATH", "")
     folder = os.path.dirname(lib) if lib.endswith(".so") else lib
