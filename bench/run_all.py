@@ -411,7 +411,38 @@ class Runner:
 
     def part_gpu(self):
         """The core's batched copy kernel against cudaMemcpyAsync on one GPU
-        (bench/suite/cuda_copy_bench.cc); skipped with the reason elsewhere."""
+        (bench/suite/cuda_copy_bench.cc), then the torch parts; each skipped
+        with the reason elsewhere."""
+        self.part_gpu_copies()
+        self.part_gpu_torch()
+
+    def part_gpu_torch(self):
+        """hvd.torch on one GPU: the staged allreduce of CUDA tensors against
+        host tensors (2 ranks sharing the GPU, gloo: bench/suite/gpu_coll_bench.py),
+        and the example CNN's training step on CUDA, 1 process and 2 sharing
+        the GPU (e2e_bench.py --device cuda)."""
+        if not self.have_torch:
+            self.skipped.append("GPU torch parts: torch is not installed")
+            return
+        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if probe.stdout.strip().splitlines()[-1:] != ["True"]:
+            self.skipped.append("GPU torch parts: torch.cuda.is_available() is not True (no CUDA "
+                                "device, or a CPU-only torch)")
+            return
+        q = ["--quick"] if self.quick else []
+        env = self.base_env()
+        env["HVD_TRANSPORT"] = "gloo"
+        self.run("gpu: staged allreduce, CUDA vs host tensors, 2 ranks",
+                 self.hvdrun(2, [sys.executable, os.path.join(SUITE, "gpu_coll_bench.py")] + q),
+                 env=env, timeout=900)
+        e2e = [sys.executable, os.path.join(SUITE, "e2e_bench.py"), "--model", "cnn",
+               "--device", "cuda"] + q
+        self.run("gpu: e2e cnn on CUDA, 1 process", e2e + ["--mode", "single"], timeout=600)
+        self.run("gpu: e2e cnn on CUDA, hvd 2 processes sharing the GPU",
+                 self.hvdrun(2, e2e + ["--mode", "hvd"]), env=env, timeout=600)
+
+    def part_gpu_copies(self):
         exe = self._find_bin("cuda-copy-bench")
         lib = os.path.join(self.build, "lib", "libhvd_cuda_kernels.so")
         if not exe or not os.path.exists(lib):

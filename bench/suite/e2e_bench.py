@@ -12,6 +12,9 @@ Models
        as in the example.
   mlp  25 Linear layers of width 640 (24 hidden, 640 -> 10 at the end): 9.85 M
        parameters in 50 tensors; batch 64 per rank.
+--device cuda: the model and data on GPU local_rank % device_count (ranks may
+share one GPU), records of kind "gpu_e2e"; where there is no CUDA device it
+prints one "SKIP <reason>" line and exits 0.
 Data are random tensors of the model's input shape (a fixed pool per rank, so
 no loader cost is measured). SGD with momentum, cross-entropy loss. Every
 process uses cpu_count / local_size threads for its own compute. samples/s =
@@ -68,7 +71,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--store", default=None)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("SKIP torch.cuda.is_available() is False (no CUDA device, or a CPU-only torch)")
+        return
     batch = args.batch or (32 if args.model == "cnn" else 64)
     steps = args.steps or (300 if args.model == "cnn" else 20)
     warmup = args.warmup if args.warmup is not None else (30 if args.model == "cnn" else 3)
@@ -96,8 +103,15 @@ def main():
         sync = dist.barrier
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
     torch.manual_seed(1234)
+    dev = torch.device("cpu")
+    if args.device == "cuda":
+        dev = torch.device("cuda", pc.launcher_local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        host_sync = sync
+        sync = lambda: (torch.cuda.synchronize(dev), host_sync())  # noqa: E731
 
     model, in_shape, classes = make_model(args.model)
+    model = model.to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     ntensors = sum(1 for _ in model.parameters())
     lr = 0.01
@@ -113,8 +127,8 @@ def main():
 
     g = torch.Generator().manual_seed(rank)
     pool = 8
-    xs = torch.randn((pool, batch) + in_shape, generator=g)
-    ys = torch.randint(0, classes, (pool, batch), generator=g)
+    xs = torch.randn((pool, batch) + in_shape, generator=g).to(dev)
+    ys = torch.randint(0, classes, (pool, batch), generator=g).to(dev)
 
     def step(i):
         opt.zero_grad()
@@ -134,7 +148,8 @@ def main():
     if not torch.isfinite(loss):
         raise SystemExit("e2e: loss is not finite")
     if rank == 0:
-        pc.emit(dict(kind="e2e", system=args.mode, model=args.model, ranks=size, batch=batch,
+        pc.emit(dict(kind="e2e" if args.device == "cpu" else "gpu_e2e", system=args.mode,
+                     device=args.device, model=args.model, ranks=size, batch=batch,
                      steps=steps, params=nparams, tensors=ntensors,
                      threads=torch.get_num_threads(),
                      step_ms=round(dt / steps * 1e3, 3),

@@ -1364,6 +1364,47 @@ def gpu_copy_section(recs):
     return L
 
 
+def gpu_torch_section(recs):
+    """run_all.py --parts gpu: hvd.torch on CUDA tensors (gpu_coll_bench.py,
+    e2e_bench.py --device cuda)."""
+    gc = [r for r in recs if r.get("kind") == "gpu_coll"]
+    ge = [r for r in recs if r.get("kind") == "gpu_e2e"]
+    if not gc and not ge:
+        return []
+    L = []
+    if gc:
+        L += ["## GPU: staged allreduce of CUDA tensors\n",
+              "hvd.torch `allreduce_` (SUM, in place) of a CUDA tensor, staged through page-locked "
+              "host memory over the host transport, against the same call on a host tensor, in one "
+              "job (ranks sharing one GPU, rounds alternating); median time from submit to the "
+              "result in place. ratio = host time ÷ CUDA time (1.0: staging costs nothing).\n"]
+        by = {}
+        for r in gc:
+            by.setdefault((r["system"], r["ranks"], r["bytes"]), {})[r["device"]] = r
+        rows = []
+        for (system, ranks, nbytes) in sorted(by):
+            d = by[(system, ranks, nbytes)]
+            h, c = d.get("host"), d.get("cuda")
+            ratio = h["time_us"] / c["time_us"] if h and c and c["time_us"] > 0 else None
+            rows.append([system, str(ranks), fmt_bytes(nbytes),
+                         fmt_us(h["time_us"]) if h else "–", fmt_us(c["time_us"]) if c else "–",
+                         fmt_ratio(ratio) if ratio else "–"])
+        L.append(table(["system", "ranks", "size", "host tensor", "CUDA tensor", "host ÷ CUDA"], rows))
+        L.append("")
+    if ge:
+        L += ["## GPU: the example CNN's training step on CUDA\n",
+              "e2e_bench.py --device cuda: the example's model and data on the GPU, 1 process, and "
+              "hvd with 2 processes sharing the GPU (gradients staged over gloo). samples/s of "
+              "all ranks together.\n"]
+        rows = []
+        for r in sorted(ge, key=lambda r: (r["model"], r["ranks"], r["system"])):
+            rows.append([r["model"], r["system"], str(r["ranks"]), f"{r['step_ms']:.2f} ms",
+                         f"{r['samples_per_s']:.0f}"])
+        L.append(table(["model", "system", "processes", "step", "samples/s"], rows))
+        L.append("")
+    return L
+
+
 def write_all(out):
     recs, meta = load(out)
     made = plots(recs, out)
@@ -1541,6 +1582,7 @@ def write_all(out):
 
     L += many_hosts_section(recs, out)
     L += gpu_copy_section(recs)
+    L += gpu_torch_section(recs)
 
     # Horovod
     hb = os.path.join(out, "horovod_build.md")
