@@ -417,14 +417,16 @@ NCCL_JOB = """
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     every = hvd.allgather(flat.reshape(1, -1), name="params")
     assert all(torch.equal(every[0], every[q]) for q in range(n)), "parameters differ"
-    if os.environ.get("KILL_RANK") == str(r):
-        print("DYING", r, flush=True)
-        os._exit(9)
     if os.environ.get("KILL_RANK"):
+        # A rank dies while the others are inside a stream of large NCCL
+        # allreduces (the survivors' NCCL calls must be aborted, not hang).
         t0 = time.time()
         try:
             for i in range(1000):
-                hvd.allreduce(torch.ones(1 << 20, device=dev), name=f"after{i}")
+                if os.environ["KILL_RANK"] == str(r) and i == 20:
+                    print("DYING", r, flush=True)
+                    os._exit(9)
+                hvd.allreduce(torch.ones(1 << 24, device=dev), name=f"after{i}")
         except Exception as e:
             print("SURVIVOR-ERROR", r, round(time.time() - t0, 1), str(e)[:300], flush=True)
             sys.exit(3)
