@@ -36,10 +36,28 @@ def hvd_dtype(dt: np.dtype) -> int:
     return code
 
 
+def _dlpack_device(x):
+    """The DLPack device type of x (1: the CPU), or None where x has none."""
+    fn = getattr(x, "__dlpack_device__", None)
+    if fn is None:
+        return None
+    try:
+        return int(fn()[0])
+    except Exception:  # not a DLPack producer after all
+        return None
+
+
 class NumpyAdapter:
     name = "numpy"
 
     def buf(self, x, what, writable):
+        if not isinstance(x, np.ndarray) and (hasattr(x, "__cuda_array_interface__")
+                                              or _dlpack_device(x) not in (None, 1)):
+            raise C.UnsupportedError(
+                C.HVD_ERR_UNSUPPORTED,
+                f"hvd: {what} ({type(x).__module__}.{type(x).__name__}) is device memory; the "
+                "numpy frontend moves host memory only: use hvd.torch for CUDA tensors, or copy "
+                "it to the host first (e.g. cupy.asnumpy)")
         if isinstance(x, np.ndarray):
             arr = x
         elif writable:

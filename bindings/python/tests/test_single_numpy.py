@@ -316,3 +316,21 @@ def test_nccl_without_a_gpu_is_refused_clearly():
         pytest.skip("this host has a GPU: hvd.init(transport='nccl') started")
     finally:
         hvd.shutdown()
+
+
+def test_device_arrays_are_refused_by_name(hvd_world):
+    # An array in device memory (CuPy's, a CUDA tensor through DLPack) is
+    # refused before anything is sent, naming its type and what to use.
+    class CudaArray:
+        __cuda_array_interface__ = {"shape": (2,), "typestr": "<f4", "data": (0, False),
+                                    "version": 3}
+
+    class DlpackOnDevice:
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA
+
+    for x in (CudaArray(), DlpackOnDevice()):
+        with pytest.raises(hvd.UnsupportedError, match="is device memory; the numpy frontend "
+                                                       "moves host memory only"):
+            hvd.allreduce(x)
+    assert np.array_equal(hvd.allreduce(np.arange(3.0)), np.arange(3.0))
