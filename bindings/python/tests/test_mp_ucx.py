@@ -13,7 +13,7 @@ import pytest
 import harness
 
 WORKER = os.path.join(harness.WORKERS, "ucx_frameworks.py")
-CHECKS = ("transport", "allreduce_churn", "allgather_ints")
+CHECKS = ("transport", "allreduce_churn", "allgather_ints", "join")
 FRAMEWORKS = ("torch", "tensorflow", "mpi4py")
 
 

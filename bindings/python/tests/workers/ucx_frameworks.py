@@ -68,5 +68,18 @@ def _allgather():
     assert np.array_equal(out, want), out
 
 
+@checks.add("join")
+def _join():
+    # Uneven inputs over UCX: rank r runs 2 (r + 1) steps, then joins; a
+    # joined rank takes part in the others' allreduces with zeros.
+    steps = 2 * (rank + 1)
+    for i in range(steps):
+        out = hvd.allreduce(np.ones(5, dtype=np.int32), op=hvd.Sum, name=f"join.{i}")
+        active = sum(1 for r in range(size) if i < 2 * (r + 1))
+        assert np.array_equal(out, np.full(5, active, dtype=np.int32)), (i, out)
+    last = hvd.join()
+    assert last == size - 1, last
+
+
 run_checks(checks, rank, extra={"framework": which})
 hvd.shutdown()
