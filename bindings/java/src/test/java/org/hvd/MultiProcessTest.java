@@ -92,11 +92,23 @@ class MultiProcessTest {
     File plugin = new File(new File(HVDRUN).getParentFile().getParentFile(), "lib/libhvd_transport_ucx.so");
     assumeTrue(plugin.isFile(), "the UCX transport plugin is not built (" + plugin + ")");
     assumeTrue(new File(HVDRUN).canExecute(), "hvdrun not built at '" + HVDRUN + "'");
-    Result r = launch(List.of(HVDRUN, "-np", "2", "--tag-output", "--start-timeout", "60",
-        "--transport", "ucx", "-x", "HVD_SHM=0"), "org.hvd.it.CollectivesMain");
-    assertEquals(0, r.exit, r.output);
-    for (int rank = 0; rank < 2; ++rank) {
-      assertTrue(r.output.contains("rank " + rank + "/2: all checks passed"), r.output);
+    // Chosen by the launcher (--transport ucx), then by the program itself
+    // (HvdConfig.builder().transport("ucx")); each rank logs its connections.
+    for (boolean byApi : new boolean[] {false, true}) {
+      List<String> launcher = new ArrayList<>(List.of(HVDRUN, "-np", "2", "--tag-output",
+          "--start-timeout", "60", "-x", "HVD_SHM=0", "-x", "HVD_LOG_LEVEL=debug"));
+      if (byApi) {
+        launcher.addAll(List.of("-x", "HVD_TEST_JAVA_TRANSPORT=ucx"));
+      } else {
+        launcher.addAll(List.of("--transport", "ucx"));
+      }
+      Result r = launch(launcher, "org.hvd.it.CollectivesMain");
+      assertEquals(0, r.exit, r.output);
+      for (int rank = 0; rank < 2; ++rank) {
+        assertTrue(r.output.contains("rank " + rank + "/2: all checks passed"), r.output);
+      }
+      assertTrue(r.output.contains("ucx: rank 0 of 2 connected over"), r.output);
+      assertTrue(r.output.contains("ucx: rank 1 of 2 connected over"), r.output);
     }
   }
 

@@ -5,6 +5,7 @@ import java.nio.ByteOrder;
 import java.nio.DoubleBuffer;
 import java.util.Arrays;
 import org.hvd.Hvd;
+import org.hvd.HvdConfig;
 import org.hvd.HvdHandle;
 import org.hvd.ReduceOp;
 
@@ -22,7 +23,14 @@ public final class CollectivesMain {
 
   public static void main(String[] args) {
     try {
-      Hvd.init();
+      // HVD_TEST_JAVA_TRANSPORT: the transport chosen through the API
+      // (HvdConfig), as a program would, rather than by the launcher.
+      String transport = System.getenv("HVD_TEST_JAVA_TRANSPORT");
+      if (transport == null) {
+        Hvd.init();
+      } else {
+        Hvd.init(HvdConfig.builder().transport(transport).build());
+      }
       int r = Hvd.rank(), n = Hvd.size();
       check(r == Integer.parseInt(System.getenv("HVD_RANK")), "rank from hvdrun");
       check(n == Integer.parseInt(System.getenv("HVD_SIZE")), "size from hvdrun");
