@@ -403,6 +403,9 @@ case "$case_" in
     [ "$rc" -eq 0 ] || fail "hvdrun --transport mpi with a decoy bridge exited $rc"
     net=$(sed -E 's/\.[0-9]+$/.0/' "$HVDC_DIR/h1/addr")/24
     grep -q "MPI network: $net" "$work/topo" || fail "hvdrun -v did not say which network it gave mpirun"
+    # A network is no UCX device name: UCX_NET_DEVICES is left alone, and -v says so.
+    grep -q "UCX_NET_DEVICES left unset: the job's network is known only as $net" "$work/topo" ||
+      fail "hvdrun -v did not say why it set no UCX_NET_DEVICES"
     expect_probe_ok "$work/topo" 4
     no_leftovers 10
     ;;
