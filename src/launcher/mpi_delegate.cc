@@ -1,5 +1,6 @@
 #include "launcher/mpi_delegate.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -8,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <set>
 #include <utility>
 
+#include "common/netif.h"
 #include "launcher/hosts.h"
 #include "launcher/output.h"
 #include "launcher/process.h"
@@ -48,6 +51,42 @@ std::string HostList(const std::vector<HostSlots>& hosts) {
     s += h.host + ":" + std::to_string(h.slots);
   }
   return s;
+}
+
+// UCX_NET_DEVICES for the ranks, so that Open MPI's UCX pml (which it may
+// run across hosts) keeps to the interface the job was given, as its TCP
+// BTL and out-of-band channel do. Returns the device name to export, or ""
+// with *why saying why not. UCX takes device names, not networks: a CIDR
+// (given, or the routed network of ReachHosts) would have to become this
+// host's name for the interface, and another host may call its interface
+// in that network differently (eth0 here, ens3 there), where UCX would then
+// find no device at all. So only a name the user gave is passed on. RDMA
+// devices are UCX devices too: naming one IP interface would take them
+// from UCX, so on a host with any hvdrun leaves the variable to the user.
+std::string UcxNetDevices(const Options& o, const MpirunHost& host, std::string* why) {
+  const std::string& net = o.network_interface.empty() ? o.mpi_network : o.network_interface;
+  uint32_t ignored_net = 0;
+  int ignored_bits = 0;
+  if (net.empty()) {
+    why->clear();  // one host, or Open MPI's own choice: nothing to say
+    return "";
+  }
+  if (ParseCidr(net, &ignored_net, &ignored_bits)) {
+    *why = "UCX_NET_DEVICES left unset: the job's network is known only as " + net +
+           ", and UCX takes device names, which can differ from host to host "
+           "(--network-interface NAME, or UCX_NET_DEVICES, names it)";
+    return "";
+  }
+  if (!host.rdma_devices.empty()) {
+    std::string list;
+    for (const std::string& d : host.rdma_devices) list += (list.empty() ? "" : ", ") + d;
+    *why = "UCX_NET_DEVICES left unset: this host has RDMA devices (" + list +
+           "), which UCX_NET_DEVICES=" + net + " would take from Open MPI's UCX pml "
+           "(set UCX_NET_DEVICES to name both)";
+    return "";
+  }
+  *why = "UCX_NET_DEVICES=" + net + " for the ranks (Open MPI's UCX pml)";
+  return net;
 }
 
 }  // namespace
@@ -152,6 +191,24 @@ MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
   for (const auto& kv : o.extra_env) set(kv.first, true, kv.second);
   set("HVD_TRANSPORT", true, o.transport.empty() ? "mpi" : o.transport);
   if (!o.network_interface.empty()) set("HVD_NETWORK_INTERFACE", true, o.network_interface);
+  const std::string ucx_devices = UcxNetDevices(o, host, &cmd.ucx_note);
+  if (!ucx_devices.empty()) {
+    // The user's setting wins: a -x value stays as it is, and one from
+    // hvdrun's environment is passed by name, so every host's ranks get it
+    // (mpirun gives remote ranks only the variables it is told to).
+    bool in_environment = false;
+    for (const std::string& entry : host.environment) {
+      in_environment = in_environment || StartsWith(entry, "UCX_NET_DEVICES=");
+    }
+    if (vars.count("UCX_NET_DEVICES")) {
+      cmd.ucx_note = "UCX_NET_DEVICES as -x gives it (not " + ucx_devices + ")";
+    } else if (in_environment) {
+      set("UCX_NET_DEVICES", false, "");
+      cmd.ucx_note = "UCX_NET_DEVICES from hvdrun's environment, for every rank (not " + ucx_devices + ")";
+    } else {
+      set("UCX_NET_DEVICES", true, ucx_devices);
+    }
+  }
   if (!o.timeline_filename.empty()) set("HVD_TIMELINE", true, o.timeline_filename);
   if (o.fusion_threshold_bytes) set("HVD_FUSION_THRESHOLD", true, std::to_string(*o.fusion_threshold_bytes));
   if (o.cycle_time_ms) set("HVD_CYCLE_TIME", true, *o.cycle_time_ms);
@@ -246,6 +303,20 @@ Result<std::string> ReportAddress(const Options& o) {
   if (reach.ok()) return reach->address;
   std::string ifname;
   return DefaultAddress(&ifname);
+}
+
+// The names in /sys/class/infiniband (RDMA devices, RoCE and iWARP ones
+// included), sorted; none where the folder is absent.
+std::vector<std::string> RdmaDevices() {
+  std::vector<std::string> names;
+  DIR* d = ::opendir("/sys/class/infiniband");
+  if (d == nullptr) return names;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::vector<char*> ArgvOf(std::vector<std::string>& words) {
@@ -406,6 +477,7 @@ int RunWithMpirun(const Options& given) {
   MpirunHost host;
   host.cores = UsableCores();
   host.root = geteuid() == 0;
+  host.rdma_devices = RdmaDevices();
   for (char** e = environ; *e != nullptr; ++e) host.environment.emplace_back(*e);
 
   // The store the ranks report their start to (see the header).
@@ -453,6 +525,7 @@ int RunWithMpirun(const Options& given) {
     for (const std::string& w : cmd.argv) line += " " + w;
     WriteAll(2, line + "\n");
     if (store) WriteAll(2, "hvdrun: start reports: serving at " + report_addr + "\n");
+    if (!cmd.ucx_note.empty()) WriteAll(2, "hvdrun: " + cmd.ucx_note + "\n");
   }
   if (store) return Supervise(o, cmd.argv, *store);
   std::vector<char*> argv = ArgvOf(cmd.argv);

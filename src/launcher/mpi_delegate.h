@@ -30,6 +30,9 @@ struct MpirunHost {
   bool root = false;                    // running as root
   std::vector<std::string> environment; // NAME=VALUE, as in environ
   bool report_start = false;            // pass HVD_START_REPORT_* (see above)
+  // RDMA devices of this host (/sys/class/infiniband): where there are any,
+  // hvdrun leaves UCX_NET_DEVICES to the user (see UcxNetDevices).
+  std::vector<std::string> rdma_devices;
 };
 
 // The mpirun command line (argv[0] is the mpirun program), or an error text
@@ -37,6 +40,7 @@ struct MpirunHost {
 struct MpirunCommand {
   std::vector<std::string> argv;
   std::string error;
+  std::string ucx_note;  // what was done about UCX_NET_DEVICES, and why (for -v)
 };
 MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host);
 

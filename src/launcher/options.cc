@@ -196,7 +196,9 @@ Settings passed to every rank (as environment variables):
   --network-interface IF      HVD_NETWORK_INTERFACE: a name (eth0) or an IPv4 CIDR
                               (10.0.0.0/24: the interface with an address in it,
                               whatever each host calls it); also where the store
-                              listens, and mpirun's btl/oob_tcp_if_include
+                              listens, mpirun's btl/oob_tcp_if_include and, for
+                              a name, UCX_NET_DEVICES (unless set already or this
+                              host has RDMA devices: -v says why)
                               (one interface; --network-interfaces is the same
                               flag). Unset: the interface the routes to the
                               remote hosts use

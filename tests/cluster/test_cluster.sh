@@ -7,6 +7,9 @@
 #                then mp_check 4 (every collective, process sets), which must
 #                log "hierarchical collectives: 2 hosts, 2 rank(s) on this one"
 #                on every rank: the library groups ranks by host identity.
+#   hier_off     hvdrun_2x2's mp_check with HVD_HIERARCHICAL=0: every check
+#                passes, no rank logs "hierarchical collectives: ...", and
+#                every rank's transport comes up without the hierarchy.
 #   hvdrun_4x1   4 hosts x 1 rank: cluster_probe topo 1 4, mp_check 4, and no
 #                hierarchy (no host has two ranks).
 #   mpi_2x2      hvdrun --transport mpi (mpirun's ssh agent through the
@@ -218,6 +221,26 @@ case "$case_" in
     grep -qE "^best,[0-9]+,[0-9.]+,,[01]$" "$work/tune.csv" || fail "the search did not finish within mp_check"
     no_leftovers 10
     ;;
+  hier_off)
+    # HVD_HIERARCHICAL=0 turns the hierarchy off on a job that would use it
+    # (2 hosts x 2 ranks, as hvdrun_2x2): no rank opens the hierarchical
+    # communicators or logs using them, each transport comes up without
+    # them, the tuner does not take them up, and every collective is exact.
+    up 2
+    run 120 "$work/mp" "$HVDRUN" -H hvd-h1:2,hvd-h2:2 --start-timeout 30 -x HVD_LOG_LEVEL=debug \
+      -x HVD_HIERARCHICAL=0 "$MP_CHECK" 4
+    [ "$rc" -eq 0 ] || fail "hvdrun mp_check exited $rc"
+    expect_mp_check_ok "$work/mp" 4
+    n=$(count "$work/mp" "INFO: hierarchical collectives:")
+    [ "$n" -eq 0 ] || fail "hierarchical collectives used with HVD_HIERARCHICAL=0 ($n lines)"
+    n=$(count "$work/mp" "transport 'gloo' connected \(ABI v4, plugin, point-to-point\)")
+    [ "$n" -eq 4 ] || fail "$n of 4 ranks' transports came up without the hierarchy, want 4"
+    n=$(count "$work/mp" "transport '[a-z]+' connected .*hierarchical")
+    [ "$n" -eq 0 ] || fail "$n transports came up hierarchical with HVD_HIERARCHICAL=0"
+    n=$(count "$work/mp" "autotune: then hierarchical collectives on and off")
+    [ "$n" -eq 0 ] || fail "the tuner took up the hierarchy with HVD_HIERARCHICAL=0"
+    no_leftovers 10
+    ;;
   hvdrun_4x1)
     up 4
     run 60 "$work/topo" "$HVDRUN" -H hvd-h1,hvd-h2,hvd-h3,hvd-h4 --start-timeout 30 "$PROBE" topo 1 4
@@ -403,6 +426,9 @@ case "$case_" in
     [ "$rc" -eq 0 ] || fail "hvdrun --transport mpi with a decoy bridge exited $rc"
     net=$(sed -E 's/\.[0-9]+$/.0/' "$HVDC_DIR/h1/addr")/24
     grep -q "MPI network: $net" "$work/topo" || fail "hvdrun -v did not say which network it gave mpirun"
+    # A network is no UCX device name: UCX_NET_DEVICES is left alone, and -v says so.
+    grep -q "UCX_NET_DEVICES left unset: the job's network is known only as $net" "$work/topo" ||
+      fail "hvdrun -v did not say why it set no UCX_NET_DEVICES"
     expect_probe_ok "$work/topo" 4
     no_leftovers 10
     ;;

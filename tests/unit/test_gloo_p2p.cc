@@ -3,11 +3,14 @@
 // threads of this process sharing an in-memory rendezvous store. Every wait
 // here is bounded: the plugin's waits by an explicit limit or a short
 // env.timeout_s, the test's own by deadlines.
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <sched.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -433,6 +436,85 @@ TEST_P(GlooP2p, RankThatNeverJoinsFailsInitNamingIt) {
     });
   }
   for (auto& th : threads) th.join();
+}
+
+// A rank that joins and publishes its pair addresses, and then never
+// connects: a stand-in, written into the store by the test, whose addresses
+// are a socket that listens and never accepts. Each real rank's init fails
+// within the start timeout naming it by rank and host ("host decoy-host",
+// from its joined/<rank>), where Gloo's own text quotes only an address or
+// ("Timed out waiting 2000ms for recv operation to complete") nothing.
+// The stand-in is the last rank, so every real rank has connected to the
+// others before it comes to that one. The address layout written is Gloo's
+// TCP one (a sockaddr_storage, then a sequence number); were it another,
+// the plugin would still name the rank whose addresses it read last.
+TEST_P(GlooP2p, MeshFailureNamesThePeer) {
+  const int size = Ranks();
+  const hvd_transport_v4_t* t = Plugin();
+  ASSERT_NE(t, nullptr);
+  const int decoy = size - 1;
+  const int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in sin;
+  std::memset(&sin, 0, sizeof(sin));
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t sin_len = sizeof(sin);
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
+  ASSERT_EQ(::listen(silent, 64), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&sin), &sin_len), 0);
+  struct GlooTcpAddress {
+    sockaddr_storage ss;
+    ssize_t seq;
+  };
+  std::string addresses;
+  for (int k = 0; k < size - 1; ++k) {
+    GlooTcpAddress a;
+    std::memset(&a, 0, sizeof(a));
+    std::memcpy(&a.ss, &sin, sizeof(sin));
+    a.seq = k;
+    addresses.append(reinterpret_cast<const char*>(&a), sizeof(a));
+  }
+  WorldOptions opt;
+  opt.start_timeout_s = 2;
+  MemKv kv;
+  const std::string decoy_id = std::to_string(decoy);
+  MemKv::Set(&kv, ("joined/" + decoy_id).c_str(), "decoy-host", 10);
+  MemKv::Set(&kv, ("gloo/rank_" + decoy_id).c_str(), "decoy-host", 10);
+  MemKv::Set(&kv, ("gloo/" + decoy_id).c_str(), addresses.data(), addresses.size());
+  std::vector<std::string> errors(static_cast<size_t>(decoy));
+  std::vector<int> status(static_cast<size_t>(decoy), HVD_OK);
+  std::vector<double> took(static_cast<size_t>(decoy), 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < decoy; ++r) {
+    threads.emplace_back([&, r] {
+      hvd_transport_env_v1_t env = MakeEnv(&kv, r, size, opt);
+      hvd_transport_info_t info;
+      std::memset(&info, 0, sizeof(info));
+      info.struct_size = sizeof(info);
+      void* comm = nullptr;
+      char err[1024] = {0};
+      const auto t0 = Clock::now();
+      status[r] = t->init(&env, &info, &comm, err, sizeof(err));
+      took[r] = SecondsSince(t0);
+      errors[r] = err;
+      if (status[r] == HVD_OK) t->finalize(comm);
+    });
+  }
+  for (auto& th : threads) th.join();
+  ::close(silent);
+  const std::string want = "rank " + decoy_id + " (host decoy-host";
+  for (int r = 0; r < decoy; ++r) {
+    EXPECT_TRUE(status[r] == HVD_ERR_TIMEOUT || status[r] == HVD_ERR_TRANSPORT) << status[r];
+    EXPECT_LT(took[r], opt.start_timeout_s + 3) << "rank " << r;
+    // Connecting to it fails, or (Gloo's connect completes once the peer's
+    // kernel has accepted) it says nothing in the closing handshake.
+    const bool connecting = errors[r].find("connecting the full mesh") != std::string::npos;
+    const bool handshake = errors[r].find("closing handshake") != std::string::npos &&
+                           errors[r].find("nothing within 2 s from " + want) != std::string::npos;
+    EXPECT_TRUE(connecting || handshake) << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find(want), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
 }
 
 // Finalize with requests still pending and no failure: returns promptly.

@@ -11,6 +11,9 @@
 // named, and host names are known for messages ("rank 2 (host h)"); Gloo's
 // keys go under "gloo/". A Gloo error on a request is its pair's, so the
 // address it quotes is shown as that peer's: "rank 2 (host h, [ip]:port)".
+// Errors of the full mesh name the peer through the addresses the ranks
+// published (MeshFailure), and a closing handshake with each peer names
+// the peers that never answered (Handshake).
 //
 // Point-to-point: each request owns one Gloo unbound buffer over the caller's
 // memory (an unbound buffer counts completions, so one per request makes a
@@ -47,6 +50,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -54,9 +58,9 @@
 #include <thread>
 #include <vector>
 
-#include <gloo/barrier.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
@@ -84,6 +88,8 @@ using Request = hvd_transport_request;
 // Our slots: the high byte differs from every gloo::Slot prefix (1..8) and
 // from the slots of the collective tables (0xA1, 0xA2).
 constexpr uint64_t kSlotBase = uint64_t{0xB4} << 56;
+// The closing handshake of init (Handshake): a high byte of its own.
+constexpr uint64_t kHandshakeSlot = uint64_t{0xB5} << 56;
 constexpr uint32_t kMaxTag = 0x7FFFFFFFu;
 constexpr Millis kForever = std::chrono::hours(24 * 365);
 
@@ -112,10 +118,30 @@ struct StoreError : std::runtime_error {
   int code;
 };
 
+// The rank a key of Gloo's full mesh belongs to: "<rank>" (the addresses
+// of a rank's pairs) or "rank_<rank>" (its host name, in Gloo versions that
+// count local ranks); -1 for any other key.
+int RankOfGlooKey(const std::string& key) {
+  const size_t from = key.compare(0, 5, "rank_") == 0 ? 5 : 0;
+  if (from == key.size() || key.size() - from > 9) return -1;
+  for (size_t i = from; i < key.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(key[i]))) return -1;
+  }
+  return std::stoi(key.substr(from));
+}
+
 // The core's store (throwing StoreError, every wait ending at one deadline),
-// and Gloo's store over it, Gloo's keys under "gloo/".
+// and Gloo's store over it, Gloo's keys under "gloo/". What Gloo's full
+// mesh reads through it is kept, to name the peer when the mesh fails
+// (MeshFailure): each rank's published pair addresses, and the rank whose
+// key was read last (Gloo reads rank i's addresses and then connects to
+// rank i, one rank after another).
 class Kv : public gloo::rendezvous::Store {
  public:
+  std::map<int, std::vector<char>> addresses;  // rank -> Gloo's bytes under "<rank>"
+  int last_rank = -1;                          // the rank of the key read last
+  int waiting_for = -1;                        // the rank of a key not (yet) read
+
   Kv(const hvd_transport_env_v1_t& env, double seconds) : env_(env), deadline_(After(seconds)) {}
   void Set(const std::string& key, const void* data, size_t len) const {
     const int st = env_.kv_set(env_.kv, key.c_str(), data, len);
@@ -140,13 +166,25 @@ class Kv : public gloo::rendezvous::Store {
     Set("gloo/" + key, data.data(), data.size());
   }
   std::vector<char> get(const std::string& key) override {
+    const int r = RankOfGlooKey(key);
+    waiting_for = r;
     const std::string v = Get("gloo/" + key);
-    return std::vector<char>(v.begin(), v.end());
+    waiting_for = -1;
+    std::vector<char> bytes(v.begin(), v.end());
+    if (r >= 0) {
+      last_rank = r;
+      if (key[0] != 'r') addresses[r] = bytes;
+    }
+    return bytes;
   }
   // Gloo's own limits are ignored: the deadline bounds every wait.
   void wait(const std::vector<std::string>& keys) override { wait(keys, kForever); }
   void wait(const std::vector<std::string>& keys, const Millis&) override {
-    for (const auto& k : keys) Get("gloo/" + k);
+    for (const auto& k : keys) {
+      waiting_for = RankOfGlooKey(k);
+      Get("gloo/" + k);
+      waiting_for = -1;
+    }
   }
 
  private:
@@ -282,21 +320,199 @@ std::string Clause(const std::string& in) {
   return s;
 }
 
+// The first address Gloo's text quotes ("[127.0.0.1]:40143", without a
+// "$seq" after it): where it starts and its length; false if none.
+bool FindAddress(const std::string& text, size_t* pos, size_t* len) {
+  const size_t open = text.find('[');
+  const size_t close = open == std::string::npos ? open : text.find("]:", open);
+  size_t end = close == std::string::npos ? close : close + 2;
+  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+  if (close == std::string::npos || end == close + 2) return false;
+  *pos = open;
+  *len = end - open;
+  return true;
+}
+
 // The message for a Gloo failure of request r. The failure is its pair's
 // (one request per unbound buffer; Gloo's context-wide timeout is handled
 // apart), so the address Gloo quotes ("[127.0.0.1]:40143") is r's peer's.
 std::string DescribeFailure(const Comm& c, const Request& r, const std::string& what) {
   std::string text = WithoutLocation(what);
-  const size_t open = text.find('[');
-  const size_t close = open == std::string::npos ? open : text.find("]:", open);
-  size_t end = close == std::string::npos ? close : close + 2;
-  while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-  if (close != std::string::npos && end > close + 2) {
-    const std::string addr = text.substr(open, end - open);
-    return "gloo: " + c.Who(r.peer, addr) + ": " + Clause(text.erase(open, end - open));
+  size_t open = 0, len = 0;
+  if (FindAddress(text, &open, &len)) {
+    const std::string addr = text.substr(open, len);
+    return "gloo: " + c.Who(r.peer, addr) + ": " + Clause(text.erase(open, len));
   }
   return std::string("gloo: ") + (r.send ? "sending to " : "receiving from ") + c.Who(r.peer) +
          ": " + Clause(text);
+}
+
+// The ranks whose published pair addresses (Kv::addresses) are at `addr`
+// ("[ip]:port"): a rank's pairs listen on its device's one port in Gloo's
+// TCP transport (on one port each in older versions), so this names the
+// rank that listens there. Bytes that are no Gloo TCP address are skipped.
+std::vector<int> RanksAt(const Kv& store, int size, const std::string& addr) {
+  std::vector<int> ranks;
+  for (const auto& [rank, bytes] : store.addresses) {
+    const size_t n = static_cast<size_t>(size - 1);
+    if (n == 0 || bytes.empty() || bytes.size() % n != 0) continue;
+    const size_t each = bytes.size() / n;
+    for (size_t k = 0; k < n; ++k) {
+      try {
+        const gloo::transport::tcp::Address a(
+            std::vector<char>(bytes.begin() + k * each, bytes.begin() + (k + 1) * each));
+        const std::string s = a.str();
+        size_t pos = 0, len = 0;
+        if (FindAddress(s, &pos, &len) && s.compare(pos, len, addr) == 0) {
+          ranks.push_back(rank);
+          break;
+        }
+      } catch (const std::exception&) {
+        break;  // not Gloo's TCP address layout: this rank cannot be matched
+      }
+    }
+  }
+  return ranks;
+}
+
+// "a peer among ranks 1 (host a), 2 (host b)": every rank but this one
+// (the first 8 named, then how many in all); "rank 1 (host a)" for one.
+std::string AmongPeers(const Comm& c) {
+  constexpr int kMaxNamed = 8;
+  if (c.size == 2) return c.Who(1 - c.rank);
+  std::string s = "a peer among ranks ";
+  int n = 0;
+  for (int r = 0; r < c.size && n < kMaxNamed; ++r) {
+    if (r == c.rank) continue;
+    s += (n++ ? ", " : "") + c.Who(r).substr(5);  // without "rank "
+  }
+  if (c.size - 1 > kMaxNamed) s += ", ... (" + std::to_string(c.size - 1) + " in all)";
+  return s;
+}
+
+// The message for a failure of Gloo's full mesh, naming the peer: the rank
+// listening at the address Gloo quotes, among the addresses the ranks
+// published; else the rank whose addresses were read last (Gloo connects
+// the pairs one at a time, each right after reading its peer's addresses);
+// else every peer, as "a peer among ranks ...".
+std::string MeshFailure(const Comm& c, const Kv& store, const std::string& what) {
+  std::string text = WithoutLocation(what);
+  size_t open = 0, len = 0;
+  if (FindAddress(text, &open, &len)) {
+    const std::string addr = text.substr(open, len);
+    const std::vector<int> ranks = RanksAt(store, c.size, addr);
+    if (ranks.size() == 1) return c.Who(ranks[0], addr) + ": " + Clause(text.erase(open, len));
+  }
+  if (store.last_rank >= 0 && store.last_rank != c.rank) {
+    return "connecting to " + c.Who(store.last_rank) + ": " + Clause(text);
+  }
+  return AmongPeers(c) + ": " + Clause(text);
+}
+
+// A rank whose full mesh fails notes it under "init_failed" (one key, the
+// last writer's note stays: any one is a cause), so that ranks whose own
+// mesh completed and whose closing handshake then fails (a peer gave up and
+// closed its connections) can say what was behind it. Gloo names in the
+// handshake's failure only a connection (an address and a port of the
+// peer's choosing), not the rank.
+void NoteInitFailure(const Kv& store, int rank, const std::string& msg) {
+  const std::string note = std::to_string(rank) + " " + msg;
+  try {
+    store.Set("init_failed", note.data(), note.size());
+  } catch (const StoreError&) {
+    // Best effort: the rank's own message is what it reports.
+  }
+}
+
+// "; rank 3 (host h) could not connect: <its message>", or "" if no rank
+// noted a failure within a short wait.
+std::string InitFailureNote(const Comm& c) {
+  constexpr double kNoteWaitS = 1.0;
+  void* value = nullptr;
+  size_t len = 0;
+  if (c.kv_get(c.kv, "init_failed", &value, &len, kNoteWaitS) != HVD_OK) return "";
+  std::string note(static_cast<const char*>(value), value != nullptr ? len : 0);
+  if (value != nullptr) c.kv_free(value);
+  const size_t sp = note.find(' ');
+  int r = -1;
+  try {
+    r = sp == std::string::npos ? -1 : std::stoi(note.substr(0, sp));
+  } catch (const std::exception&) {
+    return "";
+  }
+  if (r < 0 || r >= c.size || r == c.rank) return "";
+  std::string why = note.substr(sp + 1);
+  if (why.compare(0, 11, "gloo init: ") == 0) why.erase(0, 11);
+  return "; " + c.Who(r) + " could not connect: " + why;
+}
+
+// The closing handshake of init: one byte to and from every peer over the
+// new pairs, within `secs`. Done on one rank, every rank has entered it, so
+// its mesh is complete. Gloo's own barrier would do, but its failure names
+// no peer ("Timed out waiting 2000ms for recv operation to complete"); here
+// each peer has its own buffers, so the peers that said nothing in time are
+// named, as is the peer of a failed connection. O(size) one-byte messages
+// a rank, over the O(size) connections the mesh has made anyway. On
+// failure the connections are closed before the buffers go (nothing may
+// arrive into them).
+int Handshake(Comm& c, double secs, std::string* msg) {
+  const size_t n = static_cast<size_t>(c.size);
+  std::vector<char> out(n, 1), in(n, 0);
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends(n), recvs(n);
+  std::vector<int> silent;
+  std::string failure;
+  int status = HVD_OK;
+  try {
+    for (int j = 0; j < c.size; ++j) {
+      if (j == c.rank) continue;
+      recvs[j] = c.ctx->createUnboundBuffer(&in[j], 1);
+      recvs[j]->recv(j, kHandshakeSlot, 0, 1);
+      sends[j] = c.ctx->createUnboundBuffer(&out[j], 1);
+      sends[j]->send(j, kHandshakeSlot, 0, 1);
+    }
+  } catch (const std::exception& e) {
+    c.Close();
+    *msg = "posting its messages: " + WithoutLocation(e.what());
+    return HVD_ERR_TRANSPORT;
+  }
+  const Clock::time_point deadline = After(secs);
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
+    for (auto* ub : {recvs[j].get(), sends[j].get()}) {
+      const Millis left(std::max<int64_t>(
+          1, std::chrono::duration_cast<Millis>(deadline - Clock::now()).count()));
+      try {
+        if (ub == recvs[j].get() ? ub->waitRecv(left) : ub->waitSend(left)) continue;
+        failure = "aborted";
+      } catch (const std::exception& e) {
+        const std::string what = e.what();
+        if (what.find("Timed out waiting") != std::string::npos) {
+          silent.push_back(j);
+        } else if (failure.empty()) {
+          Request r;
+          r.peer = j;
+          r.send = ub == sends[j].get();
+          failure = DescribeFailure(c, r, what).substr(6);  // without "gloo: "
+          status = LooksLikeTimeout(what.c_str()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
+        }
+      }
+      break;  // one failure a peer is enough
+    }
+  }
+  if (silent.empty() && failure.empty()) return HVD_OK;
+  c.Close();
+  if (!failure.empty()) {
+    *msg = failure;
+    return status == HVD_OK ? HVD_ERR_TRANSPORT : status;
+  }
+  constexpr size_t kMaxNamed = 8;
+  *msg = "nothing within " + Secs(secs) + " s from ";
+  for (size_t i = 0; i < silent.size() && i < kMaxNamed; ++i) {
+    *msg += (i ? ", " : "") + c.Who(silent[i]);
+  }
+  if (silent.size() > kMaxNamed) *msg += ", ... (" + std::to_string(silent.size()) + " ranks in all)";
+  *msg += " (connected, then stopped or cut off?; start timeout, HVD_START_TIMEOUT)";
+  return HVD_ERR_TIMEOUT;
 }
 
 std::string TimeoutMessage(const Comm& c, const Request& r, double secs, bool peer_kind) {
@@ -463,10 +679,18 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, s
   try {
     c->ctx->connectFullMesh(store, c->device);
   } catch (const StoreError& e) {
-    *msg = std::string("gloo init: connecting the full mesh: ") + e.what();
+    // Every rank joined, so a key that never came is a rank that stopped
+    // (or lost the store) between joining and publishing its addresses.
+    *msg = "gloo init: connecting the full mesh: " +
+           (store.waiting_for >= 0 ? "waiting for " + c->Who(store.waiting_for) + "'s addresses: "
+                                   : std::string()) +
+           e.what();
+    NoteInitFailure(store, c->rank, *msg);
     return HVD_ERR_RENDEZVOUS;
   } catch (const std::exception& e) {
-    *msg = "gloo init: connecting the full mesh over " + where + ": " + WithoutLocation(e.what());
+    *msg = "gloo init: connecting the full mesh over " + where + ": " +
+           MeshFailure(*c, store, e.what());
+    NoteInitFailure(store, c->rank, *msg);
     return LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
   }
   // Every rank's mesh is complete before any rank's init returns. Gloo's
@@ -474,15 +698,12 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, s
   // read the handshake, so a rank that returned and finalized at once could
   // still break a peer's set-up ("Connection closed by peer", or a third
   // rank's connect timing out). Seen in test_gloo_p2p under load, where one
-  // of three ranks has no traffic and finalizes right after init. A
-  // dissemination barrier: done on one rank, every rank has entered it.
-  try {
-    gloo::BarrierOptions done(c->ctx);
-    done.setTimeout(std::max(Millis(200), ToMillis(start_s)));
-    gloo::barrier(done);
-  } catch (const std::exception& e) {
-    *msg = "gloo init: the ranks' closing handshake over " + where + ": " + WithoutLocation(e.what());
-    return LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
+  // of three ranks has no traffic and finalizes right after init. A peer
+  // that connected and then never answers is also seen only here.
+  const int hs = Handshake(*c, start_s, msg);
+  if (hs != HVD_OK) {
+    *msg = "gloo init: the ranks' closing handshake over " + where + ": " + *msg + InitFailureNote(*c);
+    return hs;
   }
   c->ctx->setTimeout(ToMillis(env.timeout_s));
   c->Log(HVD_LOG_DEBUG, "gloo: rank " + std::to_string(c->rank) + " of " + std::to_string(c->size) +

@@ -72,6 +72,21 @@ run "$(w $root -np 2 --bind-to core -x HVD_TRANSPORT=mpi "${rep[@]}" prog)" --tr
 EXTRA_ENV="HVD_BIND_TO=core" run "$(w $root -np 2 --bind-to core -x HVD_BIND_TO -x HVD_TRANSPORT=mpi "${rep[@]}" prog)" \
     --transport mpi -np 2 prog
 run "$(w $root -np 2 --bind-to none -x HVD_TRANSPORT=mpi "${rep[@]}" prog)" --transport mpi -np 2 --bind-to auto prog
+# --network-interface NAME: Open MPI's TCP paths and, for its UCX pml,
+# UCX_NET_DEVICES (not on a host with RDMA devices, which it would hide from
+# UCX); a UCX_NET_DEVICES of the user's wins and is passed by name.
+ucx=(-x UCX_NET_DEVICES=lo)
+[ -n "$(ls /sys/class/infiniband 2>/dev/null)" ] && ucx=()
+net=(--mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+run "$(w $root -np 1 --bind-to none "${net[@]}" -x HVD_TRANSPORT=mpi -x HVD_NETWORK_INTERFACE=lo "${ucx[@]}" "${rep[@]}" prog)" \
+    --transport mpi -np 1 --network-interface lo prog
+[ ${#ucx[@]} -eq 0 ] || EXTRA_ENV="UCX_NET_DEVICES=mlx5_0:1" \
+  run "$(w $root -np 1 --bind-to none "${net[@]}" -x HVD_TRANSPORT=mpi -x HVD_NETWORK_INTERFACE=lo -x UCX_NET_DEVICES "${rep[@]}" prog)" \
+    --transport mpi -np 1 --network-interface lo prog
+run "" --transport mpi -np 1 -v --network-interface 127.0.0.0/8 prog
+grep -q "^hvdrun: UCX_NET_DEVICES left unset: the job's network is known only as 127.0.0.0/8" "$tmp/err" ||
+  fail "-v does not say why a CIDR gives no UCX_NET_DEVICES"
+grep -q "UCX_NET_DEVICES" "$tmp/args" && fail "a CIDR became UCX_NET_DEVICES"
 # mpirun's exit status is hvdrun's (supervised, and replaced by mpirun).
 EXTRA_ENV="FAKE_RC=5" WANT_RC=5 run "" --transport mpi -np 1 prog
 EXTRA_ENV="FAKE_RC=6" WANT_RC=6 run "" --transport mpi -np 1 --start-timeout 0 prog
