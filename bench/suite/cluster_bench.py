@@ -10,7 +10,8 @@ HVD_BENCH_CLUSTER_RATES (default "10gbit,1gbit"; tc htb on both ends of every
 host's link, each direction, via cluster.sh up --rate). On each:
 
   coll   hvd-bench coll (--ops; sizes 4 B, 64 KiB, 1 MiB, 16 MiB, or --sizes)
-         in layouts 2x2 (2 hosts x 2 ranks) and 4x1 (4 hosts x 1 rank), with
+         in layouts 2x2 (2 hosts x 2 ranks) and 4x1 (4 hosts x 1 rank) (and hvd's
+         allreduce at 1 and 16 MiB on 2x1, the reference of "no multi-node cliff"), with
          HVD_HIERARCHICAL=1 and 0, over every transport plugin of the build
          (gloo; ucx and mpi where built), started by hvdrun over the cluster's
          ssh; with --netdev eth0, so each record carries the bytes the hosts
@@ -59,6 +60,10 @@ NHOSTS = 4
 IFACE = "eth0"
 SIZES = "4,64K,1M,16M"
 LAYOUTS = (("2x2", 2, 2), ("4x1", 4, 1))
+# hvd's own 2 hosts x 1 rank, the reference of "no multi-node cliff" (2x2 at
+# >= 1 MiB >= 0.9x of it): each transport, allreduce, the large sizes only.
+CLIFF_LAYOUT = ("2x1", 2, 1)
+CLIFF_SIZES = "1M,16M"
 E2E_HOSTS = (1, 2, 4)
 E2E_COMPUTE_MS = 100
 # hvd-bench's iteration schedule (bench_common.h) times this: 4 B and 64 KiB 5 + 15
@@ -364,6 +369,17 @@ class Part:
                 argv = [self.r.bins["mpi-bench"], "coll", "--system", "mpi"] + self.coll_args()
                 self.job(f"cluster {shape} {layout} raw mpi", self.c.exec_cmd(1, cmd + argv),
                          self.c.job_env(MPI_ENV), dict(base, hier=-1), timeout=300, mpi=True)
+
+        layout, nh, per = CLIFF_LAYOUT
+        hosts = self.hosts_arg(nh, per)
+        base = dict(rep=rep, layout=layout, hosts=nh, ranks_per_host=per, rate=shape, hier=0)
+        sizes = [x for x in (self.r.args.sizes or CLIFF_SIZES).split(",") if x]
+        for t in self.transports():
+            xenv, env_extra = self.hvd_env(t)
+            argv = [hb, "coll", "--system", f"hvd-{t}", "--netdev", IFACE, "--sizes",
+                    ",".join(sizes), "--ops", "allreduce"] + self.common()
+            self.job(f"cluster {shape} {layout} hvd-{t}", self.hvdrun(hosts, argv, transport=t, xenv=xenv),
+                     self.c.job_env(env_extra), base, timeout=300, mpi=t == "mpi")
 
     def e2e_jobs(self, rate, rep):
         hb = self.r.bins["hvd-bench"]

@@ -843,6 +843,87 @@ def target_scaling(recs):
     return (name, "; ".join(parts), "met" if ok else "missed")
 
 
+def mh_cliff(recs):
+    """[(rate, size, (system, 2x1 time), (system, 2x2 time), 2x1 ÷ 2x2)]: hvd's fastest
+    allreduce on 2 hosts × 1 rank against its fastest on 2 × 2 (every transport and
+    hierarchy setting), at 1 MiB and up."""
+    coll = [r for r in recs if r.get("kind") == "cluster_coll" and r.get("op") == "allreduce"
+            and r["system"].startswith("hvd-") and r["bytes"] >= 1 << 20]
+    out = []
+    for rate in dict.fromkeys(r["rate"] for r in coll):
+        for size in sorted({r["bytes"] for r in coll if r["rate"] == rate and r["layout"] == "2x1"}):
+            def best(layout):
+                rs = [r for r in coll if r["rate"] == rate and r["bytes"] == size and r["layout"] == layout]
+                r = min(rs, key=mh_time) if rs else None
+                return (r["system"], mh_time(r)) if r else None
+            one, two = best("2x1"), best("2x2")
+            if one and two and two[1] > 0:
+                out.append((rate, size, one, two, one[1] / two[1]))
+    return out
+
+
+def target_no_cliff(recs):
+    """Many hosts: 2 × 2 at ≥ 1 MiB ≥ 0.9× hvd's own 2 × 1 (no multi-node cliff)."""
+    rows = mh_cliff(recs)
+    if not rows:
+        return None
+    name = "Many hosts, no cliff: hvd's allreduce on 2 × 2 at ≥ 1 MiB ≥ 0.9× its own 2 × 1 (time)"
+    parts = [f"{mh_rate(rate)} {fmt_bytes(size)}: 2x1 {fmt_us(one[1])} ({one[0][4:]}), 2x2 "
+             f"{fmt_us(two[1])} ({two[0][4:]}) = {ratio:.2f}×" for rate, size, one, two, ratio in rows]
+    ok = all(ratio >= 0.9 for *_, ratio in rows)
+    return (name, "; ".join(parts), "met" if ok else "missed")
+
+
+def target_best_peer_2x2(recs):
+    """Many hosts: hvd's allreduce on 2 × 2 at ≥ 1 MiB ≥ 1.0× the best peer (time)."""
+    coll = [r for r in recs if r.get("kind") == "cluster_coll" and r.get("op") == "allreduce"
+            and r["layout"] == "2x2" and r["bytes"] >= 1 << 20]
+    if not coll:
+        return None
+    parts, ok = [], True
+    for rate in dict.fromkeys(r["rate"] for r in coll):
+        for size in sorted({r["bytes"] for r in coll if r["rate"] == rate}):
+            rs = [r for r in coll if r["rate"] == rate and r["bytes"] == size]
+            mine = [r for r in rs if r["system"].startswith("hvd-")]
+            peers = [r for r in rs if not r["system"].startswith("hvd-")]
+            if not mine or not peers:
+                continue
+            m = min(mine, key=mh_time)
+            p = min(peers, key=mh_time)
+            ratio = mh_time(p) / mh_time(m) if mh_time(m) > 0 else 0
+            ok = ok and ratio >= 1.0
+            parts.append(f"{mh_rate(rate)} {fmt_bytes(size)}: {m['system'][4:]}"
+                         f"{' hier' if m.get('hier') == 1 else ''} {fmt_us(mh_time(m))} vs "
+                         f"{MH_PEERS.get(p['system'], p['system'])} {fmt_us(mh_time(p))} = {ratio:.2f}×")
+    if not parts:
+        return None
+    return ("Many hosts: hvd's allreduce on 2 × 2 at ≥ 1 MiB ≥ 1.0× the best peer (time)",
+            "; ".join(parts), "met" if ok else "missed")
+
+
+def target_small_2x2(recs):
+    """Many hosts: a 4-byte allreduce on 2 × 2 ≤ 3× raw MPI's (hvd's best setting)."""
+    coll = [r for r in recs if r.get("kind") == "cluster_coll" and r.get("op") == "allreduce"
+            and r["layout"] == "2x2" and r["bytes"] == 4]
+    parts, ok = [], True
+    for rate in dict.fromkeys(r["rate"] for r in coll):
+        rs = [r for r in coll if r["rate"] == rate]
+        mine = [r for r in rs if r["system"].startswith("hvd-")]
+        mpi = [r for r in rs if r["system"] == "mpi"]
+        if not mine or not mpi:
+            continue
+        m = min(mine, key=mh_time)
+        ref = min(mpi, key=mh_time)
+        ratio = mh_time(m) / mh_time(ref) if mh_time(ref) > 0 else 0
+        ok = ok and ratio <= 3.0
+        parts.append(f"{mh_rate(rate)}: {m['system'][4:]}{' hier' if m.get('hier') == 1 else ''} "
+                     f"{fmt_us(mh_time(m))} vs raw MPI {fmt_us(mh_time(ref))} = {ratio:.2f}×")
+    if not parts:
+        return None
+    return ("Many hosts: 4-byte allreduce on 2 × 2 ≤ 3× raw MPI's (hvd's best transport)",
+            "; ".join(parts), "met" if ok else "missed")
+
+
 def many_hosts_section(recs, out):
     info = {}
     path = os.path.join(out, "cluster.json")
@@ -1436,7 +1517,9 @@ def write_all(out):
                            target_physical_line(recs), target_cpu_peers(recs, meta),
                            target_fusion(recs), target_per_tensor(recs),
                            target_latency(recs, horovod_ok), target_e2e(recs),
-                           target_scaling(recs), target_process_sets(recs))
+                           target_scaling(recs), target_best_peer_2x2(recs),
+                           target_no_cliff(recs), target_small_2x2(recs),
+                           target_process_sets(recs))
                if t]
     if targets:
         L.append("## Targets (issue 8)\n")
