@@ -131,6 +131,46 @@ def test_two_ranks(tmp_path):
     assert job.output.count("GPU-OK") == 2, job.describe()
 
 
+# The end of both jobs below: the optimizer on the device, parameters checked
+# bit-identical on every rank, then (KILL_RANK) a rank dying mid-job; "@DONE@"
+# becomes each job's own marker.
+TRAIN_THEN_PEER_DEATH = """
+    # DistributedOptimizer on a model on the device, with fp16 compression, the
+    # initial state from rank 0: every rank ends with the same bits.
+    torch.manual_seed(r)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   compression=hvd.Compression.fp16)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for step in range(6):
+        opt.zero_grad()
+        loss = model(torch.randn(8, 16, device=dev)).pow(2).mean()
+        loss.backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    every = hvd.allgather(flat.reshape(1, -1), name="params")
+    assert all(torch.equal(every[0], every[q]) for q in range(n)), "parameters differ"
+    if os.environ.get("KILL_RANK"):
+        # A rank dies while the others are inside a stream of 16 MiB
+        # allreduces (over NCCL: the survivors' calls must be aborted, not hang).
+        t0 = time.time()
+        try:
+            for i in range(10000):
+                if os.environ["KILL_RANK"] == str(r) and i == 20:
+                    print("DYING", r, flush=True)
+                    os._exit(9)
+                hvd.allreduce(torch.ones(1 << 22, device=dev), name=f"after{i}")
+        except Exception as e:
+            print("SURVIVOR-ERROR", r, round(time.time() - t0, 1), str(e)[:300], flush=True)
+            sys.exit(3)
+        sys.exit(4)
+    hvd.shutdown()
+    print("@DONE@", r)
+"""
+
+
 # Ranks sharing one GPU over gloo (staged through page-locked host memory):
 # every collective x dtype, fused groups in opposite orders, the optimizer
 # path, and a peer that dies mid-job. HVD_TEST_DEVICE=cpu runs the same job
@@ -200,39 +240,7 @@ STAGED_JOB = """
             lo = r * 2 + min(r, 1)
             mine = 3 if r == 0 else 2
             assert rs.device == x.device and torch.equal(rs.cpu().reshape(-1).to(torch.float64), full[lo: lo + mine]), (tag, rs)
-    # DistributedOptimizer on a model on the device, with fp16 compression, the
-    # initial state from rank 0: every rank ends with the same bits.
-    torch.manual_seed(r)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                   compression=hvd.Compression.fp16)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(opt, root_rank=0)
-    for step in range(6):
-        opt.zero_grad()
-        loss = model(torch.randn(8, 16, device=dev)).pow(2).mean()
-        loss.backward()
-        opt.step()
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    every = hvd.allgather(flat.reshape(1, -1), name="params")
-    assert all(torch.equal(every[0], every[q]) for q in range(n)), "parameters differ"
-    if os.environ.get("KILL_RANK"):
-        # A rank dies while the others are inside a stream of large allreduces.
-        t0 = time.time()
-        try:
-            for i in range(10000):
-                if os.environ["KILL_RANK"] == str(r) and i == 20:
-                    print("DYING", r, flush=True)
-                    os._exit(9)
-                hvd.allreduce(torch.ones(1 << 22, device=dev), name=f"after{i}")
-        except Exception as e:
-            print("SURVIVOR-ERROR", r, round(time.time() - t0, 1), str(e)[:300], flush=True)
-            sys.exit(3)
-        sys.exit(4)
-    hvd.shutdown()
-    print("STAGED-OK", r)
-"""
+""" + TRAIN_THEN_PEER_DEATH.replace("@DONE@", "STAGED-OK")
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -403,37 +411,7 @@ NCCL_JOB = """
     # A host tensor in the same job goes over the CPU transport.
     h = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="host")
     assert torch.equal(h, torch.full((3,), float(n)))
-    # DistributedOptimizer on a CUDA model: every rank ends with the same bits.
-    torch.manual_seed(r)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(dev)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters())
-    for step in range(5):
-        opt.zero_grad()
-        loss = model(torch.randn(8, 16, device=dev)).pow(2).mean()
-        loss.backward()
-        opt.step()
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-    every = hvd.allgather(flat.reshape(1, -1), name="params")
-    assert all(torch.equal(every[0], every[q]) for q in range(n)), "parameters differ"
-    if os.environ.get("KILL_RANK"):
-        # A rank dies while the others are inside a stream of large NCCL
-        # allreduces (the survivors' NCCL calls must be aborted, not hang).
-        t0 = time.time()
-        try:
-            for i in range(1000):
-                if os.environ["KILL_RANK"] == str(r) and i == 20:
-                    print("DYING", r, flush=True)
-                    os._exit(9)
-                hvd.allreduce(torch.ones(1 << 24, device=dev), name=f"after{i}")
-        except Exception as e:
-            print("SURVIVOR-ERROR", r, round(time.time() - t0, 1), str(e)[:300], flush=True)
-            sys.exit(3)
-        sys.exit(4)
-    hvd.shutdown()
-    print("NCCL-OK", r)
-"""
+""" + TRAIN_THEN_PEER_DEATH.replace("@DONE@", "NCCL-OK")
 
 
 @pytest.mark.skipif(not MULTI_GPU, reason="multi-GPU tests: tests/gpu/run.sh --multi-gpu")
