@@ -28,12 +28,12 @@
 #                on hvd-h2, the cut-off ranks within 45 s, hvdrun exits 4.
 #                Both ucx cases skip where libhvd_transport_ucx.so is not built.
 #   partition_cut_off  the same cut: the ranks on hvd-h2 must fail within the
-#                transport timeout (+2 s) as well. They do not yet (ctest
-#                WILL_FAIL): see tests/cluster/CMakeLists.txt.
+#                transport timeout (+2 s) as well (a bug this case found,
+#                fixed: see tests/cluster/CMakeLists.txt).
 #   decoy_nic    2 x 2 with a podman0 bridge in each host (same address on
 #                every host) and --network-interface eth0: topo 2 2 passes.
-#   decoy_default  the same without --network-interface: must pass too. It
-#                does not yet (ctest WILL_FAIL): see tests/cluster/CMakeLists.txt.
+#   decoy_default  the same without --network-interface: must pass too (a
+#                bug this case found, fixed: see tests/cluster/CMakeLists.txt).
 #   sshd_hung    4 x 1 with hvd-h3's sshd stopped (SIGSTOP: the kernel still
 #                accepts connections, sshd never answers): hvdrun must fail
 #                within its start timeout (10 s, +2 s) naming hvd-h3 and
@@ -343,8 +343,8 @@ case "$case_" in
     check_rank 0 hvd-h1 hvd-h2 $((transport + 2))
     check_rank 1 hvd-h1 hvd-h2 $((transport + 2))
     # The cut-off side must end by itself too (reporting through the shared
-    # file system). It takes ~34 s, not the transport timeout: see
-    # cluster.partition_cut_off in CMakeLists.txt. Bounded here at 45 s.
+    # file system); cluster.partition_cut_off holds it to the transport
+    # timeout, this case only bounds it at 45 s.
     check_rank 2 hvd-h2 hvd-h1 45
     check_rank 3 hvd-h2 hvd-h1 45
     # Its sessions end once its sshd gives up on the client (ClientAlive
