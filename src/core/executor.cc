@@ -529,12 +529,21 @@ Status Executor::RunOneOn(OpRequest& req, const Response& resp) {
   return s.ok() ? u : s;
 }
 
-Status Executor::SynchronizeStreams(const CudaRuntime& rt) {
+Status Executor::SynchronizeStreams(const CudaRuntime& rt, bool fence) {
   Status first;
+  std::shared_ptr<const CudaRuntime> shared = fence ? cuda_.shared() : nullptr;
   for (size_t i = 0; i < streams_.size(); ++i) {
     bool seen = false;
     for (size_t j = 0; j < i && !seen; ++j) seen = streams_[j] == streams_[i];
     if (seen) continue;
+    if (fence) {
+      auto f = CudaFence::Record(shared, streams_[i].first, streams_[i].second);
+      if (f.ok()) {
+        stage_fences_.push_back(std::move(f).value());
+        continue;
+      }
+    }
+    // No fence could be made, or none was asked for: the host waits.
     CudaDeviceScope scope(rt, streams_[i].first);
     Status s = scope.status();
     if (s.ok()) s = rt.StreamSynchronize(streams_[i].second);
@@ -612,29 +621,12 @@ Status Executor::Unstage(bool ok) {
       if (!s.ok()) break;
       streams_.emplace_back(st.t->device, st.t->stream);
     }
-    if (async_) {
-      // Stream-ordered completion: the copies stay queued; the staging
-      // buffer is not written again before they are done (SettleStaging).
-      std::shared_ptr<const CudaRuntime> shared = cuda_.shared();
-      for (size_t i = 0; i < streams_.size() && s.ok(); ++i) {
-        bool seen = false;
-        for (size_t j = 0; j < i && !seen; ++j) seen = streams_[j] == streams_[i];
-        if (seen) continue;
-        auto f = CudaFence::Record(shared, streams_[i].first, streams_[i].second);
-        if (f.ok()) {
-          stage_fences_.push_back(std::move(f).value());
-        } else {
-          s = f.status();
-        }
-      }
-      // After a failure nothing may stay queued on the buffer: the host waits.
-      if (!s.ok()) (void)SynchronizeStreams(*rt);
-      streams_.clear();
-    } else {
-      // The handle completes once the results are in device memory.
-      Status sync = SynchronizeStreams(*rt);
-      if (s.ok()) s = sync;
-    }
+    // The handle completes once the results are in device memory; with
+    // stream-ordered completion once they are queued, the staging buffer
+    // written again only after them (SettleStaging). After a failure
+    // nothing may stay queued on the buffer: the host waits.
+    Status sync = SynchronizeStreams(*rt, /*fence=*/async_ && s.ok());
+    if (s.ok()) s = sync;
   }
   for (const StagedTensor& st : staged_) {
     st.t->input = st.input;

@@ -94,7 +94,10 @@ class Executor {
   Status Stage(std::vector<TensorSpec*>& tensors, const std::vector<bool>& copy_in,
                const std::vector<bool>& copy_out);
   Status Unstage(bool ok);  // copies results back when ok; always restores the pointers
-  Status SynchronizeStreams(const CudaRuntime& rt);
+  // Each distinct stream of streams_ once: the host waits for it, or with
+  // `fence` an event recorded there is kept for SettleStaging (the host
+  // waits only where none could be made). Clears streams_.
+  Status SynchronizeStreams(const CudaRuntime& rt, bool fence = false);
   // Stream-ordered completion. The staging buffer's copies back to the
   // devices may still be queued after a run: the next Stage (and the
   // destructor) waits for them before writing (freeing) it.
