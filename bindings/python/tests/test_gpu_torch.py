@@ -243,24 +243,37 @@ STAGED_JOB = """
 """ + TRAIN_THEN_PEER_DEATH.replace("@DONE@", "STAGED-OK")
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_staged_ranks_share_the_gpu(tmp_path, n):
-    script = harness.write_script(tmp_path, STAGED_JOB)
+def _job_passes(tmp_path, source, n, marker):
+    """n ranks of `source` under hvdrun: every rank prints `marker`."""
+    script = harness.write_script(tmp_path, source)
     job = harness.run_job(n, script, tmp_path=tmp_path, timeout=600)
     assert job.ok(), job.describe()
-    assert job.output.count("STAGED-OK") == n, job.describe()
+    assert job.output.count(marker) == n, job.describe()
 
 
-def test_staged_peer_killed_mid_job(tmp_path):
-    script = harness.write_script(tmp_path, STAGED_JOB)
-    t0 = __import__("time").time()
-    job = harness.run_job(2, script, tmp_path=tmp_path, timeout=300,
+def _peer_death(tmp_path, source, limit_s, names_rank):
+    """2 ranks of `source` with KILL_RANK=1: rank 0 fails on its own within
+    limit_s (transport timeout 20 s), naming rank 1 where names_rank."""
+    import time
+    script = harness.write_script(tmp_path, source)
+    t0 = time.time()
+    job = harness.run_job(2, script, tmp_path=tmp_path, timeout=limit_s + 150,
                           env={"KILL_RANK": "1", "HVD_TRANSPORT_TIMEOUT": "20"})
     assert not job.ok()
     assert "DYING 1" in job.output, job.describe()
     assert "SURVIVOR-ERROR 0" in job.output, job.describe()
-    assert "rank 1" in job.output.split("SURVIVOR-ERROR 0", 1)[1], job.describe()
-    assert __import__("time").time() - t0 < 150, job.describe()
+    if names_rank:
+        assert "rank 1" in job.output.split("SURVIVOR-ERROR 0", 1)[1], job.describe()
+    assert time.time() - t0 < limit_s, job.describe()
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_staged_ranks_share_the_gpu(tmp_path, n):
+    _job_passes(tmp_path, STAGED_JOB, n, "STAGED-OK")
+
+
+def test_staged_peer_killed_mid_job(tmp_path):
+    _peer_death(tmp_path, STAGED_JOB, 150, names_rank=True)
 
 
 def _nccl_plugin_built():
@@ -419,21 +432,12 @@ NCCL_JOB = """
 def test_nccl_ranks(tmp_path, n):
     if torch.cuda.device_count() < n:
         pytest.skip(f"{n} ranks need {n} GPUs; this host has {torch.cuda.device_count()}")
-    script = harness.write_script(tmp_path, NCCL_JOB)
-    job = harness.run_job(n, script, tmp_path=tmp_path, timeout=600)
-    assert job.ok(), job.describe()
-    assert job.output.count("NCCL-OK") == n, job.describe()
+    _job_passes(tmp_path, NCCL_JOB, n, "NCCL-OK")
 
 
 @pytest.mark.skipif(not MULTI_GPU, reason="multi-GPU tests: tests/gpu/run.sh --multi-gpu")
 def test_nccl_peer_death(tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip(f"needs 2 GPUs; this host has {torch.cuda.device_count()}")
-    script = harness.write_script(tmp_path, NCCL_JOB)
-    t0 = __import__("time").time()
-    job = harness.run_job(2, script, tmp_path=tmp_path, timeout=240,
-                          env={"KILL_RANK": "1", "HVD_TRANSPORT_TIMEOUT": "20"})
-    assert not job.ok()
-    assert "DYING 1" in job.output, job.describe()
-    assert "SURVIVOR-ERROR 0" in job.output, job.describe()
-    assert __import__("time").time() - t0 < 120, job.describe()
+    # NCCL does not say which rank failed: the message is not checked for one.
+    _peer_death(tmp_path, NCCL_JOB, 120, names_rank=False)
