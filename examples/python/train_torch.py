@@ -10,7 +10,10 @@ is scaled by the number of ranks (the global batch grows with it), rank 0's
 initial weights are broadcast to everyone, and only rank 0 writes checkpoints
 and shows a progress bar. Where CUDA is available each rank trains on GPU
 (local rank % GPUs) and its CUDA gradients are averaged on the device;
-`hvdrun --transport nccl` runs those allreduces on NCCL (docs/gpu.md).
+`hvdrun --transport nccl` runs those allreduces on NCCL (docs/gpu.md), and
+`hvdrun -x HVD_CUDA_ASYNC_COMPLETION=1 ...` lets the optimizer go on as soon as
+the averaged gradients are queued on the training stream, without the host
+waiting for them (stream-ordered completion; nothing changes in the script).
 """
 
 import argparse
