@@ -21,7 +21,8 @@ To try failures by hand: --exit-at-step S --exit-rank R kills the worker of
 rank R at step S (SIGKILL, first epoch of the job only), and --add-host-at-step
 S --hosts-file F --add-host HOST:SLOTS appends a host to the discovery script's
 file at step S and commits there once the launcher has seen it.
---log-steps makes every worker print `<unix time> rank R of N: step S done`
+--step-time S makes each step last at least S seconds (the cluster test cuts
+a host's link while the job trains). --log-steps makes every worker print `<unix time> rank R of N: step S done`
 after each step (and stamps the --exit-at-step line the same way): with the
 hosts' clocks in step, how long a recovery took can be read off the output.
 """
@@ -90,6 +91,9 @@ def parse_args(argv=None):
     ap.add_argument("--result-dir", help="each worker writes result-<pid>.json here")
     ap.add_argument("--log-steps", action="store_true",
                     help="every worker prints a time-stamped line after each step")
+    ap.add_argument("--step-time", type=float, default=0.0, metavar="SECONDS",
+                    help="each step lasts at least this long (it sleeps the rest), to "
+                         "disturb a job by hand while it trains")
     ap.add_argument("--reference", metavar="N@STEP,...",
                     help="compute in this process what ranks would: N ranks from STEP on")
     return ap.parse_args(argv)
@@ -145,12 +149,15 @@ def train_elastic(args):
             seen["first_step"] = state.step
         while state.epoch < args.epochs:
             for idx, (x, y) in enumerate(loader(data, state.sampler, args.batch_size)):
+                t_step = time.monotonic()
                 inject(state.step)
                 optimizer.zero_grad()
                 F.cross_entropy(model(x), y).backward()
                 optimizer.step()
                 state.sampler.record_batch(idx, args.batch_size)
                 state.step += 1
+                if args.step_time > 0:
+                    time.sleep(max(0.0, t_step + args.step_time - time.monotonic()))
                 if args.log_steps:
                     print(f"{time.time():.3f} rank {hvd.rank()} of {hvd.size()}: step {state.step} "
                           f"done", flush=True)

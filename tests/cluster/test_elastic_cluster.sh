@@ -17,16 +17,18 @@
 #                starts on hvd-h3, gets the state at step 10 without a reset
 #                of its own, and all 3 finish with the loss of --reference
 #                2@0,3@10.
-#   elastic_host_cut    3 hosts; once every rank is past step 20, hvd-h3's
-#                switch port is taken down (ip link set h3 down in the switch
-#                namespace). The survivors must fail within the transport
+#   elastic_host_cut    3 hosts, each step at least 20 ms (--step-time:
+#                the whole job would take ~0.2 s); once every rank is past
+#                step 20, hvd-h3's switch port is taken down (ip link set h3
+#                down in the switch namespace). The survivors must fail within the transport
 #                timeout (+3 s), one of them naming rank 2 on hvd-h3 (the
 #                other may fail on the first one's leaving), hvdrun must drop
 #                worker hvd-h3:0:2 by name once its ssh client gives up on the
 #                cut host (ssh probes every 2 s, 3 unanswered: well before the
 #                start timeout of 30 s), the survivors finish with the loss
 #                of --reference 3@0,2@C (C: the commit they went back to, from
-#                rank 0's log), and no process of the job may be left on any
+#                rank 0's log: one every 5 steps or at the end of an epoch,
+#                not before step 20), and no process of the job may be left on any
 #                host, the cut-off one included.
 # Losses are compared to a relative 1e-9 (test_mp_elastic.py's tolerance).
 # Every worker logs its steps with the time (--log-steps; the hosts share
@@ -247,7 +249,7 @@ case "$case_" in
     # Long grace: a worker that ends is one that noticed by itself.
     HVD_PEER_TIMEOUT=$peer start_job 75 -np 3 --min-np 2 --max-np 3 --start-timeout $start \
       --elastic-timeout 30 --gloo-timeout-seconds $transport --grace-period 30 \
-      -- "$PYTHON" "$example" "${TRAIN[@]}" --log-steps --result-dir "$work/out"
+      -- "$PYTHON" "$example" "${TRAIN[@]}" --log-steps --step-time 0.02 --result-dir "$work/out"
     for _ in $(seq 1 450); do
       n=0
       for r in 0 1 2; do has "rank $r of 3: step 20 done" && n=$((n + 1)); done
@@ -273,11 +275,15 @@ case "$case_" in
     expect "epoch 1 formed: size 2, hosts_version 0: 0=hvd-h1:0:0 1=hvd-h2:0:1$" "the survivors' epoch"
     has "epoch 2 formed" && fail "a second reset"
     back=$(grep -E "reset: elastic epoch 1, 2 workers, going on from step [0-9]+$" "$work/job" | awk '{ print $NF }')
-    # The last commit (every 5 steps) before the cut: at or after step 20,
-    # and no later than rank 0 got at size 3.
+    # The last commit before the cut: every 5 steps, and at the end of each
+    # epoch (rank 0's "epoch N: 3 workers, step S" line; a cut right after
+    # an epoch's end can lose the next commit), at or after step 20, and no
+    # later than rank 0 got at size 3.
     reached=$(grep -E "rank 0 of 3: step [0-9]+ done" "$work/job" | awk '{ print $(NF - 1) }' | sort -n | tail -1)
-    [ -n "$back" ] && [ $((back % 5)) -eq 0 ] && [ "$back" -ge 20 ] && [ "$back" -le "$reached" ] ||
-      fail "the survivors went back to step '${back}' (rank 0 had reached $reached at size 3)"
+    ends=" $(grep -E "^[0-9.]+ epoch [0-9]+: 3 workers, step [0-9]+," "$work/job" | awk '{ print $7 }' | tr -d , | tr '\n' ' ' || true)"
+    [ -n "$back" ] && { [ $((back % 5)) -eq 0 ] || [[ "$ends" == *" $back "* ]]; } &&
+      [ "$back" -ge 20 ] && [ "$back" -le "$reached" ] ||
+      fail "the survivors went back to step '${back}' (rank 0 had reached $reached at size 3; epochs ended at${ends})"
     ref=$(reference "3@0,2@$back") || fail "the reference"
     check_results "$ref" "0:2:hvd-h1:0:[2]" "1:2:hvd-h2:0:[2]" || fail "the survivors' results"
     asked=$(arrival_time "hvdrun: worker hvd-h[12]:0:[01] asks to join \(join 1\)")

@@ -133,7 +133,9 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 
 class _Handler:
-    """How TorchState saves, restores and syncs one kind of attribute."""
+    """How TorchState saves, restores and syncs one kind of attribute.
+    snapshot() makes the copy a commit keeps (it may be collective) without
+    keeping it; save() makes one and keeps it."""
 
     def __init__(self, name, value):
         self.name = name
@@ -144,11 +146,14 @@ class _Handler:
         self.value = value
         self.save()
 
+    def snapshot(self):
+        return copy.deepcopy(self.value.state_dict())
+
+    def save(self):
+        self._saved = self.snapshot()
+
 
 class _ModelHandler(_Handler):
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
     def restore(self):
         self.value.load_state_dict(self._saved)
 
@@ -159,9 +164,6 @@ class _ModelHandler(_Handler):
 
 
 class _OptimizerHandler(_Handler):
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
     def restore(self):
         # a copy: load_state_dict keeps the tensors it is given (momentum
         # buffers would then change the saved state in place)
@@ -173,9 +175,6 @@ class _OptimizerHandler(_Handler):
 
 
 class _SchedulerHandler(_Handler):
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
     def restore(self):
         self.value.load_state_dict(copy.deepcopy(self._saved))
 
@@ -195,11 +194,14 @@ class _SamplerHandler(_Handler):
                                   name=f"elastic.{self.name}.{what}")
         return set().union(*sets)
 
-    def save(self, local=False):
+    def snapshot(self, local=False):
         sd = self.value.state_dict()
         if not local:
             sd["processed_indices"] = self._union("save")
-        self._saved = sd
+        return sd
+
+    def save(self, local=False):
+        self._saved = self.snapshot(local)
 
     def __init__(self, name, value):  # no collective when the state is made
         self.name = name
@@ -267,9 +269,17 @@ class TorchState(ObjectState):
         super().__init__(**rest)
 
     def save(self):
-        for h in self._handlers.values():
-            h.save()
-        super().save()
+        """All or nothing: every part's copy (the sampler's is collective) is
+        made before any is kept, so a peer lost in the middle of a commit
+        leaves the previous commit whole. (Kept part by part, a commit that
+        failed in a second sampler's allgather kept the first sampler's
+        progress of this step with the model of the commit before: the
+        samples in between were never trained on.)"""
+        copies = {k: h.snapshot() for k, h in self._handlers.items()}
+        objects = self._snapshot()
+        for k, h in self._handlers.items():
+            h._saved = copies[k]
+        self._saved_state = objects
 
     def restore(self):
         for h in self._handlers.values():

@@ -233,7 +233,11 @@ class ObjectState(State):
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)
 
     def save(self):
-        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+        self._saved_state = self._snapshot()
+
+    def _snapshot(self):
+        """Deep copies of the attributes' values (what save() keeps)."""
+        return {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
 
     def restore(self):
         self._set_attrs()

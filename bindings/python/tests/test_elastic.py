@@ -544,6 +544,45 @@ def test_torch_state_commit_and_restore(fake):
     assert_same(committed, flat(model, opt))
 
 
+def test_torch_state_commit_is_all_or_nothing(fake, monkeypatch):
+    """A peer lost in a sampler's allgather (the collective part of a
+    commit) leaves the previous commit whole: model, optimizer, samplers and
+    counters all go back to it. The state is made as Horovod's elastic
+    ImageNet example makes it (two samplers): kept part by part, the train
+    sampler's progress of the failed commit went with the model of the one
+    before (the samples in between were skipped)."""
+    model, opt = make_model()
+    train = ElasticSampler(list(range(12)), shuffle=False)  # 3 ranks: 4 each
+    val = ElasticSampler(list(range(6)), shuffle=False)
+    state = TorchState(model=model, optimizer=opt, train_sampler=train, val_sampler=val,
+                       step=0)
+    train_step(model, opt, 1)
+    train.record_batch(0, 2)
+    state.step = 1
+    fake.others_objects["elastic.train_sampler.save"] = [{1, 4}, {2, 5}]
+    state.commit()
+    committed = flat(model, opt)
+    train_step(model, opt, 2)
+    train.record_batch(1, 2)
+    val.record_batch(0, 1)
+    state.step = 2
+    gather = fake.allgather_object
+
+    def lost_in_val(obj, name=None):
+        if name == "elastic.val_sampler.save":
+            raise changed("rank 2 (host h3) has not answered")
+        return gather(obj, name)
+
+    monkeypatch.setattr(fake, "allgather_object", lost_in_val)
+    with pytest.raises(C.MembershipChangedError):
+        state.commit()
+    state.restore()
+    assert_same(committed, flat(model, opt))
+    assert state.step == 1
+    assert train.processed_indices == {0, 1, 2, 3, 4, 5}
+    assert val.processed_indices == set()
+
+
 def test_torch_state_sync_broadcasts_from_rank0(fake, monkeypatch):
     model, opt = make_model()
     state = TorchState(model, opt, epoch=0)
