@@ -22,9 +22,10 @@ rank R at step S (SIGKILL, first epoch of the job only), and --add-host-at-step
 S --hosts-file F --add-host HOST:SLOTS appends a host to the discovery script's
 file at step S and commits there once the launcher has seen it.
 --step-time S makes each step last at least S seconds (the cluster test cuts
-a host's link while the job trains). --log-steps makes every worker print `<unix time> rank R of N: step S done`
-after each step (and stamps the --exit-at-step line the same way): with the
-hosts' clocks in step, how long a recovery took can be read off the output.
+a host's link while the job trains). --log-steps makes every worker print
+`<unix time> rank R of N: step S done` after each step (and stamps the
+--exit-at-step line the same way): with the hosts' clocks in step, how long a
+recovery took can be read off the output.
 """
 
 import argparse

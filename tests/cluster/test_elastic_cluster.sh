@@ -20,16 +20,17 @@
 #   elastic_host_cut    3 hosts, each step at least 20 ms (--step-time:
 #                the whole job would take ~0.2 s); once every rank is past
 #                step 20, hvd-h3's switch port is taken down (ip link set h3
-#                down in the switch namespace). The survivors must fail within the transport
-#                timeout (+3 s), one of them naming rank 2 on hvd-h3 (the
+#                down in the switch namespace). The survivors must fail
+#                within the transport timeout (+3 s), one of them naming
+#                rank 2 on hvd-h3 (the
 #                other may fail on the first one's leaving), hvdrun must drop
 #                worker hvd-h3:0:2 by name once its ssh client gives up on the
 #                cut host (ssh probes every 2 s, 3 unanswered: well before the
 #                start timeout of 30 s), the survivors finish with the loss
 #                of --reference 3@0,2@C (C: the commit they went back to, from
 #                rank 0's log: one every 5 steps or at the end of an epoch,
-#                not before step 20), and no process of the job may be left on any
-#                host, the cut-off one included.
+#                not before step 20), and no process of the job may be left
+#                on any host, the cut-off one included.
 # Losses are compared to a relative 1e-9 (test_mp_elastic.py's tolerance).
 # Every worker logs its steps with the time (--log-steps; the hosts share
 # this machine's clock), and every output line gets the time it reached the
