@@ -22,8 +22,8 @@
 #                step 20, hvd-h3's switch port is taken down (ip link set h3
 #                down in the switch namespace). The survivors must fail
 #                within the transport timeout (+3 s), one of them naming
-#                rank 2 on hvd-h3 (the
-#                other may fail on the first one's leaving), hvdrun must drop
+#                rank 2 on hvd-h3 (the other may fail on the first one's
+#                leaving), hvdrun must drop
 #                worker hvd-h3:0:2 by name once its ssh client gives up on the
 #                cut host (ssh probes every 2 s, 3 unanswered: well before the
 #                start timeout of 30 s), the survivors finish with the loss
