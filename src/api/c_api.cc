@@ -36,7 +36,7 @@
 #include "common/kernels.h"
 #include "common/status.h"
 #include "core/context.h"
-#include "core/request.h"
+#include "core/loop/request.h"
 #include "hvd.h"
 
 namespace {

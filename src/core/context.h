@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "core/config.h"
-#include "core/request.h"
+#include "core/config/config.h"
+#include "core/loop/request.h"
 #include "hvd.h"
 
 namespace hvd {
@@ -79,7 +79,7 @@ class Context {
 
   // Whether a CUDA tensor on `device` (tensor `name`, data `data`, or null
   // not to check the pointer) can be served: loads the context's CUDA
-  // runtime the first time (see core/cuda_runtime.h). Any thread.
+  // runtime the first time (see core/exec/cuda_runtime.h). Any thread.
   Status CheckDevice(int device, const std::string& name, const void* data);
 
   // Queues a request and returns at once. OpType::kBarrier and kJoin get

@@ -8,7 +8,7 @@
 // hvdrun enforces it itself: it serves a small store of its own, passes its
 // address and secret to the ranks (HVD_START_REPORT_ADDR and, by name only,
 // HVD_START_REPORT_SECRET), and each rank reports there when hvd_init begins
-// and when its transport is up (core/start_report.h). hvdrun runs mpirun as
+// and when its transport is up (core/observability/start_report.h). hvdrun runs mpirun as
 // its child, in hvdrun's process group (so the terminal's signals reach both,
 // as when hvdrun replaced itself with mpirun), forwards the signals sent to
 // hvdrun alone, and when the start timeout passes with ranks not up it names

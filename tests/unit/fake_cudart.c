@@ -1,6 +1,6 @@
 /*
  * A fake CUDA runtime for tests on hosts without a GPU: a shared library
- * exporting the CUDA runtime entry points libhvd loads (core/cuda_runtime.cc),
+ * exporting the CUDA runtime entry points libhvd loads (core/exec/cuda_runtime.cc),
  * selected with HVD_CUDA_RUNTIME=<path of this library>.
  *
  *  - Devices: HVD_FAKE_CUDA_DEVICES (default 2; 0 = "no device", as CUDA's

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/controller.h"
+#include "core/negotiation/controller.h"
 
 namespace hvd::test {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/autotune.h"
-#include "core/config.h"
-#include "core/logging.h"
+#include "core/observability/autotune.h"
+#include "core/config/config.h"
+#include "core/observability/logging.h"
 
 namespace hvd {
 namespace {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/context.h"
-#include "core/request.h"
+#include "core/loop/request.h"
 #include "scoped_env.h"
 #include "context_ranks.h"
 #include "thread_ranks.h"

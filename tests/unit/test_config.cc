@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "core/config.h"
+#include "core/config/config.h"
 
 namespace hvd {
 namespace {

@@ -9,7 +9,7 @@
 #include <set>
 #include <thread>
 
-#include "core/controller.h"
+#include "core/negotiation/controller.h"
 #include "fake_fabric.h"
 
 namespace hvd {

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/elastic.h"
+#include "core/elastic/elastic.h"
 #include "hvd.h"
 #include "rendezvous/store.h"
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/context.h"
-#include "core/fusion_buffer.h"
-#include "core/request.h"
+#include "core/fusion/fusion_buffer.h"
+#include "core/loop/request.h"
 #include "scoped_env.h"
 
 namespace hvd {

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "core/name_table.h"
-#include "core/request.h"
+#include "core/loop/name_table.h"
+#include "core/loop/request.h"
 
 namespace hvd {
 namespace {

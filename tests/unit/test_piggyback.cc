@@ -23,7 +23,7 @@
 
 #include "common/kernels.h"
 #include "core/context.h"
-#include "core/request.h"
+#include "core/loop/request.h"
 #include "reference.h"
 #include "context_ranks.h"
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "core/logging.h"
-#include "core/transport_loader.h"
+#include "core/observability/logging.h"
+#include "transport/transport_loader.h"
 #include "rendezvous/store.h"
 #include "scoped_env.h"
 

@@ -1,4 +1,4 @@
-// The core's side of transport ABI version 4 (core/transport_loader.cc):
+// The core's side of transport ABI version 4 (transport/transport_loader.cc):
 // the built-in Gloo table's point-to-point driven by the core's algorithms,
 // every algorithm forced in turn, over TCP and over shared memory, with
 // ranks as threads sharing an in-memory store; and Transport::Abort ending a
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "common/kernels.h"
-#include "core/logging.h"
-#include "core/transport_loader.h"
+#include "core/observability/logging.h"
+#include "transport/transport_loader.h"
 #include "mem_kv.h"
 
 namespace hvd {

@@ -1,4 +1,4 @@
-#include "core/autotune.h"
+#include "core/observability/autotune.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/logging.h"
+#include "core/config/config.h"
+#include "core/observability/logging.h"
 
 namespace hvd {
 

@@ -1,4 +1,4 @@
-#include "core/executor.h"
+#include "core/exec/executor.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "core/bootstrap.h"
+#include "core/bootstrap/bootstrap.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "common/kernels.h"
 #include "common/netif.h"
-#include "core/start_report.h"
+#include "core/observability/start_report.h"
 
 namespace hvd {
 

@@ -19,7 +19,7 @@
 
 #include <string>
 
-#include "core/logging.h"
+#include "core/observability/logging.h"
 
 namespace hvd {
 

@@ -1,4 +1,4 @@
-#include "core/name_table.h"
+#include "core/loop/name_table.h"
 
 #include <algorithm>
 

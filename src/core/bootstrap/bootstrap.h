@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "core/config.h"
-#include "core/logging.h"
-#include "core/transport_loader.h"
+#include "core/config/config.h"
+#include "core/observability/logging.h"
+#include "transport/transport_loader.h"
 #include "rendezvous/store.h"
 
 namespace hvd {

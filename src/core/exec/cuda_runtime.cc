@@ -1,4 +1,4 @@
-#include "core/cuda_runtime.h"
+#include "core/exec/cuda_runtime.h"
 
 #include <dlfcn.h>
 

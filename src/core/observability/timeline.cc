@@ -1,4 +1,4 @@
-#include "core/timeline.h"
+#include "core/observability/timeline.h"
 
 #include <cerrno>
 #include <cstring>

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "core/request.h"
+#include "core/loop/request.h"
 
 namespace hvd {
 

@@ -1,4 +1,4 @@
-#include "core/request.h"
+#include "core/loop/request.h"
 
 #include <cmath>
 #include <cstdio>

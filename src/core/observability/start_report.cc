@@ -1,4 +1,4 @@
-#include "core/start_report.h"
+#include "core/observability/start_report.h"
 
 #include <unistd.h>
 

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "common/status.h"
-#include "core/controller.h"
-#include "core/cuda_runtime.h"
-#include "core/fusion_buffer.h"
-#include "core/request.h"
-#include "core/timeline.h"
+#include "core/negotiation/controller.h"
+#include "core/exec/cuda_runtime.h"
+#include "core/fusion/fusion_buffer.h"
+#include "core/loop/request.h"
+#include "core/observability/timeline.h"
 #include "core/comm.h"
 
 namespace hvd {

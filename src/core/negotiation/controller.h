@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "core/logging.h"
-#include "core/message.h"
-#include "core/request.h"
+#include "core/observability/logging.h"
+#include "core/negotiation/message.h"
+#include "core/loop/request.h"
 
 namespace hvd {
 

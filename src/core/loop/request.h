@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "core/cuda_runtime.h"
-#include "core/name_table.h"
+#include "core/exec/cuda_runtime.h"
+#include "core/loop/name_table.h"
 #include "hvd.h"
 
 namespace hvd {

@@ -1,4 +1,4 @@
-#include "core/controller.h"
+#include "core/negotiation/controller.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "core/logging.h"
+#include "core/observability/logging.h"
 
 #include <cstdio>
 #include <cstring>

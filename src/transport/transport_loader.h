@@ -14,7 +14,7 @@
 #include "algorithms/shm.h"
 #include "common/status.h"
 #include "core/comm.h"
-#include "core/logging.h"
+#include "core/observability/logging.h"
 #include "hvd_transport.h"
 
 namespace hvd {

@@ -1,4 +1,4 @@
-#include "core/transport_loader.h"
+#include "transport/transport_loader.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "core/elastic.h"
+#include "core/elastic/elastic.h"
 
 #include <cerrno>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "core/config.h"
+#include "core/config/config.h"
 
 #include <strings.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "algorithms/collectives.h"
-#include "core/logging.h"
+#include "core/observability/logging.h"
 
 namespace hvd {
 

@@ -1,4 +1,4 @@
-#include "core/message.h"
+#include "core/negotiation/message.h"
 
 #include <cstring>
 #include <sstream>

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "common/status.h"
-#include "core/config.h"
-#include "core/logging.h"
+#include "core/config/config.h"
+#include "core/observability/logging.h"
 #include "rendezvous/store.h"
 
 namespace hvd {
