@@ -171,26 +171,15 @@ const OptionRow kRows[] = {
      "number of ranks (default: the total slots of -H or\n"
      "--hostfile; required without them); in an elastic\n"
      "job, the workers to start with (default --min-np)",
-     [](S& s, const R&, const V& v) {
-       s.np_given = true;
-       return PositiveInt("-np", v, &s.o.np);
-     },
+     [](S& s, const R&, const V& v) { s.np_given = true; return PositiveInt("-np", v, &s.o.np); },
      nullptr},
     {kPlace, "-H, --hosts", "", "LIST", Arity::kOne,
      "host1:slots,host2:slots,... (slots default to 1);\n"
      "ranks fill the hosts in order. Default: localhost:N",
-     [](S& s, const R&, const V& v) {
-       s.hosts_arg = v;
-       return V();
-     },
-     nullptr},
+     [](S& s, const R&, const V& v) { s.hosts_arg = v; return V(); }, nullptr},
     {kPlace, "--hostfile", "-hostfile", "FILE", Arity::kOne,
      "one host a line: \"host\", \"host:N\" or \"host slots=N\"",
-     [](S& s, const R&, const V& v) {
-       s.hostfile_arg = v;
-       return V();
-     },
-     nullptr},
+     [](S& s, const R&, const V& v) { s.hostfile_arg = v; return V(); }, nullptr},
 
     {kTorchrun, "--nproc-per-node", "--nproc_per_node", "N", Arity::kOne,
      "ranks started by this hvdrun",
@@ -425,11 +414,7 @@ const OptionRow kRows[] = {
     {kBehaviour, "--tag-output", "", "", Arity::kNone,
      "prefix every output line with \"[rank]<stdout>: \"\n"
      "or \"[rank]<stderr>: \"",
-     [](S& s, const R&, const V&) {
-       s.o.tag_output = true;
-       return V();
-     },
-     nullptr},
+     [](S& s, const R&, const V&) { s.o.tag_output = true; return V(); }, nullptr},
     {kBehaviour, "--output-filename", "", "DIR", Arity::kOne,
      "also write each rank's output, as it comes, to\n"
      "DIR/rank.N/stdout and DIR/rank.N/stderr (N padded\n"
@@ -453,11 +438,7 @@ const OptionRow kRows[] = {
     {kBehaviour, "-v, --verbose", "", "", Arity::kNone,
      "log the host plan, the rendezvous address and every\n"
      "rank's start, connection and exit on stderr",
-     [](S& s, const R&, const V&) {
-       s.o.verbose = true;
-       return V();
-     },
-     nullptr},
+     [](S& s, const R&, const V&) { s.o.verbose = true; return V(); }, nullptr},
     {kBehaviour, "-h, --help", "", "", Arity::kNone, "show this text",
      [](S& s, const R&, const V&) { return Stop(s, ParseOutcome::kHelp); }, nullptr},
     {kBehaviour, "--version", "", "", Arity::kNone, "show hvdrun's version",
