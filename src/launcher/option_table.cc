@@ -424,7 +424,7 @@ const OptionRow kRows[] = {
        return NonEmpty("--output-filename", v, &s.o.output_filename);
      },
      nullptr},
-    {kBehaviour, "-cb, --check-build", "", "", Arity::kNone,
+    {kBehaviour, "-cb, --check-build", "", "", Arity::kStop,
      "show the transports this hvd build has, and exit",
      [](S& s, const R&, const V&) { return Stop(s, ParseOutcome::kCheckBuild); }, nullptr},
     {kBehaviour, "--grace-period", "", "S", Arity::kOne,
@@ -439,9 +439,9 @@ const OptionRow kRows[] = {
      "log the host plan, the rendezvous address and every\n"
      "rank's start, connection and exit on stderr",
      [](S& s, const R&, const V&) { s.o.verbose = true; return V(); }, nullptr},
-    {kBehaviour, "-h, --help", "", "", Arity::kNone, "show this text",
+    {kBehaviour, "-h, --help", "", "", Arity::kStop, "show this text",
      [](S& s, const R&, const V&) { return Stop(s, ParseOutcome::kHelp); }, nullptr},
-    {kBehaviour, "--version", "", "", Arity::kNone, "show hvdrun's version",
+    {kBehaviour, "--version", "", "", Arity::kStop, "show hvdrun's version",
      [](S& s, const R&, const V&) { return Stop(s, ParseOutcome::kVersion); }, nullptr},
 };
 

@@ -25,7 +25,9 @@ struct ParseState {
   std::optional<ParseOutcome> stop;  // --help, --version, --check-build: stop here
 };
 
-enum class Arity { kNone, kOne, kTwo };  // kTwo: the next two arguments, given as "A B"
+// kTwo: the next two arguments, given as "A B". kStop: no value, and the
+// parse ends here (--help); "--help=x" is not this flag but an unknown one.
+enum class Arity { kNone, kOne, kTwo, kStop };
 
 struct OptionRow;
 // Parses `value` into the state; returns an error text, empty on success.

@@ -79,6 +79,7 @@ std::string WalkArguments(int argc, char** argv, ParseState& s) {
       has_inline = true;
     }
     const OptionRow* row = FindOption(name);
+    if (row != nullptr && row->arity == Arity::kStop && has_inline) row = nullptr;
     if (row == nullptr) {
       if (const char* why = HorovodrunOnlyFlag(name)) {
         return "horovodrun's " + name + " is not supported by hvdrun: " + why;

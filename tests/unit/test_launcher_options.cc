@@ -111,6 +111,7 @@ TEST(LauncherOptions, StopsAndUsageErrors) {
       {{"--blacklist-cooldown-range=1", "prog"},
        "option --blacklist-cooldown-range needs two values (--blacklist-cooldown-range A B)"},
       {{"--bogus", "prog"}, "unknown option '--bogus'"},
+      {{"--help=1", "prog"}, "unknown option '--help=1'"},
       {{"--gloo", "--mpi", "prog"}, "--mpi conflicts with --gloo (one transport per job)"},
       {{"-np", "1", "--reset-limit", "2", "prog"},
        "--reset-limit is for elastic jobs (--min-np, --max-np or --host-discovery-script)"},
