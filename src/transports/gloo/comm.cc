@@ -4,6 +4,15 @@
 
 namespace hvd_gloo_v4 {
 
+// The closing handshake of init: one byte to and from every peer over the
+// new pairs, within `secs`. Done on one rank, every rank has entered it, so
+// its mesh is complete. Gloo's own barrier would do, but its failure names
+// no peer ("Timed out waiting 2000ms for recv operation to complete"); here
+// each peer has its own buffers, so the peers that said nothing in time are
+// named, as is the peer of a failed connection. O(size) one-byte messages
+// a rank, over the O(size) connections the mesh has made anyway. On
+// failure the connections are closed before the buffers go (nothing may
+// arrive into them).
 int Handshake(Comm& c, double secs, std::string* msg) {
   const size_t n = static_cast<size_t>(c.size);
   std::vector<char> out(n, 1), in(n, 0);
@@ -67,13 +76,6 @@ int Handshake(Comm& c, double secs, std::string* msg) {
 // ---------------------------------------------------------------------------
 // Init.
 
-void WriteErr(char* err, size_t err_len, const std::string& msg) {
-  if (err == nullptr || err_len == 0) return;
-  const size_t n = std::min(err_len - 1, msg.size());
-  std::memcpy(err, msg.data(), n);
-  err[n] = '\0';
-}
-
 // Creates the TCP device, whose event-loop thread is started by Gloo's
 // CreateDevice and inherits the creating thread's scheduling policy, CPU
 // affinity and signal mask. The device is therefore made on a short-lived
@@ -128,111 +130,82 @@ int MakeDevice(Comm& c, const gloo::transport::tcp::attr& attr, const std::strin
   return HVD_OK;
 }
 
-int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, std::string* msg) {
-  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
-    *msg = "gloo init: missing or too small environment table";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  hvd_transport_env_v1_t env{};
-  std::memcpy(&env, env_in, std::min(env_in->struct_size, sizeof(env)));
-  if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
-    *msg =
-        "gloo init: bad rank " + std::to_string(env.rank) + " of size " + std::to_string(env.size);
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  if (env.size > 1 && (env.kv_set == nullptr || env.kv_get == nullptr || env.kv_free == nullptr)) {
-    *msg = "gloo init: no rendezvous store callbacks";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  auto c = std::make_unique<Comm>();
-  c->rank = env.rank;
-  c->size = env.size;
-  c->limit_s = env.timeout_s;
-  c->logger = env.logger;
-  c->log = env.log;
-  c->kv = env.kv;
-  c->kv_set = env.kv_set;
-  c->kv_get = env.kv_get;
-  c->kv_free = env.kv_free;
-  if (c->size == 1) {
-    *out = std::move(c);
-    return HVD_OK;
-  }
-  const double start_s = env.start_timeout_s > 0 ? env.start_timeout_s : 30.0;
-
-  // Where to listen: the interface or address given, loopback when every
-  // rank is on this host, else this host's name.
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  gloo::transport::tcp::attr attr;
-  std::string where;
-  if (env.network_interface != nullptr && env.network_interface[0] != '\0') {
-    attr.iface = env.network_interface;
-    where = "interface " + attr.iface;
-  } else if (env.local_address != nullptr && env.local_address[0] != '\0') {
-    attr.hostname = env.local_address;
-    where = "address " + attr.hostname;
-  } else if (env.local_size == env.size) {
-    attr.hostname = "127.0.0.1";
-    where = "address 127.0.0.1 (single host)";
-  } else if (host[0] != '\0') {
-    attr.hostname = host;
-    where = "host name " + attr.hostname;
+// Where to listen: the interface or address given, loopback when every rank
+// is on this host, else this host's name (`host`; "" if unknown).
+int ListenOn(const Settings& s, const std::string& host, gloo::transport::tcp::attr* attr,
+             std::string* where, std::string* msg) {
+  if (!s.network_interface.empty()) {
+    attr->iface = s.network_interface;
+    *where = "interface " + attr->iface;
+  } else if (!s.local_address.empty()) {
+    attr->hostname = s.local_address;
+    *where = "address " + attr->hostname;
+  } else if (s.local_size == s.size) {
+    attr->hostname = "127.0.0.1";
+    *where = "address 127.0.0.1 (single host)";
+  } else if (!host.empty()) {
+    attr->hostname = host;
+    *where = "host name " + attr->hostname;
   } else {
     *msg = "gloo init: gethostname failed and no interface or address was given";
     return HVD_ERR_TRANSPORT;
   }
-  const int status = MakeDevice(*c, attr, where, msg);
-  if (status != HVD_OK) return status;
+  return HVD_OK;
+}
 
-  // Join round: publish ours (our host name), wait for everyone's.
-  const Kv kv(env, start_s);
-  c->hosts.assign(static_cast<size_t>(c->size), std::string());
-  c->hosts[c->rank] = host;
-  kv.Set("joined/" + std::to_string(c->rank), host, std::strlen(host));
-  std::string missing;
-  int n_missing = 0, store_status = HVD_OK;
-  for (int j = 0; j < c->size; ++j) {
-    if (j == c->rank) continue;
-    try {
-      c->hosts[j] = kv.Get("joined/" + std::to_string(j));
-    } catch (const StoreError& e) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(j);
-      ++n_missing;
-      if (e.code != HVD_ERR_TIMEOUT) store_status = e.code;
-    }
-  }
-  if (n_missing > 0) {
-    *msg = "gloo init: rank " + std::to_string(c->rank) + ": rank" + (n_missing > 1 ? "s " : " ") +
-           missing + " did" + " not join within the start timeout (" + Secs(start_s) + " s)";
-    if (store_status != HVD_OK) {
-      *msg += "; the rendezvous store also failed (status " + std::to_string(store_status) + ")";
-    }
-    return HVD_ERR_RENDEZVOUS;
-  }
-
-  // Full mesh. Everyone has joined, so this normally takes milliseconds;
-  // Gloo waits up to 5x the context timeout for a pair, hence the /5.
-  Kv store(env, start_s);
-  c->ctx = std::make_shared<gloo::rendezvous::Context>(c->rank, c->size);
-  c->ctx->setTimeout(std::max(Millis(200), ToMillis(start_s / 5.0)));
+// Full mesh. Everyone has joined, so this normally takes milliseconds;
+// Gloo waits up to 5x the context timeout for a pair, hence the /5.
+int ConnectMesh(Comm& c, const Settings& s, const std::string& where, std::string* msg) {
+  Kv store(s.store, s.start_s);
+  c.ctx = std::make_shared<gloo::rendezvous::Context>(c.rank, c.size);
+  c.ctx->setTimeout(std::max(Millis(200), ToMillis(s.start_s / 5.0)));
   try {
-    c->ctx->connectFullMesh(store, c->device);
+    c.ctx->connectFullMesh(store, c.device);
   } catch (const StoreError& e) {
     // Every rank joined, so a key that never came is a rank that stopped
     // (or lost the store) between joining and publishing its addresses.
     *msg = "gloo init: connecting the full mesh: " +
-           (store.waiting_for >= 0 ? "waiting for " + c->Who(store.waiting_for) + "'s addresses: "
+           (store.waiting_for >= 0 ? "waiting for " + c.Who(store.waiting_for) + "'s addresses: "
                                    : std::string()) +
            e.what();
-    NoteInitFailure(store, c->rank, *msg);
+    NoteInitFailure(store, c.rank, *msg);
     return HVD_ERR_RENDEZVOUS;
   } catch (const std::exception& e) {
     *msg = "gloo init: connecting the full mesh over " + where + ": " +
-           MeshFailure(*c, store, e.what());
-    NoteInitFailure(store, c->rank, *msg);
+           MeshFailure(c, store, e.what());
+    NoteInitFailure(store, c.rank, *msg);
     return LooksLikeTimeout(e.what()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
   }
+  return HVD_OK;
+}
+
+// The set-up's steps: where to listen, the TCP device, the join round (host
+// names), the full mesh, the closing handshake.
+int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg) {
+  auto c = std::make_unique<Comm>();
+  c->rank = s.rank;
+  c->size = s.size;
+  c->limit_s = s.timeout_s;
+  c->logger = s.logger;
+  c->log = s.log;
+  c->store = s.store;
+  if (c->size == 1) {
+    *out = std::move(c);
+    return HVD_OK;
+  }
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) name[0] = '\0';
+  const std::string host = name;
+  gloo::transport::tcp::attr attr;
+  std::string where;
+  int status = ListenOn(s, host, &attr, &where, msg);
+  if (status == HVD_OK) status = MakeDevice(*c, attr, where, msg);
+  if (status != HVD_OK) return status;
+  // Join round: publish ours (our host name), wait for everyone's.
+  status = hvd::kit::JoinRound(hvd::kit::Store(s.store, s.start_s), "gloo", c->rank, c->size,
+                               host, s.start_s, &c->hosts, msg);
+  if (status == HVD_OK) status = ConnectMesh(*c, s, where, msg);
+  if (status != HVD_OK) return status;
   // Every rank's mesh is complete before any rank's init returns. Gloo's
   // connect completes on the connecting side before the accepting side has
   // read the handshake, so a rank that returned and finalized at once could
@@ -240,12 +213,12 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, s
   // rank's connect timing out). Seen in test_gloo_p2p under load, where one
   // of three ranks has no traffic and finalizes right after init. A peer
   // that connected and then never answers is also seen only here.
-  const int hs = Handshake(*c, start_s, msg);
+  const int hs = Handshake(*c, s.start_s, msg);
   if (hs != HVD_OK) {
     *msg = "gloo init: the ranks' closing handshake over " + where + ": " + *msg + InitFailureNote(*c);
     return hs;
   }
-  c->ctx->setTimeout(ToMillis(env.timeout_s));
+  c->ctx->setTimeout(ToMillis(s.timeout_s));
   c->Log(HVD_LOG_DEBUG, "gloo: rank " + std::to_string(c->rank) + " of " + std::to_string(c->size) +
                             " connected over " + where + " (" + c->device->str() + ")");
   *out = std::move(c);
@@ -260,9 +233,9 @@ void Finalize(void* comm) noexcept {
   if (c == nullptr) return;
   SigpipeBlock no_sigpipe;
   try {
-    if (c->pending != nullptr) c->Close();  // hard close first: nothing writes into them
-    while (c->pending != nullptr) {
-      Request* r = c->pending;
+    if (c->pending.head != nullptr) c->Close();  // hard close first: nothing writes into them
+    while (c->pending.head != nullptr) {
+      Request* r = c->pending.head;
       c->Unlink(r);
       delete r;
     }

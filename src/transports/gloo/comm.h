@@ -68,6 +68,11 @@
 
 #include "hvd.h"
 #include "hvd_transport.h"
+#include "kit/deadline.h"
+#include "kit/errors.h"
+#include "kit/p2p.h"
+#include "kit/peers.h"
+#include "kit/store.h"
 
 // One request: an unbound buffer over the caller's memory, linked into its
 // communicator's list of pending requests while it lives.
@@ -82,7 +87,11 @@ struct hvd_transport_request {
 
 namespace hvd_gloo_v4 {
 
-using Clock = std::chrono::steady_clock;
+using hvd::kit::Clock;
+using hvd::kit::After;
+using hvd::kit::SecondsLeft;
+using hvd::kit::Secs;
+using hvd::kit::StoreError;
 using Millis = std::chrono::milliseconds;
 using Request = hvd_transport_request;
 
@@ -98,26 +107,10 @@ inline Millis ToMillis(double s) {
   if (!(s > 0) || s > 3.0e7) return kForever;
   return Millis(std::max<int64_t>(1, static_cast<int64_t>(s * 1000.0)));
 }
-inline Clock::time_point After(double s) {
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-inline double SecondsLeft(Clock::time_point deadline) {
-  return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
-}
-inline std::string Secs(double s) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%g", s);
-  return b;
-}
 inline bool LooksLikeTimeout(const char* s) {
   return std::strstr(s, "imed out") != nullptr || std::strstr(s, "imeout") != nullptr;
 }
 
-struct StoreError : std::runtime_error {
-  StoreError(int code, const std::string& msg) : std::runtime_error(msg), code(code) {}
-  int code;
-};
 
 // The rank a key of Gloo's full mesh belongs to: "<rank>" (the addresses
 // of a rank's pairs) or "rank_<rank>" (its host name, in Gloo versions that
@@ -131,8 +124,8 @@ inline int RankOfGlooKey(const std::string& key) {
   return std::stoi(key.substr(from));
 }
 
-// The core's store (throwing StoreError, every wait ending at one deadline),
-// and Gloo's store over it, Gloo's keys under "gloo/". What Gloo's full
+// The core's store (kit::Store: throwing StoreError, every wait ending at
+// one deadline) as Gloo's store, Gloo's keys under "gloo/". What Gloo's full
 // mesh reads through it is kept, to name the peer when the mesh fails
 // (MeshFailure): each rank's published pair addresses, and the rank whose
 // key was read last (Gloo reads rank i's addresses and then connects to
@@ -143,26 +136,11 @@ class Kv : public gloo::rendezvous::Store {
   int last_rank = -1;                          // the rank of the key read last
   int waiting_for = -1;                        // the rank of a key not (yet) read
 
-  Kv(const hvd_transport_env_v1_t& env, double seconds) : env_(env), deadline_(After(seconds)) {}
+  Kv(const hvd::kit::StoreCalls& calls, double seconds) : store_(calls, seconds) {}
   void Set(const std::string& key, const void* data, size_t len) const {
-    const int st = env_.kv_set(env_.kv, key.c_str(), data, len);
-    if (st != HVD_OK) {
-      throw StoreError(
-          st, "rendezvous store: cannot set '" + key + "' (status " + std::to_string(st) + ")");
-    }
+    store_.Set(key, data, len);
   }
-  std::string Get(const std::string& key) const {
-    void* v = nullptr;
-    size_t len = 0;
-    const int st = env_.kv_get(env_.kv, key.c_str(), &v, &len, SecondsLeft(deadline_));
-    if (st != HVD_OK) {
-      throw StoreError(st, "rendezvous store: key '" + key + "' not available (status " +
-                               std::to_string(st) + ")");
-    }
-    std::string out(static_cast<const char*>(v), v != nullptr ? len : 0);
-    if (v != nullptr) env_.kv_free(v);
-    return out;
-  }
+  std::string Get(const std::string& key) const { return store_.Get(key); }
   void set(const std::string& key, const std::vector<char>& data) override {
     Set("gloo/" + key, data.data(), data.size());
   }
@@ -189,8 +167,7 @@ class Kv : public gloo::rendezvous::Store {
   }
 
  private:
-  const hvd_transport_env_v1_t& env_;
-  Clock::time_point deadline_;
+  hvd::kit::Store store_;
 };
 
 struct Comm {
@@ -202,30 +179,20 @@ struct Comm {
   void (*log)(void*, int, const char*) = nullptr;
   // The store (valid until finalize): a rank whose communicator breaks notes
   // why under "broken/<rank>" before closing its connections, so peers that
-  // only see the closing can say what was behind it (BrokenNote).
-  void* kv = nullptr;
-  int (*kv_set)(void*, const char*, const void*, size_t) = nullptr;
-  int (*kv_get)(void*, const char*, void**, size_t*, double) = nullptr;
-  void (*kv_free)(void*) = nullptr;
+  // only see the closing can say what was behind it (kit::BrokenNote).
+  hvd::kit::StoreCalls store;
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::vector<std::string> hosts;  // every rank's host name
   std::string last_error;          // the loop thread's
 
-  // Any thread: the first failure and the pending requests.
-  std::mutex mu;
-  std::atomic<int> failed{HVD_OK};
-  std::string fail_msg;
-  Request* pending = nullptr;
+  // Any thread: the first failure and, under its mutex, the pending requests.
+  hvd::kit::Failure failure;
+  hvd::kit::PendingList<Request> pending;
   std::atomic<bool> closed{false};
 
   std::string Who(int r, const std::string& addr = std::string()) const {
-    std::string s = "rank " + std::to_string(r);
-    const std::string host = r >= 0 && r < static_cast<int>(hosts.size()) ? hosts[r] : "";
-    if (host.empty() && addr.empty()) return s;
-    s += " (";
-    if (!host.empty()) s += "host " + host + (addr.empty() ? "" : ", ");
-    return s + addr + ")";
+    return hvd::kit::Who(hosts, r, addr);
   }
   void Log(int level, const std::string& msg) const {
     if (log != nullptr) log(logger, level, msg.c_str());
@@ -233,11 +200,9 @@ struct Comm {
   // Records the first failure and wakes every pending wait; false if the
   // communicator had failed already.
   bool Fail(int status, const std::string& msg) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (failed.load() != HVD_OK) return false;
-    fail_msg = msg;
-    failed.store(status);
-    for (Request* r = pending; r != nullptr; r = r->next) {
+    std::lock_guard<std::mutex> lock(failure.mu);
+    if (!failure.RecordLocked(status, msg)) return false;
+    for (Request* r = pending.head; r != nullptr; r = r->next) {
       if (r->send) {
         r->ub->abortWaitSend();
       } else {
@@ -256,22 +221,25 @@ struct Comm {
     }
   }
   // The first failure as this call's outcome.
-  int Failed() {
-    std::lock_guard<std::mutex> lock(mu);
-    last_error = fail_msg;
-    return failed.load();
-  }
-  void Link(Request* r) {
-    r->next = pending;
-    if (pending != nullptr) pending->prev = r;
-    pending = r;
-  }
+  int Failed() { return failure.Take(&last_error); }
   void Unlink(Request* r) {
-    std::lock_guard<std::mutex> lock(mu);
-    (r->prev != nullptr ? r->prev->next : pending) = r->next;
-    if (r->next != nullptr) r->next->prev = r->prev;
-    r->prev = r->next = nullptr;
+    std::lock_guard<std::mutex> lock(failure.mu);
+    pending.Unlink(r);
   }
+};
+
+// What init reads from the env (plugin.cc, ReadEnv): the set-up's input.
+struct Settings {
+  int rank = 0;
+  int size = 1;
+  int local_size = 0;
+  double timeout_s = 0;  // the transfer limit
+  double start_s = 30;   // the start timeout
+  void* logger = nullptr;
+  void (*log)(void*, int, const char*) = nullptr;
+  hvd::kit::StoreCalls store;
+  std::string network_interface;  // "" if none given
+  std::string local_address;      // "" if none given
 };
 
 // Blocks SIGPIPE in this thread while alive; see the note at the top.
@@ -309,17 +277,11 @@ std::string DescribeFailure(const Comm& c, const Request& r, const std::string& 
 std::string MeshFailure(const Comm& c, const Kv& store, const std::string& what);
 void NoteInitFailure(const Kv& store, int rank, const std::string& msg);
 std::string InitFailureNote(const Comm& c);
-std::string TimeoutMessage(const Comm& c, const Request& r, double secs, bool peer_kind);
-std::string BrokenNote(const Comm& c, int r);
 int Break(Comm& c, int status, const std::string& msg);
-const char* LastError(void* comm) noexcept;
 int Abort(void* comm, int status, const char* reason) noexcept;
-int AsyncError(void* comm) noexcept;
-int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept;
 
 // comm.cc
-void WriteErr(char* err, size_t err_len, const std::string& msg);
-int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, std::string* msg);
+int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg);
 void Finalize(void* comm) noexcept;
 
 // p2p.cc

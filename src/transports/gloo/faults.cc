@@ -81,21 +81,6 @@ std::vector<int> RanksAt(const Kv& store, int size, const std::string& addr) {
   return ranks;
 }
 
-// "a peer among ranks 1 (host a), 2 (host b)": every rank but this one
-// (the first 8 named, then how many in all); "rank 1 (host a)" for one.
-std::string AmongPeers(const Comm& c) {
-  constexpr int kMaxNamed = 8;
-  if (c.size == 2) return c.Who(1 - c.rank);
-  std::string s = "a peer among ranks ";
-  int n = 0;
-  for (int r = 0; r < c.size && n < kMaxNamed; ++r) {
-    if (r == c.rank) continue;
-    s += (n++ ? ", " : "") + c.Who(r).substr(5);  // without "rank "
-  }
-  if (c.size - 1 > kMaxNamed) s += ", ... (" + std::to_string(c.size - 1) + " in all)";
-  return s;
-}
-
 // The message for a failure of Gloo's full mesh, naming the peer: the rank
 // listening at the address Gloo quotes, among the addresses the ranks
 // published; else the rank whose addresses were read last (Gloo connects
@@ -112,7 +97,7 @@ std::string MeshFailure(const Comm& c, const Kv& store, const std::string& what)
   if (store.last_rank >= 0 && store.last_rank != c.rank) {
     return "connecting to " + c.Who(store.last_rank) + ": " + Clause(text);
   }
-  return AmongPeers(c) + ": " + Clause(text);
+  return hvd::kit::AmongPeers(c.hosts, c.rank, c.size) + ": " + Clause(text);
 }
 
 // A rank whose full mesh fails notes it under "init_failed" (one key, the
@@ -136,9 +121,9 @@ std::string InitFailureNote(const Comm& c) {
   constexpr double kNoteWaitS = 1.0;
   void* value = nullptr;
   size_t len = 0;
-  if (c.kv_get(c.kv, "init_failed", &value, &len, kNoteWaitS) != HVD_OK) return "";
+  if (c.store.get(c.store.kv, "init_failed", &value, &len, kNoteWaitS) != HVD_OK) return "";
   std::string note(static_cast<const char*>(value), value != nullptr ? len : 0);
-  if (value != nullptr) c.kv_free(value);
+  if (value != nullptr) c.store.free(value);
   const size_t sp = note.find(' ');
   int r = -1;
   try {
@@ -152,64 +137,15 @@ std::string InitFailureNote(const Comm& c) {
   return "; " + c.Who(r) + " could not connect: " + why;
 }
 
-// The closing handshake of init: one byte to and from every peer over the
-// new pairs, within `secs`. Done on one rank, every rank has entered it, so
-// its mesh is complete. Gloo's own barrier would do, but its failure names
-// no peer ("Timed out waiting 2000ms for recv operation to complete"); here
-// each peer has its own buffers, so the peers that said nothing in time are
-// named, as is the peer of a failed connection. O(size) one-byte messages
-// a rank, over the O(size) connections the mesh has made anyway. On
-// failure the connections are closed before the buffers go (nothing may
-// arrive into them).
-std::string TimeoutMessage(const Comm& c, const Request& r, double secs, bool peer_kind) {
-  if (peer_kind) {
-    return "gloo: " + c.Who(r.peer) + " has not answered for " + Secs(secs) +
-           " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
-  }
-  return "gloo: timed out after " + Secs(secs) + " s waiting " + (r.send ? "to send to " : "for ") +
-         c.Who(r.peer);
-}
-
-// ---------------------------------------------------------------------------
-// Point-to-point.
-
-// "; rank r had failed: <what rank r noted when its communicator broke>", or
-// "" if it noted nothing (it died or hangs, or there is no store). A rank
-// notes before it closes its connections, so the note is there once the
-// closing is seen here: the wait is short. Loop thread only.
-std::string BrokenNote(const Comm& c, int r) {
-  if (r < 0 || c.kv_get == nullptr || c.kv_free == nullptr) return "";
-  constexpr double kNoteWaitS = 0.5;
-  const std::string key = "broken/" + std::to_string(r);
-  void* value = nullptr;
-  size_t len = 0;
-  if (c.kv_get(c.kv, key.c_str(), &value, &len, kNoteWaitS) != HVD_OK) return "";
-  std::string note(static_cast<const char*>(value), len);
-  if (value != nullptr) c.kv_free(value);
-  return "; rank " + std::to_string(r) + " had failed: " + note;
-}
-
 // A failure of this call that breaks the communicator; returns the first.
 // Loop thread only (it writes this rank's note to the store).
 int Break(Comm& c, int status, const std::string& msg) {
   if (c.Fail(status, msg)) {
     c.Log(HVD_LOG_ERROR, msg);
-    if (c.kv_set != nullptr && c.size > 1) {
-      const std::string key = "broken/" + std::to_string(c.rank);
-      (void)c.kv_set(c.kv, key.c_str(), msg.data(), msg.size());
-    }
+    hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
     c.Close();
   }
   return c.Failed();
-}
-const char* LastError(void* comm) noexcept {
-  Comm* c = static_cast<Comm*>(comm);
-  if (c == nullptr) return "gloo: no communicator";
-  try {
-    if (c->failed.load() != HVD_OK) c->Failed();  // e.g. an abort's reason
-  } catch (...) {
-  }
-  return c->last_error.c_str();
 }
 
 int Abort(void* comm, int status, const char* reason) noexcept {
@@ -218,27 +154,11 @@ int Abort(void* comm, int status, const char* reason) noexcept {
   SigpipeBlock no_sigpipe;
   try {
     if (status == HVD_OK) status = HVD_ERR_ABORTED;
-    const std::string msg =
-        reason != nullptr && reason[0] != '\0'
-            ? std::string(reason)
-            : "gloo: communicator aborted (status " + std::to_string(status) + ")";
-    if (c->Fail(status, msg)) c->Close();
+    if (c->Fail(status, hvd::kit::AbortMessage("gloo", status, reason))) c->Close();
     return HVD_OK;
   } catch (...) {
     return HVD_ERR_INTERNAL;
   }
 }
 
-int AsyncError(void* comm) noexcept {
-  const Comm* c = static_cast<const Comm*>(comm);
-  return c == nullptr ? HVD_ERR_INVALID_ARGUMENT : c->failed.load();
-}
-
-int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept {
-  Comm* c = static_cast<Comm*>(comm);
-  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
-  c->limit_s = timeout_s;
-  c->peer_limit = kind == HVD_TRANSPORT_LIMIT_PEER;
-  return HVD_OK;
-}
 }  // namespace hvd_gloo_v4

@@ -3,28 +3,15 @@
 
 namespace hvd_gloo_v4 {
 
-
 int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
          hvd_transport_request_t** req, bool send) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   const char* op = send ? "gloo isend: " : "gloo irecv: ";
-  if (req == nullptr || buf == nullptr || (buf->data == nullptr && buf->bytes > 0)) {
-    c->last_error = std::string(op) + "NULL request, buffer or data";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  *req = nullptr;
-  if (peer < 0 || peer >= c->size || peer == c->rank || tag > kMaxTag) {
-    c->last_error = std::string(op) + "bad peer " + std::to_string(peer) + " or tag " +
-                    std::to_string(tag) + " (rank " + std::to_string(c->rank) + " of " +
-                    std::to_string(c->size) + ", max tag " + std::to_string(kMaxTag) + ")";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  if (buf->memory_type != HVD_MEMORY_HOST) {
-    c->last_error = std::string(op) + "only host memory is supported";
-    return HVD_ERR_UNSUPPORTED;
-  }
-  if (c->failed.load() != HVD_OK) return c->Failed();
+  const int bad = hvd::kit::CheckPost(op, peer, tag, buf, req, c->rank, c->size, kMaxTag,
+                                      &c->last_error);
+  if (bad != HVD_OK) return bad;
+  if (c->failure.status.load() != HVD_OK) return c->Failed();
   SigpipeBlock no_sigpipe;
   Request* linked = nullptr;  // once in the pending list
   try {
@@ -34,9 +21,9 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
     void* data = buf->bytes > 0 ? buf->data : &r->dummy;
     r->ub = c->ctx->createUnboundBuffer(data, std::max<size_t>(buf->bytes, 1));
     {
-      std::lock_guard<std::mutex> lock(c->mu);
-      if (c->failed.load() == HVD_OK) {
-        c->Link(r.get());
+      std::lock_guard<std::mutex> lock(c->failure.mu);
+      if (c->failure.status.load() == HVD_OK) {
+        c->pending.Link(r.get());
         linked = r.release();
       }
     }
@@ -54,7 +41,8 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
       c->last_error = std::string(op) + WithoutLocation(e.what());
       return dynamic_cast<const std::bad_alloc*>(&e) ? HVD_ERR_NO_MEMORY : HVD_ERR_TRANSPORT;
     }
-    Break(*c, HVD_ERR_TRANSPORT, DescribeFailure(*c, *linked, e.what()) + BrokenNote(*c, linked->peer));
+    Break(*c, HVD_ERR_TRANSPORT,
+          DescribeFailure(*c, *linked, e.what()) + hvd::kit::BrokenNote(c->store, linked->peer));
   } catch (...) {
     Break(*c, HVD_ERR_TRANSPORT, std::string(op) + "unknown exception");
   }
@@ -82,7 +70,7 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   const bool peer_kind = timeout_s < 0 && c->peer_limit;
   const double secs = timeout_s < 0 ? c->limit_s : timeout_s;  // 0: no limit (ToMillis)
   int status = HVD_OK;
-  if (c->failed.load() != HVD_OK) {
+  if (c->failure.status.load() != HVD_OK) {
     status = c->Failed();
   } else {
     try {
@@ -91,14 +79,16 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       if (!done) status = c->Failed();  // aborted (Fail woke it)
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      if (c->failed.load() != HVD_OK) {
+      if (c->failure.status.load() != HVD_OK) {
         status = c->Failed();  // the failure behind it came first
       } else if (what.find("Timed out waiting") != std::string::npos) {
         status = Break(*c, HVD_ERR_TIMEOUT,
-                       TimeoutMessage(*c, *req, secs, peer_kind) + BrokenNote(*c, req->peer));
+                       hvd::kit::TimeoutMessage("gloo", c->Who(req->peer), req->send, secs,
+                                                peer_kind) +
+                           hvd::kit::BrokenNote(c->store, req->peer));
       } else {
         status = Break(*c, LooksLikeTimeout(what.c_str()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
-                       DescribeFailure(*c, *req, what) + BrokenNote(*c, req->peer));
+                       DescribeFailure(*c, *req, what) + hvd::kit::BrokenNote(c->store, req->peer));
       }
       c->Log(HVD_LOG_DEBUG, "gloo: Gloo said: " + what);
     } catch (...) {
