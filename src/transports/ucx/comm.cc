@@ -112,8 +112,8 @@ void Drain(Comm& c) {
 // pending request. Idempotent.
 void CloseEndpoints(Comm& c) {
   if (c.worker == nullptr) return;
-  SayGoodbye(c, c.failed.load() != HVD_OK);
-  for (Request* r = c.pending; r != nullptr; r = r->next) {
+  SayGoodbye(c, c.failure.status.load() != HVD_OK);
+  for (Request* r = c.pending.head; r != nullptr; r = r->next) {
     if (!r->done && r->op != nullptr && !r->send) ucp_request_cancel(c.worker, r->op);
   }
   std::vector<void*> closing;
@@ -131,7 +131,7 @@ void CloseEndpoints(Comm& c) {
   const Clock::time_point deadline = After(kCloseWaitS);
   for (;;) {
     bool all = true;
-    for (Request* r = c.pending; r != nullptr; r = r->next) all = all && (r->done || r->op == nullptr);
+    for (Request* r = c.pending.head; r != nullptr; r = r->next) all = all && (r->done || r->op == nullptr);
     if (all || Clock::now() >= deadline) break;
     ucp_worker_progress(c.worker);
   }
@@ -159,20 +159,13 @@ void ReleaseByes(Comm& c) {
 // ---------------------------------------------------------------------------
 // Init.
 
-void WriteErr(char* err, size_t err_len, const std::string& msg) {
-  if (err == nullptr || err_len == 0) return;
-  const size_t n = std::min(err_len - 1, msg.size());
-  std::memcpy(err, msg.data(), n);
-  err[n] = '\0';
-}
-
 // Releases what init built so far (a communicator that never served).
 void Destroy(Comm* c) {
   if (c == nullptr) return;
   if (c->worker != nullptr) {
     CloseEndpoints(*c);
     ReleaseByes(*c);
-    while (c->pending != nullptr) Release(*c, c->pending);
+    while (c->pending.head != nullptr) Release(*c, c->pending.head);
     Drain(*c);
     ucp_worker_destroy(c->worker);
   }
@@ -180,6 +173,8 @@ void Destroy(Comm* c) {
   delete c;
 }
 
+// This host's CPUs online (1 if unknown). Not the affinity mask: hvdrun
+// binds each rank to its share of the CPUs, and the ranks that share a
 // host's CPUs are what counts.
 int HostCpus() {
   const long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -232,167 +227,121 @@ void ModifyTcp(ucp_config_t* cfg, const char* field, const char* value, const Co
   Modify(cfg, field, value, c, (std::string("UCX_TCP_") + field).c_str());
 }
 
-int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* msg) {
-  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
-    *msg = "ucx init: missing or too small environment table";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  hvd_transport_env_v1_t env{};
-  std::memcpy(&env, env_in, std::min(env_in->struct_size, sizeof(env)));
-  if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
-    *msg =
-        "ucx init: bad rank " + std::to_string(env.rank) + " of size " + std::to_string(env.size);
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  if (env.size > 1 && (env.kv_set == nullptr || env.kv_get == nullptr || env.kv_free == nullptr)) {
-    *msg = "ucx init: no rendezvous store callbacks";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  CommPtr c(new Comm);
-  c->rank = env.rank;
-  c->size = env.size;
-  c->limit_s = env.timeout_s;
-  c->logger = env.logger;
-  c->log = env.log;
-  c->kv = env.kv;
-  c->kv_set = env.kv_set;
-  c->kv_get = env.kv_get;
-  c->kv_free = env.kv_free;
-  if (env.local_size > HostCpus()) c->spin = std::chrono::microseconds(0);
-  // HVD_UCX_SPIN_US: the spin in microseconds, whatever the count (a host
-  // whose CPUs other jobs share, or where waking from the fd costs more).
+// How long an idle wait spins (Comm::spin): none where this host's ranks
+// outnumber its CPUs; HVD_UCX_SPIN_US: the spin in microseconds, whatever the
+// count (a host whose CPUs other jobs share, or where waking from the fd
+// costs more).
+void ChooseSpin(Comm& c, int local_size) {
+  if (local_size > HostCpus()) c.spin = std::chrono::microseconds(0);
   if (const char* v = std::getenv("HVD_UCX_SPIN_US")) {
     char* end = nullptr;
     const long us = std::strtol(v, &end, 10);
     if (end != v && *end == '\0' && us >= 0 && us <= 1000000) {
-      c->spin = std::chrono::microseconds(us);
+      c.spin = std::chrono::microseconds(us);
     } else {
-      c->Log(HVD_LOG_WARNING, std::string("HVD_UCX_SPIN_US='") + v +
-                                  "' is not a number of microseconds (0 to 1000000): ignored");
+      c.Log(HVD_LOG_WARNING, std::string("HVD_UCX_SPIN_US='") + v +
+                                 "' is not a number of microseconds (0 to 1000000): ignored");
     }
   }
-  if (c->size == 1) {
-    *out = std::move(c);
-    return HVD_OK;
-  }
-  const double start_s = env.start_timeout_s > 0 ? env.start_timeout_s : 30.0;
+}
 
-  // Join round first, so a rank that never starts is named before UCX runs.
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  const Kv kv(env, start_s);
-  c->hosts.assign(static_cast<size_t>(c->size), std::string());
-  c->hosts[c->rank] = host;
-  kv.Set("joined/" + std::to_string(c->rank), host, std::strlen(host));
-  std::string missing;
-  int n_missing = 0, store_status = HVD_OK;
-  for (int j = 0; j < c->size; ++j) {
-    if (j == c->rank) continue;
-    try {
-      c->hosts[j] = kv.Get("joined/" + std::to_string(j));
-    } catch (const StoreError& e) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(j);
-      ++n_missing;
-      if (e.code != HVD_ERR_TIMEOUT) store_status = e.code;
+// UCP's configuration: transports are UCX's choice (UCX_TLS etc. from the
+// environment); the interface hvd was given becomes NET_DEVICES (*where
+// says which devices); the memory-type cache is off (host memory only here,
+// and it is what would install UCM's memory hooks for this context).
+void Configure(ucp_config_t* cfg, const Comm& c, const Settings& s, std::string* where) {
+  *where = "UCX's default devices";
+  if (!s.network_interface.empty()) {
+    if (std::getenv("UCX_NET_DEVICES") == nullptr) {
+      *where = "interface " + s.network_interface;
+    } else {
+      *where = "UCX_NET_DEVICES (over the interface hvd was given)";
     }
+    Modify(cfg, "NET_DEVICES", s.network_interface.c_str(), c);
   }
-  if (n_missing > 0) {
-    *msg = "ucx init: rank " + std::to_string(c->rank) + ": rank" + (n_missing > 1 ? "s " : " ") +
-           missing + " did not join within the start timeout (" + Secs(start_s) + " s)";
-    if (store_status != HVD_OK) {
-      *msg += "; the rendezvous store also failed (status " + std::to_string(store_status) + ")";
-    }
-    return HVD_ERR_RENDEZVOUS;
+  Modify(cfg, "MEMTYPE_CACHE", "n", c);
+  // UCX leaves its shared-memory transports (posix, sysv) out of endpoints
+  // that ask for peer error handling unless they watch their peers
+  // themselves: this turns that on, so ranks of one host talk over shared
+  // memory (within a host only: an IPC namespace apart is another host).
+  if (TlsMayLoad(std::getenv("UCX_TLS"), {"posix", "sysv", "mm", "sm", "shm"})) {
+    Modify(cfg, "MM_ERROR_HANDLING", "y", c);
   }
+  // Over shared memory a peer that died is seen only by UCX's keepalive
+  // (whether the peer process still exists; a stopped one does): once a
+  // second rather than UCX's 20 s, so a dead rank is named within about a
+  // second, as over TCP, not at the transport timeout.
+  Modify(cfg, "KEEPALIVE_INTERVAL", "1s", c);
+  // UCX's tcp copies a message through segments of 8 KiB (send) and 64 KiB
+  // (receive), each a system call and an event; 1 MiB segments measured
+  // faster at 64 KiB and above (bench/results/2026-12-02-ucx-seg). The
+  // buffers come from a pool while a message is in flight, not one per
+  // endpoint.
+  ModifyTcp(cfg, "TX_SEG_SIZE", "1m", c);
+  ModifyTcp(cfg, "RX_SEG_SIZE", "1m", c);
+}
 
-  // UCP context: tagged messages and wake-ups. Transports are UCX's choice
-  // (UCX_TLS etc. from the environment); the interface hvd was given becomes
-  // NET_DEVICES; the memory-type cache is off (host memory only here, and it
-  // is what would install UCM's memory hooks for this context).
+// The UCP context (tagged messages and wake-ups) and its one worker.
+int MakeWorker(Comm& c, const Settings& s, std::string* where, std::string* msg) {
   ucp_config_t* cfg = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg);
   if (st != UCS_OK) {
     *msg = std::string("ucx init: reading UCX's configuration: ") + ucs_status_string(st);
     return HVD_ERR_TRANSPORT;
   }
-  std::string where = "UCX's default devices";
-  if (env.network_interface != nullptr && env.network_interface[0] != '\0') {
-    if (std::getenv("UCX_NET_DEVICES") == nullptr) {
-      where = "interface " + std::string(env.network_interface);
-    } else {
-      where = "UCX_NET_DEVICES (over the interface hvd was given)";
-    }
-    Modify(cfg, "NET_DEVICES", env.network_interface, *c);
-  }
-  Modify(cfg, "MEMTYPE_CACHE", "n", *c);
-  // UCX leaves its shared-memory transports (posix, sysv) out of endpoints
-  // that ask for peer error handling unless they watch their peers
-  // themselves: this turns that on, so ranks of one host talk over shared
-  // memory (within a host only: an IPC namespace apart is another host).
-  if (TlsMayLoad(std::getenv("UCX_TLS"), {"posix", "sysv", "mm", "sm", "shm"})) {
-    Modify(cfg, "MM_ERROR_HANDLING", "y", *c);
-  }
-  // Over shared memory a peer that died is seen only by UCX's keepalive
-  // (whether the peer process still exists; a stopped one does): once a
-  // second rather than UCX's 20 s, so a dead rank is named within about a
-  // second, as over TCP, not at the transport timeout.
-  Modify(cfg, "KEEPALIVE_INTERVAL", "1s", *c);
-  // UCX's tcp copies a message through segments of 8 KiB (send) and 64 KiB
-  // (receive), each a system call and an event; 1 MiB segments measured
-  // faster at 64 KiB and above (bench/results/2026-12-02-ucx-seg). The
-  // buffers come from a pool while a message is in flight, not one per
-  // endpoint.
-  ModifyTcp(cfg, "TX_SEG_SIZE", "1m", *c);
-  ModifyTcp(cfg, "RX_SEG_SIZE", "1m", *c);
+  Configure(cfg, c, s, where);
   ucp_params_t params;
   std::memset(&params, 0, sizeof(params));
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                       UCP_PARAM_FIELD_ESTIMATED_NUM_PPN | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  params.estimated_num_eps = static_cast<size_t>(c->size);
-  params.estimated_num_ppn = static_cast<size_t>(std::max(1, env.local_size));
+  params.estimated_num_eps = static_cast<size_t>(c.size);
+  params.estimated_num_ppn = static_cast<size_t>(std::max(1, s.local_size));
   params.name = "hvd";
-  st = ucp_init(&params, cfg, &c->context);
+  st = ucp_init(&params, cfg, &c.context);
   ucp_config_release(cfg);
   if (st != UCS_OK) {
-    c->context = nullptr;
-    *msg = std::string("ucx init: ucp_init on ") + where + ": " + ucs_status_string(st);
+    c.context = nullptr;
+    *msg = std::string("ucx init: ucp_init on ") + *where + ": " + ucs_status_string(st);
     return HVD_ERR_TRANSPORT;
   }
   ucp_worker_params_t wp;
   std::memset(&wp, 0, sizeof(wp));
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  st = ucp_worker_create(c->context, &wp, &c->worker);
+  st = ucp_worker_create(c.context, &wp, &c.worker);
   if (st != UCS_OK) {
-    c->worker = nullptr;
+    c.worker = nullptr;
     *msg = std::string("ucx init: creating a worker: ") + ucs_status_string(st);
     return HVD_ERR_TRANSPORT;
   }
-  if (ucp_worker_get_efd(c->worker, &c->efd) != UCS_OK) c->efd = -1;  // then waits spin
+  if (ucp_worker_get_efd(c.worker, &c.efd) != UCS_OK) c.efd = -1;  // then waits spin
+  return HVD_OK;
+}
 
-  // Addresses through the store, one endpoint per peer.
+// Addresses through the store, one endpoint per peer.
+int Connect(Comm& c, const hvd::kit::Store& kv, const std::string& where, std::string* msg) {
   ucp_address_t* addr = nullptr;
   size_t addr_len = 0;
-  st = ucp_worker_get_address(c->worker, &addr, &addr_len);
+  ucs_status_t st = ucp_worker_get_address(c.worker, &addr, &addr_len);
   if (st != UCS_OK) {
     *msg = std::string("ucx init: worker address: ") + ucs_status_string(st);
     return HVD_ERR_TRANSPORT;
   }
   try {
-    kv.Set("ucx/addr/" + std::to_string(c->rank), addr, addr_len);
+    kv.Set("ucx/addr/" + std::to_string(c.rank), addr, addr_len);
   } catch (...) {
-    ucp_worker_release_address(c->worker, addr);
+    ucp_worker_release_address(c.worker, addr);
     throw;
   }
-  ucp_worker_release_address(c->worker, addr);
-  c->eps.assign(static_cast<size_t>(c->size), nullptr);
-  c->peer_args.reset(new PeerArg[c->size]);
-  for (int j = 0; j < c->size; ++j) {
-    if (j == c->rank) continue;
+  ucp_worker_release_address(c.worker, addr);
+  c.eps.assign(static_cast<size_t>(c.size), nullptr);
+  c.peer_args.reset(new PeerArg[c.size]);
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
     const std::string peer_addr = kv.Get("ucx/addr/" + std::to_string(j));
-    c->peer_args[j].comm = c.get();
-    c->peer_args[j].rank = j;
+    c.peer_args[j].comm = &c;
+    c.peer_args[j].rank = j;
     ucp_ep_params_t ep;
     std::memset(&ep, 0, sizeof(ep));
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -400,32 +349,36 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
     ep.address = reinterpret_cast<const ucp_address_t*>(peer_addr.data());
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &EpFailed;
-    ep.err_handler.arg = &c->peer_args[j];
-    st = ucp_ep_create(c->worker, &ep, &c->eps[j]);
+    ep.err_handler.arg = &c.peer_args[j];
+    st = ucp_ep_create(c.worker, &ep, &c.eps[j]);
     if (st != UCS_OK) {
-      c->eps[j] = nullptr;
-      *msg = "ucx init: rank " + std::to_string(c->rank) + ": cannot create an endpoint to " +
-             c->Who(j) + " over " + where + ": " + ucs_status_string(st);
+      c.eps[j] = nullptr;
+      *msg = "ucx init: rank " + std::to_string(c.rank) + ": cannot create an endpoint to " +
+             c.Who(j) + " over " + where + ": " + ucs_status_string(st);
       return HVD_ERR_TRANSPORT;
     }
   }
+  return HVD_OK;
+}
 
-  // Hello: a zero-byte message each way with every peer, so init returns
-  // with every connection working (or names the peers it could not reach).
+// Hello: a zero-byte message each way with every peer, so init returns with
+// every connection working (or names the peers it could not reach). On
+// failure Destroy closes the endpoints and releases the hellos.
+int Hello(Comm& c, double start_s, const std::string& where, std::string* msg) {
   std::vector<Request*> hello;
-  for (int j = 0; j < c->size; ++j) {
-    if (j == c->rank) continue;
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
     for (bool send : {false, true}) {
       Request* r = new Request;
       r->peer = j;
       r->send = send;
-      c->Link(r);
+      c.pending.Link(r);
       hello.push_back(r);
-      PostOp(*c, r, &r->dummy, kHelloTag);
+      PostOp(c, r, &r->dummy, kHelloTag);
     }
   }
   const Clock::time_point deadline = After(start_s);
-  ProgressUntil(*c, deadline, [&] {
+  ProgressUntil(c, deadline, [&] {
     for (Request* r : hello) {
       if (!r->done) return false;
     }
@@ -435,47 +388,80 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
   int status = HVD_OK;
   for (Request* r : hello) {
     if (r->done && r->status == UCS_OK) continue;
-    if (unreached.find(c->Who(r->peer)) == std::string::npos) {
-      unreached += (unreached.empty() ? "" : ", ") + c->Who(r->peer) +
+    if (unreached.find(c.Who(r->peer)) == std::string::npos) {
+      unreached += (unreached.empty() ? "" : ", ") + c.Who(r->peer) +
                    (r->done ? std::string(": ") + ucs_status_string(r->status) : "");
     }
     status = r->done ? HVD_ERR_TRANSPORT : HVD_ERR_TIMEOUT;
   }
-  if (status == HVD_OK && c->failed.load() != HVD_OK) {
-    status = c->failed.load();
-    unreached = c->fail_msg;
+  if (status == HVD_OK && c.failure.status.load() != HVD_OK) {
+    status = c.failure.status.load();
+    unreached = c.failure.msg;
   }
   if (status != HVD_OK) {
-    *msg = "ucx init: rank " + std::to_string(c->rank) + ": no hello within the start timeout (" +
+    *msg = "ucx init: rank " + std::to_string(c.rank) + ": no hello within the start timeout (" +
            Secs(start_s) + " s) over " + where + " from " + unreached;
-    return status;  // Destroy closes the endpoints and releases the hellos
+    return status;
   }
-  for (Request* r : hello) Release(*c, r);
-  // Every peer's goodbye (finalize), so a peer that leaves cleanly is told
-  // apart from one that fails.
-  c->gone.assign(static_cast<size_t>(c->size), 0);
-  c->byes.assign(static_cast<size_t>(c->size), nullptr);
-  for (int j = 0; j < c->size; ++j) {
-    if (j == c->rank) continue;
+  for (Request* r : hello) Release(c, r);
+  return HVD_OK;
+}
+
+// Every peer's goodbye (finalize), so a peer that leaves cleanly is told
+// apart from one that fails.
+int PostGoodbyes(Comm& c, std::string* msg) {
+  c.gone.assign(static_cast<size_t>(c.size), 0);
+  c.byes.assign(static_cast<size_t>(c.size), nullptr);
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
     Request* r = new Request;
     r->peer = j;
     r->bytes = 1;  // zero bytes: finalized; one: its communicator broke
-    c->byes[j] = r;
+    c.byes[j] = r;
     ucp_request_param_t p;
     std::memset(&p, 0, sizeof(p));
     p.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    p.user_data = &c->peer_args[j];
+    p.user_data = &c.peer_args[j];
     p.cb.recv = &ByeDone;
     const ucs_status_ptr_t sp =
-        ucp_tag_recv_nbx(c->worker, &r->dummy, 1, Tag(kByeTag, j), kFullMask, &p);
+        ucp_tag_recv_nbx(c.worker, &r->dummy, 1, Tag(kByeTag, j), kFullMask, &p);
     if (UCS_PTR_IS_ERR(sp)) {
-      *msg = "ucx init: rank " + std::to_string(c->rank) + ": cannot post a receive from " +
-             c->Who(j) + ": " + ucs_status_string(UCS_PTR_STATUS(sp));
+      *msg = "ucx init: rank " + std::to_string(c.rank) + ": cannot post a receive from " +
+             c.Who(j) + ": " + ucs_status_string(UCS_PTR_STATUS(sp));
       return HVD_ERR_TRANSPORT;
     }
     r->op = sp;
   }
+  return HVD_OK;
+}
+
+// The set-up's steps: the join round first (so a rank that never starts is
+// named before UCX runs), the worker, the endpoints, the hello, the
+// goodbyes' receives.
+int Setup(const Settings& s, CommPtr* out, std::string* msg) {
+  CommPtr c(new Comm);
+  c->rank = s.rank;
+  c->size = s.size;
+  c->limit_s = s.timeout_s;
+  c->logger = s.logger;
+  c->log = s.log;
+  c->store = s.store;
+  ChooseSpin(*c, s.local_size);
+  if (c->size == 1) {
+    *out = std::move(c);
+    return HVD_OK;
+  }
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  const hvd::kit::Store kv(s.store, s.start_s);
+  std::string where;
+  int status = hvd::kit::JoinRound(kv, "ucx", c->rank, c->size, host, s.start_s, &c->hosts, msg);
+  if (status == HVD_OK) status = MakeWorker(*c, s, &where, msg);
+  if (status == HVD_OK) status = Connect(*c, kv, where, msg);
+  if (status == HVD_OK) status = Hello(*c, s.start_s, where, msg);
+  if (status == HVD_OK) status = PostGoodbyes(*c, msg);
+  if (status != HVD_OK) return status;
   c->Log(HVD_LOG_DEBUG, "ucx: rank " + std::to_string(c->rank) + " of " +
                             std::to_string(c->size) + " connected over " + where +
                             (c->efd < 0 ? " (no wake-up fd: waits spin)" : "") + ": " +
@@ -492,7 +478,7 @@ void Finalize(void* comm) noexcept {
   if (c == nullptr) return;
   try {
     if (c->worker != nullptr) {
-      if (c->pending != nullptr || c->failed.load() != HVD_OK) {
+      if (c->pending.head != nullptr || c->failure.status.load() != HVD_OK) {
         CloseEndpoints(*c);  // force: nothing may write into released buffers
       } else {
         // A goodbye to every peer, then a flushing close: peers see this
@@ -516,12 +502,12 @@ void Finalize(void* comm) noexcept {
         for (;;) {
           bool all = true;
           for (const Request* r : c->byes) all = all && (r == nullptr || r->done);
-          if (all || c->failed.load() != HVD_OK || Clock::now() >= deadline) break;
+          if (all || c->failure.status.load() != HVD_OK || Clock::now() >= deadline) break;
           ucp_worker_progress(c->worker);
         }
       }
       ReleaseByes(*c);
-      while (c->pending != nullptr) Release(*c, c->pending);
+      while (c->pending.head != nullptr) Release(*c, c->pending.head);
       Drain(*c);
       ucp_worker_destroy(c->worker);
       c->worker = nullptr;

@@ -55,6 +55,11 @@
 
 #include "hvd.h"
 #include "hvd_transport.h"
+#include "kit/deadline.h"
+#include "kit/errors.h"
+#include "kit/p2p.h"
+#include "kit/peers.h"
+#include "kit/store.h"
 
 // One request: linked into its communicator's list of pending requests while
 // it lives; UCP's completion callback writes done/status through user_data.
@@ -73,7 +78,10 @@ struct hvd_transport_request {
 
 namespace hvd_ucx_v4 {
 
-using Clock = std::chrono::steady_clock;
+using hvd::kit::After;
+using hvd::kit::Clock;
+using hvd::kit::SecondsLeft;
+using hvd::kit::Secs;
 using Request = hvd_transport_request;
 
 constexpr uint32_t kMaxTag = 0x7FFFFFFFu;
@@ -88,20 +96,6 @@ constexpr auto kSpin = std::chrono::microseconds(50);  // where the host has a C
 
 inline ucp_tag_t Tag(uint32_t tag, int32_t sender) {
   return (ucp_tag_t{tag} << 32) | static_cast<uint32_t>(sender);
-}
-inline Clock::time_point After(double s) {
-  if (!(s > 0) || s > 3.0e7) return Clock::time_point::max();
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-inline double SecondsLeft(Clock::time_point deadline) {
-  if (deadline == Clock::time_point::max()) return 3.0e7;
-  return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
-}
-inline std::string Secs(double s) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%g", s);
-  return b;
 }
 inline int StatusOf(ucs_status_t st) {
   switch (st) {
@@ -131,11 +125,8 @@ struct Comm {
   void (*log)(void*, int, const char*) = nullptr;
   // The store (valid until finalize): a rank whose communicator breaks notes
   // why under "broken/<rank>" before closing its endpoints, so peers that
-  // only see the closing can say what was behind it (BrokenNote).
-  void* kv = nullptr;
-  int (*kv_set)(void*, const char*, const void*, size_t) = nullptr;
-  int (*kv_get)(void*, const char*, void**, size_t*, double) = nullptr;
-  void (*kv_free)(void*) = nullptr;
+  // only see the closing can say what was behind it (kit::BrokenNote).
+  hvd::kit::StoreCalls store;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int efd = -1;
@@ -154,83 +145,40 @@ struct Comm {
   std::vector<std::string> hosts;  // every rank's host name
   std::string last_error;          // the loop thread's
   bool settled = false;            // the loop thread has acted on the failure (Settle)
-  Request* pending = nullptr;      // loop thread only
+  hvd::kit::PendingList<Request> pending;  // loop thread only
 
-  // Any thread: the first failure.
-  std::mutex mu;
-  std::atomic<int> failed{HVD_OK};
-  std::string fail_msg;
+  // Any thread: the first failure, and (under failure.mu) where it came from.
+  hvd::kit::Failure failure;
   bool aborted = false;  // the failure came from abort
   int lost_peer = -1;    // the failure came from this peer's endpoint
 
-  std::string Who(int r) const {
-    std::string s = "rank " + std::to_string(r);
-    const std::string host = r >= 0 && r < static_cast<int>(hosts.size()) ? hosts[r] : "";
-    return host.empty() ? s : s + " (host " + host + ")";
-  }
+  std::string Who(int r) const { return hvd::kit::Who(hosts, r); }
   void Log(int level, const std::string& msg) const {
     if (log != nullptr) log(logger, level, msg.c_str());
   }
   // Records the first failure; false if the communicator had failed already.
   bool Fail(int status, const std::string& msg, bool from_abort = false, int peer = -1) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (failed.load() != HVD_OK) return false;
-    fail_msg = msg;
+    std::lock_guard<std::mutex> lock(failure.mu);
+    if (failure.status.load() != HVD_OK) return false;
     aborted = from_abort;
     lost_peer = peer;
-    failed.store(status);
-    return true;
+    return failure.RecordLocked(status, msg);
   }
   // The first failure as this call's outcome.
-  int Failed() {
-    std::lock_guard<std::mutex> lock(mu);
-    last_error = fail_msg;
-    return failed.load();
-  }
-  void Link(Request* r) {
-    r->next = pending;
-    if (pending != nullptr) pending->prev = r;
-    pending = r;
-  }
-  void Unlink(Request* r) {
-    (r->prev != nullptr ? r->prev->next : pending) = r->next;
-    if (r->next != nullptr) r->next->prev = r->prev;
-    r->prev = r->next = nullptr;
-  }
+  int Failed() { return failure.Take(&last_error); }
 };
 
-struct StoreError : std::runtime_error {
-  StoreError(int code, const std::string& msg) : std::runtime_error(msg), code(code) {}
-  int code;
-};
-
-// The core's store (throwing StoreError), every wait ending at one deadline.
-class Kv {
- public:
-  Kv(const hvd_transport_env_v1_t& env, double seconds) : env_(env), deadline_(After(seconds)) {}
-  void Set(const std::string& key, const void* data, size_t len) const {
-    const int st = env_.kv_set(env_.kv, key.c_str(), data, len);
-    if (st != HVD_OK) {
-      throw StoreError(
-          st, "rendezvous store: cannot set '" + key + "' (status " + std::to_string(st) + ")");
-    }
-  }
-  std::string Get(const std::string& key) const {
-    void* v = nullptr;
-    size_t len = 0;
-    const int st = env_.kv_get(env_.kv, key.c_str(), &v, &len, SecondsLeft(deadline_));
-    if (st != HVD_OK) {
-      throw StoreError(st, "rendezvous store: key '" + key + "' not available (status " +
-                               std::to_string(st) + ")");
-    }
-    std::string out(static_cast<const char*>(v), v != nullptr ? len : 0);
-    if (v != nullptr) env_.kv_free(v);
-    return out;
-  }
-
- private:
-  const hvd_transport_env_v1_t& env_;
-  Clock::time_point deadline_;
+// What init reads from the env (plugin.cc, ReadEnv): the set-up's input.
+struct Settings {
+  int rank = 0;
+  int size = 1;
+  int local_size = 0;
+  double timeout_s = 0;  // the transfer limit
+  double start_s = 30;   // the start timeout
+  void* logger = nullptr;
+  void (*log)(void*, int, const char*) = nullptr;
+  hvd::kit::StoreCalls store;
+  std::string network_interface;  // "" if none given
 };
 
 // ---------------------------------------------------------------------------
@@ -241,16 +189,11 @@ void SendDone(void*, ucs_status_t status, void* user_data);
 void RecvDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
 void EpFailed(void* arg, ucp_ep_h, ucs_status_t status);
 void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
-std::string BrokenNote(const Comm& c, int r);
 int Settle(Comm& c);
 int Break(Comm& c, int status, const std::string& msg, int peer = -1);
 std::string Outcome(const Comm& c, const Request& r);
-std::string TimeoutMessage(const Comm& c, const Request& r, double secs, bool peer_kind);
 std::string LanesByPeer(const Comm& c);
-const char* LastError(void* comm) noexcept;
 int Abort(void* comm, int status, const char* reason) noexcept;
-int AsyncError(void* comm) noexcept;
-int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept;
 
 // comm.cc
 void ProgressUntilDone(Comm& c, std::vector<void*>* reqs, double bound_s);
@@ -258,13 +201,12 @@ void SayGoodbye(Comm& c, bool broke);
 void Drain(Comm& c);
 void CloseEndpoints(Comm& c);
 void ReleaseByes(Comm& c);
-void WriteErr(char* err, size_t err_len, const std::string& msg);
 void Destroy(Comm* c);
 struct CommDeleter {
   void operator()(Comm* c) const { Destroy(c); }
 };
 using CommPtr = std::unique_ptr<Comm, CommDeleter>;
-int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* msg);
+int Setup(const Settings& s, CommPtr* out, std::string* msg);
 void Finalize(void* comm) noexcept;
 
 // p2p.cc
@@ -283,18 +225,18 @@ int Progress(void* comm) noexcept;
 
 // Progresses until done() or the deadline; false at the deadline. A failure
 // recorded meanwhile (abort, an endpoint's error) ends the wait too: the
-// caller checks c.failed.
+// caller checks c.failure.status.
 template <typename Done>
 bool ProgressUntil(Comm& c, Clock::time_point deadline, Done done) {
   Clock::time_point idle_since{};
   bool idle = false;
   for (;;) {
-    if (done() || c.failed.load() != HVD_OK) return true;
+    if (done() || c.failure.status.load() != HVD_OK) return true;
     if (ucp_worker_progress(c.worker) != 0) {
       idle = false;
       continue;
     }
-    if (done() || c.failed.load() != HVD_OK) return true;
+    if (done() || c.failure.status.load() != HVD_OK) return true;
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return false;
     if (!idle) {

@@ -41,7 +41,7 @@ void EpFailed(void* arg, ucp_ep_h, ucs_status_t status) {
                 ")",
             false, p->rank);
   } catch (...) {
-    c->failed.store(HVD_ERR_TRANSPORT);
+    c->failure.status.store(HVD_ERR_TRANSPORT);
   }
 }
 
@@ -70,53 +70,36 @@ void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* 
             "ucx: " + c->Who(p->rank) + ": connection lost (its communicator broke)", false,
             p->rank);
   } catch (...) {
-    c->failed.store(HVD_ERR_TRANSPORT);
+    c->failure.status.store(HVD_ERR_TRANSPORT);
   }
-}
-
-// "; rank r had failed: <what rank r noted when its communicator broke>", or
-// "" if it noted nothing (it died or hangs, or there is no store).
-std::string BrokenNote(const Comm& c, int r) {
-  if (r < 0 || c.kv_get == nullptr || c.kv_free == nullptr) return "";
-  constexpr double kNoteWaitS = 0.5;
-  const std::string key = "broken/" + std::to_string(r);
-  void* value = nullptr;
-  size_t len = 0;
-  if (c.kv_get(c.kv, key.c_str(), &value, &len, kNoteWaitS) != HVD_OK) return "";
-  std::string note(static_cast<const char*>(value), len);
-  if (value != nullptr) c.kv_free(value);
-  return "; rank " + std::to_string(r) + " had failed: " + note;
 }
 
 // Acts on the failure once, on the loop thread: a lost peer's note is added
 // to the message, this rank's reason goes to the store (unless it was an
 // abort) and the log, and the endpoints are closed. Returns the failure.
 int Settle(Comm& c) {
-  if (!c.settled && c.failed.load() != HVD_OK) {
+  if (!c.settled && c.failure.status.load() != HVD_OK) {
     c.settled = true;
     int peer = -1;
     bool aborted = false;
     {
-      std::lock_guard<std::mutex> lock(c.mu);
+      std::lock_guard<std::mutex> lock(c.failure.mu);
       peer = c.lost_peer;
       aborted = c.aborted;
     }
     if (peer >= 0) {
-      const std::string note = BrokenNote(c, peer);
-      std::lock_guard<std::mutex> lock(c.mu);
-      c.fail_msg += note;
+      const std::string note = hvd::kit::BrokenNote(c.store, peer);
+      std::lock_guard<std::mutex> lock(c.failure.mu);
+      c.failure.msg += note;
     }
     if (!aborted) {
       std::string msg;
       {
-        std::lock_guard<std::mutex> lock(c.mu);
-        msg = c.fail_msg;
+        std::lock_guard<std::mutex> lock(c.failure.mu);
+        msg = c.failure.msg;
       }
       c.Log(HVD_LOG_ERROR, msg);
-      if (c.kv_set != nullptr && c.size > 1) {
-        const std::string key = "broken/" + std::to_string(c.rank);
-        (void)c.kv_set(c.kv, key.c_str(), msg.data(), msg.size());
-      }
+      hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
     }
     CloseEndpoints(c);
   }
@@ -139,15 +122,6 @@ std::string Outcome(const Comm& c, const Request& r) {
   }
   return std::string("ucx: ") + (r.send ? "sending to " : "receiving from ") + c.Who(r.peer) +
          ": " + ucs_status_string(r.status);
-}
-
-std::string TimeoutMessage(const Comm& c, const Request& r, double secs, bool peer_kind) {
-  if (peer_kind) {
-    return "ucx: " + c.Who(r.peer) + " has not answered for " + Secs(secs) +
-           " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
-  }
-  return "ucx: timed out after " + Secs(secs) + " s waiting " + (r.send ? "to send to " : "for ") +
-         c.Who(r.peer);
 }
 
 // Releases a request (its UCX request too); loop thread only.
@@ -203,28 +177,12 @@ std::string LanesByPeer(const Comm& c) {
   return out;
 }
 
-// This host's CPUs online (1 if unknown). Not the affinity mask: hvdrun
-// binds each rank to its share of the CPUs, and the ranks that share a
-const char* LastError(void* comm) noexcept {
-  Comm* c = static_cast<Comm*>(comm);
-  if (c == nullptr) return "ucx: no communicator";
-  try {
-    if (c->failed.load() != HVD_OK) c->Failed();  // e.g. an abort's reason
-  } catch (...) {
-  }
-  return c->last_error.c_str();
-}
-
 int Abort(void* comm, int status, const char* reason) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   try {
     if (status == HVD_OK) status = HVD_ERR_ABORTED;
-    const std::string msg =
-        reason != nullptr && reason[0] != '\0'
-            ? std::string(reason)
-            : "ucx: communicator aborted (status " + std::to_string(status) + ")";
-    c->Fail(status, msg, true);
+    c->Fail(status, hvd::kit::AbortMessage("ucx", status, reason), true);
     // Wakes a wait sleeping on the event fd (safe from any thread); the
     // loop thread closes the endpoints when it sees the failure.
     if (c->worker != nullptr) (void)ucp_worker_signal(c->worker);
@@ -234,16 +192,4 @@ int Abort(void* comm, int status, const char* reason) noexcept {
   }
 }
 
-int AsyncError(void* comm) noexcept {
-  const Comm* c = static_cast<const Comm*>(comm);
-  return c == nullptr ? HVD_ERR_INVALID_ARGUMENT : c->failed.load();
-}
-
-int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept {
-  Comm* c = static_cast<Comm*>(comm);
-  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
-  c->limit_s = timeout_s;
-  c->peer_limit = kind == HVD_TRANSPORT_LIMIT_PEER;
-  return HVD_OK;
-}
 }  // namespace hvd_ucx_v4

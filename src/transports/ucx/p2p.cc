@@ -40,7 +40,7 @@ bool PostOp(Comm& c, Request* r, void* data, uint32_t tag) {
 
 // The outcome of a completed request: "" if it succeeded, else the message.
 void Release(Comm& c, Request* r) {
-  c.Unlink(r);
+  c.pending.Unlink(r);
   if (r->op != nullptr) ucp_request_free(r->op);  // no callback after this
   delete r;
 }
@@ -57,29 +57,17 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
   if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   const char* op = send ? "ucx isend: " : "ucx irecv: ";
   try {
-    if (req == nullptr || buf == nullptr || (buf->data == nullptr && buf->bytes > 0)) {
-      c->last_error = std::string(op) + "NULL request, buffer or data";
-      return HVD_ERR_INVALID_ARGUMENT;
-    }
-    *req = nullptr;
-    if (peer < 0 || peer >= c->size || peer == c->rank || tag > kMaxTag) {
-      c->last_error = std::string(op) + "bad peer " + std::to_string(peer) + " or tag " +
-                      std::to_string(tag) + " (rank " + std::to_string(c->rank) + " of " +
-                      std::to_string(c->size) + ", max tag " + std::to_string(kMaxTag) + ")";
-      return HVD_ERR_INVALID_ARGUMENT;
-    }
-    if (buf->memory_type != HVD_MEMORY_HOST) {
-      c->last_error = std::string(op) + "only host memory is supported";
-      return HVD_ERR_UNSUPPORTED;
-    }
-    if (c->failed.load() != HVD_OK) return Settle(*c);
+    const int bad = hvd::kit::CheckPost(op, peer, tag, buf, req, c->rank, c->size, kMaxTag,
+                                        &c->last_error);
+    if (bad != HVD_OK) return bad;
+    if (c->failure.status.load() != HVD_OK) return Settle(*c);
     std::unique_ptr<Request> r(new Request);
     r->peer = peer;
     r->send = send;
     r->bytes = buf->bytes;
     void* data = buf->bytes > 0 ? buf->data : &r->dummy;
     Request* linked = r.release();
-    c->Link(linked);
+    c->pending.Link(linked);
     if (!PostOp(*c, linked, data, tag)) {
       const std::string why = Outcome(*c, *linked);
       const int status = Break(*c, StatusOf(linked->status), why, peer);
@@ -112,7 +100,7 @@ int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* 
 // communicator); HVD_IN_PROGRESS while none of these has happened.
 int Conclusion(Comm& c, hvd_transport_request_t* req) {
   const size_t peer = static_cast<size_t>(req->peer);
-  if (c.failed.load() != HVD_OK) return Settle(c);
+  if (c.failure.status.load() != HVD_OK) return Settle(c);
   if (!req->done && peer < c.gone.size() && c.gone[peer] != 0) {
     return Break(c, HVD_ERR_TRANSPORT,
                  "ucx: " + c.Who(req->peer) + ": connection lost (it finalized and left while this rank " +
@@ -137,7 +125,7 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   try {
     const bool peer_kind = timeout_s < 0 && c->peer_limit;
     const double secs = timeout_s < 0 ? c->limit_s : timeout_s;  // <= 0: no limit
-    if (c->failed.load() != HVD_OK) {
+    if (c->failure.status.load() != HVD_OK) {
       status = Settle(*c);
     } else {
       const size_t peer = static_cast<size_t>(req->peer);
@@ -153,7 +141,10 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       status = Conclusion(*c, req);
       if (status == HVD_IN_PROGRESS) {  // not done, and ProgressUntil gave up
         status = in_time ? HVD_ERR_INTERNAL
-                         : Break(*c, HVD_ERR_TIMEOUT, TimeoutMessage(*c, *req, secs, peer_kind), req->peer);
+                         : Break(*c, HVD_ERR_TIMEOUT,
+                               hvd::kit::TimeoutMessage("ucx", c->Who(req->peer), req->send,
+                                                        secs, peer_kind),
+                               req->peer);
       }
     }
   } catch (...) {
@@ -183,7 +174,7 @@ int Test(void* comm, hvd_transport_request_t* req, int* done) noexcept {
   }
   int status = HVD_OK;
   try {
-    if (c->failed.load() == HVD_OK) {
+    if (c->failure.status.load() == HVD_OK) {
       for (int i = 0; i < 8 && !req->done && ucp_worker_progress(c->worker) != 0; ++i) {
       }
     }
@@ -207,7 +198,7 @@ int Test(void* comm, hvd_transport_request_t* req, int* done) noexcept {
 int Progress(void* comm) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
-  if (c->failed.load() != HVD_OK) return c->failed.load();
+  if (c->failure.status.load() != HVD_OK) return c->failure.status.load();
   try {
     for (int i = 0; i < 8 && ucp_worker_progress(c->worker) != 0; ++i) {
     }
