@@ -25,24 +25,9 @@ void ReleaseProcess(Process& ps) {
   }
 }
 
-void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Comm* c) {
-  if (env == nullptr ||
-      env->struct_size < offsetof(hvd_transport_env_v1_t, timeout_s) + sizeof(double)) {
-    Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: missing or too small environment table");
-  }
-  const auto has = [&](size_t off, size_t len) { return env->struct_size >= off + len; };
-  void* user_comm =
-      has(offsetof(hvd_transport_env_v1_t, mpi_comm), sizeof(void*)) ? env->mpi_comm : nullptr;
-  const double start_timeout =
-      has(offsetof(hvd_transport_env_v1_t, start_timeout_s), sizeof(double)) ? env->start_timeout_s
-                                                                             : env->timeout_s;
-  c->env_timeout = env->timeout_s;
-  c->logger = env->logger;
-  c->log = env->log;
-  if (env->reduce != nullptr) g_reduce.store(env->reduce);
-
-  Process& ps = Proc();
-  std::lock_guard<std::mutex> guard(ps.mu);
+// MPI itself, once a process: initialised here unless the application did,
+// at a thread level hvd can use. Returns the level. Called with ps.mu held.
+int StartMpi(Process& ps, const Settings& s, Comm* c) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -53,7 +38,7 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
                 "destroyed, and MPI cannot be initialised twice; keep one hvd context alive, "
                 "or call MPI_Init_thread and MPI_Finalize in the application yourself"
               : "mpi init: the application has already finalised MPI");
-  if (user_comm != nullptr && !initialized)
+  if (s.user_comm != nullptr && !initialized)
     Throw(HVD_ERR_INVALID_ARGUMENT,
           "mpi init: params.mpi_comm is set but MPI is not initialised (call MPI_Init_thread "
           "before creating the context)");
@@ -92,7 +77,14 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
                "Initialise MPI with MPI_THREAD_MULTIPLE to mix freely.");
   }
   c->serialize = level < MPI_THREAD_MULTIPLE;
-  MPI_Comm base = user_comm != nullptr ? *static_cast<MPI_Comm*>(user_comm) : MPI_COMM_WORLD;
+  return level;
+}
+
+// The communicator: a duplicate of the application's or of MPI_COMM_WORLD,
+// behind a start-up barrier bounded by the start timeout; and, once a
+// process, the user ops for float16 and bfloat16. Called with ps.mu held.
+void JoinComm(Process& ps, const Settings& s, Comm* c) {
+  MPI_Comm base = s.user_comm != nullptr ? *static_cast<MPI_Comm*>(s.user_comm) : MPI_COMM_WORLD;
   if (base == MPI_COMM_NULL)
     Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: env.mpi_comm is MPI_COMM_NULL");
   // The bounded start-up gate: MPI_Comm_dup blocks until every rank calls it.
@@ -108,7 +100,7 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   }
   Coll(
       *c, "init: start-up barrier (start timeout)",
-      [&](MPI_Request* r) { return MPI_Ibarrier(base, r); }, start_timeout);
+      [&](MPI_Request* r) { return MPI_Ibarrier(base, r); }, s.start_timeout);
   {
     CallLock lock(c->serialize);
     Check(MPI_Comm_dup(base, &c->comm), "init: MPI_Comm_dup");
@@ -129,7 +121,11 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
       }
     }
   }
-  // Processor names, so that errors name the host.
+}
+
+// Every rank's processor name (c->hosts), so that errors name the host; the
+// largest tag.
+void LearnHosts(Comm* c) {
   char name[kMaxHost] = {0};
   int len = 0;
   MPI_Get_processor_name(name, &len);
@@ -148,33 +144,47 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   int flag = 0;
   MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &flag);
   c->max_tag = flag && ub != nullptr && *ub > 0 ? static_cast<uint32_t>(*ub) : 32767;
-  // This communicator has the last word on the topology (a sub-communicator's
-  // ranks differ from the launcher's): rank and size from MPI, local and
-  // cross ranks from the processor names (ranks of one host, in rank order;
-  // the cross group of a rank: the ranks of every host with its local rank).
+}
+
+// Local and cross ranks and sizes.
+struct Topology {
   int local_rank = 0, local_size = 0, cross_rank = 0, cross_size = 0;
-  {
-    std::vector<int> local_of(static_cast<size_t>(c->size));
-    for (int r = 0; r < c->size; ++r) {
-      int before = 0;
-      for (int q = 0; q < r; ++q) before += c->hosts[q] == c->hosts[r] ? 1 : 0;
-      local_of[r] = before;
-      if (c->hosts[r] == c->hosts[c->rank]) ++local_size;
-    }
-    local_rank = local_of[c->rank];
-    for (int r = 0; r < c->size; ++r) {
-      if (local_of[r] != local_rank) continue;
-      if (r < c->rank) ++cross_rank;
-      ++cross_size;
-    }
+};
+
+// This communicator has the last word on the topology (a sub-communicator's
+// ranks differ from the launcher's): rank and size from MPI, local and cross
+// ranks from the processor names (ranks of one host, in rank order; the cross
+// group of a rank: the ranks of every host with its local rank).
+Topology TopologyOf(const Comm& c) {
+  Topology t;
+  std::vector<int> local_of(static_cast<size_t>(c.size));
+  for (int r = 0; r < c.size; ++r) {
+    int before = 0;
+    for (int q = 0; q < r; ++q) before += c.hosts[q] == c.hosts[r] ? 1 : 0;
+    local_of[r] = before;
+    if (c.hosts[r] == c.hosts[c.rank]) ++t.local_size;
   }
+  t.local_rank = local_of[c.rank];
+  for (int r = 0; r < c.size; ++r) {
+    if (local_of[r] != t.local_rank) continue;
+    if (r < c.rank) ++t.cross_rank;
+    ++t.cross_size;
+  }
+  return t;
+}
+
+// The info the core reads back: the largest tag, the thread level, the
+// native collectives' limits, the topology; only the fields that fit.
+void FillInfo(const Comm& cm, int level, hvd_transport_info_t* info) {
+  const Comm* c = &cm;
+  const Topology t = TopologyOf(cm);
   if (info != nullptr && info->struct_size >= offsetof(hvd_transport_info_t, rank)) {
     info->max_tag = c->max_tag;
     info->mpi_thread_level = level >= MPI_THREAD_MULTIPLE     ? 3
                              : level >= MPI_THREAD_SERIALIZED ? 2
                              : level >= MPI_THREAD_FUNNELED   ? 1
                                                               : 0;
-    // From the measurements at the top of this file, with two rules of
+    // From the measurements at the top of comm.h, with two rules of
     // consistency: allgatherv native only up to 1 GiB (MPI's int counts and
     // displacements end at 2 GiB; beyond, the core's ring), and alltoallv
     // never (its message size differs per rank, so any limit but 0 or
@@ -194,19 +204,36 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
                                                       SIZE_MAX};        // barrier
     std::memcpy(info->native_max_bytes, limits, sizeof(limits));
   }
-  if (info != nullptr && info->struct_size >= offsetof(hvd_transport_info_t, cross_size) + sizeof(int32_t)) {
+  if (info != nullptr &&
+      info->struct_size >= offsetof(hvd_transport_info_t, cross_size) + sizeof(int32_t)) {
     info->rank = c->rank;
     info->size = c->size;
-    info->local_rank = local_rank;
-    info->local_size = local_size;
-    info->cross_rank = cross_rank;
-    info->cross_size = cross_size;
+    info->local_rank = t.local_rank;
+    info->local_size = t.local_size;
+    info->cross_rank = t.cross_rank;
+    info->cross_size = t.cross_size;
   }
+}
+
+// The set-up's steps, under the process-wide lock: MPI, the communicator,
+// the host names, the info.
+void Setup(const Settings& s, hvd_transport_info_t* info, Comm* c) {
+  c->env_timeout = s.timeout_s;
+  c->logger = s.logger;
+  c->log = s.log;
+  if (s.reduce != nullptr) g_reduce.store(s.reduce);
+
+  Process& ps = Proc();
+  std::lock_guard<std::mutex> guard(ps.mu);
+  const int level = StartMpi(ps, s, c);
+  JoinComm(ps, s, c);
+  LearnHosts(c);
+  FillInfo(*c, level, info);
   ++ps.live;
   c->Log(HVD_LOG_DEBUG,
          "mpi: " + c->Peer(c->rank) + " of " + std::to_string(c->size) + ", thread level " +
              std::to_string(level) +
-             (user_comm != nullptr ? ", the application's communicator" : ", world") +
+             (s.user_comm != nullptr ? ", the application's communicator" : ", world") +
              ", messages of at most " + std::to_string(kChunk) + " B");
 }
 
@@ -245,7 +272,6 @@ void CleanUp(Comm* c, double wait_s) {
   ReleaseProcess(ps);
 }
 
-
 void Finalize(void* comm) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return;
@@ -259,5 +285,4 @@ void Finalize(void* comm) noexcept {
   delete c;
 }
 
-// clang-format off
 }  // namespace hvd_mpi_v4

@@ -65,6 +65,8 @@
 #include <vector>
 
 #include "hvd_transport.h"
+#include "kit/deadline.h"
+#include "kit/errors.h"
 
 // A request: one MPI request, or several when a message exceeds INT_MAX bytes
 // (sent and received as chunks of kChunk bytes with the same tag, which MPI
@@ -80,7 +82,8 @@ struct hvd_transport_request {
 namespace hvd_mpi_v4 {
 
 
-using Clock = std::chrono::steady_clock;
+using hvd::kit::Clock;
+using hvd::kit::Secs;
 using Request = hvd_transport_request;
 #ifndef HVD_MPI_MAX_MESSAGE_BYTES
 #define HVD_MPI_MAX_MESSAGE_BYTES (size_t{1} << 30)
@@ -154,12 +157,6 @@ inline std::string MpiText(int rc) {
     return "MPI error " + std::to_string(rc);
   return std::string(text, static_cast<size_t>(len));
 }
-inline std::string Secs(double s) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%g", s);
-  return b;
-}
-
 // A failure thrown inside an entry point; `breaks` marks the communicator.
 struct Fail {
   int code;
@@ -219,7 +216,16 @@ int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept;
 const char* LastError(void* comm) noexcept;
 
 // comm.cc
-void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Comm* c);
+// What init reads from the env (plugin.cc, ReadEnv): the set-up's input.
+struct Settings {
+  void* user_comm = nullptr;  // the application's MPI_Comm*, or none
+  double start_timeout = 0;   // the start-up barrier's bound
+  double timeout_s = 0;       // the transfer limit
+  void* logger = nullptr;
+  void (*log)(void*, int, const char*) = nullptr;
+  hvd_reduce_kernel_fn reduce = nullptr;  // the core's kernel, for the user ops
+};
+void Setup(const Settings& s, hvd_transport_info_t* info, Comm* c);
 void CleanUp(Comm* c, double wait_s);
 void Finalize(void* comm) noexcept;
 

@@ -24,9 +24,7 @@ void Poll(Comm& c, MPI_Request* reqs, int n, double timeout_s, const Request* p2
   const double limit_s = timeout_s >= 0 ? timeout_s : c.limit_set ? c.limit : c.env_timeout;
   const bool peer_kind = timeout_s < 0 && c.limit_set && c.limit_kind == HVD_TRANSPORT_LIMIT_PEER;
   const auto start = Clock::now();
-  const auto deadline = limit_s > 0 ? start + std::chrono::duration_cast<Clock::duration>(
-                                                  std::chrono::duration<double>(limit_s))
-                                    : Clock::time_point::max();
+  const auto deadline = hvd::kit::After(limit_s);
   const bool recv = p2p != nullptr && p2p->recv;
   // "rank 0 (host a): ", and what was waited for (built on failure only).
   const auto self = [&] { return "mpi: " + c.Peer(c.rank) + ": "; };

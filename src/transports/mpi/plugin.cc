@@ -1,9 +1,29 @@
-// The MPI transport's entry: init and the table; the plugin is described in
-// comm.h.
+// The MPI transport's entry: every read of the env (ReadEnv), init and the
+// table; the plugin is described in comm.h.
 #include "comm.h"
 
 namespace hvd_mpi_v4 {
 namespace {
+
+// Every read of the env, into the set-up's Settings; throws Fail.
+Settings ReadEnv(const hvd_transport_env_v1_t* env) {
+  if (env == nullptr ||
+      env->struct_size < offsetof(hvd_transport_env_v1_t, timeout_s) + sizeof(double)) {
+    Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: missing or too small environment table");
+  }
+  const auto has = [&](size_t off, size_t len) { return env->struct_size >= off + len; };
+  Settings s;
+  s.user_comm =
+      has(offsetof(hvd_transport_env_v1_t, mpi_comm), sizeof(void*)) ? env->mpi_comm : nullptr;
+  s.start_timeout =
+      has(offsetof(hvd_transport_env_v1_t, start_timeout_s), sizeof(double)) ? env->start_timeout_s
+                                                                             : env->timeout_s;
+  s.timeout_s = env->timeout_s;
+  s.logger = env->logger;
+  s.log = env->log;
+  s.reduce = env->reduce;
+  return s;
+}
 
 int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
          size_t err_len) noexcept {
@@ -14,7 +34,7 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
   std::string msg;
   try {
     c = new Comm();
-    InitImpl(env, info, c);
+    Setup(ReadEnv(env), info, c);
     *comm = c;
     return HVD_OK;
   } catch (const Fail& f) {
@@ -36,9 +56,11 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
   } catch (...) {
   }
   delete c;
-  if (err != nullptr && err_len > 0) std::snprintf(err, err_len, "%s", msg.c_str());
+  hvd::kit::WriteErr(err, err_len, msg);
   return status;
 }
+
+// clang-format off
 const hvd_transport_v4_t kTable = {
     HVD_TRANSPORT_ABI_V4, sizeof(hvd_transport_v4_t), "mpi",
     HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
@@ -52,7 +74,6 @@ const hvd_transport_v4_t kTable = {
 
 }  // namespace
 }  // namespace hvd_mpi_v4
-
 
 extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
     void) {
