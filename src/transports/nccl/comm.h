@@ -59,10 +59,16 @@
 
 #include "hvd.h"
 #include "hvd_transport.h"
+#include "kit/deadline.h"
+#include "kit/errors.h"
+#include "kit/store.h"
 
 namespace hvd_nccl_v4 {
 
-using Clock = std::chrono::steady_clock;
+using hvd::kit::After;
+using hvd::kit::Clock;
+using hvd::kit::Secs;
+using hvd::kit::WriteErr;
 
 constexpr const char* kIdKey = "nccl/unique_id";
 constexpr double kDefaultStartS = 30.0;  // start timeout when env gives none
@@ -73,26 +79,10 @@ constexpr uint64_t kCaps = HVD_TRANSPORT_CAP_CUDA_MEMORY | HVD_TRANSPORT_CAP_STR
                            HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
                            HVD_TRANSPORT_CAP_AVERAGE;
 
-inline Clock::time_point After(double s) {
-  if (!(s > 0) || s > 3.0e7) return Clock::time_point::max();
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-inline std::string Secs(double s) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%g", s);
-  return b;
-}
 inline std::string HostName() {
   char h[256] = {0};
   if (gethostname(h, sizeof(h) - 1) != 0) return "?";
   return h;
-}
-inline void WriteErr(char* err, size_t err_len, const std::string& msg) {
-  if (err == nullptr || err_len == 0) return;
-  size_t n = std::min(msg.size(), err_len - 1);
-  std::memcpy(err, msg.data(), n);
-  err[n] = '\0';
 }
 inline const char* DtypeName(hvd_dtype_t d) {
   switch (d) {
@@ -353,9 +343,23 @@ struct Comm {
 // ---------------------------------------------------------------------------
 // Across the plugin's files (faults.cc, comm.cc, collectives.cc, plugin.cc).
 
+// What init reads from the env (plugin.cc, ReadEnv): the set-up's input.
+struct Settings {
+  int rank = 0;
+  int size = 1;
+  int local_rank = -1;
+  double timeout_s = 0;  // the transfer limit
+  double start_s = kDefaultStartS;
+  void* logger = nullptr;
+  void (*log)(void*, int, const char*) = nullptr;
+  hvd::kit::StoreCalls store;
+  bool has_store = false;  // the store and all its callbacks are given
+};
+
 // comm.cc
 void Destroy(Comm* c, bool healthy);
 int WaitInit(Comm* c, double limit_s, std::string* msg);
+int Setup(const Settings& s, Comm** out, std::string* msg);
 void Finalize(void* comm);
 
 // collectives.cc
@@ -374,6 +378,5 @@ int Barrier(void* comm);
 const char* LastError(void* comm);
 int Abort(void* comm, int status, const char* reason);
 int AsyncError(void* comm);
-int SetTimeout(void* comm, double timeout_s, int32_t kind);
 
 }  // namespace hvd_nccl_v4

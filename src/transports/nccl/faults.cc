@@ -37,12 +37,4 @@ int AsyncError(void* comm) {
   return st == ncclSuccess || st == ncclInProgress ? HVD_OK : HVD_ERR_TRANSPORT;
 }
 
-int SetTimeout(void* comm, double timeout_s, int32_t kind) {
-  if (comm == nullptr) return HVD_ERR_INVALID_ARGUMENT;
-  Comm* c = static_cast<Comm*>(comm);
-  c->limit_s = timeout_s;
-  c->peer_limit = kind == HVD_TRANSPORT_LIMIT_PEER;
-  return HVD_OK;
-}
-
 }  // namespace hvd_nccl_v4
