@@ -183,12 +183,7 @@ int ConnectMesh(Comm& c, const Settings& s, const std::string& where, std::strin
 // names), the full mesh, the closing handshake.
 int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg) {
   auto c = std::make_unique<Comm>();
-  c->rank = s.rank;
-  c->size = s.size;
-  c->limit_s = s.timeout_s;
-  c->logger = s.logger;
-  c->log = s.log;
-  c->store = s.store;
+  c->Adopt(s);
   if (c->size == 1) {
     *out = std::move(c);
     return HVD_OK;

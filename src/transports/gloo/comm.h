@@ -68,10 +68,10 @@
 
 #include "hvd.h"
 #include "hvd_transport.h"
+#include "kit/comm_base.h"
 #include "kit/deadline.h"
-#include "kit/errors.h"
 #include "kit/p2p.h"
-#include "kit/peers.h"
+#include "kit/settings.h"
 #include "kit/store.h"
 
 // One request: an unbound buffer over the caller's memory, linked into its
@@ -170,33 +170,13 @@ class Kv : public gloo::rendezvous::Store {
   hvd::kit::Store store_;
 };
 
-struct Comm {
-  int rank = 0;
-  int size = 1;
-  double limit_s = 0;       // the limit of waits given no timeout (set_timeout)
-  bool peer_limit = false;  // ... and it is the core's peer timeout
-  void* logger = nullptr;
-  void (*log)(void*, int, const char*) = nullptr;
-  // The store (valid until finalize): a rank whose communicator breaks notes
-  // why under "broken/<rank>" before closing its connections, so peers that
-  // only see the closing can say what was behind it (kit::BrokenNote).
-  hvd::kit::StoreCalls store;
+struct Comm : hvd::kit::CommBase {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
-  std::vector<std::string> hosts;  // every rank's host name
-  std::string last_error;          // the loop thread's
-
-  // Any thread: the first failure and, under its mutex, the pending requests.
-  hvd::kit::Failure failure;
+  // Any thread, under failure.mu: the pending requests.
   hvd::kit::PendingList<Request> pending;
   std::atomic<bool> closed{false};
 
-  std::string Who(int r, const std::string& addr = std::string()) const {
-    return hvd::kit::Who(hosts, r, addr);
-  }
-  void Log(int level, const std::string& msg) const {
-    if (log != nullptr) log(logger, level, msg.c_str());
-  }
   // Records the first failure and wakes every pending wait; false if the
   // communicator had failed already.
   bool Fail(int status, const std::string& msg) {
@@ -220,8 +200,6 @@ struct Comm {
       }
     }
   }
-  // The first failure as this call's outcome.
-  int Failed() { return failure.Take(&last_error); }
   void Unlink(Request* r) {
     std::lock_guard<std::mutex> lock(failure.mu);
     pending.Unlink(r);
@@ -229,15 +207,7 @@ struct Comm {
 };
 
 // What init reads from the env (plugin.cc, ReadEnv): the set-up's input.
-struct Settings {
-  int rank = 0;
-  int size = 1;
-  int local_size = 0;
-  double timeout_s = 0;  // the transfer limit
-  double start_s = 30;   // the start timeout
-  void* logger = nullptr;
-  void (*log)(void*, int, const char*) = nullptr;
-  hvd::kit::StoreCalls store;
+struct Settings : hvd::kit::Settings {
   std::string network_interface;  // "" if none given
   std::string local_address;      // "" if none given
 };
@@ -285,10 +255,8 @@ int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg);
 void Finalize(void* comm) noexcept;
 
 // p2p.cc
-int Isend(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept;
-int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept;
+int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+         hvd_transport_request_t** req, bool send) noexcept;
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept;
 
 }  // namespace hvd_gloo_v4

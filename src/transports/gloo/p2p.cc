@@ -53,16 +53,6 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
   return c->Failed();
 }
 
-int Isend(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept {
-  return Post(comm, peer, tag, buf, req, true);
-}
-
-int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept {
-  return Post(comm, peer, tag, buf, req, false);
-}
-
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr || req == nullptr) return HVD_ERR_INVALID_ARGUMENT;

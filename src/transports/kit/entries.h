@@ -1,14 +1,28 @@
-// Table entries that are the same in every plugin whose communicator keeps
-// the fields they use: set_timeout (limit_s, peer_limit), async_error and
-// last_error (failure, Failed(), last_error).
+// The table's header, and entries that are the same in every plugin whose
+// communicator keeps the fields they use: set_timeout (limit_s, peer_limit),
+// async_error and last_error (failure, Failed(), last_error).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "hvd.h"
 #include "hvd_transport.h"
 
 namespace hvd::kit {
+
+// A table with its header filled (version, size, name, capabilities) and
+// every entry NULL, for the plugin to fill.
+template <typename Table>
+Table NewTable(uint32_t abi_version, const char* name, uint64_t caps) {
+  Table t;
+  std::memset(&t, 0, sizeof(t));
+  t.abi_version = abi_version;
+  t.struct_size = sizeof(Table);
+  t.name = name;
+  t.caps = caps;
+  return t;
+}
 
 // set_timeout: the limit of waits given no timeout, and whether it is the
 // core's peer timeout.

@@ -65,4 +65,20 @@ inline void FillP2pInfo(hvd_transport_info_t* info, uint32_t max_tag) {
   }
 }
 
+// isend and irecv over a plugin's one function that posts either.
+using PostFn = int (*)(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+                       hvd_transport_request_t** req, bool send) noexcept;
+
+template <PostFn Post>
+int Isend(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+          hvd_transport_request_t** req) noexcept {
+  return Post(comm, peer, tag, buf, req, true);
+}
+
+template <PostFn Post>
+int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+          hvd_transport_request_t** req) noexcept {
+  return Post(comm, peer, tag, buf, req, false);
+}
+
 }  // namespace hvd::kit

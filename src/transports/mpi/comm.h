@@ -67,6 +67,7 @@
 #include "hvd_transport.h"
 #include "kit/deadline.h"
 #include "kit/errors.h"
+#include "kit/p2p.h"
 
 // A request: one MPI request, or several when a message exceeds INT_MAX bytes
 // (sent and received as chunks of kChunk bytes with the same tag, which MPI
@@ -189,10 +190,8 @@ inline int Failed(Comm& c) {
 void GiveUp(Comm& c, MPI_Request* reqs, int n, bool recv, bool coll);
 void Poll(Comm& c, MPI_Request* reqs, int n, double timeout_s, const Request* p2p,
           const char* what);
-int Isend(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept;
-int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept;
+int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+         hvd_transport_request_t** req, bool send) noexcept;
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept;
 int Test(void* comm, hvd_transport_request_t* req, int* done) noexcept;
 int Progress(void* comm) noexcept;

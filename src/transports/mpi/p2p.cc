@@ -78,7 +78,8 @@ void Poll(Comm& c, MPI_Request* reqs, int n, double timeout_s, const Request* p2
 // ---- point-to-point ---------------------------------------------------------
 
 int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf, Request** req,
-         bool recv) noexcept {
+         bool send) noexcept {
+  const bool recv = !send;
   return Guard(comm, [&](Comm& c) {
     if (req == nullptr || buf == nullptr)
       Throw(HVD_ERR_INVALID_ARGUMENT, "mpi isend/irecv: NULL argument");
@@ -115,15 +116,6 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
     *req = r;
     return HVD_OK;
   });
-}
-
-int Isend(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept {
-  return Post(comm, peer, tag, buf, req, false);
-}
-int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept {
-  return Post(comm, peer, tag, buf, req, true);
 }
 
 // Releases a request after its outcome st (giving it up unless it completed).

@@ -65,7 +65,8 @@ const hvd_transport_v4_t kTable = {
     HVD_TRANSPORT_ABI_V4, sizeof(hvd_transport_v4_t), "mpi",
     HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
         HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD,
-    &Init, &Finalize, &LastError, &Isend, &Irecv, &Wait, &Test, &Progress,
+    &Init, &Finalize, &LastError, &hvd::kit::Isend<&Post>, &hvd::kit::Irecv<&Post>, &Wait, &Test,
+    &Progress,
     nullptr, nullptr,  // register_memory, deregister_memory
     &Allreduce, &Allgatherv, &Broadcast, &Alltoallv, &Reducescatter, &Barrier,
     &Abort, &AsyncError, &SetTimeout,

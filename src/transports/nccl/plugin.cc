@@ -48,12 +48,7 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
 }
 
 hvd_transport_v4_t MakeTable() {
-  hvd_transport_v4_t t;
-  std::memset(&t, 0, sizeof(t));
-  t.abi_version = HVD_TRANSPORT_ABI_V4;
-  t.struct_size = sizeof(hvd_transport_v4_t);
-  t.name = "nccl";
-  t.caps = kCaps;
+  auto t = hvd::kit::NewTable<hvd_transport_v4_t>(HVD_TRANSPORT_ABI_V4, "nccl", kCaps);
   // NCCL has no 16-bit integer type: the core stages those reductions.
   t.reduce_dtypes = ~uint64_t{0} & ~(uint64_t{1} << HVD_INT16) & ~(uint64_t{1} << HVD_UINT16);
   t.init = Init;

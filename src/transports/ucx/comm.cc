@@ -441,12 +441,7 @@ int PostGoodbyes(Comm& c, std::string* msg) {
 // goodbyes' receives.
 int Setup(const Settings& s, CommPtr* out, std::string* msg) {
   CommPtr c(new Comm);
-  c->rank = s.rank;
-  c->size = s.size;
-  c->limit_s = s.timeout_s;
-  c->logger = s.logger;
-  c->log = s.log;
-  c->store = s.store;
+  c->Adopt(s);
   ChooseSpin(*c, s.local_size);
   if (c->size == 1) {
     *out = std::move(c);

@@ -55,10 +55,10 @@
 
 #include "hvd.h"
 #include "hvd_transport.h"
+#include "kit/comm_base.h"
 #include "kit/deadline.h"
-#include "kit/errors.h"
 #include "kit/p2p.h"
-#include "kit/peers.h"
+#include "kit/settings.h"
 #include "kit/store.h"
 
 // One request: linked into its communicator's list of pending requests while
@@ -116,17 +116,7 @@ struct PeerArg {
   int rank = -1;
 };
 
-struct Comm {
-  int rank = 0;
-  int size = 1;
-  double limit_s = 0;       // the limit of waits given no timeout (set_timeout)
-  bool peer_limit = false;  // ... and it is the core's peer timeout
-  void* logger = nullptr;
-  void (*log)(void*, int, const char*) = nullptr;
-  // The store (valid until finalize): a rank whose communicator breaks notes
-  // why under "broken/<rank>" before closing its endpoints, so peers that
-  // only see the closing can say what was behind it (kit::BrokenNote).
-  hvd::kit::StoreCalls store;
+struct Comm : hvd::kit::CommBase {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int efd = -1;
@@ -142,20 +132,13 @@ struct Comm {
   std::vector<Request*> byes;
   std::vector<char> gone;
   std::unique_ptr<PeerArg[]> peer_args;
-  std::vector<std::string> hosts;  // every rank's host name
-  std::string last_error;          // the loop thread's
-  bool settled = false;            // the loop thread has acted on the failure (Settle)
+  bool settled = false;                    // the loop thread has acted on the failure (Settle)
   hvd::kit::PendingList<Request> pending;  // loop thread only
 
-  // Any thread: the first failure, and (under failure.mu) where it came from.
-  hvd::kit::Failure failure;
+  // Any thread, under failure.mu: where the first failure came from.
   bool aborted = false;  // the failure came from abort
   int lost_peer = -1;    // the failure came from this peer's endpoint
 
-  std::string Who(int r) const { return hvd::kit::Who(hosts, r); }
-  void Log(int level, const std::string& msg) const {
-    if (log != nullptr) log(logger, level, msg.c_str());
-  }
   // Records the first failure; false if the communicator had failed already.
   bool Fail(int status, const std::string& msg, bool from_abort = false, int peer = -1) {
     std::lock_guard<std::mutex> lock(failure.mu);
@@ -164,20 +147,10 @@ struct Comm {
     lost_peer = peer;
     return failure.RecordLocked(status, msg);
   }
-  // The first failure as this call's outcome.
-  int Failed() { return failure.Take(&last_error); }
 };
 
 // What init reads from the env (plugin.cc, ReadEnv): the set-up's input.
-struct Settings {
-  int rank = 0;
-  int size = 1;
-  int local_size = 0;
-  double timeout_s = 0;  // the transfer limit
-  double start_s = 30;   // the start timeout
-  void* logger = nullptr;
-  void (*log)(void*, int, const char*) = nullptr;
-  hvd::kit::StoreCalls store;
+struct Settings : hvd::kit::Settings {
   std::string network_interface;  // "" if none given
 };
 
@@ -212,10 +185,8 @@ void Finalize(void* comm) noexcept;
 // p2p.cc
 bool PostOp(Comm& c, Request* r, void* data, uint32_t tag);
 void Release(Comm& c, Request* r);
-int Isend(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept;
-int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept;
+int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+         hvd_transport_request_t** req, bool send) noexcept;
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept;
 int Test(void* comm, hvd_transport_request_t* req, int* done) noexcept;
 int Progress(void* comm) noexcept;

@@ -84,16 +84,6 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
   }
 }
 
-int Isend(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept {
-  return Post(comm, peer, tag, buf, req, true);
-}
-
-int Irecv(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
-          hvd_transport_request_t** req) noexcept {
-  return Post(comm, peer, tag, buf, req, false);
-}
-
 // What a request comes to once a wait or test stops progressing: the
 // communicator's failure (aborted, an endpoint failed), its peer's leaving,
 // or its own outcome once done (HVD_OK, or a failure that breaks the
@@ -111,16 +101,28 @@ int Conclusion(Comm& c, hvd_transport_request_t* req) {
   return why.empty() ? HVD_OK : Break(c, StatusOf(req->status), why, req->peer);
 }
 
+// A call refused for a bad argument: its message, the communicator intact.
+int Refuse(Comm& c, const char* msg) noexcept {
+  try {
+    c.last_error = msg;
+  } catch (...) {
+  }
+  return HVD_ERR_INVALID_ARGUMENT;
+}
+
+// An exception inside wait or test: it breaks the communicator.
+int BreakUnexpected(Comm& c, const char* msg) noexcept {
+  try {
+    return Break(c, HVD_ERR_TRANSPORT, msg);
+  } catch (...) {
+    return HVD_ERR_INTERNAL;
+  }
+}
+
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
-  if (req == nullptr) {
-    try {
-      c->last_error = "ucx wait: NULL request";
-    } catch (...) {
-    }
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
+  if (req == nullptr) return Refuse(*c, "ucx wait: NULL request");
   int status = HVD_OK;
   try {
     const bool peer_kind = timeout_s < 0 && c->peer_limit;
@@ -148,11 +150,7 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       }
     }
   } catch (...) {
-    status = HVD_ERR_INTERNAL;
-    try {
-      status = Break(*c, HVD_ERR_TRANSPORT, "ucx wait: unexpected exception");
-    } catch (...) {
-    }
+    status = BreakUnexpected(*c, "ucx wait: unexpected exception");
   }
   // Settle/Break closed the endpoints before the buffer goes on failure.
   Release(*c, req);
@@ -165,13 +163,7 @@ int Test(void* comm, hvd_transport_request_t* req, int* done) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr || done == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   *done = 0;
-  if (req == nullptr) {
-    try {
-      c->last_error = "ucx test: NULL request";
-    } catch (...) {
-    }
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
+  if (req == nullptr) return Refuse(*c, "ucx test: NULL request");
   int status = HVD_OK;
   try {
     if (c->failure.status.load() == HVD_OK) {
@@ -181,11 +173,7 @@ int Test(void* comm, hvd_transport_request_t* req, int* done) noexcept {
     status = Conclusion(*c, req);
     if (status == HVD_IN_PROGRESS) return HVD_OK;  // still pending: not released
   } catch (...) {
-    status = HVD_ERR_INTERNAL;
-    try {
-      status = Break(*c, HVD_ERR_TRANSPORT, "ucx test: unexpected exception");
-    } catch (...) {
-    }
+    status = BreakUnexpected(*c, "ucx test: unexpected exception");
   }
   *done = 1;
   Release(*c, req);

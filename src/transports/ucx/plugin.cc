@@ -8,29 +8,11 @@ namespace {
 
 // Every read of the env: checked, copied into the set-up's Settings.
 int ReadEnv(const hvd_transport_env_v1_t* env_in, Settings* s, std::string* msg) {
-  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
-    *msg = "ucx init: missing or too small environment table";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  hvd_transport_env_v1_t env{};
-  std::memcpy(&env, env_in, std::min(env_in->struct_size, sizeof(env)));
-  if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
-    *msg =
-        "ucx init: bad rank " + std::to_string(env.rank) + " of size " + std::to_string(env.size);
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  s->store = {env.kv, env.kv_set, env.kv_get, env.kv_free};
-  if (env.size > 1 && !s->store.Usable()) {
-    *msg = "ucx init: no rendezvous store callbacks";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  s->rank = env.rank;
-  s->size = env.size;
-  s->local_size = env.local_size;
-  s->timeout_s = env.timeout_s;
-  s->start_s = env.start_timeout_s > 0 ? env.start_timeout_s : 30.0;
-  s->logger = env.logger;
-  s->log = env.log;
+  hvd_transport_env_v1_t env;
+  int status = hvd::kit::CopyEnv(env_in, offsetof(hvd_transport_env_v1_t, mpi_comm), "ucx",
+                                 &env, msg);
+  if (status == HVD_OK) status = hvd::kit::ReadSettings(env, "ucx", s, msg);
+  if (status != HVD_OK) return status;
   if (env.network_interface != nullptr) s->network_interface = env.network_interface;
   return HVD_OK;
 }
@@ -67,30 +49,22 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
     msg = "ucx init: unknown exception";
     status = HVD_ERR_TRANSPORT;
   }
-  try {
-    if (env != nullptr && env->log != nullptr) env->log(env->logger, HVD_LOG_ERROR, msg.c_str());
-  } catch (...) {
-  }
-  hvd::kit::WriteErr(err, err_len, msg);
-  return status;
+  return hvd::kit::InitFailed(env != nullptr ? env->log : nullptr,
+                              env != nullptr ? env->logger : nullptr, err, err_len, msg, status);
 }
 
-
 hvd_transport_v4_t MakeTable() {
-  hvd_transport_v4_t t;
-  std::memset(&t, 0, sizeof(t));
-  t.abi_version = HVD_TRANSPORT_ABI_V4;
-  t.struct_size = sizeof(hvd_transport_v4_t);
-  t.name = "ucx";
-  t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
-           HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD;
+  constexpr uint64_t kCaps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST |
+                             HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
+                             HVD_TRANSPORT_CAP_ANY_THREAD;
+  auto t = hvd::kit::NewTable<hvd_transport_v4_t>(HVD_TRANSPORT_ABI_V4, "ucx", kCaps);
   t.init = &Init;
   t.finalize = &Finalize;
   t.last_error = [](void* c) noexcept {
     return hvd::kit::LastError<Comm>(c, "ucx: no communicator");
   };
-  t.isend = &Isend;
-  t.irecv = &Irecv;
+  t.isend = &hvd::kit::Isend<&Post>;
+  t.irecv = &hvd::kit::Irecv<&Post>;
   t.wait = &Wait;
   t.test = &Test;
   t.progress = &Progress;
