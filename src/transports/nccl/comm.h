@@ -152,191 +152,26 @@ struct Comm {
     return status;
   }
   // The first failure: abort NCCL, keep the message, fail every later call.
-  int Break(int status, const std::string& msg) {
-    int prev = broken.load();
-    if (prev != HVD_OK) return prev;
-    last_error = who + msg;
-    Log(HVD_LOG_ERROR, last_error);
-    {
-      std::lock_guard<std::mutex> lk(life_mu);
-      if (nccl_live) {
-        ncclCommAbort(nccl);
-        nccl_live = false;
-      }
-    }
-    broken.store(status);
-    return status;
-  }
+  int Break(int status, const std::string& msg);
   // Every entry point starts here: the communicator's device, and the failure
   // or abort that broke it.
-  int Enter() {
-    int b = broken.load();
-    if (b != HVD_OK) return b;
-    int a = abort_status.load();
-    if (a != HVD_OK) return BreakForAbort(a);
-    cudaError_t e = cudaSetDevice(device);
-    if (e != cudaSuccess)
-      return Break(HVD_ERR_TRANSPORT, "cudaSetDevice(" + std::to_string(device) + "): " + CudaErr(e));
-    return HVD_OK;
-  }
-  int BreakForAbort(int status) {
-    std::string reason;
-    {
-      std::lock_guard<std::mutex> lk(reason_mu);
-      reason = abort_reason;
-    }
-    return Break(status, "aborted" + (reason.empty() ? std::string() : ": " + reason));
-  }
+  int Enter();
+  int BreakForAbort(int status);
   // NCCL's asynchronous state: HVD_OK, or the failure (broken).
-  int CheckAsync(const char* what) {
-    ncclResult_t a = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(nccl, &a);
-    if (r != ncclSuccess) a = r;
-    if (a == ncclSuccess || a == ncclInProgress) return HVD_OK;
-    return Break(HVD_ERR_TRANSPORT,
-                 std::string(what) + ": NCCL reports " + NcclErr(a, nccl) +
-                     "; a rank failed or left, or the network broke; the communicator is aborted");
-  }
-  std::string TimeoutMsg(const char* what, size_t bytes, bool enqueue) {
-    std::string m = std::string(what) + " (" + std::to_string(bytes) + " bytes) ";
-    m += enqueue ? "was not enqueued" : "did not complete";
-    if (peer_limit)
-      return m + " within " + Secs(limit_s) +
-             " s: a rank has not answered (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT); "
-             "NCCL does not say which rank; the communicator is aborted";
-    return m + " within " + Secs(limit_s) +
-           " s (the transfer limit): a rank has not entered it or is stuck; NCCL does not say "
-           "which rank; the communicator is aborted";
-  }
+  int CheckAsync(const char* what);
+  std::string TimeoutMsg(const char* what, size_t bytes, bool enqueue);
   // Polls until NCCL has taken a non-blocking call (ncclInProgress ends).
-  int WaitEnqueued(const char* what, size_t bytes, Clock::time_point deadline) {
-    for (unsigned i = 0;; ++i) {
-      int a = abort_status.load();
-      if (a != HVD_OK) return BreakForAbort(a);
-      ncclResult_t st = ncclSuccess;
-      ncclResult_t r = ncclCommGetAsyncError(nccl, &st);
-      if (r != ncclSuccess) st = r;
-      if (st == ncclSuccess) return HVD_OK;
-      if (st != ncclInProgress) return CheckAsync(what);
-      if (Clock::now() >= deadline) return Break(HVD_ERR_TIMEOUT, TimeoutMsg(what, bytes, true));
-      if (i < kSpins) std::this_thread::yield();
-      else std::this_thread::sleep_for(kPollSleep);
-    }
-  }
+  int WaitEnqueued(const char* what, size_t bytes, Clock::time_point deadline);
   // Polls until the work before `done` finished on our stream.
-  int WaitDone(const char* what, size_t bytes, Clock::time_point deadline) {
-    for (unsigned i = 0;; ++i) {
-      int a = abort_status.load();
-      if (a != HVD_OK) return BreakForAbort(a);
-      cudaError_t e = cudaEventQuery(done);
-      if (e == cudaSuccess) return CheckAsync(what);
-      if (e != cudaErrorNotReady)
-        return Break(HVD_ERR_TRANSPORT, std::string(what) + ": CUDA error while waiting: " +
-                                            CudaErr(e) + "; the communicator is aborted");
-      int s = CheckAsync(what);
-      if (s != HVD_OK) return s;
-      if (Clock::now() >= deadline) return Break(HVD_ERR_TIMEOUT, TimeoutMsg(what, bytes, false));
-      if (i < kSpins) std::this_thread::yield();
-      else std::this_thread::sleep_for(kPollSleep);
-    }
-  }
+  int WaitDone(const char* what, size_t bytes, Clock::time_point deadline);
   // Runs one collective: our stream waits for the callers' streams, enqueue()
   // issues the NCCL calls on it, the callers' streams wait for ours, and the
   // call waits for completion.
   int Run(const char* what, size_t bytes, std::vector<cudaStream_t> callers,
-          const std::function<ncclResult_t()>& enqueue) {
-    std::sort(callers.begin(), callers.end());
-    callers.erase(std::unique(callers.begin(), callers.end()), callers.end());
-    if (callers.size() > 2) return Refuse(HVD_ERR_INTERNAL, std::string(what) + ": too many streams");
-    for (size_t i = 0; i < callers.size(); ++i) {
-      cudaError_t e = cudaEventRecord(ready[i], callers[i]);
-      if (e == cudaSuccess) e = cudaStreamWaitEvent(stream, ready[i], 0);
-      if (e != cudaSuccess)
-        return Break(HVD_ERR_TRANSPORT, std::string(what) +
-                                            ": ordering after the caller's stream: " + CudaErr(e));
-    }
-    Clock::time_point deadline = After(limit_s);
-    ncclResult_t r = enqueue();
-    if (r != ncclSuccess && r != ncclInProgress)
-      return Break(HVD_ERR_TRANSPORT, std::string(what) + ": " + NcclErr(r, nccl) +
-                                          "; the communicator is aborted");
-    int s = WaitEnqueued(what, bytes, deadline);
-    if (s != HVD_OK) return s;
-    cudaError_t e = cudaEventRecord(done, stream);
-    for (size_t i = 0; e == cudaSuccess && i < callers.size(); ++i)
-      e = cudaStreamWaitEvent(callers[i], done, 0);
-    if (e != cudaSuccess)
-      return Break(HVD_ERR_TRANSPORT, std::string(what) +
-                                          ": ordering the caller's stream after ours: " + CudaErr(e));
-    return WaitDone(what, bytes, deadline);
-  }
+          const std::function<ncclResult_t()>& enqueue);
   // A buffer the collective reads or writes `need` bytes of.
-  int CheckBuf(const char* what, const char* which, const hvd_transport_buffer_t* b, size_t need) {
-    if (b == nullptr) return Refuse(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + which + " buffer is NULL");
-    if (need == 0) return HVD_OK;
-    if (b->memory_type == HVD_MEMORY_HOST)
-      return Refuse(HVD_ERR_UNSUPPORTED,
-                    std::string(what) + ": the " + which +
-                        " buffer is in host memory; the nccl transport takes CUDA device memory "
-                        "only (host tensors must be staged through device memory by the core, or "
-                        "go over another transport)");
-    if (b->memory_type != HVD_MEMORY_CUDA)
-      return Refuse(HVD_ERR_UNSUPPORTED, std::string(what) + ": the " + which +
-                                             " buffer has memory type " +
-                                             std::to_string(b->memory_type) + ", not CUDA");
-    if (b->device != device)
-      return Refuse(HVD_ERR_UNSUPPORTED,
-                    std::string(what) + ": the " + which + " buffer is on CUDA device " +
-                        std::to_string(b->device) + ", this rank's NCCL communicator on device " +
-                        std::to_string(device));
-    if (b->data == nullptr)
-      return Refuse(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": " + which + " data is NULL");
-    if (b->bytes < need)
-      return Refuse(HVD_ERR_INVALID_ARGUMENT,
-                    std::string(what) + ": the " + which + " buffer holds " +
-                        std::to_string(b->bytes) + " bytes, the operation needs " +
-                        std::to_string(need));
-    return HVD_OK;
-  }
-  int ReductionOf(const char* what, hvd_dtype_t dtype, hvd_reduce_op_t op, Reduction* out) {
-    bool boolean = false;
-    switch (dtype) {
-      case HVD_UINT8: *out = {ncclUint8, 1, ncclSum}; break;
-      case HVD_INT8: *out = {ncclInt8, 1, ncclSum}; break;
-      case HVD_INT32: *out = {ncclInt32, 4, ncclSum}; break;
-      case HVD_INT64: *out = {ncclInt64, 8, ncclSum}; break;
-      case HVD_FLOAT16: *out = {ncclFloat16, 2, ncclSum}; break;
-      case HVD_BFLOAT16: *out = {ncclBfloat16, 2, ncclSum}; break;
-      case HVD_FLOAT32: *out = {ncclFloat32, 4, ncclSum}; break;
-      case HVD_FLOAT64: *out = {ncclFloat64, 8, ncclSum}; break;
-      case HVD_BOOL: *out = {ncclUint8, 1, ncclMax}; boolean = true; break;
-      case HVD_UINT16:
-      case HVD_INT16:
-        return Refuse(HVD_ERR_UNSUPPORTED, std::string(what) + ": dtype " + DtypeName(dtype) +
-                                               " is not supported (NCCL has no 16-bit integer type)");
-      default:
-        return Refuse(HVD_ERR_INVALID_ARGUMENT,
-                      std::string(what) + ": unknown dtype " + std::to_string(static_cast<int>(dtype)));
-    }
-    switch (op) {
-      case HVD_SUM: out->op = boolean ? ncclMax : ncclSum; break;  // bool: logical or
-      case HVD_MAX: out->op = ncclMax; break;
-      case HVD_MIN: out->op = ncclMin; break;
-      case HVD_PRODUCT: out->op = boolean ? ncclMin : ncclProd; break;  // bool: logical and
-      case HVD_AVERAGE:
-        if (boolean)
-          return Refuse(HVD_ERR_INVALID_ARGUMENT, std::string(what) + ": AVERAGE of dtype bool is refused");
-        out->op = ncclAvg;
-        break;
-      case HVD_ADASUM:
-        return Refuse(HVD_ERR_UNSUPPORTED,
-                      std::string(what) + ": op ADASUM is not an NCCL reduction (the core computes Adasum)");
-      default:
-        return Refuse(HVD_ERR_INVALID_ARGUMENT,
-                      std::string(what) + ": unknown op " + std::to_string(static_cast<int>(op)));
-    }
-    return HVD_OK;
-  }
+  int CheckBuf(const char* what, const char* which, const hvd_transport_buffer_t* b, size_t need);
+  int ReductionOf(const char* what, hvd_dtype_t dtype, hvd_reduce_op_t op, Reduction* out);
 };
 
 
