@@ -20,46 +20,32 @@ int ReadEnv(const hvd_transport_env_v1_t* env_in, Settings* s, std::string* msg)
 
 int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
          size_t err_len) noexcept {
-  if (comm == nullptr) {
-    hvd::kit::WriteErr(err, err_len, "gloo init: comm is NULL");
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  *comm = nullptr;
   SigpipeBlock no_sigpipe;  // also inherited by Gloo's event-loop thread
-  std::string msg;
-  int status = HVD_ERR_INTERNAL;
-  try {
+  const auto start = [&](void** out, std::string* msg) -> int {
     std::unique_ptr<Comm> c;
     Settings settings;
-    status = ReadEnv(env, &settings, &msg);
-    if (status == HVD_OK) status = Setup(settings, &c, &msg);
-    if (status == HVD_OK) {
-      hvd::kit::FillP2pInfo(info, kMaxTag);  // only the fields that fit in info->struct_size
-      // Pipelines cut large transfers into 4 MiB messages here: every message
-      // costs a receive-ready round trip through Gloo, and on loopback TCP
-      // (2 ranks, 2 cores) 4 MiB segments were 1.1-1.4x faster than 1 MiB
-      // for 16-64 MiB allreduce and allgather, and equal at 4 MiB.
-      if (info != nullptr && info->struct_size >= offsetof(hvd_transport_info_t, segment_bytes) +
-                                                      sizeof(info->segment_bytes)) {
-        info->segment_bytes = size_t{4} << 20;
-      }
-      *comm = c.release();
-      return HVD_OK;
+    int status = ReadEnv(env, &settings, msg);
+    if (status == HVD_OK) status = Setup(settings, &c, msg);
+    if (status != HVD_OK) return status;
+    hvd::kit::FillP2pInfo(info, kMaxTag);  // only the fields that fit in info->struct_size
+    // Pipelines cut large transfers into 4 MiB messages here: every message
+    // costs a receive-ready round trip through Gloo, and on loopback TCP
+    // (2 ranks, 2 cores) 4 MiB segments were 1.1-1.4x faster than 1 MiB
+    // for 16-64 MiB allreduce and allgather, and equal at 4 MiB.
+    if (info != nullptr && info->struct_size >= offsetof(hvd_transport_info_t, segment_bytes) +
+                                                    sizeof(info->segment_bytes)) {
+      info->segment_bytes = size_t{4} << 20;
     }
-  } catch (const StoreError& e) {
-    msg = std::string("gloo init: ") + e.what();
-    status = HVD_ERR_RENDEZVOUS;
-  } catch (const std::exception& e) {
-    msg = std::string("gloo init: ") + WithoutLocation(e.what());
-    status = dynamic_cast<const std::bad_alloc*>(&e) != nullptr ? HVD_ERR_NO_MEMORY
-             : LooksLikeTimeout(e.what())                       ? HVD_ERR_TIMEOUT
-                                                                : HVD_ERR_TRANSPORT;
-  } catch (...) {
-    msg = "gloo init: unknown exception";
-    status = HVD_ERR_TRANSPORT;
-  }
-  return hvd::kit::InitFailed(env != nullptr ? env->log : nullptr,
-                              env != nullptr ? env->logger : nullptr, err, err_len, msg, status);
+    *out = c.release();
+    return HVD_OK;
+  };
+  const auto describe = [](const std::exception& e, std::string* msg) -> int {
+    *msg = std::string("gloo init: ") + WithoutLocation(e.what());
+    return dynamic_cast<const std::bad_alloc*>(&e) != nullptr ? HVD_ERR_NO_MEMORY
+           : LooksLikeTimeout(e.what())                       ? HVD_ERR_TIMEOUT
+                                                              : HVD_ERR_TRANSPORT;
+  };
+  return hvd::kit::InitFrame("gloo", env, comm, err, err_len, start, describe);
 }
 
 hvd_transport_v4_t MakeTable() {

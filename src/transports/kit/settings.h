@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "hvd.h"
@@ -74,6 +75,39 @@ inline int InitFailed(void (*log)(void*, int, const char*), void* logger, char* 
   }
   WriteErr(err, err_len, msg);
   return status;
+}
+
+// init's frame for a plugin that builds its communicator in C++: the NULL
+// check, the exception wall, and a failure logged and written to `err`.
+// start(comm, &msg) builds the communicator into *comm and returns a
+// status; an exception is turned into one: StoreError (a store call failed)
+// HVD_ERR_RENDEZVOUS, another std::exception by describe(e, &msg), anything
+// else HVD_ERR_TRANSPORT. Messages start with "<name> init: ".
+template <typename Env, typename Start, typename Describe>
+int InitFrame(const char* name, const Env* env, void** comm, char* err, size_t err_len,
+              Start&& start, Describe&& describe) noexcept {
+  const std::string prefix = std::string(name) + " init: ";
+  if (comm == nullptr) {
+    WriteErr(err, err_len, prefix + "comm is NULL");
+    return HVD_ERR_INVALID_ARGUMENT;
+  }
+  *comm = nullptr;
+  std::string msg;
+  int status = HVD_ERR_INTERNAL;
+  try {
+    status = start(comm, &msg);
+    if (status == HVD_OK) return HVD_OK;
+  } catch (const StoreError& e) {
+    msg = prefix + e.what();
+    status = HVD_ERR_RENDEZVOUS;
+  } catch (const std::exception& e) {
+    status = describe(e, &msg);
+  } catch (...) {
+    msg = prefix + "unknown exception";
+    status = HVD_ERR_TRANSPORT;
+  }
+  return InitFailed(env != nullptr ? env->log : nullptr, env != nullptr ? env->logger : nullptr,
+                    err, err_len, msg, status);
 }
 
 }  // namespace hvd::kit

@@ -19,38 +19,25 @@ int ReadEnv(const hvd_transport_env_v1_t* env_in, Settings* s, std::string* msg)
 
 int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
          size_t err_len) noexcept {
-  if (comm == nullptr) {
-    hvd::kit::WriteErr(err, err_len, "ucx init: comm is NULL");
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  *comm = nullptr;
-  std::string msg;
-  int status = HVD_ERR_INTERNAL;
-  try {
+  const auto start = [&](void** out, std::string* msg) -> int {
     CommPtr c;
     Settings settings;
-    status = ReadEnv(env, &settings, &msg);
-    if (status == HVD_OK) status = Setup(settings, &c, &msg);
-    if (status == HVD_OK) {
-      hvd::kit::FillP2pInfo(info, kMaxTag);
-      *comm = c.release();
-      return HVD_OK;
+    int status = ReadEnv(env, &settings, msg);
+    if (status == HVD_OK) status = Setup(settings, &c, msg);
+    if (status != HVD_OK) return status;
+    hvd::kit::FillP2pInfo(info, kMaxTag);
+    *out = c.release();
+    return HVD_OK;
+  };
+  const auto describe = [](const std::exception& e, std::string* msg) -> int {
+    if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) {
+      *msg = "ucx init: out of memory";
+      return HVD_ERR_NO_MEMORY;
     }
-  } catch (const hvd::kit::StoreError& e) {
-    msg = std::string("ucx init: ") + e.what();
-    status = HVD_ERR_RENDEZVOUS;
-  } catch (const std::bad_alloc&) {
-    msg = "ucx init: out of memory";
-    status = HVD_ERR_NO_MEMORY;
-  } catch (const std::exception& e) {
-    msg = std::string("ucx init: ") + e.what();
-    status = HVD_ERR_TRANSPORT;
-  } catch (...) {
-    msg = "ucx init: unknown exception";
-    status = HVD_ERR_TRANSPORT;
-  }
-  return hvd::kit::InitFailed(env != nullptr ? env->log : nullptr,
-                              env != nullptr ? env->logger : nullptr, err, err_len, msg, status);
+    *msg = std::string("ucx init: ") + e.what();
+    return HVD_ERR_TRANSPORT;
+  };
+  return hvd::kit::InitFrame("ucx", env, comm, err, err_len, start, describe);
 }
 
 hvd_transport_v4_t MakeTable() {
