@@ -28,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITE = os.path.join(ROOT, "bench", "suite")
 sys.path.insert(0, SUITE)
-import report as report_mod  # noqa: E402  (bench/suite/report.py)
+import report as report_mod  # noqa: E402  (bench/suite/report/)
 
 NOMMAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296"
 PARTS = ("stream", "coll", "fusion", "latency", "e2e")

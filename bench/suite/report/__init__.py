@@ -10,7 +10,8 @@ import shutil
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUITE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # bench/suite
+ROOT = os.path.dirname(os.path.dirname(SUITE))
 
 # Display order of the series in tables and plots; hvd first.
 SERIES_ORDER = ["hvd-gloo", "hvd-gloo-tcp", "hvd-ucx", "hvd-ucx-shm", "hvd-ucx-tcp", "hvd-mpi",
@@ -1670,7 +1671,7 @@ def write_all(out):
     # Horovod
     hb = os.path.join(out, "horovod_build.md")
     if not os.path.exists(hb):  # the record of the last build attempt, kept with the suite
-        hb = os.path.join(os.path.dirname(os.path.abspath(__file__)), "horovod_build.md")
+        hb = os.path.join(SUITE, "horovod_build.md")
     L.append("## Horovod\n")
     if horovod_ok:
         origin = meta.get("horovod") or "(version and folder not recorded)"
