@@ -324,3 +324,61 @@ def physical_section(recs):
         f"{PHYS_TARGET * 100:.0f} %. Derivation: docs/benchmarks.md, \"The physical line\".\n",
         table(["series", "at", "busbw GB/s", "of the ceiling", f"≥ {PHYS_TARGET * 100:.0f} %"], trs),
         ""])
+
+
+def stream_section(recs):
+    """The memory-bandwidth table: the physical reference."""
+    L = []
+    st = [r for r in recs if r.get("kind") == "stream"]
+    if st:
+        L.append("## Memory bandwidth (the physical reference)\n")
+        L.append(f"STREAM-like kernels on double arrays of {st[0]['array_mib']} MiB each, best of "
+                 f"{st[0]['reps']} (median in brackets), GB/s.\n")
+        kern = ["copy", "triad", "add"]
+        thr = sorted({r["threads"] for r in st})
+        rows = []
+        for k in kern:
+            row = [{"copy": "copy c = a", "triad": "triad a = b + s·c", "add": "a += b"}[k]]
+            for t in thr:
+                r = next((x for x in st if x["variant"] == k and x["threads"] == t), None)
+                row.append(f"{r['best_gbs']:.1f} ({r['median_gbs']:.1f})" if r else "–")
+            rows.append(row)
+        L.append(table(["kernel"] + [f"{t} thread{'s' if t > 1 else ''}" for t in thr], rows))
+        L.append("")
+    return L
+
+
+def collectives_section(recs, meta, made):
+    """The collectives' tables per op and rank count, with their plots."""
+    L = []
+    colls = [r for r in recs if r.get("kind") == "coll"]
+    if colls:
+        L.append("## Collectives\n")
+        L.append("nccl-tests conventions: float32; allreduce busbw = bytes/time × 2(n−1)/n; "
+                 "allgather counts the whole output and busbw = bytes/time × (n−1)/n; broadcast "
+                 "busbw = bytes/time. Each iteration starts after the system's own barrier; the "
+                 "time of an iteration is its slowest rank's; the table shows the median "
+                 "iteration. All ranks on this host (loopback TCP for Gloo, shared memory for "
+                 "Open MPI; hvd over UCX: UCX's shared memory with `HVD_SHM=0`, loopback tcp with "
+                 "`UCX_TLS=tcp,self` as well).\n")
+        pv = meta.get("peer_versions") or {}
+        peers = []
+        if any(r.get("system") == "oneccl" for r in colls):
+            peers.append(f"oneCCL {pv.get('oneCCL', '?')} (its C++ API, launched with Intel MPI "
+                         f"{pv.get('Intel MPI (impi-rt)', '?')}'s mpiexec.hydra, ATL/MPI, "
+                         "I_MPI_FABRICS=shm)")
+        if any(r.get("system") == "deepspeed-shm" for r in colls):
+            peers.append(f"DeepSpeed {pv.get('DeepSpeed', '?')} shm = "
+                         "`deepspeed.comm.inference_all_reduce` (its CPU shared-memory kernel, "
+                         "allreduce only), launched with DeepSpeed's launcher")
+        if peers:
+            L.append("CPU peers: " + "; ".join(peers) + ". They busy-poll: with more ranks than "
+                     "cores every call waits for the scheduler.\n")
+        for op in ("allreduce", "allgather", "broadcast"):
+            for n in sorted({r["ranks"] for r in colls if r["op"] == op}):
+                sec = coll_section(recs, op, n)
+                if sec:
+                    L.append(sec)
+            if f"busbw_{op}.png" in made:
+                L.append(f"![busbw {op}](busbw_{op}.png)\n")
+    return L

@@ -1,6 +1,6 @@
 """Tensor fusion: N tensors submitted at once, and its targets."""
 
-from .common import fmt_us, ratio
+from .common import fmt_bytes, fmt_ratio, fmt_us, ratio, spread, table
 
 
 def fusion_rows(recs, tensors):
@@ -83,3 +83,35 @@ def target_per_tensor(recs):
             "(3,200 KiB), 2 ranks, one submit per tensor; one grouped submit shown beside",
             "; ".join(parts),
             "met" if ok else "missed")
+
+
+def fusion_section(recs, made):
+    """One table per tensor count: hvd's fused step against the peers'."""
+    L = []
+    fus = [r for r in recs if r.get("kind") == "fusion"]
+    if fus:
+        L.append("## Tensor Fusion\n")
+        L.append("N tensors submitted at once, 2 ranks, in place, float32 SUM. hvd: every tensor "
+                 "submitted with hvd_allreduce_async, then all waited for (the core fuses them). "
+                 "Peers: one blocking call per tensor (`separate`), or packed by hand into one "
+                 "buffer, one allreduce, unpacked (`handfused`, copies included). Median step; where the "
+                 "job ran several times, the median run and the range over the runs.\n")
+        for nt in sorted({r["tensors"] for r in fus}):
+            rows = fusion_rows(recs, nt)
+            sep = [v for k, v in rows.items() if k.startswith("gloo:separate")]
+            sep_best = min(sep, key=lambda r: r["time_us"]) if sep else None
+            hf = rows.get("mpi:handfused")
+            tb = next(iter(rows.values()))["tensor_bytes"]
+            L.append(f"### {nt} × {fmt_bytes(tb)} ({fmt_bytes(nt * tb)} in all)\n")
+            trs = []
+            for k in sorted(rows, key=lambda k: rows[k]["time_us"]):
+                r = rows[k]
+                trs.append([k, fmt_us(r["time_us"]) + spread(r, fmt_us), fmt_us(r["time_us"] / nt),
+                            fmt_ratio(sep_best["time_us"] / r["time_us"]) if sep_best else "–",
+                            fmt_ratio(r["time_us"] / hf["time_us"]) if hf else "–"])
+            L.append(table(["system:variant", "step", "per tensor",
+                            "speed-up vs fastest separate raw Gloo", "time ÷ hand-fused MPI"], trs))
+            L.append("")
+        if "fusion.png" in made:
+            L.append("![fusion](fusion.png)\n")
+    return L

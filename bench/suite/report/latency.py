@@ -1,6 +1,6 @@
 """Small-tensor latency: one 4-byte allreduce per step, and its target."""
 
-from .common import LATENCY_BASE, SERIES_LABEL, UCX_PERFTEST, fmt_bytes, fmt_us, spread
+from .common import LATENCY_BASE, SERIES_LABEL, UCX_PERFTEST, fmt_bytes, fmt_us, spread, table
 
 
 def latency_recs(recs):
@@ -69,3 +69,25 @@ def target_latency(recs, horovod_ok):
         parts.append("Horovod comparison not possible (Horovod did not build)")
     return ("Small-tensor latency: hvd's added overhead per step ≤ cycle time + 50 µs; faster "
             "than Horovod's steady state", "; ".join(parts), "met" if ok else "missed")
+
+
+def latency_section(recs, made):
+    """The 4-byte step of every system, its overhead and limit."""
+    L = []
+    rows, _ = latency_table(recs)
+    if rows:
+        L.append("## Small-tensor latency\n")
+        L.append("One 4-byte allreduce per step, back to back (a training loop's steady state: "
+                 "the response cache hits), 2 ranks, median step of the slower rank. Overhead = "
+                 "hvd's step − the raw transport's (raw Gloo's faster variant for hvd over Gloo, "
+                 "raw MPI for hvd over MPI); target: ≤ cycle time + 50 µs. Raw UCX: "
+                 "`ucx_perftest -t tag_lat` (a tag-matching ping-pong between two processes of "
+                 "this host; its median over the last 2,048 iterations, one way = half the round "
+                 "trip, as it prints it) over tcp and over UCX's shared memory; hvd over UCX's "
+                 "overhead is its step − ucx_perftest's 4-byte latency on the same UCX "
+                 "transport, shown without a limit (a one-way latency, not an allreduce).\n")
+        L.append(table(["system", "cycle time", "step", "overhead", "limit", "within"], rows))
+        L.append("")
+        if "latency.png" in made:
+            L.append("![latency](latency.png)\n")
+    return L

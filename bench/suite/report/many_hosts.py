@@ -226,12 +226,24 @@ def many_hosts_section(recs, out):
     rate_label = {x: mh_rate(x) for x in rates}
     ts = info.get("transports") or []
     peers = [p for p in MH_PEERS if any(r["system"] == p for r in coll)]
+    L.append(mh_intro(info, coll, rates, rate_label, ts, peers))
+    best = mh_best(coll)
+    layouts = [x for x in ("2x2", "4x1") if any(r["layout"] == x for r in coll)]
+    L += mh_op_tables(coll, best, rates, rate_label, layouts, ts, peers)
+    L += mh_bytes_table(coll, best, rate_label, layouts, ts)
+    if e2e:
+        L += scaling_section(e2e, rates)
+    return L
+
+
+def mh_intro(info, coll, rates, rate_label, ts, peers):
+    """The paragraph that says how the cluster was simulated and what a cell shows."""
     torch_note = ""
     if "torch" in peers:
         torch_note = (" torch.distributed: its gloo backend (torch_bench.py: blocking `all_reduce` "
                       "in place, `all_gather_into_tensor`, `broadcast`), `GLOO_SOCKET_IFNAME=eth0`, "
                       "rendezvous in a FileStore on the shared /tmp, started by hvdrun.")
-    L.append(
+    return (
         f"`run_all.py --parts cluster`: {info.get('hosts', 4)} simulated hosts on this machine "
         f"(tests/cluster/cluster.sh: a network, UTS, IPC and mount namespace each, a veth to a "
         f"bridge, an sshd; network {info.get('net', '?')}), jobs started by hvdrun (mpirun for raw "
@@ -251,6 +263,9 @@ def many_hosts_section(recs, out):
         "median iteration, busbw in GB/s in brackets (nccl-tests conventions, as above). "
         "hier ÷ flat is hier's busbw over flat's (≥ 1: the hierarchy is faster).\n")
 
+
+def mh_best(coll):
+    """The fastest run of every (rate, layout, system, hier, op, size)."""
     def key(r):
         return (r["rate"], r["layout"], r["system"], r.get("hier", -1), r["op"], r["bytes"])
     best = {}
@@ -258,7 +273,12 @@ def many_hosts_section(recs, out):
         k = key(r)
         if k not in best or mh_time(r) < mh_time(best[k]):  # raw peers: their faster variant
             best[k] = r
-    layouts = [x for x in ("2x2", "4x1") if any(r["layout"] == x for r in coll)]
+    return best
+
+
+def mh_op_tables(coll, best, rates, rate_label, layouts, ts, peers):
+    """One table per collective: hvd flat and hierarchical against the raw peers."""
+    L = []
     for op in ("allreduce", "allgather", "broadcast"):
         sizes = sorted({r["bytes"] for r in coll if r["op"] == op})
         if not sizes:
@@ -285,8 +305,12 @@ def many_hosts_section(recs, out):
         L.append(f"### {op} across hosts\n")
         L.append(table(header, rows, ["---", "---", "--:"] + ["--:"] * (len(header) - 3)))
         L.append("")
+    return L
 
-    # Bytes on the links.
+
+def mh_bytes_table(coll, best, rate_label, layouts, ts):
+    """The bytes each host sent on its link per operation, against the algorithms' theory."""
+    L = []
     net = [r for r in coll if "net_tx_per_op" in r and r["system"].startswith("hvd-")]
     if net:
         base = "none" if any(r["rate"] == "none" for r in net) else net[0]["rate"]
@@ -338,10 +362,6 @@ def many_hosts_section(recs, out):
         L.append(table(header, rows, ["---", "---", "--:", "---", "--:", "---", "--:"]
                        + ["--:"] * (len(header) - 7)))
         L.append("")
-
-    # Scaling.
-    if e2e:
-        L += scaling_section(e2e, rates)
     return L
 
 

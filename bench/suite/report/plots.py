@@ -8,21 +8,31 @@ from .e2e import e2e_rows
 from .fusion import fusion_rows
 
 
+# hvd's own series: thick lines, one colour per transport.
+STYLES = {"hvd-gloo": dict(color="C3", lw=2.5, marker="o"),
+          "hvd-gloo-tcp": dict(color="C3", lw=1.5, ls="--", marker="o"),
+          "hvd-ucx": dict(color="C2", lw=2.5, marker="^"),
+          "hvd-ucx-shm": dict(color="C2", lw=1.5, ls=":", marker="^"),
+          "hvd-ucx-tcp": dict(color="C2", lw=1.5, ls="--", marker="^"),
+          "hvd-mpi": dict(color="C1", lw=2.5, marker="s"),
+          "hvd-mpi-p2p": dict(color="C1", lw=1.5, ls="--", marker="s")}
+
+
 def plots(recs, out):
+    """Draws every plot the results allow; the names of the files made."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return ["(matplotlib is not installed: no plots)"]
+    return (busbw_plots(plt, recs, out) + fusion_plot(plt, recs, out) + latency_plot(plt, recs, out)
+            + e2e_plot(plt, recs, out))
+
+
+def busbw_plots(plt, recs, out):
+    """busbw_<op>.png: bus bandwidth against size, one panel per rank count."""
     made = []
-    styles = {"hvd-gloo": dict(color="C3", lw=2.5, marker="o"),
-              "hvd-gloo-tcp": dict(color="C3", lw=1.5, ls="--", marker="o"),
-              "hvd-ucx": dict(color="C2", lw=2.5, marker="^"),
-              "hvd-ucx-shm": dict(color="C2", lw=1.5, ls=":", marker="^"),
-              "hvd-ucx-tcp": dict(color="C2", lw=1.5, ls="--", marker="^"),
-              "hvd-mpi": dict(color="C1", lw=2.5, marker="s"),
-              "hvd-mpi-p2p": dict(color="C1", lw=1.5, ls="--", marker="s")}
     _, ceiling = stream_ref(recs)
     for op in ("allreduce", "allgather", "broadcast"):
         ranks = sorted({r["ranks"] for r in recs if r.get("kind") == "coll" and r["op"] == op})
@@ -34,7 +44,7 @@ def plots(recs, out):
             for i, k in enumerate(ordered(s)):
                 xs = sorted(s[k])
                 ys = [busbw(s[k][b]) for b in xs]
-                st = styles.get(k, dict(lw=1.2, marker=".", ls="--" if "nommap" in k else "-"))
+                st = STYLES.get(k, dict(lw=1.2, marker=".", ls="--" if "nommap" in k else "-"))
                 ax.plot(xs, ys, label=SERIES_LABEL.get(k, k), **st)
             if op == "allreduce" and ceiling and n == 2:
                 ax.axhline(ceiling, color="k", ls=":", lw=1,
@@ -54,7 +64,12 @@ def plots(recs, out):
         fig.savefig(os.path.join(out, name), dpi=110)
         plt.close(fig)
         made.append(name)
+    return made
 
+
+def fusion_plot(plt, recs, out):
+    """fusion.png: the step time of every system, one panel per tensor count."""
+    made = []
     specs = sorted({r["tensors"] for r in recs if r.get("kind") == "fusion"})
     if specs:
         fig, axes = plt.subplots(1, len(specs), figsize=(6.5 * len(specs), 4.2), squeeze=False)
@@ -77,7 +92,12 @@ def plots(recs, out):
         fig.savefig(os.path.join(out, "fusion.png"), dpi=110)
         plt.close(fig)
         made.append("fusion.png")
+    return made
 
+
+def latency_plot(plt, recs, out):
+    """latency.png: the 4-byte step of every system."""
+    made = []
     lat = [r for r in recs if r.get("kind") == "latency" and r.get("tensor_bytes", 4) == 4]
     if lat:
         fig, ax = plt.subplots(figsize=(7.5, 4))
@@ -95,7 +115,12 @@ def plots(recs, out):
         fig.savefig(os.path.join(out, "latency.png"), dpi=110)
         plt.close(fig)
         made.append("latency.png")
+    return made
 
+
+def e2e_plot(plt, recs, out):
+    """e2e.png: samples/s of every model's training step."""
+    made = []
     by = e2e_rows(recs)
     if by:
         fig, axes = plt.subplots(1, len(by), figsize=(5 * len(by), 3.8), squeeze=False)
