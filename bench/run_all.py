@@ -7,8 +7,9 @@
     python3 bench/run_all.py --report-only DIR    # rebuild report.md and plots from DIR
 
 Results go to bench/results/<date>/ (--out to choose): results.jsonl (one JSON
-object per measurement), log.txt (every job's command line and output),
-report.md, machine.md and the plots. What is measured and how: docs/benchmarks.md.
+object per measurement), report.md, machine.md and the plots; the raw output
+goes to raw/ beside them, which git ignores: raw/log.txt (every job's command
+line and output) and raw/elastic-logs/. What is measured and how: docs/benchmarks.md.
 """
 
 import argparse
@@ -101,12 +102,13 @@ class Runner:
         self.quick = args.quick
         self.build = os.path.abspath(args.build_dir)
         self.out = os.path.abspath(args.out)
-        os.makedirs(self.out, exist_ok=True)
+        self.raw = os.path.join(self.out, "raw")  # ignored by git (.gitignore)
+        os.makedirs(self.raw, exist_ok=True)
         self.records = []
         self.failures = []
         self.skipped = []
         self.jobs = []
-        self.logf = open(os.path.join(self.out, "log.txt"), "w")
+        self.logf = open(os.path.join(self.raw, "log.txt"), "w")
         self.tmp = tempfile.mkdtemp(prefix="hvd-bench-")
         self.t_start = time.time()
 
@@ -194,7 +196,7 @@ class Runner:
                 out = "(timed out after 60 s)"
             self.logf.write(f"\n### {system}: UCX lanes\n$ {shlex.join(cmd)}\n{out}\n")
             m = re.search(r"ucx: rank 0 of \d+ connected over .*?: (.+)", out)
-            self.ucx_lanes[system] = m.group(1).strip() if m else "? (no connection line; log.txt)"
+            self.ucx_lanes[system] = m.group(1).strip() if m else "? (no connection line; raw/log.txt)"
 
     # -- optional peers (bench/suite/install_peers.sh) ----------------------------------
     def find_peers(self):
@@ -243,7 +245,7 @@ class Runner:
         else:
             tail = [ln for ln in out.strip().splitlines() if ln.strip()][-1:] or [f"exit {rc}"]
             self.skipped.append(f"DeepSpeed: its CPU shared-memory op (ShareMemCommBuilder) does "
-                                f"not build or load: `{tail[0][:200]}` (log.txt has the output)")
+                                f"not build or load: `{tail[0][:200]}` (raw/log.txt has the output)")
 
     @staticmethod
     def _wheel_version(root, dist):
@@ -822,7 +824,7 @@ def main():
         if "elastic" in parts:
             out = os.path.join(r.out, "elastic.jsonl")
             cmd = [sys.executable, os.path.join(ROOT, "bench", "suite", "elastic_bench.py"),
-                   "--build-dir", r.build, "--out", out, "--logs", os.path.join(r.out, "elastic-logs"),
+                   "--build-dir", r.build, "--out", out, "--logs", os.path.join(r.raw, "elastic-logs"),
                    "--repeats", "1" if args.quick else "3"]
             log_print("  elastic: " + shlex.join(cmd))
             p = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

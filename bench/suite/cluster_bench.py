@@ -300,7 +300,7 @@ class Part:
             if mpi and n == 0 and re.search(r"orted|ORTE|plm_rsh|could not|unable to (start|launch)",
                                             out, re.I):
                 r.skipped.append(f"{label}: mpirun cannot start its daemons across the simulated "
-                                 f"hosts (exit {rc}; log.txt has its output)")
+                                 f"hosts (exit {rc}; raw/log.txt has its output)")
             else:
                 r.failures.append(dict(label=label, rc=rc, tail=tail, cmd=shlex.join(cmd)))
             # Whatever the job left running would disturb the next ones: a fresh cluster.
