@@ -89,7 +89,7 @@ def job_env(build, args):
 
 
 def run_job(build, n, argv, args, log):
-    """hvd-bench's result records of one job; [] when it failed (the log says why)."""
+    """hvd-bench's result records of one job; None when it failed (the log says why)."""
     cmd = [os.path.join(build, "bin", "hvdrun"), "-np", str(n),
            os.path.join(build, "bin", "hvd-bench")] + argv
     log.write(f"\n$ {shlex.join(cmd)}\n")
@@ -107,7 +107,7 @@ def run_job(build, n, argv, args, log):
     log.flush()
     if rc != 0:
         print(f"ab: FAILED ({rc}): {shlex.join(cmd)}", file=sys.stderr)
-        return []
+        return None
     return bench_records(out)
 
 
@@ -119,19 +119,22 @@ def cell_key(job_key, rec):
 
 
 def measure(args, builds, log, records):
-    """Runs every job args.rounds times per build, alternating; {row: {build: [µs]}}."""
-    times = {}
+    """Runs every job args.rounds times per build, alternating; {row: {build: [µs]}} and
+    the number of jobs that failed."""
+    times, failed = {}, 0
     for rnd in range(args.rounds):
         order = BUILDS if rnd % 2 == 0 else BUILDS[::-1]
         for key, n, argv in jobs(args):
             for which in order:
-                for rec in run_job(builds[which], n, argv, args, log):
+                recs = run_job(builds[which], n, argv, args, log)
+                failed += recs is None
+                for rec in recs or []:
                     rec.update(build=which, round=rnd)
                     records.append(rec)
                     row = times.setdefault(cell_key(key, rec), {b: [] for b in BUILDS})
                     row[which].append(rec["time_us"])
             print(f"ab: round {rnd + 1}/{args.rounds} {key} done", file=sys.stderr)
-    return times
+    return times, failed
 
 
 def row_label(key):
@@ -212,14 +215,16 @@ def main(argv):
     os.makedirs(os.path.join(out, "raw"), exist_ok=True)
     records = []
     with open(os.path.join(out, "raw", "log.txt"), "w") as log:
-        times = measure(args, builds, log, records)
+        times, failed = measure(args, builds, log, records)
     with open(os.path.join(out, "results.jsonl"), "w") as f:
         for r in records:
             f.write(json.dumps(r, sort_keys=True) + "\n")
     write_table(os.path.join(out, "table.md"), args, builds, times, started)
     with open(os.path.join(out, "table.md")) as f:
         sys.stdout.write(f.read())
-    return 0 if all(t["before"] and t["after"] for t in times.values()) else 1
+    if failed:
+        print(f"ab: {failed} job(s) failed; raw/log.txt has their output", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
