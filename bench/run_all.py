@@ -744,7 +744,7 @@ def uptime():
         return "?"
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 3 sizes, 1 iteration, 2 ranks, one fusion shape, cnn only")
@@ -766,12 +766,11 @@ def main():
                     help="multiply the timed iterations of every size")
     ap.add_argument("--no-build", action="store_true", help="never build bench/suite")
     ap.add_argument("--report-only", metavar="DIR", help="only rebuild DIR's report and plots")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    if args.report_only:
-        report_mod.write_all(os.path.abspath(args.report_only))
-        return 0
 
+def resolve_defaults(args):
+    """Fills in the build and results folders; the parts and rank counts to run."""
     if args.build_dir is None:
         for cand in ("build-bench", "build"):
             if os.path.exists(os.path.join(ROOT, cand, "lib", "libhvd.so")):
@@ -789,54 +788,59 @@ def main():
         if p not in PARTS + OPT_PARTS:
             raise SystemExit(f"run_all: unknown part {p!r} (parts: {', '.join(PARTS + OPT_PARTS)})")
     ranks = [int(x) for x in (args.ranks or ("2" if args.quick else "2,4")).split(",")]
+    return parts, ranks
 
-    r = Runner(args)
-    log_print(f"run_all: {'quick' if args.quick else 'full'} run, build {r.build}, results {r.out}")
-    load_before = uptime()
-    log_print(f"  load average before: {load_before}")
-    r.find_tools()
-    try:
-        if "stream" in parts:
-            r.part_stream()
-        if "coll" in parts:
-            # Every coll job runs --coll-repeats times; the report keeps the faster run per
-            # point (interference on a shared machine only ever slows a run down).
-            for rep in range(1 if args.quick else max(1, args.coll_repeats)):
-                for n in ranks:
-                    r.part_coll(n, rep)
-        # The short parts run --repeats times, interleaved, so a disturbance
-        # hits one repetition of every system rather than all of one system's.
-        for rep in range(r.reps()):
-            if "fusion" in parts:
-                r.part_fusion(rep)
-            if "latency" in parts:
-                r.part_latency(rep)
-            if rep == 0:  # torch/Horovod: seconds per job, far from hvd's figures
-                r.part_python_peers(parts, rep)
-        for rep in range(r.reps()):
-            if "e2e" in parts:
-                r.part_e2e(rep)
-        if "gpu" in parts:
-            r.part_gpu()
-        if "cluster" in parts:
-            import cluster_bench  # bench/suite/cluster_bench.py
-            cluster_bench.run_part(r)
-        if "elastic" in parts:
-            out = os.path.join(r.out, "elastic.jsonl")
-            cmd = [sys.executable, os.path.join(ROOT, "bench", "suite", "elastic_bench.py"),
-                   "--build-dir", r.build, "--out", out, "--logs", os.path.join(r.raw, "elastic-logs"),
-                   "--repeats", "1" if args.quick else "3"]
-            log_print("  elastic: " + shlex.join(cmd))
-            p = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            log_print(p.stdout)
-            if p.returncode != 0:
-                r.failures.append(dict(label="elastic", rc=p.returncode, tail=p.stdout[-2000:],
-                                       cmd=shlex.join(cmd)))
-            if os.path.exists(out):
-                with open(out) as f:
-                    r.records.extend(json.loads(line) for line in f if line.strip())
-    finally:
-        r.close()
+
+def run_parts(r, args, parts, ranks):
+    """Runs the chosen parts in the suite's order."""
+    if "stream" in parts:
+        r.part_stream()
+    if "coll" in parts:
+        # Every coll job runs --coll-repeats times; the report keeps the faster run per
+        # point (interference on a shared machine only ever slows a run down).
+        for rep in range(1 if args.quick else max(1, args.coll_repeats)):
+            for n in ranks:
+                r.part_coll(n, rep)
+    # The short parts run --repeats times, interleaved, so a disturbance
+    # hits one repetition of every system rather than all of one system's.
+    for rep in range(r.reps()):
+        if "fusion" in parts:
+            r.part_fusion(rep)
+        if "latency" in parts:
+            r.part_latency(rep)
+        if rep == 0:  # torch/Horovod: seconds per job, far from hvd's figures
+            r.part_python_peers(parts, rep)
+    for rep in range(r.reps()):
+        if "e2e" in parts:
+            r.part_e2e(rep)
+    if "gpu" in parts:
+        r.part_gpu()
+    if "cluster" in parts:
+        import cluster_bench  # bench/suite/cluster_bench.py
+        cluster_bench.run_part(r)
+    if "elastic" in parts:
+        run_elastic(r, args)
+
+
+def run_elastic(r, args):
+    """The elastic part: bench/suite/elastic_bench.py in a process of its own."""
+    out = os.path.join(r.out, "elastic.jsonl")
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "suite", "elastic_bench.py"),
+           "--build-dir", r.build, "--out", out, "--logs", os.path.join(r.raw, "elastic-logs"),
+           "--repeats", "1" if args.quick else "3"]
+    log_print("  elastic: " + shlex.join(cmd))
+    p = subprocess.run(cmd, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log_print(p.stdout)
+    if p.returncode != 0:
+        r.failures.append(dict(label="elastic", rc=p.returncode, tail=p.stdout[-2000:],
+                               cmd=shlex.join(cmd)))
+    if os.path.exists(out):
+        with open(out) as f:
+            r.records.extend(json.loads(line) for line in f if line.strip())
+
+
+def write_results(r, args, parts, ranks, load_before):
+    """results.jsonl, meta.json, machine.md and the report."""
     total = time.time() - r.t_start
     meta = dict(
         date=datetime.datetime.now().isoformat(timespec="seconds"),
@@ -855,6 +859,24 @@ def main():
     report_mod.write_all(r.out)
     log_print(f"run_all: {len(r.records)} results in {total:.0f} s; report: "
               f"{os.path.join(r.out, 'report.md')}")
+
+
+def main():
+    args = parse_args()
+    if args.report_only:
+        report_mod.write_all(os.path.abspath(args.report_only))
+        return 0
+    parts, ranks = resolve_defaults(args)
+    r = Runner(args)
+    log_print(f"run_all: {'quick' if args.quick else 'full'} run, build {r.build}, results {r.out}")
+    load_before = uptime()
+    log_print(f"  load average before: {load_before}")
+    r.find_tools()
+    try:
+        run_parts(r, args, parts, ranks)
+    finally:
+        r.close()
+    write_results(r, args, parts, ranks, load_before)
     if r.failures:
         log_print(f"run_all: {len(r.failures)} job(s) failed: "
                   + ", ".join(f["label"] for f in r.failures))
