@@ -30,6 +30,24 @@ def plots(recs, out):
             + e2e_plot(plt, recs, out))
 
 
+def save(plt, fig, out, name):
+    """Writes the figure to out/name and closes it; [name]."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, name), dpi=110)
+    plt.close(fig)
+    return [name]
+
+
+def log_bars(ax, labels, vals, hvd, xlabel, title):
+    """Horizontal bars on a log scale, one per label, hvd's red and the peers' blue."""
+    ax.barh(range(len(labels)), vals, color=["C3" if h else "C0" for h in hvd])
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+
+
 def busbw_plots(plt, recs, out):
     """busbw_<op>.png: bus bandwidth against size, one panel per rank count."""
     made = []
@@ -59,11 +77,7 @@ def busbw_plots(plt, recs, out):
             ax.set_title(f"{op}, {n} ranks, float32")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
-        name = f"busbw_{op}.png"
-        fig.savefig(os.path.join(out, name), dpi=110)
-        plt.close(fig)
-        made.append(name)
+        made += save(plt, fig, out, f"busbw_{op}.png")
     return made
 
 
@@ -77,21 +91,13 @@ def fusion_plot(plt, recs, out):
             rows = fusion_rows(recs, nt)
             keys = sorted(rows, key=lambda k: rows[k]["time_us"])
             vals = [rows[k]["time_us"] / 1000 for k in keys]
-            colors = ["C3" if k.startswith("hvd") else "C0" for k in keys]
-            ax.barh(range(len(keys)), vals, color=colors)
-            ax.set_yticks(range(len(keys)))
-            ax.set_yticklabels(keys, fontsize=8)
-            ax.set_xscale("log")
             tb = next(iter(rows.values()))["tensor_bytes"]
-            ax.set_xlabel("step time (ms, log)")
-            ax.set_title(f"Tensor Fusion: {nt} × {fmt_bytes(tb)}, 2 ranks")
+            log_bars(ax, keys, vals, [k.startswith("hvd") for k in keys], "step time (ms, log)",
+                     f"Tensor Fusion: {nt} × {fmt_bytes(tb)}, 2 ranks")
             for i, v in enumerate(vals):
                 ax.text(v, i, f" {v:.2f}", va="center", fontsize=7)
             ax.invert_yaxis()
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "fusion.png"), dpi=110)
-        plt.close(fig)
-        made.append("fusion.png")
+        made += save(plt, fig, out, "fusion.png")
     return made
 
 
@@ -103,18 +109,11 @@ def latency_plot(plt, recs, out):
         fig, ax = plt.subplots(figsize=(7.5, 4))
         labels = [f"{r['system']}:{r['variant']}" + (f" @{r['cycle_time_ms']}ms" if "cycle_time_ms" in r else "")
                   for r in lat]
-        vals = [r["time_us"] for r in lat]
-        ax.barh(range(len(lat)), vals, color=["C3" if r["system"].startswith("hvd") else "C0" for r in lat])
-        ax.set_yticks(range(len(lat)))
-        ax.set_yticklabels(labels, fontsize=8)
-        ax.set_xscale("log")
-        ax.set_xlabel("median step time (µs, log)")
-        ax.set_title("One 4-byte allreduce per step, 2 ranks (ucx_perftest: one-way 4 B)")
+        log_bars(ax, labels, [r["time_us"] for r in lat], [r["system"].startswith("hvd") for r in lat],
+                 "median step time (µs, log)",
+                 "One 4-byte allreduce per step, 2 ranks (ucx_perftest: one-way 4 B)")
         ax.invert_yaxis()
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "latency.png"), dpi=110)
-        plt.close(fig)
-        made.append("latency.png")
+        made += save(plt, fig, out, "latency.png")
     return made
 
 
@@ -137,8 +136,5 @@ def e2e_plot(plt, recs, out):
             ax.set_title(f"{model}: {p['params'] / 1e6:.2f} M params, {p['tensors']} tensors")
             for i, v in enumerate(vals):
                 ax.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "e2e.png"), dpi=110)
-        plt.close(fig)
-        made.append("e2e.png")
+        made += save(plt, fig, out, "e2e.png")
     return made
