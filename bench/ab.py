@@ -25,7 +25,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from run_all import bench_records  # noqa: E402  (hvd-bench's `BENCH {json}` lines)
+from run_all import Runner, bench_records  # noqa: E402  (bench/run_all.py)
 
 BUILDS = ("before", "after")
 FUSION = ((200, "16K"), (1000, "4K"))
@@ -34,7 +34,8 @@ SIZES = "64K,1M,16M,64M"
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("before", help="build folder of the code before (bin/hvd-bench, bin/hvdrun, lib/)")
+    ap.add_argument("before",
+                    help="build folder of the code before (bin/hvd-bench, bin/hvdrun, lib/)")
     ap.add_argument("after", help="build folder of the code after")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of every job with each build (5)")
     ap.add_argument("--ranks", default="2,4", help="rank counts, comma separated (2,4)")
@@ -94,6 +95,7 @@ def run_job(build, n, argv, args, log):
            os.path.join(build, "bin", "hvd-bench")] + argv
     log.write(f"\n$ {shlex.join(cmd)}\n")
     log.flush()
+    Runner.settle()  # as run_all.py: the last job's stragglers out of this one's timings
     t0 = time.time()
     try:
         r = subprocess.run(cmd, env=job_env(build, args), stdout=subprocess.PIPE,
@@ -174,8 +176,11 @@ def table_rows(times):
         mb, ma = statistics.median(t["before"]), statistics.median(t["after"])
         r = ma / mb
         nz = max(noise(t["before"]), noise(t["after"]))
-        verdict = "–" if len(t["before"]) < 2 or len(t["after"]) < 2 else ("yes" if abs(r - 1) <= nz else "**no**")
-        spread = "–" if verdict == "–" else f"±{nz * 100:.0f} %"
+        if min(len(t["before"]), len(t["after"])) < 2:  # one round: no spread to judge by
+            verdict = spread = "–"
+        else:
+            verdict = "yes" if abs(r - 1) <= nz else "**no**"
+            spread = f"±{nz * 100:.0f} %"
         rows.append(f"| {row_label(key)} | {fmt_us(mb)} | {fmt_us(ma)} | {r:.3f} | {spread} | "
                     f"{verdict} |")
     return rows
