@@ -52,6 +52,8 @@ import sys
 import tempfile
 import time
 
+from run_tools import log_print  # bench/suite/run_tools.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 CLUSTER_SH = os.path.join(ROOT, "tests", "cluster", "cluster.sh")
@@ -77,10 +79,6 @@ UCX_ENV = {"HVD_UCX_SPIN_US": "0"}
 # torch.distributed's Gloo on the cluster's interface, one compute thread per rank.
 TORCH_ENV = {"GLOO_SOCKET_IFNAME": IFACE, "OMP_NUM_THREADS": "1"}
 ID_PREFIX = "bench"
-
-
-def log_print(*a):
-    print(*a, flush=True)
 
 
 def _alive(pid):
