@@ -189,6 +189,19 @@ class Controller {
   };
 
   Status Validate(const std::vector<RequestDesc>& all) const;
+  // The steps of Conclude, in order.
+  void RespondCached(const uint8_t* ready, size_t slots, std::vector<Response>* out);
+  Status FullRound(ControlPlane* cp, bool stall_round, bool want_warning, Clock::time_point now,
+                   std::vector<Response>* out);
+  RankMessage OwnMessage(bool stall_round, bool want_warning, Clock::time_point now);
+  Status Exchange(ControlPlane* cp, const RankMessage& mine, std::vector<RankMessage>* msgs) const;
+  std::vector<std::string> ApplyAnnouncements(std::vector<RankMessage>* msgs,
+                                              std::vector<Response>* out);
+  void NoteWaitingOn(const std::vector<std::string>& touched);
+  void StallReport(const std::vector<RankMessage>& msgs, Clock::time_point now,
+                   std::vector<Response>* out);
+  Response Expire(const std::string& key, const std::vector<int>& ranks,
+                  const std::vector<int>& missing);
   // Completes a table row if every rank either announced it or has joined.
   bool TryComplete(const std::string& key, std::vector<Response>* out);
   std::string RankList(const std::vector<int>& ranks) const;
