@@ -1,3 +1,5 @@
+// CUDA tensors over a host-memory transport: staged into page-locked
+// memory on their streams before the run, copied back after.
 #include "core/exec/executor.h"
 
 #include <algorithm>

@@ -1,3 +1,6 @@
+// Allreduce batches of CUDA tensors on a transport that takes device
+// memory: tensor by tensor, or fused in the device fusion buffer with the
+// scaling done by the core's CUDA kernels; a joined rank's zeros.
 #include "core/exec/executor.h"
 
 #include <algorithm>
@@ -144,29 +147,23 @@ Status Executor::DeviceAllreduceOne(TensorSpec& t, const OpRequest& first, Comm&
   const size_t bytes = n * DtypeSize(dtype);
   if (bytes == 0) return Status::Ok();
   HVD_CHECK(AfterLastDeviceWork(rt, t.device, t.stream));
-  // AVERAGE of a floating type with no postscale goes to the transport as
-  // it is (NCCL's ncclAvg); otherwise the sum, scaled here after.
-  const bool native_average = op == HVD_AVERAGE && IsFloatingDtype(dtype) &&
-                              first.postscale == 1.0 && dev.device_average();
-  const hvd_cuda_scale_t pre = Prescale(dtype, first.prescale);
-  const hvd_cuda_scale_t post = native_average ? Prescale(dtype, 1.0)
-                                               : FinishScale(dtype, op, first.postscale, size_);
-  if ((!Identity(pre) || !Identity(post)) && k == nullptr) {
+  const DeviceScaling how = DeviceScalingOf(dtype, op, first.prescale, first.postscale, size_,
+                                            dev.device_average());
+  if ((!Identity(how.pre) || !Identity(how.post)) && k == nullptr) {
     return Error(HVD_ERR_UNSUPPORTED, "allreduce '" + t.name +
                                           "' of a CUDA tensor needs scaling on the device "
                                           "(AVERAGE of integers, or scale factors)");
   }
-  if (!Identity(pre)) {
+  if (!Identity(how.pre)) {
     const hvd_cuda_copy_t c{t.input, t.output, n};
-    HVD_CHECK(k->ScaleCopy(&c, 1, pre, t.stream));
+    HVD_CHECK(k->ScaleCopy(&c, 1, how.pre, t.stream));
   } else if (t.output != t.input) {
     HVD_CHECK(rt.CopyOnDevice(t.output, t.input, bytes, t.stream));
   }
-  HVD_CHECK(dev.DeviceAllreduce(DeviceBuffer(t.output, bytes, t), n, dtype,
-                                native_average ? HVD_AVERAGE : TransportOp(op)));
-  if (!Identity(post)) {
+  HVD_CHECK(dev.DeviceAllreduce(DeviceBuffer(t.output, bytes, t), n, dtype, how.op));
+  if (!Identity(how.post)) {
     const hvd_cuda_copy_t c{t.output, t.output, n};
-    HVD_CHECK(k->ScaleCopy(&c, 1, post, t.stream));
+    HVD_CHECK(k->ScaleCopy(&c, 1, how.post, t.stream));
   }
   // A stream-ordered plugin may return before the work is done.
   HVD_CHECK(EndOnStream(rt, t.device, t.stream));
@@ -209,13 +206,8 @@ Status Executor::DeviceAllreduceFused(std::vector<OpRequest*>& batch, Comm& dev,
   }
   HVD_CHECK(k.ScaleCopy(copies_.data(), copies_.size(), Prescale(dtype, first.prescale), stream));
   auto t1 = Clock::now();
-  hvd_transport_buffer_t b{};
-  b.data = buf;
-  b.bytes = total * esize;
-  b.memory_type = HVD_MEMORY_CUDA;
-  b.device = device;
-  b.stream = stream;
-  HVD_CHECK(dev.DeviceAllreduce(b, total, dtype, TransportOp(first.reduce_op)));
+  HVD_CHECK(dev.DeviceAllreduce(DeviceBuffer(buf, total * esize, lead), total, dtype,
+                                TransportOp(first.reduce_op)));
   auto t2 = Clock::now();
   copies_.clear();
   off = 0;
@@ -236,17 +228,8 @@ Status Executor::DeviceAllreduceFused(std::vector<OpRequest*>& batch, Comm& dev,
   }
   HVD_CHECK(EndOnStream(rt, device, stream));
   if (timeline_->enabled()) {
-    auto t3 = Clock::now();
-    std::string args = "{\"fused_tensors\":" + std::to_string(ntensors) +
-                       ",\"bytes\":" + std::to_string(total * esize) +
-                       ",\"device\":" + std::to_string(device) + "}";
-    for (OpRequest* req : batch) {
-      for (const TensorSpec& t : req->tensors) {
-        timeline_->Span(t.name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
-        timeline_->Span(t.name, "ALLREDUCE", t1, t2, args);
-        timeline_->Span(t.name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
-      }
-    }
+    FusedSpans(batch, {t0, t1, t2, Clock::now()},
+               FusedArgs({total, ntensors}, esize, ",\"device\":" + std::to_string(device)));
   }
   return Status::Ok();
 }

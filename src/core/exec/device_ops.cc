@@ -1,3 +1,6 @@
+// The other operations on CUDA tensors on a transport that takes device
+// memory: broadcast, and allgather, alltoall and reducescatter into
+// device memory the handle owns.
 #include "core/exec/executor.h"
 
 #include <chrono>
@@ -65,96 +68,21 @@ Result<uint8_t*> Executor::TakeDeviceOutput(Handle* h, int device, size_t bytes,
 Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& dev,
                                    const CudaRuntime& rt) {
   auto t0 = Clock::now();
-  const int n = size_;
-  const int me = rank_;
-  Handle& h = *req.handle;
   TensorSpec& t = req.tensors.front();
-  const size_t esize = DtypeSize(t.dtype);
-  const size_t row = RowBytes(t);
   CudaDeviceScope scope(rt, t.device);
   HVD_CHECK(scope.status());
   HVD_CHECK(AfterLastDeviceWork(rt, t.device, t.stream));
-  auto buffer = [&](void* data, size_t bytes) { return DeviceBuffer(data, bytes, t); };
   size_t out_bytes = 0;
   switch (req.type) {
-    case OpType::kAllgather: {
-      const Counts c = AllgatherCounts(resp, n, row);
-      out_bytes = c.recv_total;
-      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes, t.stream));
-      h.output_shape = t.shape.vec();
-      h.output_shape[0] = c.rows;
-      if (out_bytes == 0) break;
-      HVD_CHECK(dev.DeviceAllgatherv(buffer(const_cast<void*>(t.input), c.recv[me]),
-                                     buffer(out, out_bytes), c.recv.data()));
+    case OpType::kAllgather:
+      HVD_CHECK(DeviceAllgather(req, resp, dev, &out_bytes));
       break;
-    }
-    case OpType::kAlltoall: {
-      const Counts c = AlltoallCounts(req, resp, n, me, row, &h.recv_splits);
-      out_bytes = c.recv_total;
-      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes, t.stream));
-      h.output_shape = t.shape.vec();
-      h.output_shape[0] = c.rows;
-      // Called even with nothing to move here: the others may be waiting.
-      HVD_CHECK(dev.DeviceAlltoallv(buffer(const_cast<void*>(t.input), c.send_total), c.send.data(),
-                                    buffer(out, out_bytes), c.recv.data()));
+    case OpType::kAlltoall:
+      HVD_CHECK(DeviceAlltoall(req, resp, dev, &out_bytes));
       break;
-    }
-    case OpType::kReducescatter: {
-      const size_t count = static_cast<size_t>(t.NumElements());
-      const size_t row_elems = row / esize;
-      const ScatterRows sr = ReducescatterRows(t.shape[0], n, me, row_elems);
-      const int64_t my_rows = sr.mine, first_row = sr.first;
-      out_bytes = static_cast<size_t>(my_rows) * row;
-      h.output_shape = t.shape.vec();
-      h.output_shape[0] = my_rows;
-      if (!dev.device_reduces(t.dtype)) {
-        return Error(HVD_ERR_UNSUPPORTED,
-                     "reducescatter '" + t.name + "' of a " + DtypeName(t.dtype) +
-                         " CUDA tensor: the device transport does not reduce that dtype, and "
-                         "there is no host transport beside it to stage over (HVD_CPU_TRANSPORT)");
-      }
-      HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, out_bytes, t.stream));
-      if (count == 0) break;
-      // AVERAGE of a floating type with no postscale goes to the transport
-      // as it is (NCCL's ncclAvg); otherwise the sum, scaled after.
-      const bool native_average = req.reduce_op == HVD_AVERAGE && IsFloatingDtype(t.dtype) &&
-                                  req.postscale == 1.0 && dev.device_average();
-      const hvd_cuda_scale_t pre = Prescale(t.dtype, req.prescale);
-      const hvd_cuda_scale_t post = native_average
-                                        ? Prescale(t.dtype, 1.0)
-                                        : FinishScale(t.dtype, req.reduce_op, req.postscale, n);
-      const CudaKernels* k = nullptr;
-      if (!Identity(pre) || !Identity(post)) {
-        auto kr = cuda_.Kernels();
-        if (!kr.ok()) {
-          return Error(HVD_ERR_UNSUPPORTED,
-                       "reducescatter '" + t.name +
-                           "' of a CUDA tensor needs scaling on the device (AVERAGE of "
-                           "integers, or scale factors): " + kr.status().message());
-        }
-        k = kr.value();
-      }
-      // In place over a copy of the whole input (the device fusion buffer);
-      // this rank's rows then go to the result with the postscale.
-      HVD_ASSIGN_OR_RETURN(uint8_t* scratch, DeviceFusion(rt, t.device, count * esize));
-      if (k != nullptr && !Identity(pre)) {
-        const hvd_cuda_copy_t c{t.input, scratch, count};
-        HVD_CHECK(k->ScaleCopy(&c, 1, pre, t.stream));
-      } else {
-        HVD_CHECK(rt.CopyOnDevice(scratch, t.input, count * esize, t.stream));
-      }
-      HVD_CHECK(dev.DeviceReducescatter(buffer(scratch, count * esize), sr.counts.data(), t.dtype,
-                                        native_average ? HVD_AVERAGE : TransportOp(req.reduce_op)));
-      if (out_bytes == 0) break;
-      uint8_t* mine = scratch + static_cast<size_t>(first_row) * row;
-      if (k != nullptr && !Identity(post)) {
-        const hvd_cuda_copy_t c{mine, out, static_cast<size_t>(my_rows) * row_elems};
-        HVD_CHECK(k->ScaleCopy(&c, 1, post, t.stream));
-      } else {
-        HVD_CHECK(rt.CopyOnDevice(out, mine, out_bytes, t.stream));
-      }
+    case OpType::kReducescatter:
+      HVD_CHECK(DeviceReducescatter(req, dev, rt, &out_bytes));
       break;
-    }
     default:
       return Error(HVD_ERR_INTERNAL, "not an operation with an owned result");
   }
@@ -168,4 +96,84 @@ Status Executor::DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& d
   return Status::Ok();
 }
 
+Status Executor::DeviceAllgather(OpRequest& req, const Response& resp, Comm& dev,
+                                 size_t* out_bytes) {
+  Handle& h = *req.handle;
+  TensorSpec& t = req.tensors.front();
+  const Counts c = AllgatherCounts(resp, size_, RowBytes(t));
+  *out_bytes = c.recv_total;
+  HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, *out_bytes, t.stream));
+  h.output_shape = t.shape.vec();
+  h.output_shape[0] = c.rows;
+  if (*out_bytes == 0) return Status::Ok();
+  return dev.DeviceAllgatherv(DeviceBuffer(const_cast<void*>(t.input), c.recv[rank_], t),
+                              DeviceBuffer(out, *out_bytes, t), c.recv.data());
+}
+
+Status Executor::DeviceAlltoall(OpRequest& req, const Response& resp, Comm& dev,
+                                size_t* out_bytes) {
+  Handle& h = *req.handle;
+  TensorSpec& t = req.tensors.front();
+  const Counts c = AlltoallCounts(req, resp, size_, rank_, RowBytes(t), &h.recv_splits);
+  *out_bytes = c.recv_total;
+  HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, *out_bytes, t.stream));
+  h.output_shape = t.shape.vec();
+  h.output_shape[0] = c.rows;
+  // Called even with nothing to move here: the others may be waiting.
+  return dev.DeviceAlltoallv(DeviceBuffer(const_cast<void*>(t.input), c.send_total, t),
+                             c.send.data(), DeviceBuffer(out, *out_bytes, t), c.recv.data());
+}
+
+// In place over a copy of the whole input (the device fusion buffer);
+// this rank's rows then go to the result with the postscale.
+Status Executor::DeviceReducescatter(OpRequest& req, Comm& dev, const CudaRuntime& rt,
+                                     size_t* out_bytes) {
+  Handle& h = *req.handle;
+  TensorSpec& t = req.tensors.front();
+  const size_t esize = DtypeSize(t.dtype);
+  const size_t row = RowBytes(t);
+  const size_t count = static_cast<size_t>(t.NumElements());
+  const size_t row_elems = row / esize;
+  const ScatterRows sr = ReducescatterRows(t.shape[0], size_, rank_, row_elems);
+  *out_bytes = static_cast<size_t>(sr.mine) * row;
+  h.output_shape = t.shape.vec();
+  h.output_shape[0] = sr.mine;
+  if (!dev.device_reduces(t.dtype)) {
+    return Error(HVD_ERR_UNSUPPORTED,
+                 "reducescatter '" + t.name + "' of a " + DtypeName(t.dtype) +
+                     " CUDA tensor: the device transport does not reduce that dtype, and "
+                     "there is no host transport beside it to stage over (HVD_CPU_TRANSPORT)");
+  }
+  HVD_ASSIGN_OR_RETURN(uint8_t* out, TakeDeviceOutput(&h, t.device, *out_bytes, t.stream));
+  if (count == 0) return Status::Ok();
+  const DeviceScaling how = DeviceScalingOf(t.dtype, req.reduce_op, req.prescale, req.postscale,
+                                            size_, dev.device_average());
+  const CudaKernels* k = nullptr;
+  if (!Identity(how.pre) || !Identity(how.post)) {
+    auto kr = cuda_.Kernels();
+    if (!kr.ok()) {
+      return Error(HVD_ERR_UNSUPPORTED,
+                   "reducescatter '" + t.name +
+                       "' of a CUDA tensor needs scaling on the device (AVERAGE of "
+                       "integers, or scale factors): " + kr.status().message());
+    }
+    k = kr.value();
+  }
+  HVD_ASSIGN_OR_RETURN(uint8_t* scratch, DeviceFusion(rt, t.device, count * esize));
+  if (k != nullptr && !Identity(how.pre)) {
+    const hvd_cuda_copy_t c{t.input, scratch, count};
+    HVD_CHECK(k->ScaleCopy(&c, 1, how.pre, t.stream));
+  } else {
+    HVD_CHECK(rt.CopyOnDevice(scratch, t.input, count * esize, t.stream));
+  }
+  HVD_CHECK(dev.DeviceReducescatter(DeviceBuffer(scratch, count * esize, t), sr.counts.data(),
+                                    t.dtype, how.op));
+  if (*out_bytes == 0) return Status::Ok();
+  uint8_t* mine = scratch + static_cast<size_t>(sr.first) * row;
+  if (k != nullptr && !Identity(how.post)) {
+    const hvd_cuda_copy_t c{mine, out, static_cast<size_t>(sr.mine) * row_elems};
+    return k->ScaleCopy(&c, 1, how.post, t.stream);
+  }
+  return rt.CopyOnDevice(out, mine, *out_bytes, t.stream);
+}
 }  // namespace hvd

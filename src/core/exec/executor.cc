@@ -1,3 +1,6 @@
+// The executor's entry points: each unit is routed to the host path, the
+// device path or the staging of CUDA tensors over a host transport; and
+// what the paths share (result memory, batch sizes, timeline spans).
 #include "core/exec/executor.h"
 
 #include <chrono>
@@ -101,6 +104,34 @@ Status Executor::TakeOutput(Handle* h, size_t bytes) {
     return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes for the result");
   }
   return Status::Ok();
+}
+
+Executor::BatchSize Executor::SizeOf(const std::vector<OpRequest*>& batch) {
+  BatchSize size;
+  for (const OpRequest* r : batch) {
+    for (const TensorSpec& t : r->tensors) {
+      size.elements += static_cast<size_t>(t.NumElements());
+      ++size.tensors;
+    }
+  }
+  return size;
+}
+
+std::string Executor::FusedArgs(BatchSize size, size_t esize, const std::string& extra) {
+  return "{\"fused_tensors\":" + std::to_string(size.tensors) +
+         ",\"bytes\":" + std::to_string(size.elements * esize) + extra + "}";
+}
+
+void Executor::FusedSpans(const std::vector<OpRequest*>& batch,
+                          const std::array<Clock::time_point, 4>& t,
+                          const std::string& args) const {
+  for (const OpRequest* r : batch) {
+    for (const TensorSpec& x : r->tensors) {
+      timeline_->Span(x.name, "MEMCPY_IN_FUSION_BUFFER", t[0], t[1]);
+      timeline_->Span(x.name, "ALLREDUCE", t[1], t[2], args);
+      timeline_->Span(x.name, "MEMCPY_OUT_FUSION_BUFFER", t[2], t[3]);
+    }
+  }
 }
 
 }  // namespace hvd

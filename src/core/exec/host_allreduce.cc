@@ -1,3 +1,5 @@
+// Allreduce batches of host tensors: one tensor in place, spans the
+// transport reduces where they lie, the fusion buffer, and Adasum.
 #include "core/exec/executor.h"
 
 #include <chrono>
@@ -5,6 +7,7 @@
 
 #include "algorithms/adasum.h"
 #include "common/kernels.h"
+#include "core/exec/layout.h"
 #include "core/exec/scaling.h"
 
 namespace hvd {
@@ -61,70 +64,79 @@ void Executor::FinishPiggybacked(OpRequest& req, const void* reduced, Clock::tim
   }
 }
 
+// One batch of host tensors: reduced where it lies when it is one tensor
+// or the transport reads spans, else through the fusion buffer.
 Status Executor::RunHostAllreduceBatch(std::vector<OpRequest*>& batch) {
+  if (batch.front()->reduce_op == HVD_ADASUM) return RunAdasumBatch(batch);
+  const auto t0 = Clock::now();
+  const BatchSize size = SizeOf(batch);
+  if (size.tensors == 1) return HostAllreduceOne(batch, t0);
+  const size_t esize = DtypeSize(batch.front()->tensors.front().dtype);
+  if (transport_->allreduce_spans(size.elements * esize)) {
+    return HostAllreduceSpans(batch, size, t0);
+  }
+  return HostAllreduceFused(batch, size, t0);
+}
+
+// Unfused: reduce straight in the caller's output buffer.
+Status Executor::HostAllreduceOne(std::vector<OpRequest*>& batch, Clock::time_point t0) {
+  const OpRequest& first = *batch.front();
+  TensorSpec& t = batch.front()->tensors.front();
+  const hvd_dtype_t dtype = t.dtype;
+  const hvd_reduce_op_t op = first.reduce_op;
+  size_t n = static_cast<size_t>(t.NumElements());
+  Prepare(t.output, t.input, n, dtype, first.prescale);
+  HVD_CHECK(transport_->Allreduce(t.output, n, dtype, TransportOp(op)));
+  Finalize(t.output, t.output, n, dtype, op, first.postscale, size_);
+  if (timeline_->enabled()) {
+    timeline_->Span(t.name, "ALLREDUCE", t0, Clock::now(),
+                    "{\"bytes\":" + std::to_string(n * DtypeSize(dtype)) + "}");
+  }
+  return Status::Ok();
+}
+
+// The transport reads and writes the outputs where they lie (shared
+// memory, or the ring over point-to-point): no fusion buffer, no copy in
+// or out.
+Status Executor::HostAllreduceSpans(std::vector<OpRequest*>& batch, BatchSize size,
+                                    Clock::time_point t0) {
+  const OpRequest& first = *batch.front();
+  const hvd_dtype_t dtype = first.tensors.front().dtype;
+  const hvd_reduce_op_t op = first.reduce_op;
+  spans_.clear();
+  for (OpRequest* r : batch) {
+    for (TensorSpec& t : r->tensors) {
+      size_t n = static_cast<size_t>(t.NumElements());
+      Prepare(t.output, t.input, n, dtype, first.prescale);
+      spans_.push_back({t.output, n});
+    }
+  }
+  HVD_CHECK(transport_->AllreduceSpans(spans_.data(), spans_.size(), dtype, TransportOp(op)));
+  for (OpRequest* r : batch) {
+    for (TensorSpec& t : r->tensors) {
+      Finalize(t.output, t.output, static_cast<size_t>(t.NumElements()), dtype, op,
+               first.postscale, size_);
+    }
+  }
+  if (timeline_->enabled()) {
+    const auto t3 = Clock::now();
+    const std::string args = FusedArgs(size, DtypeSize(dtype), ",\"in_place\":true");
+    for (OpRequest* r : batch) {
+      for (const TensorSpec& t : r->tensors) timeline_->Span(t.name, "ALLREDUCE", t0, t3, args);
+    }
+  }
+  return Status::Ok();
+}
+
+// Through the fusion buffer: prescaled copies in, one allreduce, the
+// results out with the postscale.
+Status Executor::HostAllreduceFused(std::vector<OpRequest*>& batch, BatchSize size,
+                                    Clock::time_point t0) {
   const OpRequest& first = *batch.front();
   const hvd_dtype_t dtype = first.tensors.front().dtype;
   const size_t esize = DtypeSize(dtype);
   const hvd_reduce_op_t op = first.reduce_op;
-  if (op == HVD_ADASUM) return RunAdasumBatch(batch);
-  auto t0 = Clock::now();
-
-  size_t total = 0;
-  size_t ntensors = 0;
-  for (OpRequest* r : batch) {
-    for (const TensorSpec& t : r->tensors) {
-      total += static_cast<size_t>(t.NumElements());
-      ++ntensors;
-    }
-  }
-
-  if (ntensors == 1) {
-    // Unfused: reduce straight in the caller's output buffer.
-    TensorSpec& t = batch.front()->tensors.front();
-    size_t n = static_cast<size_t>(t.NumElements());
-    Prepare(t.output, t.input, n, dtype, first.prescale);
-    HVD_CHECK(transport_->Allreduce(t.output, n, dtype, TransportOp(op)));
-    Finalize(t.output, t.output, n, dtype, op, first.postscale, size_);
-    if (timeline_->enabled()) {
-      timeline_->Span(t.name, "ALLREDUCE", t0, Clock::now(),
-                     "{\"bytes\":" + std::to_string(n * esize) + "}");
-    }
-    return Status::Ok();
-  }
-
-  if (transport_->allreduce_spans(total * esize)) {
-    // The transport reads and writes the outputs where they lie (shared
-    // memory, or the ring over point-to-point): no fusion buffer, no copy
-    // in or out.
-    spans_.clear();
-    for (OpRequest* r : batch) {
-      for (TensorSpec& t : r->tensors) {
-        size_t n = static_cast<size_t>(t.NumElements());
-        Prepare(t.output, t.input, n, dtype, first.prescale);
-        spans_.push_back({t.output, n});
-      }
-    }
-    HVD_CHECK(transport_->AllreduceSpans(spans_.data(), spans_.size(), dtype, TransportOp(op)));
-    for (OpRequest* r : batch) {
-      for (TensorSpec& t : r->tensors) {
-        Finalize(t.output, t.output, static_cast<size_t>(t.NumElements()), dtype, op,
-                 first.postscale, size_);
-      }
-    }
-    if (timeline_->enabled()) {
-      auto t3 = Clock::now();
-      std::string args = "{\"fused_tensors\":" + std::to_string(ntensors) +
-                         ",\"bytes\":" + std::to_string(total * esize) + ",\"in_place\":true}";
-      for (OpRequest* r : batch) {
-        for (const TensorSpec& t : r->tensors) {
-          timeline_->Span(t.name, "ALLREDUCE", t0, t3, args);
-        }
-      }
-    }
-    return Status::Ok();
-  }
-
-  uint8_t* buf = fusion_.Reserve(total * esize);
+  uint8_t* buf = fusion_.Reserve(size.elements * esize);
   if (buf == nullptr) return Error(HVD_ERR_NO_MEMORY, "cannot grow the fusion buffer");
   size_t off = 0;
   for (OpRequest* r : batch) {
@@ -135,7 +147,7 @@ Status Executor::RunHostAllreduceBatch(std::vector<OpRequest*>& batch) {
     }
   }
   auto t1 = Clock::now();
-  HVD_CHECK(transport_->Allreduce(buf, total, dtype, TransportOp(op)));
+  HVD_CHECK(transport_->Allreduce(buf, size.elements, dtype, TransportOp(op)));
   auto t2 = Clock::now();
   off = 0;
   for (OpRequest* r : batch) {
@@ -145,18 +157,7 @@ Status Executor::RunHostAllreduceBatch(std::vector<OpRequest*>& batch) {
       off += n * esize;
     }
   }
-  if (timeline_->enabled()) {
-    auto t3 = Clock::now();
-    std::string args = "{\"fused_tensors\":" + std::to_string(ntensors) +
-                       ",\"bytes\":" + std::to_string(total * esize) + "}";
-    for (OpRequest* r : batch) {
-      for (const TensorSpec& t : r->tensors) {
-        timeline_->Span(t.name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
-        timeline_->Span(t.name, "ALLREDUCE", t1, t2, args);
-        timeline_->Span(t.name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
-      }
-    }
-  }
+  if (timeline_->enabled()) FusedSpans(batch, {t0, t1, t2, Clock::now()}, FusedArgs(size, esize));
   return Status::Ok();
 }
 

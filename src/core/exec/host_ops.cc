@@ -1,3 +1,5 @@
+// The other operations on host tensors: broadcast, allgather, alltoall,
+// reducescatter, barrier, join.
 #include "core/exec/executor.h"
 
 #include <chrono>
@@ -45,48 +47,9 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
       h.output_shape[0] = c.rows;
       break;
     }
-    case OpType::kReducescatter: {
-      const size_t count = static_cast<size_t>(t.NumElements());
-      const size_t row_elems = row / esize;
-      const ScatterRows sr = ReducescatterRows(t.shape[0], n, me, row_elems);
-      const int64_t my_rows = sr.mine, first_row = sr.first;
-      // Scratch for the in-place reduction: the fusion buffer where it is
-      // big enough already, else a pool buffer handed back right after (the
-      // pool keeps it only within its cap), so that one large reducescatter
-      // does not pin an input-sized buffer for the context's life.
-      const size_t scratch_bytes = count * esize;
-      struct Scratch {
-        BufferPool* pool;
-        ByteBuffer b;
-        ~Scratch() {
-          if (b.capacity() > 0) pool->Give(std::move(b));
-        }
-      } scratch{results_.get(), ByteBuffer()};
-      uint8_t* buf = nullptr;
-      if (scratch_bytes <= fusion_.capacity()) {
-        buf = fusion_.Reserve(scratch_bytes);
-      } else {
-        scratch.b = results_->Take(scratch_bytes);
-        if (scratch.b.capacity() >= scratch_bytes) buf = scratch.b.data();
-      }
-      if (buf == nullptr) {
-        return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(scratch_bytes) +
-                                            " bytes of reducescatter scratch");
-      }
-      Prepare(buf, t.input, count, t.dtype, req.prescale);
-      if (transport_->has_reducescatter()) {
-        HVD_CHECK(transport_->Reducescatter(buf, sr.counts.data(), t.dtype, TransportOp(req.reduce_op)));
-      } else {
-        // A version 1 plugin: the whole reduction, of which this rank keeps its rows.
-        HVD_CHECK(transport_->Allreduce(buf, count, t.dtype, TransportOp(req.reduce_op)));
-      }
-      HVD_CHECK(TakeOutput(&h, static_cast<size_t>(my_rows) * row));
-      Finalize(h.output.data(), buf + static_cast<size_t>(first_row) * row,
-               static_cast<size_t>(my_rows) * row_elems, t.dtype, req.reduce_op, req.postscale, n);
-      h.output_shape = t.shape.vec();
-      h.output_shape[0] = my_rows;
+    case OpType::kReducescatter:
+      HVD_CHECK(HostReducescatter(req));
       break;
-    }
     case OpType::kBarrier:
       HVD_CHECK(transport_->Barrier());
       break;
@@ -107,6 +70,56 @@ Status Executor::RunHostOne(OpRequest& req, const Response& resp) {
   if (timeline_->enabled()) {
     timeline_->Span(t.name, OpTypeName(req.type), t0, Clock::now());
   }
+  return Status::Ok();
+}
+
+// Reduced in place in scratch memory, of which this rank keeps its rows.
+Status Executor::HostReducescatter(OpRequest& req) {
+  const int n = size_;
+  Handle& h = *req.handle;
+  TensorSpec& t = req.tensors.front();
+  const size_t esize = DtypeSize(t.dtype);
+  const size_t row = RowBytes(t);
+  const int me = rank_;
+  const size_t count = static_cast<size_t>(t.NumElements());
+  const size_t row_elems = row / esize;
+  const ScatterRows sr = ReducescatterRows(t.shape[0], n, me, row_elems);
+  const int64_t my_rows = sr.mine, first_row = sr.first;
+  // Scratch for the in-place reduction: the fusion buffer where it is
+  // big enough already, else a pool buffer handed back right after (the
+  // pool keeps it only within its cap), so that one large reducescatter
+  // does not pin an input-sized buffer for the context's life.
+  const size_t scratch_bytes = count * esize;
+  struct Scratch {
+    BufferPool* pool;
+    ByteBuffer b;
+    ~Scratch() {
+      if (b.capacity() > 0) pool->Give(std::move(b));
+    }
+  } scratch{results_.get(), ByteBuffer()};
+  uint8_t* buf = nullptr;
+  if (scratch_bytes <= fusion_.capacity()) {
+    buf = fusion_.Reserve(scratch_bytes);
+  } else {
+    scratch.b = results_->Take(scratch_bytes);
+    if (scratch.b.capacity() >= scratch_bytes) buf = scratch.b.data();
+  }
+  if (buf == nullptr) {
+    return Error(HVD_ERR_NO_MEMORY, "cannot allocate " + std::to_string(scratch_bytes) +
+                                        " bytes of reducescatter scratch");
+  }
+  Prepare(buf, t.input, count, t.dtype, req.prescale);
+  if (transport_->has_reducescatter()) {
+    HVD_CHECK(transport_->Reducescatter(buf, sr.counts.data(), t.dtype, TransportOp(req.reduce_op)));
+  } else {
+    // A version 1 plugin: the whole reduction, of which this rank keeps its rows.
+    HVD_CHECK(transport_->Allreduce(buf, count, t.dtype, TransportOp(req.reduce_op)));
+  }
+  HVD_CHECK(TakeOutput(&h, static_cast<size_t>(my_rows) * row));
+  Finalize(h.output.data(), buf + static_cast<size_t>(first_row) * row,
+           static_cast<size_t>(my_rows) * row_elems, t.dtype, req.reduce_op, req.postscale, n);
+  h.output_shape = t.shape.vec();
+  h.output_shape[0] = my_rows;
   return Status::Ok();
 }
 

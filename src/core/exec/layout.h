@@ -1,3 +1,6 @@
+// Where a collective's bytes go: the counts of results the handles own,
+// tensor sizes, staging alignment, device buffer descriptors;
+// executor-internal.
 #pragma once
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The pre- and post-scaling of reductions (AVERAGE, scale factors), on
+// host buffers and as the CUDA kernels' scalings; executor-internal.
 #pragma once
 
 #include <cstring>
@@ -66,6 +68,25 @@ inline hvd_cuda_scale_t Prescale(hvd_dtype_t dtype, double prescale) {
   how.dtype = dtype;
   how.divisor = 1;
   how.scale = prescale;
+  return how;
+}
+
+// How a device reduction is scaled. AVERAGE of a floating type with no
+// postscale goes to the transport as it is (NCCL's ncclAvg) when it
+// averages; otherwise the sum, scaled after.
+struct DeviceScaling {
+  hvd_reduce_op_t op;     // what the transport reduces with
+  hvd_cuda_scale_t pre;   // before, into the buffer reduced
+  hvd_cuda_scale_t post;  // after, into the result
+};
+inline DeviceScaling DeviceScalingOf(hvd_dtype_t dtype, hvd_reduce_op_t op, double prescale,
+                                     double postscale, int size, bool device_average) {
+  const bool native_average =
+      op == HVD_AVERAGE && IsFloatingDtype(dtype) && postscale == 1.0 && device_average;
+  DeviceScaling how;
+  how.op = native_average ? HVD_AVERAGE : TransportOp(op);
+  how.pre = Prescale(dtype, prescale);
+  how.post = native_average ? Prescale(dtype, 1.0) : FinishScale(dtype, op, postscale, size);
   return how;
 }
 

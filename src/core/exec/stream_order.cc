@@ -1,3 +1,5 @@
+// Stream-ordered completion: handles' fences, waits between the streams
+// of successive device runs, and the host waiting for streams.
 #include "core/exec/executor.h"
 
 #include <memory>
