@@ -1,19 +1,15 @@
+// Bootstrap's transports: the host transport chosen and opened over the
+// rendezvous and topology (rendezvous.cc, topology.cc), and the device-only
+// transport beside it, for the context and for its process sets.
 #include "core/bootstrap/bootstrap.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cstring>
-#include <sstream>
-#include <thread>
-#include <unordered_map>
 
 #include "common/kernels.h"
 #include "common/netif.h"
 #include "core/observability/start_report.h"
 
 namespace hvd {
-
-using Clock = std::chrono::steady_clock;
 
 namespace {
 // The transport's connection limit in an elastic epoch (see Run).

@@ -1,3 +1,5 @@
+// Rendezvous: finding the job's store (hosting it where this rank is to)
+// and joining it under this context's key prefix.
 #include "core/bootstrap/bootstrap.h"
 
 #include <cstdio>

@@ -1,3 +1,5 @@
+// Topology: every rank's host name through the store, local and cross
+// ranks from them, and the ranks that never join, named alike on every rank.
 #include "core/bootstrap/bootstrap.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// The response cache: negotiated requests by key, in slots that are the
+// same on every rank, so a cached request is named by its slot's byte.
 #pragma once
 
 #include <cstdint>
