@@ -68,29 +68,6 @@ inline T WrapMul(T a, T b) {
                                        static_cast<W>(static_cast<U>(b))));
 }
 
-template <typename T>
-void ReduceInt(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
-  T* d = static_cast<T*>(dst);
-  const T* s = static_cast<const T*>(src);
-  switch (op) {
-    case HVD_SUM:
-    case HVD_AVERAGE:
-      Combine(d, s, n, [](T a, T b) { return WrapAdd(a, b); });
-      break;
-    case HVD_MIN:
-      Combine(d, s, n, [](T a, T b) { return b < a ? b : a; });
-      break;
-    case HVD_MAX:
-      Combine(d, s, n, [](T a, T b) { return b > a ? b : a; });
-      break;
-    case HVD_PRODUCT:
-      Combine(d, s, n, [](T a, T b) { return WrapMul(a, b); });
-      break;
-    case HVD_ADASUM:  // not element-wise: the core runs it (algorithms/adasum.h)
-      break;
-  }
-}
-
 // MIN/MAX propagate NaN: if either operand is NaN the result is NaN.
 template <typename T>
 inline T FMin(T a, T b) {
@@ -101,23 +78,40 @@ inline T FMax(T a, T b) {
   return (b > a || b != b) ? b : a;
 }
 
+// The element operations of integers (wrapping) and of floating types.
 template <typename T>
-void ReduceFloat(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
+struct IntOps {
+  static T Sum(T a, T b) { return WrapAdd(a, b); }
+  static T Min(T a, T b) { return b < a ? b : a; }
+  static T Max(T a, T b) { return b > a ? b : a; }
+  static T Product(T a, T b) { return WrapMul(a, b); }
+};
+template <typename T>
+struct FloatOps {
+  static T Sum(T a, T b) { return a + b; }
+  static T Min(T a, T b) { return FMin(a, b); }
+  static T Max(T a, T b) { return FMax(a, b); }
+  static T Product(T a, T b) { return a * b; }
+};
+
+// dst[i] = dst[i] (op) src[i] with the operations of Ops<T>.
+template <typename T, template <typename> class Ops>
+void Reduce(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
   switch (op) {
     case HVD_SUM:
     case HVD_AVERAGE:
-      Combine(d, s, n, [](T a, T b) { return a + b; });
+      Combine(d, s, n, [](T a, T b) { return Ops<T>::Sum(a, b); });
       break;
     case HVD_MIN:
-      Combine(d, s, n, [](T a, T b) { return FMin(a, b); });
+      Combine(d, s, n, [](T a, T b) { return Ops<T>::Min(a, b); });
       break;
     case HVD_MAX:
-      Combine(d, s, n, [](T a, T b) { return FMax(a, b); });
+      Combine(d, s, n, [](T a, T b) { return Ops<T>::Max(a, b); });
       break;
     case HVD_PRODUCT:
-      Combine(d, s, n, [](T a, T b) { return a * b; });
+      Combine(d, s, n, [](T a, T b) { return Ops<T>::Product(a, b); });
       break;
     case HVD_ADASUM:  // not element-wise: the core runs it (algorithms/adasum.h)
       break;
@@ -213,13 +207,13 @@ void ReduceNarrow(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
   for (; base + kNarrowChunk <= n; base += kNarrowChunk) {
     for (size_t i = 0; i < kNarrowChunk; ++i) a[i] = ToF(d[base + i]);
     for (size_t i = 0; i < kNarrowChunk; ++i) b[i] = ToF(s[base + i]);
-    ReduceFloat<float>(a, b, kNarrowChunk, op);
+    Reduce<float, FloatOps>(a, b, kNarrowChunk, op);
     for (size_t i = 0; i < kNarrowChunk; ++i) d[base + i] = FromF(a[i]);
   }
   const size_t m = n - base;
   for (size_t i = 0; i < m; ++i) a[i] = ToF(d[base + i]);
   for (size_t i = 0; i < m; ++i) b[i] = ToF(s[base + i]);
-  ReduceFloat<float>(a, b, m, op);
+  Reduce<float, FloatOps>(a, b, m, op);
   for (size_t i = 0; i < m; ++i) d[base + i] = FromF(a[i]);
 }
 
@@ -421,9 +415,9 @@ void ReduceInto(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd
     return;
   }
   switch (dtype) {
-#define HVD_REDUCE_INT(d, T, name)     \
-  case d:                              \
-    ReduceInt<T>(dst, src, count, op); \
+#define HVD_REDUCE_INT(d, T, name)          \
+  case d:                                   \
+    Reduce<T, IntOps>(dst, src, count, op); \
     break;
     HVD_INTEGER_DTYPES(HVD_REDUCE_INT)
 #undef HVD_REDUCE_INT
@@ -431,8 +425,8 @@ void ReduceInto(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd
     case HVD_BFLOAT16:
       ReduceNarrow<BFloat16ToFloatImpl, FloatToBFloat16Impl>(dst, src, count, op);
       break;
-    case HVD_FLOAT32: ReduceFloat<float>(dst, src, count, op); break;
-    case HVD_FLOAT64: ReduceFloat<double>(dst, src, count, op); break;
+    case HVD_FLOAT32: Reduce<float, FloatOps>(dst, src, count, op); break;
+    case HVD_FLOAT64: Reduce<double, FloatOps>(dst, src, count, op); break;
     case HVD_BOOL: ReduceBool(dst, src, count, op); break;
   }
 }

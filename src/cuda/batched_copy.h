@@ -113,7 +113,9 @@ HVD_HD_INLINE bool IsFloatDtype(int32_t dtype) { return dtypes::IsFloating(dtype
 HVD_HD_INLINE uint32_t BitsOf(float f) { return __float_as_uint(f); }
 HVD_HD_INLINE float FloatOf(uint32_t u) { return __uint_as_float(u); }
 HVD_HD_INLINE uint64_t BitsOf(double d) { return static_cast<uint64_t>(__double_as_longlong(d)); }
-HVD_HD_INLINE double DoubleOf(uint64_t u) { return __longlong_as_double(static_cast<long long>(u)); }
+HVD_HD_INLINE double DoubleOf(uint64_t u) {
+  return __longlong_as_double(static_cast<long long>(u));
+}
 HVD_HD_INLINE float MulRn(float a, float b) { return __fmul_rn(a, b); }
 HVD_HD_INLINE float AddRn(float a, float b) { return __fadd_rn(a, b); }
 HVD_HD_INLINE double MulRn(double a, double b) { return __dmul_rn(a, b); }
@@ -212,7 +214,8 @@ template <typename T>
 struct IntTraits {
   using Unsigned = typename std::make_unsigned<T>::type;
   static constexpr bool kSigned = static_cast<T>(-1) < static_cast<T>(0);
-  static constexpr T kMax = static_cast<T>(static_cast<Unsigned>(~Unsigned(0)) >> (kSigned ? 1 : 0));
+  static constexpr T kMax =
+      static_cast<T>(static_cast<Unsigned>(~Unsigned(0)) >> (kSigned ? 1 : 0));
   static constexpr T kMin = kSigned ? static_cast<T>(-kMax - 1) : static_cast<T>(0);
 };
 
@@ -398,21 +401,11 @@ HVD_HD_INLINE void CopyBytesAs(const unsigned char* s, unsigned char* d, uint64_
 HVD_HD_INLINE void CopyBytes(const unsigned char* s, unsigned char* d, uint64_t len,
                              unsigned thread, unsigned threads) {
   switch (CopyWidth(s, d)) {
-    case 16:
-      CopyBytesAs<16>(s, d, len, thread, threads);
-      break;
-    case 8:
-      CopyBytesAs<8>(s, d, len, thread, threads);
-      break;
-    case 4:
-      CopyBytesAs<4>(s, d, len, thread, threads);
-      break;
-    case 2:
-      CopyBytesAs<2>(s, d, len, thread, threads);
-      break;
-    default:
-      CopyBytesAs<1>(s, d, len, thread, threads);
-      break;
+    case 16: return CopyBytesAs<16>(s, d, len, thread, threads);
+    case 8: return CopyBytesAs<8>(s, d, len, thread, threads);
+    case 4: return CopyBytesAs<4>(s, d, len, thread, threads);
+    case 2: return CopyBytesAs<2>(s, d, len, thread, threads);
+    default: return CopyBytesAs<1>(s, d, len, thread, threads);
   }
 }
 
