@@ -20,6 +20,8 @@
 //  - dst and src may be the same pointer but must not partially overlap.
 #include "common/kernels.h"
 
+#include "common/dtypes.h"
+
 #include <cmath>
 #include <cstring>
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -66,29 +68,6 @@ inline T WrapMul(T a, T b) {
                                        static_cast<W>(static_cast<U>(b))));
 }
 
-template <typename T>
-void ReduceInt(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
-  T* d = static_cast<T*>(dst);
-  const T* s = static_cast<const T*>(src);
-  switch (op) {
-    case HVD_SUM:
-    case HVD_AVERAGE:
-      Combine(d, s, n, [](T a, T b) { return WrapAdd(a, b); });
-      break;
-    case HVD_MIN:
-      Combine(d, s, n, [](T a, T b) { return b < a ? b : a; });
-      break;
-    case HVD_MAX:
-      Combine(d, s, n, [](T a, T b) { return b > a ? b : a; });
-      break;
-    case HVD_PRODUCT:
-      Combine(d, s, n, [](T a, T b) { return WrapMul(a, b); });
-      break;
-    case HVD_ADASUM:  // not element-wise: the core runs it (algorithms/adasum.h)
-      break;
-  }
-}
-
 // MIN/MAX propagate NaN: if either operand is NaN the result is NaN.
 template <typename T>
 inline T FMin(T a, T b) {
@@ -99,23 +78,40 @@ inline T FMax(T a, T b) {
   return (b > a || b != b) ? b : a;
 }
 
+// The element operations of integers (wrapping) and of floating types.
 template <typename T>
-void ReduceFloat(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
+struct IntOps {
+  static T Sum(T a, T b) { return WrapAdd(a, b); }
+  static T Min(T a, T b) { return b < a ? b : a; }
+  static T Max(T a, T b) { return b > a ? b : a; }
+  static T Product(T a, T b) { return WrapMul(a, b); }
+};
+template <typename T>
+struct FloatOps {
+  static T Sum(T a, T b) { return a + b; }
+  static T Min(T a, T b) { return FMin(a, b); }
+  static T Max(T a, T b) { return FMax(a, b); }
+  static T Product(T a, T b) { return a * b; }
+};
+
+// dst[i] = dst[i] (op) src[i] with the operations of Ops<T>.
+template <typename T, template <typename> class Ops>
+void Reduce(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
   T* d = static_cast<T*>(dst);
   const T* s = static_cast<const T*>(src);
   switch (op) {
     case HVD_SUM:
     case HVD_AVERAGE:
-      Combine(d, s, n, [](T a, T b) { return a + b; });
+      Combine(d, s, n, [](T a, T b) { return Ops<T>::Sum(a, b); });
       break;
     case HVD_MIN:
-      Combine(d, s, n, [](T a, T b) { return FMin(a, b); });
+      Combine(d, s, n, [](T a, T b) { return Ops<T>::Min(a, b); });
       break;
     case HVD_MAX:
-      Combine(d, s, n, [](T a, T b) { return FMax(a, b); });
+      Combine(d, s, n, [](T a, T b) { return Ops<T>::Max(a, b); });
       break;
     case HVD_PRODUCT:
-      Combine(d, s, n, [](T a, T b) { return a * b; });
+      Combine(d, s, n, [](T a, T b) { return Ops<T>::Product(a, b); });
       break;
     case HVD_ADASUM:  // not element-wise: the core runs it (algorithms/adasum.h)
       break;
@@ -211,13 +207,13 @@ void ReduceNarrow(void* dst, const void* src, size_t n, hvd_reduce_op_t op) {
   for (; base + kNarrowChunk <= n; base += kNarrowChunk) {
     for (size_t i = 0; i < kNarrowChunk; ++i) a[i] = ToF(d[base + i]);
     for (size_t i = 0; i < kNarrowChunk; ++i) b[i] = ToF(s[base + i]);
-    ReduceFloat<float>(a, b, kNarrowChunk, op);
+    Reduce<float, FloatOps>(a, b, kNarrowChunk, op);
     for (size_t i = 0; i < kNarrowChunk; ++i) d[base + i] = FromF(a[i]);
   }
   const size_t m = n - base;
   for (size_t i = 0; i < m; ++i) a[i] = ToF(d[base + i]);
   for (size_t i = 0; i < m; ++i) b[i] = ToF(s[base + i]);
-  ReduceFloat<float>(a, b, m, op);
+  Reduce<float, FloatOps>(a, b, m, op);
   for (size_t i = 0; i < m; ++i) d[base + i] = FromF(a[i]);
 }
 
@@ -351,24 +347,12 @@ void ScaleNarrowCopy(uint16_t* d, const uint16_t* s, size_t n, double factor) {
 
 void ScaleDispatch(void* dst, const void* src, size_t count, hvd_dtype_t dtype, double f) {
   switch (dtype) {
-    case HVD_UINT8:
-      ScaleIntCopy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, f);
-      break;
-    case HVD_INT8:
-      ScaleIntCopy(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, f);
-      break;
-    case HVD_UINT16:
-      ScaleIntCopy(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, f);
-      break;
-    case HVD_INT16:
-      ScaleIntCopy(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count, f);
-      break;
-    case HVD_INT32:
-      ScaleIntCopy(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, f);
-      break;
-    case HVD_INT64:
-      ScaleIntCopy(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, f);
-      break;
+#define HVD_SCALE_INT(d, T, name)                                             \
+  case d:                                                                     \
+    ScaleIntCopy(static_cast<T*>(dst), static_cast<const T*>(src), count, f); \
+    break;
+    HVD_INTEGER_DTYPES(HVD_SCALE_INT)
+#undef HVD_SCALE_INT
     case HVD_FLOAT16:
       ScaleNarrowCopy<HalfToFloatImpl, FloatToHalfImpl>(static_cast<uint16_t*>(dst),
                                                 static_cast<const uint16_t*>(src), count, f);
@@ -431,18 +415,18 @@ void ReduceInto(void* dst, const void* src, size_t count, hvd_dtype_t dtype, hvd
     return;
   }
   switch (dtype) {
-    case HVD_UINT8: ReduceInt<uint8_t>(dst, src, count, op); break;
-    case HVD_INT8: ReduceInt<int8_t>(dst, src, count, op); break;
-    case HVD_UINT16: ReduceInt<uint16_t>(dst, src, count, op); break;
-    case HVD_INT16: ReduceInt<int16_t>(dst, src, count, op); break;
-    case HVD_INT32: ReduceInt<int32_t>(dst, src, count, op); break;
-    case HVD_INT64: ReduceInt<int64_t>(dst, src, count, op); break;
+#define HVD_REDUCE_INT(d, T, name)          \
+  case d:                                   \
+    Reduce<T, IntOps>(dst, src, count, op); \
+    break;
+    HVD_INTEGER_DTYPES(HVD_REDUCE_INT)
+#undef HVD_REDUCE_INT
     case HVD_FLOAT16: ReduceHalf(dst, src, count, op); break;
     case HVD_BFLOAT16:
       ReduceNarrow<BFloat16ToFloatImpl, FloatToBFloat16Impl>(dst, src, count, op);
       break;
-    case HVD_FLOAT32: ReduceFloat<float>(dst, src, count, op); break;
-    case HVD_FLOAT64: ReduceFloat<double>(dst, src, count, op); break;
+    case HVD_FLOAT32: Reduce<float, FloatOps>(dst, src, count, op); break;
+    case HVD_FLOAT64: Reduce<double, FloatOps>(dst, src, count, op); break;
     case HVD_BOOL: ReduceBool(dst, src, count, op); break;
   }
 }
@@ -477,12 +461,12 @@ void DivideInPlace(void* buf, size_t count, hvd_dtype_t dtype, int64_t divisor) 
   }
   if (divisor == 0) return;  // undefined; leave the data alone
   switch (dtype) {
-    case HVD_UINT8: DivideInt(static_cast<uint8_t*>(buf), count, divisor); break;
-    case HVD_INT8: DivideInt(static_cast<int8_t*>(buf), count, divisor); break;
-    case HVD_UINT16: DivideInt(static_cast<uint16_t*>(buf), count, divisor); break;
-    case HVD_INT16: DivideInt(static_cast<int16_t*>(buf), count, divisor); break;
-    case HVD_INT32: DivideInt(static_cast<int32_t*>(buf), count, divisor); break;
-    case HVD_INT64: DivideInt(static_cast<int64_t*>(buf), count, divisor); break;
+#define HVD_DIVIDE_INT(d, T, name)                   \
+  case d:                                            \
+    DivideInt(static_cast<T*>(buf), count, divisor); \
+    break;
+    HVD_INTEGER_DTYPES(HVD_DIVIDE_INT)
+#undef HVD_DIVIDE_INT
     default: break;
   }
 }
@@ -490,48 +474,19 @@ void DivideInPlace(void* buf, size_t count, hvd_dtype_t dtype, int64_t divisor) 
 // ---------------------------------------------------------------------------
 // Dtype helpers.
 
-size_t DtypeSize(int dtype) {
-  switch (dtype) {
-    case HVD_UINT8:
-    case HVD_INT8:
-    case HVD_BOOL:
-      return 1;
-    case HVD_UINT16:
-    case HVD_INT16:
-    case HVD_FLOAT16:
-    case HVD_BFLOAT16:
-      return 2;
-    case HVD_INT32:
-    case HVD_FLOAT32:
-      return 4;
-    case HVD_INT64:
-    case HVD_FLOAT64:
-      return 8;
-    default:
-      return 0;
-  }
-}
+size_t DtypeSize(int dtype) { return dtypes::Bytes(dtype); }
 
 bool IsValidDtype(int dtype) { return DtypeSize(dtype) != 0; }
 
-bool IsFloatingDtype(hvd_dtype_t dtype) {
-  return dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16 || dtype == HVD_FLOAT32 ||
-         dtype == HVD_FLOAT64;
-}
+bool IsFloatingDtype(hvd_dtype_t dtype) { return dtypes::IsFloating(dtype); }
 
 const char* DtypeName(int dtype) {
   switch (dtype) {
-    case HVD_UINT8: return "uint8";
-    case HVD_INT8: return "int8";
-    case HVD_UINT16: return "uint16";
-    case HVD_INT16: return "int16";
-    case HVD_INT32: return "int32";
-    case HVD_INT64: return "int64";
-    case HVD_FLOAT16: return "float16";
-    case HVD_BFLOAT16: return "bfloat16";
-    case HVD_FLOAT32: return "float32";
-    case HVD_FLOAT64: return "float64";
-    case HVD_BOOL: return "bool";
+#define HVD_DTYPE_NAME(d, T, name) \
+  case d:                          \
+    return name;
+    HVD_DTYPES(HVD_DTYPE_NAME)
+#undef HVD_DTYPE_NAME
     default: return "unknown";
   }
 }

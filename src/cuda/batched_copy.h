@@ -36,6 +36,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
+#include "common/dtypes.h"
 #include "cuda/cuda_kernels.h"
 #include "hvd.h"
 
@@ -97,107 +100,41 @@ struct LaunchParams {
 static_assert(sizeof(LaunchParams) <= 4096, "LaunchParams must fit the 4 KiB parameter space");
 static_assert(kChunkBytes % (16 * kThreadsPerBlock) == 0, "a chunk is whole 16-byte rows");
 
-HVD_HD_INLINE uint32_t ElementSize(int32_t dtype) {
-  switch (dtype) {
-    case HVD_UINT8:
-    case HVD_INT8:
-    case HVD_BOOL:
-      return 1;
-    case HVD_UINT16:
-    case HVD_INT16:
-    case HVD_FLOAT16:
-    case HVD_BFLOAT16:
-      return 2;
-    case HVD_INT32:
-    case HVD_FLOAT32:
-      return 4;
-    case HVD_INT64:
-    case HVD_FLOAT64:
-      return 8;
-    default:
-      return 0;
-  }
-}
-
-HVD_HD_INLINE bool IsFloatDtype(int32_t dtype) {
-  return dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16 || dtype == HVD_FLOAT32 ||
-         dtype == HVD_FLOAT64;
-}
+// The element size and kind (common/dtypes.h, shared with the host path).
+HVD_HD_INLINE uint32_t ElementSize(int32_t dtype) { return dtypes::Bytes(dtype); }
+HVD_HD_INLINE bool IsFloatDtype(int32_t dtype) { return dtypes::IsFloating(dtype); }
 
 // ---- bit casts and explicitly rounded arithmetic ----------------------------
 
-HVD_HD_INLINE uint32_t BitsOf(float f) {
+// The device's reinterpreting and explicitly rounded intrinsics; on the
+// host, memcpy and one IEEE operation, rounded to nearest even, never fused
+// with another (the host build is standard C++ without -ffp-contract=fast).
 #if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  union {
-    float f;
-    uint32_t u;
-  } v;
-  v.f = f;
-  return v.u;
-#endif
-}
-HVD_HD_INLINE float FloatOf(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  union {
-    uint32_t u;
-    float f;
-  } v;
-  v.u = u;
-  return v.f;
-#endif
-}
-HVD_HD_INLINE uint64_t BitsOf(double d) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(d));
-#else
-  union {
-    double d;
-    uint64_t u;
-  } v;
-  v.d = d;
-  return v.u;
-#endif
-}
+HVD_HD_INLINE uint32_t BitsOf(float f) { return __float_as_uint(f); }
+HVD_HD_INLINE float FloatOf(uint32_t u) { return __uint_as_float(u); }
+HVD_HD_INLINE uint64_t BitsOf(double d) { return static_cast<uint64_t>(__double_as_longlong(d)); }
 HVD_HD_INLINE double DoubleOf(uint64_t u) {
-#if defined(__CUDA_ARCH__)
   return __longlong_as_double(static_cast<long long>(u));
-#else
-  union {
-    uint64_t u;
-    double d;
-  } v;
-  v.u = u;
-  return v.d;
-#endif
 }
-
-// One IEEE operation, rounded to nearest even, never fused with another.
-// (The host build is standard C++ without -ffp-contract=fast.)
-HVD_HD_INLINE float MulRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
+HVD_HD_INLINE float MulRn(float a, float b) { return __fmul_rn(a, b); }
+HVD_HD_INLINE float AddRn(float a, float b) { return __fadd_rn(a, b); }
+HVD_HD_INLINE double MulRn(double a, double b) { return __dmul_rn(a, b); }
 #else
-  return a * b;
-#endif
+template <typename To, typename From>
+HVD_HD_INLINE To BitCast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+  To t;
+  memcpy(&t, &v, sizeof(t));
+  return t;
 }
-HVD_HD_INLINE float AddRn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
+HVD_HD_INLINE uint32_t BitsOf(float f) { return BitCast<uint32_t>(f); }
+HVD_HD_INLINE float FloatOf(uint32_t u) { return BitCast<float>(u); }
+HVD_HD_INLINE uint64_t BitsOf(double d) { return BitCast<uint64_t>(d); }
+HVD_HD_INLINE double DoubleOf(uint64_t u) { return BitCast<double>(u); }
+HVD_HD_INLINE float MulRn(float a, float b) { return a * b; }
+HVD_HD_INLINE float AddRn(float a, float b) { return a + b; }
+HVD_HD_INLINE double MulRn(double a, double b) { return a * b; }
 #endif
-}
-HVD_HD_INLINE double MulRn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
 
 // x * f with the hosts' NaN rule: a NaN element is returned quieted, else a
 // NaN factor quieted, else the product (the GPU would give its canonical
@@ -272,37 +209,14 @@ HVD_HD_INLINE uint16_t FloatToBFloat16(float f) {
 
 // ---- integers ----------------------------------------------------------------
 
+// The range of integer type T (std::numeric_limits is not device code).
 template <typename T>
-struct IntTraits;
-template <>
-struct IntTraits<uint8_t> {
-  using Unsigned = uint8_t;
-  static constexpr uint8_t kMin = 0, kMax = 0xff;
-};
-template <>
-struct IntTraits<int8_t> {
-  using Unsigned = uint8_t;
-  static constexpr int8_t kMin = -0x7f - 1, kMax = 0x7f;
-};
-template <>
-struct IntTraits<uint16_t> {
-  using Unsigned = uint16_t;
-  static constexpr uint16_t kMin = 0, kMax = 0xffff;
-};
-template <>
-struct IntTraits<int16_t> {
-  using Unsigned = uint16_t;
-  static constexpr int16_t kMin = -0x7fff - 1, kMax = 0x7fff;
-};
-template <>
-struct IntTraits<int32_t> {
-  using Unsigned = uint32_t;
-  static constexpr int32_t kMin = -0x7fffffff - 1, kMax = 0x7fffffff;
-};
-template <>
-struct IntTraits<int64_t> {
-  using Unsigned = uint64_t;
-  static constexpr int64_t kMin = -0x7fffffffffffffffll - 1, kMax = 0x7fffffffffffffffll;
+struct IntTraits {
+  using Unsigned = typename std::make_unsigned<T>::type;
+  static constexpr bool kSigned = static_cast<T>(-1) < static_cast<T>(0);
+  static constexpr T kMax =
+      static_cast<T>(static_cast<Unsigned>(~Unsigned(0)) >> (kSigned ? 1 : 0));
+  static constexpr T kMin = kSigned ? static_cast<T>(-kMax - 1) : static_cast<T>(0);
 };
 
 // double -> T: truncation toward zero, saturated to T's range, NaN -> 0.
@@ -408,26 +322,11 @@ struct CopyOp {};
 template <unsigned W>
 struct Unit;
 #if defined(__CUDA_ARCH__)
-template <>
-struct Unit<16> {
-  using Type = uint4;
-};
-template <>
-struct Unit<8> {
-  using Type = uint2;
-};
-template <>
-struct Unit<4> {
-  using Type = uint32_t;
-};
-template <>
-struct Unit<2> {
-  using Type = uint16_t;
-};
-template <>
-struct Unit<1> {
-  using Type = uint8_t;
-};
+template <> struct Unit<16> { using Type = uint4; };
+template <> struct Unit<8> { using Type = uint2; };
+template <> struct Unit<4> { using Type = uint32_t; };
+template <> struct Unit<2> { using Type = uint16_t; };
+template <> struct Unit<1> { using Type = uint8_t; };
 #else
 template <unsigned W>
 struct Unit {
@@ -502,21 +401,11 @@ HVD_HD_INLINE void CopyBytesAs(const unsigned char* s, unsigned char* d, uint64_
 HVD_HD_INLINE void CopyBytes(const unsigned char* s, unsigned char* d, uint64_t len,
                              unsigned thread, unsigned threads) {
   switch (CopyWidth(s, d)) {
-    case 16:
-      CopyBytesAs<16>(s, d, len, thread, threads);
-      break;
-    case 8:
-      CopyBytesAs<8>(s, d, len, thread, threads);
-      break;
-    case 4:
-      CopyBytesAs<4>(s, d, len, thread, threads);
-      break;
-    case 2:
-      CopyBytesAs<2>(s, d, len, thread, threads);
-      break;
-    default:
-      CopyBytesAs<1>(s, d, len, thread, threads);
-      break;
+    case 16: return CopyBytesAs<16>(s, d, len, thread, threads);
+    case 8: return CopyBytesAs<8>(s, d, len, thread, threads);
+    case 4: return CopyBytesAs<4>(s, d, len, thread, threads);
+    case 2: return CopyBytesAs<2>(s, d, len, thread, threads);
+    default: return CopyBytesAs<1>(s, d, len, thread, threads);
   }
 }
 

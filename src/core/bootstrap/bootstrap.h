@@ -53,7 +53,12 @@ class Bootstrap {
   TransportOptions DeviceOptions(const Transport& host, const std::vector<int>& members) const;
   void SetTopology(hvd_transport_env_v1_t* env) const;  // rank, size, local, cross from *cfg_
   std::string ChooseTransport() const;
+  // Rendezvous: finds (or hosts) the store, then joins it.
   Status Rendezvous();
+  Status StoreFromCallback(std::string* host, int* port, std::string* secret);
+  Status StoreFromAddress(std::string* host, int* port, std::string* secret);
+  std::string UnauthenticatedBind(const std::string& host, int port) const;
+  Status JoinStore(const std::string& host, int port, const std::string& secret);
   Status ResolveLocalTopology();
   bool ParseMissingMark(const rdv::Bytes& value, std::vector<int>* missing) const;
   std::vector<int> MissingRanks(int r);

@@ -41,6 +41,20 @@ void* OpenLibrary(const std::string& name, std::string* tried) {
 
 }  // namespace
 
+OpenedLibrary& OpenedLibrary::operator=(OpenedLibrary&& other) noexcept {
+  if (this != &other) {
+    if (dl_ != nullptr) dlclose(dl_);
+    dl_ = other.dl_;
+    name_ = std::move(other.name_);
+    other.dl_ = nullptr;
+  }
+  return *this;
+}
+
+OpenedLibrary::~OpenedLibrary() {
+  if (dl_ != nullptr) dlclose(dl_);
+}
+
 struct CudaRuntime::Fns {
   cudaError (*get_device_count)(int*) = nullptr;
   cudaError (*set_device)(int) = nullptr;
@@ -73,11 +87,10 @@ Result<std::unique_ptr<CudaRuntime>> CudaRuntime::Load() {
   for (const std::string& n : names) {
     void* dl = OpenLibrary(n, &tried);
     if (dl == nullptr) continue;
-    rt->dl_ = dl;
-    rt->library_ = n;
+    rt->lib_ = OpenedLibrary(dl, n);
     break;
   }
-  if (rt->dl_ == nullptr) {
+  if (rt->lib_.handle() == nullptr) {
     return Error(HVD_ERR_UNSUPPORTED,
                  "no CUDA runtime could be loaded (" + tried +
                      (env != nullptr && env[0] != '\0' ? "; set by HVD_CUDA_RUNTIME" : "") + ")");
@@ -86,7 +99,7 @@ Result<std::unique_ptr<CudaRuntime>> CudaRuntime::Load() {
   Fns& f = *rt->fn_;
   std::string missing;
   auto sym = [&](auto& fp, const char* name) {
-    void* p = dlsym(rt->dl_, name);
+    void* p = dlsym(rt->lib_.handle(), name);
     if (p == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(name);
     fp = reinterpret_cast<std::remove_reference_t<decltype(fp)>>(p);
   };
@@ -107,7 +120,7 @@ Result<std::unique_ptr<CudaRuntime>> CudaRuntime::Load() {
   sym(f.free, "cudaFree");
   sym(f.get_error_string, "cudaGetErrorString");
   if (!missing.empty()) {
-    return Error(HVD_ERR_UNSUPPORTED, "no CUDA runtime could be loaded (" + rt->library_ +
+    return Error(HVD_ERR_UNSUPPORTED, "no CUDA runtime could be loaded (" + rt->lib_.name() +
                                           " lacks " + missing + ")");
   }
   int count = 0;
@@ -117,15 +130,13 @@ Result<std::unique_ptr<CudaRuntime>> CudaRuntime::Load() {
                                               f.get_error_string(e)
                                         : "cudaGetDeviceCount found 0 devices";
     return Error(HVD_ERR_UNSUPPORTED,
-                 "this host has no CUDA device (" + why + "; runtime " + rt->library_ + ")");
+                 "this host has no CUDA device (" + why + "; runtime " + rt->lib_.name() + ")");
   }
   rt->devices_ = count;
   return rt;
 }
 
-CudaRuntime::~CudaRuntime() {
-  if (dl_ != nullptr) dlclose(dl_);
-}
+CudaRuntime::~CudaRuntime() = default;  // here, where Fns is complete
 
 Status CudaRuntime::Check(int err, const char* what) const {
   if (err == kCudaSuccess) return Status::Ok();
@@ -293,18 +304,13 @@ Result<std::unique_ptr<CudaKernels>> CudaKernels::Load() {
       dlclose(dl);
       continue;
     }
-    k->dl_ = dl;
-    k->library_ = n;
+    k->lib_ = OpenedLibrary(dl, n);
     k->table_ = t;
     return k;
   }
   return Error(HVD_ERR_UNSUPPORTED,
                "hvd's CUDA kernels could not be loaded (" + tried +
                    (forced ? "; set by HVD_CUDA_KERNELS" : "; build hvd with the CUDA toolkit") + ")");
-}
-
-CudaKernels::~CudaKernels() {
-  if (dl_ != nullptr) dlclose(dl_);
 }
 
 Status CudaKernels::ScaleCopy(const hvd_cuda_copy_t* copies, size_t n, const hvd_cuda_scale_t& how,

@@ -20,6 +20,23 @@
 
 namespace hvd {
 
+// A library opened with dlopen and the name it was opened by; closed when
+// this goes (move-only).
+class OpenedLibrary {
+ public:
+  OpenedLibrary() = default;
+  OpenedLibrary(void* dl, std::string name) : dl_(dl), name_(std::move(name)) {}
+  OpenedLibrary(OpenedLibrary&& other) noexcept { *this = std::move(other); }
+  OpenedLibrary& operator=(OpenedLibrary&& other) noexcept;
+  ~OpenedLibrary();
+  void* handle() const { return dl_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void* dl_ = nullptr;
+  std::string name_;
+};
+
 class CudaRuntime {
  public:
   // Loads the runtime and counts the devices. Fails with
@@ -28,10 +45,8 @@ class CudaRuntime {
   // answer>)".
   static Result<std::unique_ptr<CudaRuntime>> Load();
   ~CudaRuntime();
-  CudaRuntime(const CudaRuntime&) = delete;
-  CudaRuntime& operator=(const CudaRuntime&) = delete;
 
-  const std::string& library() const { return library_; }  // what was loaded
+  const std::string& library() const { return lib_.name(); }  // what was loaded
   int device_count() const { return devices_; }
 
   // Every call below returns CUDA's failure as HVD_ERR_TRANSPORT:
@@ -70,8 +85,7 @@ class CudaRuntime {
   CudaRuntime() = default;
   Status Check(int err, const char* what) const;
 
-  void* dl_ = nullptr;
-  std::string library_;
+  OpenedLibrary lib_;
   int devices_ = 0;
   struct Fns;
   std::unique_ptr<Fns> fn_;
@@ -86,18 +100,14 @@ class CudaRuntime {
 class CudaKernels {
  public:
   static Result<std::unique_ptr<CudaKernels>> Load();
-  ~CudaKernels();
-  CudaKernels(const CudaKernels&) = delete;
-  CudaKernels& operator=(const CudaKernels&) = delete;
-  const std::string& library() const { return library_; }
+  const std::string& library() const { return lib_.name(); }
   // n copies of one dtype and scaling on `stream` of the current device.
   Status ScaleCopy(const hvd_cuda_copy_t* copies, size_t n, const hvd_cuda_scale_t& how,
                    void* stream) const;
 
  private:
   CudaKernels() = default;
-  void* dl_ = nullptr;
-  std::string library_;
+  OpenedLibrary lib_;
   const hvd_cuda_kernels_v1_t* table_ = nullptr;
 };
 

@@ -5,8 +5,10 @@
 // buffer, the spans of an in-place fused batch, the pool results come from.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -75,9 +77,27 @@ class Executor {
 
  private:
   Status TakeOutput(Handle* h, size_t bytes);
+  // A batch's size: elements over all its tensors, and tensors.
+  struct BatchSize {
+    size_t elements = 0;
+    size_t tensors = 0;
+  };
+  static BatchSize SizeOf(const std::vector<OpRequest*>& batch);
+  // A fused batch's timeline arguments; `extra`: more fields, each after a comma.
+  static std::string FusedArgs(BatchSize size, size_t esize, const std::string& extra = "");
+  // The timeline spans of every tensor of a fused batch: the copy in
+  // [t[0], t[1]), the collective [t[1], t[2]), the copy out [t[2], t[3]).
+  void FusedSpans(const std::vector<OpRequest*>& batch, const std::array<Clock::time_point, 4>& t,
+                  const std::string& args) const;
+
+  // Host memory (host_allreduce.cc, host_ops.cc).
   Status RunAdasumBatch(std::vector<OpRequest*>& batch);
   Status RunHostAllreduceBatch(std::vector<OpRequest*>& batch);
+  Status HostAllreduceOne(std::vector<OpRequest*>& batch, Clock::time_point t0);
+  Status HostAllreduceSpans(std::vector<OpRequest*>& batch, BatchSize size, Clock::time_point t0);
+  Status HostAllreduceFused(std::vector<OpRequest*>& batch, BatchSize size, Clock::time_point t0);
   Status RunHostOne(OpRequest& req, const Response& resp);
+  Status HostReducescatter(OpRequest& req);
 
   // CUDA tensors over a host-memory transport: each device tensor's data
   // is copied into the staging buffer on its stream (the streams are then
@@ -135,6 +155,10 @@ class Executor {
   // result lands in device memory the handle owns (Handle::device_output).
   Status DeviceOwnedResult(OpRequest& req, const Response& resp, Comm& dev,
                            const CudaRuntime& rt);
+  // Its operations; *out_bytes: the result's size.
+  Status DeviceAllgather(OpRequest& req, const Response& resp, Comm& dev, size_t* out_bytes);
+  Status DeviceAlltoall(OpRequest& req, const Response& resp, Comm& dev, size_t* out_bytes);
+  Status DeviceReducescatter(OpRequest& req, Comm& dev, const CudaRuntime& rt, size_t* out_bytes);
   Result<uint8_t*> TakeDeviceOutput(Handle* h, int device, size_t bytes, void* stream);
   // The device fusion buffer of `device` (the current device), grown to
   // at least `bytes`; one per device, kept for the executor's life.

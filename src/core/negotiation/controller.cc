@@ -33,57 +33,6 @@ std::string NameList(const std::vector<std::string>& names) {
 }
 }  // namespace
 
-// ---- ResponseCache -------------------------------------------------------
-
-int ResponseCache::Lookup(const std::string& key, const OpRequest& req, int rank) const {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end()) return -1;
-  const Slot& s = slots_[it->second];
-  return DescribesRequest((*s.all)[static_cast<size_t>(rank)], req) ? it->second : -1;
-}
-
-bool ResponseCache::Holds(int slot, const std::string& key) const {
-  return slot >= 0 && slot < capacity() && slots_[slot].valid && slots_[slot].key == key;
-}
-
-int ResponseCache::Insert(const std::string& key, RequestDescs all, uint64_t tick) {
-  if (slots_.empty()) return -1;
-  Invalidate(key);
-  int chosen = -1;
-  for (int i = 0; i < capacity(); ++i) {
-    if (!slots_[i].valid) {
-      chosen = i;
-      break;
-    }
-  }
-  if (chosen < 0) {  // evict the least recently used; ties go to the lowest slot
-    chosen = 0;
-    for (int i = 1; i < capacity(); ++i) {
-      if (slots_[i].last_used < slots_[chosen].last_used) chosen = i;
-    }
-    by_key_.erase(slots_[chosen].key);
-    ++evictions_;
-  }
-  high_water_ = std::max(high_water_, chosen + 1);
-  Slot& s = slots_[chosen];
-  s.valid = true;
-  s.key = key;
-  s.all = std::move(all);
-  s.last_used = tick;
-  by_key_[key] = chosen;
-  return chosen;
-}
-
-void ResponseCache::Invalidate(const std::string& key) {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end()) return;
-  Slot& s = slots_[it->second];
-  s.valid = false;
-  s.key.clear();
-  s.all.reset();
-  by_key_.erase(it);
-}
-
 // ---- Controller ----------------------------------------------------------
 
 Controller::Controller(int rank, int size, int cache_capacity, StallConfig stall, Logger* log)
@@ -295,12 +244,18 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
     *shutdown = true;
     return Status::Ok();
   }
+  RespondCached(ctrl + kHeader, slots, out);
+  const bool full = ctrl[0] == 0;
+  const bool stall_round = ctrl[2] == 0;
+  if (!full && !stall_round) return Status::Ok();
+  return FullRound(cp, stall_round, want_warning, now, out);
+}
 
-  // 2. Requests every rank has in the cache: ready now, in slot order. The
-  // slot bytes are read a word at a time: most cycles hold a handful of
-  // ready slots among the cache's capacity (1,024 by default), and this
-  // scan runs every cycle of every rank.
-  const uint8_t* ready = ctrl + kHeader;
+// 2. Requests every rank has in the cache: ready now, in slot order. The
+// slot bytes are read a word at a time: most cycles hold a handful of
+// ready slots among the cache's capacity (1,024 by default), and this
+// scan runs every cycle of every rank.
+void Controller::RespondCached(const uint8_t* ready, size_t slots, std::vector<Response>* out) {
   const int capacity = static_cast<int>(std::min(slots, static_cast<size_t>(cache_.capacity())));
   for (int s = 0; s < capacity; ++s) {
     if ((s & 7) == 0 && s + 8 <= capacity) {
@@ -325,13 +280,22 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
     // announced again.
     if (slot_has_[static_cast<size_t>(s)] != 0) slot_entry_[static_cast<size_t>(s)]->second.state = State::kAnnounced;
   }
+}
 
-  bool full = ctrl[0] == 0;
-  bool stall_round = ctrl[2] == 0;
-  if (!full && !stall_round) return Status::Ok();
-
-  // 3. Full round: everyone's new descriptors (and, on request, stall reports).
+// 3. Full round: everyone's new descriptors (and, on request, stall reports).
+Status Controller::FullRound(ControlPlane* cp, bool stall_round, bool want_warning,
+                             Clock::time_point now, std::vector<Response>* out) {
   ++full_rounds_;
+  std::vector<RankMessage> msgs;
+  HVD_CHECK(Exchange(cp, OwnMessage(stall_round, want_warning, now), &msgs));
+  NoteWaitingOn(ApplyAnnouncements(&msgs, out));
+  if (stall_round) StallReport(msgs, now, out);
+  return Status::Ok();
+}
+
+// This rank's part of a full round: its new requests (announced from now
+// on) and, in a stall round, every pending key and those that expired.
+RankMessage Controller::OwnMessage(bool stall_round, bool want_warning, Clock::time_point now) {
   RankMessage mine;
   for (auto& [key, e] : pending_) {
     if (e.state == State::kNew) {
@@ -350,23 +314,33 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
     }
     last_inspection_ = now;
   }
+  return mine;
+}
+
+// Every rank's message, by rank.
+Status Controller::Exchange(ControlPlane* cp, const RankMessage& mine,
+                            std::vector<RankMessage>* msgs) const {
   ByteWriter w;
   EncodeRankMessage(mine, &w);
   std::vector<std::vector<uint8_t>> all;
   HVD_CHECK(cp->AllgatherBytes(w.bytes(), &all).Wrap("negotiation"));
-
-  std::vector<RankMessage> msgs(static_cast<size_t>(size_));
+  msgs->assign(static_cast<size_t>(size_), RankMessage());
   for (int r = 0; r < size_; ++r) {
-    HVD_CHECK(DecodeRankMessage(all[r].data(), all[r].size(), &msgs[r])
+    HVD_CHECK(DecodeRankMessage(all[r].data(), all[r].size(), &(*msgs)[r])
                   .Wrap("message from rank " + std::to_string(r)));
   }
+  return Status::Ok();
+}
 
-  // 3a. Announcements, in rank order. A full announcement of a cached key
-  // means that rank's request changed: the slot is dropped everywhere and
-  // ranks holding it re-announce in full next cycle.
+// 3a. Announcements, in rank order. A full announcement of a cached key
+// means that rank's request changed: the slot is dropped everywhere and
+// ranks holding it re-announce in full next cycle. Returns the keys
+// announced.
+std::vector<std::string> Controller::ApplyAnnouncements(std::vector<RankMessage>* msgs,
+                                                        std::vector<Response>* out) {
   std::vector<std::string> touched;
   for (int r = 0; r < size_; ++r) {
-    for (RequestDesc& d : msgs[r].requests) {
+    for (RequestDesc& d : (*msgs)[r].requests) {
       cache_.Invalidate(d.key);
       const std::string key = d.key;
       touched.push_back(key);
@@ -393,9 +367,12 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
       }
     }
   }
+  return touched;
+}
 
-  // Who this rank's requests still wait for, as far as the table shows (the
-  // ranks that have not announced them), for a handle's timeout message.
+// Who this rank's requests still wait for, as far as the table shows (the
+// ranks that have not announced them), for a handle's timeout message.
+void Controller::NoteWaitingOn(const std::vector<std::string>& touched) {
   for (const std::string& key : touched) {
     auto row = table_.find(key);
     if (row == table_.end() || !row->second.have[rank_]) continue;
@@ -410,70 +387,75 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
                                           key + "'");
     }
   }
+}
 
-  // 3b. Stall report: who is missing what; expire what waited too long.
-  if (stall_round) {
-    std::map<std::string, std::vector<int>> holders;
-    std::set<std::string> expired;
-    bool warn = false;
-    for (int r = 0; r < size_; ++r) {
-      for (const auto& k : msgs[r].pending) holders[k].push_back(r);
-      for (const auto& k : msgs[r].expired) expired.insert(k);
-      warn = warn || msgs[r].stall_warning;
-    }
-    if (warn) last_stall_warning_ = now;
-    std::ostringstream report;
-    int listed = 0;
-    std::set<std::string> responded;
-    for (const Response& r : *out) responded.insert(r.key);
-    for (const auto& [key, ranks] : holders) {
-      if (responded.count(key) != 0) continue;
-      std::vector<int> missing;
-      for (int r = 0, i = 0; r < size_; ++r) {
-        if (i < static_cast<int>(ranks.size()) && ranks[i] == r) {
-          ++i;
-        } else {
-          missing.push_back(r);
-        }
-      }
-      auto it = pending_.find(key);
-      if (it != pending_.end()) {
-        it->second.req.handle->SetWaitingOn(
-            missing.empty() ? std::string()
-                            : "ranks " + RankList(missing) + " have not submitted '" + key + "'");
-      }
-      if (!missing.empty()) {
-        if (listed < kMaxStallKeysLogged) {
-          report << "\n  '" << key << "': submitted by ranks " << RankList(ranks)
-                 << ", missing ranks " << RankList(missing);
-        }
-        ++listed;
-      }
-      if (expired.count(key) != 0) {
-        Response resp;
-        resp.key = key;
-        std::ostringstream msg;
-        msg << "'" << key << "' stalled for more than " << stall_.shutdown_s << " s: ";
-        if (missing.empty()) {
-          msg << "every rank submitted it but negotiation did not complete";
-        } else {
-          msg << "ranks " << RankList(missing) << " never submitted it (ranks " << RankList(ranks)
-              << " did)";
-        }
-        resp.error = Error(HVD_ERR_TIMEOUT, msg.str());
-        table_.erase(key);
-        cache_.Invalidate(key);
-        out->push_back(std::move(resp));
-      }
-    }
-    if (warn && listed > 0 && rank_ == 0) {
-      HVD_LOG(*log_, HVD_LOG_WARNING,
-              "stall: " << listed << " operation(s) are waiting on other ranks "
-                        "(a rank may have skipped a collective or submitted a different name)"
-                        << report.str() << (listed > kMaxStallKeysLogged ? "\n  ..." : ""));
-    }
+// 3b. Stall report: who is missing what; expire what waited too long.
+void Controller::StallReport(const std::vector<RankMessage>& msgs, Clock::time_point now,
+                             std::vector<Response>* out) {
+  std::map<std::string, std::vector<int>> holders;
+  std::set<std::string> expired;
+  bool warn = false;
+  for (int r = 0; r < size_; ++r) {
+    for (const auto& k : msgs[r].pending) holders[k].push_back(r);
+    for (const auto& k : msgs[r].expired) expired.insert(k);
+    warn = warn || msgs[r].stall_warning;
   }
-  return Status::Ok();
+  if (warn) last_stall_warning_ = now;
+  std::ostringstream report;
+  int listed = 0;
+  std::set<std::string> responded;
+  for (const Response& r : *out) responded.insert(r.key);
+  for (const auto& [key, ranks] : holders) {
+    if (responded.count(key) != 0) continue;
+    std::vector<int> missing;
+    for (int r = 0, i = 0; r < size_; ++r) {
+      if (i < static_cast<int>(ranks.size()) && ranks[i] == r) {
+        ++i;
+      } else {
+        missing.push_back(r);
+      }
+    }
+    auto it = pending_.find(key);
+    if (it != pending_.end()) {
+      it->second.req.handle->SetWaitingOn(
+          missing.empty() ? std::string()
+                          : "ranks " + RankList(missing) + " have not submitted '" + key + "'");
+    }
+    if (!missing.empty()) {
+      if (listed < kMaxStallKeysLogged) {
+        report << "\n  '" << key << "': submitted by ranks " << RankList(ranks)
+               << ", missing ranks " << RankList(missing);
+      }
+      ++listed;
+    }
+    if (expired.count(key) != 0) out->push_back(Expire(key, ranks, missing));
+  }
+  if (warn && listed > 0 && rank_ == 0) {
+    HVD_LOG(*log_, HVD_LOG_WARNING,
+            "stall: " << listed << " operation(s) are waiting on other ranks "
+                      "(a rank may have skipped a collective or submitted a different name)"
+                      << report.str() << (listed > kMaxStallKeysLogged ? "\n  ..." : ""));
+  }
+}
+
+// The stall shutdown of `key` (held by `ranks`, not by `missing`): its
+// row and slot go, and its error response names who never submitted it.
+Response Controller::Expire(const std::string& key, const std::vector<int>& ranks,
+                            const std::vector<int>& missing) {
+  Response resp;
+  resp.key = key;
+  std::ostringstream msg;
+  msg << "'" << key << "' stalled for more than " << stall_.shutdown_s << " s: ";
+  if (missing.empty()) {
+    msg << "every rank submitted it but negotiation did not complete";
+  } else {
+    msg << "ranks " << RankList(missing) << " never submitted it (ranks " << RankList(ranks)
+        << " did)";
+  }
+  resp.error = Error(HVD_ERR_TIMEOUT, msg.str());
+  table_.erase(key);
+  cache_.Invalidate(key);
+  return resp;
 }
 
 bool Controller::TryComplete(const std::string& key, std::vector<Response>* out) {

@@ -32,6 +32,7 @@
 #include "core/observability/logging.h"
 #include "core/negotiation/message.h"
 #include "core/loop/request.h"
+#include "core/negotiation/response_cache.h"
 
 namespace hvd {
 
@@ -47,10 +48,6 @@ class ControlPlane {
                                 std::vector<std::vector<uint8_t>>* all) = 0;
 };
 
-// Every rank's descriptor of one negotiated request, shared between the
-// response cache and the responses it serves (never copied per cycle).
-using RequestDescs = std::shared_ptr<const std::vector<RequestDesc>>;
-
 struct Response {
   std::string key;
   Status error;      // not ok: complete the request with this error
@@ -64,42 +61,6 @@ struct Response {
   // A join: the rank whose join completed it, the last to join (Horovod's
   // join() value; joins announced in one round count in rank order).
   int last_joined = -1;
-};
-
-// A deterministic LRU of negotiated requests (same content on every rank).
-class ResponseCache {
- public:
-  explicit ResponseCache(int capacity) : slots_(static_cast<size_t>(capacity)) {}
-  int capacity() const { return static_cast<int>(slots_.size()); }
-  // Slot holding key whose descriptor for `rank` describes req exactly, or -1.
-  int Lookup(const std::string& key, const OpRequest& req, int rank) const;
-  // Slot holding key, or -1.
-  int SlotOf(const std::string& key) const {
-    auto it = by_key_.find(key);
-    return it == by_key_.end() ? -1 : it->second;
-  }
-  bool Holds(int slot, const std::string& key) const;
-  const RequestDescs& Get(int slot) const { return slots_[slot].all; }
-  const std::string& KeyOf(int slot) const { return slots_[slot].key; }
-  void Touch(int slot, uint64_t tick) { slots_[slot].last_used = tick; }
-  int Insert(const std::string& key, RequestDescs all, uint64_t tick);
-  void Invalidate(const std::string& key);
-  size_t used() const { return by_key_.size(); }
-  // One past the highest slot ever filled (slots fill lowest first).
-  int high_water() const { return high_water_; }
-  uint64_t evictions() const { return evictions_; }
-
- private:
-  struct Slot {
-    bool valid = false;
-    std::string key;
-    RequestDescs all;
-    uint64_t last_used = 0;
-  };
-  std::vector<Slot> slots_;
-  std::unordered_map<std::string, int> by_key_;
-  uint64_t evictions_ = 0;
-  int high_water_ = 0;
 };
 
 struct StallConfig {
@@ -189,6 +150,19 @@ class Controller {
   };
 
   Status Validate(const std::vector<RequestDesc>& all) const;
+  // The steps of Conclude, in order.
+  void RespondCached(const uint8_t* ready, size_t slots, std::vector<Response>* out);
+  Status FullRound(ControlPlane* cp, bool stall_round, bool want_warning, Clock::time_point now,
+                   std::vector<Response>* out);
+  RankMessage OwnMessage(bool stall_round, bool want_warning, Clock::time_point now);
+  Status Exchange(ControlPlane* cp, const RankMessage& mine, std::vector<RankMessage>* msgs) const;
+  std::vector<std::string> ApplyAnnouncements(std::vector<RankMessage>* msgs,
+                                              std::vector<Response>* out);
+  void NoteWaitingOn(const std::vector<std::string>& touched);
+  void StallReport(const std::vector<RankMessage>& msgs, Clock::time_point now,
+                   std::vector<Response>* out);
+  Response Expire(const std::string& key, const std::vector<int>& ranks,
+                  const std::vector<int>& missing);
   // Completes a table row if every rank either announced it or has joined.
   bool TryComplete(const std::string& key, std::vector<Response>* out);
   std::string RankList(const std::vector<int>& ranks) const;
