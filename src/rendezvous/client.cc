@@ -92,6 +92,20 @@ Fd TryConnect(const std::string& host, int port, TimePoint deadline, std::string
   return result;
 }
 
+// Runs one client call, turning an exception into its error: out of memory
+// names the call (and its key), anything else is an internal error.
+template <typename R, typename F>
+R Guarded(const char* call, const std::string* key, F&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Error(HVD_ERR_NO_MEMORY, std::string("out of memory in rendezvous ") + call +
+                                        (key != nullptr ? "(" + ShowKey(*key) + ")" : ""));
+  } catch (const std::exception& e) {
+    return Error(HVD_ERR_INTERNAL, std::string("rendezvous ") + call + ": " + e.what());
+  }
+}
+
 class ClientImpl final : public StoreClient {
  public:
   ClientImpl(Fd fd, Bytes key, std::string where)
@@ -239,7 +253,7 @@ Status ClientImpl::Ping(TimePoint deadline, bool* busy) {
 }
 
 Status ClientImpl::Set(const std::string& key, const Bytes& value) {
-  try {
+  return Guarded<Status>("Set", &key, [&]() -> Status {
     if (key.size() > kMaxFrame || value.size() > kMaxFrame || 9 + key.size() + value.size() > kMaxFrame) {
       return TooBig("Set(" + ShowKey(key) + ")", 9 + key.size() + value.size());
     }
@@ -252,15 +266,11 @@ Status ClientImpl::Set(const std::string& key, const Bytes& value) {
     HVD_ASSIGN_OR_RETURN(uint8_t status, RoundTrip(&w, Clock::now() + kReplyMargin, &reply, &in));
     if (status != kOk || !in.AtEnd()) return Malformed();
     return Status::Ok();
-  } catch (const std::bad_alloc&) {
-    return Error(HVD_ERR_NO_MEMORY, "out of memory in rendezvous Set(" + ShowKey(key) + ")");
-  } catch (const std::exception& e) {
-    return Error(HVD_ERR_INTERNAL, std::string("rendezvous Set: ") + e.what());
-  }
+  });
 }
 
 Result<Bytes> ClientImpl::Get(const std::string& key, double timeout_s) {
-  try {
+  return Guarded<Result<Bytes>>("Get", &key, [&]() -> Result<Bytes> {
     if (std::isnan(timeout_s) || timeout_s < 0) {
       return InvalidArgument("rendezvous Get(" + ShowKey(key) + "): timeout must be >= 0 seconds");
     }
@@ -288,15 +298,11 @@ Result<Bytes> ClientImpl::Get(const std::string& key, double timeout_s) {
     Bytes value;
     if (!in.Blob(&value) || !in.AtEnd()) return Malformed();
     return value;
-  } catch (const std::bad_alloc&) {
-    return Error(HVD_ERR_NO_MEMORY, "out of memory in rendezvous Get(" + ShowKey(key) + ")");
-  } catch (const std::exception& e) {
-    return Error(HVD_ERR_INTERNAL, std::string("rendezvous Get: ") + e.what());
-  }
+  });
 }
 
 Result<int64_t> ClientImpl::Add(const std::string& key, int64_t delta) {
-  try {
+  return Guarded<Result<int64_t>>("Add", &key, [&]() -> Result<int64_t> {
     if (key.size() > kMaxFrame - 13) return TooBig("Add(" + ShowKey(key) + ")", 13 + key.size());
     Writer w(13 + key.size());
     w.U8(kAdd);
@@ -308,15 +314,11 @@ Result<int64_t> ClientImpl::Add(const std::string& key, int64_t delta) {
     uint64_t value = 0;
     if (status != kOk || !in.U64(&value) || !in.AtEnd()) return Malformed();
     return static_cast<int64_t>(value);
-  } catch (const std::bad_alloc&) {
-    return Error(HVD_ERR_NO_MEMORY, "out of memory in rendezvous Add(" + ShowKey(key) + ")");
-  } catch (const std::exception& e) {
-    return Error(HVD_ERR_INTERNAL, std::string("rendezvous Add: ") + e.what());
-  }
+  });
 }
 
 Result<std::vector<bool>> ClientImpl::Check(const std::vector<std::string>& keys) {
-  try {
+  return Guarded<Result<std::vector<bool>>>("Check", nullptr, [&]() -> Result<std::vector<bool>> {
     size_t need = 5;
     for (const auto& key : keys) {
       need += 4 + key.size();
@@ -340,11 +342,7 @@ Result<std::vector<bool>> ClientImpl::Check(const std::vector<std::string>& keys
       present[i] = b == 1;
     }
     return present;
-  } catch (const std::bad_alloc&) {
-    return Error(HVD_ERR_NO_MEMORY, "out of memory in rendezvous Check");
-  } catch (const std::exception& e) {
-    return Error(HVD_ERR_INTERNAL, std::string("rendezvous Check: ") + e.what());
-  }
+  });
 }
 
 }  // namespace

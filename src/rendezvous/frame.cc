@@ -55,6 +55,16 @@ bool ComputeMac(const Bytes& key, const uint8_t* data, size_t n, uint8_t out[kMa
          len == kMacBytes;
 }
 
+bool SealFrame(const Bytes& key, uint64_t seq, Bytes* buf) {
+  const size_t len = buf->size() - kSeqBytes;
+  PutU64(buf->data(), seq);
+  uint8_t mac[kMacBytes];
+  if (!ComputeMac(key, buf->data(), buf->size(), mac)) return false;
+  PutU32(buf->data() + kFrameStart, static_cast<uint32_t>(len));
+  buf->insert(buf->end(), mac, mac + kMacBytes);
+  return true;
+}
+
 FrameResult FromIo(const Io& io, bool started) {
   switch (io.code) {
     case IoCode::kOk: return {};

@@ -101,6 +101,12 @@ struct FrameResult {
   uint64_t length = 0;
 };
 
+// Where a sealed frame starts in its buffer (see SealFrame).
+constexpr size_t kFrameStart = kSeqBytes - kLenBytes;
+// Seals buf (kSeqBytes of room, then the payload, as a Writer makes it) into
+// a frame in place: seq and the length go into the room, the MAC after the
+// payload; the frame is buf[kFrameStart..]. False if the MAC fails.
+bool SealFrame(const Bytes& key, uint64_t seq, Bytes* buf);
 FrameResult FromIo(const Io& io, bool started);
 // buf holds kSeqBytes of room followed by the payload. The sequence number is
 // written into that room, so the MAC input (seq || payload) is contiguous.

@@ -273,17 +273,17 @@ void ServerImpl::Evict(Conn* c) {
   // fixed, authenticated frame says nothing.
   Writer w;
   w.U8(kBusy);
-  Bytes* buf = w.buffer();
-  const size_t len = buf->size() - kSeqBytes;
-  PutU64(buf->data(), c->send_seq);
-  uint8_t mac[kMacBytes];
-  if (ComputeMac(key_, buf->data(), buf->size(), mac)) {
-    PutU32(buf->data() + kSeqBytes - kLenBytes, static_cast<uint32_t>(len));
-    buf->insert(buf->end(), mac, mac + kMacBytes);
-    ::send(c->fd.get(), buf->data() + kSeqBytes - kLenBytes, kLenBytes + len + kMacBytes,
-           MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort: a fresh socket has room
-  }
+  SendAtOnce(c, &w, c->send_seq);  // a fresh socket has room
   Close(c, true);
+}
+
+// Sends a short frame without waiting (best effort): for the frames a
+// connection gets just before it closes.
+void ServerImpl::SendAtOnce(Conn* c, Writer* w, uint64_t seq) {
+  Bytes* buf = w->buffer();
+  if (!SealFrame(key_, seq, buf)) return;
+  ::send(c->fd.get(), buf->data() + kFrameStart, buf->size() - kFrameStart,
+         MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void ServerImpl::OnReadable(Conn* c) {
@@ -383,16 +383,9 @@ void ServerImpl::OnFrame(Conn* c) {
 // Seals the reply into a frame and starts sending it.
 void ServerImpl::Reply(Conn* c, Writer* reply) {
   Bytes& b = *reply->buffer();
-  const size_t len = b.size() - kSeqBytes;
-  PutU64(b.data(), c->send_seq++);
-  uint8_t mac[kMacBytes];
-  if (!ComputeMac(key_, b.data(), b.size(), mac)) return Close(c, false);
-  // The frame is built in place: the header goes into the last bytes of the
-  // sequence-number room, the MAC after the payload.
-  PutU32(b.data() + kSeqBytes - kLenBytes, static_cast<uint32_t>(len));
-  b.insert(b.end(), mac, mac + kMacBytes);
+  if (!SealFrame(key_, c->send_seq++, &b)) return Close(c, false);
   c->out.swap(b);
-  c->out_done = kSeqBytes - kLenBytes;
+  c->out_done = kFrameStart;
   c->write_progress = Clock::now();
   Flush(c);
 }
@@ -495,15 +488,7 @@ void ServerImpl::ShutDown() {
     if (!c->waiting || c->sending()) continue;
     Writer reply;
     reply.U8(kShuttingDown);
-    Bytes& b = *reply.buffer();
-    const size_t len = b.size() - kSeqBytes;
-    PutU64(b.data(), c->send_seq++);
-    uint8_t mac[kMacBytes];
-    if (!ComputeMac(key_, b.data(), b.size(), mac)) continue;
-    PutU32(b.data() + kSeqBytes - kLenBytes, static_cast<uint32_t>(len));
-    b.insert(b.end(), mac, mac + kMacBytes);
-    ::send(c->fd.get(), b.data() + kSeqBytes - kLenBytes, kLenBytes + len + kMacBytes,
-           MSG_NOSIGNAL | MSG_DONTWAIT);
+    SendAtOnce(c, &reply, c->send_seq++);
   }
   // Closing a socket with unread input resets it; a shutdown first makes
   // sure every peer sees an orderly end after what was sent.

@@ -63,6 +63,10 @@ class ServerImpl final : public StoreServer {
   Status Listen(const std::string& host, int port);
   Status StartServing();
 
+  // What a request leads to: a reply now, a parked Get, or closing the
+  // connection (a malformed request).
+  enum class Outcome { kReply, kWait, kMalformed };
+
   int port() const override { return port_; }
   uint64_t rejected() const override { return rejected_.load(std::memory_order_relaxed); }
   void Set(const std::string& key, const Bytes& value) override;
@@ -99,7 +103,6 @@ class ServerImpl final : public StoreServer {
     bool mid_frame() const { return header_have > 0 || frame_want > 0; }
     bool sending() const { return out_done < out.size(); }
   };
-  enum class Outcome { kReply, kWait, kMalformed };
 
   void Loop() noexcept;
   void Wake();
@@ -109,8 +112,14 @@ class ServerImpl final : public StoreServer {
   void OnReadable(Conn* c);
   void OnFrame(Conn* c);
   Outcome Handle(Conn* c, const uint8_t* p, size_t n, Writer* out);
+  Outcome HandlePing(Reader* in, Writer* out);
+  Outcome HandleSet(Reader* in, Writer* out);
+  Outcome HandleGet(Conn* c, Reader* in, Writer* out);
+  Outcome HandleAdd(Reader* in, Writer* out);
+  Outcome HandleCheck(Reader* in, Writer* out);
   void ServeWaiters(const std::string& key);
   void Reply(Conn* c, Writer* reply);
+  void SendAtOnce(Conn* c, Writer* w, uint64_t seq);
   void Flush(Conn* c);
   void Watch(Conn* c);
   void Rearm(Conn* c);
