@@ -86,70 +86,55 @@ hvd_status_t hvd_context_destroy(hvd_context_t ctx) {
   HVD_API_END();
 }
 
-hvd_status_t hvd_context_rank(hvd_context_t ctx, int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.rank(); });
-  HVD_API_END();
-}
+// hvd_context_<what>(ctx, out) and hvd_<what>(out), the same query on the
+// default context.
+#define HVD_CONTEXT_GETTERS(what)                                                  \
+  hvd_status_t hvd_context_##what(hvd_context_t ctx, int* out) {                   \
+    HVD_API_BEGIN();                                                               \
+    return GetInt(__func__, ctx, out,                                              \
+                  [](const hvd::Context& c) { return c.what(); });                 \
+    HVD_API_END();                                                                 \
+  }                                                                                \
+  hvd_status_t hvd_##what(int* out) {                                              \
+    HVD_API_BEGIN();                                                               \
+    return GetInt(__func__, nullptr, out,                                          \
+                  [](const hvd::Context& c) { return c.what(); });                 \
+    HVD_API_END();                                                                 \
+  }
 
-hvd_status_t hvd_context_size(hvd_context_t ctx, int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.size(); });
-  HVD_API_END();
-}
+HVD_CONTEXT_GETTERS(rank)
+HVD_CONTEXT_GETTERS(size)
+HVD_CONTEXT_GETTERS(local_rank)
+HVD_CONTEXT_GETTERS(local_size)
+HVD_CONTEXT_GETTERS(cross_rank)
+HVD_CONTEXT_GETTERS(cross_size)
 
-hvd_status_t hvd_context_local_rank(hvd_context_t ctx, int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.local_rank(); });
-  HVD_API_END();
-}
-
-hvd_status_t hvd_context_local_size(hvd_context_t ctx, int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.local_size(); });
-  HVD_API_END();
-}
-
-hvd_status_t hvd_context_cross_rank(hvd_context_t ctx, int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.cross_rank(); });
-  HVD_API_END();
-}
-
-hvd_status_t hvd_context_cross_size(hvd_context_t ctx, int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, ctx, out, [](const hvd::Context& c) { return c.cross_size(); });
-  HVD_API_END();
-}
+#undef HVD_CONTEXT_GETTERS
 
 hvd_status_t hvd_context_transport(hvd_context_t ctx, const char** out) {
   HVD_API_BEGIN();
   if (out == nullptr) return Report(Invalid(__func__, "out is NULL"));
-  hvd_context_s* c = nullptr;
-  hvd::Status s = ResolveContext(__func__, ctx, &c);
-  if (!s.ok()) return Report(s);
-  const char* name = c->impl->transport_name();
-  *out = name != nullptr ? name : "";
-  return HVD_OK;
+  return WithContext(__func__, ctx, [out](hvd_context_s* c) {
+    const char* name = c->impl->transport_name();
+    *out = name != nullptr ? name : "";
+    return HVD_OK;
+  });
   HVD_API_END();
 }
 
 hvd_status_t hvd_timeline_start(hvd_context_t ctx, const char* path, int mark_cycles) {
   HVD_API_BEGIN();
   if (path == nullptr) return Report(Invalid(__func__, "path is NULL"));
-  hvd_context_s* c = nullptr;
-  hvd::Status s = ResolveContext(__func__, ctx, &c);
-  if (!s.ok()) return Report(s);
-  return Report(c->impl->StartTimeline(path, mark_cycles != 0));
+  return WithContext(__func__, ctx, [&](hvd_context_s* c) {
+    return Report(c->impl->StartTimeline(path, mark_cycles != 0));
+  });
   HVD_API_END();
 }
 
 hvd_status_t hvd_timeline_stop(hvd_context_t ctx) {
   HVD_API_BEGIN();
-  hvd_context_s* c = nullptr;
-  hvd::Status s = ResolveContext(__func__, ctx, &c);
-  if (!s.ok()) return Report(s);
-  return Report(c->impl->StopTimeline());
+  return WithContext(__func__, ctx,
+                     [](hvd_context_s* c) { return Report(c->impl->StopTimeline()); });
   HVD_API_END();
 }
 
@@ -253,42 +238,6 @@ hvd_status_t hvd_default_context(hvd_context_t* out) {
   if (!s.ok()) return Report(s);
   *out = c;
   return HVD_OK;
-  HVD_API_END();
-}
-
-hvd_status_t hvd_rank(int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.rank(); });
-  HVD_API_END();
-}
-
-hvd_status_t hvd_size(int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.size(); });
-  HVD_API_END();
-}
-
-hvd_status_t hvd_local_rank(int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.local_rank(); });
-  HVD_API_END();
-}
-
-hvd_status_t hvd_local_size(int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.local_size(); });
-  HVD_API_END();
-}
-
-hvd_status_t hvd_cross_rank(int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.cross_rank(); });
-  HVD_API_END();
-}
-
-hvd_status_t hvd_cross_size(int* out) {
-  HVD_API_BEGIN();
-  return GetInt(__func__, nullptr, out, [](const hvd::Context& c) { return c.cross_size(); });
   HVD_API_END();
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "api/errors.h"
 #include "api/objects.h"
 #include "common/status.h"
 
@@ -37,5 +38,14 @@ DefaultContext& Default();
 // context is destroyed; hvd_shutdown must not race with other threads' calls
 // on the default context (as in Horovod).
 hvd::Status ResolveContext(const char* fn, hvd_context_t ctx, hvd_context_s** out);
+
+// Resolves ctx and returns body(context); a bad ctx is reported instead.
+template <typename F>
+hvd_status_t WithContext(const char* fn, hvd_context_t ctx, F&& body) {
+  hvd_context_s* c = nullptr;
+  const hvd::Status s = ResolveContext(fn, ctx, &c);
+  if (!s.ok()) return Report(s);
+  return body(c);
+}
 
 }  // namespace hvd::api

@@ -70,6 +70,21 @@ int32_t RepeatedName(const char* const* names, int32_t count, int32_t* first) {
   }
   return -1;
 }
+// Barrier or join: one empty tensor, named by the core.
+hvd_status_t SubmitNameless(const char* fn, hvd_context_t ctx, hvd::OpType type,
+                            hvd_handle_t* handle) {
+  if (handle == nullptr) return Report(Invalid(fn, "handle is NULL"));
+  *handle = nullptr;
+  Prepared p;
+  hvd::Status s = PrepareBarrier(fn, ctx, &p);  // a join has the same shape
+  if (!s.ok()) return Report(s);
+  if (type == hvd::OpType::kJoin) {
+    p.request.type = hvd::OpType::kJoin;
+    p.description = "join";
+  }
+  return Submit(&p, handle);
+}
+
 }  // namespace
 
 extern "C" {
@@ -257,25 +272,13 @@ hvd_status_t hvd_reducescatter_async(hvd_context_t ctx, const char* name,
 
 hvd_status_t hvd_barrier_async(hvd_context_t ctx, hvd_handle_t* handle) {
   HVD_API_BEGIN();
-  if (handle == nullptr) return Report(Invalid(__func__, "handle is NULL"));
-  *handle = nullptr;
-  Prepared p;
-  hvd::Status s = PrepareBarrier(__func__, ctx, &p);
-  if (!s.ok()) return Report(s);
-  return Submit(&p, handle);
+  return SubmitNameless(__func__, ctx, hvd::OpType::kBarrier, handle);
   HVD_API_END();
 }
 
 hvd_status_t hvd_join_async(hvd_context_t ctx, hvd_handle_t* handle) {
   HVD_API_BEGIN();
-  if (handle == nullptr) return Report(Invalid(__func__, "handle is NULL"));
-  *handle = nullptr;
-  Prepared p;
-  hvd::Status s = PrepareBarrier(__func__, ctx, &p);  // same shape: one empty tensor
-  if (!s.ok()) return Report(s);
-  p.request.type = hvd::OpType::kJoin;
-  p.description = "join";
-  return Submit(&p, handle);
+  return SubmitNameless(__func__, ctx, hvd::OpType::kJoin, handle);
   HVD_API_END();
 }
 
