@@ -57,7 +57,12 @@ class [[nodiscard]] Result {
 
 }  // namespace hvd
 
-// Early return on error, logging where it failed at debug level.
+// Early return on error: the caller gets the Status unchanged. It does not
+// log: loggers belong to a context (level and callback per context), and
+// this header serves code with none (the store, hvdrun, plugins); a
+// process-wide hook would be global state, and a file:line in the message
+// would change the texts users and tests read. Where the failing step is not
+// clear from the message, add it with Status::Wrap.
 #define HVD_CHECK(expr)                                \
   do {                                                 \
     ::hvd::Status hvd_check_s_ = (expr);               \

@@ -14,13 +14,16 @@
 // Sequence numbers count from 0 on each connection; in the server-to-client
 // direction the top bit is set, so a reply cannot be reflected back as a
 // request. The payload encoding (commands, replies) is documented at the top
-// of store.cc. Every client wait is bounded; a client is thread-safe but
+// of frame.h. Every client wait is bounded; a client is thread-safe but
 // serves one request at a time (a blocking Get holds its connection), and
 // sends a request only after the reply to the previous one.
 //
 // The server is one thread however many clients wait: a blocking Get is a
 // pending request, answered when its key is set or its wait ends, and
 // forgotten as soon as its client disconnects.
+//
+// The implementation: frame.h (wire format), socket.h, address.h, server.h
+// (server.cc, server_commands.cc) and client.cc.
 #pragma once
 
 #include <cstdint>

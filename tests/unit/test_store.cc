@@ -1,7 +1,7 @@
 // Tests of the rendezvous key-value store (src/rendezvous/store.h).
 //
 // The raw-socket tests speak the wire format with their own small encoder,
-// written from the format documented in store.h / store.cc, so they also
+// written from the format documented in store.h / frame.h, so they also
 // check that the implementation follows that documentation.
 
 #include "rendezvous/store.h"
@@ -178,7 +178,7 @@ class RawSocket {
   bool connected_ = false;
 };
 
-// The documented wire format, written independently of store.cc.
+// The documented wire format, written independently of src/rendezvous/.
 constexpr uint64_t kServerToClient = uint64_t{1} << 63;
 
 Bytes DecodeHex(const std::string& hex) {
