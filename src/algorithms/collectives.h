@@ -30,6 +30,7 @@
 
 #include "algorithms/links.h"
 #include "common/status.h"
+#include "algorithms/span.h"
 #include "hvd_transport.h"
 
 namespace hvd {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/span.h"
 #include "hvd_transport.h"
 
 namespace hvd {

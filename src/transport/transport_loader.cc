@@ -18,17 +18,22 @@
 #include "common/kernels.h"
 #include "rendezvous/store.h"
 
-extern "C" const hvd_transport_v1_t* hvd_local_transport_table(void);
+extern "C" const hvd_transport_t* hvd_local_transport_table(void);
 #ifdef HVD_BUILTIN_GLOO
-extern "C" const hvd_transport_v4_t* hvd_gloo_transport_table_v4(void);
+extern "C" const hvd_transport_t* hvd_gloo_transport_table(void);
 #endif
 
 namespace hvd {
 
 namespace {
 
-const hvd_transport_v1_t* BuiltinTable(const std::string& name) {
+// The tables built into libhvd: "local", and gloo where the static library
+// compiled it in.
+const hvd_transport_t* BuiltinTable(const std::string& name) {
   if (name == "local") return hvd_local_transport_table();
+#ifdef HVD_BUILTIN_GLOO
+  if (name == "gloo") return hvd_gloo_transport_table();
+#endif
   return nullptr;
 }
 
@@ -61,44 +66,23 @@ bool FileExists(const std::string& p) {
 }
 
 struct Found {
-  bool v4 = false;
-  hvd_transport_v4_t v4_table{};  // zero-extended copy
-  const hvd_transport_v1_t* table = nullptr;
-  const hvd_transport_v2_t* v2 = nullptr;
-  const hvd_transport_v3_t* v3 = nullptr;
-  void* dl = nullptr;
+  hvd_transport_t table{};  // zero-extended copy
+  void* dl = nullptr;       // null: built in
 };
 
-// The first required entry of a version 1 table that is NULL, or nullptr if
-// none is. `query` is optional (version 1 says so), and so is every entry
-// of the version 2 table: the core treats a NULL one as absent.
-const char* MissingEntry(const hvd_transport_v1_t& t) {
-  if (t.name == nullptr || t.name[0] == '\0') return "name";
-  if (t.init == nullptr) return "init";
-  if (t.finalize == nullptr) return "finalize";
-  if (t.allreduce == nullptr) return "allreduce";
-  if (t.allgatherv == nullptr) return "allgatherv";
-  if (t.broadcast == nullptr) return "broadcast";
-  if (t.alltoallv == nullptr) return "alltoallv";
-  if (t.barrier == nullptr) return "barrier";
-  if (t.last_error == nullptr) return "last_error";
-  return nullptr;
-}
-
-// A version 4 table, copied into `out` zero-extended to this core's size (a
-// smaller, older struct_size leaves the newer entries NULL). nullptr if
-// usable, else what is wrong with it.
-std::string TakeV4(const hvd_transport_v4_t* t, hvd_transport_v4_t* out) {
+// The table, copied into `out` zero-extended to this core's size (a
+// smaller, older struct_size leaves the newer entries NULL). "" if usable,
+// else what is wrong with it.
+std::string TakeTable(const hvd_transport_t* t, hvd_transport_t* out) {
   if (t == nullptr) return "its table is NULL";
-  if (t->abi_version != HVD_TRANSPORT_ABI_V4) {
+  if (t->abi_version != HVD_TRANSPORT_ABI) {
     return "its table says ABI version " + std::to_string(t->abi_version) + ", not " +
-           std::to_string(HVD_TRANSPORT_ABI_V4);
+           std::to_string(HVD_TRANSPORT_ABI);
   }
-  const size_t head = offsetof(hvd_transport_v4_t, init);
-  if (t->struct_size < head + sizeof(void*) * 3) {
+  if (t->struct_size < HVD_TRANSPORT_MIN_SIZE) {
     return "its table's struct_size (" + std::to_string(t->struct_size) + ") is too small";
   }
-  *out = hvd_transport_v4_t{};
+  *out = hvd_transport_t{};
   std::memcpy(out, t, std::min<size_t>(t->struct_size, sizeof(*out)));
   // A capability whose entries lie beyond an older table's struct_size is
   // one that table cannot offer.
@@ -106,46 +90,50 @@ std::string TakeV4(const hvd_transport_v4_t* t, hvd_transport_v4_t* out) {
     uint64_t cap;
     size_t end;
   } reach[] = {
-      {HVD_TRANSPORT_CAP_P2P, offsetof(hvd_transport_v4_t, wait) + sizeof(void*)},
-      {HVD_TRANSPORT_CAP_P2P_TEST, offsetof(hvd_transport_v4_t, progress) + sizeof(void*)},
-      {HVD_TRANSPORT_CAP_REGISTER_MEMORY, offsetof(hvd_transport_v4_t, deregister_memory) + sizeof(void*)},
-      {HVD_TRANSPORT_CAP_ABORT, offsetof(hvd_transport_v4_t, async_error) + sizeof(void*)},
-      {HVD_TRANSPORT_CAP_PEER_TIMEOUT, offsetof(hvd_transport_v4_t, set_timeout) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_P2P, offsetof(hvd_transport_t, wait) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_P2P_TEST, offsetof(hvd_transport_t, progress) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_REGISTER_MEMORY, offsetof(hvd_transport_t, deregister_memory) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_ABORT, offsetof(hvd_transport_t, async_error) + sizeof(void*)},
+      {HVD_TRANSPORT_CAP_PEER_TIMEOUT, offsetof(hvd_transport_t, set_timeout) + sizeof(void*)},
   };
   for (const auto& r : reach) {
     if (t->struct_size < r.end) out->caps &= ~r.cap;
   }
-  const hvd_transport_v4_t& v = *out;
+  const hvd_transport_t& v = *out;
   if (v.name == nullptr || v.name[0] == '\0') return "the required entry 'name' is NULL or empty";
   struct Need {
     bool needed;
     const void* entry;
     const char* name;
+    const char* why = nullptr;
   };
   const bool p2p = (v.caps & HVD_TRANSPORT_CAP_P2P) != 0;
   const Need needs[] = {
       {true, reinterpret_cast<const void*>(v.init), "init"},
       {true, reinterpret_cast<const void*>(v.finalize), "finalize"},
       {true, reinterpret_cast<const void*>(v.last_error), "last_error"},
-      {p2p, reinterpret_cast<const void*>(v.isend), "isend (caps: P2P)"},
-      {p2p, reinterpret_cast<const void*>(v.irecv), "irecv (caps: P2P)"},
-      {p2p, reinterpret_cast<const void*>(v.wait), "wait (caps: P2P)"},
-      {(v.caps & HVD_TRANSPORT_CAP_P2P_TEST) != 0, reinterpret_cast<const void*>(v.test), "test (caps: P2P_TEST)"},
-      {(v.caps & HVD_TRANSPORT_CAP_P2P_TEST) != 0, reinterpret_cast<const void*>(v.progress), "progress (caps: P2P_TEST)"},
-      {(v.caps & HVD_TRANSPORT_CAP_REGISTER_MEMORY) != 0, reinterpret_cast<const void*>(v.register_memory), "register_memory (caps: REGISTER_MEMORY)"},
-      {(v.caps & HVD_TRANSPORT_CAP_REGISTER_MEMORY) != 0, reinterpret_cast<const void*>(v.deregister_memory), "deregister_memory (caps: REGISTER_MEMORY)"},
-      {(v.caps & HVD_TRANSPORT_CAP_ABORT) != 0, reinterpret_cast<const void*>(v.abort), "abort (caps: ABORT)"},
-      {(v.caps & HVD_TRANSPORT_CAP_ABORT) != 0, reinterpret_cast<const void*>(v.async_error), "async_error (caps: ABORT)"},
-      {(v.caps & HVD_TRANSPORT_CAP_PEER_TIMEOUT) != 0, reinterpret_cast<const void*>(v.set_timeout), "set_timeout (caps: PEER_TIMEOUT)"},
+      {p2p, reinterpret_cast<const void*>(v.isend), "isend", "caps: P2P"},
+      {p2p, reinterpret_cast<const void*>(v.irecv), "irecv", "caps: P2P"},
+      {p2p, reinterpret_cast<const void*>(v.wait), "wait", "caps: P2P"},
+      {(v.caps & HVD_TRANSPORT_CAP_P2P_TEST) != 0, reinterpret_cast<const void*>(v.test), "test", "caps: P2P_TEST"},
+      {(v.caps & HVD_TRANSPORT_CAP_P2P_TEST) != 0, reinterpret_cast<const void*>(v.progress), "progress", "caps: P2P_TEST"},
+      {(v.caps & HVD_TRANSPORT_CAP_REGISTER_MEMORY) != 0, reinterpret_cast<const void*>(v.register_memory), "register_memory", "caps: REGISTER_MEMORY"},
+      {(v.caps & HVD_TRANSPORT_CAP_REGISTER_MEMORY) != 0, reinterpret_cast<const void*>(v.deregister_memory), "deregister_memory", "caps: REGISTER_MEMORY"},
+      {(v.caps & HVD_TRANSPORT_CAP_ABORT) != 0, reinterpret_cast<const void*>(v.abort), "abort", "caps: ABORT"},
+      {(v.caps & HVD_TRANSPORT_CAP_ABORT) != 0, reinterpret_cast<const void*>(v.async_error), "async_error", "caps: ABORT"},
+      {(v.caps & HVD_TRANSPORT_CAP_PEER_TIMEOUT) != 0, reinterpret_cast<const void*>(v.set_timeout), "set_timeout", "caps: PEER_TIMEOUT"},
       // Without point-to-point every collective must be native.
-      {!p2p, reinterpret_cast<const void*>(v.allreduce), "allreduce (no P2P in caps)"},
-      {!p2p, reinterpret_cast<const void*>(v.allgatherv), "allgatherv (no P2P in caps)"},
-      {!p2p, reinterpret_cast<const void*>(v.broadcast), "broadcast (no P2P in caps)"},
-      {!p2p, reinterpret_cast<const void*>(v.alltoallv), "alltoallv (no P2P in caps)"},
-      {!p2p, reinterpret_cast<const void*>(v.barrier), "barrier (no P2P in caps)"},
+      {!p2p, reinterpret_cast<const void*>(v.allreduce), "allreduce", "no P2P in caps"},
+      {!p2p, reinterpret_cast<const void*>(v.allgatherv), "allgatherv", "no P2P in caps"},
+      {!p2p, reinterpret_cast<const void*>(v.broadcast), "broadcast", "no P2P in caps"},
+      {!p2p, reinterpret_cast<const void*>(v.alltoallv), "alltoallv", "no P2P in caps"},
+      {!p2p, reinterpret_cast<const void*>(v.barrier), "barrier", "no P2P in caps"},
   };
   for (const Need& n : needs) {
-    if (n.needed && n.entry == nullptr) return std::string("the required entry '") + n.name + "' is NULL";
+    if (n.needed && n.entry == nullptr) {
+      return std::string("the required entry '") + n.name + "' is NULL" +
+             (n.why != nullptr ? std::string(" (") + n.why + ")" : std::string());
+    }
   }
   return "";
 }
@@ -163,55 +151,22 @@ Result<Found> LoadPlugin(const std::string& path, bool* bad_table) {
     }
     return Error(HVD_ERR_NOT_FOUND, "cannot load: " + why);
   }
-  // The newest table first: a plugin exporting version 4 is used as one.
-  auto fn4 = reinterpret_cast<hvd_transport_plugin_v4_fn>(
-      dlsym(dl, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
-  // A NULL table declines version 4 (a plugin that decides at run time):
-  // the older tables serve.
-  const hvd_transport_v4_t* t4 = fn4 != nullptr ? fn4() : nullptr;
-  if (t4 != nullptr) {
-    Found f;
-    const std::string bad = TakeV4(t4, &f.v4_table);
-    if (!bad.empty()) {
-      *bad_table = true;
-      dlclose(dl);
-      return Error(HVD_ERR_VERSION, std::string("its ") + HVD_TRANSPORT_PLUGIN_V4_SYMBOL +
-                                        " table is unusable: " + bad);
-    }
-    f.v4 = true;
-    f.dl = dl;
-    return f;
-  }
-  auto fn = reinterpret_cast<hvd_transport_plugin_v1_fn>(
-      dlsym(dl, HVD_TRANSPORT_PLUGIN_V1_SYMBOL));
-  const hvd_transport_v1_t* table = fn != nullptr ? fn() : nullptr;
+  auto fn = reinterpret_cast<hvd_transport_plugin_fn>(dlsym(dl, HVD_TRANSPORT_PLUGIN_SYMBOL));
   *bad_table = true;
-  if (table == nullptr || table->abi_version != HVD_TRANSPORT_ABI_V1) {
+  if (fn == nullptr) {
     dlclose(dl);
-    return Error(HVD_ERR_VERSION, "not an hvd transport plugin of ABI version " +
-                                      std::to_string(HVD_TRANSPORT_ABI_V1) + " (no " +
-                                      HVD_TRANSPORT_PLUGIN_V1_SYMBOL + " table of that version)");
-  }
-  if (const char* missing = MissingEntry(*table)) {
-    dlclose(dl);
-    return Error(HVD_ERR_VERSION, std::string("its ") + HVD_TRANSPORT_PLUGIN_V1_SYMBOL +
-                                      " table lacks the required entry '" + missing +
-                                      "' (NULL)");
+    return Error(HVD_ERR_VERSION, std::string("not an hvd transport plugin (no ") +
+                                      HVD_TRANSPORT_PLUGIN_SYMBOL + " symbol)");
   }
   Found f;
-  f.table = table;
-  f.dl = dl;
-  auto fn2 = reinterpret_cast<hvd_transport_plugin_v2_fn>(
-      dlsym(dl, HVD_TRANSPORT_PLUGIN_V2_SYMBOL));
-  const hvd_transport_v2_t* t2 = fn2 != nullptr ? fn2() : nullptr;
-  if (t2 != nullptr && t2->abi_version == HVD_TRANSPORT_ABI_V2 && t2->v1 == table) f.v2 = t2;
-  if (f.v2 != nullptr) {
-    auto fn3 = reinterpret_cast<hvd_transport_plugin_v3_fn>(
-        dlsym(dl, HVD_TRANSPORT_PLUGIN_V3_SYMBOL));
-    const hvd_transport_v3_t* t3 = fn3 != nullptr ? fn3() : nullptr;
-    if (t3 != nullptr && t3->abi_version == HVD_TRANSPORT_ABI_V3 && t3->v2 == f.v2) f.v3 = t3;
+  const std::string bad = TakeTable(fn(), &f.table);
+  if (!bad.empty()) {
+    dlclose(dl);
+    return Error(HVD_ERR_VERSION,
+                 std::string("its ") + HVD_TRANSPORT_PLUGIN_SYMBOL + " table is unusable: " + bad);
   }
   *bad_table = false;
+  f.dl = dl;
   return f;
 }
 
@@ -220,21 +175,10 @@ Result<Found> LoadPlugin(const std::string& path, bool* bad_table) {
 // the search: the next folder may hold a good one. When none serves, the
 // message names every folder tried and what went wrong in each.
 Result<Found> Find(const std::string& name, const std::string& search_path) {
-  Found f;
-#ifdef HVD_BUILTIN_GLOO
-  if (name == "gloo") {
-    const std::string bad = TakeV4(hvd_gloo_transport_table_v4(), &f.v4_table);
-    if (!bad.empty()) return Error(HVD_ERR_INTERNAL, "built-in transport 'gloo': " + bad);
-    f.v4 = true;
-    return f;
-  }
-#endif
-  f.table = BuiltinTable(name);
-  if (f.table != nullptr) {
-    if (const char* missing = MissingEntry(*f.table)) {
-      return Error(HVD_ERR_INTERNAL, "built-in transport '" + name + "' lacks the entry '" +
-                                         missing + "'");
-    }
+  if (const hvd_transport_t* builtin = BuiltinTable(name)) {
+    Found f;
+    const std::string bad = TakeTable(builtin, &f.table);
+    if (!bad.empty()) return Error(HVD_ERR_INTERNAL, "built-in transport '" + name + "': " + bad);
     return f;
   }
   for (char c : name) {
@@ -395,7 +339,7 @@ void PluginKvFree(void* value) noexcept { std::free(value); }
 
 // ---- Transport -------------------------------------------------------------
 
-// The algorithms' view of a version 4 plugin's point-to-point. A failure's
+// The algorithms' view of a plugin's point-to-point. A failure's
 // message is the plugin's (it names the peer), under the collective's name;
 // a failed wait goes through LinkFailure, which needs the request's peer
 // where this rank has a host segment (the only place it is used): there the
@@ -408,13 +352,13 @@ class Transport::PluginLinks : public algo::Links {
   int size() const override { return size_; }
   Status Isend(int peer, uint32_t tag, const void* data, size_t bytes, algo::Req* req) override {
     const hvd_transport_buffer_t b = t_->Host(data, bytes);
-    HVD_CHECK(t_->Check(t_->v4_table_.isend(t_->comm_, peer, tag, &b, req), t_->op_));
+    HVD_CHECK(t_->Check(t_->table_.isend(t_->comm_, peer, tag, &b, req), t_->op_));
     if (t_->host_seg_ != nullptr) open_.emplace_back(*req, peer);
     return Status::Ok();
   }
   Status Irecv(int peer, uint32_t tag, void* data, size_t bytes, algo::Req* req) override {
     const hvd_transport_buffer_t b = t_->Host(data, bytes);
-    HVD_CHECK(t_->Check(t_->v4_table_.irecv(t_->comm_, peer, tag, &b, req), t_->op_));
+    HVD_CHECK(t_->Check(t_->table_.irecv(t_->comm_, peer, tag, &b, req), t_->op_));
     if (t_->host_seg_ != nullptr) open_.emplace_back(*req, peer);
     return Status::Ok();
   }
@@ -430,7 +374,7 @@ class Transport::PluginLinks : public algo::Links {
     }
     shm::Segment* host = t_->host_seg_;
     if (host != nullptr) host->NoteWait(peer);
-    const int rc = t_->v4_table_.wait(t_->comm_, req, -1.0);
+    const int rc = t_->table_.wait(t_->comm_, req, -1.0);
     if (rc == HVD_OK) {
       if (host != nullptr) host->NoteWait(-1);
       return Status::Ok();
@@ -498,14 +442,14 @@ Result<uint64_t> Transport::Capabilities(const std::string& name,
                                           const std::string& search_path) {
   auto f = Find(name, search_path);
   if (!f.ok()) return f.status();
-  const uint64_t caps = f->v4 ? f->v4_table.caps : 0;
+  const uint64_t caps = f->table.caps;
   if (f->dl != nullptr) dlclose(f->dl);
   return caps;
 }
 
 Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
                                                    const std::string& search_path,
-                                                   const hvd_transport_env_v1_t& env,
+                                                   const hvd_transport_env_t& env,
                                                    const TransportOptions& opts, Logger* log) {
   HVD_ASSIGN_OR_RETURN(Found f, Find(name, search_path));
   std::unique_ptr<Transport> t(new Transport());
@@ -517,53 +461,23 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
   t->shm_enabled_ = opts.shm;
   t->shm_switch_ = opts.shm_switch;
   t->ring_spans_ = opts.fusion_in_place;
-  if (f.v4) {
-    t->v4_ = true;
-    t->v4_table_ = f.v4_table;
-    t->name_ = PersistentTransportName(f.v4_table.name);
-    HVD_CHECK(t->StartV4(env, opts, log).Wrap("transport '" + name + "' failed to start"));
-    return t;
-  }
   t->table_ = f.table;
-  t->name_ = PersistentTransportName(f.table->name);
-  t->v2_ = f.v2;
-  t->v3_ = f.v3;
-  char err[1024] = {0};
-  int rc = f.table->init(&env, &t->comm_, err, sizeof(err));
-  if (rc != HVD_OK || t->comm_ == nullptr) {
-    err[sizeof(err) - 1] = '\0';
-    hvd_status_t code = rc < 0 ? static_cast<hvd_status_t>(rc) : HVD_ERR_TRANSPORT;
-    t->comm_ = nullptr;
-    return Error(code, "transport '" + name + "' failed to start: " +
-                           (err[0] ? std::string(err) : std::string("no reason given")));
-  }
-  // Everything the core will want to know, asked now, on this thread, once.
-  auto ask = [&t](const char* key) {
-    int64_t v = 0;
-    if (t->table_->query != nullptr && t->table_->query(t->comm_, key, &v) == HVD_OK) {
-      t->facts_.emplace_back(key, v);
-    }
-  };
-  for (const char* key : {"rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
-                          "mpi_thread_level", "mpi_thread_multiple", "shm", "allreduce_spans"}) {
-    ask(key);
-  }
-  t->facts_.emplace_back("abi", t->v3_ ? 3 : t->v2_ ? 2 : 1);
-  // Tables before version 4 have no capability flags: bound to the loop
-  // thread, except the built-in local transport (it keeps no state).
-  t->any_thread_ = f.table == BuiltinTable("local");
-  if (t->v2_ != nullptr && t->v2_->allreduce_spans != nullptr) {
-    auto q = t->Query("allreduce_spans");
-    t->spans_ = q.ok() && *q == 1;
-  }
-  HVD_LOG(*log, HVD_LOG_DEBUG, "transport '" << name << "' connected"
-                                             << (f.dl ? " (plugin)" : " (built in)"));
+  t->name_ = PersistentTransportName(f.table.name);
+  HVD_CHECK(t->Start(env, opts, log).Wrap("transport '" + name + "' failed to start"));
   return t;
 }
 
-Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts,
-                          Logger* log) {
-  const hvd_transport_v4_t& v = v4_table_;
+Status Transport::Start(const hvd_transport_env_t& env_in, const TransportOptions& opts,
+                        Logger* log) {
+  const hvd_transport_t& v = table_;
+  // The host table, where the caller knows every rank's host name and the
+  // env has none.
+  hvd_transport_env_t env = env_in;
+  std::vector<hvd_transport_host_t> host_table;
+  if (env.hosts == nullptr && opts.hosts.size() == static_cast<size_t>(env.size) && env.size > 0) {
+    for (const std::string& h : opts.hosts) host_table.push_back({h.c_str(), nullptr});
+    env.hosts = host_table.data();
+  }
   host_id_ = opts.host_id.empty() ? shm::HostIdentity() : opts.host_id;
   info_ = hvd_transport_info_t{};
   info_.struct_size = sizeof(info_);
@@ -603,7 +517,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
     facts_.emplace_back("mpi_thread_level", info_.mpi_thread_level);
     facts_.emplace_back("mpi_thread_multiple", info_.mpi_thread_level >= 3 ? 1 : 0);
   }
-  facts_.emplace_back("abi", 4);
+  facts_.emplace_back("abi", HVD_TRANSPORT_ABI);
   if (v.caps & HVD_TRANSPORT_CAP_P2P) links_ = std::make_unique<PluginLinks>(this, rank, size);
 
   // Forced algorithms must be ones this transport can run.
@@ -676,7 +590,7 @@ Status Transport::StartV4(const hvd_transport_env_v1_t& env, const TransportOpti
   spans_ = shm_ != nullptr && (forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kAuto ||
                                forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kShm);
   HVD_LOG(*log, HVD_LOG_DEBUG,
-          "transport '" << name_ << "' connected (ABI v4" << (dl_ ? ", plugin" : ", built in")
+          "transport '" << name_ << "' connected (" << (dl_ ? "plugin" : "built in")
                         << (links_ ? ", point-to-point" : "") << (shm_ ? ", shared memory" : "")
                         << (hier_ ? ", hierarchical" : "")
                         << "); allreduce of 4 B: " << algo::AlgorithmName(Choose(0, 4))
@@ -689,17 +603,17 @@ Transport::~Transport() {
   hier_.reset();  // its communicators run over this one's
   if (shm_) shm_->Depart();
   shm_.reset();
-  if (comm_ != nullptr) (v4_ ? v4_table_.finalize : table_->finalize)(comm_);
+  if (comm_ != nullptr) table_.finalize(comm_);
   if (dl_ != nullptr) dlclose(dl_);
 }
 
 Status Transport::Check(int rc, const char* what) {
   if (rc == HVD_OK) return Status::Ok();
-  const char* msg = (v4_ ? v4_table_.last_error : table_->last_error)(comm_);
+  const char* msg = table_.last_error(comm_);
   hvd_status_t code = rc < 0 ? static_cast<hvd_status_t>(rc) : HVD_ERR_TRANSPORT;
   Status s = Error(code, std::string(name_) + " " + what + " failed: " +
                              (msg && *msg ? msg : "no reason given"));
-  if (v4_) Broke(s);
+  Broke(s);
   return s;
 }
 
@@ -741,7 +655,7 @@ std::string Transport::BlockedChain(int r) const {
 // report names the rank at the end of that chain. Either way the host's
 // other ranks learn this rank's reason at once (WarnHost).
 Status Transport::LinkFailure(int rc, int peer) {
-  const char* msg = v4_table_.last_error(comm_);
+  const char* msg = table_.last_error(comm_);
   hvd_status_t code = rc < 0 ? static_cast<hvd_status_t>(rc) : HVD_ERR_TRANSPORT;
   const std::string head = std::string(name_) + " " + op_ + " failed: ";
   std::string text = head + (msg && *msg ? msg : "no reason given");
@@ -825,7 +739,7 @@ Status Transport::ShmFailure(shm::Segment& seg, const char* what, const shm::Err
   WarnHost(static_cast<hvd_status_t>(e.code), msg);
   // The communicator is broken for the core: the plugin's too (its finalize
   // then knows a peer may be gone, and nothing waits on it).
-  if (v4_table_.abort != nullptr) v4_table_.abort(comm_, e.code, msg.c_str());
+  if (table_.abort != nullptr) table_.abort(comm_, e.code, msg.c_str());
   return st;
 }
 
@@ -833,7 +747,7 @@ algo::Algorithm Transport::Choose(int c, size_t bytes) const {
   using algo::Algorithm;
   if (forced_[c] != Algorithm::kAuto) return forced_[c];
   if (shm_ && c != HVD_TRANSPORT_ALLTOALLV) return Algorithm::kShm;
-  const hvd_transport_v4_t& v = v4_table_;
+  const hvd_transport_t& v = table_;
   const void* natives[HVD_TRANSPORT_COLLECTIVES] = {
       reinterpret_cast<const void*>(v.allreduce), reinterpret_cast<const void*>(v.allgatherv),
       reinterpret_cast<const void*>(v.broadcast), reinterpret_cast<const void*>(v.alltoallv),
@@ -859,7 +773,6 @@ algo::Algorithm Transport::ChooseP2p(int c, size_t bytes, const algo::Links& lin
 }
 
 Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op) {
-  if (!v4_) return Check(table_->allreduce(comm_, buf, count, dtype, op), "allreduce");
   if (broken()) return Unusable();
   op_ = "allreduce";
   const size_t es = DtypeSize(dtype);
@@ -869,59 +782,59 @@ Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_redu
   const algo::Algorithm how = Choose(HVD_TRANSPORT_ALLREDUCE, count * es);
   if (how == algo::Algorithm::kNative) {
     const hvd_transport_buffer_t b = Host(buf, count * es);
-    return Check(v4_table_.allreduce(comm_, &b, count, dtype, op), "allreduce");
+    return Check(table_.allreduce(comm_, &b, count, dtype, op), "allreduce");
   }
   return CoreAllreduce(Whole(), how, buf, count, dtype, op);
 }
 
 Status Transport::DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count,
                                   hvd_dtype_t dtype, hvd_reduce_op_t op) {
-  if (!device_memory() || v4_table_.allreduce == nullptr) {
+  if (!device_memory() || table_.allreduce == nullptr) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " takes no CUDA memory for allreduce");
   }
   if (broken()) return Unusable();
   op_ = "allreduce";
-  return Check(v4_table_.allreduce(comm_, &buf, count, dtype, op), "allreduce");
+  return Check(table_.allreduce(comm_, &buf, count, dtype, op), "allreduce");
 }
 
 Status Transport::DeviceBroadcast(const hvd_transport_buffer_t& buf, int root) {
-  if (!device_memory() || v4_table_.broadcast == nullptr) {
+  if (!device_memory() || table_.broadcast == nullptr) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " takes no CUDA memory for broadcast");
   }
   if (broken()) return Unusable();
   op_ = "broadcast";
-  return Check(v4_table_.broadcast(comm_, &buf, root), "broadcast");
+  return Check(table_.broadcast(comm_, &buf, root), "broadcast");
 }
 
 Status Transport::DeviceAllgatherv(const hvd_transport_buffer_t& send,
                                    const hvd_transport_buffer_t& recv, const size_t* recv_bytes) {
-  if (!device_memory() || v4_table_.allgatherv == nullptr) {
+  if (!device_memory() || table_.allgatherv == nullptr) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " takes no CUDA memory for allgather");
   }
   if (broken()) return Unusable();
   op_ = "allgatherv";
-  return Check(v4_table_.allgatherv(comm_, &send, &recv, recv_bytes), "allgatherv");
+  return Check(table_.allgatherv(comm_, &send, &recv, recv_bytes), "allgatherv");
 }
 
 Status Transport::DeviceAlltoallv(const hvd_transport_buffer_t& send, const size_t* send_bytes,
                                   const hvd_transport_buffer_t& recv, const size_t* recv_bytes) {
-  if (!device_memory() || v4_table_.alltoallv == nullptr) {
+  if (!device_memory() || table_.alltoallv == nullptr) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " takes no CUDA memory for alltoall");
   }
   if (broken()) return Unusable();
   op_ = "alltoallv";
-  return Check(v4_table_.alltoallv(comm_, &send, send_bytes, &recv, recv_bytes), "alltoallv");
+  return Check(table_.alltoallv(comm_, &send, send_bytes, &recv, recv_bytes), "alltoallv");
 }
 
 Status Transport::DeviceReducescatter(const hvd_transport_buffer_t& buf, const size_t* counts,
                                       hvd_dtype_t dtype, hvd_reduce_op_t op) {
-  if (!device_memory() || v4_table_.reducescatter == nullptr) {
+  if (!device_memory() || table_.reducescatter == nullptr) {
     return Error(HVD_ERR_UNSUPPORTED,
                  std::string(name_) + " takes no CUDA memory for reducescatter");
   }
   if (broken()) return Unusable();
   op_ = "reducescatter";
-  return Check(v4_table_.reducescatter(comm_, &buf, counts, dtype, op), "reducescatter");
+  return Check(table_.reducescatter(comm_, &buf, counts, dtype, op), "reducescatter");
 }
 
 Status Transport::CoreAllreduce(const CoreGroup& g, algo::Algorithm how, void* buf, size_t count,
@@ -947,7 +860,6 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
   if (!has_reducescatter()) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " has no reducescatter entry");
   }
-  if (!v4_) return Check(v2_->reducescatter(comm_, buf, counts, dtype, op), "reducescatter");
   if (broken()) return Unusable();
   op_ = "reducescatter";
   const size_t es = DtypeSize(dtype);
@@ -961,7 +873,7 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
   const algo::Algorithm how = Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es);
   if (how == algo::Algorithm::kNative) {
     const hvd_transport_buffer_t b = Host(buf, start.back() * es);
-    return Check(v4_table_.reducescatter(comm_, &b, counts, dtype, op), "reducescatter");
+    return Check(table_.reducescatter(comm_, &b, counts, dtype, op), "reducescatter");
   }
   return CoreReducescatter(Whole(), how, buf, counts, start, dtype, op);
 }
@@ -982,7 +894,7 @@ Status Transport::CoreReducescatter(const CoreGroup& g, algo::Algorithm how, voi
 }
 
 bool Transport::RingSpans(size_t bytes) const {
-  return v4_ && ring_spans_ && links_ && !hierarchical_on() &&
+  return ring_spans_ && links_ && !hierarchical_on() &&
          Choose(HVD_TRANSPORT_ALLREDUCE, bytes) == algo::Algorithm::kRing;
 }
 
@@ -993,7 +905,6 @@ Status Transport::AllreduceSpans(const hvd_transport_span_t* spans, size_t nspan
   if (!allreduce_spans(bytes)) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " does not serve allreduce_spans");
   }
-  if (!v4_) return Check(v2_->allreduce_spans(comm_, spans, nspans, dtype, op), "allreduce");
   if (broken()) return Unusable();
   op_ = "allreduce";
   return CoreAllreduceSpans(Whole(), spans_ ? algo::Algorithm::kShm : algo::Algorithm::kRing,
@@ -1021,7 +932,6 @@ Status Transport::CoreAllreduceSpans(const CoreGroup& g, algo::Algorithm how,
 constexpr size_t kHierAllgatherMin = 64 << 10;
 
 Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_bytes) {
-  if (!v4_) return Check(table_->allgatherv(comm_, send, recv, recv_bytes), "allgather");
   if (broken()) return Unusable();
   op_ = "allgather";
   const int size = static_cast<int>(comm_size());
@@ -1035,7 +945,7 @@ Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_by
   if (how == algo::Algorithm::kNative) {
     const int rank = links_ ? links_->rank() : static_cast<int>(FactOr("rank", 0));
     const hvd_transport_buffer_t s = Host(send, recv_bytes[rank]), r = Host(recv, total);
-    return Check(v4_table_.allgatherv(comm_, &s, &r, recv_bytes), "allgather");
+    return Check(table_.allgatherv(comm_, &s, &r, recv_bytes), "allgather");
   }
   return CoreAllgatherv(Whole(), how, send, recv, recv_bytes);
 }
@@ -1055,7 +965,6 @@ Status Transport::CoreAllgatherv(const CoreGroup& g, algo::Algorithm how, const 
 }
 
 Status Transport::Broadcast(void* buf, size_t bytes, int root) {
-  if (!v4_) return Check(table_->broadcast(comm_, buf, bytes, root), "broadcast");
   if (broken()) return Unusable();
   op_ = "broadcast";
   if (hierarchical_on() && hier_->even && forced_[HVD_TRANSPORT_BROADCAST] == algo::Algorithm::kAuto) {
@@ -1064,7 +973,7 @@ Status Transport::Broadcast(void* buf, size_t bytes, int root) {
   const algo::Algorithm how = Choose(HVD_TRANSPORT_BROADCAST, bytes);
   if (how == algo::Algorithm::kNative) {
     const hvd_transport_buffer_t b = Host(buf, bytes);
-    return Check(v4_table_.broadcast(comm_, &b, root), "broadcast");
+    return Check(table_.broadcast(comm_, &b, root), "broadcast");
   }
   return CoreBroadcast(Whole(), how, buf, bytes, root);
 }
@@ -1088,7 +997,6 @@ Status Transport::CoreBroadcast(const CoreGroup& g, algo::Algorithm how, void* b
 
 Status Transport::Alltoallv(const void* send, const size_t* send_bytes, void* recv,
                             const size_t* recv_bytes) {
-  if (!v4_) return Check(table_->alltoallv(comm_, send, send_bytes, recv, recv_bytes), "alltoall");
   if (broken()) return Unusable();
   op_ = "alltoall";
   const int size = static_cast<int>(comm_size());
@@ -1099,17 +1007,16 @@ Status Transport::Alltoallv(const void* send, const size_t* send_bytes, void* re
   }
   if (Choose(HVD_TRANSPORT_ALLTOALLV, std::max(sent, got)) == algo::Algorithm::kNative) {
     const hvd_transport_buffer_t s = Host(send, sent), r = Host(recv, got);
-    return Check(v4_table_.alltoallv(comm_, &s, send_bytes, &r, recv_bytes), "alltoall");
+    return Check(table_.alltoallv(comm_, &s, send_bytes, &r, recv_bytes), "alltoall");
   }
   return algo::AlltoallvPairwise(*links_, send, send_bytes, recv, recv_bytes);
 }
 
 Status Transport::Barrier() {
-  if (!v4_) return Check(table_->barrier(comm_), "barrier");
   if (broken()) return Unusable();
   op_ = "barrier";
   const algo::Algorithm how = Choose(HVD_TRANSPORT_BARRIER, 0);
-  if (how == algo::Algorithm::kNative) return Check(v4_table_.barrier(comm_), "barrier");
+  if (how == algo::Algorithm::kNative) return Check(table_.barrier(comm_), "barrier");
   return CoreBarrier(Whole(), how);
 }
 
@@ -1284,16 +1191,16 @@ class Transport::Subset : public Comm {
 };
 
 uint32_t Transport::tag_bands() const {
-  if (!v4_ || !links_) return 0;
+  if (!links_) return 0;
   const uint64_t tags = static_cast<uint64_t>(info_.max_tag) + 1;
   return static_cast<uint32_t>(std::min<uint64_t>(tags / algo::SubsetLinks::kTagBand, UINT32_MAX));
 }
 
 Result<std::unique_ptr<Comm>> Transport::OpenSubset(std::vector<int> members, uint32_t band) {
-  if (members.size() > 1 && (!v4_ || !links_)) {
+  if (members.size() > 1 && !links_) {
     return Error(HVD_ERR_UNSUPPORTED,
                  std::string("process sets of more than one rank need a transport with "
-                             "point-to-point (a version 4 plugin with HVD_TRANSPORT_CAP_P2P); the ") +
+                             "point-to-point (HVD_TRANSPORT_CAP_P2P); the ") +
                      name_ + " transport has none");
   }
   if (members.size() > 1 && (band == 0 || band >= tag_bands())) {
@@ -1516,25 +1423,22 @@ Status Transport::SetTimeout(double timeout_s, int32_t kind) {
   if (!has_set_timeout()) {
     return Error(HVD_ERR_UNSUPPORTED, std::string(name_) + " has no set_timeout entry");
   }
-  if (!v4_) return Check(v3_->set_timeout(comm_, timeout_s, kind), "set_timeout");
   peer_limit_ = kind == HVD_TRANSPORT_LIMIT_PEER;
   limit_s_ = timeout_s;
   if (shm_) shm_->set_timeout(timeout_s);
-  return Check(v4_table_.set_timeout(comm_, timeout_s, kind), "set_timeout");
+  return Check(table_.set_timeout(comm_, timeout_s, kind), "set_timeout");
 }
 
 bool Transport::Abort(hvd_status_t status, const std::string& reason) noexcept {
   bool done = false;
-  if (v4_) {
-    try {
-      Broke(Error(status, std::string(name_) + ": aborted: " + reason));
-    } catch (...) {
-    }
+  try {
+    Broke(Error(status, std::string(name_) + ": aborted: " + reason));
+  } catch (...) {
   }
   WarnHost(status, reason);
   done = shm_ != nullptr;
-  if (v4_ && comm_ != nullptr && v4_table_.abort != nullptr) {
-    done = v4_table_.abort(comm_, status, reason.c_str()) == HVD_OK || done;
+  if (comm_ != nullptr && table_.abort != nullptr) {
+    done = table_.abort(comm_, status, reason.c_str()) == HVD_OK || done;
   }
   return done;
 }

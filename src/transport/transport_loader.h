@@ -24,7 +24,7 @@ class StoreClient;
 using Bytes = std::vector<uint8_t>;  // as in rendezvous/store.h
 }
 
-// ---- what the core hands to a plugin (hvd_transport_env_v1_t) -------------
+// ---- what the core hands to a plugin (hvd_transport_env_t) ----------------
 //
 // The callbacks are noexcept: a plugin is C, and an exception must never
 // unwind through it. Any exception (std::bad_alloc included) becomes an hvd
@@ -59,8 +59,8 @@ const char* PersistentTransportName(const char* name);
 
 // How the core runs collectives over a transport (from Config).
 struct TransportOptions {
-  // The shared-memory collectives where every rank shares one host (a
-  // version 4 transport; older ones decide themselves): on unless 0.
+  // The shared-memory collectives where every rank shares one host: on
+  // unless 0.
   bool shm = true;
   const char* shm_switch = "HVD_SHM";  // the setting that turned it off, for the log
   std::string hostname;  // this rank's, told to peers so messages name hosts
@@ -70,30 +70,31 @@ struct TransportOptions {
   // (on where ranks span several hosts and some host has several).
   int hierarchical = -1;
   std::string host_id;  // HVD_HOST_ID; empty: shm::HostIdentity()
-  // Every rank's host name, for a device-only transport (which exchanges
-  // nothing in host memory): the host transport's.
+  // Every rank's host name where the caller knows it (the rendezvous, or
+  // for a device-only transport, which exchanges nothing in host memory,
+  // the host transport's): the plugin's host table (env.hosts).
   std::vector<std::string> hosts;
   // A fused allreduce over the ring takes the tensors where they lie
   // (HVD_FUSION_IN_PLACE): on unless false.
   bool fusion_in_place = true;
 };
 
-// A loaded, connected transport and the collectives over it. For a version 4
-// plugin the core's algorithms run over its point-to-point (algorithms/),
-// with the shared-memory path and the plugin's native collectives chosen
-// per call (Choose); versions 1-3 run their own collectives.
+// A loaded, connected transport and the collectives over it: the core's
+// algorithms run over the plugin's point-to-point (algorithms/), with the
+// shared-memory path and the plugin's native collectives chosen per call
+// (Choose).
 class Transport : public Comm {
  public:
   // Loads `name` and connects (table->init). search_path: ':'-separated folders.
   static Result<std::unique_ptr<Transport>> Open(const std::string& name,
                                                  const std::string& search_path,
-                                                 const hvd_transport_env_v1_t& env,
+                                                 const hvd_transport_env_t& env,
                                                  const TransportOptions& opts, Logger* log);
   // OK if a table for `name` can be found (does not connect); else why not,
   // naming the folders searched.
   static Status Check(const std::string& name, const std::string& search_path);
-  // The capabilities a version 4 table declares (HVD_TRANSPORT_CAP_*; 0
-  // for older tables), without connecting; else why it cannot be found.
+  // The capabilities the table declares (HVD_TRANSPORT_CAP_*), without
+  // connecting; else why it cannot be found.
   static Result<uint64_t> Capabilities(const std::string& name, const std::string& search_path);
   // A transport for device memory only: HVD_TRANSPORT_CAP_CUDA_MEMORY and
   // no point-to-point (the NCCL plugin). It runs beside a host transport,
@@ -109,7 +110,7 @@ class Transport : public Comm {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
-  // The name the plugin gives itself (hvd_transport_v1_t::name), with
+  // The name the plugin gives itself (hvd_transport_t::name), with
   // static storage (PersistentTransportName): valid after this is destroyed.
   const char* name() const { return name_; }
 
@@ -122,27 +123,26 @@ class Transport : public Comm {
                    const size_t* recv_bytes) override;
   Status Barrier() override;
   // In place over sum(counts) elements; on return this rank's block holds its
-  // reduction (see hvd_transport_v2_t). HVD_ERR_UNSUPPORTED where the plugin
-  // lacks the entry point (has_reducescatter()).
+  // reduction. HVD_ERR_UNSUPPORTED where has_reducescatter() is false (no
+  // point-to-point, no shared memory and no native entry).
   Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype,
                        hvd_reduce_op_t op) override;
   bool has_reducescatter() const override {
-    return v4_ || (v2_ != nullptr && v2_->reducescatter != nullptr);
+    return links_ || shm_ || table_.reducescatter != nullptr;
   }
   // In place over the concatenation of spans, as one allreduce of them packed.
-  // Where allreduce_spans(bytes): a version 2-3 plugin whose
-  // query("allreduce_spans") answered 1 at start; the shared-memory path;
-  // or the ring over point-to-point, when it is the allreduce chosen for
+  // Where allreduce_spans(bytes): the shared-memory path, or the ring over
+  // point-to-point, when it is the allreduce chosen for
   // that many bytes (flat, not hierarchical; HVD_FUSION_IN_PLACE=0 turns
   // this one off).
   Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                         hvd_reduce_op_t op) override;
   bool allreduce_spans(size_t bytes) const override { return spans_ || RingSpans(bytes); }
-  // CUDA memory straight to the plugin (Comm::device_memory): a version 4
-  // plugin with HVD_TRANSPORT_CAP_CUDA_MEMORY, no point-to-point (so every
+  // CUDA memory straight to the plugin (Comm::device_memory): a plugin
+  // with HVD_TRANSPORT_CAP_CUDA_MEMORY, no point-to-point (so every
   // collective is its native one), no shared-memory or hierarchical path.
   bool device_memory() const override {
-    return v4_ && cuda_memory_ && !links_ && !shm_ && !hier_;
+    return cuda_memory_ && !links_ && !shm_ && !hier_;
   }
   Status DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count, hvd_dtype_t dtype,
                          hvd_reduce_op_t op) override;
@@ -161,25 +161,23 @@ class Transport : public Comm {
   // what Open kept, so any thread may call it): "rank", "size",
   // "local_rank", "local_size", "cross_rank", "cross_size" (where the
   // transport owns its communicator), "mpi_thread_level", "shm" (1 if the
-  // shared-memory path runs), "abi" (the table version).
+  // shared-memory path runs), "abi" (HVD_TRANSPORT_ABI).
   Result<int64_t> Query(const std::string& key) const;
   // The limit for peers to answer in the calls that follow (kind:
-  // HVD_TRANSPORT_LIMIT_*; hvd_transport_v3_t). HVD_ERR_UNSUPPORTED where the
-  // plugin lacks the entry point (has_set_timeout()).
+  // HVD_TRANSPORT_LIMIT_*). HVD_ERR_UNSUPPORTED where the plugin lacks the
+  // entry point (has_set_timeout()).
   Status SetTimeout(double timeout_s, int32_t kind);
   // Whether the communicator may be called from any thread, one call at a
   // time (HVD_TRANSPORT_CAP_ANY_THREAD, or the built-in local transport).
   bool any_thread() const { return any_thread_; }
-  bool has_set_timeout() const {
-    return v4_ ? v4_table_.set_timeout != nullptr : (v3_ != nullptr && v3_->set_timeout != nullptr);
-  }
+  bool has_set_timeout() const { return table_.set_timeout != nullptr; }
   // Any thread: every call blocked in this transport returns `status`
-  // promptly, and every later one fails (version 4 plugins with abort, and
-  // the shared-memory path). False where the transport cannot.
+  // promptly, and every later one fails (plugins with abort, and the
+  // shared-memory path). False where the transport cannot.
   bool Abort(hvd_status_t status, const std::string& reason) noexcept;
 
-  // The algorithm the next call of `collective` over `bytes` bytes runs
-  // (version 4), for logs and tests.
+  // The algorithm the next call of `collective` over `bytes` bytes runs,
+  // for logs and tests.
   algo::Algorithm Choose(int collective, size_t bytes) const;
 
   // A process set: `members` (ranks of this transport, distinct, in the
@@ -193,7 +191,7 @@ class Transport : public Comm {
   // shared-memory set-up); the loop thread only; this transport must
   // outlive it. A failure breaks the transport (every communicator over it).
   // HVD_ERR_UNSUPPORTED for a set of more than one rank where the transport
-  // has no point-to-point (versions 1-3, or a version 4 plugin without it).
+  // has no point-to-point.
   Result<std::unique_ptr<Comm>> OpenSubset(std::vector<int> members, uint32_t band);
   // How many tag bands of algo::SubsetLinks::kTagBand tags the plugin's tag
   // range holds (0 without point-to-point). Band 0 is the transport's own,
@@ -221,7 +219,7 @@ class Transport : public Comm {
   void WarnHost(hvd_status_t code, const std::string& text) noexcept;
   int HostIndex(int r) const;
   std::string BlockedChain(int r) const;
-  Status StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts, Logger* log);
+  Status Start(const hvd_transport_env_t& env, const TransportOptions& opts, Logger* log);
   Status StartHierarchy(const TransportOptions& opts, Logger* log);
   Status AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
   Status BroadcastHier(void* buf, size_t bytes, int root);
@@ -262,23 +260,18 @@ class Transport : public Comm {
   Status CoreBarrier(const CoreGroup& g, algo::Algorithm how);
   CoreGroup Whole() { return CoreGroup{shm_.get(), links_.get(), &scratch_, nullptr}; }
 
-  const hvd_transport_v1_t* table_ = nullptr;
-  const char* name_ = "";  // PersistentTransportName(table_->name)
-  const hvd_transport_v2_t* v2_ = nullptr;  // null: a version 1 plugin
-  const hvd_transport_v3_t* v3_ = nullptr;  // null: no version 3 table
+  hvd_transport_t table_{};  // the plugin's table, zero-extended to this core's size
+  const char* name_ = "";    // PersistentTransportName(table_.name)
   void* dl_ = nullptr;
   void* comm_ = nullptr;
   bool spans_ = false;
   bool ring_spans_ = true;  // HVD_FUSION_IN_PLACE
   bool any_thread_ = false;
-  bool cuda_memory_ = false;  // HVD_TRANSPORT_CAP_CUDA_MEMORY (version 4)
+  bool cuda_memory_ = false;  // HVD_TRANSPORT_CAP_CUDA_MEMORY
   bool device_average_ = false;  // HVD_TRANSPORT_CAP_AVERAGE
-  uint64_t reduce_dtypes_ = 0;   // hvd_transport_v4_t.reduce_dtypes (0: every dtype)
+  uint64_t reduce_dtypes_ = 0;   // hvd_transport_t.reduce_dtypes (0: every dtype)
   std::vector<std::pair<std::string, int64_t>> facts_;  // Query's answers
 
-  // Version 4.
-  bool v4_ = false;
-  hvd_transport_v4_t v4_table_{};  // the plugin's table, zero-extended to this core's size
   hvd_transport_info_t info_{};
   std::unique_ptr<algo::Links> links_;
   std::unique_ptr<shm::Segment> shm_;
@@ -295,7 +288,7 @@ class Transport : public Comm {
   bool peer_limit_ = false;  // the limit in force is the peer timeout
   const char* op_ = "";      // the collective running, for messages
 
-  std::vector<std::string> hosts_;  // every rank's host name (version 4), for messages
+  std::vector<std::string> hosts_;  // every rank's host name, for messages
   std::string host_id_;  // this rank's host identity (TransportOptions::host_id or the machine's)
   // The hierarchical steps: the ranks of this host (shared memory), and
   // the ranks with this rank's local index on every host (point-to-point).
@@ -318,7 +311,7 @@ class Transport : public Comm {
   std::string Who(int r) const;     // "rank 2 (host h)"
   int64_t FactOr(const char* key, int64_t dflt) const;
 
-  // The first failure (version 4): later calls fail at once with it, and
+  // The first failure: later calls fail at once with it, and
   // an abort from another thread sets it too.
   std::atomic<int> failure_{HVD_OK};
   mutable std::mutex fail_mu_;
