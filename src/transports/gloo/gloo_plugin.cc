@@ -3,8 +3,8 @@
 // core runs every collective over isend/irecv/wait). It needs only hvd.h,
 // hvd_transport.h, Gloo and the standard library: the model of a plugin
 // written outside this project. Built into libhvd_transport_gloo.so
-// (hvd_transport_plugin_v4) and, with HVD_BUILTIN_GLOO=1, into the static
-// core library (hvd_gloo_transport_table_v4, no plugin symbol).
+// (hvd_transport_plugin) and, with HVD_BUILTIN_GLOO=1, into the static
+// core library (hvd_gloo_transport_table, no plugin symbol).
 //
 // Rendezvous: every rank publishes "joined/<rank>" (its host name) and waits
 // for everyone's within the start timeout, so a rank that never starts is
@@ -142,7 +142,7 @@ class Kv : public gloo::rendezvous::Store {
   int last_rank = -1;                          // the rank of the key read last
   int waiting_for = -1;                        // the rank of a key not (yet) read
 
-  Kv(const hvd_transport_env_v1_t& env, double seconds) : env_(env), deadline_(After(seconds)) {}
+  Kv(const hvd_transport_env_t& env, double seconds) : env_(env), deadline_(After(seconds)) {}
   void Set(const std::string& key, const void* data, size_t len) const {
     const int st = env_.kv_set(env_.kv, key.c_str(), data, len);
     if (st != HVD_OK) {
@@ -188,7 +188,7 @@ class Kv : public gloo::rendezvous::Store {
   }
 
  private:
-  const hvd_transport_env_v1_t& env_;
+  const hvd_transport_env_t& env_;
   Clock::time_point deadline_;
 };
 
@@ -588,12 +588,12 @@ int MakeDevice(Comm& c, const gloo::transport::tcp::attr& attr, const std::strin
   return HVD_OK;
 }
 
-int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, std::string* msg) {
-  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
+int InitImpl(const hvd_transport_env_t* env_in, std::unique_ptr<Comm>* out, std::string* msg) {
+  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_t, hosts)) {
     *msg = "gloo init: missing or too small environment table";
     return HVD_ERR_INVALID_ARGUMENT;
   }
-  hvd_transport_env_v1_t env{};
+  hvd_transport_env_t env{};
   std::memcpy(&env, env_in, std::min(env_in->struct_size, sizeof(env)));
   if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
     *msg =
@@ -626,11 +626,13 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, s
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
   gloo::transport::tcp::attr attr;
   std::string where;
-  if (env.network_interface != nullptr && env.network_interface[0] != '\0') {
-    attr.iface = env.network_interface;
+  const hvd_transport_option_t* iface = hvd_transport_find_option(env_in, "network_interface");
+  const hvd_transport_option_t* addr = hvd_transport_find_option(env_in, "local_address");
+  if (iface != nullptr && iface->value != nullptr && iface->value[0] != '\0') {
+    attr.iface = iface->value;
     where = "interface " + attr.iface;
-  } else if (env.local_address != nullptr && env.local_address[0] != '\0') {
-    attr.hostname = env.local_address;
+  } else if (addr != nullptr && addr->value != nullptr && addr->value[0] != '\0') {
+    attr.hostname = addr->value;
     where = "address " + attr.hostname;
   } else if (env.local_size == env.size) {
     attr.hostname = "127.0.0.1";
@@ -712,7 +714,7 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, std::unique_ptr<Comm>* out, s
   return HVD_OK;
 }
 
-int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
+int Init(const hvd_transport_env_t* env, hvd_transport_info_t* info, void** comm, char* err,
          size_t err_len) noexcept {
   if (comm == nullptr) {
     WriteErr(err, err_len, "gloo init: comm is NULL");
@@ -966,11 +968,11 @@ int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept {
   return HVD_OK;
 }
 
-hvd_transport_v4_t MakeTable() {
-  hvd_transport_v4_t t;
+hvd_transport_t MakeTable() {
+  hvd_transport_t t;
   std::memset(&t, 0, sizeof(t));
-  t.abi_version = HVD_TRANSPORT_ABI_V4;
-  t.struct_size = sizeof(hvd_transport_v4_t);
+  t.abi_version = HVD_TRANSPORT_ABI;
+  t.struct_size = sizeof(hvd_transport_t);
   t.name = "gloo";
   t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
            HVD_TRANSPORT_CAP_ANY_THREAD;
@@ -986,17 +988,17 @@ hvd_transport_v4_t MakeTable() {
   return t;
 }
 
-const hvd_transport_v4_t kTable = MakeTable();
+const hvd_transport_t kTable = MakeTable();
 
 }  // namespace
 }  // namespace hvd_gloo_v4
 
-extern "C" const hvd_transport_v4_t* hvd_gloo_transport_table_v4(void) {
+extern "C" const hvd_transport_t* hvd_gloo_transport_table(void) {
   return &hvd_gloo_v4::kTable;
 }
 
 #ifndef HVD_BUILTIN_GLOO
-extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
+extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
   return &hvd_gloo_v4::kTable;
 }

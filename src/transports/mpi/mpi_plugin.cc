@@ -3,7 +3,7 @@
 // hvd.h, hvd_transport.h, MPI and the standard library: the model of a
 // plugin written outside the project.
 //
-// Communicator: a duplicate of the application's (env.mpi_comm) or of
+// Communicator: a duplicate of the application's (option mpi_comm) or of
 // MPI_COMM_WORLD, returning errors (MPI_ERRORS_RETURN); its ranks must be
 // hvd's. MPI: if uninitialised, init calls MPI_Init_thread (MULTIPLE) and the
 // last communicator to go calls MPI_Finalize, unless requests were left that
@@ -615,16 +615,16 @@ void ReleaseProcess(Process& ps) {
   }
 }
 
-void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Comm* c) {
+void InitImpl(const hvd_transport_env_t* env, hvd_transport_info_t* info, Comm* c) {
   if (env == nullptr ||
-      env->struct_size < offsetof(hvd_transport_env_v1_t, timeout_s) + sizeof(double)) {
+      env->struct_size < offsetof(hvd_transport_env_t, timeout_s) + sizeof(double)) {
     Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: missing or too small environment table");
   }
   const auto has = [&](size_t off, size_t len) { return env->struct_size >= off + len; };
-  void* user_comm =
-      has(offsetof(hvd_transport_env_v1_t, mpi_comm), sizeof(void*)) ? env->mpi_comm : nullptr;
+  const hvd_transport_option_t* comm_opt = hvd_transport_find_option(env, "mpi_comm");
+  void* user_comm = comm_opt != nullptr ? comm_opt->pointer : nullptr;
   const double start_timeout =
-      has(offsetof(hvd_transport_env_v1_t, start_timeout_s), sizeof(double)) ? env->start_timeout_s
+      has(offsetof(hvd_transport_env_t, start_timeout_s), sizeof(double)) ? env->start_timeout_s
                                                                              : env->timeout_s;
   c->env_timeout = env->timeout_s;
   c->logger = env->logger;
@@ -684,7 +684,7 @@ void InitImpl(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, Com
   c->serialize = level < MPI_THREAD_MULTIPLE;
   MPI_Comm base = user_comm != nullptr ? *static_cast<MPI_Comm*>(user_comm) : MPI_COMM_WORLD;
   if (base == MPI_COMM_NULL)
-    Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: env.mpi_comm is MPI_COMM_NULL");
+    Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: the mpi_comm option is MPI_COMM_NULL");
   // The bounded start-up gate: MPI_Comm_dup blocks until every rank calls it.
   // Its messages name this rank by its rank in `base` and its own host (the
   // others' are learnt later).
@@ -835,7 +835,7 @@ void CleanUp(Comm* c, double wait_s) {
   ReleaseProcess(ps);
 }
 
-int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
+int Init(const hvd_transport_env_t* env, hvd_transport_info_t* info, void** comm, char* err,
          size_t err_len) noexcept {
   if (comm == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   *comm = nullptr;
@@ -884,8 +884,8 @@ void Finalize(void* comm) noexcept {
 }
 
 // clang-format off
-const hvd_transport_v4_t kTable = {
-    HVD_TRANSPORT_ABI_V4, sizeof(hvd_transport_v4_t), "mpi",
+const hvd_transport_t kTable = {
+    HVD_TRANSPORT_ABI, sizeof(hvd_transport_t), "mpi",
     HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
         HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD,
     &Init, &Finalize, &LastError, &Isend, &Irecv, &Wait, &Test, &Progress,
@@ -897,7 +897,7 @@ const hvd_transport_v4_t kTable = {
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
+extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
   return &kTable;
 }

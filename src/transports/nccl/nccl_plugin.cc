@@ -3,7 +3,7 @@
 // point-to-point (the core's own algorithms do not run over it), plus faults
 // (abort, async_error) and set_timeout. It needs only hvd.h, hvd_transport.h,
 // the CUDA runtime and NCCL. Built into libhvd_transport_nccl.so
-// (hvd_transport_plugin_v4).
+// (hvd_transport_plugin).
 //
 // Init: cudaGetDeviceCount first (no device: HVD_ERR_UNSUPPORTED naming the
 // host), then cudaSetDevice(local_rank % devices). Rank 0 makes the
@@ -404,7 +404,7 @@ int WaitInit(Comm* c, double limit_s, std::string* msg) {
   }
 }
 
-int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm_out, char* err,
+int Init(const hvd_transport_env_t* env, hvd_transport_info_t* info, void** comm_out, char* err,
          size_t err_len) {
   if (comm_out != nullptr) *comm_out = nullptr;
   if (env == nullptr || comm_out == nullptr || env->size < 1 || env->rank < 0 ||
@@ -765,11 +765,11 @@ int SetTimeout(void* comm, double timeout_s, int32_t kind) {
   return HVD_OK;
 }
 
-hvd_transport_v4_t MakeTable() {
-  hvd_transport_v4_t t;
+hvd_transport_t MakeTable() {
+  hvd_transport_t t;
   std::memset(&t, 0, sizeof(t));
-  t.abi_version = HVD_TRANSPORT_ABI_V4;
-  t.struct_size = sizeof(hvd_transport_v4_t);
+  t.abi_version = HVD_TRANSPORT_ABI;
+  t.struct_size = sizeof(hvd_transport_t);
   t.name = "nccl";
   t.caps = kCaps;
   // NCCL has no 16-bit integer type: the core stages those reductions.
@@ -789,12 +789,12 @@ hvd_transport_v4_t MakeTable() {
   return t;
 }
 
-const hvd_transport_v4_t kTable = MakeTable();
+const hvd_transport_t kTable = MakeTable();
 
 }  // namespace
 }  // namespace hvd_nccl_v4
 
-extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
+extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
   return &hvd_nccl_v4::kTable;
 }

@@ -2,7 +2,7 @@
 // faults over UCP tagged messages; no collectives and no shared memory of its
 // own (the core runs every collective over isend/irecv/wait, as over Gloo).
 // It needs only hvd.h, hvd_transport.h, UCX (ucp, ucs) and the standard
-// library. Built into libhvd_transport_ucx.so (hvd_transport_plugin_v4).
+// library. Built into libhvd_transport_ucx.so (hvd_transport_plugin).
 //
 // Rendezvous: every rank publishes "joined/<rank>" (its host name) and waits
 // for everyone's within the start timeout, so a rank that never starts is
@@ -593,7 +593,7 @@ struct StoreError : std::runtime_error {
 // The core's store (throwing StoreError), every wait ending at one deadline.
 class Kv {
  public:
-  Kv(const hvd_transport_env_v1_t& env, double seconds) : env_(env), deadline_(After(seconds)) {}
+  Kv(const hvd_transport_env_t& env, double seconds) : env_(env), deadline_(After(seconds)) {}
   void Set(const std::string& key, const void* data, size_t len) const {
     const int st = env_.kv_set(env_.kv, key.c_str(), data, len);
     if (st != HVD_OK) {
@@ -615,7 +615,7 @@ class Kv {
   }
 
  private:
-  const hvd_transport_env_v1_t& env_;
+  const hvd_transport_env_t& env_;
   Clock::time_point deadline_;
 };
 
@@ -743,12 +743,12 @@ void ModifyTcp(ucp_config_t* cfg, const char* field, const char* value, const Co
   Modify(cfg, field, value, c, (std::string("UCX_TCP_") + field).c_str());
 }
 
-int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* msg) {
-  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_v1_t, mpi_comm)) {
+int InitImpl(const hvd_transport_env_t* env_in, CommPtr* out, std::string* msg) {
+  if (env_in == nullptr || env_in->struct_size < offsetof(hvd_transport_env_t, hosts)) {
     *msg = "ucx init: missing or too small environment table";
     return HVD_ERR_INVALID_ARGUMENT;
   }
-  hvd_transport_env_v1_t env{};
+  hvd_transport_env_t env{};
   std::memcpy(&env, env_in, std::min(env_in->struct_size, sizeof(env)));
   if (env.size < 1 || env.rank < 0 || env.rank >= env.size) {
     *msg =
@@ -827,13 +827,14 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
     return HVD_ERR_TRANSPORT;
   }
   std::string where = "UCX's default devices";
-  if (env.network_interface != nullptr && env.network_interface[0] != '\0') {
+  const hvd_transport_option_t* iface = hvd_transport_find_option(env_in, "network_interface");
+  if (iface != nullptr && iface->value != nullptr && iface->value[0] != '\0') {
     if (std::getenv("UCX_NET_DEVICES") == nullptr) {
-      where = "interface " + std::string(env.network_interface);
+      where = "interface " + std::string(iface->value);
     } else {
       where = "UCX_NET_DEVICES (over the interface hvd was given)";
     }
-    Modify(cfg, "NET_DEVICES", env.network_interface, *c);
+    Modify(cfg, "NET_DEVICES", iface->value, *c);
   }
   Modify(cfg, "MEMTYPE_CACHE", "n", *c);
   // UCX leaves its shared-memory transports (posix, sysv) out of endpoints
@@ -995,7 +996,7 @@ int InitImpl(const hvd_transport_env_v1_t* env_in, CommPtr* out, std::string* ms
   return HVD_OK;
 }
 
-int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
+int Init(const hvd_transport_env_t* env, hvd_transport_info_t* info, void** comm, char* err,
          size_t err_len) noexcept {
   if (comm == nullptr) {
     WriteErr(err, err_len, "ucx init: comm is NULL");
@@ -1299,11 +1300,11 @@ int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept {
   return HVD_OK;
 }
 
-hvd_transport_v4_t MakeTable() {
-  hvd_transport_v4_t t;
+hvd_transport_t MakeTable() {
+  hvd_transport_t t;
   std::memset(&t, 0, sizeof(t));
-  t.abi_version = HVD_TRANSPORT_ABI_V4;
-  t.struct_size = sizeof(hvd_transport_v4_t);
+  t.abi_version = HVD_TRANSPORT_ABI;
+  t.struct_size = sizeof(hvd_transport_t);
   t.name = "ucx";
   t.caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
            HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD;
@@ -1321,12 +1322,12 @@ hvd_transport_v4_t MakeTable() {
   return t;
 }
 
-const hvd_transport_v4_t kTable = MakeTable();
+const hvd_transport_t kTable = MakeTable();
 
 }  // namespace
 }  // namespace hvd_ucx_v4
 
-extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
+extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
   return &hvd_ucx_v4::kTable;
 }
