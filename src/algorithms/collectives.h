@@ -19,7 +19,7 @@
 //   alltoallv      pairwise  step i exchanges with rank +i and -i.
 //   barrier        dissemination  ceil(log2 size) rounds of 1-byte tokens.
 // The shared-memory collectives (shm.h) and a transport's native ones are
-// chosen around these by the core (transport/transport_loader.cc: Select*).
+// chosen around these by the core (transport/transport.cc: Select*).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // Shared-memory collectives between the ranks of one host. The core runs
-// them over every version 4 transport (transport/transport_loader.cc), with an
+// them over every version 4 transport (transport/transport.cc), with an
 // Exchange over the transport itself.
 //
 // The caller provides an Exchange (an allgather of strings) and calls Setup

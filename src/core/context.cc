@@ -35,7 +35,7 @@
 #include "core/observability/logging.h"
 #include "core/observability/start_report.h"
 #include "core/observability/timeline.h"
-#include "transport/transport_loader.h"
+#include "transport/transport.h"
 #include "rendezvous/store.h"
 
 namespace hvd {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/observability/logging.h"
-#include "transport/transport_loader.h"
+#include "transport/transport.h"
 #include "rendezvous/store.h"
 #include "scoped_env.h"
 

@@ -13,7 +13,7 @@
 #include "common/status.h"
 #include "core/config/config.h"
 #include "core/observability/logging.h"
-#include "transport/transport_loader.h"
+#include "transport/transport.h"
 #include "rendezvous/store.h"
 
 namespace hvd {

@@ -1,4 +1,4 @@
-#include "transport/transport_loader.h"
+#include "transport/transport.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>
