@@ -19,7 +19,7 @@
 //   alltoallv      pairwise  step i exchanges with rank +i and -i.
 //   barrier        dissemination  ceil(log2 size) rounds of 1-byte tokens.
 // The shared-memory collectives (shm.h) and a transport's native ones are
-// chosen around these by the core (transport/transport.cc: Select*).
+// chosen around these by the core (selection.h).
 #pragma once
 
 #include <cstddef>
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "algorithms/links.h"
+#include "algorithms/selection.h"
 #include "common/status.h"
 #include "algorithms/span.h"
 #include "hvd_transport.h"
@@ -70,16 +71,6 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
-enum class Algorithm { kAuto, kNative, kShm, kDirect, kRing, kTree, kChain, kPairwise, kDissemination };
-const char* AlgorithmName(Algorithm a);
-// "ring" -> kRing ...; "auto" or "" -> kAuto; else an error naming the
-// setting and the names allowed for that collective (HVD_TRANSPORT_* index).
-Result<Algorithm> ParseAlgorithm(int collective, const std::string& setting, const std::string& value);
-// The algorithms (over point-to-point) a collective has, for messages.
-std::string AlgorithmsOf(int collective);
-// Whether a is one of collective's point-to-point algorithms.
-bool IsP2pAlgorithm(int collective, Algorithm a);
-
 // In place over count elements of dtype; op SUM/MIN/MAX/PRODUCT.
 Status AllreduceDirect(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* buf, size_t count,
                        hvd_dtype_t dtype, hvd_reduce_op_t op);
@@ -91,8 +82,6 @@ Status AllreduceRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* bu
 Status AllreduceRingSpans(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce,
                           const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                           hvd_reduce_op_t op);
-// The default choice for allreduce over point-to-point.
-Algorithm ChooseAllreduce(int size, size_t bytes);
 
 // In place: buf holds sum(counts) elements; on return this rank's block
 // (counts[rank] elements at offset sum(counts[..rank))) holds its reduction;
@@ -106,7 +95,6 @@ Status AllgathervRing(Links& l, const void* send, void* recv, const size_t* recv
 
 Status BroadcastTree(Links& l, void* buf, size_t bytes, int root);
 Status BroadcastChain(Links& l, void* buf, size_t bytes, int root);
-Algorithm ChooseBroadcast(int size, size_t bytes, size_t segment_bytes);
 
 // send holds size blocks of send_bytes[r] (to rank r), recv receives size
 // blocks of recv_bytes[r] (from rank r).

@@ -1,7 +1,8 @@
-// Finds, loads and wraps a transport: built-in tables first (the single-rank
-// "local" transport, and whatever the static library compiled in), then
-// libhvd_transport_<name>.so in the transport path's folders
-// (params.transport_path or HVD_TRANSPORT_PATH) and next to libhvd.so itself.
+// A loaded, connected transport (the adapter from a plugin's table to the
+// core's Comm) and how the core runs collectives over it. Finding and
+// checking the table: loader.h; the store bridge: plugin_kv.h; failure
+// diagnostics: diagnostics.cc; process sets: subset.cc; the hierarchical
+// compositions and the choice of algorithm: algorithms/.
 #pragma once
 
 #include <atomic>
@@ -11,51 +12,16 @@
 #include <vector>
 
 #include "algorithms/collectives.h"
+#include "algorithms/hierarchical.h"
 #include "algorithms/shm.h"
 #include "common/status.h"
 #include "core/comm.h"
 #include "core/observability/logging.h"
 #include "hvd_transport.h"
+#include "transport/loader.h"
+#include "transport/plugin_kv.h"
 
 namespace hvd {
-
-namespace rdv {
-class StoreClient;
-using Bytes = std::vector<uint8_t>;  // as in rendezvous/store.h
-}
-
-// ---- what the core hands to a plugin (hvd_transport_env_t) ----------------
-//
-// The callbacks are noexcept: a plugin is C, and an exception must never
-// unwind through it. Any exception (std::bad_alloc included) becomes an hvd
-// status (HVD_ERR_NO_MEMORY for bad_alloc, HVD_ERR_INTERNAL otherwise) and a
-// logged error naming the call.
-
-// The rendezvous store as a plugin sees it: keys under `prefix` (one per
-// communicator), failures logged to `log` (may be null).
-struct PluginKv {
-  rdv::StoreClient* client = nullptr;
-  std::string prefix;
-  Logger* log = nullptr;
-  // An elastic epoch's: when this key exists, the epoch failed while it was
-  // forming (a member died), and every wait for a key ends at once with
-  // HVD_ERR_MEMBERSHIP_CHANGED and the key's text. "": no such check.
-  std::string abort_key;
-  // Waits for key (the whole key, prefix included) at most timeout_s.
-  Result<rdv::Bytes> Get(const std::string& key, double timeout_s) const;
-};
-// env.kv_set / kv_get / kv_free, with env.kv pointing at a PluginKv.
-int PluginKvSet(void* kv, const char* key, const void* value, size_t len) noexcept;
-int PluginKvGet(void* kv, const char* key, void** value, size_t* len, double timeout_s) noexcept;
-void PluginKvFree(void* value) noexcept;
-
-// The transport's name, owned by libhvd with static storage: it stays valid
-// after the transport's plugin is unloaded, until libhvd itself is. The
-// built-in names ("local", "gloo", "mpi") are string literals of libhvd;
-// any other name is copied once into a process-wide table that is never
-// freed (one entry per distinct name: bounded by the plugins there are).
-// nullptr for nullptr.
-const char* PersistentTransportName(const char* name);
 
 // How the core runs collectives over a transport (from Config).
 struct TransportOptions {
@@ -220,18 +186,15 @@ class Transport : public Comm {
   int HostIndex(int r) const;
   std::string BlockedChain(int r) const;
   Status Start(const hvd_transport_env_t& env, const TransportOptions& opts, Logger* log);
+  Status Init(const hvd_transport_env_t& env, const TransportOptions& opts);
+  Status ForceAlgorithms(const TransportOptions& opts, bool* want_shm);
+  Status StartHosts(const TransportOptions& opts, double timeout_s, Logger* log);
   Status StartHierarchy(const TransportOptions& opts, Logger* log);
-  Status AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
-  Status BroadcastHier(void* buf, size_t bytes, int root);
-  Status AllgathervHier(const void* send, void* recv, const size_t* recv_bytes, size_t total);
-  Status ReducescatterHier(void* buf, const size_t* counts, const std::vector<size_t>& start,
-                           hvd_dtype_t dtype, hvd_reduce_op_t op);
   // A shared-memory collective failed: breaks the transport, wakes the
   // segment's peers. members maps the segment's ranks to this transport's
   // (null: the same).
   Status ShmFailure(shm::Segment& seg, const char* what, const shm::Error& e,
                     const std::vector<int>* members = nullptr);
-  algo::Algorithm ChooseP2p(int c, size_t bytes, const algo::Links& links) const;
   hvd_transport_buffer_t Host(const void* data, size_t bytes) const;
   // The core's own collectives over one group of ranks (this transport's,
   // or a process set's): the shared-memory segment where `how` is kShm,
@@ -290,19 +253,10 @@ class Transport : public Comm {
 
   std::vector<std::string> hosts_;  // every rank's host name, for messages
   std::string host_id_;  // this rank's host identity (TransportOptions::host_id or the machine's)
-  // The hierarchical steps: the ranks of this host (shared memory), and
-  // the ranks with this rank's local index on every host (point-to-point).
-  // Where hosts have different rank counts, only each host's first rank
-  // (its leader) has a cross communicator, of the leaders.
-  struct Hierarchy {
-    std::unique_ptr<Comm> local, cross;
-    bool even = true;              // every host has the same number of ranks
-    bool contiguous = true;        // each host's ranks consecutive (hosts then in rank order)
-    std::vector<std::vector<int>> hosts;  // each host's ranks, hosts in order of their first
-    std::vector<int> host_of;      // rank -> host index (first appearance order)
-    std::vector<int> local_index;  // rank -> index among its host's ranks
-  };
-  std::unique_ptr<Hierarchy> hier_;
+  // The hierarchical steps (algorithms/hierarchical.h): the ranks of this
+  // host (shared memory), and the ranks with this rank's local index on
+  // every host (point-to-point).
+  std::unique_ptr<algo::Hierarchy> hier_;
   bool hier_on_ = true;  // set_hierarchical
   // The shared memory of this rank's host: shm_, else the hierarchy's host
   // step's where it has one; null if neither. Point-to-point waits note

@@ -1,4 +1,4 @@
-// The core's side of transport ABI version 4 (transport/transport.cc):
+// The core's side of the transport ABI (src/transport/transport.cc):
 // the built-in Gloo table's point-to-point driven by the core's algorithms,
 // every algorithm forced in turn, over TCP and over shared memory, with
 // ranks as threads sharing an in-memory store; and Transport::Abort ending a
