@@ -18,7 +18,7 @@
 //                  chain   pipelined chain root -> root+1 -> ... by segments.
 //   alltoallv      pairwise  step i exchanges with rank +i and -i.
 //   barrier        dissemination  ceil(log2 size) rounds of 1-byte tokens.
-// The shared-memory collectives (shm.h) and a transport's native ones are
+// The shared-memory collectives (shm/shm.h) and a transport's native ones are
 // chosen around these by the core (selection.h).
 #pragma once
 

@@ -22,7 +22,7 @@
 #define HVD_SETTLE_US 50
 #endif
 
-#include "algorithms/shm.h"
+#include "algorithms/shm/shm.h"
 #include "common/kernels.h"
 #include "common/netif.h"
 #include "core/observability/autotune.h"

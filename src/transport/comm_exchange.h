@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/shm.h"
+#include "algorithms/shm/shm.h"
 #include "core/comm.h"
 
 namespace hvd {

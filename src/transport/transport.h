@@ -13,7 +13,7 @@
 
 #include "algorithms/collectives.h"
 #include "algorithms/hierarchical.h"
-#include "algorithms/shm.h"
+#include "algorithms/shm/shm.h"
 #include "common/status.h"
 #include "core/comm.h"
 #include "core/observability/logging.h"

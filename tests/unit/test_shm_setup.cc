@@ -1,4 +1,4 @@
-// The plugins' shared-memory setup (algorithms/shm.cc) takes its
+// The plugins' shared-memory setup (algorithms/shm/) takes its
 // switch from the plugin (Options::enabled), never from the environment:
 // the plugin reads its settings once, in its init. And a wait's verdict on
 // a peer that left: a peer that arrived and then left is not missing. Two
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/shm.h"
+#include "algorithms/shm/shm.h"
 #include "scoped_env.h"
 
 namespace hvd {

@@ -8,7 +8,7 @@
 // reached mine". Waiting spins briefly, then yields, then sleeps on the
 // peer's counter with a cross-process futex in bounded slices, checking the
 // timeout, the abort word, departed peers and peer pids between slices.
-#include "algorithms/shm.h"
+#include "algorithms/shm/shm.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
