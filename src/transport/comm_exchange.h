@@ -15,8 +15,7 @@ namespace hvd {
 class TransportExchange : public shm::Exchange {
  public:
   TransportExchange(Comm* t, int size) : t_(t), size_(size) {}
-  int Allgather(const char*, const std::string& mine, std::vector<std::string>* all,
-                std::string* err) override {
+  Status Allgather(const char*, const std::string& mine, std::vector<std::string>* all) override {
     std::vector<uint64_t> lens(static_cast<size_t>(size_));
     const uint64_t my_len = mine.size();
     std::vector<size_t> eight(static_cast<size_t>(size_), sizeof(uint64_t));
@@ -26,17 +25,14 @@ class TransportExchange : public shm::Exchange {
     for (size_t b : bytes) total += b;
     std::string joined(total, '\0');
     if (st.ok()) st = t_->Allgatherv(mine.data(), &joined[0], bytes.data());
-    if (!st.ok()) {
-      *err = st.message();
-      return st.code();
-    }
+    HVD_CHECK(st);
     all->clear();
     size_t at = 0;
     for (size_t b : bytes) {
       all->push_back(joined.substr(at, b));
       at += b;
     }
-    return HVD_OK;
+    return Status::Ok();
   }
 
  private:

@@ -108,12 +108,17 @@ Status Transport::Unusable() const {
                fail_msg_ + " (communicator unusable after this failure)");
 }
 
-Status Transport::ShmFailure(shm::Segment& seg, const char* what, const shm::Error& e,
+Status Transport::ShmChecked(const CoreGroup& g, const char* what, Status st) {
+  return st.ok() ? st : ShmFailure(*g.shm, what, st, g.members);
+}
+
+Status Transport::ShmFailure(shm::Segment& seg, const char* what, const Status& e,
                              const std::vector<int>* members) {
-  std::string msg = e.what();
-  if (e.code == HVD_ERR_TIMEOUT && !e.missing.empty()) {
+  std::string msg = e.message();
+  const std::vector<int>& missing = seg.missing();  // a timeout's
+  if (e.code() == HVD_ERR_TIMEOUT && !missing.empty()) {
     std::string who, chain;
-    for (int r : e.missing) {
+    for (int r : missing) {
       const int pr = members != nullptr ? (*members)[static_cast<size_t>(r)] : r;
       who += (who.empty() ? "" : ", ") + Who(pr);
       chain += BlockedChain(pr);
@@ -121,19 +126,19 @@ Status Transport::ShmFailure(shm::Segment& seg, const char* what, const shm::Err
     if (peer_limit_) {
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%g", seg.timeout());
-      msg = std::string(what) + " (shm): " + who + (e.missing.size() == 1 ? " has" : " have") +
+      msg = std::string(what) + " (shm): " + who + (missing.size() == 1 ? " has" : " have") +
             " not answered for " + secs + " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
     }
     msg += chain;
   }
-  Status st = Error(static_cast<hvd_status_t>(e.code), std::string(name_) + " " + what + " failed: " + msg);
+  Status st = Error(e.code(), std::string(name_) + " " + what + " failed: " + msg);
   Broke(st);
   // Peers waiting in this segment (shm_ or a subset's, both in WarnHost's
   // list) and in this rank's other segments fail at once.
-  WarnHost(static_cast<hvd_status_t>(e.code), msg);
+  WarnHost(e.code(), msg);
   // The communicator is broken for the core: the plugin's too (its finalize
   // then knows a peer may be gone, and nothing waits on it).
-  if (table_.abort != nullptr) table_.abort(comm_, e.code, msg.c_str());
+  if (table_.abort != nullptr) table_.abort(comm_, e.code(), msg.c_str());
   return st;
 }
 

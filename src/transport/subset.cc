@@ -66,9 +66,8 @@ class Transport::Subset : public Comm {
       if (log != nullptr && log->enabled(at)) log->Write(at, msg);
     };
     TransportExchange ex(this, size_);
-    std::string why;
-    const int st = shm::Setup(ex, o, &shm_, &why);
-    if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), "process set: " + why);
+    Status st = shm::Setup(ex, o, &shm_);
+    if (!st.ok()) return Error(st.code(), "process set: " + st.message());
     if (shm_) {
       std::vector<std::string> names;
       for (int r : members_) names.push_back(t_->Who(r));
@@ -203,9 +202,7 @@ Result<std::unique_ptr<Comm>> Transport::OpenSubset(std::vector<int> members, ui
 Status Transport::StartHierarchy(const TransportOptions& opts, Logger* log) {
   TransportExchange ex(this, size_);
   std::vector<std::string> ids;
-  std::string why;
-  const int st = ex.Allgather("host ids", host_id_, &ids, &why);
-  if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
+  HVD_CHECK(ex.Allgather("host ids", host_id_, &ids));
   std::unique_ptr<algo::Hierarchy> h = algo::GroupByHost(ids, rank_);
   const std::vector<std::vector<int>>& hosts = h->hosts;
   size_t most = 0;

@@ -199,9 +199,7 @@ Status Transport::StartHosts(const TransportOptions& opts, double timeout_s, Log
   // Every rank's host name, so messages about a peer can name its host.
   if (size > 1 && !device_only) {
     TransportExchange ex(this, size);
-    std::string why;
-    const int st = ex.Allgather("hosts", opts.hostname, &hosts_, &why);
-    if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
+    HVD_CHECK(ex.Allgather("hosts", opts.hostname, &hosts_));
   }
   // The shared-memory path: agreed with every peer over the transport itself.
   if (size > 1 && !device_only) {
@@ -218,9 +216,7 @@ Status Transport::StartHosts(const TransportOptions& opts, double timeout_s, Log
     o.timeout_s = timeout_s;
     o.log = [log](int level, const std::string& msg) { log->Write(level, msg); };
     TransportExchange ex(this, size);
-    std::string why;
-    const int st = shm::Setup(ex, o, &shm_, &why);
-    if (st != HVD_OK) return Error(static_cast<hvd_status_t>(st), why);
+    HVD_CHECK(shm::Setup(ex, o, &shm_));
     if (shm_) {
       std::vector<std::string> names;
       for (int r = 0; r < size; ++r) names.push_back(Who(r));
@@ -353,13 +349,8 @@ Status Transport::CoreAllreduce(const CoreGroup& g, algo::Algorithm how, void* b
                                 hvd_dtype_t dtype, hvd_reduce_op_t op) {
   switch (how) {
     case algo::Algorithm::kShm:
-      try {
-        shm::Allreduce(*g.shm, reduce_, static_cast<uint8_t*>(buf), count, DtypeSize(dtype), dtype,
-                       op);
-        return Status::Ok();
-      } catch (const shm::Error& e) {
-        return ShmFailure(*g.shm, "allreduce", e, g.members);
-      }
+      return ShmChecked(g, "allreduce", shm::Allreduce(*g.shm, reduce_, static_cast<uint8_t*>(buf),
+                                                       count, DtypeSize(dtype), dtype, op));
     case algo::Algorithm::kDirect:
       return algo::AllreduceDirect(*g.links, *g.scratch, reduce_, buf, count, dtype, op);
     default:
@@ -396,13 +387,9 @@ Status Transport::CoreReducescatter(const CoreGroup& g, algo::Algorithm how, voi
                                     const size_t* counts, const std::vector<size_t>& start,
                                     hvd_dtype_t dtype, hvd_reduce_op_t op) {
   if (how == algo::Algorithm::kShm) {
-    try {
-      shm::Reducescatter(*g.shm, reduce_, static_cast<uint8_t*>(buf), start.data(),
-                         DtypeSize(dtype), dtype, op);
-      return Status::Ok();
-    } catch (const shm::Error& e) {
-      return ShmFailure(*g.shm, "reducescatter", e, g.members);
-    }
+    return ShmChecked(g, "reducescatter",
+                      shm::Reducescatter(*g.shm, reduce_, static_cast<uint8_t*>(buf), start.data(),
+                                         DtypeSize(dtype), dtype, op));
   }
   return algo::ReducescatterRing(*g.links, *g.scratch, reduce_, buf, counts, dtype, op);
 }
@@ -431,12 +418,8 @@ Status Transport::CoreAllreduceSpans(const CoreGroup& g, algo::Algorithm how,
   if (how != algo::Algorithm::kShm) {
     return algo::AllreduceRingSpans(*g.links, *g.scratch, reduce_, spans, nspans, dtype, op);
   }
-  try {
-    shm::AllreduceSpans(*g.shm, reduce_, spans, nspans, DtypeSize(dtype), dtype, op);
-    return Status::Ok();
-  } catch (const shm::Error& e) {
-    return ShmFailure(*g.shm, "allreduce", e, g.members);
-  }
+  return ShmChecked(g, "allreduce", shm::AllreduceSpans(*g.shm, reduce_, spans, nspans,
+                                                        DtypeSize(dtype), dtype, op));
 }
 
 Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_bytes) {
@@ -463,13 +446,8 @@ Status Transport::Allgatherv(const void* send, void* recv, const size_t* recv_by
 Status Transport::CoreAllgatherv(const CoreGroup& g, algo::Algorithm how, const void* send,
                                  void* recv, const size_t* recv_bytes) {
   if (how == algo::Algorithm::kShm) {
-    try {
-      shm::Allgatherv(*g.shm, static_cast<const uint8_t*>(send), static_cast<uint8_t*>(recv),
-                      recv_bytes);
-      return Status::Ok();
-    } catch (const shm::Error& e) {
-      return ShmFailure(*g.shm, "allgather", e, g.members);
-    }
+    return ShmChecked(g, "allgather", shm::Allgatherv(*g.shm, static_cast<const uint8_t*>(send),
+                                                      static_cast<uint8_t*>(recv), recv_bytes));
   }
   return algo::AllgathervRing(*g.links, send, recv, recv_bytes);
 }
@@ -494,12 +472,8 @@ Status Transport::CoreBroadcast(const CoreGroup& g, algo::Algorithm how, void* b
                                 int root) {
   switch (how) {
     case algo::Algorithm::kShm:
-      try {
-        shm::Broadcast(*g.shm, static_cast<uint8_t*>(buf), bytes, root);
-        return Status::Ok();
-      } catch (const shm::Error& e) {
-        return ShmFailure(*g.shm, "broadcast", e, g.members);
-      }
+      return ShmChecked(g, "broadcast",
+                        shm::Broadcast(*g.shm, static_cast<uint8_t*>(buf), bytes, root));
     case algo::Algorithm::kChain:
       return algo::BroadcastChain(*g.links, buf, bytes, root);
     default:
@@ -534,12 +508,7 @@ Status Transport::Barrier() {
 
 Status Transport::CoreBarrier(const CoreGroup& g, algo::Algorithm how) {
   if (how == algo::Algorithm::kShm) {
-    try {
-      g.shm->Barrier("barrier (shm)");
-      return Status::Ok();
-    } catch (const shm::Error& e) {
-      return ShmFailure(*g.shm, "barrier", e, g.members);
-    }
+    return ShmChecked(g, "barrier", g.shm->Barrier("barrier (shm)"));
   }
   return algo::BarrierDissemination(*g.links);
 }

@@ -193,7 +193,7 @@ class Transport : public Comm {
   // A shared-memory collective failed: breaks the transport, wakes the
   // segment's peers. members maps the segment's ranks to this transport's
   // (null: the same).
-  Status ShmFailure(shm::Segment& seg, const char* what, const shm::Error& e,
+  Status ShmFailure(shm::Segment& seg, const char* what, const Status& e,
                     const std::vector<int>* members = nullptr);
   hvd_transport_buffer_t Host(const void* data, size_t bytes) const;
   // The core's own collectives over one group of ranks (this transport's,
@@ -206,6 +206,8 @@ class Transport : public Comm {
     algo::Scratch* scratch = nullptr;
     const std::vector<int>* members = nullptr;  // for ShmFailure (null: every rank)
   };
+  // st, or where a shared-memory collective of g failed, ShmFailure's.
+  Status ShmChecked(const CoreGroup& g, const char* what, Status st);
   Status CoreAllreduce(const CoreGroup& g, algo::Algorithm how, void* buf, size_t count,
                        hvd_dtype_t dtype, hvd_reduce_op_t op);
   Status CoreReducescatter(const CoreGroup& g, algo::Algorithm how, void* buf,

@@ -63,28 +63,6 @@ uint8_t* ReduceColumn(Segment& s, hvd_reduce_kernel_fn reduce, uint32_t set, siz
 
 namespace {
 
-// Checks the spans and sums their counts; false with *why set when bad.
-bool SpansTotal(const hvd_transport_span_t* spans, size_t nspans, size_t es, size_t* total,
-                std::string* why) {
-  *total = 0;
-  if (spans == nullptr && nspans > 0) {
-    *why = "NULL span list";
-    return false;
-  }
-  for (size_t i = 0; i < nspans; ++i) {
-    if (spans[i].data == nullptr && spans[i].count > 0) {
-      *why = "span " + std::to_string(i) + " has a NULL buffer";
-      return false;
-    }
-    if (spans[i].count > SIZE_MAX / es - *total) {
-      *why = "byte count overflows size_t";
-      return false;
-    }
-    *total += spans[i].count;
-  }
-  return true;
-}
-
 // The spans of an allreduce as one sequence of elements.
 class SpanList {
  public:
@@ -124,26 +102,26 @@ class SpanList {
 
 }  // namespace
 
-void Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
+Status Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
                hvd_dtype_t dtype, hvd_reduce_op_t op) {
   const hvd_transport_span_t one = {buf, count};
-  AllreduceSpans(s, reduce, &one, 1, es, dtype, op);
+  return AllreduceSpans(s, reduce, &one, 1, es, dtype, op);
 }
 
-void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport_span_t* spans,
+Status AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport_span_t* spans,
                     size_t nspans, size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   const int n = s.size();
   const int r = s.rank();
   const SpanList list(spans, nspans, es);
   const size_t count = list.count();
-  if (count == 0) return;
+  if (count == 0) return Status::Ok();
   const size_t bytes = count * es;
   if (bytes <= s.small_max()) {
     // One barrier: publish, then every rank reduces all contributions itself
     // in rank order (identical bits everywhere).
     const uint32_t set = s.NextSet();
     list.Gather(0, count, s.Slot(set, r));
-    s.Barrier("allreduce");
+    HVD_CHECK(s.Barrier("allreduce"));
     const bool own_first = r == 0 || (r == 1 && Commutes(dtype, op));
     list.ForEach(0, count, [&](uint8_t* p, size_t rel, size_t len) {
       if (own_first) {
@@ -154,7 +132,7 @@ void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport
         for (int k = 1; k < n; ++k) reduce(p, s.Slot(set, k) + rel * es, len, dtype, op);
       }
     });
-    return;
+    return Status::Ok();
   }
   // Chunks of one slot per rank. Each chunk is cut into one part per rank;
   // rank k reduces part k. Publish every part but one's own (only this rank
@@ -170,7 +148,7 @@ void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport
     const size_t e = Part(m, n, r, es, &b);
     list.Gather(done, done + b, mine);
     list.Gather(done + e, done + m, mine + e * es);
-    s.Barrier("allreduce");
+    HVD_CHECK(s.Barrier("allreduce"));
     list.ForEach(done + b, done + e, [&](uint8_t* p, size_t rel, size_t len) {
       const size_t off = (b + rel) * es;
       uint8_t* res = ReduceColumn(s, reduce, set, off, p, mine + off, len, es, dtype, op);
@@ -180,7 +158,7 @@ void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport
         std::memcpy(p, res, len * es);
       }
     });
-    s.Barrier("allreduce");
+    HVD_CHECK(s.Barrier("allreduce"));
     for (int k = 0; k < n; ++k) {
       if (k == r) continue;
       size_t kb = 0;
@@ -188,44 +166,7 @@ void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport
       if (ke > kb) list.Scatter(done + kb, done + ke, s.Slot(set, k) + kb * es);
     }
   }
-}
-
-int AllreduceSpansEntry(Segment* s, hvd_reduce_kernel_fn reduce, int size, const char* who,
-                        const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
-                        hvd_reduce_op_t op, const std::function<int(void*, size_t)>& single,
-                        std::string* err) {
-  const std::string what = std::string(who) + " allreduce_spans: ";
-  const size_t es = DtypeSize(dtype);
-  if (es == 0) {
-    *err = what + "invalid dtype " + std::to_string(static_cast<int>(dtype));
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  if (op != HVD_SUM && op != HVD_MIN && op != HVD_MAX && op != HVD_PRODUCT) {
-    *err = what + "unsupported op " + ReduceOpName(op) + " (the core turns AVERAGE into SUM)";
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  size_t total = 0;
-  std::string why;
-  if (!SpansTotal(spans, nspans, es, &total, &why)) {
-    *err = what + why;
-    return HVD_ERR_INVALID_ARGUMENT;
-  }
-  if (total == 0 || size == 1) return HVD_OK;
-  if (s != nullptr) {
-    AllreduceSpans(*s, reduce, spans, nspans, es, dtype, op);
-    return HVD_OK;
-  }
-  size_t used = 0, last = 0;
-  for (size_t i = 0; i < nspans; ++i) {
-    if (spans[i].count > 0) {
-      ++used;
-      last = i;
-    }
-  }
-  if (used == 1) return single(spans[last].data, spans[last].count);
-  *err = what + "several spans need the shared-memory path, which is off (query allreduce_spans "
-                "answers 0: pack them and call allreduce)";
-  return HVD_ERR_UNSUPPORTED;
+  return Status::Ok();
 }
 
 // Each slot is cut into one column per rank (64-byte multiples). Round t:
@@ -233,7 +174,7 @@ int AllreduceSpansEntry(Segment* s, hvd_reduce_kernel_fn reduce, int size, const
 // column of its own slot; barrier; each rank reduces piece t of its own block
 // over all columns addressed to it, in rank order (its own column of its own
 // slot, written by nobody, is the scratch). One barrier per round.
-void Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, const size_t* start,
+Status Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, const size_t* start,
                    size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op) {
   const int n = s.size();
   const int r = s.rank();
@@ -242,8 +183,7 @@ void Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, const
   if (piece == 0) {
     // More ranks than 64-byte columns fit in a slot: the whole allreduce
     // (the rest of the buffer is scratch to the caller).
-    Allreduce(s, reduce, base, start[n], es, dtype, op);
-    return;
+    return Allreduce(s, reduce, base, start[n], es, dtype, op);
   }
   size_t longest = 0;
   for (int k = 0; k < n; ++k) longest = std::max(longest, start[k + 1] - start[k]);
@@ -256,7 +196,7 @@ void Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, const
       std::memcpy(mine + k * col_bytes, base + (start[k] + done) * es,
                   std::min(piece, len - done) * es);
     }
-    s.Barrier("reducescatter");
+    HVD_CHECK(s.Barrier("reducescatter"));
     const size_t my_len = start[r + 1] - start[r];
     if (my_len > done) {
       const size_t m = std::min(piece, my_len - done);
@@ -266,23 +206,25 @@ void Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, const
       if (res != dst) std::memcpy(dst, res, m * es);
     }
   }
+  return Status::Ok();
 }
 
 // The root copies up to a whole slot set per round; the others copy it out.
-void Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root) {
+Status Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root) {
   const size_t cap = s.slot() * static_cast<size_t>(s.size());
   for (size_t done = 0; done < bytes; done += cap) {
     const size_t m = std::min(cap, bytes - done);
     const uint32_t set = s.NextSet();
     if (s.rank() == root) std::memcpy(s.Slot(set, 0), buf + done, m);
-    s.Barrier("broadcast");
+    HVD_CHECK(s.Barrier("broadcast"));
     if (s.rank() != root) std::memcpy(buf + done, s.Slot(set, 0), m);
   }
+  return Status::Ok();
 }
 
 // Each rank publishes up to a slot of its contribution per round; everyone
 // copies every other rank's piece to its place.
-void Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* recv_bytes) {
+Status Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* recv_bytes) {
   const int n = s.size();
   const int r = s.rank();
   std::vector<size_t> offs(n);
@@ -298,12 +240,13 @@ void Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* rec
   for (size_t done = 0; done < most; done += s.slot()) {
     const uint32_t set = s.NextSet();
     if (mine > done) std::memcpy(s.Slot(set, r), src + done, std::min(s.slot(), mine - done));
-    s.Barrier("allgatherv");
+    HVD_CHECK(s.Barrier("allgatherv"));
     for (int k = 0; k < n; ++k) {
       if (k == r || recv_bytes[k] <= done) continue;
       std::memcpy(out + offs[k] + done, s.Slot(set, k), std::min(s.slot(), recv_bytes[k] - done));
     }
   }
+  return Status::Ok();
 }
 
 }  // namespace shm

@@ -85,21 +85,6 @@ bool PidIsDead(int32_t pid) {
 
 }  // namespace
 
-bool Query(const Segment* s, const char* key, int64_t* value) {
-  if (std::strcmp(key, "shm") == 0) {
-    *value = s != nullptr ? 1 : 0;
-  } else if (std::strcmp(key, "shm_slot_bytes") == 0) {
-    *value = s != nullptr ? static_cast<int64_t>(s->slot()) : 0;
-  } else if (std::strcmp(key, "shm_small_bytes") == 0) {
-    *value = s != nullptr ? static_cast<int64_t>(s->small_max()) : 0;
-  } else if (std::strcmp(key, "allreduce_spans") == 0) {
-    *value = s != nullptr ? 1 : 0;
-  } else {
-    return false;
-  }
-  return true;
-}
-
 std::string JoinRanks(const std::vector<int>& ranks) {
   std::string s = "[";
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -154,12 +139,13 @@ size_t Segment::small_max() const {
   return std::min(slot_, small_fanout_ / static_cast<size_t>(std::max(1, size_ - 1)));
 }
 
-void Segment::Barrier(const char* what) {
+Status Segment::Barrier(const char* what) {
+  missing_.clear();
   const uint32_t g = ++gen_;
   RankLine* me = line(rank_);
   me->seq.store(g, std::memory_order_seq_cst);
   if (me->waiters.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&me->seq);
-  WaitAll(g, what);
+  return WaitAll(g, what);
 }
 
 void Segment::Abort(int code, const std::string& msg) {
@@ -267,25 +253,27 @@ void Segment::WakeEveryone() {
   for (int j = 0; j < size_; ++j) FutexWakeAll(&line(j)->seq);
 }
 
-// Throws if the wait can never succeed: someone broke the communicator, a
+// An error if the wait can never succeed: someone broke the communicator, a
 // missing peer finalized or died.
-void Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
+Status Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
   const Header* h = header();
   // Aborted by this rank (another thread of it, while this one waits).
   if (const int code = aborted_here_.load(std::memory_order_acquire)) {
-    throw Error(code, std::string(what) + " (shm): " + Name(rank_) + ": aborted on this rank");
+    return Error(static_cast<hvd_status_t>(code),
+                 std::string(what) + " (shm): " + Name(rank_) + ": aborted on this rank");
   }
   // Another rank's abort: its reason (which names the culprit) is the error.
-  auto throw_if_aborted = [&] {
+  auto aborted = [&]() -> Status {
     const uint32_t ab = h->abort_by.load(std::memory_order_acquire);
     if (ab != 0 && ab != kAbortClaimed && ab != static_cast<uint32_t>(rank_) + 1) {
       std::string why(h->abort_msg, strnlen(h->abort_msg, sizeof(h->abort_msg)));
-      throw Error(h->abort_code == HVD_ERR_TIMEOUT ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
-                  std::string(what) + " (shm): " + Name(rank_) + ": " +
-                      Name(static_cast<int>(ab) - 1) + " broke the communicator: " + why);
+      return Error(h->abort_code == HVD_ERR_TIMEOUT ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
+                   std::string(what) + " (shm): " + Name(rank_) + ": " +
+                       Name(static_cast<int>(ab) - 1) + " broke the communicator: " + why);
     }
+    return Status::Ok();
   };
-  throw_if_aborted();
+  HVD_CHECK(aborted());
   // A peer read as missing may arrive, finish the operation and leave (or
   // exit) before its flag is read below: each verdict is checked against a
   // fresh read of its counter, made after the flag. Its counter was
@@ -299,36 +287,38 @@ void Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
   for (int j : missing) {
     if (line(j)->departed.load(std::memory_order_acquire) != 0) {
       if (Reached(j, g)) continue;
-      throw_if_aborted();
-      throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + Name(j) +
-                                         " has finalized (left the job)");
+      HVD_CHECK(aborted());
+      return Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + Name(j) +
+                                          " has finalized (left the job)");
     }
     if (check_pids) {
       const int32_t pid = line(j)->pid.load(std::memory_order_relaxed);
       if (PidIsDead(pid) && !Reached(j, g)) {
-        throw_if_aborted();
-        throw Error(HVD_ERR_TRANSPORT, std::string(what) + " (shm): " + Name(rank_) + ": " + WithPid(Name(j), pid) + " died");
+        HVD_CHECK(aborted());
+        return Error(HVD_ERR_TRANSPORT,
+                     std::string(what) + " (shm): " + Name(rank_) + ": " + WithPid(Name(j), pid) + " died");
       }
     }
   }
+  return Status::Ok();
 }
 
-void Segment::WaitAll(uint32_t g, const char* what) {
+Status Segment::WaitAll(uint32_t g, const char* what) {
   int next = 0;  // ranks below next are known to have arrived
   auto all_here = [&] {
     while (next < size_ && (next == rank_ || Reached(next, g))) ++next;
     return next == size_;
   };
-  if (all_here()) return;
+  if (all_here()) return Status::Ok();
   const auto t0 = Clock::now();
   for (uint32_t i = 1;; ++i) {
     CpuRelax();
-    if (all_here()) return;
+    if (all_here()) return Status::Ok();
     if ((i & 63) == 0 && NsSince(t0) > spin_ns_) break;
   }
   while (NsSince(t0) < yield_ns_) {
     sched_yield();
-    if (all_here()) return;
+    if (all_here()) return Status::Ok();
   }
   const bool limited = timeout_s_ > 0 && timeout_s_ < 3.0e7;
   const int64_t limit_ns = limited ? static_cast<int64_t>(timeout_s_ * 1e9) : 0;
@@ -337,16 +327,14 @@ void Segment::WaitAll(uint32_t g, const char* what) {
     const int64_t now = NsSince(t0);
     const bool pids = now - last_pid_check >= kPidCheckNs;
     if (pids) last_pid_check = now;
-    if (all_here()) return;  // before the checks: a peer may have arrived, then left
-    CheckPeers(g, what, pids);
+    if (all_here()) return Status::Ok();  // before the checks: a peer may have arrived, then left
+    HVD_CHECK(CheckPeers(g, what, pids));
     if (limited && now >= limit_ns) {
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%g", timeout_s_);
-      std::vector<int> missing = Missing(g);
-      throw Error(HVD_ERR_TIMEOUT,
-                  std::string(what) + " (shm): " + Name(rank_) + ": " + NameList(missing) +
-                      " did not arrive within " + secs + " s",
-                  missing);
+      missing_ = Missing(g);
+      return Error(HVD_ERR_TIMEOUT, std::string(what) + " (shm): " + Name(rank_) + ": " +
+                                        NameList(missing_) + " did not arrive within " + secs + " s");
     }
     int64_t slice = kSliceNs;
     if (limited) slice = std::min(slice, std::max<int64_t>(limit_ns - now, 1000));
@@ -356,7 +344,7 @@ void Segment::WaitAll(uint32_t g, const char* what) {
     const uint32_t v = l->seq.load(std::memory_order_seq_cst);
     if (static_cast<int32_t>(v - g) < 0) FutexWait(&l->seq, v, slice);
     l->waiters.fetch_sub(1, std::memory_order_seq_cst);
-    if (all_here()) return;
+    if (all_here()) return Status::Ok();
   }
 }
 
