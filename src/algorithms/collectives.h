@@ -40,15 +40,16 @@ namespace algo {
 // Tags: one per algorithm, so a stray message can never match another
 // algorithm's receive. All below 32767 (the smallest max_tag a plugin has).
 enum Tag : uint32_t {
-  kTagDirect = 1,
-  kTagRing = 2,
-  kTagReducescatter = 3,
-  kTagAllgatherv = 4,
-  kTagTree = 5,
-  kTagChain = 6,
-  kTagAlltoallv = 7,
-  kTagBarrier = 8,
+  kTagDirect = 1,  // then 2, 3, ... in this order
+  kTagRing,
+  kTagReducescatter,
+  kTagAllgatherv,
+  kTagTree,
+  kTagChain,
+  kTagAlltoallv,
+  kTagBarrier,
 };
+static_assert(kTagBarrier == 8, "the tags' values are part of the wire protocol");
 
 // How many segments of the ring and chain pipelines are in flight at once
 // beyond the one being worked on (the segment size is the transport's:

@@ -29,6 +29,24 @@ void LogCallbackFailure(Logger* log, const char* call, const char* key, const ch
   }
 }
 
+// Runs f (returning an hvd status) with every exception it throws turned
+// into a status and a logged line naming the call.
+template <class F>
+int Guarded(Logger* log, const char* call, const char* key, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    LogCallbackFailure(log, call, key, "out of memory");
+    return HVD_ERR_NO_MEMORY;
+  } catch (const std::exception& e) {
+    LogCallbackFailure(log, call, key, e.what());
+    return HVD_ERR_INTERNAL;
+  } catch (...) {
+    LogCallbackFailure(log, call, key, "unknown exception");
+    return HVD_ERR_INTERNAL;
+  }
+}
+
 }  // namespace
 
 int PluginKvSet(void* kv, const char* key, const void* value, size_t len) noexcept {
@@ -36,20 +54,11 @@ int PluginKvSet(void* kv, const char* key, const void* value, size_t len) noexce
   if (s == nullptr || s->client == nullptr || key == nullptr || (value == nullptr && len > 0)) {
     return HVD_ERR_INVALID_ARGUMENT;
   }
-  try {
+  return Guarded(s->log, "kv_set", key, [&]() -> int {
     const auto* p = static_cast<const uint8_t*>(value);
     Status st = s->client->Set(s->prefix + key, rdv::Bytes(p, p + len));
     return st.code();
-  } catch (const std::bad_alloc&) {
-    LogCallbackFailure(s->log, "kv_set", key, "out of memory");
-    return HVD_ERR_NO_MEMORY;
-  } catch (const std::exception& e) {
-    LogCallbackFailure(s->log, "kv_set", key, e.what());
-    return HVD_ERR_INTERNAL;
-  } catch (...) {
-    LogCallbackFailure(s->log, "kv_set", key, "unknown exception");
-    return HVD_ERR_INTERNAL;
-  }
+  });
 }
 
 Result<rdv::Bytes> PluginKv::Get(const std::string& key, double timeout_s) const {
@@ -81,7 +90,7 @@ int PluginKvGet(void* kv, const char* key, void** value, size_t* len, double tim
   }
   *value = nullptr;
   *len = 0;
-  try {
+  return Guarded(s->log, "kv_get", key, [&]() -> int {
     auto r = s->Get(s->prefix + key, timeout_s);
     if (!r.ok()) {
       if (r.status().code() == HVD_ERR_MEMBERSHIP_CHANGED && s->log != nullptr) {
@@ -98,16 +107,7 @@ int PluginKvGet(void* kv, const char* key, void** value, size_t* len, double tim
     *value = out;
     *len = r->size();
     return HVD_OK;
-  } catch (const std::bad_alloc&) {
-    LogCallbackFailure(s->log, "kv_get", key, "out of memory");
-    return HVD_ERR_NO_MEMORY;
-  } catch (const std::exception& e) {
-    LogCallbackFailure(s->log, "kv_get", key, e.what());
-    return HVD_ERR_INTERNAL;
-  } catch (...) {
-    LogCallbackFailure(s->log, "kv_get", key, "unknown exception");
-    return HVD_ERR_INTERNAL;
-  }
+  });
 }
 
 void PluginKvFree(void* value) noexcept { std::free(value); }
