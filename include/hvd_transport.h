@@ -20,9 +20,9 @@
  *   also isend, irecv, wait; without it every native collective but
  *   reducescatter. Every other entry is optional (NULL = absent).
  * - Status: every entry returning int returns HVD_OK or a negative
- *   hvd_status_t, and keeps a message for last_error. The codes each entry
- *   returns are listed at it; any other error reads as HVD_ERR_TRANSPORT.
- *   Entry points never throw or unwind.
+ *   hvd_status_t (listed at each entry) and keeps a message for last_error;
+ *   a positive value reads as HVD_ERR_TRANSPORT. Entry points never throw
+ *   or unwind.
  * - Threads: one communicator is driven by one thread at a time (the
  *   context's loop thread; a user thread too with HVD_TRANSPORT_CAP_ANY_THREAD,
  *   under the core's lock). abort and async_error come from any thread. The

@@ -54,24 +54,24 @@ int LocalAlltoallv(void*, const hvd_transport_buffer_t* send, const size_t* send
 
 int LocalBarrier(void*) noexcept { return HVD_OK; }
 
-hvd_transport_t MakeTable() {
-  hvd_transport_t t{};
-  t.abi_version = HVD_TRANSPORT_ABI;
-  t.struct_size = sizeof(hvd_transport_t);
-  t.name = "local";
-  t.caps = HVD_TRANSPORT_CAP_ANY_THREAD;  // it keeps no state
-  t.init = LocalInit;
-  t.finalize = LocalFinalize;
-  t.last_error = LocalLastError;
-  t.allreduce = LocalAllreduce;
-  t.allgatherv = LocalAllgatherv;
-  t.broadcast = LocalBroadcast;
-  t.alltoallv = LocalAlltoallv;
-  t.barrier = LocalBarrier;
-  return t;
-}
-
-const hvd_transport_t kLocalTable = MakeTable();
+const hvd_transport_t kLocalTable = {
+    HVD_TRANSPORT_ABI,
+    static_cast<uint32_t>(sizeof(hvd_transport_t)),
+    "local",
+    HVD_TRANSPORT_CAP_ANY_THREAD,  // it keeps no state
+    LocalInit,
+    LocalFinalize,
+    LocalLastError,
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,  // no point-to-point
+    LocalAllreduce,
+    LocalAllgatherv,
+    LocalBroadcast,
+    LocalAlltoallv,
+    nullptr,  // reducescatter: none
+    LocalBarrier,
+    nullptr, nullptr, nullptr,  // abort, async_error, set_timeout
+    0,                          // reduce_dtypes: every dtype
+};
 
 }  // namespace
 
