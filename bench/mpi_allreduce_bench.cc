@@ -172,57 +172,121 @@ std::vector<size_t> ParseSizes(const char* text) {
   return out;
 }
 
-}  // namespace
+// The command line.
+struct Options {
+  std::string mode_name;
+  Mode mode = Mode::kRaw;
+  bool multiple = false;
+  size_t chunk_bytes = 4u << 20;
+  std::vector<size_t> sizes;
+  std::string plugin_path;
+  int fixed_iters = 0;
+};
 
-int main(int argc, char** argv) {
+// Reads argv into *o; false (after saying why) on a bad command line.
+bool ParseOptions(int argc, char** argv, Options* o) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: mpirun -np N %s raw|chunked|hvd|plugin [--thread single|multiple] "
                  "[--sizes 4K,1M,...] [--chunk 4M] [--plugin PATH] [--iters N]\n",
                  argv[0]);
-    return 2;
+    return false;
   }
-  std::string mode_name = argv[1];
-  Mode mode = Mode::kRaw;
-  if (mode_name == "raw") {
-    mode = Mode::kRaw;
-  } else if (mode_name == "chunked") {
-    mode = Mode::kChunked;
-  } else if (mode_name == "hvd") {
-    mode = Mode::kHvd;
-  } else if (mode_name == "plugin") {
-    mode = Mode::kPlugin;
+  o->mode_name = argv[1];
+  if (o->mode_name == "raw") {
+    o->mode = Mode::kRaw;
+  } else if (o->mode_name == "chunked") {
+    o->mode = Mode::kChunked;
+  } else if (o->mode_name == "hvd") {
+    o->mode = Mode::kHvd;
+  } else if (o->mode_name == "plugin") {
+    o->mode = Mode::kPlugin;
   } else {
     std::fprintf(stderr, "unknown mode '%s'\n", argv[1]);
-    return 2;
+    return false;
   }
-  bool multiple = mode == Mode::kHvd || mode == Mode::kPlugin;
-  size_t chunk_bytes = 4u << 20;
-  std::vector<size_t> sizes = DefaultSizes();
-  std::string plugin_path = PluginPath();
-  int fixed_iters = 0;
+  o->multiple = o->mode == Mode::kHvd || o->mode == Mode::kPlugin;
+  o->sizes = DefaultSizes();
+  o->plugin_path = PluginPath();
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--thread" && i + 1 < argc) {
-      multiple = std::string(argv[++i]) == "multiple";
+      o->multiple = std::string(argv[++i]) == "multiple";
     } else if (a == "--sizes" && i + 1 < argc) {
-      sizes = ParseSizes(argv[++i]);
+      o->sizes = ParseSizes(argv[++i]);
     } else if (a == "--chunk" && i + 1 < argc) {
       std::vector<size_t> c = ParseSizes(argv[++i]);
       if (c.size() != 1) {
         std::fprintf(stderr, "bad --chunk\n");
-        return 2;
+        return false;
       }
-      chunk_bytes = c[0];
+      o->chunk_bytes = c[0];
     } else if (a == "--plugin" && i + 1 < argc) {
-      plugin_path = argv[++i];
+      o->plugin_path = argv[++i];
     } else if (a == "--iters" && i + 1 < argc) {
-      fixed_iters = std::atoi(argv[++i]);
+      o->fixed_iters = std::atoi(argv[++i]);
     } else {
       std::fprintf(stderr, "unknown argument '%s'\n", a.c_str());
-      return 2;
+      return false;
     }
   }
+  return true;
+}
+
+// One size: checks the result once, warms up, times the iterations and prints
+// rank 0's line.
+void MeasureSize(Runner* run, size_t bytes, int fixed_iters) {
+  const size_t count = bytes / sizeof(float);
+  std::vector<float> buf(count);
+  // Check once: every rank contributes rank + 1.
+  std::fill(buf.begin(), buf.end(), static_cast<float>(g_rank + 1));
+  run->Allreduce(buf.data(), count);
+  const float want = static_cast<float>(g_size * (g_size + 1) / 2);
+  for (size_t i : {size_t{0}, count / 2, count - 1}) {
+    if (buf[i] != want) {
+      Die("wrong result at " + std::to_string(i) + " for " + std::to_string(bytes) +
+          " bytes: " + std::to_string(buf[i]) + " want " + std::to_string(want));
+    }
+  }
+  // Zeros stay zeros: no overflow or denormals however long it runs.
+  std::fill(buf.begin(), buf.end(), 0.0f);
+  run->Allreduce(buf.data(), count);  // warm-up
+
+  int iters = fixed_iters > 0 ? fixed_iters
+                              : static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 100));
+  std::vector<double> times;
+  const long faults_before = MinorFaults();
+  for (int it = 0; it < iters; ++it) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    run->Allreduce(buf.data(), count);
+    double t = MPI_Wtime() - t0, slowest = 0;
+    MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    times.push_back(slowest);
+  }
+  long faults = MinorFaults() - faults_before, most_faults = 0;
+  MPI_Allreduce(&faults, &most_faults, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+  std::sort(times.begin(), times.end());
+  double median = times[times.size() / 2];
+  double best = times.front();
+  if (g_rank == 0) {
+    std::printf("  %-10zu %10.3f %10.3f %8.2f %8.2f %6d %12.1f\n", bytes, median * 1e3, best * 1e3,
+                static_cast<double>(bytes) / median / 1e9, static_cast<double>(bytes) / best / 1e9,
+                iters, static_cast<double>(most_faults) / iters);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  if (!ParseOptions(argc, argv, &opt)) return 2;
+  const Mode mode = opt.mode;
+  const bool multiple = opt.multiple;
+  const size_t chunk_bytes = opt.chunk_bytes;
+  const std::string& mode_name = opt.mode_name;
+  const std::string& plugin_path = opt.plugin_path;
 
   int provided = MPI_THREAD_SINGLE;
   if (multiple) {
@@ -258,47 +322,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  for (size_t bytes : sizes) {
-    const size_t count = bytes / sizeof(float);
-    std::vector<float> buf(count);
-    // Check once: every rank contributes rank + 1.
-    std::fill(buf.begin(), buf.end(), static_cast<float>(g_rank + 1));
-    run.Allreduce(buf.data(), count);
-    const float want = static_cast<float>(g_size * (g_size + 1) / 2);
-    for (size_t i : {size_t{0}, count / 2, count - 1}) {
-      if (buf[i] != want) {
-        Die("wrong result at " + std::to_string(i) + " for " + std::to_string(bytes) +
-            " bytes: " + std::to_string(buf[i]) + " want " + std::to_string(want));
-      }
-    }
-    // Zeros stay zeros: no overflow or denormals however long it runs.
-    std::fill(buf.begin(), buf.end(), 0.0f);
-    run.Allreduce(buf.data(), count);  // warm-up
-
-    int iters = fixed_iters > 0 ? fixed_iters
-                                : static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / bytes, 5, 100));
-    std::vector<double> times;
-    const long faults_before = MinorFaults();
-    for (int it = 0; it < iters; ++it) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = MPI_Wtime();
-      run.Allreduce(buf.data(), count);
-      double t = MPI_Wtime() - t0, slowest = 0;
-      MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      times.push_back(slowest);
-    }
-    long faults = MinorFaults() - faults_before, most_faults = 0;
-    MPI_Allreduce(&faults, &most_faults, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
-    std::sort(times.begin(), times.end());
-    double median = times[times.size() / 2];
-    double best = times.front();
-    if (g_rank == 0) {
-      std::printf("  %-10zu %10.3f %10.3f %8.2f %8.2f %6d %12.1f\n", bytes, median * 1e3, best * 1e3,
-                  static_cast<double>(bytes) / median / 1e9, static_cast<double>(bytes) / best / 1e9,
-                  iters, static_cast<double>(most_faults) / iters);
-      std::fflush(stdout);
-    }
-  }
+  for (size_t bytes : opt.sizes) MeasureSize(&run, bytes, opt.fixed_iters);
 
   if (mode == Mode::kHvd) hvd_context_destroy(run.ctx);
   if (mode == Mode::kPlugin) run.plugin.table->finalize(run.plugin.comm);

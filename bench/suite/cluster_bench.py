@@ -27,9 +27,9 @@ host's link, each direction, via cluster.sh up --rate). On each:
 Every job is also bracketed by a read of each host's eth0 counters
 (/proc/<host's anchor>/net/dev): "cluster_job" records. Results are the
 suite's records with kind "cluster_<kind>" and the tags layout, hosts,
-ranks_per_host, hier and rate; report.py's "Many hosts" section reads them
+ranks_per_host, hier and rate; report/many_hosts.py reads them
 and cluster.json (the setting). Unshaped, every job runs --coll-repeats times
-(report.py keeps the fastest run); on capped links once (--coll-repeats 1:
+(the report keeps the fastest run); on capped links once (--coll-repeats 1:
 every job once; HVD_BENCH_CLUSTER_RATES="": unshaped only). The iteration
 schedule is ITERS_SCALE times hvd-bench's usual one. Open MPI runs with mpi_yield_when_idle=1
 (its busy polling otherwise starves 4 ranks on 2 shared cores).
@@ -51,6 +51,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from run_tools import log_print  # bench/suite/run_tools.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -77,10 +79,6 @@ UCX_ENV = {"HVD_UCX_SPIN_US": "0"}
 # torch.distributed's Gloo on the cluster's interface, one compute thread per rank.
 TORCH_ENV = {"GLOO_SOCKET_IFNAME": IFACE, "OMP_NUM_THREADS": "1"}
 ID_PREFIX = "bench"
-
-
-def log_print(*a):
-    print(*a, flush=True)
 
 
 def _alive(pid):
@@ -288,7 +286,7 @@ class Part:
             n += 1
         host_tx = {str(i): after[i][1] - before[i][1] for i in after if i in before}
         host_rx = {str(i): after[i][0] - before[i][0] for i in after if i in before}
-        # job_rep keeps the runs of one job apart (report.py merges records by their
+        # job_rep keeps the runs of one job apart (the report merges records by their
         # non-measured fields, and a job record has no time_us to merge by).
         r.records.append(dict(kind="cluster_job", label=label, seconds=round(dt, 2),
                               host_tx=host_tx, host_rx=host_rx, job_rep=tags.get("rep", 0), **tags))
@@ -300,7 +298,7 @@ class Part:
             if mpi and n == 0 and re.search(r"orted|ORTE|plm_rsh|could not|unable to (start|launch)",
                                             out, re.I):
                 r.skipped.append(f"{label}: mpirun cannot start its daemons across the simulated "
-                                 f"hosts (exit {rc}; log.txt has its output)")
+                                 f"hosts (exit {rc}; raw/log.txt has its output)")
             else:
                 r.failures.append(dict(label=label, rc=rc, tail=tail, cmd=shlex.join(cmd)))
             # Whatever the job left running would disturb the next ones: a fresh cluster.

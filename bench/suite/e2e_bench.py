@@ -62,7 +62,7 @@ def make_model(name):
     raise SystemExit(f"unknown model {name}")
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["single", "hvd", "ddp", "horovod"], required=True)
     ap.add_argument("--model", choices=["cnn", "mlp"], required=True)
@@ -72,7 +72,49 @@ def main():
     ap.add_argument("--store", default=None)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def start(args):
+    """Starts the mode's framework: rank, size, local size, a function that waits for every
+    rank, and the hvd.torch or horovod.torch module (None for single and ddp)."""
+    if args.mode == "hvd":
+        import hvd.torch as hvd
+        hvd.init()
+        return (hvd.rank(), hvd.size(), hvd.local_size(),
+                lambda: hvd.allreduce(torch.zeros(1), name="e2e.sync"), hvd)
+    if args.mode == "horovod":
+        import horovod.torch as hh
+        hh.init()
+        return (hh.rank(), hh.size(), hh.local_size(),
+                lambda: hh.allreduce(torch.zeros(1), name="e2e.sync"), hh)
+    if args.mode == "ddp":
+        import torch.distributed as dist
+        r, n, ln = pc.launcher_rank()
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(args.store, "ddp"),
+                                rank=r, world_size=n)
+        return dist.get_rank(), dist.get_world_size(), ln, dist.barrier, None
+    return 0, 1, 1, lambda: None, None
+
+
+def finish(args, fw):
+    """Shuts the mode's framework down."""
+    if fw is not None:
+        fw.shutdown()
+    elif args.mode == "ddp":
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+        # torch's gloo backend can abort the process at interpreter exit
+        # ("terminate called without an active exception": a joinable
+        # std::thread destroyed), after the result is out; seen once in the
+        # quick run of 2026-12-01. Leave without running those destructors.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def main():
+    args = parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("SKIP torch.cuda.is_available() is False (no CUDA device, or a CPU-only torch)")
         return
@@ -82,25 +124,7 @@ def main():
     if args.quick:
         steps, warmup = 3, 1
 
-    rank, size, local_size = 0, 1, 1
-    sync = lambda: None  # noqa: E731
-    if args.mode == "hvd":
-        import hvd.torch as hvd
-        hvd.init()
-        rank, size, local_size = hvd.rank(), hvd.size(), hvd.local_size()
-        sync = lambda: hvd.allreduce(torch.zeros(1), name="e2e.sync")  # noqa: E731
-    elif args.mode == "horovod":
-        import horovod.torch as hh
-        hh.init()
-        rank, size, local_size = hh.rank(), hh.size(), hh.local_size()
-        sync = lambda: hh.allreduce(torch.zeros(1), name="e2e.sync")  # noqa: E731
-    elif args.mode == "ddp":
-        import torch.distributed as dist
-        r, n, ln = pc.launcher_rank()
-        dist.init_process_group("gloo", init_method="file://" + os.path.join(args.store, "ddp"),
-                                rank=r, world_size=n)
-        rank, size, local_size = dist.get_rank(), dist.get_world_size(), ln
-        sync = dist.barrier
+    rank, size, local_size, sync, fw = start(args)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
     torch.manual_seed(1234)
     dev = torch.device("cpu")
@@ -118,12 +142,9 @@ def main():
     if args.mode == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    if args.mode == "hvd":
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    elif args.mode == "horovod":
-        opt = hh.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-        hh.broadcast_parameters(model.state_dict(), root_rank=0)
+    if fw is not None:  # hvd or Horovod: the same calls
+        opt = fw.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        fw.broadcast_parameters(model.state_dict(), root_rank=0)
 
     g = torch.Generator().manual_seed(rank)
     pool = 8
@@ -154,20 +175,7 @@ def main():
                      threads=torch.get_num_threads(),
                      step_ms=round(dt / steps * 1e3, 3),
                      samples_per_s=round(size * batch * steps / dt, 1)))
-    if args.mode == "hvd":
-        hvd.shutdown()
-    elif args.mode == "horovod":
-        hh.shutdown()
-    elif args.mode == "ddp":
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-        # torch's gloo backend can abort the process at interpreter exit
-        # ("terminate called without an active exception": a joinable
-        # std::thread destroyed), after the result is out; seen once in the
-        # quick run of 2026-12-01. Leave without running those destructors.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    finish(args, fw)
 
 
 if __name__ == "__main__":

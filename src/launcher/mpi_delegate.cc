@@ -377,12 +377,8 @@ int Supervise(const Options& o, std::vector<std::string> words, const rdv::Store
     ::_exit(127);
   }
   exec_w.reset();
-  int exec_errno = 0;
-  ssize_t n;
-  do {
-    n = ::read(exec_r.get(), &exec_errno, sizeof(exec_errno));
-  } while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
+  const int exec_errno = ReadExecErrno(exec_r.get());
+  if (exec_errno != 0) {
     int ws = 0;
     while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
     }
@@ -404,6 +400,7 @@ int Supervise(const Options& o, std::vector<std::string> words, const rdv::Store
     pollfd pfd = {sig_r.get(), POLLIN, 0};
     (void)::poll(&pfd, 1, 100);
     unsigned char buf[64];
+    ssize_t n;
     while ((n = ::read(sig_r.get(), buf, sizeof(buf))) > 0) {
       for (ssize_t i = 0; i < n; ++i) {
         const int sig = buf[i] & 0x7f;

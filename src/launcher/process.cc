@@ -82,6 +82,15 @@ struct Affinity {
 
 }  // namespace
 
+int ReadExecErrno(int fd) {
+  int e = 0;
+  ssize_t n;
+  do {
+    n = ::read(fd, &e, sizeof(e));
+  } while (n < 0 && errno == EINTR);
+  return n == static_cast<ssize_t>(sizeof(e)) ? e : 0;
+}
+
 Result<Spawned> Spawn(const SpawnRequest& req) {
   if (req.argv.empty()) return Status(InvalidArgument("empty command"));
   std::vector<char*> argv, envp;
@@ -138,13 +147,7 @@ Result<Spawned> Spawn(const SpawnRequest& req) {
   err_w.reset();
   errp_w.reset();
 
-  // EOF: exec succeeded; an errno: it failed.
-  int e = 0;
-  ssize_t n;
-  do {
-    n = ::read(errp_r.get(), &e, sizeof(e));
-  } while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(sizeof(e))) sp.exec_errno = e;
+  sp.exec_errno = ReadExecErrno(errp_r.get());
 
   for (Fd* f : {&sp.stdout_r, &sp.stderr_r}) {
     int fl = ::fcntl(f->get(), F_GETFL);

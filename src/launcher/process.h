@@ -38,6 +38,10 @@ class Fd {
   int fd_ = -1;
 };
 
+// After fork: the errno a child wrote to the close-on-exec pipe `fd` when its
+// exec failed, or 0 at end of file (the exec succeeded).
+int ReadExecErrno(int fd);
+
 struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH
   std::vector<std::string> envp;  // "NAME=value", the child's whole environment

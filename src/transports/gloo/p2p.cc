@@ -1,0 +1,94 @@
+// The Gloo transport's point-to-point: isend, irecv, wait.
+#include "comm.h"
+
+namespace hvd_gloo_v4 {
+
+int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
+         hvd_transport_request_t** req, bool send) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  const char* op = send ? "gloo isend: " : "gloo irecv: ";
+  const int bad = hvd::kit::CheckPost(op, peer, tag, buf, req, c->rank, c->size, kMaxTag,
+                                      &c->last_error);
+  if (bad != HVD_OK) return bad;
+  if (c->failure.status.load() != HVD_OK) return c->Failed();
+  SigpipeBlock no_sigpipe;
+  Request* linked = nullptr;  // once in the pending list
+  try {
+    auto r = std::make_unique<Request>();
+    r->peer = peer;
+    r->send = send;
+    void* data = buf->bytes > 0 ? buf->data : &r->dummy;
+    r->ub = c->ctx->createUnboundBuffer(data, std::max<size_t>(buf->bytes, 1));
+    {
+      std::lock_guard<std::mutex> lock(c->failure.mu);
+      if (c->failure.status.load() == HVD_OK) {
+        c->pending.Link(r.get());
+        linked = r.release();
+      }
+    }
+    if (linked == nullptr) return c->Failed();  // aborted meanwhile
+    const uint64_t slot = kSlotBase + tag;
+    if (send) {
+      linked->ub->send(peer, slot, 0, buf->bytes);
+    } else {
+      linked->ub->recv(peer, slot, 0, buf->bytes);
+    }
+    *req = linked;
+    return HVD_OK;
+  } catch (const std::exception& e) {
+    if (linked == nullptr) {  // nothing posted (out of memory?): the communicator is fine
+      c->last_error = std::string(op) + WithoutLocation(e.what());
+      return dynamic_cast<const std::bad_alloc*>(&e) ? HVD_ERR_NO_MEMORY : HVD_ERR_TRANSPORT;
+    }
+    Break(*c, HVD_ERR_TRANSPORT,
+          DescribeFailure(*c, *linked, e.what()) + hvd::kit::BrokenNote(c->store, linked->peer));
+  } catch (...) {
+    Break(*c, HVD_ERR_TRANSPORT, std::string(op) + "unknown exception");
+  }
+  if (linked != nullptr) {  // connections are closed now (Break)
+    c->Unlink(linked);
+    delete linked;
+  }
+  return c->Failed();
+}
+
+int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
+  Comm* c = static_cast<Comm*>(comm);
+  if (c == nullptr || req == nullptr) return HVD_ERR_INVALID_ARGUMENT;
+  SigpipeBlock no_sigpipe;
+  const bool peer_kind = timeout_s < 0 && c->peer_limit;
+  const double secs = timeout_s < 0 ? c->limit_s : timeout_s;  // 0: no limit (ToMillis)
+  int status = HVD_OK;
+  if (c->failure.status.load() != HVD_OK) {
+    status = c->Failed();
+  } else {
+    try {
+      const Millis limit = ToMillis(secs);
+      const bool done = req->send ? req->ub->waitSend(limit) : req->ub->waitRecv(limit);
+      if (!done) status = c->Failed();  // aborted (Fail woke it)
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      if (c->failure.status.load() != HVD_OK) {
+        status = c->Failed();  // the failure behind it came first
+      } else if (what.find("Timed out waiting") != std::string::npos) {
+        status = Break(*c, HVD_ERR_TIMEOUT,
+                       hvd::kit::TimeoutMessage("gloo", c->Who(req->peer), req->send, secs,
+                                                peer_kind) +
+                           hvd::kit::BrokenNote(c->store, req->peer));
+      } else {
+        status = Break(*c, LooksLikeTimeout(what.c_str()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
+                       DescribeFailure(*c, *req, what) + hvd::kit::BrokenNote(c->store, req->peer));
+      }
+      c->Log(HVD_LOG_DEBUG, "gloo: Gloo said: " + what);
+    } catch (...) {
+      status = Break(*c, HVD_ERR_TRANSPORT, "gloo wait: unknown exception");
+    }
+  }
+  if (status != HVD_OK) c->Close();  // before the buffer goes: nothing may arrive into it
+  c->Unlink(req);
+  delete req;
+  return status;
+}
+
+}  // namespace hvd_gloo_v4
