@@ -379,27 +379,26 @@ Status AllgathervRing(Links& l, const void* send, void* recv, const size_t* recv
 
 namespace {
 
-// The broadcasts' argument checks; *idle: nothing to move (no bytes, or
-// one rank).
-Status BroadcastArgs(const Links& l, const void* buf, size_t bytes, int root, bool* idle) {
-  if (root < 0 || root >= l.size()) {
+// The broadcasts' argument checks: this rank's place relative to the
+// root, or -1 where there is nothing to move (no bytes, or one rank).
+Result<int> BroadcastStart(const Links& l, const void* buf, size_t bytes, int root) {
+  const int P = l.size();
+  if (root < 0 || root >= P) {
     return InvalidArgument("broadcast: root " + std::to_string(root) + " out of range");
   }
-  *idle = bytes == 0 || l.size() == 1;
-  if (!*idle && buf == nullptr) return InvalidArgument("broadcast: NULL buffer");
-  return Status::Ok();
+  if (bytes == 0 || P == 1) return -1;
+  if (buf == nullptr) return InvalidArgument("broadcast: NULL buffer");
+  return (l.rank() - root + P) % P;
 }
 
 }  // namespace
 
 Status BroadcastTree(Links& l, void* buf, size_t bytes, int root) {
+  HVD_ASSIGN_OR_RETURN(const int rel, BroadcastStart(l, buf, bytes, root));
+  if (rel < 0) return Status::Ok();
   const int P = l.size();
-  bool idle = false;
-  HVD_CHECK(BroadcastArgs(l, buf, bytes, root, &idle));
-  if (idle) return Status::Ok();
   // Binomial tree over ranks relative to the root: rel receives from rel
   // minus its lowest set bit, then sends to rel + 2^k for every 2^k below it.
-  const int rel = (l.rank() - root + P) % P;
   int mask = 1;
   while (mask < P) {
     if (rel & mask) {
@@ -422,11 +421,9 @@ Status BroadcastTree(Links& l, void* buf, size_t bytes, int root) {
 }
 
 Status BroadcastChain(Links& l, void* buf, size_t bytes, int root) {
+  HVD_ASSIGN_OR_RETURN(const int rel, BroadcastStart(l, buf, bytes, root));
+  if (rel < 0) return Status::Ok();
   const int P = l.size();
-  bool idle = false;
-  HVD_CHECK(BroadcastArgs(l, buf, bytes, root, &idle));
-  if (idle) return Status::Ok();
-  const int rel = (l.rank() - root + P) % P;
   const int prev = (l.rank() - 1 + P) % P, next = (l.rank() + 1) % P;
   const bool recvs = rel != 0, sends = rel != P - 1;
   uint8_t* base = static_cast<uint8_t*>(buf);
