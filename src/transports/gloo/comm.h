@@ -1,4 +1,4 @@
-// The Gloo transport, ABI version 4: connection setup, point-to-point and
+// The Gloo transport: connection setup, point-to-point and
 // faults over Gloo's TCP transport; no collectives and no shared memory (the
 // core runs every collective over isend/irecv/wait). It needs only hvd.h,
 // hvd_transport.h, Gloo and the standard library: the model of a plugin

@@ -1,4 +1,4 @@
-// The MPI transport, ABI version 4: point-to-point over MPI_Isend/MPI_Irecv
+// The MPI transport: point-to-point over MPI_Isend/MPI_Irecv
 // and MPI's nonblocking collectives as the native entries. It needs only
 // hvd.h, hvd_transport.h, MPI and the standard library: the model of a
 // plugin written outside the project.

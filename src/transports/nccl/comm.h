@@ -1,4 +1,4 @@
-// The NCCL transport, ABI version 4: native collectives on CUDA device memory
+// The NCCL transport: native collectives on CUDA device memory
 // (allreduce, allgatherv, broadcast, alltoallv, reducescatter, barrier), no
 // point-to-point (the core's own algorithms do not run over it), plus faults
 // (abort, async_error) and set_timeout. It needs only hvd.h, hvd_transport.h,

@@ -1,4 +1,4 @@
-// The UCX transport, ABI version 4: connection setup, point-to-point and
+// The UCX transport: connection setup, point-to-point and
 // faults over UCP tagged messages; no collectives and no shared memory of its
 // own (the core runs every collective over isend/irecv/wait, as over Gloo).
 // It needs only hvd.h, hvd_transport.h, UCX (ucp, ucs) and the standard
