@@ -11,7 +11,7 @@
 //           --chunk bytes (default 4M): bounds Open MPI's per-call temporaries
 //   hvd     hvd_allreduce through the public C API, on a context made from
 //           MPI_COMM_WORLD (params.mpi_comm), MPI initialised with MULTIPLE
-//   plugin  the MPI transport plugin's native allreduce entry (version 4
+//   plugin  the MPI transport plugin's native allreduce entry (the plugin ABI
 //           table) called directly (no negotiation, no background thread, none
 //           of the core's algorithms): MPI's own cost through the plugin
 //
@@ -69,26 +69,28 @@ void PluginLog(void*, int level, const char* msg) {
 }
 
 struct Plugin {
-  const hvd_transport_v4_t* table = nullptr;
+  const hvd_transport_t* table = nullptr;
   void* comm = nullptr;
 };
 
 Plugin OpenPlugin(const std::string& path, MPI_Comm* world) {
   void* dl = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (dl == nullptr) Die("cannot load " + path + ": " + dlerror());
-  auto fn = reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(dl, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
-  if (fn == nullptr) Die(path + " is not an hvd transport plugin of ABI version 4");
+  auto fn = reinterpret_cast<hvd_transport_plugin_fn>(dlsym(dl, HVD_TRANSPORT_PLUGIN_SYMBOL));
+  if (fn == nullptr) Die(path + " is not an hvd transport plugin");
   Plugin p;
   p.table = fn();
   if (p.table == nullptr || p.table->allreduce == nullptr) Die(path + " has no native allreduce");
-  hvd_transport_env_v1_t env{};
+  hvd_transport_env_t env{};
   env.struct_size = sizeof(env);
   env.rank = g_rank;
   env.size = g_size;
   env.log = PluginLog;
   env.timeout_s = 600;
   env.start_timeout_s = 60;
-  env.mpi_comm = world;
+  hvd_transport_option_t comm_opt = {"mpi_comm", nullptr, world};
+  env.options = &comm_opt;
+  env.noptions = 1;
   char err[512] = {0};
   hvd_transport_info_t info{};
   info.struct_size = sizeof(info);

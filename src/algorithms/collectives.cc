@@ -29,83 +29,6 @@ Result<uint8_t*> Scratch::Get(size_t bytes) {
   return p;
 }
 
-// ---- names and selection ------------------------------------------------------
-
-const char* AlgorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kNative: return "native";
-    case Algorithm::kShm: return "shm";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kChain: return "chain";
-    case Algorithm::kPairwise: return "pairwise";
-    case Algorithm::kDissemination: return "dissemination";
-  }
-  return "?";
-}
-
-namespace {
-
-std::vector<Algorithm> P2pAlgorithms(int collective) {
-  switch (collective) {
-    case HVD_TRANSPORT_ALLREDUCE: return {Algorithm::kDirect, Algorithm::kRing};
-    case HVD_TRANSPORT_REDUCESCATTER: return {Algorithm::kRing};
-    case HVD_TRANSPORT_ALLGATHERV: return {Algorithm::kRing};
-    case HVD_TRANSPORT_BROADCAST: return {Algorithm::kTree, Algorithm::kChain};
-    case HVD_TRANSPORT_ALLTOALLV: return {Algorithm::kPairwise};
-    case HVD_TRANSPORT_BARRIER: return {Algorithm::kDissemination};
-    default: return {};
-  }
-}
-
-// Collectives the shared-memory path serves (alltoallv is not one).
-bool ShmServes(int collective) { return collective != HVD_TRANSPORT_ALLTOALLV; }
-
-}  // namespace
-
-bool IsP2pAlgorithm(int collective, Algorithm a) {
-  const auto all = P2pAlgorithms(collective);
-  return std::find(all.begin(), all.end(), a) != all.end();
-}
-
-std::string AlgorithmsOf(int collective) {
-  std::string s = "auto, native";
-  if (ShmServes(collective)) s += ", shm";
-  for (Algorithm a : P2pAlgorithms(collective)) s += std::string(", ") + AlgorithmName(a);
-  return s;
-}
-
-Result<Algorithm> ParseAlgorithm(int collective, const std::string& setting,
-                                 const std::string& value) {
-  std::string v;
-  for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (v.empty() || v == "auto") return Algorithm::kAuto;
-  if (v == "native") return Algorithm::kNative;
-  if (v == "shm" && ShmServes(collective)) return Algorithm::kShm;
-  for (Algorithm a : P2pAlgorithms(collective)) {
-    if (v == AlgorithmName(a)) return a;
-  }
-  return InvalidArgument(setting + "='" + value + "' is not an algorithm of this collective (one of: " +
-                         AlgorithmsOf(collective) + ")");
-}
-
-Algorithm ChooseAllreduce(int size, size_t bytes) {
-  // Direct sends (size - 1) copies: worth its single latency while that
-  // stays small.
-  constexpr size_t kDirectFanoutBytes = size_t{64} << 10;
-  if (size <= 1) return Algorithm::kDirect;
-  return bytes <= kDirectFanoutBytes / static_cast<size_t>(size - 1) ? Algorithm::kDirect
-                                                                     : Algorithm::kRing;
-}
-
-Algorithm ChooseBroadcast(int size, size_t bytes, size_t segment_bytes) {
-  // The tree sends the whole message log2(size) times in sequence; the chain
-  // pipelines segments, so beyond one segment it wins from 3 ranks on.
-  return (size <= 2 || bytes <= segment_bytes) ? Algorithm::kTree : Algorithm::kChain;
-}
-
 // ---- helpers ---------------------------------------------------------------
 
 namespace {
@@ -454,14 +377,28 @@ Status AllgathervRing(Links& l, const void* send, void* recv, const size_t* recv
 
 // ---- broadcast ------------------------------------------------------------------
 
-Status BroadcastTree(Links& l, void* buf, size_t bytes, int root) {
+namespace {
+
+// The broadcasts' argument checks: this rank's place relative to the
+// root, or -1 where there is nothing to move (no bytes, or one rank).
+Result<int> BroadcastStart(const Links& l, const void* buf, size_t bytes, int root) {
   const int P = l.size();
-  if (root < 0 || root >= P) return InvalidArgument("broadcast: root " + std::to_string(root) + " out of range");
-  if (bytes == 0 || P == 1) return Status::Ok();
+  if (root < 0 || root >= P) {
+    return InvalidArgument("broadcast: root " + std::to_string(root) + " out of range");
+  }
+  if (bytes == 0 || P == 1) return -1;
   if (buf == nullptr) return InvalidArgument("broadcast: NULL buffer");
+  return (l.rank() - root + P) % P;
+}
+
+}  // namespace
+
+Status BroadcastTree(Links& l, void* buf, size_t bytes, int root) {
+  HVD_ASSIGN_OR_RETURN(const int rel, BroadcastStart(l, buf, bytes, root));
+  if (rel < 0) return Status::Ok();
+  const int P = l.size();
   // Binomial tree over ranks relative to the root: rel receives from rel
   // minus its lowest set bit, then sends to rel + 2^k for every 2^k below it.
-  const int rel = (l.rank() - root + P) % P;
   int mask = 1;
   while (mask < P) {
     if (rel & mask) {
@@ -484,11 +421,9 @@ Status BroadcastTree(Links& l, void* buf, size_t bytes, int root) {
 }
 
 Status BroadcastChain(Links& l, void* buf, size_t bytes, int root) {
+  HVD_ASSIGN_OR_RETURN(const int rel, BroadcastStart(l, buf, bytes, root));
+  if (rel < 0) return Status::Ok();
   const int P = l.size();
-  if (root < 0 || root >= P) return InvalidArgument("broadcast: root " + std::to_string(root) + " out of range");
-  if (bytes == 0 || P == 1) return Status::Ok();
-  if (buf == nullptr) return InvalidArgument("broadcast: NULL buffer");
-  const int rel = (l.rank() - root + P) % P;
   const int prev = (l.rank() - 1 + P) % P, next = (l.rank() + 1) % P;
   const bool recvs = rel != 0, sends = rel != P - 1;
   uint8_t* base = static_cast<uint8_t*>(buf);

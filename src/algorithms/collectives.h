@@ -18,8 +18,8 @@
 //                  chain   pipelined chain root -> root+1 -> ... by segments.
 //   alltoallv      pairwise  step i exchanges with rank +i and -i.
 //   barrier        dissemination  ceil(log2 size) rounds of 1-byte tokens.
-// The shared-memory collectives (shm.h) and a transport's native ones are
-// chosen around these by the core (transport/transport_loader.cc: Select*).
+// The shared-memory collectives (shm/shm.h) and a transport's native ones are
+// chosen around these by the core (selection.h).
 #pragma once
 
 #include <cstddef>
@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "algorithms/links.h"
+#include "algorithms/selection.h"
 #include "common/status.h"
+#include "algorithms/span.h"
 #include "hvd_transport.h"
 
 namespace hvd {
@@ -38,15 +40,16 @@ namespace algo {
 // Tags: one per algorithm, so a stray message can never match another
 // algorithm's receive. All below 32767 (the smallest max_tag a plugin has).
 enum Tag : uint32_t {
-  kTagDirect = 1,
-  kTagRing = 2,
-  kTagReducescatter = 3,
-  kTagAllgatherv = 4,
-  kTagTree = 5,
-  kTagChain = 6,
-  kTagAlltoallv = 7,
-  kTagBarrier = 8,
+  kTagDirect = 1,  // then 2, 3, ... in this order
+  kTagRing,
+  kTagReducescatter,
+  kTagAllgatherv,
+  kTagTree,
+  kTagChain,
+  kTagAlltoallv,
+  kTagBarrier,
 };
+static_assert(kTagBarrier == 8, "the tags' values are part of the wire protocol");
 
 // How many segments of the ring and chain pipelines are in flight at once
 // beyond the one being worked on (the segment size is the transport's:
@@ -69,16 +72,6 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
-enum class Algorithm { kAuto, kNative, kShm, kDirect, kRing, kTree, kChain, kPairwise, kDissemination };
-const char* AlgorithmName(Algorithm a);
-// "ring" -> kRing ...; "auto" or "" -> kAuto; else an error naming the
-// setting and the names allowed for that collective (HVD_TRANSPORT_* index).
-Result<Algorithm> ParseAlgorithm(int collective, const std::string& setting, const std::string& value);
-// The algorithms (over point-to-point) a collective has, for messages.
-std::string AlgorithmsOf(int collective);
-// Whether a is one of collective's point-to-point algorithms.
-bool IsP2pAlgorithm(int collective, Algorithm a);
-
 // In place over count elements of dtype; op SUM/MIN/MAX/PRODUCT.
 Status AllreduceDirect(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* buf, size_t count,
                        hvd_dtype_t dtype, hvd_reduce_op_t op);
@@ -90,8 +83,6 @@ Status AllreduceRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* bu
 Status AllreduceRingSpans(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce,
                           const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                           hvd_reduce_op_t op);
-// The default choice for allreduce over point-to-point.
-Algorithm ChooseAllreduce(int size, size_t bytes);
 
 // In place: buf holds sum(counts) elements; on return this rank's block
 // (counts[rank] elements at offset sum(counts[..rank))) holds its reduction;
@@ -105,7 +96,6 @@ Status AllgathervRing(Links& l, const void* send, void* recv, const size_t* recv
 
 Status BroadcastTree(Links& l, void* buf, size_t bytes, int root);
 Status BroadcastChain(Links& l, void* buf, size_t bytes, int root);
-Algorithm ChooseBroadcast(int size, size_t bytes, size_t segment_bytes);
 
 // send holds size blocks of send_bytes[r] (to rank r), recv receives size
 // blocks of recv_bytes[r] (from rank r).

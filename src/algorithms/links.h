@@ -1,6 +1,6 @@
 // The point-to-point view of a communicator that the collective algorithms
-// run over: a version 4 transport plugin's isend/irecv/wait (the core's
-// PluginLinks in transport/transport_loader.cc), an in-memory fabric in the unit
+// run over: a transport plugin's isend/irecv/wait (the core's
+// PluginLinks in transport/transport.cc), an in-memory fabric in the unit
 // tests, and a subset of ranks of either (SubsetLinks: for process sets and
 // the inter-host step of a hierarchical algorithm).
 //

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "algorithms/span.h"
 #include "common/status.h"
 #include "hvd.h"
 #include "hvd_transport.h"
@@ -36,15 +37,15 @@ class Comm {
                                 hvd_dtype_t dtype, hvd_reduce_op_t op) = 0;
   virtual bool allreduce_spans(size_t bytes) const = 0;
   // CUDA device memory handed to the transport as it lies, without staging
-  // through host memory: only where device_memory() (a version 4 plugin
-  // with HVD_TRANSPORT_CAP_CUDA_MEMORY whose every collective is native).
+  // through host memory: only where device_memory() (a plugin with
+  // HVD_TRANSPORT_CAP_CUDA_MEMORY whose every collective is native).
   // buf describes the memory (HVD_MEMORY_CUDA, device, stream); the call
   // returns once the plugin returns (the caller then waits on the stream).
   virtual bool device_memory() const { return false; }
   // DeviceAllreduce also takes HVD_AVERAGE for floating dtypes
   // (HVD_TRANSPORT_CAP_AVERAGE).
   virtual bool device_average() const { return false; }
-  // Whether the device path reduces dtype d (hvd_transport_v4_t.reduce_dtypes).
+  // Whether the device path reduces dtype d (hvd_transport_t.reduce_dtypes).
   virtual bool device_reduces(hvd_dtype_t d) const {
     (void)d;
     return true;

@@ -22,7 +22,7 @@
 #define HVD_SETTLE_US 50
 #endif
 
-#include "algorithms/shm.h"
+#include "algorithms/shm/shm.h"
 #include "common/kernels.h"
 #include "common/netif.h"
 #include "core/observability/autotune.h"
@@ -35,7 +35,7 @@
 #include "core/observability/logging.h"
 #include "core/observability/start_report.h"
 #include "core/observability/timeline.h"
-#include "transport/transport_loader.h"
+#include "transport/transport.h"
 #include "rendezvous/store.h"
 
 namespace hvd {

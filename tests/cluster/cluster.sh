@@ -31,7 +31,7 @@
 # started on one host finds its program on every host) and the PID namespace
 # (every host sees every process; a pid is unique across the cluster). The
 # library's shared-memory host identity (shm::HostIdentity() in
-# src/algorithms/shm.cc: boot id, host name, IPC and PID namespaces) still
+# src/algorithms/shm/setup.cc: boot id, host name, IPC and PID namespaces) still
 # differs between hosts, through the host name and the IPC namespace, and is
 # the same for all ranks of one host, since they all run in its namespaces.
 #

@@ -233,7 +233,7 @@ case "$case_" in
     expect_mp_check_ok "$work/mp" 4
     n=$(count "$work/mp" "INFO: hierarchical collectives:")
     [ "$n" -eq 0 ] || fail "hierarchical collectives used with HVD_HIERARCHICAL=0 ($n lines)"
-    n=$(count "$work/mp" "transport 'gloo' connected \(ABI v4, plugin, point-to-point\)")
+    n=$(count "$work/mp" "transport 'gloo' connected \(plugin, point-to-point\)")
     [ "$n" -eq 4 ] || fail "$n of 4 ranks' transports came up without the hierarchy, want 4"
     n=$(count "$work/mp" "transport '[a-z]+' connected .*hierarchical")
     [ "$n" -eq 0 ] || fail "$n transports came up hierarchical with HVD_HIERARCHICAL=0"
@@ -260,7 +260,7 @@ case "$case_" in
       -x HVD_LOG_LEVEL=debug "$MP_CHECK" 4
     [ "$rc" -eq 0 ] || fail "hvdrun --transport ucx mp_check exited $rc"
     expect_mp_check_ok "$work/mp" 4
-    n=$(count "$work/mp" "transport 'ucx' connected \(ABI v4, plugin, point-to-point, hierarchical\)")
+    n=$(count "$work/mp" "transport 'ucx' connected \(plugin, point-to-point, hierarchical\)")
     [ "$n" -eq 4 ] || fail "$n of 4 ranks connected over the ucx plugin's point-to-point, hierarchically"
     n=$(count "$work/mp" "ucx: rank [0-3] of 4 connected over")
     [ "$n" -eq 4 ] || fail "$n of 4 ranks logged the UCX plugin's own connection"

@@ -1,5 +1,5 @@
 /*
- * uds_p2p_check.c: drives a version 4 transport plugin's table directly,
+ * uds_p2p_check.c: drives a transport plugin's table directly,
  * without libhvd: dlopens the .so, forks one process per rank, and gives
  * them a key-value store made of files in a temporary folder.
  *
@@ -44,7 +44,7 @@
 #define BIG ((size_t)1 << 20) + 3
 #define MAXREQ 512
 
-static const hvd_transport_v4_t *T;
+static const hvd_transport_t *T;
 static int g_rank = -1, g_failures = 0;
 static const char *g_scenario = "";
 
@@ -137,8 +137,8 @@ static void plugin_log(void *logger, int level, const char *msg) {
     }
 }
 
-static hvd_transport_env_v1_t make_env(file_kv *kv, int rank, int size, double start_timeout) {
-    hvd_transport_env_v1_t e;
+static hvd_transport_env_t make_env(file_kv *kv, int rank, int size, double start_timeout) {
+    hvd_transport_env_t e;
     memset(&e, 0, sizeof(e));
     e.struct_size = sizeof(e);
     e.rank = rank;
@@ -159,7 +159,7 @@ static hvd_transport_env_v1_t make_env(file_kv *kv, int rank, int size, double s
     return e;
 }
 
-static void *do_init(hvd_transport_env_v1_t *env, int *status, char *err, size_t err_len) {
+static void *do_init(hvd_transport_env_t *env, int *status, char *err, size_t err_len) {
     hvd_transport_info_t info;
     void *comm = (void *)&info; /* must be set to NULL on failure */
     memset(&info, 0, sizeof(info));
@@ -319,7 +319,7 @@ static void expect_timeout(void *comm, int peer, unsigned tag, double timeout, d
 }
 
 static void scenario_world(file_kv *kv, int rank, int size) {
-    hvd_transport_env_v1_t env = make_env(kv, rank, size, 20.0);
+    hvd_transport_env_t env = make_env(kv, rank, size, 20.0);
     char err[512];
     int s, next = (rank + 1) % size, prev = (rank + size - 1) % size;
     void *comm = do_init(&env, &s, err, sizeof(err));
@@ -416,7 +416,7 @@ static void scenario_world(file_kv *kv, int rank, int size) {
 }
 
 static void scenario_missing(file_kv *kv, int rank, int size) {
-    hvd_transport_env_v1_t env = make_env(kv, rank, size, 1.5);
+    hvd_transport_env_t env = make_env(kv, rank, size, 1.5);
     char err[512];
     int s;
     double t0 = now_s();
@@ -432,7 +432,7 @@ static void scenario_missing(file_kv *kv, int rank, int size) {
 }
 
 static void scenario_lost(file_kv *kv, int rank, int size, int clean) {
-    hvd_transport_env_v1_t env = make_env(kv, rank, size, 20.0);
+    hvd_transport_env_t env = make_env(kv, rank, size, 20.0);
     char err[512];
     int s;
     void *comm = do_init(&env, &s, err, sizeof(err));
@@ -468,7 +468,7 @@ static void scenario_lost(file_kv *kv, int rank, int size, int clean) {
 }
 
 static void scenario_single(void) {
-    hvd_transport_env_v1_t env = make_env(NULL, 0, 1, 5.0);
+    hvd_transport_env_t env = make_env(NULL, 0, 1, 5.0);
     char err[256];
     int s;
     void *comm = do_init(&env, &s, err, sizeof(err));
@@ -517,7 +517,7 @@ static int run(const char *name, const char *base, int size, int which) {
 
 int main(int argc, char **argv) {
     void *dl;
-    hvd_transport_plugin_v4_fn fn;
+    hvd_transport_plugin_fn fn;
     char base[] = "/tmp/uds-p2p-check.XXXXXX";
     int bad = 0;
     if (argc != 2) {
@@ -526,15 +526,15 @@ int main(int argc, char **argv) {
     }
     dl = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
     if (dl == NULL) { fprintf(stderr, "FAIL: dlopen: %s\n", dlerror()); return 1; }
-    *(void **)&fn = dlsym(dl, HVD_TRANSPORT_PLUGIN_V4_SYMBOL);
+    *(void **)&fn = dlsym(dl, HVD_TRANSPORT_PLUGIN_SYMBOL);
     T = fn != NULL ? fn() : NULL;
-    if (T == NULL || T->abi_version != HVD_TRANSPORT_ABI_V4 ||
-        T->struct_size != sizeof(hvd_transport_v4_t) || T->name == NULL ||
+    if (T == NULL || T->abi_version != HVD_TRANSPORT_ABI ||
+        T->struct_size != sizeof(hvd_transport_t) || T->name == NULL ||
         strcmp(T->name, "uds") != 0) {
-        fprintf(stderr, "FAIL: no version 4 table named uds\n");
+        fprintf(stderr, "FAIL: no table named uds\n");
         return 1;
     }
-    if (dlsym(dl, HVD_TRANSPORT_PLUGIN_V1_SYMBOL) != NULL) fprintf(stderr, "FAIL: exports v1\n"), bad = 1;
+    if (dlsym(dl, "hvd_transport_plugin_v1") != NULL) fprintf(stderr, "FAIL: exports v1\n"), bad = 1;
     check(T->caps == (HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
                       HVD_TRANSPORT_CAP_PEER_TIMEOUT), "caps 0x%llx", (unsigned long long)T->caps);
     check(T->init && T->finalize && T->last_error && T->isend && T->irecv && T->wait && T->test &&

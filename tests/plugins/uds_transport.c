@@ -1,7 +1,7 @@
 /*
  * uds_transport.c: an hvd transport plugin written from the installed
  * headers alone (hvd_transport.h and hvd.h), as a third party would. It is
- * version 4 point-to-point only: the core runs every collective over it.
+ * point-to-point only: the core runs every collective over it.
  *
  *   cc -std=c99 -pedantic -Wall -Wextra -Werror -fPIC -shared \
  *      -I<prefix>/include -o libhvd_transport_uds.so uds_transport.c
@@ -9,7 +9,8 @@
  * Transport: one Unix-domain stream socket per pair of ranks (so every rank
  * must be on one host). Set-up: each rank listens on an abstract socket name
  * (a file under $TMPDIR off Linux) that it publishes in the core's key-value
- * store as "uds/addr/<rank>" (its host name, a NUL, the sockaddr bytes);
+ * store as "uds/addr/<rank>" (its host name, a NUL, the sockaddr bytes;
+ * the core's host table, where it has one, names the peers instead);
  * each rank connects to every lower rank, then accepts every higher one, so
  * no rank waits for one that waits for it. Messages are framed (tag, flags,
  * length) on the byte streams; each peer has a send queue written without
@@ -497,7 +498,6 @@ static int complete(uds_comm *c, uds_req *r) {
 
 static int uds_wait(void *comm, hvd_transport_request_t *req, double timeout_s) {
     uds_comm *c = (uds_comm *)comm;
-    /* An explicit limit is exact (0: none); a derived one <= 0 is none. */
     double limit = timeout_s >= 0 ? timeout_s : (c->has_limit ? c->limit_s : c->timeout_s);
     int bounded = limit > 0;
     double start = now_s();
@@ -686,7 +686,7 @@ static int listen_on(uds_comm *c, struct sockaddr_un *addr, socklen_t *len) {
 
 /* Rank r connects to every lower rank, whose addresses it reads from the
  * store, then accepts every higher one. */
-static int connect_all(uds_comm *c, const hvd_transport_env_v1_t *env, int lfd, double deadline) {
+static int connect_all(uds_comm *c, const hvd_transport_env_t *env, int lfd, double deadline) {
     int32_t r;
     int accepted = 0;
     for (r = 0; r < c->rank; ++r) {
@@ -789,7 +789,7 @@ static int connect_all(uds_comm *c, const hvd_transport_env_v1_t *env, int lfd, 
     return HVD_OK;
 }
 
-static int uds_init(const hvd_transport_env_v1_t *env, hvd_transport_info_t *info, void **comm,
+static int uds_init(const hvd_transport_env_t *env, hvd_transport_info_t *info, void **comm,
                     char *err, size_t err_len) {
     uds_comm *c;
     struct sockaddr_un addr;
@@ -853,6 +853,14 @@ static int uds_init(const hvd_transport_env_v1_t *env, hvd_transport_info_t *inf
         st = connect_all(c, env, lfd, deadline);
         if (st != HVD_OK) goto out;
     }
+    if (env->struct_size >= offsetof(hvd_transport_env_t, hosts) + sizeof(env->hosts) &&
+        env->hosts != NULL) {
+        for (r = 0; r < c->size; ++r) {
+            if (env->hosts[r].name != NULL) {
+                snprintf(c->peers[r].host, sizeof(c->peers[r].host), "%s", env->hosts[r].name);
+            }
+        }
+    }
     if (info != NULL) {
         if (info->struct_size >= offsetof(hvd_transport_info_t, max_tag) + sizeof(uint32_t)) {
             info->max_tag = UDS_MAX_TAG;
@@ -883,9 +891,9 @@ out:
     return HVD_OK;
 }
 
-static const hvd_transport_v4_t uds_table = {
-    HVD_TRANSPORT_ABI_V4,
-    (uint32_t)sizeof(hvd_transport_v4_t),
+static const hvd_transport_t uds_table = {
+    HVD_TRANSPORT_ABI,
+    (uint32_t)sizeof(hvd_transport_t),
     "uds",
     HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
         HVD_TRANSPORT_CAP_PEER_TIMEOUT,
@@ -906,4 +914,4 @@ static const hvd_transport_v4_t uds_table = {
     0, /* reduce_dtypes: every dtype (it has no native reductions) */
 };
 
-UDS_EXPORT const hvd_transport_v4_t *hvd_transport_plugin_v4(void) { return &uds_table; }
+UDS_EXPORT const hvd_transport_t *hvd_transport_plugin(void) { return &uds_table; }

@@ -1,5 +1,5 @@
 // A device-only transport for tests on hosts without a GPU, in the NCCL
-// plugin's place: a version 4 table with HVD_TRANSPORT_CAP_CUDA_MEMORY, no
+// plugin's place: a table with HVD_TRANSPORT_CAP_CUDA_MEMORY, no
 // point-to-point, and native collectives over the fake CUDA runtime's
 // "device memory" (host memory it remembers), among ranks that are threads
 // of one process. Built as libhvd_transport_fakedev.so.
@@ -127,7 +127,7 @@ int CheckReduces(Comm* c, hvd_dtype_t dtype, const char* what) {
   return Fail(c, HVD_ERR_UNSUPPORTED, std::string(what) + ": dtype " + std::to_string(dtype) + " is not reduced here");
 }
 
-int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** out, char* err,
+int Init(const hvd_transport_env_t* env, hvd_transport_info_t* info, void** out, char* err,
          size_t err_len) {
   (void)info;
   *out = nullptr;
@@ -374,9 +374,9 @@ int AsyncError(void* comm) {
   return c->group->aborted ? HVD_ERR_ABORTED : HVD_OK;
 }
 
-hvd_transport_v4_t MakeTable() {
-  hvd_transport_v4_t t{};
-  t.abi_version = HVD_TRANSPORT_ABI_V4;
+hvd_transport_t MakeTable() {
+  hvd_transport_t t{};
+  t.abi_version = HVD_TRANSPORT_ABI;
   t.struct_size = sizeof(t);
   t.name = "fakedev";
   t.caps = HVD_TRANSPORT_CAP_CUDA_MEMORY | HVD_TRANSPORT_CAP_ABORT;
@@ -402,9 +402,9 @@ hvd_transport_v4_t MakeTable() {
 
 }  // namespace
 
-FAKE_EXPORT const hvd_transport_v4_t* hvd_transport_plugin_v4(void) {
+FAKE_EXPORT const hvd_transport_t* hvd_transport_plugin(void) {
   // FAKE_DEV_AVERAGE is read at each call; the core copies the table at once.
-  static thread_local hvd_transport_v4_t table;
+  static thread_local hvd_transport_t table;
   table = MakeTable();
   return &table;
 }

@@ -1,4 +1,4 @@
-// An in-memory key-value store with the callbacks of hvd_transport_env_v1_t
+// An in-memory key-value store with the callbacks of hvd_transport_env_t
 // (kv_set, kv_get, kv_free), for tests that run a transport plugin's ranks
 // as threads of one process.
 #pragma once
@@ -63,9 +63,9 @@ class MemKv {
 };
 
 // The env of one thread rank of `size` on this host, over the store kv.
-inline hvd_transport_env_v1_t ThreadRankEnv(MemKv* kv, int rank, int size, double timeout_s,
+inline hvd_transport_env_t ThreadRankEnv(MemKv* kv, int rank, int size, double timeout_s,
                                             double start_timeout_s) {
-  hvd_transport_env_v1_t env;
+  hvd_transport_env_t env;
   std::memset(&env, 0, sizeof(env));
   env.struct_size = sizeof(env);
   env.rank = rank;
@@ -79,8 +79,6 @@ inline hvd_transport_env_v1_t ThreadRankEnv(MemKv* kv, int rank, int size, doubl
   env.kv_free = &MemKv::Free;
   env.timeout_s = timeout_s;
   env.start_timeout_s = start_timeout_s;
-  env.network_interface = "";
-  env.local_address = "";
   return env;
 }
 

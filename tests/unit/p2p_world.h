@@ -1,5 +1,5 @@
-// Threads as ranks over a transport plugin's version 4 table, loaded the way
-// the core loads it (dlopen + hvd_transport_plugin_v4), sharing an in-memory
+// Threads as ranks over a transport plugin's table, loaded the way
+// the core loads it (dlopen + hvd_transport_plugin), sharing an in-memory
 // rendezvous store: the harness of the point-to-point plugin tests
 // (test_gloo_p2p.cc, test_ucx_p2p.cc). A test file defines Plugin() (usually
 // a static LoadPlugin("libhvd_transport_<name>.so")) and CheckMaxTag().
@@ -44,32 +44,32 @@ inline std::string HostName() {
 }
 
 // The table of plugin `file` in HVD_PLUGIN_DIR, loaded as the core loads it.
-inline const hvd_transport_v4_t* LoadPlugin(const char* file) {
+inline const hvd_transport_t* LoadPlugin(const char* file) {
   const std::string path = std::string(HVD_PLUGIN_DIR) + "/" + file;
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     ADD_FAILURE() << "dlopen " << path << ": " << dlerror();
     return nullptr;
   }
-  auto fn = reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
+  auto fn = reinterpret_cast<hvd_transport_plugin_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_SYMBOL));
   if (fn == nullptr) {
-    ADD_FAILURE() << "no symbol " << HVD_TRANSPORT_PLUGIN_V4_SYMBOL << " in " << path;
+    ADD_FAILURE() << "no symbol " << HVD_TRANSPORT_PLUGIN_SYMBOL << " in " << path;
     return nullptr;
   }
   return fn();
 }
 
 // The plugin under test: each test file defines it (a static LoadPlugin).
-const hvd_transport_v4_t* Plugin();
+const hvd_transport_t* Plugin();
 
 // The checks the core's loader makes, for a point-to-point plugin named
 // `name` promising exactly `caps`: the header, the required entries, every
 // capability's entries present exactly where promised, and no native
 // collectives (the core runs them all over point-to-point).
-inline void CheckPointToPointTable(const hvd_transport_v4_t* t, const char* name, uint64_t caps) {
+inline void CheckPointToPointTable(const hvd_transport_t* t, const char* name, uint64_t caps) {
   ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->abi_version, static_cast<uint32_t>(HVD_TRANSPORT_ABI_V4));
-  EXPECT_EQ(t->struct_size, sizeof(hvd_transport_v4_t));
+  EXPECT_EQ(t->abi_version, static_cast<uint32_t>(HVD_TRANSPORT_ABI));
+  EXPECT_EQ(t->struct_size, sizeof(hvd_transport_t));
   ASSERT_NE(t->name, nullptr);
   EXPECT_STREQ(t->name, name);
   EXPECT_NE(t->init, nullptr);
@@ -98,8 +98,8 @@ struct WorldOptions {
   void* logger = nullptr;
 };
 
-inline hvd_transport_env_v1_t MakeEnv(MemKv* kv, int rank, int size, const WorldOptions& opt) {
-  hvd_transport_env_v1_t env =
+inline hvd_transport_env_t MakeEnv(MemKv* kv, int rank, int size, const WorldOptions& opt) {
+  hvd_transport_env_t env =
       hvd::test::ThreadRankEnv(kv, rank, size, opt.timeout_s, opt.start_timeout_s);
   env.log = opt.log;
   env.logger = opt.logger;
@@ -113,13 +113,13 @@ void CheckMaxTag(uint32_t max_tag);
 // finalizes afterwards unless body returned true (it finalized itself).
 inline void RunWorldEx(int size, const std::function<bool(int, void*)>& body,
                 const WorldOptions& opt = WorldOptions()) {
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   MemKv kv;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      hvd_transport_env_v1_t env = MakeEnv(&kv, r, size, opt);
+      hvd_transport_env_t env = MakeEnv(&kv, r, size, opt);
       hvd_transport_info_t info;
       std::memset(&info, 0xAB, sizeof(info));  // the plugin must write every field
       info.struct_size = sizeof(info);
@@ -162,7 +162,7 @@ inline hvd_transport_buffer_t Host(void* data, size_t bytes) {
 
 inline hvd_transport_request_t* Post(void* comm, bool send, int peer, uint32_t tag, void* data,
                               size_t bytes) {
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   const hvd_transport_buffer_t b = Host(data, bytes);
   hvd_transport_request_t* req = nullptr;
   const int st = send ? t->isend(comm, peer, tag, &b, &req) : t->irecv(comm, peer, tag, &b, &req);

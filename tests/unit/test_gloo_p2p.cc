@@ -1,5 +1,5 @@
-// The Gloo plugin's version 4 table (point-to-point, faults), loaded the way
-// the core loads it (dlopen + hvd_transport_plugin_v4), with N ranks as
+// The Gloo plugin's table (point-to-point, faults), loaded the way
+// the core loads it (dlopen + hvd_transport_plugin), with N ranks as
 // threads of this process sharing an in-memory rendezvous store. Every wait
 // here is bounded: the plugin's waits by an explicit limit or a short
 // env.timeout_s, the test's own by deadlines.
@@ -29,8 +29,8 @@
 #include "mem_kv.h"
 #include "p2p_world.h"
 
-const hvd_transport_v4_t* p2p_world::Plugin() {
-  static const hvd_transport_v4_t* table = LoadPlugin("libhvd_transport_gloo.so");
+const hvd_transport_t* p2p_world::Plugin() {
+  static const hvd_transport_t* table = LoadPlugin("libhvd_transport_gloo.so");
   return table;
 }
 
@@ -50,7 +50,7 @@ class GlooP2p : public ::testing::TestWithParam<int> {
 // ---------------------------------------------------------------------------
 
 TEST(GlooP2pTable, PassesTheLoadersChecks) {
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   CheckPointToPointTable(t, "gloo",
                          HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_ABORT |
                              HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD);
@@ -60,10 +60,10 @@ TEST(GlooP2pTable, PassesTheLoadersChecks) {
 }
 
 TEST(GlooP2pTable, WorldOfOneAndBadArguments) {
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   MemKv kv;
-  hvd_transport_env_v1_t env = MakeEnv(&kv, 0, 1, WorldOptions());
+  hvd_transport_env_t env = MakeEnv(&kv, 0, 1, WorldOptions());
   hvd_transport_info_t info;
   std::memset(&info, 0, sizeof(info));
   info.struct_size = sizeof(info);
@@ -90,7 +90,7 @@ TEST(GlooP2pTable, WorldOfOneAndBadArguments) {
 TEST_P(GlooP2p, BadArgumentsLeaveTheCommunicatorUsable) {
   const int size = Ranks();
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     uint8_t b = 0;
     const hvd_transport_buffer_t buf = Host(&b, 1);
     hvd_transport_request_t* req = nullptr;
@@ -123,7 +123,7 @@ TEST_P(GlooP2p, ManyMessagesInFlightToEveryPeer) {
   constexpr int kSame = 6;
   constexpr uint32_t kSameTag = 1000;
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     struct Op {
       hvd_transport_request_t* req;
       bool send;
@@ -181,7 +181,7 @@ TEST_P(GlooP2p, WaitCompletesExactlyItsOwnRequest) {
   const int size = Ranks();
   std::atomic<bool> second_done{false};
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     const int last = size - 1;
     if (rank == 0) {
       uint32_t a = 0, b = 0;
@@ -213,7 +213,7 @@ TEST_P(GlooP2p, RingPass) {
   const int size = Ranks();
   const size_t bytes = (size_t{1} << 20) + 3;
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     const int right = (rank + 1) % size, left = (rank + size - 1) % size;
     std::vector<uint8_t> token(bytes), in(bytes);
     for (size_t i = 0; i < bytes; ++i) token[i] = static_cast<uint8_t>(i * 7 + rank * 13);
@@ -247,7 +247,7 @@ TEST_P(GlooP2p, MissingSendTimesOutNamingThePeer) {
     RunWorldEx(
         size,
         [&](int rank, void* comm) {
-          const hvd_transport_v4_t* t = Plugin();
+          const hvd_transport_t* t = Plugin();
           const int silent = size - 1;
           if (rank == 0) {
             uint8_t b = 0, extra = 0;
@@ -317,7 +317,7 @@ TEST_P(GlooP2p, AbortFromAnotherThreadWakesEveryWait) {
   RunWorldEx(
       size,
       [&](int rank, void* comm) {
-        const hvd_transport_v4_t* t = Plugin();
+        const hvd_transport_t* t = Plugin();
         if (rank == 0) {
           std::vector<uint8_t> big(size_t{8} << 20, 1), in(16);
           std::vector<hvd_transport_request_t*> reqs;
@@ -381,7 +381,7 @@ TEST_P(GlooP2p, PeerGoneFailsTheWaitNamingIt) {
   RunWorldEx(
       size,
       [&](int rank, void* comm) {
-        const hvd_transport_v4_t* t = Plugin();
+        const hvd_transport_t* t = Plugin();
         if (rank == leaver) {
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
           const auto t0 = Clock::now();
@@ -408,7 +408,7 @@ TEST_P(GlooP2p, PeerGoneFailsTheWaitNamingIt) {
 
 TEST_P(GlooP2p, RankThatNeverJoinsFailsInitNamingIt) {
   const int size = Ranks();
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   WorldOptions opt;
   opt.start_timeout_s = 1.5;
@@ -417,7 +417,7 @@ TEST_P(GlooP2p, RankThatNeverJoinsFailsInitNamingIt) {
   std::vector<std::thread> threads;
   for (int r = 0; r < absent; ++r) {
     threads.emplace_back([&, r] {
-      hvd_transport_env_v1_t env = MakeEnv(&kv, r, size, opt);
+      hvd_transport_env_t env = MakeEnv(&kv, r, size, opt);
       hvd_transport_info_t info;
       std::memset(&info, 0, sizeof(info));
       info.struct_size = sizeof(info);
@@ -450,7 +450,7 @@ TEST_P(GlooP2p, RankThatNeverJoinsFailsInitNamingIt) {
 // the plugin would still name the rank whose addresses it read last.
 TEST_P(GlooP2p, MeshFailureNamesThePeer) {
   const int size = Ranks();
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   const int decoy = size - 1;
   const int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -488,7 +488,7 @@ TEST_P(GlooP2p, MeshFailureNamesThePeer) {
   std::vector<std::thread> threads;
   for (int r = 0; r < decoy; ++r) {
     threads.emplace_back([&, r] {
-      hvd_transport_env_v1_t env = MakeEnv(&kv, r, size, opt);
+      hvd_transport_env_t env = MakeEnv(&kv, r, size, opt);
       hvd_transport_info_t info;
       std::memset(&info, 0, sizeof(info));
       info.struct_size = sizeof(info);
@@ -567,7 +567,7 @@ TEST_P(GlooP2p, EventLoopRunsUnderSchedBatch) {
       counted.store(1);
     }
     while (counted.load() == 0 && SecondsSince(t0) < kWaitS) std::this_thread::yield();
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     uint8_t out = static_cast<uint8_t>(rank), in = 0xFF;
     auto* r = Post(comm, false, (rank + size - 1) % size, 7, &in, 1);
     auto* s = Post(comm, true, (rank + 1) % size, 7, &out, 1);
@@ -595,7 +595,7 @@ TEST(GlooP2pLoopSched, NormalKeepsThePolicyAndABadValueIsRefused) {
   EXPECT_EQ(during, before);
 
   ASSERT_EQ(setenv("HVD_GLOO_LOOP_SCHED", "fifo", 1), 0);
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   MemKv kv;
   std::vector<std::thread> ranks;
   std::vector<int> status(2, HVD_OK);
@@ -604,7 +604,7 @@ TEST(GlooP2pLoopSched, NormalKeepsThePolicyAndABadValueIsRefused) {
     ranks.emplace_back([&, r] {
       WorldOptions opt;
       opt.start_timeout_s = 2;
-      hvd_transport_env_v1_t env = MakeEnv(&kv, r, 2, opt);
+      hvd_transport_env_t env = MakeEnv(&kv, r, 2, opt);
       hvd_transport_info_t info;
       std::memset(&info, 0, sizeof(info));
       info.struct_size = sizeof(info);
@@ -634,7 +634,7 @@ TEST(GlooP2pCost, PingPongAndBursts) {
   constexpr int kTrips = 2000;
   constexpr int kBursts = 200, kBurst = 64;
   RunWorld(2, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     const int other = 1 - rank;
     for (size_t bytes : {size_t{0}, size_t{8}, size_t{4096}}) {
       std::vector<uint8_t> buf(std::max<size_t>(bytes, 1));

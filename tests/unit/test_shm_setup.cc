@@ -1,4 +1,4 @@
-// The plugins' shared-memory setup (algorithms/shm.cc) takes its
+// The plugins' shared-memory setup (algorithms/shm/) takes its
 // switch from the plugin (Options::enabled), never from the environment:
 // the plugin reads its settings once, in its init. And a wait's verdict on
 // a peer that left: a peer that arrived and then left is not missing. Two
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/shm.h"
+#include "algorithms/shm/shm.h"
 #include "scoped_env.h"
 
 namespace hvd {
@@ -37,8 +37,8 @@ class ThreadExchange : public shm::Exchange {
   };
   ThreadExchange(Board* b, int rank) : b_(b), rank_(rank) {}
 
-  int Allgather(const char* round, const std::string& mine, std::vector<std::string>* all,
-                std::string* err) override {
+  Status Allgather(const char* round, const std::string& mine,
+                   std::vector<std::string>* all) override {
     std::unique_lock<std::mutex> lock(b_->mu);
     auto& v = b_->rounds[round];
     v.resize(static_cast<size_t>(b_->n));
@@ -47,12 +47,9 @@ class ThreadExchange : public shm::Exchange {
     b_->cv.notify_all();
     const bool done = b_->cv.wait_for(lock, std::chrono::seconds(20),
                                       [&] { return b_->filled[round] == b_->n; });
-    if (!done) {
-      *err = std::string("round ") + round + " timed out";
-      return HVD_ERR_TIMEOUT;
-    }
+    if (!done) return Error(HVD_ERR_TIMEOUT, std::string("round ") + round + " timed out");
     *all = b_->rounds[round];
-    return HVD_OK;
+    return Status::Ok();
   }
 
  private:
@@ -90,7 +87,9 @@ std::vector<RankResult> SetupTwoRanks(const bool enabled[2],
       if (segs != nullptr) o.spin_ns = o.yield_ns = 0;
       o.log = [&out, r](int, const std::string& msg) { out[r].log.push_back(msg); };
       ThreadExchange ex(&board, r);
-      out[r].status = shm::Setup(ex, o, &made[r], &out[r].err);
+      const Status st = shm::Setup(ex, o, &made[r]);
+      out[r].status = st.code();
+      out[r].err = st.message();
       out[r].mapped = made[r] != nullptr;
     });
   }
@@ -151,14 +150,11 @@ TEST(ShmPeers, APeerThatArrivedAndThenLeftIsNotMissing) {
   int hooked = 0;
   segs[0]->set_check_hook([&] {
     if (hooked++ > 0) return;
-    segs[1]->Barrier("test");  // rank 0 is in already: returns at once
+    EXPECT_TRUE(segs[1]->Barrier("test").ok());  // rank 0 is in already: returns at once
     segs[1]->Depart();
   });
-  try {
-    segs[0]->Barrier("test");
-  } catch (const shm::Error& e) {
-    FAIL() << "rank 0's barrier failed: " << e.what();
-  }
+  const Status st = segs[0]->Barrier("test");
+  if (!st.ok()) FAIL() << "rank 0's barrier failed: " << st.message();
   EXPECT_EQ(hooked, 1) << "the wait never checked its peers: the window was not tested";
 }
 
@@ -173,14 +169,11 @@ TEST(ShmPeers, APeerThatArrivedAndThenDiedIsNotMissing) {
   int hooked = 0;
   segs[0]->set_check_hook([&] {
     if (hooked++ > 0) return;
-    segs[1]->Barrier("test");
+    EXPECT_TRUE(segs[1]->Barrier("test").ok());
     segs[1]->set_owner(static_cast<int32_t>(child));
   });
-  try {
-    segs[0]->Barrier("test");
-  } catch (const shm::Error& e) {
-    FAIL() << "rank 0's barrier failed: " << e.what();
-  }
+  const Status st = segs[0]->Barrier("test");
+  if (!st.ok()) FAIL() << "rank 0's barrier failed: " << st.message();
   EXPECT_EQ(hooked, 1);
 }
 
@@ -197,12 +190,12 @@ TEST(ShmPeers, APeerThatAbortedAndThenLeftGivesItsReason) {
     segs[1]->Abort(HVD_ERR_TRANSPORT, "gloo: rank 2 (host h2): Connection closed by peer");
     segs[1]->Depart();
   });
-  try {
-    segs[0]->Barrier("allgatherv");
+  const Status st = segs[0]->Barrier("allgatherv");
+  if (st.ok()) {
     FAIL() << "the barrier completed without rank 1";
-  } catch (const shm::Error& e) {
-    EXPECT_EQ(e.code, HVD_ERR_TRANSPORT);
-    EXPECT_EQ(std::string(e.what()),
+  } else {
+    EXPECT_EQ(st.code(), HVD_ERR_TRANSPORT);
+    EXPECT_EQ(st.message(),
               "allgatherv (shm): rank 0: rank 1 broke the communicator: gloo: rank 2 (host h2): "
               "Connection closed by peer");
   }
@@ -226,15 +219,15 @@ TEST(ShmPeers, APeerThatLeftWithoutArrivingFailsTheWait) {
       segs[1]->Depart();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    try {
-      segs[0]->Barrier("allreduce");
+    const Status st = segs[0]->Barrier("allreduce");
+    if (st.ok()) {
       FAIL() << "the barrier completed without rank 1";
-    } catch (const shm::Error& e) {
-      EXPECT_EQ(e.code, HVD_ERR_TRANSPORT);
+    } else {
+      EXPECT_EQ(st.code(), HVD_ERR_TRANSPORT);
       const std::string want = died ? "allreduce (shm): rank 0: rank 1 (pid " +
                                           std::to_string(child) + ") died"
                                     : "allreduce (shm): rank 0: rank 1 has finalized (left the job)";
-      EXPECT_EQ(std::string(e.what()), want);
+      EXPECT_EQ(st.message(), want);
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   }

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/observability/logging.h"
-#include "transport/transport_loader.h"
+#include "transport/transport.h"
 #include "rendezvous/store.h"
 #include "scoped_env.h"
 
@@ -70,8 +70,8 @@ class TempDir {
   std::vector<std::string> files_;
 };
 
-hvd_transport_env_v1_t OneRankEnv() {
-  hvd_transport_env_v1_t env{};
+hvd_transport_env_t OneRankEnv() {
+  hvd_transport_env_t env{};
   env.struct_size = sizeof(env);
   env.rank = 0;
   env.size = 1;
@@ -166,8 +166,8 @@ TEST(TransportLoader, NullOptionalEntriesAreAbsent) {
   dir.CopyFake();
   Logger log;
   {
-    // Version 2 table with NULL reducescatter and allreduce_spans, and a
-    // query that claims allreduce_spans: neither entry may be called.
+    // Native collectives without reducescatter, and no point-to-point or
+    // shared memory to run one: neither reducescatter nor spans are served.
     auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
     ASSERT_TRUE(t.ok()) << t.status().message();
     Transport& tr = **t;
@@ -182,16 +182,15 @@ TEST(TransportLoader, NullOptionalEntriesAreAbsent) {
     // The core asks a plugin only at start, for the keys it knows; any other
     // key is unsupported without a call into the plugin (any thread may ask).
     EXPECT_EQ(tr.Query("answer").status().code(), HVD_ERR_UNSUPPORTED);
-    EXPECT_EQ(*tr.Query("abi"), 2);
+    EXPECT_EQ(*tr.Query("abi"), HVD_TRANSPORT_ABI);
     EXPECT_TRUE(tr.Allreduce(buf, 2, HVD_FLOAT32, HVD_SUM).ok());
   }
   {
-    // Version 1's optional query, NULL: unsupported, not a crash.
-    ScopedEnv null_entry("FAKE_PLUGIN_NULL", "query");
+    // An optional entry the caps do not promise, NULL: absent, not a crash.
+    ScopedEnv null_entry("FAKE_PLUGIN_NULL", "isend");
     auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
     ASSERT_TRUE(t.ok()) << t.status().message();
-    auto v = (*t)->Query("answer");
-    EXPECT_EQ(v.status().code(), HVD_ERR_UNSUPPORTED);
+    EXPECT_EQ((*t)->Query("answer").status().code(), HVD_ERR_UNSUPPORTED);
     EXPECT_FALSE((*t)->allreduce_spans(size_t{64} << 20));
   }
 }
@@ -386,17 +385,17 @@ TEST(PluginEnv, PluginLogNeverThrows) {
 namespace hvd {
 namespace {
 
-// Version 4: the newest table wins; every entry the caps promise is checked
-// at load; a smaller (older) struct_size leaves the newer entries absent.
-TEST(TransportLoaderV4, TablesAreCheckedAndUsed) {
+// Every entry the caps promise is checked at load; a smaller (older)
+// struct_size leaves the newer entries absent.
+TEST(TransportLoaderTable, TablesAreCheckedAndUsed) {
   TempDir dir;
   dir.CopyFake();
   Logger log;
   {
-    ScopedEnv v4("FAKE_PLUGIN_V4", "native");
+    ScopedEnv mode("FAKE_PLUGIN_MODE", "native");
     auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
     ASSERT_TRUE(t.ok()) << t.status().message();
-    EXPECT_EQ(*(*t)->Query("abi"), 4);
+    EXPECT_EQ(*(*t)->Query("abi"), HVD_TRANSPORT_ABI);
     EXPECT_TRUE((*t)->has_set_timeout());
     float buf[2] = {1, 2};
     EXPECT_TRUE((*t)->Allreduce(buf, 2, HVD_FLOAT32, HVD_SUM).ok());
@@ -408,30 +407,30 @@ TEST(TransportLoaderV4, TablesAreCheckedAndUsed) {
     const char* null_entry;
     const char* says;
   };
-  const Bad bad[] = {{"p2p", "isend", "'isend (caps: P2P)'"},
-                     {"p2p", "wait", "'wait (caps: P2P)'"},
-                     {"native", "barrier", "'barrier (no P2P in caps)'"},
+  const Bad bad[] = {{"p2p", "isend", "'isend' is NULL (caps: P2P)"},
+                     {"p2p", "wait", "'wait' is NULL (caps: P2P)"},
+                     {"native", "barrier", "'barrier' is NULL (no P2P in caps)"},
                      {"native", "init", "'init'"},
-                     {"native", "set_timeout", "'set_timeout (caps: PEER_TIMEOUT)'"}};
+                     {"native", "set_timeout", "'set_timeout' is NULL (caps: PEER_TIMEOUT)"}};
   for (const Bad& b : bad) {
-    ScopedEnv v4("FAKE_PLUGIN_V4", b.mode), null_entry("FAKE_PLUGIN_NULL", b.null_entry);
+    ScopedEnv mode("FAKE_PLUGIN_MODE", b.mode), null_entry("FAKE_PLUGIN_NULL", b.null_entry);
     auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
     ASSERT_FALSE(t.ok()) << b.null_entry;
     EXPECT_EQ(t.status().code(), HVD_ERR_VERSION);
     EXPECT_NE(t.status().message().find(b.says), std::string::npos) << t.status().message();
-    EXPECT_NE(t.status().message().find("hvd_transport_plugin_v4"), std::string::npos);
+    EXPECT_NE(t.status().message().find("hvd_transport_plugin"), std::string::npos);
   }
   {
     // An older, smaller table: set_timeout lies beyond its struct_size.
-    ScopedEnv v4("FAKE_PLUGIN_V4", "native"),
-        size("FAKE_PLUGIN_V4_SIZE", std::to_string(offsetof(hvd_transport_v4_t, set_timeout)).c_str());
+    ScopedEnv mode("FAKE_PLUGIN_MODE", "native"),
+        size("FAKE_PLUGIN_SIZE", std::to_string(offsetof(hvd_transport_t, set_timeout)).c_str());
     auto t = Transport::Open("fake", dir.path(), OneRankEnv(), TransportOptions(), &log);
     ASSERT_TRUE(t.ok()) << t.status().message();
     EXPECT_FALSE((*t)->has_set_timeout());
   }
   {
     // A forced algorithm the transport cannot run fails at start, naming it.
-    ScopedEnv v4("FAKE_PLUGIN_V4", "native");
+    ScopedEnv mode("FAKE_PLUGIN_MODE", "native");
     TransportOptions o;
     o.algorithm[HVD_TRANSPORT_ALLREDUCE] = "ring";
     auto t = Transport::Open("fake", dir.path(), OneRankEnv(), o, &log);

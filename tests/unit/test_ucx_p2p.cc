@@ -1,5 +1,5 @@
-// The UCX plugin's version 4 table (point-to-point, faults), loaded the way
-// the core loads it (dlopen + hvd_transport_plugin_v4), with N ranks as
+// The UCX plugin's table (point-to-point, faults), loaded the way
+// the core loads it (dlopen + hvd_transport_plugin), with N ranks as
 // threads of this process sharing an in-memory rendezvous store; every rank
 // has its own UCP context and worker, and UCX connects them (tcp over
 // loopback: the plugin's peer error handling rules out UCX's shared-memory
@@ -33,8 +33,8 @@ namespace {
 constexpr uint32_t kMaxTag = 0x7FFFFFFFu;
 }  // namespace
 
-const hvd_transport_v4_t* p2p_world::Plugin() {
-  static const hvd_transport_v4_t* table = LoadPlugin("libhvd_transport_ucx.so");
+const hvd_transport_t* p2p_world::Plugin() {
+  static const hvd_transport_t* table = LoadPlugin("libhvd_transport_ucx.so");
   return table;
 }
 
@@ -74,7 +74,7 @@ TEST(UcxP2pTable, PassesTheLoadersChecks) {
 
 // NULL communicator or request: HVD_ERR_INVALID_ARGUMENT, no crash.
 TEST(UcxP2pTable, NullCommunicatorAndRequest) {
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   uint8_t b = 0;
   const hvd_transport_buffer_t buf = Host(&b, 1);
@@ -96,10 +96,10 @@ TEST(UcxP2pTable, NullCommunicatorAndRequest) {
 }
 
 TEST(UcxP2pTable, WorldOfOneAndBadRank) {
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   MemKv kv;
-  hvd_transport_env_v1_t env = MakeEnv(&kv, 0, 1, WorldOptions());
+  hvd_transport_env_t env = MakeEnv(&kv, 0, 1, WorldOptions());
   hvd_transport_info_t info;
   std::memset(&info, 0, sizeof(info));
   info.struct_size = sizeof(info);
@@ -129,7 +129,7 @@ TEST(UcxP2pTable, WorldOfOneAndBadRank) {
 TEST_P(UcxP2p, BadArgumentsLeaveTheCommunicatorUsable) {
   const int size = Ranks();
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     const int right = (rank + 1) % size, left = (rank + size - 1) % size;
     uint8_t b = 0;
     const hvd_transport_buffer_t buf = Host(&b, 1);
@@ -182,7 +182,7 @@ TEST_P(UcxP2p, ManyMessagesInFlightToEveryPeer) {
   constexpr int kSame = 6;
   constexpr uint32_t kSameTag = 1000;
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     struct Op {
       hvd_transport_request_t* req;
       bool send;
@@ -252,7 +252,7 @@ TEST_P(UcxP2p, WaitCompletesExactlyItsOwnRequest) {
   const int size = Ranks();
   std::atomic<int> received{0};
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     const int last = size - 1;
     if (rank == 0) {
       uint32_t v[3] = {0, 0, 0};
@@ -284,7 +284,7 @@ TEST_P(UcxP2p, TestAndProgressNeverBlock) {
   const int size = Ranks();
   std::atomic<int> phase{0};
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     const int last = size - 1;
     constexpr size_t kBig = 4u << 20;
     if (rank == 0) {
@@ -337,7 +337,7 @@ TEST(UcxP2pFaults, TestNamesAPeerThatLeft) {
   RunWorldEx(
       2,
       [&](int rank, void* comm) {
-        const hvd_transport_v4_t* t = Plugin();
+        const hvd_transport_t* t = Plugin();
         if (rank == 1) {
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
           t->finalize(comm);
@@ -363,7 +363,7 @@ TEST(UcxP2pFaults, TestNamesAPeerThatLeft) {
 TEST_P(UcxP2p, ZeroByteMessages) {
   const int size = Ranks();
   RunWorld(size, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     const int right = (rank + 1) % size, left = (rank + size - 1) % size;
     for (int i = 0; i < 200; ++i) {
       auto* r = Post(comm, false, left, 7, nullptr, 0);
@@ -378,7 +378,7 @@ TEST_P(UcxP2p, ZeroByteMessages) {
 // sender and both lengths (UCX truncates; the plugin does not hide it).
 TEST(UcxP2pFaults, LongerMessageThanTheReceiveFails) {
   RunWorld(2, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     std::vector<uint8_t> b(64, 1);
     if (rank == 0) {
       auto* r = Post(comm, false, 1, 4, b.data(), 16);
@@ -409,7 +409,7 @@ TEST_P(UcxP2p, MissingTransferTimesOutNamingThePeer) {
     RunWorldEx(
         size,
         [&](int rank, void* comm) {
-          const hvd_transport_v4_t* t = Plugin();
+          const hvd_transport_t* t = Plugin();
           const int silent = size - 1;
           if (rank != 0) {
             EXPECT_TRUE(AwaitFlag(done));
@@ -490,7 +490,7 @@ TEST_P(UcxP2p, AbortFromAnotherThreadWakesABlockedWait) {
   RunWorldEx(
       size,
       [&](int rank, void* comm) {
-        const hvd_transport_v4_t* t = Plugin();
+        const hvd_transport_t* t = Plugin();
         if (rank == 0) {
           std::vector<uint8_t> big(kBig, 1), in(16);
           std::vector<hvd_transport_request_t*> reqs;
@@ -547,7 +547,7 @@ TEST_P(UcxP2p, AbortFromAnotherThreadWakesABlockedWait) {
 // HVD_ERR_ABORTED with a message of the plugin's own.
 TEST(UcxP2pFaults, AbortWithoutReason) {
   RunWorld(2, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     if (rank != 0) return;
     EXPECT_EQ(t->abort(comm, HVD_OK, nullptr), HVD_OK);
     EXPECT_EQ(t->async_error(comm), HVD_ERR_ABORTED);
@@ -571,7 +571,7 @@ TEST_P(UcxP2p, PeerGoneFailsTheWaitNamingIt) {
   RunWorldEx(
       size,
       [&](int rank, void* comm) {
-        const hvd_transport_v4_t* t = Plugin();
+        const hvd_transport_t* t = Plugin();
         if (rank == leaver) {
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
           const auto t0 = Clock::now();
@@ -603,7 +603,7 @@ TEST_P(UcxP2p, PeerGoneFailsTheWaitNamingIt) {
 
 TEST_P(UcxP2p, RankThatNeverJoinsFailsInitNamingIt) {
   const int size = Ranks();
-  const hvd_transport_v4_t* t = Plugin();
+  const hvd_transport_t* t = Plugin();
   ASSERT_NE(t, nullptr);
   WorldOptions opt;
   opt.start_timeout_s = 1.5;
@@ -612,7 +612,7 @@ TEST_P(UcxP2p, RankThatNeverJoinsFailsInitNamingIt) {
   std::vector<std::thread> threads;
   for (int r = 0; r < absent; ++r) {
     threads.emplace_back([&, r] {
-      hvd_transport_env_v1_t env = MakeEnv(&kv, r, size, opt);
+      hvd_transport_env_t env = MakeEnv(&kv, r, size, opt);
       hvd_transport_info_t info;
       std::memset(&info, 0, sizeof(info));
       info.struct_size = sizeof(info);
@@ -644,7 +644,7 @@ TEST_P(UcxP2p, FinalizeWithPendingRequests) {
     SCOPED_TRACE(variant == 0 ? "healthy" : "after a timeout");
     std::atomic<int> posted{0};
     RunWorldEx(size, [&](int rank, void* comm) {
-      const hvd_transport_v4_t* t = Plugin();
+      const hvd_transport_t* t = Plugin();
       const int right = (rank + 1) % size;
       auto in = std::make_unique<std::vector<uint8_t>>(64, 0xEE);
       std::vector<uint8_t> big(kBig, 9);
@@ -720,7 +720,7 @@ TEST(UcxP2pConfig, NoInvalidConfigurationForAnyTransportList) {
     hvd::test::ScopedEnv env("UCX_TLS", tls[0] != '\0' ? tls : nullptr);
     const std::string said = CaptureOutput([&] {
       RunWorld(2, [&](int rank, void* comm) {
-        const hvd_transport_v4_t* t = Plugin();
+        const hvd_transport_t* t = Plugin();
         std::vector<uint8_t> buf(size_t{4} << 20);
         for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(rank == 0 ? i * 7 : 0);
         ASSERT_EQ(t->wait(comm, Post(comm, rank == 0, 1 - rank, 5, buf.data(), buf.size()), kWaitS),
@@ -744,7 +744,7 @@ TEST(UcxP2pConfig, NoInvalidConfigurationForAnyTransportList) {
 TEST(UcxP2pFaults, UnreceivedMessagesLeaveNoWarningAtFinalize) {
   const std::string said = CaptureOutput([&] {
     RunWorld(2, [&](int rank, void* comm) {
-      const hvd_transport_v4_t* t = Plugin();
+      const hvd_transport_t* t = Plugin();
       std::vector<uint8_t> small(64, 1), medium(size_t{4} << 10, 2), token(1, 3);
       if (rank == 1) {
         for (std::vector<uint8_t>* b : {&small, &medium}) {
@@ -783,7 +783,7 @@ TEST(UcxP2pConfig, SpinSettingTakenOrRefusedByName) {
     RunWorld(
         2,
         [&](int rank, void* comm) {
-          const hvd_transport_v4_t* t = Plugin();
+          const hvd_transport_t* t = Plugin();
           uint32_t x = rank == 0 ? 0xC0FFEEu : 0;
           ASSERT_EQ(t->wait(comm, Post(comm, rank == 0, 1 - rank, 3, &x, sizeof(x)), kWaitS), HVD_OK)
               << t->last_error(comm);
@@ -800,7 +800,7 @@ TEST(UcxP2pConfig, SpinSettingTakenOrRefusedByName) {
 TEST(UcxP2pCost, PingPong) {
   constexpr int kTrips = 2000;
   RunWorld(2, [&](int rank, void* comm) {
-    const hvd_transport_v4_t* t = Plugin();
+    const hvd_transport_t* t = Plugin();
     const int other = 1 - rank;
     for (size_t bytes : {size_t{0}, size_t{8}, size_t{4096}}) {
       std::vector<uint8_t> buf(std::max<size_t>(bytes, 1));

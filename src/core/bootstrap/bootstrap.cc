@@ -46,7 +46,7 @@ Status Bootstrap::ResolveDeviceTransport() {
   return Status::Ok();
 }
 
-void Bootstrap::SetTopology(hvd_transport_env_v1_t* env) const {
+void Bootstrap::SetTopology(hvd_transport_env_t* env) const {
   env->rank = cfg_->rank;
   env->size = cfg_->size;
   env->local_rank = cfg_->local_rank;
@@ -72,8 +72,8 @@ TransportOptions Bootstrap::DeviceOptions(const Transport& host, const std::vect
 // The device-only transport, over the same ranks as the host one, with
 // keys of its own in the store; no shared-memory or hierarchical path (its
 // collectives are all native).
-Status Bootstrap::OpenDevice(const hvd_transport_env_v1_t& host_env, const Transport& host) {
-  hvd_transport_env_v1_t env = host_env;
+Status Bootstrap::OpenDevice(const hvd_transport_env_t& host_env, const Transport& host) {
+  hvd_transport_env_t env = host_env;
   SetTopology(&env);  // as the host transport left it (MPI has the last word)
   if (client_) {
     device_kv_ = kv_;
@@ -97,7 +97,7 @@ Result<std::unique_ptr<Transport>> Bootstrap::OpenDeviceSet(const DeviceSet& set
                  "a process set's CUDA tensors on the " + device_name_ +
                      " transport need the job's store (this job formed without one)");
   }
-  hvd_transport_env_v1_t env = host_env_;
+  hvd_transport_env_t env = host_env_;
   SetTopology(&env);
   env.rank = set.set_rank;
   env.size = static_cast<int32_t>(set.members.size());
@@ -131,7 +131,7 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
                                        << cfg_->cross_rank << "/" << cfg_->cross_size << " from "
                                        << cfg_->rank_source << "; transport " << transport);
 
-  hvd_transport_env_v1_t env{};
+  hvd_transport_env_t env{};
   env.struct_size = sizeof(env);
   SetTopology(&env);
   if (client_) {
@@ -163,12 +163,16 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
     }
     iface_ = nif.name;
   }
-  env.network_interface = iface_.c_str();
   local_address_ = client_ ? client_->local_address() : "";
-  env.local_address = local_address_.c_str();
-  env.mpi_comm = cfg_->mpi_comm;
+  // The settings of particular transports, as options each plugin reads.
+  options_ = {{"network_interface", iface_.c_str(), nullptr},
+              {"local_address", local_address_.c_str(), nullptr},
+              {"mpi_comm", nullptr, cfg_->mpi_comm}};
+  env.options = options_.data();
+  env.noptions = options_.size();
   TransportOptions topts;
   topts.hostname = cfg_->hostname;
+  topts.hosts = hosts_;  // the host table, where the rendezvous learnt it
   // HVD_SHM decides; unset, the transport's older switch (HVD_GLOO_SHM,
   // HVD_MPI_SHM) does; unset too, on.
   const int older = transport == "gloo" ? cfg_->gloo_shm : transport == "mpi" ? cfg_->mpi_shm : -1;

@@ -13,7 +13,7 @@
 #include "common/status.h"
 #include "core/config/config.h"
 #include "core/observability/logging.h"
-#include "transport/transport_loader.h"
+#include "transport/transport.h"
 #include "rendezvous/store.h"
 
 namespace hvd {
@@ -49,9 +49,9 @@ class Bootstrap {
   // Splits cfg_->transport into the host transport asked for
   // (host_request_) and a device-only one (device_name_).
   Status ResolveDeviceTransport();
-  Status OpenDevice(const hvd_transport_env_v1_t& host_env, const Transport& host);
+  Status OpenDevice(const hvd_transport_env_t& host_env, const Transport& host);
   TransportOptions DeviceOptions(const Transport& host, const std::vector<int>& members) const;
-  void SetTopology(hvd_transport_env_v1_t* env) const;  // rank, size, local, cross from *cfg_
+  void SetTopology(hvd_transport_env_t* env) const;  // rank, size, local, cross from *cfg_
   std::string ChooseTransport() const;
   // Rendezvous: finds (or hosts) the store, then joins it.
   Status Rendezvous();
@@ -74,8 +74,10 @@ class Bootstrap {
   PluginKv device_kv_;        // its keys: kv_'s prefix + "device/"
   // The host transport's start environment (OpenDeviceSet starts from it),
   // and the strings it points at.
-  hvd_transport_env_v1_t host_env_{};
+  hvd_transport_env_t host_env_{};
   std::string iface_, local_address_;
+  std::vector<hvd_transport_option_t> options_;  // env.options: they point at the strings above
+  std::vector<std::string> hosts_;  // every rank's host name, where the rendezvous learnt it
   std::unique_ptr<Transport> device_;
 };
 

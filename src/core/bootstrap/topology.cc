@@ -149,6 +149,7 @@ Status Bootstrap::ResolveLocalTopology() {
     cfg_->cross_rank = cross_rank;
     cfg_->cross_size = static_cast<int>(seen.size());
   }
+  hosts_ = std::move(hosts);
   return Status::Ok();
 }
 

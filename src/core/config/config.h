@@ -57,7 +57,7 @@ struct Config {
   // HVD_PEER_TIMEOUT / params.peer_timeout_s: a peer that has not entered
   // the negotiation for this long is declared silent (stopped or cut off);
   // <= 0 = off. Only where the transport can change its limit per call
-  // (hvd_transport_v3_t::set_timeout) and while below transport_timeout_s.
+  // (hvd_transport_t::set_timeout) and while below transport_timeout_s.
   double peer_timeout_s = 10.0;
   std::string timeline_path;
   // HVD_TIMELINE_MARK_CYCLES (or HOROVOD_TIMELINE_MARK_CYCLES): the timeline

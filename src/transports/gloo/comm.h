@@ -1,10 +1,10 @@
-// The Gloo transport, ABI version 4: connection setup, point-to-point and
+// The Gloo transport: connection setup, point-to-point and
 // faults over Gloo's TCP transport; no collectives and no shared memory (the
 // core runs every collective over isend/irecv/wait). It needs only hvd.h,
 // hvd_transport.h, Gloo and the standard library: the model of a plugin
 // written outside this project. Built into libhvd_transport_gloo.so
-// (hvd_transport_plugin_v4) and, with HVD_BUILTIN_GLOO=1, into the static
-// core library (hvd_gloo_transport_table_v4, no plugin symbol).
+// (hvd_transport_plugin) and, with HVD_BUILTIN_GLOO=1, into the static
+// core library (hvd_gloo_transport_table, no plugin symbol).
 //
 // Rendezvous: every rank publishes "joined/<rank>" (its host name) and waits
 // for everyone's within the start timeout, so a rank that never starts is

@@ -86,7 +86,7 @@ int StartMpi(Process& ps, const Settings& s, Comm* c) {
 void JoinComm(Process& ps, const Settings& s, Comm* c) {
   MPI_Comm base = s.user_comm != nullptr ? *static_cast<MPI_Comm*>(s.user_comm) : MPI_COMM_WORLD;
   if (base == MPI_COMM_NULL)
-    Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: env.mpi_comm is MPI_COMM_NULL");
+    Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: the mpi_comm option is MPI_COMM_NULL");
   // The bounded start-up gate: MPI_Comm_dup blocks until every rank calls it.
   // Its messages name this rank by its rank in `base` and its own host (the
   // others' are learnt later).

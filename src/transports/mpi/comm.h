@@ -1,9 +1,9 @@
-// The MPI transport, ABI version 4: point-to-point over MPI_Isend/MPI_Irecv
+// The MPI transport: point-to-point over MPI_Isend/MPI_Irecv
 // and MPI's nonblocking collectives as the native entries. It needs only
 // hvd.h, hvd_transport.h, MPI and the standard library: the model of a
 // plugin written outside the project.
 //
-// Communicator: a duplicate of the application's (env.mpi_comm) or of
+// Communicator: a duplicate of the application's (option mpi_comm) or of
 // MPI_COMM_WORLD, returning errors (MPI_ERRORS_RETURN); its ranks must be
 // hvd's. MPI: if uninitialised, init calls MPI_Init_thread (MULTIPLE) and the
 // last communicator to go calls MPI_Finalize, unless requests were left that

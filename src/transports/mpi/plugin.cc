@@ -6,17 +6,17 @@ namespace hvd_mpi_v4 {
 namespace {
 
 // Every read of the env, into the set-up's Settings; throws Fail.
-Settings ReadEnv(const hvd_transport_env_v1_t* env) {
+Settings ReadEnv(const hvd_transport_env_t* env) {
   if (env == nullptr ||
-      env->struct_size < offsetof(hvd_transport_env_v1_t, timeout_s) + sizeof(double)) {
+      env->struct_size < offsetof(hvd_transport_env_t, timeout_s) + sizeof(double)) {
     Throw(HVD_ERR_INVALID_ARGUMENT, "mpi init: missing or too small environment table");
   }
   const auto has = [&](size_t off, size_t len) { return env->struct_size >= off + len; };
   Settings s;
-  s.user_comm =
-      has(offsetof(hvd_transport_env_v1_t, mpi_comm), sizeof(void*)) ? env->mpi_comm : nullptr;
+  const hvd_transport_option_t* comm_opt = hvd_transport_find_option(env, "mpi_comm");
+  s.user_comm = comm_opt != nullptr ? comm_opt->pointer : nullptr;
   s.start_timeout =
-      has(offsetof(hvd_transport_env_v1_t, start_timeout_s), sizeof(double)) ? env->start_timeout_s
+      has(offsetof(hvd_transport_env_t, start_timeout_s), sizeof(double)) ? env->start_timeout_s
                                                                              : env->timeout_s;
   s.timeout_s = env->timeout_s;
   s.logger = env->logger;
@@ -25,7 +25,7 @@ Settings ReadEnv(const hvd_transport_env_v1_t* env) {
   return s;
 }
 
-int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
+int Init(const hvd_transport_env_t* env, hvd_transport_info_t* info, void** comm, char* err,
          size_t err_len) noexcept {
   if (comm == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   *comm = nullptr;
@@ -61,8 +61,8 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
 }
 
 // clang-format off
-const hvd_transport_v4_t kTable = {
-    HVD_TRANSPORT_ABI_V4, sizeof(hvd_transport_v4_t), "mpi",
+const hvd_transport_t kTable = {
+    HVD_TRANSPORT_ABI, sizeof(hvd_transport_t), "mpi",
     HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST | HVD_TRANSPORT_CAP_ABORT |
         HVD_TRANSPORT_CAP_PEER_TIMEOUT | HVD_TRANSPORT_CAP_ANY_THREAD,
     &Init, &Finalize, &LastError, &hvd::kit::Isend<&Post>, &hvd::kit::Irecv<&Post>, &Wait, &Test,
@@ -76,7 +76,7 @@ const hvd_transport_v4_t kTable = {
 }  // namespace
 }  // namespace hvd_mpi_v4
 
-extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
+extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
   return &hvd_mpi_v4::kTable;
 }

@@ -1,9 +1,9 @@
-// The NCCL transport, ABI version 4: native collectives on CUDA device memory
+// The NCCL transport: native collectives on CUDA device memory
 // (allreduce, allgatherv, broadcast, alltoallv, reducescatter, barrier), no
 // point-to-point (the core's own algorithms do not run over it), plus faults
 // (abort, async_error) and set_timeout. It needs only hvd.h, hvd_transport.h,
 // the CUDA runtime and NCCL. Built into libhvd_transport_nccl.so
-// (hvd_transport_plugin_v4).
+// (hvd_transport_plugin).
 //
 // Init: cudaGetDeviceCount first (no device: HVD_ERR_UNSUPPORTED naming the
 // host), then cudaSetDevice(local_rank % devices). Rank 0 makes the

@@ -7,7 +7,7 @@ namespace hvd_nccl_v4 {
 namespace {
 
 // Every read of the env: checked, into the set-up's Settings.
-int ReadEnv(const hvd_transport_env_v1_t* env, Settings* s) {
+int ReadEnv(const hvd_transport_env_t* env, Settings* s) {
   if (env == nullptr || env->size < 1 || env->rank < 0 || env->rank >= env->size) {
     return HVD_ERR_INVALID_ARGUMENT;
   }
@@ -23,7 +23,7 @@ int ReadEnv(const hvd_transport_env_v1_t* env, Settings* s) {
   return HVD_OK;
 }
 
-int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm_out, char* err,
+int Init(const hvd_transport_env_t* env, hvd_transport_info_t* info, void** comm_out, char* err,
          size_t err_len) {
   if (comm_out != nullptr) *comm_out = nullptr;
   Settings s;
@@ -47,8 +47,8 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
   return HVD_OK;
 }
 
-hvd_transport_v4_t MakeTable() {
-  auto t = hvd::kit::NewTable<hvd_transport_v4_t>(HVD_TRANSPORT_ABI_V4, "nccl", kCaps);
+hvd_transport_t MakeTable() {
+  auto t = hvd::kit::NewTable<hvd_transport_t>(HVD_TRANSPORT_ABI, "nccl", kCaps);
   // NCCL has no 16-bit integer type: the core stages those reductions.
   t.reduce_dtypes = ~uint64_t{0} & ~(uint64_t{1} << HVD_INT16) & ~(uint64_t{1} << HVD_UINT16);
   t.init = Init;
@@ -66,12 +66,12 @@ hvd_transport_v4_t MakeTable() {
   return t;
 }
 
-const hvd_transport_v4_t kTable = MakeTable();
+const hvd_transport_t kTable = MakeTable();
 
 }  // namespace
 }  // namespace hvd_nccl_v4
 
-extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
+extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
   return &hvd_nccl_v4::kTable;
 }

@@ -1,8 +1,8 @@
-// The UCX transport, ABI version 4: connection setup, point-to-point and
+// The UCX transport: connection setup, point-to-point and
 // faults over UCP tagged messages; no collectives and no shared memory of its
 // own (the core runs every collective over isend/irecv/wait, as over Gloo).
 // It needs only hvd.h, hvd_transport.h, UCX (ucp, ucs) and the standard
-// library. Built into libhvd_transport_ucx.so (hvd_transport_plugin_v4).
+// library. Built into libhvd_transport_ucx.so (hvd_transport_plugin).
 //
 // Rendezvous: every rank publishes "joined/<rank>" (its host name) and waits
 // for everyone's within the start timeout, so a rank that never starts is

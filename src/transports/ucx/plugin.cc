@@ -7,17 +7,18 @@ namespace hvd_ucx_v4 {
 namespace {
 
 // Every read of the env: checked, copied into the set-up's Settings.
-int ReadEnv(const hvd_transport_env_v1_t* env_in, Settings* s, std::string* msg) {
-  hvd_transport_env_v1_t env;
-  int status = hvd::kit::CopyEnv(env_in, offsetof(hvd_transport_env_v1_t, mpi_comm), "ucx",
+int ReadEnv(const hvd_transport_env_t* env_in, Settings* s, std::string* msg) {
+  hvd_transport_env_t env;
+  int status = hvd::kit::CopyEnv(env_in, offsetof(hvd_transport_env_t, hosts), "ucx",
                                  &env, msg);
   if (status == HVD_OK) status = hvd::kit::ReadSettings(env, "ucx", s, msg);
   if (status != HVD_OK) return status;
-  if (env.network_interface != nullptr) s->network_interface = env.network_interface;
+  const hvd_transport_option_t* iface = hvd_transport_find_option(env_in, "network_interface");
+  if (iface != nullptr && iface->value != nullptr) s->network_interface = iface->value;
   return HVD_OK;
 }
 
-int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** comm, char* err,
+int Init(const hvd_transport_env_t* env, hvd_transport_info_t* info, void** comm, char* err,
          size_t err_len) noexcept {
   const auto start = [&](void** out, std::string* msg) -> int {
     CommPtr c;
@@ -40,11 +41,11 @@ int Init(const hvd_transport_env_v1_t* env, hvd_transport_info_t* info, void** c
   return hvd::kit::InitFrame("ucx", env, comm, err, err_len, start, describe);
 }
 
-hvd_transport_v4_t MakeTable() {
+hvd_transport_t MakeTable() {
   constexpr uint64_t kCaps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST |
                              HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
                              HVD_TRANSPORT_CAP_ANY_THREAD;
-  auto t = hvd::kit::NewTable<hvd_transport_v4_t>(HVD_TRANSPORT_ABI_V4, "ucx", kCaps);
+  auto t = hvd::kit::NewTable<hvd_transport_t>(HVD_TRANSPORT_ABI, "ucx", kCaps);
   t.init = &Init;
   t.finalize = &Finalize;
   t.last_error = [](void* c) noexcept {
@@ -61,12 +62,12 @@ hvd_transport_v4_t MakeTable() {
   return t;
 }
 
-const hvd_transport_v4_t kTable = MakeTable();
+const hvd_transport_t kTable = MakeTable();
 
 }  // namespace
 }  // namespace hvd_ucx_v4
 
-extern "C" __attribute__((visibility("default"))) const hvd_transport_v4_t* hvd_transport_plugin_v4(
+extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
   return &hvd_ucx_v4::kTable;
 }

@@ -7,7 +7,7 @@
 # shared memory and rank 2 across hosts, so both name rank 0. Rank 3 waits
 # across hosts for rank 1, which is itself blocked on rank 0 in shared
 # memory: rank 3 names rank 1 or rank 0 (it cannot see into simhost0; a
-# chain is followed only within a host, see src/transport/transport_loader.cc
+# chain is followed only within a host, see src/transport/transport.cc
 # BlockedChain).
 set -u
 prog=$1

@@ -1,6 +1,6 @@
-// The MPI plugin's version 4 table, driven directly (no core), under mpirun:
+// The MPI plugin's table, driven directly (no core), under mpirun:
 //   mpi_p2p_test PLUGIN.so [app]
-// dlopens the plugin, takes hvd_transport_plugin_v4 and checks, on every
+// dlopens the plugin, takes hvd_transport_plugin and checks, on every
 // rank: the table and the info init writes; point-to-point to every peer at
 // once (sizes 0, 1, 7, 1 MiB + 3; one tag for several messages, whose order
 // must hold, and distinct tags; completed by wait and by test + progress),
@@ -11,7 +11,7 @@
 // second. The plugin initialises MPI itself and must finalise it cleanly, or
 // mpirun fails the run. With "app" the test initialises MPI instead (at
 // MPI_THREAD_SERIALIZED, so the plugin serialises its calls) and hands the
-// plugin a sub-communicator whose ranks are the world's reversed (env.mpi_comm).
+// plugin a sub-communicator whose ranks are the world's reversed (the mpi_comm option).
 // Every rank prints "rank R: N passed, F failed". Every wait is bounded.
 #include <dlfcn.h>
 #include <mpi.h>
@@ -39,7 +39,7 @@ using hvd::test::Load;
 using hvd::test::Store;
 using hvd::test::Value;
 
-const hvd_transport_v4_t* T = nullptr;
+const hvd_transport_t* T = nullptr;
 int rank_ = -1, size_ = 0;
 int passed = 0, failed = 0;
 std::atomic<int> kv_calls{0};
@@ -71,7 +71,7 @@ void Log(void*, int level, const char* msg) {
 }
 
 void* Init(hvd_transport_info_t* info, double timeout_s) {
-  hvd_transport_env_v1_t env{};
+  hvd_transport_env_t env{};
   env.struct_size = sizeof(env);
   env.rank = rank_;
   env.size = size_;
@@ -85,7 +85,10 @@ void* Init(hvd_transport_info_t* info, double timeout_s) {
   env.reduce = &hvd::hvd_reduce_kernel;
   env.timeout_s = timeout_s;
   env.start_timeout_s = 60;
-  env.mpi_comm = app_comm != MPI_COMM_NULL ? &app_comm : nullptr;
+  hvd_transport_option_t comm_opt = {"mpi_comm", nullptr,
+                                     app_comm != MPI_COMM_NULL ? &app_comm : nullptr};
+  env.options = &comm_opt;
+  env.noptions = 1;
   hvd_transport_info_t local{};
   if (info == nullptr) info = &local;
   *info = hvd_transport_info_t{};
@@ -416,18 +419,18 @@ int main(int argc, char** argv) {
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   auto fn =
       lib != nullptr
-          ? reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_V4_SYMBOL))
+          ? reinterpret_cast<hvd_transport_plugin_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_SYMBOL))
           : nullptr;
   T = fn != nullptr ? fn() : nullptr;
   if (T == nullptr || size_ < 2) {
-    std::fprintf(stderr, "rank %d: no v4 table in %s (%s) or size %d < 2\n", rank_, argv[1],
+    std::fprintf(stderr, "rank %d: no table in %s (%s) or size %d < 2\n", rank_, argv[1],
                  dlerror(), size_);
     return 1;
   }
   const uint64_t caps = HVD_TRANSPORT_CAP_P2P | HVD_TRANSPORT_CAP_P2P_TEST |
                         HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
                         HVD_TRANSPORT_CAP_ANY_THREAD;
-  CHECK(T->abi_version == HVD_TRANSPORT_ABI_V4 && T->struct_size == sizeof(hvd_transport_v4_t) &&
+  CHECK(T->abi_version == HVD_TRANSPORT_ABI && T->struct_size == sizeof(hvd_transport_t) &&
             std::strcmp(T->name, "mpi") == 0 && T->caps == caps,
         "table header");
   CHECK(T->isend && T->irecv && T->wait && T->test && T->progress && T->allreduce &&

@@ -15,7 +15,7 @@ cat "$tmp/ldd"
 grep -qiE "mpi|open-pal|open-rte|pmix" "$tmp/ldd" && fail "libhvd.so depends on MPI"
 ldd "$plugin" | grep -q "libmpi" || fail "the plugin does not link libmpi (so the check above proves nothing)"
 exports=$(nm -D --defined-only "$plugin" | awk '$2 ~ /^[TDBRVW]$/ { print $3 }' | sort | tr '\n' ' ')
-[ "$exports" = "hvd_transport_plugin_v4 " ] || fail "the plugin exports: $exports"
+[ "$exports" = "hvd_transport_plugin " ] || fail "the plugin exports: $exports"
 
 mkdir -p "$tmp/lib" "$tmp/plugins"
 cp -L "$libhvd" "$tmp/lib/libhvd.so"

@@ -2,7 +2,7 @@
 # test_linkage.sh LIBHVD PLUGIN: libhvd.so must link neither the CUDA driver,
 # the CUDA runtime nor NCCL (it loads the plugin with dlopen); the plugin links
 # the CUDA runtime and NCCL, not libhvd, and exports only
-# hvd_transport_plugin_v4.
+# hvd_transport_plugin.
 set -u
 libhvd=$1; plugin=$2
 fail() { echo "FAIL: $*"; exit 1; }
@@ -18,5 +18,5 @@ echo "$pdeps" | grep -q "not found" && fail "the plugin has unresolved libraries
 echo "$pdeps" | grep -q "libhvd\.so" && fail "the plugin links libhvd"
 syms=$(nm -D --defined-only "$plugin" | awk '$2 ~ /^[TDBRVWiu]$/ {print $3}' | sort)
 echo "exported: $syms"
-[ "$syms" = "hvd_transport_plugin_v4" ] || fail "the plugin exports more than hvd_transport_plugin_v4"
+[ "$syms" = "hvd_transport_plugin" ] || fail "the plugin exports more than hvd_transport_plugin"
 echo PASS

@@ -1,5 +1,5 @@
 // test_nccl_plugin PLUGIN: loads libhvd_transport_nccl.so with dlopen, as the
-// core does, and checks its version 4 table exactly. Without a CUDA device:
+// core does, and checks its table exactly. Without a CUDA device:
 // init fails with HVD_ERR_UNSUPPORTED naming this host and the missing
 // device, and rank 0 leaves that message in the store for the other ranks.
 // With a device (a GPU machine), those assertions are skipped (said so on
@@ -75,8 +75,8 @@ int KvGet(void* kv, const char* key, void** value, size_t* len, double) {
 }
 void KvFree(void* v) { std::free(v); }
 
-hvd_transport_env_v1_t Env(int rank, int size) {
-  hvd_transport_env_v1_t env;
+hvd_transport_env_t Env(int rank, int size) {
+  hvd_transport_env_t env;
   std::memset(&env, 0, sizeof(env));
   env.struct_size = sizeof(env);
   env.rank = env.cross_rank = rank;
@@ -94,9 +94,9 @@ hvd_transport_info_t Info() {
   return info;
 }
 
-void CheckTable(const hvd_transport_v4_t* t) {
-  CHECK_EQ(t->abi_version, HVD_TRANSPORT_ABI_V4);
-  CHECK_EQ(t->struct_size, sizeof(hvd_transport_v4_t));
+void CheckTable(const hvd_transport_t* t) {
+  CHECK_EQ(t->abi_version, HVD_TRANSPORT_ABI);
+  CHECK_EQ(t->struct_size, sizeof(hvd_transport_t));
   CHECK(t->name != nullptr && std::string(t->name) == "nccl");
   const uint64_t want = HVD_TRANSPORT_CAP_CUDA_MEMORY | HVD_TRANSPORT_CAP_STREAM_ORDERED |
                         HVD_TRANSPORT_CAP_ABORT | HVD_TRANSPORT_CAP_PEER_TIMEOUT |
@@ -120,13 +120,13 @@ std::string Host() {
   return h;
 }
 
-void NoDevice(const hvd_transport_v4_t* t) {
+void NoDevice(const hvd_transport_t* t) {
   const std::string host = Host();
   char err[512];
   void* comm = reinterpret_cast<void*>(1);
   hvd_transport_info_t info = Info();
 
-  hvd_transport_env_v1_t env = Env(1, 2);
+  hvd_transport_env_t env = Env(1, 2);
   int rc = t->init(&env, &info, &comm, err, sizeof(err));
   CHECK_EQ(rc, HVD_ERR_UNSUPPORTED);
   CHECK(comm == nullptr);
@@ -169,11 +169,11 @@ void NoDevice(const hvd_transport_v4_t* t) {
 
 // One rank on device 0: every collective, refusals, abort. Runs only where a
 // GPU is present (not on the machine this plugin was written on).
-void OneRank(const hvd_transport_v4_t* t) {
+void OneRank(const hvd_transport_t* t) {
   char err[512] = {0};
   void* comm = nullptr;
   hvd_transport_info_t info = Info();
-  hvd_transport_env_v1_t env = Env(0, 1);
+  hvd_transport_env_t env = Env(0, 1);
   int rc = t->init(&env, &info, &comm, err, sizeof(err));
   CHECK_EQ(rc, HVD_OK);
   if (rc != HVD_OK) {
@@ -233,11 +233,11 @@ int main(int argc, char** argv) {
     std::printf("FAIL: dlopen %s: %s\n", argv[1], dlerror());
     return 1;
   }
-  auto fn = reinterpret_cast<hvd_transport_plugin_v4_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_V4_SYMBOL));
+  auto fn = reinterpret_cast<hvd_transport_plugin_fn>(dlsym(lib, HVD_TRANSPORT_PLUGIN_SYMBOL));
   CHECK(fn != nullptr);
-  CHECK(dlsym(lib, HVD_TRANSPORT_PLUGIN_V1_SYMBOL) == nullptr);
-  CHECK(dlsym(lib, HVD_TRANSPORT_PLUGIN_V3_SYMBOL) == nullptr);
-  const hvd_transport_v4_t* t = fn != nullptr ? fn() : nullptr;
+  CHECK(dlsym(lib, "hvd_transport_plugin_v1") == nullptr);
+  CHECK(dlsym(lib, "hvd_transport_plugin_v3") == nullptr);
+  const hvd_transport_t* t = fn != nullptr ? fn() : nullptr;
   CHECK(t != nullptr);
   if (t == nullptr) return 1;
   CheckTable(t);

@@ -7,9 +7,9 @@
 # ../install/lib.sh), compiles tests/plugins/uds_transport.c as
 # libhvd_transport_uds.so with -std=c99 -pedantic -Wall -Wextra -Werror and
 # no include folder but <prefix>/include, and checks that it exports only
-# hvd_transport_plugin_v4 and needs no libhvd. Then:
+# hvd_transport_plugin and needs no libhvd. Then:
 #  p2p:         tests/plugins/uds_p2p_check.c dlopens it and drives the
-#               version 4 table across forked ranks (2, 3, 4 ranks, lost and
+#               table across forked ranks (2, 3, 4 ranks, lost and
 #               missing ranks, timeouts, abort); a second run builds both
 #               under AddressSanitizer (leaks, use after free), where the
 #               compiler can.
@@ -36,10 +36,10 @@ SO=$TMP/plugin/libhvd_transport_uds.so
 "$CC" -std=c99 -pedantic -Wall -Wextra -Werror -O2 -fPIC -shared -I"$PREFIX/include" \
   -o "$SO" "$SRC/uds_transport.c" -pthread >"$TMP/log" 2>&1 || fail "cc uds_transport.c failed"
 exports=$("$READELF" --dyn-syms -W "$SO" | awk '$5 == "GLOBAL" && $7 != "UND" {print $8}' | sort)
-[ "$exports" = hvd_transport_plugin_v4 ] || fail "the plugin exports '$exports', not only hvd_transport_plugin_v4"
+[ "$exports" = hvd_transport_plugin ] || fail "the plugin exports '$exports', not only hvd_transport_plugin"
 if "$READELF" -d "$SO" | grep -q 'NEEDED.*libhvd'; then fail "the plugin links against libhvd"; fi
 needs_no_build_tree "$SO"
-echo "ok: uds_transport.c builds as C99 from $PREFIX/include alone; exports hvd_transport_plugin_v4 only"
+echo "ok: uds_transport.c builds as C99 from $PREFIX/include alone; exports hvd_transport_plugin only"
 
 case "$mode" in
 p2p)

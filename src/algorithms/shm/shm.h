@@ -1,6 +1,6 @@
 // Shared-memory collectives between the ranks of one host. The core runs
-// them over every version 4 transport (transport/transport_loader.cc), with an
-// Exchange over the transport itself.
+// them over every transport (src/transport/), with an Exchange over the
+// transport itself.
 //
 // The caller provides an Exchange (an allgather of strings) and calls Setup
 // once at start. Setup agrees with every peer on whether the path is
@@ -10,8 +10,8 @@
 // failure on any rank makes every rank keep its network path. From then on
 // allreduce, reducescatter, broadcast, allgatherv and barrier can run over
 // the Segment; every wait is bounded by the timeout, peers' pids are checked
-// while blocked, and a failure throws shm::Error (the plugin then calls
-// Segment::Abort so peers fail at once, and marks its communicator broken).
+// while blocked, and a failure returns an error Status (the transport then
+// calls Segment::Abort so peers fail at once, and marks itself broken).
 // Layout, rounds and measurements: src/algorithms/README.md.
 #ifndef HVD_ALGORITHMS_SHM_H_
 #define HVD_ALGORITHMS_SHM_H_
@@ -21,23 +21,20 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "algorithms/span.h"
+#include "common/status.h"
 #include "hvd_transport.h"
 
 namespace hvd {
 namespace shm {
 
-// Thrown by the collectives below; code is an hvd status (HVD_ERR_TIMEOUT,
-// HVD_ERR_TRANSPORT), what() starts with the operation, e.g. "allreduce (shm): ...".
-struct Error : std::runtime_error {
-  Error(int code, const std::string& msg, std::vector<int> missing = {})
-      : std::runtime_error(msg), code(code), missing(std::move(missing)) {}
-  int code;
-  std::vector<int> missing;  // a timeout: the ranks that did not arrive
-};
+// Errors: every call below that can fail returns a Status whose code is
+// HVD_ERR_TIMEOUT or HVD_ERR_TRANSPORT (or an abort's status) and whose
+// message starts with the operation, e.g. "allreduce (shm): ...". After a
+// timeout, Segment::missing() names the ranks that did not arrive.
 
 // What a plugin provides for Setup: an allgather of strings.
 class Exchange {
@@ -47,10 +44,9 @@ class Exchange {
   // step: "host" (host identities), "name" (the segment's name: only rank 0's
   // string counts, the others pass "", so an implementation may send rank 0's
   // alone and leave the others empty), "ok" (ok or a failure reason). Every
-  // rank calls the same rounds in the same order. Returns an hvd status; on
-  // failure *err says why (Setup then fails with it).
-  virtual int Allgather(const char* round, const std::string& mine,
-                        std::vector<std::string>* all, std::string* err) = 0;
+  // rank calls the same rounds in the same order. A failure ends Setup with it.
+  virtual Status Allgather(const char* round, const std::string& mine,
+                           std::vector<std::string>* all) = 0;
 };
 
 struct Options {
@@ -113,8 +109,10 @@ class Segment {
   }
 
   // Every rank enters, nobody leaves before all have entered. `what` names
-  // the operation in error messages. Throws Error.
-  void Barrier(const char* what);
+  // the operation in error messages.
+  Status Barrier(const char* what);
+  // The ranks (the segment's indices) the last timed-out wait found missing.
+  const std::vector<int>& missing() const { return missing_; }
   // Marks the communicator broken for every rank (the first caller's status
   // and message win) and wakes everyone asleep on it, this rank's other
   // threads included (any thread may call it: Transport::Abort does).
@@ -157,8 +155,8 @@ class Segment {
   bool Reached(int j, uint32_t g) const;
   std::vector<int> Missing(uint32_t g) const;
   void WakeEveryone();
-  void CheckPeers(uint32_t g, const char* what, bool check_pids);
-  void WaitAll(uint32_t g, const char* what);
+  Status CheckPeers(uint32_t g, const char* what, bool check_pids);
+  Status WaitAll(uint32_t g, const char* what);
 
   uint8_t* base_;
   size_t bytes_;
@@ -174,6 +172,7 @@ class Segment {
   uint32_t set_ = 0;
   std::vector<std::string> names_;  // set_names
   std::function<void()> check_hook_;  // set_check_hook
+  std::vector<int> missing_;  // missing()
 };
 
 // An on/off switch's value: true unless it is 0, false, off or no (any
@@ -185,52 +184,33 @@ bool SwitchOn(const char* value);
 std::string HostIdentity();
 
 // Agrees with every peer on whether the path is used and maps the segment if
-// so (*out; null when not used, the reason logged). Returns HVD_OK, or the
-// exchange's failure status with *err (nothing mapped).
-int Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out, std::string* err);
+// so (*out; null when not used, the reason logged). OK, or the exchange's
+// failure (nothing mapped).
+Status Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out);
 
 // The collectives. Every rank runs the same sequence of rounds, chosen from
-// the arguments alone. All throw Error.
+// the arguments alone.
 //
 // buf (count elements of es bytes) becomes the rank-ordered reduction
 // s_0 op s_1 op ... op s_{size-1}, identical bits on every rank.
-void Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
+Status Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
                hvd_dtype_t dtype, hvd_reduce_op_t op);
 // The same over the concatenation of spans (counts in elements), read and
 // written where they lie: a fused allreduce needs no fusion buffer.
-void AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport_span_t* spans,
+Status AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transport_span_t* spans,
                     size_t nspans, size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op);
-// A plugin's allreduce_spans entry point (ABI v2), the same for every plugin:
-// checks dtype, op (SUM, MIN, MAX, PRODUCT) and spans; over the segment s
-// (when not null) reduces the spans in place; without it serves a single
-// non-empty span through `single` (the plugin's own allreduce) and refuses
-// several with HVD_ERR_UNSUPPORTED (the plugin's query("allreduce_spans")
-// then answers 0, so the core packs them). Returns an hvd status and sets
-// *err, prefixed with `who`, on failure. Throws shm::Error as the other
-// collectives do.
-int AllreduceSpansEntry(Segment* s, hvd_reduce_kernel_fn reduce, int size, const char* who,
-                        const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
-                        hvd_reduce_op_t op, const std::function<int(void*, size_t)>& single,
-                        std::string* err);
 // In place over the caller's blocks: block k is elements [start[k],
 // start[k + 1]) of base; this rank's block r becomes the rank-ordered
 // reduction of every rank's block r (the same bits an allreduce gives); the
 // rest of base is scratch (left as it was, except with more ranks than
 // 64-byte columns fit in a slot, where the whole allreduce runs). One barrier
 // per round; each rank reads only the pieces of its own block.
-void Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, const size_t* start,
+Status Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, const size_t* start,
                    size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op);
-void Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root);
+Status Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root);
 // out holds every rank's recv_bytes in rank order; send may already sit at
 // this rank's place.
-void Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* recv_bytes);
-
-// The plugins' query keys about this path: "shm" (1 if collectives run over
-// shared memory, else 0), "shm_slot_bytes" (the per-rank chunk) and
-// "shm_small_bytes" (the largest allreduce done in one barrier), 0 without
-// it, and "allreduce_spans" (1 if the plugin's allreduce_spans entry serves
-// calls: it does over this path). s may be null (the path is off). False for any other key.
-bool Query(const Segment* s, const char* key, int64_t* value);
+Status Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* recv_bytes);
 
 // "[0, 2, 3]": rank lists in messages (every plugin names missing ranks so).
 std::string JoinRanks(const std::vector<int>& ranks);

@@ -1,7 +1,8 @@
-// Finds, loads and wraps a transport: built-in tables first (the single-rank
-// "local" transport, and whatever the static library compiled in), then
-// libhvd_transport_<name>.so in the transport path's folders
-// (params.transport_path or HVD_TRANSPORT_PATH) and next to libhvd.so itself.
+// A loaded, connected transport (the adapter from a plugin's table to the
+// core's Comm) and how the core runs collectives over it. Finding and
+// checking the table: loader.h; the store bridge: plugin_kv.h; failure
+// diagnostics: diagnostics.cc; process sets: subset.cc; the hierarchical
+// compositions and the choice of algorithm: algorithms/.
 #pragma once
 
 #include <atomic>
@@ -11,56 +12,21 @@
 #include <vector>
 
 #include "algorithms/collectives.h"
-#include "algorithms/shm.h"
+#include "algorithms/hierarchical.h"
+#include "algorithms/shm/shm.h"
 #include "common/status.h"
 #include "core/comm.h"
 #include "core/observability/logging.h"
 #include "hvd_transport.h"
+#include "transport/loader.h"
+#include "transport/plugin_kv.h"
 
 namespace hvd {
 
-namespace rdv {
-class StoreClient;
-using Bytes = std::vector<uint8_t>;  // as in rendezvous/store.h
-}
-
-// ---- what the core hands to a plugin (hvd_transport_env_v1_t) -------------
-//
-// The callbacks are noexcept: a plugin is C, and an exception must never
-// unwind through it. Any exception (std::bad_alloc included) becomes an hvd
-// status (HVD_ERR_NO_MEMORY for bad_alloc, HVD_ERR_INTERNAL otherwise) and a
-// logged error naming the call.
-
-// The rendezvous store as a plugin sees it: keys under `prefix` (one per
-// communicator), failures logged to `log` (may be null).
-struct PluginKv {
-  rdv::StoreClient* client = nullptr;
-  std::string prefix;
-  Logger* log = nullptr;
-  // An elastic epoch's: when this key exists, the epoch failed while it was
-  // forming (a member died), and every wait for a key ends at once with
-  // HVD_ERR_MEMBERSHIP_CHANGED and the key's text. "": no such check.
-  std::string abort_key;
-  // Waits for key (the whole key, prefix included) at most timeout_s.
-  Result<rdv::Bytes> Get(const std::string& key, double timeout_s) const;
-};
-// env.kv_set / kv_get / kv_free, with env.kv pointing at a PluginKv.
-int PluginKvSet(void* kv, const char* key, const void* value, size_t len) noexcept;
-int PluginKvGet(void* kv, const char* key, void** value, size_t* len, double timeout_s) noexcept;
-void PluginKvFree(void* value) noexcept;
-
-// The transport's name, owned by libhvd with static storage: it stays valid
-// after the transport's plugin is unloaded, until libhvd itself is. The
-// built-in names ("local", "gloo", "mpi") are string literals of libhvd;
-// any other name is copied once into a process-wide table that is never
-// freed (one entry per distinct name: bounded by the plugins there are).
-// nullptr for nullptr.
-const char* PersistentTransportName(const char* name);
-
 // How the core runs collectives over a transport (from Config).
 struct TransportOptions {
-  // The shared-memory collectives where every rank shares one host (a
-  // version 4 transport; older ones decide themselves): on unless 0.
+  // The shared-memory collectives where every rank shares one host: on
+  // unless 0.
   bool shm = true;
   const char* shm_switch = "HVD_SHM";  // the setting that turned it off, for the log
   std::string hostname;  // this rank's, told to peers so messages name hosts
@@ -70,30 +36,31 @@ struct TransportOptions {
   // (on where ranks span several hosts and some host has several).
   int hierarchical = -1;
   std::string host_id;  // HVD_HOST_ID; empty: shm::HostIdentity()
-  // Every rank's host name, for a device-only transport (which exchanges
-  // nothing in host memory): the host transport's.
+  // Every rank's host name where the caller knows it (the rendezvous, or
+  // for a device-only transport, which exchanges nothing in host memory,
+  // the host transport's): the plugin's host table (env.hosts).
   std::vector<std::string> hosts;
   // A fused allreduce over the ring takes the tensors where they lie
   // (HVD_FUSION_IN_PLACE): on unless false.
   bool fusion_in_place = true;
 };
 
-// A loaded, connected transport and the collectives over it. For a version 4
-// plugin the core's algorithms run over its point-to-point (algorithms/),
-// with the shared-memory path and the plugin's native collectives chosen
-// per call (Choose); versions 1-3 run their own collectives.
+// A loaded, connected transport and the collectives over it: the core's
+// algorithms run over the plugin's point-to-point (algorithms/), with the
+// shared-memory path and the plugin's native collectives chosen per call
+// (Choose).
 class Transport : public Comm {
  public:
   // Loads `name` and connects (table->init). search_path: ':'-separated folders.
   static Result<std::unique_ptr<Transport>> Open(const std::string& name,
                                                  const std::string& search_path,
-                                                 const hvd_transport_env_v1_t& env,
+                                                 const hvd_transport_env_t& env,
                                                  const TransportOptions& opts, Logger* log);
   // OK if a table for `name` can be found (does not connect); else why not,
   // naming the folders searched.
   static Status Check(const std::string& name, const std::string& search_path);
-  // The capabilities a version 4 table declares (HVD_TRANSPORT_CAP_*; 0
-  // for older tables), without connecting; else why it cannot be found.
+  // The capabilities the table declares (HVD_TRANSPORT_CAP_*), without
+  // connecting; else why it cannot be found.
   static Result<uint64_t> Capabilities(const std::string& name, const std::string& search_path);
   // A transport for device memory only: HVD_TRANSPORT_CAP_CUDA_MEMORY and
   // no point-to-point (the NCCL plugin). It runs beside a host transport,
@@ -109,7 +76,7 @@ class Transport : public Comm {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
-  // The name the plugin gives itself (hvd_transport_v1_t::name), with
+  // The name the plugin gives itself (hvd_transport_t::name), with
   // static storage (PersistentTransportName): valid after this is destroyed.
   const char* name() const { return name_; }
 
@@ -122,27 +89,26 @@ class Transport : public Comm {
                    const size_t* recv_bytes) override;
   Status Barrier() override;
   // In place over sum(counts) elements; on return this rank's block holds its
-  // reduction (see hvd_transport_v2_t). HVD_ERR_UNSUPPORTED where the plugin
-  // lacks the entry point (has_reducescatter()).
+  // reduction. HVD_ERR_UNSUPPORTED where has_reducescatter() is false (no
+  // point-to-point, no shared memory and no native entry).
   Status Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dtype,
                        hvd_reduce_op_t op) override;
   bool has_reducescatter() const override {
-    return v4_ || (v2_ != nullptr && v2_->reducescatter != nullptr);
+    return links_ || shm_ || table_.reducescatter != nullptr;
   }
   // In place over the concatenation of spans, as one allreduce of them packed.
-  // Where allreduce_spans(bytes): a version 2-3 plugin whose
-  // query("allreduce_spans") answered 1 at start; the shared-memory path;
-  // or the ring over point-to-point, when it is the allreduce chosen for
+  // Where allreduce_spans(bytes): the shared-memory path, or the ring over
+  // point-to-point, when it is the allreduce chosen for
   // that many bytes (flat, not hierarchical; HVD_FUSION_IN_PLACE=0 turns
   // this one off).
   Status AllreduceSpans(const hvd_transport_span_t* spans, size_t nspans, hvd_dtype_t dtype,
                         hvd_reduce_op_t op) override;
   bool allreduce_spans(size_t bytes) const override { return spans_ || RingSpans(bytes); }
-  // CUDA memory straight to the plugin (Comm::device_memory): a version 4
-  // plugin with HVD_TRANSPORT_CAP_CUDA_MEMORY, no point-to-point (so every
+  // CUDA memory straight to the plugin (Comm::device_memory): a plugin
+  // with HVD_TRANSPORT_CAP_CUDA_MEMORY, no point-to-point (so every
   // collective is its native one), no shared-memory or hierarchical path.
   bool device_memory() const override {
-    return v4_ && cuda_memory_ && !links_ && !shm_ && !hier_;
+    return cuda_memory_ && !links_ && !shm_ && !hier_;
   }
   Status DeviceAllreduce(const hvd_transport_buffer_t& buf, size_t count, hvd_dtype_t dtype,
                          hvd_reduce_op_t op) override;
@@ -161,25 +127,23 @@ class Transport : public Comm {
   // what Open kept, so any thread may call it): "rank", "size",
   // "local_rank", "local_size", "cross_rank", "cross_size" (where the
   // transport owns its communicator), "mpi_thread_level", "shm" (1 if the
-  // shared-memory path runs), "abi" (the table version).
+  // shared-memory path runs), "abi" (HVD_TRANSPORT_ABI).
   Result<int64_t> Query(const std::string& key) const;
   // The limit for peers to answer in the calls that follow (kind:
-  // HVD_TRANSPORT_LIMIT_*; hvd_transport_v3_t). HVD_ERR_UNSUPPORTED where the
-  // plugin lacks the entry point (has_set_timeout()).
+  // HVD_TRANSPORT_LIMIT_*). HVD_ERR_UNSUPPORTED where the plugin lacks the
+  // entry point (has_set_timeout()).
   Status SetTimeout(double timeout_s, int32_t kind);
   // Whether the communicator may be called from any thread, one call at a
   // time (HVD_TRANSPORT_CAP_ANY_THREAD, or the built-in local transport).
   bool any_thread() const { return any_thread_; }
-  bool has_set_timeout() const {
-    return v4_ ? v4_table_.set_timeout != nullptr : (v3_ != nullptr && v3_->set_timeout != nullptr);
-  }
+  bool has_set_timeout() const { return table_.set_timeout != nullptr; }
   // Any thread: every call blocked in this transport returns `status`
-  // promptly, and every later one fails (version 4 plugins with abort, and
-  // the shared-memory path). False where the transport cannot.
+  // promptly, and every later one fails (plugins with abort, and the
+  // shared-memory path). False where the transport cannot.
   bool Abort(hvd_status_t status, const std::string& reason) noexcept;
 
-  // The algorithm the next call of `collective` over `bytes` bytes runs
-  // (version 4), for logs and tests.
+  // The algorithm the next call of `collective` over `bytes` bytes runs,
+  // for logs and tests.
   algo::Algorithm Choose(int collective, size_t bytes) const;
 
   // A process set: `members` (ranks of this transport, distinct, in the
@@ -193,7 +157,7 @@ class Transport : public Comm {
   // shared-memory set-up); the loop thread only; this transport must
   // outlive it. A failure breaks the transport (every communicator over it).
   // HVD_ERR_UNSUPPORTED for a set of more than one rank where the transport
-  // has no point-to-point (versions 1-3, or a version 4 plugin without it).
+  // has no point-to-point.
   Result<std::unique_ptr<Comm>> OpenSubset(std::vector<int> members, uint32_t band);
   // How many tag bands of algo::SubsetLinks::kTagBand tags the plugin's tag
   // range holds (0 without point-to-point). Band 0 is the transport's own,
@@ -221,19 +185,16 @@ class Transport : public Comm {
   void WarnHost(hvd_status_t code, const std::string& text) noexcept;
   int HostIndex(int r) const;
   std::string BlockedChain(int r) const;
-  Status StartV4(const hvd_transport_env_v1_t& env, const TransportOptions& opts, Logger* log);
+  Status Start(const hvd_transport_env_t& env, const TransportOptions& opts, Logger* log);
+  Status Init(const hvd_transport_env_t& env, const TransportOptions& opts);
+  Status ForceAlgorithms(const TransportOptions& opts, bool* want_shm);
+  Status StartHosts(const TransportOptions& opts, double timeout_s, Logger* log);
   Status StartHierarchy(const TransportOptions& opts, Logger* log);
-  Status AllreduceHier(void* buf, size_t count, hvd_dtype_t dtype, hvd_reduce_op_t op);
-  Status BroadcastHier(void* buf, size_t bytes, int root);
-  Status AllgathervHier(const void* send, void* recv, const size_t* recv_bytes, size_t total);
-  Status ReducescatterHier(void* buf, const size_t* counts, const std::vector<size_t>& start,
-                           hvd_dtype_t dtype, hvd_reduce_op_t op);
   // A shared-memory collective failed: breaks the transport, wakes the
   // segment's peers. members maps the segment's ranks to this transport's
   // (null: the same).
-  Status ShmFailure(shm::Segment& seg, const char* what, const shm::Error& e,
+  Status ShmFailure(shm::Segment& seg, const char* what, const Status& e,
                     const std::vector<int>* members = nullptr);
-  algo::Algorithm ChooseP2p(int c, size_t bytes, const algo::Links& links) const;
   hvd_transport_buffer_t Host(const void* data, size_t bytes) const;
   // The core's own collectives over one group of ranks (this transport's,
   // or a process set's): the shared-memory segment where `how` is kShm,
@@ -245,6 +206,8 @@ class Transport : public Comm {
     algo::Scratch* scratch = nullptr;
     const std::vector<int>* members = nullptr;  // for ShmFailure (null: every rank)
   };
+  // st, or where a shared-memory collective of g failed, ShmFailure's.
+  Status ShmChecked(const CoreGroup& g, const char* what, Status st);
   Status CoreAllreduce(const CoreGroup& g, algo::Algorithm how, void* buf, size_t count,
                        hvd_dtype_t dtype, hvd_reduce_op_t op);
   Status CoreReducescatter(const CoreGroup& g, algo::Algorithm how, void* buf,
@@ -262,23 +225,18 @@ class Transport : public Comm {
   Status CoreBarrier(const CoreGroup& g, algo::Algorithm how);
   CoreGroup Whole() { return CoreGroup{shm_.get(), links_.get(), &scratch_, nullptr}; }
 
-  const hvd_transport_v1_t* table_ = nullptr;
-  const char* name_ = "";  // PersistentTransportName(table_->name)
-  const hvd_transport_v2_t* v2_ = nullptr;  // null: a version 1 plugin
-  const hvd_transport_v3_t* v3_ = nullptr;  // null: no version 3 table
+  hvd_transport_t table_{};  // the plugin's table, zero-extended to this core's size
+  const char* name_ = "";    // PersistentTransportName(table_.name)
   void* dl_ = nullptr;
   void* comm_ = nullptr;
   bool spans_ = false;
   bool ring_spans_ = true;  // HVD_FUSION_IN_PLACE
   bool any_thread_ = false;
-  bool cuda_memory_ = false;  // HVD_TRANSPORT_CAP_CUDA_MEMORY (version 4)
+  bool cuda_memory_ = false;  // HVD_TRANSPORT_CAP_CUDA_MEMORY
   bool device_average_ = false;  // HVD_TRANSPORT_CAP_AVERAGE
-  uint64_t reduce_dtypes_ = 0;   // hvd_transport_v4_t.reduce_dtypes (0: every dtype)
+  uint64_t reduce_dtypes_ = 0;   // hvd_transport_t.reduce_dtypes (0: every dtype)
   std::vector<std::pair<std::string, int64_t>> facts_;  // Query's answers
 
-  // Version 4.
-  bool v4_ = false;
-  hvd_transport_v4_t v4_table_{};  // the plugin's table, zero-extended to this core's size
   hvd_transport_info_t info_{};
   std::unique_ptr<algo::Links> links_;
   std::unique_ptr<shm::Segment> shm_;
@@ -295,21 +253,12 @@ class Transport : public Comm {
   bool peer_limit_ = false;  // the limit in force is the peer timeout
   const char* op_ = "";      // the collective running, for messages
 
-  std::vector<std::string> hosts_;  // every rank's host name (version 4), for messages
+  std::vector<std::string> hosts_;  // every rank's host name, for messages
   std::string host_id_;  // this rank's host identity (TransportOptions::host_id or the machine's)
-  // The hierarchical steps: the ranks of this host (shared memory), and
-  // the ranks with this rank's local index on every host (point-to-point).
-  // Where hosts have different rank counts, only each host's first rank
-  // (its leader) has a cross communicator, of the leaders.
-  struct Hierarchy {
-    std::unique_ptr<Comm> local, cross;
-    bool even = true;              // every host has the same number of ranks
-    bool contiguous = true;        // each host's ranks consecutive (hosts then in rank order)
-    std::vector<std::vector<int>> hosts;  // each host's ranks, hosts in order of their first
-    std::vector<int> host_of;      // rank -> host index (first appearance order)
-    std::vector<int> local_index;  // rank -> index among its host's ranks
-  };
-  std::unique_ptr<Hierarchy> hier_;
+  // The hierarchical steps (algorithms/hierarchical.h): the ranks of this
+  // host (shared memory), and the ranks with this rank's local index on
+  // every host (point-to-point).
+  std::unique_ptr<algo::Hierarchy> hier_;
   bool hier_on_ = true;  // set_hierarchical
   // The shared memory of this rank's host: shm_, else the hierarchy's host
   // step's where it has one; null if neither. Point-to-point waits note
@@ -318,7 +267,7 @@ class Transport : public Comm {
   std::string Who(int r) const;     // "rank 2 (host h)"
   int64_t FactOr(const char* key, int64_t dflt) const;
 
-  // The first failure (version 4): later calls fail at once with it, and
+  // The first failure: later calls fail at once with it, and
   // an abort from another thread sets it too.
   std::atomic<int> failure_{HVD_OK};
   mutable std::mutex fail_mu_;

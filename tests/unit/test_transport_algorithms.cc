@@ -1,4 +1,4 @@
-// The core's side of transport ABI version 4 (transport/transport_loader.cc):
+// The core's side of the transport ABI (src/transport/transport.cc):
 // the built-in Gloo table's point-to-point driven by the core's algorithms,
 // every algorithm forced in turn, over TCP and over shared memory, with
 // ranks as threads sharing an in-memory store; and Transport::Abort ending a
@@ -16,7 +16,7 @@
 
 #include "common/kernels.h"
 #include "core/observability/logging.h"
-#include "transport/transport_loader.h"
+#include "transport/transport.h"
 #include "mem_kv.h"
 
 namespace hvd {
@@ -35,9 +35,11 @@ std::vector<Rank> OpenRanks(int n, test::MemKv* kv, const TransportOptions& opts
   std::vector<std::thread> ts;
   for (int r = 0; r < n; ++r) {
     ts.emplace_back([&, r] {
-      hvd_transport_env_v1_t env = test::ThreadRankEnv(kv, r, n, 20, 20);
+      hvd_transport_env_t env = test::ThreadRankEnv(kv, r, n, 20, 20);
       env.reduce = hvd_reduce_kernel;
-      env.local_address = "127.0.0.1";
+      const hvd_transport_option_t addr = {"local_address", "127.0.0.1", nullptr};
+      env.options = &addr;
+      env.noptions = 1;
       TransportOptions o = opts;
       o.hostname = "host" + std::to_string(r);
       auto t = Transport::Open("gloo", "", env, o, log);
@@ -82,7 +84,7 @@ TEST_P(Forced, EveryCollectiveExact) {
   }
   auto ranks = OpenRanks(n, &kv, o, &log);
   for (int r = 0; r < n; ++r) ASSERT_TRUE(ranks[r].t) << ranks[r].st.message();
-  EXPECT_EQ(*ranks[0].t->Query("abi"), 4);
+  EXPECT_EQ(*ranks[0].t->Query("abi"), HVD_TRANSPORT_ABI);
   EXPECT_EQ(ranks[0].t->Query("shm").ok(), c.shm);
   const size_t count = (size_t{3} << 20) / 4 + 5;  // beyond a ring segment per part
   OnRanks(n, [&](int r) {
