@@ -29,6 +29,7 @@
 #include "core/config/config.h"
 #include "core/context.h"
 #include "core/exec/executor.h"
+#include "core/fusion/planner.h"
 #include "core/loop/scope.h"
 #include "core/negotiation/controller.h"
 #include "core/observability/autotune.h"
@@ -110,6 +111,8 @@ class ContextImpl final : public CycleDriver {
   // One negotiation for the context and all its sets (one allreduce).
   Status Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown);
   uint64_t Execute(Scope& scope);  // returns the bytes moved
+  uint64_t ServePiggybacked(Scope& scope, Response& resp, OpRequest* req, Clock::time_point now);
+  uint64_t RunPlan(Scope& scope, uint64_t moved);
   Status FinishProcessSet(OpRequest& req, const Response& resp);
   void CloseAgreed(Scope& set);
   void Finish(Scope& scope, OpRequest& req, Status status);
@@ -229,25 +232,8 @@ class ContextImpl final : public CycleDriver {
   Status PiggybackAllreduce(size_t head);
   void PlanPiggyback();
   // Execute's scratch (background thread only), kept between cycles.
-  struct ExecUnit {
-    std::vector<OpRequest*> batch;  // allreduce batch
-    OpRequest* single = nullptr;
-    const Response* resp = nullptr;
-    size_t bytes = 0;
-  };
-  struct ExecOpenBatch {
-    size_t unit;
-    hvd_dtype_t dtype;
-    hvd_reduce_op_t op;
-    double pre, post;
-    const Response* devices;  // null: host tensors; else every rank's device as in it
-  };
-  struct {
-    std::vector<OpRequest> reqs;
-    std::vector<uint8_t> have;
-    std::vector<ExecUnit> units;
-    std::vector<ExecOpenBatch> open;
-  } exec_;
+  std::vector<OpRequest> exec_reqs_;
+  FusionPlanner planner_;
 };
 
 }  // namespace hvd
