@@ -114,6 +114,10 @@ class ContextImpl final : public CycleDriver {
   uint64_t ServePiggybacked(Scope& scope, Response& resp, OpRequest* req, Clock::time_point now);
   uint64_t RunPlan(Scope& scope, uint64_t moved);
   Status FinishProcessSet(OpRequest& req, const Response& resp);
+  Result<std::vector<size_t>> SlotsFor(const std::vector<std::vector<int>>& groups);
+  Result<std::shared_ptr<Scope>> MakeSetScope(const std::vector<int>& g, size_t k, int me,
+                                              const std::vector<int32_t>& hosts,
+                                              uint64_t generation);
   void CloseAgreed(Scope& set);
   void Finish(Scope& scope, OpRequest& req, Status status);
   void FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status);

@@ -3,8 +3,6 @@
 #include "core/context_impl.h"
 
 #include <algorithm>
-#include <map>
-#include <sstream>
 
 #include "algorithms/shm.h"
 #include "core/sets/spec.h"
@@ -136,91 +134,50 @@ Status ContextImpl::CloseSet(Scope* set) {
 Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
   const int n = root_->size;
   const int32_t* all = reinterpret_cast<const int32_t*>(req.handle->output.data());
-  std::vector<const int32_t*> spec(static_cast<size_t>(n));
-  std::vector<size_t> len(static_cast<size_t>(n));
+  SetSpecs specs;
+  specs.spec.resize(static_cast<size_t>(n));
+  specs.len.resize(static_cast<size_t>(n));
   size_t off = 0;
   for (int r = 0; r < n; ++r) {
-    spec[r] = all + off;
-    len[r] = static_cast<size_t>(resp.desc(r).shapes[0][0]);
-    off += len[r];
+    specs.spec[r] = all + off;
+    specs.len[r] = static_cast<size_t>(resp.desc(r).shapes[0][0]);
+    off += specs.len[r];
   }
-  const std::string what = "process set call '" + resp.key + "'";
-  auto describe = [&](int r) {
-    const int32_t* s = spec[r];
-    if (len[r] >= 3 && s[0] == kSpecList) {
-      return "hvd_process_set_create " + ListText(s + 3, len[r] - 3);
-    }
-    if (len[r] >= 4 && s[0] == kSpecSplit) {
-      return "hvd_context_split (color " + std::to_string(s[2]) + ", key " + std::to_string(s[3]) + ")";
-    }
-    return std::string("a malformed request");
-  };
-  for (int r = 0; r < n; ++r) {
-    const bool ok = (len[r] >= 3 && spec[r][0] == kSpecList &&
-                     len[r] == 3 + static_cast<size_t>(std::max(spec[r][2], 0))) ||
-                    (len[r] == 4 && spec[r][0] == kSpecSplit);
-    if (!ok) return Error(HVD_ERR_INTERNAL, what + ": rank " + std::to_string(r) + " sent a malformed request");
+  HVD_ASSIGN_OR_RETURN(std::vector<std::vector<int>> groups,
+                       GroupsOf(specs, "process set call '" + resp.key + "'"));
+  HVD_ASSIGN_OR_RETURN(std::vector<size_t> slots, SlotsFor(groups));
+  std::vector<int32_t> hosts(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) hosts[r] = specs.spec[r][1];
+  std::shared_ptr<Scope> mine;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const size_t k = slots[i];
+    if (k >= slot_live_.size()) slot_live_.resize(k + 1, false);
+    slot_live_[k] = true;
+    slot_extent_.resize(slot_live_.size(), 0);
+    slot_extent_[k] = 0;  // a new set's cache is empty
+    if (sets_.size() < slot_live_.size()) sets_.resize(slot_live_.size());
+    const auto& g = groups[i];
+    const uint64_t generation = ++set_generation_;  // every rank counts every group
+    auto at = std::find(g.begin(), g.end(), root_->rank);
+    if (at == g.end()) continue;
+    HVD_ASSIGN_OR_RETURN(mine, MakeSetScope(g, k, static_cast<int>(at - g.begin()), hosts,
+                                            generation));
+    sets_[k] = mine;
   }
-  for (int r = 1; r < n; ++r) {
-    if (spec[r][0] != spec[0][0]) {
-      return Error(HVD_ERR_MISMATCH, "ranks disagree on the " + what + ": rank 0 called " +
-                                         describe(0) + ", rank " + std::to_string(r) + " called " +
-                                         describe(r));
-    }
-  }
-  std::vector<std::vector<int>> groups;
-  if (spec[0][0] == kSpecList) {
-    for (int r = 0; r < n; ++r) {
-      const int32_t* v = spec[r] + 3;
-      const size_t m = len[r] - 3;
-      std::string bad;
-      if (m == 0) bad = "it is empty";
-      for (size_t i = 0; i < m && bad.empty(); ++i) {
-        if (v[i] < 0 || v[i] >= n) {
-          bad = "rank " + std::to_string(v[i]) + " is out of range (the context has " +
-                std::to_string(n) + " ranks)";
-        } else if (i > 0 && v[i] == v[i - 1]) {
-          bad = "it lists rank " + std::to_string(v[i]) + " twice";
-        } else if (i > 0 && v[i] < v[i - 1]) {
-          bad = "it is not sorted ascending";
-        }
-      }
-      if (!bad.empty()) {
-        return Error(HVD_ERR_INVALID_ARGUMENT, "rank " + std::to_string(r) +
-                                                   " passed the process-set rank list " +
-                                                   ListText(v, m) + ": " + bad);
-      }
-    }
-    for (int r = 1; r < n; ++r) {
-      if (len[r] != len[0] || !std::equal(spec[r] + 3, spec[r] + len[r], spec[0] + 3)) {
-        return Error(HVD_ERR_MISMATCH, "ranks disagree on the process set's ranks (" + what +
-                                           "): rank 0 listed " + ListText(spec[0] + 3, len[0] - 3) +
-                                           ", rank " + std::to_string(r) + " listed " +
-                                           ListText(spec[r] + 3, len[r] - 3));
-      }
-    }
-    groups.emplace_back(spec[0] + 3, spec[0] + len[0]);
-  } else {
-    std::map<int32_t, std::vector<std::pair<int32_t, int>>> by_color;
-    for (int r = 0; r < n; ++r) {
-      const int32_t color = spec[r][2];
-      if (color < 0 && color != HVD_UNDEFINED_COLOR) {
-        return Error(HVD_ERR_INVALID_ARGUMENT,
-                     "rank " + std::to_string(r) + " passed color " + std::to_string(color) +
-                         " to hvd_context_split (a color is >= 0, or HVD_UNDEFINED_COLOR)");
-      }
-      if (color >= 0) by_color[color].emplace_back(spec[r][3], r);
-    }
-    for (auto& [color, v] : by_color) {
-      std::sort(v.begin(), v.end());
-      groups.emplace_back();
-      for (const auto& kr : v) groups.back().push_back(kr.second);
-    }
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mine) all_sets_.push_back(mine);
+  // Forget sets already gone, so 1,000 create/destroy cycles keep this short.
+  all_sets_.erase(std::remove_if(all_sets_.begin(), all_sets_.end(),
+                                 [](const std::weak_ptr<Scope>& w) { return w.expired(); }),
+                  all_sets_.end());
+  made_[req.handle.get()] = mine;
+  return Status::Ok();
+}
 
-  // Slots: the lowest free ones, in group order; a set of more than one
-  // rank needs a tag band (slot + Transport::kFirstSetBand) within the
-  // transport's range.
+// Slots: the lowest free ones, in group order; a set of more than one rank
+// needs a tag band (slot + Transport::kFirstSetBand) within the transport's
+// range.
+Result<std::vector<size_t>> ContextImpl::SlotsFor(const std::vector<std::vector<int>>& groups) {
   std::vector<size_t> slots;
   std::vector<bool> taken = slot_live_;
   for (const auto& g : groups) {
@@ -240,76 +197,38 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
                              " sets of more than one rank); destroy some first");
     }
   }
-  std::vector<int32_t> hosts(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) hosts[r] = spec[r][1];
-  std::shared_ptr<Scope> mine;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const size_t k = slots[i];
-    if (k >= slot_live_.size()) slot_live_.resize(k + 1, false);
-    slot_live_[k] = true;
-    slot_extent_.resize(slot_live_.size(), 0);
-    slot_extent_[k] = 0;  // a new set's cache is empty
-    if (sets_.size() < slot_live_.size()) sets_.resize(slot_live_.size());
-    const auto& g = groups[i];
-    const uint64_t generation = ++set_generation_;  // every rank counts every group
-    auto at = std::find(g.begin(), g.end(), root_->rank);
-    if (at == g.end()) continue;
-    auto set = std::make_shared<Scope>();
-    set->slot = static_cast<int>(k);
-    set->members = g;
-    {
-      std::ostringstream os;
-      os << "set [";
-      for (size_t j = 0; j < g.size() && j < 16; ++j) os << (j ? ", " : "") << g[j];
-      if (g.size() > 16) os << ", ... (" << g.size() << " ranks)";
-      os << "]";
-      set->label = os.str();
-    }
-    set->size = static_cast<int>(g.size());
-    set->rank = static_cast<int>(at - g.begin());
-    // Local ranks: members on this rank's host, in the set's order; cross
-    // ranks: members with this rank's local rank (Horovod's definition).
-    std::vector<int> local_of(g.size());
-    for (size_t j = 0; j < g.size(); ++j) {
-      int before = 0;
-      for (size_t q = 0; q < j; ++q) before += hosts[g[q]] == hosts[g[j]] ? 1 : 0;
-      local_of[j] = before;
-    }
-    const int me = set->rank;
-    set->local_rank = local_of[me];
-    set->local_size = 0;
-    set->cross_rank = 0;
-    set->cross_size = 0;
-    for (size_t j = 0; j < g.size(); ++j) {
-      if (hosts[g[j]] == hosts[g[me]]) ++set->local_size;
-      if (local_of[j] == set->local_rank) {
-        if (static_cast<int>(j) < me) ++set->cross_rank;
-        ++set->cross_size;
-      }
-    }
-    set->generation = generation;
-    auto comm = transport_->OpenSubset(g, static_cast<uint32_t>(k + Transport::kFirstSetBand));
-    if (!comm.ok()) return comm.status().Wrap("making a process set");
-    set->own_comm = std::move(comm).value();
-    set->comm = set->own_comm.get();
-    set->plane = std::make_unique<CommPlane>(set->comm);
-    set->controller = std::make_unique<Controller>(
-        set->rank, set->size, cfg_.cache_capacity,
-        StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
-    sets_[k] = set;
-    mine = set;
-    HVD_LOG(log_, HVD_LOG_DEBUG,
-            "process set in slot " << k << ": " << set->size << " ranks, this rank is its rank "
-                                   << set->rank);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (mine) all_sets_.push_back(mine);
-  // Forget sets already gone, so 1,000 create/destroy cycles keep this short.
-  all_sets_.erase(std::remove_if(all_sets_.begin(), all_sets_.end(),
-                                 [](const std::weak_ptr<Scope>& w) { return w.expired(); }),
-                  all_sets_.end());
-  made_[req.handle.get()] = mine;
-  return Status::Ok();
+  return slots;
+}
+
+// This rank's scope of group g (its rank `me` in it) in slot k: its place,
+// its communicator over the transport's subset, its negotiation.
+Result<std::shared_ptr<Scope>> ContextImpl::MakeSetScope(const std::vector<int>& g, size_t k,
+                                                         int me, const std::vector<int32_t>& hosts,
+                                                         uint64_t generation) {
+  auto set = std::make_shared<Scope>();
+  set->slot = static_cast<int>(k);
+  set->members = g;
+  set->label = SetLabel(g);
+  set->size = static_cast<int>(g.size());
+  set->rank = me;
+  const SetPlace place = PlaceInGroup(g, hosts, me);
+  set->local_rank = place.local_rank;
+  set->local_size = place.local_size;
+  set->cross_rank = place.cross_rank;
+  set->cross_size = place.cross_size;
+  set->generation = generation;
+  auto comm = transport_->OpenSubset(g, static_cast<uint32_t>(k + Transport::kFirstSetBand));
+  if (!comm.ok()) return comm.status().Wrap("making a process set");
+  set->own_comm = std::move(comm).value();
+  set->comm = set->own_comm.get();
+  set->plane = std::make_unique<CommPlane>(set->comm);
+  set->controller = std::make_unique<Controller>(
+      set->rank, set->size, cfg_.cache_capacity,
+      StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
+  HVD_LOG(log_, HVD_LOG_DEBUG,
+          "process set in slot " << k << ": " << set->size << " ranks, this rank is its rank "
+                                 << set->rank);
+  return set;
 }
 
 // Every member agreed to destroy the set (its kCloseSet response ran this
