@@ -113,28 +113,6 @@ Status ContextImpl::Start() {
   return Status::Ok();
 }
 
-Status ContextImpl::TimelineCommand(bool start, const std::string& path, bool mark_cycles) {
-  const char* fn = start ? "hvd_timeline_start" : "hvd_timeline_stop";
-  if (start && path.empty()) return InvalidArgument(std::string(fn) + ": path is empty");
-  if (cfg_.rank != 0) return Status::Ok();  // rank 0 writes the timeline
-  std::unique_lock<std::mutex> lock(mu_);
-  if (loop_exited_ || shutdown_requested_) {
-    return Error(HVD_ERR_ABORTED, std::string(fn) + ": the context has been shut down");
-  }
-  const uint64_t mine = ++tl_asked_;
-  tl_cmd_ = TimelineCmd{start, path, mark_cycles};
-  tl_pending_ = true;
-  cv_.notify_all();
-  constexpr int kWaitS = 30;
-  if (!exit_cv_.wait_for(lock, std::chrono::seconds(kWaitS),
-                         [&] { return tl_done_ >= mine || loop_exited_; })) {
-    return Error(HVD_ERR_TIMEOUT, std::string(fn) + ": the background thread did not take it within " +
-                                      std::to_string(kWaitS) + " s (busy in a transfer?)");
-  }
-  if (tl_done_ < mine) return Error(HVD_ERR_ABORTED, std::string(fn) + ": the context has been shut down");
-  return tl_result_;
-}
-
 size_t ContextImpl::pending() const {
   size_t n = root_->controller->pending();
   for (const auto& s : sets_) {

@@ -3,6 +3,7 @@
 //   loop/queue.cc          submit (Enqueue) and completion (Finish)
 //   loop/loop.cc           the background thread, its pacing, a waiter driving the cycle
 //   loop/cycle.cc          one cycle: take the queues, negotiate, run, complete
+//   observability/wiring.cc    timeline commands and autotuning applied by the loop
 //   negotiation/negotiate.cc   the packed negotiation of the context and its sets
 //   loop/dispatch.cc       a negotiated cycle's responses, fused, to the executor
 //   sets/process_sets.cc   process-set creation and destruction
@@ -107,6 +108,14 @@ class ContextImpl final : public CycleDriver {
   void Loop();
   bool RunCycle(std::unique_lock<std::mutex>& lock);
   bool CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineCmd& tl_take);
+  // CycleBody's steps, in order.
+  void DropClosedSets();
+  void ApplyTimelineCommand(uint64_t tl_seq, const TimelineCmd& tl_take);
+  uint64_t FeedControllers(Clock::time_point now);
+  Status NegotiateCycle(bool shutting_down, Clock::time_point now, uint64_t full_rounds,
+                        bool* shutdown);
+  void ApplyTuning();
+  bool RunScopes(Clock::time_point now);
   bool LoopHasWork() const;  // under mu_, the cycle not held
   // One negotiation for the context and all its sets (one allreduce).
   Status Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown);

@@ -8,8 +8,35 @@
 namespace hvd {
 
 bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineCmd& tl_take) {
-  using std::chrono::duration;
-  using std::chrono::duration_cast;
+  DropClosedSets();
+  auto now = Clock::now();
+  if (tl_seq != 0) ApplyTimelineCommand(tl_seq, tl_take);
+  if (mark_cycles_) timeline_.Instant("CYCLE_START", now);
+  const uint64_t full_rounds = FeedControllers(now);
+  bool shutdown = false;
+  const Status s = NegotiateCycle(shutting_down, now, full_rounds, &shutdown);
+  if (!s.ok()) {
+    HVD_LOG(log_, HVD_LOG_ERROR, s.message());
+    FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
+    return false;
+  }
+  if (shutdown) {
+    FailEverything(shutting_down ? shutdown_reason_
+                   : cfg_.elastic
+                       ? Error(HVD_ERR_MEMBERSHIP_CHANGED,
+                               "another rank left the elastic job's epoch " +
+                                   std::to_string(cfg_.epoch) +
+                                   "; reset the context (hvd.elastic.run does)")
+                       : Error(HVD_ERR_ABORTED, "another rank shut down its context"));
+    return false;
+  }
+  ApplyTuning();
+  return RunScopes(now);
+}
+
+// Sets closed on this rank alone (their destruction failed here): what they
+// still hold fails with the reason.
+void ContextImpl::DropClosedSets() {
   for (auto& set : dropped_) {
     for (OpRequest& r : set->batch) Finish(*set, r, set->closed_reason);
     set->batch.clear();
@@ -17,25 +44,12 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
     set->own_comm.reset();
   }
   dropped_.clear();
-  auto now = Clock::now();
-  if (tl_seq != 0) {
-    Status r = Status::Ok();
-    if (tl_take.start) {
-      r = timeline_.Open(tl_take.path);
-      mark_cycles_ = r.ok() && tl_take.mark_cycles;
-    } else {
-      timeline_.Close();
-      mark_cycles_ = false;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tl_result_ = r;
-      tl_done_ = tl_seq;
-      exact_enqueue_ = timeline_.enabled();
-    }
-    exit_cv_.notify_all();
-  }
-  if (mark_cycles_) timeline_.Instant("CYCLE_START", now);
+}
+
+// Hands each scope's taken requests to its controller (the context, then
+// the member sets in slot order); returns the controllers' full rounds so
+// far.
+uint64_t ContextImpl::FeedControllers(Clock::time_point now) {
   uint64_t full_rounds = 0;
   for (Scope* sc = root_.get(); sc != nullptr;) {
     for (OpRequest& r : sc->batch) sc->controller->Add(std::move(r), now);
@@ -51,15 +65,21 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
     }
     sc = following;
   }
+  return full_rounds;
+}
 
-  bool shutdown = false;
+// The negotiation under its limits, and the pacing it sets: whether the
+// cycle made progress (responses, or a full round), and when the next one
+// is due.
+Status ContextImpl::NegotiateCycle(bool shutting_down, Clock::time_point now,
+                                   uint64_t full_rounds, bool* shutdown) {
   root_->controller->set_proposal(tuner_->Proposal());
   // The negotiation runs under the peer timeout, the transfers under the
   // transport timeout (with process sets, both under the transport's).
   const bool peer_limit = peer_timeout_ > 0 && slot_live_.empty();
   Status s = peer_limit ? transport_->SetTimeout(peer_timeout_, HVD_TRANSPORT_LIMIT_PEER)
                         : Status::Ok();
-  if (s.ok()) s = Negotiate(shutting_down, now, &shutdown);
+  if (s.ok()) s = Negotiate(shutting_down, now, shutdown);
   if (s.ok() && peer_limit) {
     s = transport_->SetTimeout(cfg_.transport_timeout_s, HVD_TRANSPORT_LIMIT_TRANSFER);
   }
@@ -76,38 +96,14 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
   cycle_changed_ = changed;
   last_cycle_ = Clock::now();
   next_ = changed ? last_cycle_ : last_cycle_ + cycle_;
-  if (!s.ok()) {
-    HVD_LOG(log_, HVD_LOG_ERROR, s.message());
-    FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
-    return false;
-  }
-  if (shutdown) {
-    FailEverything(shutting_down ? shutdown_reason_
-                   : cfg_.elastic
-                       ? Error(HVD_ERR_MEMBERSHIP_CHANGED,
-                               "another rank left the elastic job's epoch " +
-                                   std::to_string(cfg_.epoch) +
-                                   "; reset the context (hvd.elastic.run does)")
-                       : Error(HVD_ERR_ABORTED, "another rank shut down its context"));
-    return false;
-  }
-  TuneParams tuned;
-  if (tuner_->Apply(root_->controller->decided(), &tuned)) {
-    // Every rank switches in this same cycle, before bucketing its responses.
-    fusion_threshold_ = tuned.fusion_threshold;
-    cycle_ = duration_cast<Clock::duration>(duration<double, std::milli>(tuned.cycle_time_ms));
-    settle_ = std::min<Clock::duration>(cycle_, std::chrono::microseconds(HVD_SETTLE_US));
-    if (tuned.hierarchical >= 0) transport_->set_hierarchical(tuned.hierarchical == 1);
-    HVD_LOG(log_, HVD_LOG_DEBUG,
-            "autotune: fusion threshold " << tuned.fusion_threshold << " bytes, cycle time "
-                                          << tuned.cycle_time_ms << " ms"
-                                          << (tuned.hierarchical < 0 ? ""
-                                              : tuned.hierarchical == 1 ? ", hierarchical on"
-                                                                        : ", hierarchical off"));
-  }
-  // The context's responses first (they may make sets: those take part
-  // from the next cycle), then each set's, in slot order: the same order
-  // on every rank, so sets sharing ranks never wait on each other.
+  return s;
+}
+
+// The context's responses first (they may make sets: those take part from
+// the next cycle), then each set's, in slot order: the same order on every
+// rank, so sets sharing ranks never wait on each other. False: the context
+// stopped.
+bool ContextImpl::RunScopes(Clock::time_point now) {
   uint64_t bytes = 0;
   bool ran = false;
   for (size_t k = 0; k <= sets_.size(); ++k) {
