@@ -1,14 +1,14 @@
 // ContextImpl: the state of a context and of its process sets, and the
-// background loop that drives them. Its parts live by the data's path:
-//   loop/queue.cc          submit (Enqueue) and completion (Finish)
-//   loop/loop.cc           the background thread, its pacing, a waiter driving the cycle
-//   loop/cycle.cc          one cycle: take the queues, negotiate, run, complete
-//   observability/wiring.cc    timeline commands and autotuning applied by the loop
-//   negotiation/negotiate.cc   the packed negotiation of the context and its sets
-//   loop/dispatch.cc       a negotiated cycle's responses, fused, to the executor
-//   sets/process_sets.cc   process-set creation and destruction
-//   elastic/reset.cc       the elastic reset
-//   context.cc             start-up, shutdown, and the Context facade
+// background loop that drives them. Its parts, in the data's path:
+//   loop/queue.cc             submit (Enqueue) and completion (Finish)
+//   loop/loop.cc              the background thread, its pacing, a waiter driving the cycle
+//   loop/cycle.cc             one cycle: take the queues, negotiate, run each scope
+//   negotiation/negotiate.cc  the packed negotiation of the context and its sets
+//   loop/dispatch.cc          a scope's responses, planned (fusion/planner.h), to the executor
+//   sets/process_sets.cc      process-set creation and destruction (sets/spec.h: the checks)
+//   elastic/reset.cc          the elastic reset and membership
+//   observability/wiring.cc   timeline commands and autotune decisions applied by the loop
+//   context.cc                start-up, shutdown, and the Context facade
 #pragma once
 
 #include <chrono>
