@@ -33,6 +33,7 @@
 #include "core/fusion/planner.h"
 #include "core/loop/scope.h"
 #include "core/negotiation/controller.h"
+#include "core/negotiation/piggyback.h"
 #include "core/observability/autotune.h"
 #include "core/observability/logging.h"
 #include "core/observability/timeline.h"
@@ -219,31 +220,7 @@ class ContextImpl final : public CycleDriver {
   std::vector<size_t> slot_extent_, slot_at_;
   bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
   std::vector<uint8_t> ctrl_;  // the packed control bytes
-  // A small allreduce riding in the negotiation (HVD_PIGGYBACK; see the
-  // encoding above). The plan is made from the context's responses, alike
-  // on every rank: the last small host allreduce that a cycle served alone.
-  // While the cache holds it, no process set exists and every rank has the
-  // switch on, each negotiation carries this rank's prescaled tensor (zeros
-  // where it has none ready) after the control bytes; where those show the
-  // slot ready on every rank, the reduced tensor is its result and the
-  // cycle runs no second collective for it.
-  struct Piggyback {
-    int slot = -1;  // the plan; -1: none
-    // The cache entry it was made from: the plan holds while the slot holds
-    // this entry (an eviction, or a request that changed under the same
-    // name and was cached anew, puts another entry there and ends it).
-    RequestDescs all;
-    hvd_dtype_t dtype = HVD_FLOAT32;
-    hvd_reduce_op_t op = HVD_SUM;
-    size_t count = 0;
-    double prescale = 1, postscale = 1;
-    int served = -1;  // this cycle's: the slot whose result is in buf
-    size_t result_at = 0;  // where in buf
-    std::vector<uint8_t> buf;
-  } piggy_;
-  bool PiggybackUsable(size_t root_slots) const;
-  Status PiggybackAllreduce(size_t head);
-  void PlanPiggyback();
+  Piggyback piggy_;  // a small allreduce riding in the negotiation (HVD_PIGGYBACK)
   // Execute's scratch (background thread only), kept between cycles.
   std::vector<OpRequest> exec_reqs_;
   FusionPlanner planner_;

@@ -36,7 +36,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   for (size_t i = 0; i < responses.size(); ++i) {
     Response& resp = responses[i];
     OpRequest& req = reqs[i];
-    if (&scope == root_.get() && resp.slot >= 0 && resp.slot == piggy_.served &&
+    if (&scope == root_.get() && resp.slot >= 0 && resp.slot == piggy_.served() &&
         resp.error.ok()) {
       piggybacked += ServePiggybacked(scope, resp, &req, now);
       continue;
@@ -73,16 +73,16 @@ uint64_t ContextImpl::Execute(Scope& scope) {
 // rank, which has no request, has nothing more to do). Returns its bytes.
 uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* req,
                                        Clock::time_point now) {
-  piggy_.served = -1;
+  piggy_.clear_served();
   if (!scope.controller->Take(resp, req)) return 0;
   if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req->enqueued, now);
-  executor_->FinishPiggybacked(*req, piggy_.buf.data() + piggy_.result_at, now);
+  executor_->FinishPiggybacked(*req, piggy_.result(), now);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++piggybacked_;  // before the handle completes: its waiter may ask
   }
   Finish(scope, *req, Status::Ok());
-  return piggy_.count * DtypeSize(piggy_.dtype);
+  return piggy_.result_bytes();
 }
 
 // Runs the planned units in order and completes their requests; returns the
