@@ -75,21 +75,9 @@ Status ContextImpl::Start() {
     }
   }
   // The loop's pacing (see Loop).
-  using std::chrono::duration;
-  using std::chrono::duration_cast;
-  cycle_ = duration_cast<Clock::duration>(duration<double, std::milli>(cfg_.cycle_time_ms));
-  // How long a burst may pause between two submits and still be one batch:
-  // C callers submit every 0.3-2 us, Python frontends every 5-15 us here.
-  settle_ = std::min<Clock::duration>(cycle_, std::chrono::microseconds(HVD_SETTLE_US));
-  // An idle rank still negotiates this often: peers with work wait for it
-  // inside the negotiation collective, which must end well within the
-  // transport timeout.
-  double heartbeat_s = 0.1;
-  if (cfg_.transport_timeout_s > 0) heartbeat_s = std::min(heartbeat_s, cfg_.transport_timeout_s / 4);
-  if (peer_timeout_ > 0) heartbeat_s = std::min(heartbeat_s, peer_timeout_ / 4);
-  heartbeat_ = duration_cast<Clock::duration>(duration<double>(heartbeat_s));
-  set_heartbeat_ = std::min<Clock::duration>(heartbeat_, std::chrono::milliseconds(10));
-  next_ = last_cycle_ = Clock::now();
+  pace_.SetCycleTime(cfg_.cycle_time_ms);
+  pace_.SetHeartbeat(cfg_.transport_timeout_s, peer_timeout_);
+  pace_.next = pace_.last = Clock::now();
   // Callers may run the cycle where the transport can be called from any
   // thread (one at a time), unless HVD_CALLER_CYCLES=0.
   caller_cycles_ = cfg_.caller_cycles != 0 && transport_->any_thread() &&

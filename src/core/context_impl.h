@@ -21,16 +21,13 @@
 #include <unordered_map>
 #include <vector>
 
-#ifndef HVD_SETTLE_US
-#define HVD_SETTLE_US 50
-#endif
-
 #include "common/status.h"
 #include "core/bootstrap/bootstrap.h"
 #include "core/config/config.h"
 #include "core/context.h"
 #include "core/exec/executor.h"
 #include "core/fusion/planner.h"
+#include "core/loop/pacing.h"
 #include "core/loop/scope.h"
 #include "core/negotiation/controller.h"
 #include "core/negotiation/piggyback.h"
@@ -188,15 +185,7 @@ class ContextImpl final : public CycleDriver {
   uint64_t piggybacked_ = 0;  // allreduces served by the negotiation (Query "piggybacked")
   int drive_waiters_ = 0;           // callers waiting in Drive for the cycle's end
   bool mark_cycles_ = false;  // background thread only
-  // The cycle's pacing (background thread only; set in Start).
-  Clock::duration cycle_{};           // the cycle time (autotune may change it)
-  Clock::duration settle_{};          // see Loop
-  Clock::duration heartbeat_{};       // an idle rank negotiates this often
-  Clock::duration set_heartbeat_{};   // ... while process sets exist
-  Clock::time_point next_;            // the next negotiation, while requests wait
-  bool cycle_changed_ = false;        // the last cycle changed something
-  bool cycle_progress_ = false;       // ... other than a set being busy
-  Clock::time_point last_cycle_;      // the end of the last negotiation
+  Pacing pace_;  // when the loop negotiates (background thread only; set in Start)
   // Lazy wake-ups (under mu_; see Drive).
   int callers_took_ = 0;   // drives in a row that took submitted requests
   bool lazy_wake_ = false;

@@ -91,11 +91,7 @@ Status ContextImpl::NegotiateCycle(bool shutting_down, Clock::time_point now,
     full_rounds_after += set->controller->full_rounds();
   }
   progress = progress || full_rounds_after != full_rounds;
-  const bool changed = progress || sets_busy_;
-  cycle_progress_ = progress;
-  cycle_changed_ = changed;
-  last_cycle_ = Clock::now();
-  next_ = changed ? last_cycle_ : last_cycle_ + cycle_;
+  pace_.Negotiated(progress, sets_busy_);
   return s;
 }
 

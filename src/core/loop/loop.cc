@@ -63,7 +63,8 @@ void ContextImpl::Loop() {
   while (!stopped_) {
     // Lazy wake-ups (see Drive): submits do not wake this thread; it
     // looks for work every cycle time instead.
-    const Clock::duration poll = lazy_wake_ ? std::min(cycle_, heartbeat_) : heartbeat_;
+    const Clock::duration poll =
+        lazy_wake_ ? std::min(pace_.cycle, pace_.heartbeat) : pace_.heartbeat;
     if (cycle_held_) {
       // A caller runs the cycle: it wakes this thread when it ends with
       // work left for the loop (LoopHasWork), else the heartbeat (or the
@@ -76,11 +77,11 @@ void ContextImpl::Loop() {
     };
     if (pending() == 0 && !sets_busy_) {
       // Negotiate at least once per heartbeat (a caller's cycle counts).
-      const auto due = last_cycle_ + (slot_live_.empty() ? heartbeat_ : set_heartbeat_);
+      const auto due = pace_.last + (slot_live_.empty() ? pace_.heartbeat : pace_.set_heartbeat);
       cv_.wait_until(lock, std::min(due, Clock::now() + poll), ready);
       if (!ready() && Clock::now() < due) continue;  // a lazy poll that found nothing
     } else {
-      cv_.wait_until(lock, next_, ready);
+      cv_.wait_until(lock, pace_.next, ready);
     }
     if (cycle_held_) continue;
     if (queued_ > 0 && !shutdown_requested_) {
@@ -95,7 +96,7 @@ void ContextImpl::Loop() {
       const size_t queued = queued_;
       if (caller_cycles_ || queued > 1 || quiet_wakeups < kQuietAfter ||
           wakeups % kProbeEvery == 0) {
-        const auto limit = first_enqueue_ + cycle_;
+        const auto limit = first_enqueue_ + pace_.cycle;
         // A caller blocking on a handle ends the burst at once (and may
         // run the cycle itself).
         auto done = [this] { return shutdown_requested_ || signal_->caller_waits || cycle_held_; };
@@ -104,7 +105,7 @@ void ContextImpl::Loop() {
         uint64_t seen = submits_;
         Clock::time_point mark = last_enqueue_;
         for (;;) {
-          const auto until = std::min(mark + settle_, limit);
+          const auto until = std::min(mark + pace_.settle, limit);
           if (Clock::now() >= until) break;
           if (cv_.wait_until(lock, until, done)) break;
           if (submits_ != seen) {
@@ -186,7 +187,7 @@ bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
   do {
     go_on = RunCycle(lock);
     ++caller_cycles_run_;
-  } while (go_on && cycle_progress_ && !h.done() && !shutdown_requested_);
+  } while (go_on && pace_.progress && !h.done() && !shutdown_requested_);
   cycle_held_ = false;
   if (drive_waiters_ > 0) cv_.notify_all();  // another caller waits for the cycle
   bool round_only = false;
@@ -198,7 +199,7 @@ bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
     // cycle when the caller next waited. A lazy loop polls every cycle time
     // and finds the round then: where nothing else waits, it is not woken
     // (a wake-up per operation costs the caller a system call).
-    next_ = std::max(next_, Clock::now() + settle_);
+    pace_.next = std::max(pace_.next, Clock::now() + pace_.settle);
     round_only = lazy_wake_ && !shutdown_requested_ && queued_ == 0 && !tl_pending_ &&
                  pending() == 0;
   }

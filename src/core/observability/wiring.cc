@@ -52,13 +52,10 @@ void ContextImpl::ApplyTimelineCommand(uint64_t tl_seq, const TimelineCmd& tl_ta
 // The autotuner's decision of this negotiation: every rank switches in this
 // same cycle, before bucketing its responses.
 void ContextImpl::ApplyTuning() {
-  using std::chrono::duration;
-  using std::chrono::duration_cast;
   TuneParams tuned;
   if (!tuner_->Apply(root_->controller->decided(), &tuned)) return;
   fusion_threshold_ = tuned.fusion_threshold;
-  cycle_ = duration_cast<Clock::duration>(duration<double, std::milli>(tuned.cycle_time_ms));
-  settle_ = std::min<Clock::duration>(cycle_, std::chrono::microseconds(HVD_SETTLE_US));
+  pace_.SetCycleTime(tuned.cycle_time_ms);
   if (tuned.hierarchical >= 0) transport_->set_hierarchical(tuned.hierarchical == 1);
   HVD_LOG(log_, HVD_LOG_DEBUG,
           "autotune: fusion threshold " << tuned.fusion_threshold << " bytes, cycle time "
