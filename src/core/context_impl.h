@@ -67,7 +67,7 @@ class ContextImpl final : public CycleDriver {
              std::chrono::steady_clock::time_point deadline) override;
 
   // Process sets: the collective request behind Context::Split and
-  // CreateProcessSet (spec as above), and a set's destruction.
+  // CreateProcessSet (its spec: sets/spec.h), and a set's destruction.
   Result<std::shared_ptr<Scope>> MakeSet(std::vector<int32_t> spec);
   Status CloseSet(Scope* set);
 

@@ -1,6 +1,7 @@
-// The piggyback encoding alone: control bytes encoded as numbers of a
+// The negotiation's wire format alone: process-set slot headers under the
+// MIN, and the piggyback encoding (control bytes encoded as numbers of a
 // dtype, reduced under the transport's op, decode to what a MIN over the
-// bytes would have given (flags), and to rank 0's autotuning proposal.
+// bytes would have given, and to rank 0's autotuning proposal).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,6 +58,22 @@ TEST(ControlWire, ExactIntegersBoundWhichDtypesCarryIt) {
   EXPECT_EQ(ExactIntegers(HVD_UINT8), 255);
   EXPECT_EQ(ExactIntegers(HVD_FLOAT32), 16777216.0);
   EXPECT_GE(ExactIntegers(HVD_FLOAT16), 255);
+}
+
+TEST(ControlWire, SlotHeadersReduceToTheSetsState) {
+  // Two members (extent 70 of step 32: 3 steps; 2 and 300 pending) and a
+  // rank outside the set (0xFF everywhere): MIN over the bytes.
+  uint8_t a[kSlotHeader], b[kSlotHeader], outside[kSlotHeader];
+  EncodeSlotHeader(a, 70, 32, 2);
+  EncodeSlotHeader(b, 70, 32, 300);
+  std::memset(outside, 0xFF, sizeof(outside));
+  uint8_t min[kSlotHeader];
+  for (size_t i = 0; i < kSlotHeader; ++i) min[i] = std::min({a[i], b[i], outside[i]});
+  const SlotHeader h = DecodeSlotHeader(min, 32);
+  EXPECT_TRUE(h.held);
+  EXPECT_EQ(h.extent, 96u);
+  EXPECT_EQ(h.most_pending, kMaxPendingCount) << "counts stop at kMaxPendingCount";
+  EXPECT_FALSE(DecodeSlotHeader(outside, 32).held) << "a slot no member holds is free";
 }
 
 }  // namespace

@@ -1,10 +1,27 @@
 #include "core/negotiation/control_wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/kernels.h"
 
 namespace hvd {
+
+void EncodeSlotHeader(uint8_t* p, size_t extent, size_t step, size_t pending) {
+  const size_t steps = std::min<size_t>((extent + step - 1) / step, 0xFFFE);
+  p[0] = 0;
+  p[1] = static_cast<uint8_t>(0xFF - std::min<size_t>(pending, kMaxPendingCount));
+  p[2] = static_cast<uint8_t>(steps >> 8);
+  p[3] = static_cast<uint8_t>(steps & 0xFF);
+}
+
+SlotHeader DecodeSlotHeader(const uint8_t* p, size_t step) {
+  SlotHeader h;
+  h.held = p[0] == 0;
+  h.extent = (static_cast<size_t>(p[2]) << 8 | p[3]) * step;
+  h.most_pending = 0xFF - p[1];
+  return h;
+}
 
 // The largest integer up to which every integer is exact in dtype (0: not
 // used: int8 cannot hold 255, bool's SUM is an or).

@@ -10,7 +10,6 @@
 
 namespace hvd {
 
-
 // The control bytes of one process-set slot in the packed negotiation:
 // [0] 0 while some member holds the set, [1] 255 - the member's count of
 // requests pending in it (at most 254; so 255 - the most any member has),
@@ -21,6 +20,18 @@ namespace hvd {
 // outside the set and for free slots.
 constexpr size_t kSlotHeader = 4;
 constexpr uint8_t kMaxPendingCount = 254;
+
+// Writes this member's header of a set whose cache extent is `extent`
+// slots (in steps of `step`) with `pending` requests pending here.
+void EncodeSlotHeader(uint8_t* p, size_t extent, size_t step, size_t pending);
+
+// What a slot's header says after the negotiation's MIN.
+struct SlotHeader {
+  bool held = false;        // some member still holds the set
+  size_t extent = 0;        // the set's cache extent (slots; a multiple of step)
+  size_t most_pending = 0;  // the most requests any member has pending (kMaxPendingCount: or more)
+};
+SlotHeader DecodeSlotHeader(const uint8_t* p, size_t step);
 
 // ---- A small allreduce in the negotiation (HVD_PIGGYBACK) ---------------
 //

@@ -31,14 +31,8 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
     Scope* set = sets_[k].get();
     if (set == nullptr) continue;
     uint8_t* p = ctrl_.data() + slot_at_[k];
-    const size_t steps = std::min<size_t>(
-        (set->controller->slot_extent() + Controller::kExtentStep - 1) / Controller::kExtentStep,
-        0xFFFE);
-    p[0] = 0;
-    p[1] = static_cast<uint8_t>(
-        0xFF - std::min<size_t>(set->controller->pending(), kMaxPendingCount));
-    p[2] = static_cast<uint8_t>(steps >> 8);
-    p[3] = static_cast<uint8_t>(steps & 0xFF);
+    EncodeSlotHeader(p, set->controller->slot_extent(), Controller::kExtentStep,
+                     set->controller->pending());
     set->controller->Contribute(false, now, p + kSlotHeader, slot_extent_[k]);
   }
   piggy_.clear_served();
@@ -58,19 +52,19 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   for (size_t k = 0; k < slot_live_.size(); ++k) {
     const uint8_t* p = ctrl_.data() + slot_at_[k];
     const size_t slots = slot_extent_[k];
-    if (p[0] != 0) {
+    const SlotHeader header = DecodeSlotHeader(p, Controller::kExtentStep);
+    if (!header.held) {
       // No member holds the set any more: the slot is free on every rank.
       slot_live_[k] = false;
       slot_extent_[k] = 0;
     } else {
       // Every set's cache has the context's capacity.
-      slot_extent_[k] = std::min<size_t>(
-          (static_cast<size_t>(p[2]) << 8 | p[3]) * Controller::kExtentStep,
-          static_cast<size_t>(rc.cache().capacity()));
+      slot_extent_[k] =
+          std::min<size_t>(header.extent, static_cast<size_t>(rc.cache().capacity()));
     }
     Scope* set = k < sets_.size() ? sets_[k].get() : nullptr;
     if (set != nullptr) set->responses.clear();
-    const size_t most_pending = 0xFF - p[1];
+    const size_t most_pending = header.most_pending;
     if (most_pending == 0) continue;
     // Busy: this rank negotiates again at once (see Loop), for the ranks
     // outside the set and the members still waiting. A set of every rank
