@@ -1,0 +1,218 @@
+// ContextImpl: the state of a context and of its process sets, and the
+// background loop that drives them. Its parts, in the data's path:
+//   loop/queue.cc             submit (Enqueue) and completion (Finish)
+//   loop/loop.cc              the background thread, its pacing, a waiter driving the cycle
+//   loop/cycle.cc             one cycle: take the queues, negotiate, run each scope
+//   negotiation/negotiate.cc  the packed negotiation of the context and its sets
+//   loop/dispatch.cc          a scope's responses, planned (fusion/planner.h), to the executor
+//   sets/process_sets.cc      process-set creation and destruction (sets/spec.h: the checks)
+//   elastic/reset.cc          the elastic reset and membership
+//   observability/wiring.cc   timeline commands and autotune decisions applied by the loop
+//   context.cc                start-up, shutdown, and the Context facade
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "core/bootstrap/bootstrap.h"
+#include "core/config/config.h"
+#include "core/context.h"
+#include "core/exec/executor.h"
+#include "core/fusion/planner.h"
+#include "core/loop/pacing.h"
+#include "core/loop/scope.h"
+#include "core/negotiation/controller.h"
+#include "core/negotiation/piggyback.h"
+#include "core/observability/autotune.h"
+#include "core/observability/logging.h"
+#include "core/observability/timeline.h"
+#include "transport/transport.h"
+
+namespace hvd {
+
+class ContextImpl final : public CycleDriver {
+ public:
+  explicit ContextImpl(Config cfg)
+      : cfg_(std::move(cfg)),
+        log_(cfg_.log_level, cfg_.log_fn, cfg_.log_user) {
+    log_.set_rank(cfg_.rank);
+  }
+
+  ~ContextImpl() override {
+    Shutdown();
+    ReleaseSets();
+    device_transport_.reset();
+    transport_.reset();
+    boot_.reset();
+  }
+
+  Status Start();
+  Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest&& req);
+  // Stops the loop; pending operations complete with `why`.
+  void Shutdown(const Status& why = Error(HVD_ERR_ABORTED, "the context has been shut down"));
+  // After Shutdown: closes the transport and the store connection now
+  // rather than with the last reference (process sets may keep one).
+  void ReleaseTransport();
+  // CycleDriver: runs cycles on a waiting caller's thread while the loop
+  // thread is idle (see Loop).
+  bool Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
+             std::chrono::steady_clock::time_point deadline) override;
+
+  // Process sets: the collective request behind Context::Split and
+  // CreateProcessSet (its spec: sets/spec.h), and a set's destruction.
+  Result<std::shared_ptr<Scope>> MakeSet(std::vector<int32_t> spec);
+  Status CloseSet(Scope* set);
+
+  const Config& cfg() const { return cfg_; }
+  const std::shared_ptr<Scope>& root() const { return root_; }
+  Result<int64_t> Query(const std::string& key) const {
+    if (key == "caller_cycles" || key == "lazy_wake" || key == "piggybacked") {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (key == "piggybacked") return static_cast<int64_t>(piggybacked_);
+      return static_cast<int64_t>(key == "lazy_wake" ? lazy_wake_ : caller_cycles_run_);
+    }
+    if (!transport_) return Error(HVD_ERR_NOT_INITIALIZED, "no transport");
+    return transport_->Query(key);
+  }
+  const char* transport_name() const { return transport_ ? transport_->name() : "none"; }
+  Status TimelineCommand(bool start, const std::string& path, bool mark_cycles);
+  Context::BufferStats buffer_stats() const {
+    Context::BufferStats b;
+    if (!executor_) return b;
+    b.fusion_capacity = executor_->fusion().capacity();
+    b.pool_spare_bytes = executor_->results().spare_bytes();
+    b.staging_capacity = executor_->staging_capacity();
+    return b;
+  }
+  Status CheckDevice(int device, const std::string& name, const void* data) {
+    if (!executor_) return Error(HVD_ERR_NOT_INITIALIZED, "the context has not started");
+    return executor_->cuda().Check(device, name, data);
+  }
+
+ private:
+  struct TimelineCmd {
+    bool start = false;
+    std::string path;
+    bool mark_cycles = false;
+  };
+  void Loop();
+  bool RunCycle(std::unique_lock<std::mutex>& lock);
+  bool CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineCmd& tl_take);
+  // CycleBody's steps, in order.
+  void DropClosedSets();
+  void ApplyTimelineCommand(uint64_t tl_seq, const TimelineCmd& tl_take);
+  uint64_t FeedControllers(Clock::time_point now);
+  Status NegotiateCycle(bool shutting_down, Clock::time_point now, uint64_t full_rounds,
+                        bool* shutdown);
+  void ApplyTuning();
+  bool RunScopes(Clock::time_point now);
+  bool LoopHasWork() const;  // under mu_, the cycle not held
+  // One negotiation for the context and all its sets (one allreduce).
+  Status Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown);
+  uint64_t Execute(Scope& scope);  // returns the bytes moved
+  uint64_t ServePiggybacked(Scope& scope, Response& resp, OpRequest* req, Clock::time_point now);
+  uint64_t RunPlan(Scope& scope, uint64_t moved);
+  Status FinishProcessSet(OpRequest& req, const Response& resp);
+  Result<std::vector<size_t>> SlotsFor(const std::vector<std::vector<int>>& groups);
+  Result<std::shared_ptr<Scope>> MakeSetScope(const std::vector<int>& g, size_t k, int me,
+                                              const std::vector<int32_t>& hosts,
+                                              uint64_t generation);
+  void CloseAgreed(Scope& set);
+  void Finish(Scope& scope, OpRequest& req, Status status);
+  void FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status);
+  void FailEverything(const Status& why);
+  // In an elastic job, a lost peer (transport failure, timeout, a peer that
+  // left) is a membership change: HVD_ERR_MEMBERSHIP_CHANGED, naming it.
+  Status Membership(const Status& s) const;
+  void ReleaseSets();
+  Comm* SetDevice(Scope& sc);
+  uint64_t set_generation_ = 0;  // groups made so far (loop thread): OpenDeviceSet's keys
+  size_t pending() const;
+
+  Config cfg_;
+  Logger log_;
+  std::unique_ptr<Bootstrap> boot_;  // the store (and its client) the transport may use
+  std::unique_ptr<Transport> transport_;
+  // A device-only transport beside it (HVD_TRANSPORT=nccl): the root
+  // context's CUDA allreduces and broadcasts; null: none.
+  std::unique_ptr<Transport> device_transport_;
+  Timeline timeline_;
+  std::unique_ptr<Autotuner> tuner_;  // made in Start()
+  std::unique_ptr<Executor> executor_;  // made in Start(), once the transport is up
+  int64_t fusion_threshold_ = 0;      // cfg_'s, or the autotuner's current choice
+  // The peer timeout in force around each negotiation (seconds); 0 = none:
+  // off, not below the transport timeout, or a transport without set_timeout.
+  double peer_timeout_ = 0;
+  std::shared_ptr<Scope> root_ = std::make_shared<Scope>();
+
+  // Shared with user threads (guarded by mu_), and with handles (the signal).
+  std::shared_ptr<LoopSignal> signal_ = std::make_shared<LoopSignal>();
+  std::mutex& mu_ = signal_->mu;
+  std::condition_variable& cv_ = signal_->cv;
+  size_t queued_ = 0;                // requests in every scope's queue
+  Clock::time_point first_enqueue_;  // of the oldest queued request
+  Clock::time_point last_enqueue_;   // of the newest whose time was read (see Enqueue)
+  uint64_t submits_ = 0;             // requests ever queued
+  bool exact_enqueue_ = false;       // read the clock for every submit (timeline open)
+  bool shutdown_requested_ = false;
+  Status shutdown_reason_;  // what pending operations complete with (set with the flag)
+  bool stopped_ = false;  // the loop has exited; enqueue fails with stop_reason_
+  Status stop_reason_;
+  std::thread thread_;
+  bool loop_exited_ = false;  // under mu_
+  std::condition_variable exit_cv_;
+  // A timeline start/stop handed to the loop (under mu_): the latest asked
+  // wins; tl_done_ is the last request number the loop applied, tl_result_
+  // its outcome (exit_cv_ wakes the askers).
+  bool tl_pending_ = false;
+  TimelineCmd tl_cmd_;
+  uint64_t tl_asked_ = 0, tl_done_ = 0;
+  Status tl_result_;
+  // The cycle is run by one thread at a time (under mu_: whether one does):
+  // the loop thread, or a caller in Drive. Everything marked "background
+  // thread only" belongs to that thread while it holds the cycle.
+  bool cycle_held_ = false;
+  bool caller_cycles_ = false;     // callers may run it (HVD_CALLER_CYCLES, the transport)
+  uint64_t caller_cycles_run_ = 0;  // cycles run by callers (Query "caller_cycles")
+  uint64_t piggybacked_ = 0;  // allreduces served by the negotiation (Query "piggybacked")
+  int drive_waiters_ = 0;           // callers waiting in Drive for the cycle's end
+  bool mark_cycles_ = false;  // background thread only
+  Pacing pace_;  // when the loop negotiates (background thread only; set in Start)
+  // Lazy wake-ups (under mu_; see Drive).
+  int callers_took_ = 0;   // drives in a row that took submitted requests
+  bool lazy_wake_ = false;
+  std::vector<std::shared_ptr<Scope>> dropped_;  // sets closed on this rank alone
+  static constexpr int kShutdownGraceS = 2;
+  std::once_flag shutdown_once_;
+  // What a process-set request made (null: this rank is not a member), for
+  // its caller to collect, by handle.
+  std::unordered_map<const Handle*, std::shared_ptr<Scope>> made_;
+  std::vector<std::weak_ptr<Scope>> all_sets_;  // every set made here, for the shutdown
+
+  // Background thread only.
+  // The process-set table by slot: the sets this rank belongs to (null where
+  // it does not, or the slot is free), and which slots any rank holds (the
+  // same on every rank: slots are taken by the context's own responses and
+  // freed by what a negotiation shows).
+  std::vector<std::shared_ptr<Scope>> sets_;
+  std::vector<bool> slot_live_;
+  // Each slot's cache extent as the last negotiation showed it (the same on
+  // every rank), and where its bytes start in this negotiation's.
+  std::vector<size_t> slot_extent_, slot_at_;
+  bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
+  std::vector<uint8_t> ctrl_;  // the packed control bytes
+  Piggyback piggy_;  // a small allreduce riding in the negotiation (HVD_PIGGYBACK)
+  // Execute's scratch (background thread only), kept between cycles.
+  std::vector<OpRequest> exec_reqs_;
+  FusionPlanner planner_;
+};
+
+}  // namespace hvd

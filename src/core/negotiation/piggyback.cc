@@ -1,0 +1,76 @@
+#include "core/negotiation/piggyback.h"
+
+#include <cstring>
+
+#include "common/kernels.h"
+#include "core/negotiation/control_wire.h"
+
+namespace hvd {
+
+bool Piggyback::Usable(const Controller& rc, size_t root_slots, bool sets_live) const {
+  return slot_ >= 0 && static_cast<size_t>(slot_) < root_slots && !sets_live &&
+         rc.piggyback_agreed() && rc.cache().Get(slot_) == all_;
+}
+
+Status Piggyback::Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, size_t head,
+                            int rank, int size) {
+  const size_t es = DtypeSize(dtype_);
+  const hvd_reduce_op_t op = op_ == HVD_AVERAGE ? HVD_SUM : op_;
+  const size_t n = head + count_;
+  buf_.resize(n * es);
+  uint8_t* b = buf_.data();
+  EncodeControl(b, ctrl, head, dtype_, op, rank == 0);
+  result_at_ = head * es;
+  uint8_t* mine = b + result_at_;
+  const OpRequest* req = rc.Marked(slot_);
+  // A marked request matches the cached descriptor: one host tensor of the
+  // plan's dtype and element count.
+  if (req != nullptr && req->tensors.size() == 1 &&
+      static_cast<size_t>(req->tensors[0].NumElements()) == count_ &&
+      req->tensors[0].dtype == dtype_ && req->tensors[0].device == HVD_DEVICE_CPU) {
+    ScaleCopy(mine, req->tensors[0].input, count_, dtype_, prescale_);
+  } else {
+    // Not ready here (the slot's byte is 0, the result unused), or joined
+    // (zeros, as a joined rank's stand-in tensor).
+    std::memset(mine, 0, count_ * es);
+  }
+  HVD_CHECK(comm.Allreduce(b, n, dtype_, op));
+  DecodeControl(ctrl, b, head, dtype_, op, size);
+  return Status::Ok();
+}
+
+void Piggyback::NoteReady(const uint8_t* ctrl) {
+  if (ctrl[Controller::kHeaderBytes + static_cast<size_t>(slot_)] != 0) served_ = slot_;
+}
+
+void Piggyback::Plan(const std::vector<Response>& rs, const Controller& rc, int size) {
+  if (rs.size() != 1) return;
+  const Response& r = rs.front();
+  if (!r.error.ok() || !r.all || r.all->empty() || !r.joined.empty()) return;
+  const RequestDesc& d = r.desc(0);
+  if (d.type != OpType::kAllreduce || d.names.size() != 1 || d.shapes.size() != 1 ||
+      d.reduce_op == HVD_ADASUM) {
+    return;
+  }
+  const double exact = ExactIntegers(d.dtype);
+  const bool sum = d.reduce_op == HVD_SUM || d.reduce_op == HVD_AVERAGE;
+  if (exact < 255 || (sum && exact < size)) return;
+  for (int q = 0; q < size; ++q) {
+    if (r.desc(q).device != HVD_DEVICE_CPU) return;
+  }
+  size_t count = 1;
+  for (int64_t x : d.shapes[0]) count *= static_cast<size_t>(x);
+  if (count * DtypeSize(d.dtype) > kPiggybackMaxBytes) return;
+  const int slot = rc.cache().SlotOf(r.key);
+  if (slot < 0 || rc.cache().Get(slot) != r.all) return;
+  slot_ = slot;
+  all_ = r.all;
+  dtype_ = d.dtype;
+  op_ = d.reduce_op;
+  count_ = count;
+  prescale_ = d.prescale;
+}
+
+size_t Piggyback::result_bytes() const { return count_ * DtypeSize(dtype_); }
+
+}  // namespace hvd
