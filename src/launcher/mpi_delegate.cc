@@ -125,6 +125,30 @@ int UsableCores() {
   return n > 0 ? n : 1;
 }
 
+// mpirun's --mca settings: ssh's port and identity, and the interface for
+// MPI's own traffic.
+void AddMcaArgs(const Options& o, std::vector<std::string>* args) {
+  std::vector<std::string>& a = *args;
+  std::string rsh;
+  if (o.ssh_port > 0) rsh += "-p " + std::to_string(o.ssh_port);
+  if (!o.ssh_identity.empty()) rsh += std::string(rsh.empty() ? "" : " ") + "-i " + o.ssh_identity;
+  if (!rsh.empty()) {
+    a.push_back("--mca");
+    a.push_back("plm_rsh_args");
+    a.push_back(rsh);
+  }
+  const std::string& net = o.network_interface.empty() ? o.mpi_network : o.network_interface;
+  if (!net.empty()) {
+    // MPI's own traffic and its out-of-band channel on the chosen interface
+    // (a name, or a CIDR Open MPI matches on every host).
+    for (const char* param : {"btl_tcp_if_include", "oob_tcp_if_include"}) {
+      a.push_back("--mca");
+      a.push_back(param);
+      a.push_back(net);
+    }
+  }
+}
+
 MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
   MpirunCommand cmd;
   if (o.torchrun_style) {
@@ -153,24 +177,7 @@ MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
   a.push_back("--bind-to");
   a.push_back(o.bind_to == BindMode::kCore ? "core" : "none");
   if (o.tag_output) a.push_back("--tag-output");
-  std::string rsh;
-  if (o.ssh_port > 0) rsh += "-p " + std::to_string(o.ssh_port);
-  if (!o.ssh_identity.empty()) rsh += std::string(rsh.empty() ? "" : " ") + "-i " + o.ssh_identity;
-  if (!rsh.empty()) {
-    a.push_back("--mca");
-    a.push_back("plm_rsh_args");
-    a.push_back(rsh);
-  }
-  const std::string& net = o.network_interface.empty() ? o.mpi_network : o.network_interface;
-  if (!net.empty()) {
-    // MPI's own traffic and its out-of-band channel on the chosen interface
-    // (a name, or a CIDR Open MPI matches on every host).
-    for (const char* param : {"btl_tcp_if_include", "oob_tcp_if_include"}) {
-      a.push_back("--mca");
-      a.push_back(param);
-      a.push_back(net);
-    }
-  }
+  AddMcaArgs(o, &a);
 
   // Variables for every rank. Later sources win: HVD_* inherited from
   // hvdrun's environment, then -x, then hvdrun's own options.
@@ -337,6 +344,26 @@ int ExitCodeOf(int wstatus) {
   return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
 }
 
+// Reads which ranks have started and which are ready from the store; true
+// once every rank is ready.
+bool NoteStarts(const Options& o, const rdv::StoreServer& store, std::vector<bool>* started,
+                std::vector<bool>* ready, std::vector<std::string>* where) {
+  bool all_ready = true;
+  for (int r = 0; r < o.np; ++r) {
+    const std::string id = std::to_string(r);
+    rdv::Bytes v;
+    if (!(*started)[r] && store.TryGet("start/" + id, &v)) {
+      (*started)[r] = true;
+      (*where)[r].assign(v.begin(), v.end());
+      if (o.verbose) WriteAll(2, "hvdrun: rank " + id + " started (host and pid: " + (*where)[r] + ")\n");
+    }
+    if (!(*ready)[r] && store.TryGet("ready/" + id, &v)) (*ready)[r] = true;
+    all_ready = all_ready && (*ready)[r];
+  }
+  if (all_ready && o.verbose) WriteAll(2, "hvdrun: all " + std::to_string(o.np) + " ranks are up\n");
+  return all_ready;
+}
+
 // Runs mpirun as a child and enforces the start timeout (see the header).
 int Supervise(const Options& o, std::vector<std::string> words, const rdv::StoreServer& store) {
   using Clock = std::chrono::steady_clock;
@@ -409,21 +436,7 @@ int Supervise(const Options& o, std::vector<std::string> words, const rdv::Store
     }
     const pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
     if (w == pid) break;
-    if (!all_ready) {
-      all_ready = true;
-      for (int r = 0; r < np; ++r) {
-        const std::string id = std::to_string(r);
-        rdv::Bytes v;
-        if (!started[r] && store.TryGet("start/" + id, &v)) {
-          started[r] = true;
-          where[r].assign(v.begin(), v.end());
-          if (o.verbose) WriteAll(2, "hvdrun: rank " + id + " started (host and pid: " + where[r] + ")\n");
-        }
-        if (!ready[r] && store.TryGet("ready/" + id, &v)) ready[r] = true;
-        all_ready = all_ready && ready[r];
-      }
-      if (all_ready && o.verbose) WriteAll(2, "hvdrun: all " + std::to_string(np) + " ranks are up\n");
-    }
+    if (!all_ready) all_ready = NoteStarts(o, store, &started, &ready, &where);
     const auto now = Clock::now();
     if (!all_ready && !timed_out && now >= deadline) {
       timed_out = true;
