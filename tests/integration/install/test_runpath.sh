@@ -37,7 +37,7 @@ done
 exports=$(nm -D --defined-only "$LIBDIR/libhvd.so" | awk '{ print $3 }' | grep -v '^hvd_' | grep -v '^$')
 [ -z "$exports" ] || fail "libhvd.so exports more than hvd_*: $(echo $exports | cut -c1-300)"
 for p in "${plugins[@]}"; do
-  exports=$(nm -D --defined-only "$p" | awk '{ print $3 }' | grep -v '^hvd_transport_plugin_v[0-9]*$' | grep -v '^$')
+  exports=$(nm -D --defined-only "$p" | awk '{ print $3 }' | grep -v '^hvd_transport_plugin$' | grep -v '^$')
   [ -z "$exports" ] || fail "$(basename "$p") exports more than its entry points: $(echo $exports | cut -c1-300)"
 done
 echo "ok: libhvd.so and the plugins export only their C entry points"
