@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import keras
 
-from ._tf_elastic import (  # noqa: F401
+from .tensorflow.elastic import (  # noqa: F401
     HorovodInternalError,
     HostsUpdatedInterrupt,
     MembershipChangedError,

@@ -20,8 +20,8 @@ import random
 
 import torch
 
-from . import elastic as _elastic
-from .elastic import (  # noqa: F401  (Horovod's names in hvd.torch.elastic)
+from ... import elastic as _elastic
+from ...elastic import (  # noqa: F401  (Horovod's names in hvd.torch.elastic)
     HorovodInternalError,
     HostsUpdatedInterrupt,
     MembershipChangedError,
@@ -158,7 +158,7 @@ class _ModelHandler(_Handler):
         self.value.load_state_dict(self._saved)
 
     def sync(self):
-        from .torch import broadcast_parameters
+        from .. import broadcast_parameters
         broadcast_parameters(self.value.state_dict(), root_rank=0,
                              prefix=f"elastic.{self.name}")
 
@@ -170,7 +170,7 @@ class _OptimizerHandler(_Handler):
         self.value.load_state_dict(copy.deepcopy(self._saved))
 
     def sync(self):
-        from .torch import broadcast_optimizer_state
+        from .. import broadcast_optimizer_state
         broadcast_optimizer_state(self.value, root_rank=0, name=f"elastic.{self.name}")
 
 

@@ -68,10 +68,10 @@ except ImportError as _e:  # pragma: no cover - exercised by a subprocess test
 import numpy as np
 
 import hvd as _hvd
-from . import _c_api as _C
-from . import _ops
-from ._api import DEFAULT as _DEFAULT
-from . import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a drop-in)
+from .. import _c_api as _C
+from .. import _ops
+from .._api import DEFAULT as _DEFAULT
+from .. import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is a drop-in)
     Adasum,
     Average,
     HorovodInternalError,
@@ -199,7 +199,7 @@ def _set_id(process_set):
     ctx, ps = _target(process_set)
     if ps is None:
         return 0
-    from . import _tf_kernels
+    from .. import _tf_kernels
     _tf_kernels.set_context(ps.process_set_id, ctx._ptr)
     return ps.process_set_id
 
@@ -250,7 +250,7 @@ _no_autograph = tf.autograph.experimental.do_not_convert
 @_no_autograph
 def _kernels():
     """hvd's kernel module for graph-mode ops, or None (tf.py_function)."""
-    from . import _tf_kernels
+    from .. import _tf_kernels
     mod = _tf_kernels.load()
     if mod is None and not _fallback_warned and not _tf_kernels.disabled():
         _fallback_warned.append(True)
@@ -952,24 +952,15 @@ def _rebind_sets():
 
 # Horovod's hvd.tensorflow.elastic (run, TensorFlowKerasState,
 # TensorFlowState, ...), also importable as a module.
-from . import elastic as _hvd_elastic  # noqa: E402
-from . import _tf_elastic as elastic  # noqa: E402
+from .. import elastic as _hvd_elastic  # noqa: E402
+from . import elastic  # noqa: E402
 
-_sys.modules[__name__ + ".elastic"] = elastic
 _hvd_elastic._register_reset_hook(_rebind_sets, after=True)
 
 
-# This module stands in as a package. Horovod's submodule paths
-# (horovod.tensorflow.mpi_ops, .compression, .functions, .sync_batch_norm) are
-# small modules in the folder hvd/tensorflow/ that re-export this module's
-# names (the folder has no __init__.py: were it given one, it would hide this
-# file). And `import horovod.tensorflow.keras as hvd` becomes `import
-# hvd.tensorflow.keras as hvd` (or `import hvd.keras as hvd`):
-# hvd.tensorflow.keras is hvd.keras itself, imported on first use through the
-# finder below (the folder has no keras module).
-import os as _os  # noqa: E402
-
-__path__ = [_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "tensorflow")]
+# `import horovod.tensorflow.keras as hvd` becomes `import hvd.tensorflow.keras as hvd`
+# (or `import hvd.keras as hvd`): hvd.tensorflow.keras is hvd.keras itself,
+# imported on first use through the finder below (the folder has no keras module).
 
 
 class _KerasAlias:
@@ -1445,7 +1436,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                                      scale_local_gradients)
     import keras
     if isinstance(optimizer, keras.optimizers.Optimizer):
-        from . import keras as _hvd_keras
+        from .. import keras as _hvd_keras
         return _hvd_keras.DistributedOptimizer(
             optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
             gradient_predivide_factor=gradient_predivide_factor, op=op,

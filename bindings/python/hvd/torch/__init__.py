@@ -43,11 +43,11 @@ except ImportError as _e:  # pragma: no cover - exercised by a subprocess test
 
 import numpy as np
 
-from . import _c_api as C
-from . import _ops
-from ._api import DEFAULT as _DEFAULT
-from ._api import Collectives as _Collectives
-from . import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop-in)
+from .. import _c_api as C
+from .. import _ops
+from .._api import DEFAULT as _DEFAULT
+from .._api import Collectives as _Collectives
+from .. import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a drop-in)
     Adasum,
     Average,
     Context,
@@ -1296,20 +1296,7 @@ def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_
 
 # Horovod's hvd.torch.elastic (run, TorchState, ElasticSampler, ...), also
 # importable as a module (import hvd.torch.elastic).
-from . import elastic as _hvd_elastic  # noqa: E402
-from . import _torch_elastic as elastic  # noqa: E402
+from .. import elastic as _hvd_elastic  # noqa: E402
+from . import elastic  # noqa: E402
 
-_sys.modules[__name__ + ".elastic"] = elastic
 _hvd_elastic._register_reset_hook(_drop_pending_reductions)
-
-# Horovod's submodule paths (horovod.torch.mpi_ops, .compression, .functions,
-# .optimizer, .sync_batch_norm) are small modules in the folder hvd/torch/
-# that re-export this module's names; this module is their package. The folder
-# has no __init__.py: were it given one, it would hide this file. Likewise
-# horovod.torch.elastic.sampler and .state are modules in hvd/torch/elastic/
-# (no __init__.py either) re-exporting hvd.torch.elastic's names, which is
-# their package.
-import os as _os  # noqa: E402
-
-__path__ = [_os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "torch")]
-elastic.__path__ = [_os.path.join(__path__[0], "elastic")]
