@@ -1,17 +1,8 @@
-"""hvd.torch.mpi_ops: the collectives on torch tensors (Horovod's
-horovod.torch.mpi_ops): the dtype table and the adapter that hands torch
-tensors to the library, the synchronous ops as autograd functions with
-Horovod's gradients, the asynchronous ones and their handles, and sparse
-allreduce. ``from hvd.torch.mpi_ops import allreduce_async_, synchronize``
-runs as Horovod's import does; hvd.torch re-exports every name.
-
-Not here, because hvd does not have them: Horovod's autograd classes
-(HorovodAllreduce, HorovodGroupedAllreduce, HorovodAllgather,
-HorovodGroupedAllgather, HorovodBroadcast, HorovodAlltoall,
-HorovodReducescatter, HorovodGroupedReducescatter; hvd's are private and take
-other arguments), the extension module mpi_lib, and the other helpers it
-imports from horovod.common.util.
-"""
+"""The collectives on torch tensors (hvd.torch re-exports them; Horovod's
+horovod.torch.mpi_ops names are in mpi_ops.py): the dtype table and the
+adapter that hands torch tensors to the library, the synchronous ops as
+autograd functions with Horovod's gradients, the asynchronous ones and their
+handles, and sparse allreduce."""
 
 from __future__ import annotations
 
