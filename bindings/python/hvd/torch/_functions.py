@@ -33,8 +33,10 @@ def broadcast_parameters(params, root_rank=0, prefix="broadcast_parameters",
 def _initialize_optimizer_state(optimizer):
     """As Horovod does before broadcasting: an optimizer that has not stepped
     yet (no per-parameter state, e.g. no momentum buffers) takes one step with
-    zero gradients, so that its state exists. Unlike Horovod, the parameters
-    and gradients are restored afterwards (a zero-gradient step still moves
+    zero gradients, so that its state exists. As in Horovod, a trainable
+    parameter that had no gradient keeps the zero gradient (scripts then
+    broadcast or read p.grad); a gradient it had is put back. Unlike Horovod,
+    the parameters are restored afterwards (a zero-gradient step still moves
     parameters under weight decay). A DistributedOptimizer steps its wrapped
     class (no allreduce: the other ranks need not take part). Optimizers whose
     step needs a closure (LBFGS), and any whose zero-gradient step fails
@@ -59,7 +61,7 @@ def _initialize_optimizer_state(optimizer):
         with torch.no_grad():
             for p, value, grad in saved:
                 p.copy_(value)
-                p.grad = grad
+                p.grad = torch.zeros_like(p) if grad is None else grad
 
 
 def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_state",
@@ -67,7 +69,8 @@ def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_
     """Makes every rank's optimizer state (per-parameter state and
     hyperparameters such as lr) equal to root's. As in Horovod, an optimizer
     that has not stepped yet first gets its state initialized (one step with
-    zero gradients; hvd restores the parameters and gradients after it), so
+    zero gradients, which stay as the gradients of trainable parameters that
+    had none; hvd restores the parameters after it), so
     that e.g. momentum buffers exist on every rank even when root has not
     stepped either. process_set: within a set only (root_rank is then one of
     its ranks, as hvd.rank() numbers it)."""

@@ -24,9 +24,10 @@ class _DistributedOptimizer:
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, sparse_as_dense=False, groups=None,
-                 process_set=global_process_set):
+                 process_set=global_process_set, member=True):
         super(self.__class__, self).__init__(params)
         self._process_set = process_set
+        self._member = member  # False: this rank is not in process_set (a plain optimizer)
         self._compression = compression
         self._sparse_as_dense = bool(sparse_as_dense)
         self._op = _ops.check_op(op)
@@ -73,6 +74,10 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         self._group_of = {}  # param -> its group (a tuple of params), with groups only
         self._ready = {}  # group -> members whose gradients are ready
+        # Horovod's name: parameter -> the name its allreduce is called by
+        self._parameter_names = self._names
+        if not member:
+            return  # no hooks, no groups: step() is the wrapped optimizer's own
         if groups is not None:
             self._form_groups(_check_groups(groups))
         # Also in a world of one: the same code path everywhere.
@@ -204,7 +209,11 @@ class _DistributedOptimizer:
     # -- public -----------------------------------------------------------------------
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hook did
-        not fire, e.g. parameters unused this step) and writes the results to .grad."""
+        not fire, e.g. parameters unused this step) and writes the results to .grad.
+        On a rank outside the optimizer's process set it does nothing."""
+        if not self._member:
+            self._synchronized = True
+            return
         for p in self._requires_update:
             if p not in self._submitted:
                 group = self._group_of.get(p)
@@ -269,8 +278,10 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("hvd.torch.DistributedOptimizer: step() after synchronize() "
-                              "without skip_synchronize(): gradients are allreduced twice",
+                warnings.warn("hvd.torch.DistributedOptimizer: optimizer.step() called without "
+                              "optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(): step() after synchronize() without "
+                              "skip_synchronize() allreduces the gradients twice",
                               stacklevel=2)
             self.synchronize()
         self._synchronized = False
@@ -315,6 +326,7 @@ class _DistributedAdasumOptimizer:
             self._names = {p: by_id[id(p)] for p in all_params}
         else:
             self._names = {p: f"noname.{i}" for i, p in enumerate(all_params)}
+        self._parameter_names = self._names  # Horovod's name
         self._requires_update = [p for p in all_params if p.requires_grad]
         self._starts = {p: torch.zeros_like(p, memory_format=torch.contiguous_format)
                         for p in self._requires_update}
@@ -456,44 +468,59 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     process_set (Horovod's): gradients are reduced (averaged) among the set's
     ranks only, e.g. to train one model per set; every rank of the set must
-    wrap the same model, and a rank outside the set cannot build one
-    (ValueError).
+    wrap the same model. On a rank outside the set (a registered set), as in
+    Horovod, the optimizer registers no hooks and reduces nothing: step() is
+    the wrapped optimizer's own, with this rank's gradients (its weights then
+    differ from the members').
 
     The result is an instance of a subclass of optimizer's class built from
     its param_groups (wrap before training: existing state is carried over)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("hvd.torch.DistributedOptimizer: expected a torch.optim.Optimizer, got "
                         f"{type(optimizer).__name__}")
-    _t._target(process_set)  # a registered set this rank is in
+    member = _is_member(process_set)
     if num_groups != 0:
         warnings.warn("hvd.torch.DistributedOptimizer: num_groups has been replaced by groups",
                       DeprecationWarning, stacklevel=2)
         if groups is None:
             groups = num_groups
-    if _ops.check_op(op) == Adasum:
+    if _ops.check_op(op) == Adasum and member:
         if gradient_predivide_factor != 1.0:
             raise ValueError("hvd.torch.DistributedOptimizer: gradient_predivide_factor needs "
                              "op=Average")
         if groups is not None:
             raise ValueError("hvd.torch.DistributedOptimizer: groups are not supported with "
                              "op=Adasum (each parameter's update is combined on its own)")
-        methods = {k: v for k, v in _DistributedAdasumOptimizer.__dict__.items()
-                   if k not in ("__dict__", "__weakref__")}
-        methods["_hvd_distributed"] = True
-        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
-        opt = cls(optimizer.param_groups, named_parameters, compression,
-                  backward_passes_per_step, process_set)
-        opt.state.update(optimizer.state)
-        _distributed_optimizers.add(opt)
-        return opt
+        return _wrap(_DistributedAdasumOptimizer, optimizer, named_parameters, compression,
+                     backward_passes_per_step, process_set)
     if groups is not None:
         _check_groups(groups)
-    methods = {k: v for k, v in _DistributedOptimizer.__dict__.items()
-               if k not in ("__dict__", "__weakref__")}
+    return _wrap(_DistributedOptimizer, optimizer, named_parameters, compression,
+                 backward_passes_per_step, op, gradient_predivide_factor, sparse_as_dense, groups,
+                 process_set, member)
+
+
+def _is_member(process_set):
+    """Whether this rank is in process_set, a set registered on the default
+    context (ValueError for one that is not registered, or was removed)."""
+    try:
+        _t._target(process_set)
+        return True
+    except ValueError:
+        if getattr(process_set, "process_set_id", None) is not None and \
+                process_set.included() is False:
+            return False
+        raise
+
+
+def _wrap(mixin, optimizer, *args):
+    """An instance of a subclass of optimizer's class with mixin's methods,
+    built from optimizer's param_groups (args go to mixin's __init__), with
+    optimizer's state."""
+    methods = {k: v for k, v in mixin.__dict__.items() if k not in ("__dict__", "__weakref__")}
     methods["_hvd_distributed"] = True
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
-    opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-              op, gradient_predivide_factor, sparse_as_dense, groups, process_set)
+    opt = cls(optimizer.param_groups, *args)
     opt.state.update(optimizer.state)
     _distributed_optimizers.add(opt)
     return opt
