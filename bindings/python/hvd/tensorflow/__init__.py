@@ -135,6 +135,7 @@ from ._compression import (  # noqa: E402,F401
     NoneCompressor,
 )
 from ._execution import InvalidArgumentError, MismatchError  # noqa: E402,F401
+from ._execution import _executing_eagerly  # noqa: E402,F401  (Horovod's private name)
 from ._functions import (  # noqa: E402,F401
     BroadcastGlobalVariablesHook,
     broadcast_,

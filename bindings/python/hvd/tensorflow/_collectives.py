@@ -49,10 +49,18 @@ def _rows(t):
     return tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
 
 
+def _check_sparse_scale(prescale, postscale):
+    if prescale != 1.0 or postscale != 1.0:
+        raise NotImplementedError("hvd.tensorflow: pre/postscale_factor is not supported with "
+                                  "tf.IndexedSlices (they are reduced by allgathers, as in "
+                                  "Horovod)")
+
+
 def _sparse_allreduce(slices, op, name, ps=None):
     """Horovod's allreduce of tf.IndexedSlices: an allgather of the values and
     one of the indices (divided by size for Average); the result is
-    IndexedSlices whose repeated indices add up."""
+    IndexedSlices whose repeated indices add up. The dense shape is not
+    needed (IndexedSlices made without one keep none)."""
     values = allgather(slices.values, name=name + ".values", process_set=ps)
     indices = allgather(slices.indices, name=name + ".indices", process_set=ps)
     if op == Average:
@@ -68,7 +76,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     """Reduces over all ranks (of process_set; default op Average);
     differentiable for Sum and Average. tf.IndexedSlices are reduced as
     Horovod does (allgathers of values and indices) for Sum and Average,
-    densely for other ops. device_dense/device_sparse are accepted and
+    densely for other ops; prescale/postscale_factor with them raise
+    NotImplementedError, as in Horovod. device_dense/device_sparse are accepted and
     ignored (hvd works in host memory); compression is a Compression class
     (Compression.fp16 sends float16); ignore_name_scope is accepted (hvd's
     names never include TensorFlow's name scopes)."""
@@ -77,6 +86,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     ps = process_set
     if isinstance(tensor, tf.IndexedSlices):
         if op in (Sum, Average):
+            _check_sparse_scale(prescale_factor, postscale_factor)
             return _sparse_allreduce(tensor, op, name, ps)
         tensor = tf.convert_to_tensor(tensor)
     tensor = tf.convert_to_tensor(tensor)
@@ -104,10 +114,16 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                       name=None, process_set=global_process_set):
-    """Allreduces a list of tensors as one fused unit (all of one dtype)."""
+    """Allreduces a list of tensors as one fused unit (all of one dtype).
+    tf.IndexedSlices among them are reduced as allreduce reduces them (for
+    Sum and Average: allgathers named f"{name}.sparse.{i}"; no
+    pre/postscale_factor), the dense tensors as one group."""
     op = _ops.check_op(_op_of(op, average))
     name = _name("grouped_allreduce", name, process_set)
     ps = process_set
+    if op in (Sum, Average) and any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        _check_sparse_scale(prescale_factor, postscale_factor)
+        return _grouped_with_slices(list(tensors), op, name, compression, ps)
     ts = [tf.convert_to_tensor(t) for t in tensors]
     if not ts:
         return []
@@ -135,6 +151,22 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
         return ys, grad
 
     return list(_fn(*ts))
+
+
+def _grouped_with_slices(tensors, op, name, compression, ps):
+    """grouped_allreduce of a list holding tf.IndexedSlices: each of them
+    allgathered on its own, the dense tensors as one group."""
+    out = list(tensors)
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            out[i] = _sparse_allreduce(t, op, f"{name}.sparse.{i}", ps)
+    if dense:
+        reduced = grouped_allreduce([tensors[i] for i in dense], op=op, compression=compression,
+                                    name=f"{name}.dense", process_set=ps)
+        for i, y in zip(dense, reduced):
+            out[i] = y
+    return out
 
 
 def _grouped_allreduce_raw(ts, op, name, prescale, postscale, ps):
@@ -388,13 +420,19 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     if not _differentiable(ts):
         return _grouped_allgather_raw(ts, name, ps)
 
+    grads_made = []  # one per backward graph made (tf.gradients once per output, say)
+
     @tf.custom_gradient
     def _fn(*xs):
         ys = _grouped_allgather_raw(list(xs), name, ps)
 
         def grad(*dys):
-            g = _average_by_dtype(_dense_grads(dys, ys), name + ".grad", ps)
-            return _own_rows(g, xs, name + ".grad", ps)
+            # every backward of this op gets names of its own: in a graph several
+            # may run in one step, and two ops in flight may not share a name
+            gname = name + ".grad" + (f".{len(grads_made)}" if grads_made else "")
+            grads_made.append(gname)
+            g = _average_by_dtype(_dense_grads(dys, ys), gname, ps)
+            return _own_rows(g, xs, gname, ps)
 
         return ys, grad
 

@@ -74,6 +74,13 @@ def _as_tf_error(e):
     return None
 
 
+def _executing_eagerly():
+    """Whether TensorFlow runs eagerly here (tf.executing_eagerly()); under
+    Horovod's private name, which scripts and Horovod's tests call as
+    hvd._executing_eagerly()."""
+    return tf.executing_eagerly()
+
+
 def _eager(fn, *args):
     """fn(*args), with hvd's errors raised as their TensorFlow-typed classes."""
     try:

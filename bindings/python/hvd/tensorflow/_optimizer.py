@@ -47,7 +47,8 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
         self._scale_local = bool(scale_local_gradients)
         self._local_ids = set()
         self._local_keep = []  # keeps the registered variables (and so their ids) alive
-        self._aggregation = {}  # graph (None eagerly) -> (counter, {variable ref: accumulator})
+        self._aggregation = {}  # graph (None eagerly) -> (counter, {id(variable): accumulator})
+        self._aggregated_vars = []  # the variables those ids are of
 
     def register_local_var(self, var):
         """Marks a variable as local to this rank: its gradient is not reduced
@@ -86,9 +87,11 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
 
             if counter is None:
                 counter = variable(tf.zeros([], tf.int32), "aggregation_counter")
+            # keyed by identity, not Variable.ref() (Keras 3 variables have none)
             for v, g in zip(variables, grads):
-                if g is not None and v.ref() not in accums:
-                    accums[v.ref()] = variable(tf.zeros(v.shape, g.dtype), "aggregated_gradient")
+                if g is not None and id(v) not in accums:
+                    accums[id(v)] = variable(tf.zeros(v.shape, g.dtype), "aggregated_gradient")
+                    self._aggregated_vars.append(v)  # keeps id(v) this variable's
             self._aggregation[key] = (counter, accums)
         return counter, accums
 
@@ -107,19 +110,19 @@ class _DistributedOptimizer(tf.compat.v1.train.Optimizer):
         present = [i for i, g in enumerate(dense) if g is not None]
         if not present:
             return dense
-        adds = [accums[variables[i].ref()].assign_add(dense[i], use_locking=self._use_locking)
+        adds = [accums[id(variables[i])].assign_add(dense[i], use_locking=self._use_locking)
                 for i in present]
         with tf.control_dependencies(adds):
             count = counter.assign_add(1, use_locking=True)
         n = self._bpps
 
         def communicate():
-            sums = [accums[variables[i].ref()].read_value() for i in present]
+            sums = [accums[id(variables[i])].read_value() for i in present]
             reduced = self._reduce(sums, [variables[i] for i in present])
             if self._average_aggregated:
                 reduced = [r / tf.cast(n, r.dtype) for r in reduced]
             with tf.control_dependencies(reduced):
-                clear = [accums[variables[i].ref()].assign(tf.zeros_like(r))
+                clear = [accums[id(variables[i])].assign(tf.zeros_like(r))
                          for i, r in zip(present, reduced)]
                 clear.append(counter.assign(0, use_locking=True))
             with tf.control_dependencies(clear):

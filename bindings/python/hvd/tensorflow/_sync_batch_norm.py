@@ -22,7 +22,12 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     it). The allreduce is differentiable, so the backward pass is the
     one of BatchNormalization over the global batch. Every rank must call
     the layer in training alike (it runs a collective); inference uses
-    the moving statistics, as BatchNormalization does."""
+    the moving statistics, as BatchNormalization does. fused (a Keras 2
+    argument that Keras 3 no longer has; Horovod's tests build the layer with
+    fused=False) is accepted and ignored."""
+
+    def __init__(self, *args, fused=None, **kwargs):
+        super().__init__(*args, **kwargs)
 
     def _moments(self, inputs, mask):
         x = tf.convert_to_tensor(inputs)
