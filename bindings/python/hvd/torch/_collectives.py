@@ -501,20 +501,3 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
             return torch.sparse_coo_tensor(idx.transpose(0, 1), vals, shape)
 
     return SparseHandle(members, f"sparse allreduce '{name}'", combine)
-
-
-__all__ = [
-    "Adasum", "Average", "Compression", "HorovodInternalError", "Max", "Min", "ProcessSet",
-    "Product", "Sum", "add_process_set", "allgather", "allgather_async", "allreduce",
-    "allreduce_", "allreduce_async", "allreduce_async_", "alltoall", "alltoall_async",
-    "barrier", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "ccl_built",
-    "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set", "gloo_built",
-    "gloo_enabled", "grouped_allgather", "grouped_allgather_async", "grouped_allreduce",
-    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
-    "handle_average_backwards_compatibility",
-    "grouped_reducescatter", "grouped_reducescatter_async", "init", "is_homogeneous",
-    "is_initialized", "join", "local_rank", "local_size", "mpi_built", "mpi_enabled",
-    "mpi_threads_supported", "nccl_built", "poll", "rank", "reducescatter",
-    "reducescatter_async", "remove_process_set", "rocm_built", "shutdown", "size",
-    "sparse_allreduce_async", "start_timeline", "stop_timeline", "synchronize",
-]
