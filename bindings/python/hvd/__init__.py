@@ -301,7 +301,7 @@ def _plugin_built(name):
                 plugin = _ctypes.CDLL(path, mode=_ctypes.RTLD_LOCAL)
             except OSError:  # not a library, or what it needs is missing
                 continue
-            if any(hasattr(plugin, f"hvd_transport_plugin_v{v}") for v in (4, 3, 2, 1)):
+            if hasattr(plugin, "hvd_transport_plugin"):  # HVD_TRANSPORT_PLUGIN_SYMBOL
                 built = True
                 break
         _plugin_cache[key] = built
