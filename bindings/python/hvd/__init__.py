@@ -22,6 +22,7 @@ import threading as _threading
 
 from . import _c_api
 from . import _ops
+from . import _api
 from ._api import (  # noqa: F401
     DEFAULT as _DEFAULT,
     Adasum,
@@ -216,7 +217,7 @@ def cross_size() -> int:
     return _c_api.get_int("hvd_cross_size")
 
 
-_homogeneous = []  # is_homogeneous()'s answer for the current default context
+_homogeneous = _DEFAULT._homogeneous  # is_homogeneous()'s answer for the current default context
 
 
 def is_homogeneous() -> bool:
@@ -300,7 +301,7 @@ def _plugin_built(name):
                 plugin = _ctypes.CDLL(path, mode=_ctypes.RTLD_LOCAL)
             except OSError:  # not a library, or what it needs is missing
                 continue
-            if hasattr(plugin, "hvd_transport_plugin"):
+            if hasattr(plugin, "hvd_transport_plugin"):  # HVD_TRANSPORT_PLUGIN_SYMBOL
                 built = True
                 break
         _plugin_cache[key] = built
@@ -402,7 +403,7 @@ def library_version():
     return _c_api.library_version()
 
 
-_np = _Collectives(_DEFAULT, __import__("hvd._numpy", fromlist=["NUMPY"]).NUMPY)
+_np = _api.NUMPY_COLLECTIVES
 
 allreduce = _np.allreduce
 allreduce_async = _np.allreduce_async

@@ -20,7 +20,7 @@ from ._process_sets import ProcessSet  # noqa: F401  (re-exported by hvd)
 
 # Horovod's global process set: the whole default context (id 0). Its
 # registry is the default context's, attached below.
-global_process_set = _process_sets.make_global(None)
+global_process_set = _process_sets.global_process_set
 
 Sum = C.HVD_SUM
 Average = C.HVD_AVERAGE
@@ -619,6 +619,7 @@ class DefaultContext(_Root):
     def __init__(self):
         self._namer = _ops.Namer()
         self._registry = _process_sets.Registry(self)
+        self._homogeneous = []  # hvd.is_homogeneous()'s answer, until the world changes
 
     def size(self):
         return C.get_int("hvd_size")
@@ -629,3 +630,6 @@ class DefaultContext(_Root):
 
 DEFAULT = DefaultContext()
 global_process_set._registry = DEFAULT._registry
+
+# hvd's collectives on numpy arrays over the default context (hvd.allreduce, ...).
+NUMPY_COLLECTIVES = Collectives(DEFAULT, NUMPY)

@@ -1,12 +1,12 @@
 """hvd.keras.elastic (also hvd.tensorflow.keras.elastic): Horovod's elastic
 Keras API -- KerasState and the callbacks that commit and track progress
-during model.fit (docs/elastic.md; hvd._tf_elastic has the rest)."""
+during model.fit (docs/elastic.md; hvd.tensorflow.elastic has the rest)."""
 
 from __future__ import annotations
 
 import keras
 
-from ._tf_elastic import (  # noqa: F401
+from .tensorflow.elastic import (  # noqa: F401
     HorovodInternalError,
     HostsUpdatedInterrupt,
     MembershipChangedError,

@@ -42,6 +42,8 @@ import numbers
 import sys
 import threading
 
+from . import _c_api as C
+
 
 def _err(msg):
     return ValueError(f"hvd: {msg}")
@@ -122,7 +124,6 @@ class ProcessSet:
             return None
         if self._registry is not None:
             return self._ctx is not None
-        from . import _c_api as C
         return C.get_int("hvd_rank") in self.ranks
 
     def __copy__(self):
@@ -206,8 +207,8 @@ class ProcessSet:
 
 
 def _default_registry():
-    from ._api import DEFAULT
-    return DEFAULT._registry
+    # hvd._api attaches the default context's registry to global_process_set
+    return global_process_set._registry
 
 
 def _unpickle(ranks):
@@ -218,7 +219,6 @@ def _unpickle(ranks):
 
 
 def _unpickle_global():
-    from ._api import global_process_set
     return global_process_set
 
 
@@ -495,3 +495,8 @@ def make_global(registry):
     ps.process_set_id = 0
     ps.ranks = []
     return ps
+
+
+# Horovod's global process set: the whole default context (id 0). Its
+# registry is the default context's, attached by hvd._api.
+global_process_set = make_global(None)

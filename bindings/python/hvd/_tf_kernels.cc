@@ -37,9 +37,7 @@
 // same ops are a program error; hvd's stall inspector then fails the ops
 // with an error naming the missing ranks.)
 //
-// Every op is stateful: TensorFlow must never merge two collectives with
-// equal inputs, fold one into a constant, or prune one whose result is
-// unused on this rank but awaited by the others.
+// The ops' definitions (attributes, shapes; all stateful) are in _tf_ops.cc.
 
 #include <dlfcn.h>
 
@@ -653,107 +651,8 @@ HVD_TOPOLOGY_OP(LocalSizeOp, local_size)
 #undef HVD_TOPOLOGY_OP
 
 // ---------------------------------------------------------------------------
-// Registration.
+// Kernels of the ops _tf_ops.cc defines.
 // ---------------------------------------------------------------------------
-#define HVD_TYPES "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
-
-Status FirstDimUnknown(si::InferenceContext *c) {
-  si::ShapeHandle in;
-  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &in));
-  si::ShapeHandle rest;
-  TF_RETURN_IF_ERROR(c->Subshape(in, 1, &rest));
-  si::ShapeHandle out;
-  TF_RETURN_IF_ERROR(c->Concatenate(c->Vector(c->UnknownDim()), rest, &out));
-  c->set_output(0, out);
-  return Status();
-}
-
-REGISTER_OP("HvdAllreduce")
-    .Attr("T: " HVD_TYPES)
-    .Attr("tensor_name: string")
-    .Attr("process_set_id: int = 0")
-    .Attr("reduce_op: int")
-    .Input("tensor: T")
-    .Input("prescale_factor: double")
-    .Input("postscale_factor: double")
-    .Output("reduced: T")
-    .SetIsStateful()
-    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
-
-REGISTER_OP("HvdGroupedAllreduce")
-    .Attr("T: " HVD_TYPES)
-    .Attr("N: int >= 1")
-    .Attr("tensor_name: string")
-    .Attr("process_set_id: int = 0")
-    .Attr("reduce_op: int")
-    .Input("tensors: N * T")
-    .Input("prescale_factor: double")
-    .Input("postscale_factor: double")
-    .Output("outputs: N * T")
-    .SetIsStateful()
-    .SetShapeFn([](si::InferenceContext *c) {
-      int n = c->num_outputs();
-      for (int i = 0; i < n; ++i) c->set_output(i, c->input(i));
-      return Status();
-    });
-
-REGISTER_OP("HvdBroadcast")
-    .Attr("T: " HVD_TYPES)
-    .Attr("tensor_name: string")
-    .Attr("process_set_id: int = 0")
-    .Attr("root_rank: int")
-    .Input("tensor: T")
-    .Output("output: T")
-    .SetIsStateful()
-    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape);
-
-REGISTER_OP("HvdAllgather")
-    .Attr("T: " HVD_TYPES)
-    .Attr("tensor_name: string")
-    .Attr("process_set_id: int = 0")
-    .Input("tensor: T")
-    .Output("output: T")
-    .SetIsStateful()
-    .SetShapeFn(FirstDimUnknown);
-
-REGISTER_OP("HvdReducescatter")
-    .Attr("T: " HVD_TYPES)
-    .Attr("tensor_name: string")
-    .Attr("process_set_id: int = 0")
-    .Attr("reduce_op: int")
-    .Input("tensor: T")
-    .Input("prescale_factor: double")
-    .Input("postscale_factor: double")
-    .Output("output: T")
-    .SetIsStateful()
-    .SetShapeFn(FirstDimUnknown);
-
-REGISTER_OP("HvdAlltoall")
-    .Attr("T: " HVD_TYPES)
-    .Attr("tensor_name: string")
-    .Attr("process_set_id: int = 0")
-    .Input("tensor: T")
-    .Input("splits: int64")
-    .Output("output: T")
-    .Output("received_splits: int64")
-    .SetIsStateful()
-    .SetShapeFn([](si::InferenceContext *c) {
-      TF_RETURN_IF_ERROR(FirstDimUnknown(c));
-      c->set_output(1, c->Vector(c->UnknownDim()));
-      return Status();
-    });
-
-#define HVD_REGISTER_TOPOLOGY(Name)       \
-  REGISTER_OP(Name)                       \
-      .Output("value: int32")             \
-      .SetIsStateful()                    \
-      .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
-HVD_REGISTER_TOPOLOGY("HvdRank")
-HVD_REGISTER_TOPOLOGY("HvdSize")
-HVD_REGISTER_TOPOLOGY("HvdLocalRank")
-HVD_REGISTER_TOPOLOGY("HvdLocalSize")
-#undef HVD_REGISTER_TOPOLOGY
-
 using ::tensorflow::DEVICE_CPU;
 REGISTER_KERNEL_BUILDER(Name("HvdAllreduce").Device(DEVICE_CPU), AllreduceOp);
 REGISTER_KERNEL_BUILDER(Name("HvdGroupedAllreduce").Device(DEVICE_CPU), GroupedAllreduceOp);

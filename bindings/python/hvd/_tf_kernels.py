@@ -1,6 +1,6 @@
-"""hvd's TensorFlow kernels (_tf_kernels.cc): built against the installed
-TensorFlow on first use, cached, loaded, and bound to the libhvd.so this
-package loaded.
+"""hvd's TensorFlow kernels (_tf_kernels.cc; their op definitions in
+_tf_ops.cc): built against the installed TensorFlow on first use, cached,
+loaded, and bound to the libhvd.so this package loaded.
 
 hvd.tensorflow runs its collectives in graphs (tf.function, Keras' compiled
 train step, tf.compat.v1 Session.run) through these kernels: asynchronous
@@ -40,7 +40,10 @@ import tensorflow as tf
 
 from . import _c_api as C
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_tf_kernels.cc")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# The kernels and the op definitions, built into one library.
+SOURCES = [os.path.join(_HERE, "_tf_kernels.cc"), os.path.join(_HERE, "_tf_ops.cc")]
+SOURCE = SOURCES[0]
 LIB_NAME = "hvd_tf_kernels.so"
 BUILD_TIMEOUT_S = 900.0  # the compiler run
 LOCK_TIMEOUT_S = 1200.0  # waiting for another process's build
@@ -76,7 +79,7 @@ def _compiler():
 def _command(out_path):
     cflags = tf.sysconfig.get_compile_flags()
     lflags = tf.sysconfig.get_link_flags()
-    return (_compiler() + ["-shared", "-fPIC", "-O2", "-w", "-fvisibility=hidden", SOURCE,
+    return (_compiler() + ["-shared", "-fPIC", "-O2", "-w", "-fvisibility=hidden", *SOURCES,
                            "-o", out_path] + cflags + lflags + ["-ldl", "-pthread"])
 
 
@@ -84,8 +87,9 @@ def _key():
     """What the built library depends on: the source, TensorFlow, the
     compiler and its flags."""
     h = hashlib.sha256()
-    with open(SOURCE, "rb") as f:
-        h.update(f.read())
+    for source in SOURCES:
+        with open(source, "rb") as f:
+            h.update(f.read())
     cxx = _compiler()
     try:
         version = subprocess.run(cxx + ["--version"], stdout=subprocess.PIPE,

@@ -36,6 +36,8 @@ import numpy as np
 
 from . import _c_api as C
 from . import _ops
+from ._api import DEFAULT, NUMPY_COLLECTIVES, global_process_set
+from ._numpy import NUMPY
 from ._c_api import HorovodInternalError, MembershipChangedError  # noqa: F401
 
 
@@ -101,31 +103,25 @@ class _DefaultBackend:
 
     def any(self, flag, name):
         """Whether flag is true on any rank (a collective)."""
-        from ._numpy import NUMPY
         x = np.array([1 if flag else 0], dtype=np.int32)
         out = _ops.allreduce_async(None, NUMPY, x, C.HVD_MAX, name, 1.0, 1.0,
                                    inplace=False).wait()
         return bool(out[0])
 
     def broadcast_object(self, obj, root_rank=0, name=None):
-        import hvd
-        return hvd.broadcast_object(obj, root_rank, name=name)
+        return NUMPY_COLLECTIVES.broadcast_object(obj, root_rank, name=name)
 
     def allgather_object(self, obj, name=None):
-        import hvd
-        return hvd.allgather_object(obj, name=name)
+        return NUMPY_COLLECTIVES.allgather_object(obj, name=name)
 
     def registry(self):
-        from ._api import DEFAULT
         return DEFAULT._registry
 
     def after_reset(self):
         """The Python side of the default context, after it was re-formed."""
-        import hvd
-        from ._api import DEFAULT, global_process_set
         DEFAULT._namer.reset()  # new workers number their unnamed ops from 0
         global_process_set.ranks = list(range(self.size()))
-        hvd._homogeneous.clear()
+        DEFAULT._homogeneous.clear()
 
 
 _backend = _DefaultBackend()

@@ -601,8 +601,9 @@ def test_torch_state_sync_broadcasts_from_rank0(fake, monkeypatch):
         calls.append(("opt", root_rank, name))
         optimizer.load_state_dict(copy.deepcopy(root_opt.state_dict()))
 
-    monkeypatch.setattr(hvdt, "broadcast_parameters", bcast_params)
-    monkeypatch.setattr(hvdt, "broadcast_optimizer_state", bcast_opt)
+    import hvd.torch.elastic._state as torch_state  # where TorchState calls them
+    monkeypatch.setattr(torch_state, "broadcast_parameters", bcast_params)
+    monkeypatch.setattr(torch_state, "broadcast_optimizer_state", bcast_opt)
     fake.root_objects["elastic.object_state"] = {"epoch": 4}
     fake.r = 2
     state.sync()

@@ -243,8 +243,12 @@ def test_error_classes():
     assert isinstance(stalled, hvd.HvdTimeoutError)
     assert not isinstance(stalled, hvd.HorovodInternalError)
     # The words the binding looks for are the ones the core writes.
-    with open(os.path.join(harness.REPO, "src", "core", "context.cc")) as f:
-        core = f.read()
+    core = ""
+    for folder, _dirs, files in os.walk(os.path.join(harness.REPO, "src", "core")):
+        for name in sorted(files):
+            if name.endswith(".cc"):
+                with open(os.path.join(folder, name)) as f:
+                    core += f.read()
     assert core.count(f'"{C._BROKEN_CONTEXT}: "') >= 2, "the core's broken-context text changed"
 
 

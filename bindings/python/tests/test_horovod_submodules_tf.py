@@ -105,15 +105,16 @@ def test_keras_callbacks_and_elastic_modules(front):
     assert ns["KerasState"] is hvdk.elastic.KerasState
 
 
-def test_hvd_tensorflow_is_still_the_module_file():
-    # hvd/tensorflow/ holds the submodules but is no package of its own:
-    # hvd.tensorflow stays hvd/tensorflow.py (an __init__.py there would
-    # shadow it), and hvd.tensorflow.keras is still hvd.keras.
+def test_hvd_tensorflow_is_a_package():
+    # hvd/tensorflow/ is a package (hvd/tensorflow/__init__.py) whose
+    # submodules are files of the folder, and hvd.tensorflow.keras is still
+    # hvd.keras.
     pkg = os.path.dirname(os.path.abspath(hvd.__file__))
-    assert hvdtf.__file__ == os.path.join(pkg, "tensorflow.py")
+    assert hvdtf.__file__ == os.path.join(pkg, "tensorflow", "__init__.py")
     assert hvd.tensorflow.mpi_ops.__file__ == os.path.join(pkg, "tensorflow", "mpi_ops.py")
-    assert not os.path.exists(os.path.join(pkg, "tensorflow", "__init__.py"))
+    assert not os.path.exists(os.path.join(pkg, "tensorflow.py"))
     assert importlib.import_module("hvd.tensorflow.elastic") is hvdtf.elastic
+    assert hvdtf.elastic.__file__ == os.path.join(pkg, "tensorflow", "elastic.py")
 
 
 def test_submodules_load_no_torch():

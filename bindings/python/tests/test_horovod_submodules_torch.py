@@ -99,17 +99,16 @@ def test_star_import_gives_the_same_objects():
     assert all(ns[n] is getattr(hvdt, n) for n in names)
 
 
-def test_hvd_torch_is_still_the_module_file():
-    # hvd/torch/ holds the submodules but is no package of its own: hvd.torch
-    # stays hvd/torch.py (an __init__.py in the folder would shadow it).
+def test_hvd_torch_is_a_package():
+    # hvd/torch/ is a package (hvd/torch/__init__.py) whose submodules are
+    # files of the folder; hvd.torch.elastic likewise (hvd/torch/elastic/).
     pkg = os.path.dirname(os.path.abspath(hvd.__file__))
-    assert hvdt.__file__ == os.path.join(pkg, "torch.py")
+    assert hvdt.__file__ == os.path.join(pkg, "torch", "__init__.py")
     assert hvd.torch.mpi_ops.__file__ == os.path.join(pkg, "torch", "mpi_ops.py")
-    assert not os.path.exists(os.path.join(pkg, "torch", "__init__.py"))
+    assert not os.path.exists(os.path.join(pkg, "torch.py"))
     assert importlib.import_module("hvd.torch.elastic") is hvdt.elastic
-    # hvd/torch/elastic/ likewise holds elastic's submodules, without an __init__.py
+    assert hvdt.elastic.__file__ == os.path.join(pkg, "torch", "elastic", "__init__.py")
     assert hvd.torch.elastic.state.__file__ == os.path.join(pkg, "torch", "elastic", "state.py")
-    assert not os.path.exists(os.path.join(pkg, "torch", "elastic", "__init__.py"))
 
 
 def test_submodules_load_no_tensorflow():

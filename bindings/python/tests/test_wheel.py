@@ -166,10 +166,15 @@ def test_wheel_contents(wheel):
         want.add("hvd/libhvd_cuda_kernels.so")
     assert built["gloo"], "the wheel build found no Gloo: the wheel would have no multi-host transport"
     assert native == want, f"native files {sorted(native)}, expected {sorted(want)}"
-    for py in ("__init__", "_api", "_c_api", "_numpy", "_ops", "torch", "tensorflow", "keras",
-               "spark", "torch/mpi_ops", "torch/functions", "torch/elastic/sampler",
-               "torch/elastic/state", "tensorflow/mpi_ops", "tensorflow/functions"):
+    for py in ("__init__", "_api", "_c_api", "_numpy", "_ops", "torch/__init__",
+               "tensorflow/__init__", "keras", "spark", "torch/mpi_ops", "torch/functions",
+               "torch/_collectives", "torch/_optimizer", "torch/elastic/__init__",
+               "torch/elastic/sampler", "torch/elastic/state", "tensorflow/mpi_ops",
+               "tensorflow/functions", "tensorflow/_collectives", "tensorflow/_execution",
+               "tensorflow/_keras_optimizer", "tensorflow/elastic", "_tf_kernels"):
         assert f"hvd/{py}.py" in names, f"hvd/{py}.py missing from the wheel"
+    for src in ("_tf_kernels.cc", "_tf_ops.cc"):  # built on the user's machine
+        assert f"hvd/{src}" in names, f"hvd/{src} missing from the wheel"
     for n in want:  # real files (a wheel cannot hold links), hvdrun executable
         mode = infos[n].external_attr >> 16
         assert not stat.S_ISLNK(mode), f"{n} is a symlink in the wheel"

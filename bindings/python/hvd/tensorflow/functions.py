@@ -2,7 +2,7 @@
 horovod.tensorflow.functions (``from hvd.tensorflow.functions import
 broadcast_variables``), hvd.tensorflow's own objects."""
 
-from hvd.tensorflow import (  # noqa: F401
+from ._functions import (  # noqa: F401
     allgather_object,
     broadcast_object,
     broadcast_object_fn,

@@ -4,6 +4,6 @@ import SyncBatchNormalization``): hvd.tensorflow.SyncBatchNormalization, the
 same class. hvd.tensorflow makes it on first use (it subclasses the Keras
 layer); importing this module is that use."""
 
-from hvd.tensorflow import SyncBatchNormalization  # noqa: F401
+from ._sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
 __all__ = ["SyncBatchNormalization"]

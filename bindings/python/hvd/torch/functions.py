@@ -2,9 +2,8 @@
 (``from hvd.torch.functions import broadcast_parameters``), hvd.torch's own
 objects."""
 
-from hvd.torch import (  # noqa: F401
-    allgather_object,
-    broadcast_object,
+from ._collectives import allgather_object, broadcast_object  # noqa: F401
+from ._functions import (  # noqa: F401
     broadcast_optimizer_state,
     broadcast_parameters,
 )

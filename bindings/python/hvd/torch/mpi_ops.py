@@ -1,7 +1,7 @@
 """hvd.torch.mpi_ops: the names of Horovod's horovod.torch.mpi_ops, so that
 ``from horovod.torch.mpi_ops import allreduce_async_, synchronize`` runs as
 ``from hvd.torch.mpi_ops import ...``. Every name is hvd.torch's own object
-(this module implements nothing).
+(hvd/torch/_collectives.py implements the collectives on torch tensors).
 
 Not here, because hvd does not have them: Horovod's autograd classes
 (HorovodAllreduce, HorovodGroupedAllreduce, HorovodAllgather,
@@ -11,10 +11,9 @@ other arguments), the extension module mpi_lib, and the other helpers it
 imports from horovod.common.util.
 """
 
-from hvd.torch import (  # noqa: F401
+from .. import (  # noqa: F401
     Adasum,
     Average,
-    Compression,
     HorovodInternalError,
     Max,
     Min,
@@ -22,6 +21,34 @@ from hvd.torch import (  # noqa: F401
     Product,
     Sum,
     add_process_set,
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    global_process_set,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    poll,
+    rank,
+    remove_process_set,
+    rocm_built,
+    shutdown,
+    size,
+    start_timeline,
+    stop_timeline,
+    synchronize,
+)
+from ._collectives import (  # noqa: F401
     allgather,
     allgather_async,
     allreduce,
@@ -35,15 +62,6 @@ from hvd.torch import (  # noqa: F401
     broadcast_,
     broadcast_async,
     broadcast_async_,
-    ccl_built,
-    cross_rank,
-    cross_size,
-    cuda_built,
-    ddl_built,
-    global_process_set,
-    gloo_built,
-    gloo_enabled,
-    handle_average_backwards_compatibility,
     grouped_allgather,
     grouped_allgather_async,
     grouped_allreduce,
@@ -52,29 +70,13 @@ from hvd.torch import (  # noqa: F401
     grouped_allreduce_async_,
     grouped_reducescatter,
     grouped_reducescatter_async,
-    init,
-    is_homogeneous,
-    is_initialized,
+    handle_average_backwards_compatibility,
     join,
-    local_rank,
-    local_size,
-    mpi_built,
-    mpi_enabled,
-    mpi_threads_supported,
-    nccl_built,
-    poll,
-    rank,
     reducescatter,
     reducescatter_async,
-    remove_process_set,
-    rocm_built,
-    shutdown,
-    size,
     sparse_allreduce_async,
-    start_timeline,
-    stop_timeline,
-    synchronize,
 )
+from ._compression import Compression  # noqa: F401
 
 __all__ = [
     "Adasum", "Average", "Compression", "HorovodInternalError", "Max", "Min", "ProcessSet",

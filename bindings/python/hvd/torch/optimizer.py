@@ -3,6 +3,6 @@
 object. Horovod's private classes there (_DistributedOptimizer,
 _DistributedAdasumOptimizer), which some scripts subclass, are not offered."""
 
-from hvd.torch import DistributedOptimizer  # noqa: F401
+from ._optimizer import DistributedOptimizer  # noqa: F401
 
 __all__ = ["DistributedOptimizer"]

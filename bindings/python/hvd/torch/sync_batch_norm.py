@@ -2,6 +2,6 @@
 horovod.torch.sync_batch_norm (``from hvd.torch.sync_batch_norm import
 SyncBatchNorm``), hvd.torch's own class."""
 
-from hvd.torch import SyncBatchNorm  # noqa: F401
+from ._sync_batch_norm import SyncBatchNorm  # noqa: F401
 
 __all__ = ["SyncBatchNorm"]

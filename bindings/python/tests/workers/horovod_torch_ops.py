@@ -393,11 +393,11 @@ def make_checks(size, rank):
         for i, p in enumerate(before):
             eq(sd["state"][i]["momentum_buffer"], p * 0.5, f"momentum of parameter {i}")
         # the zero-gradient step did not move root's parameters (weight decay would
-        # have) and left the gradients as they were
+        # have); as in Horovod, parameters that had no gradient keep its zero gradient
         for p, b in zip(net.parameters(), before):
             assert torch.equal(p.detach(), b), "parameters changed by broadcast_optimizer_state"
             if r == 0:
-                assert p.grad is None, "gradients not restored"
+                assert p.grad is not None and not p.grad.any(), "zero gradients not left"
         same_everywhere(tensors, "os.fresh.state")
         one_step(net, opt)
         same_everywhere(list(net.parameters()), "os.fresh.params")

@@ -2,6 +2,6 @@
 horovod.torch.elastic.sampler (``from hvd.torch.elastic.sampler import
 ElasticSampler``), hvd.torch.elastic's own class."""
 
-from hvd.torch.elastic import ElasticSampler  # noqa: F401
+from ._sampler import ElasticSampler  # noqa: F401
 
 __all__ = ["ElasticSampler"]

@@ -10,6 +10,6 @@ LRSchedulerStateHandler, SamplerStateHandler) and its handler registry
 and ElasticSamplers, as Horovod's default registry does.
 """
 
-from hvd.torch.elastic import TorchState  # noqa: F401
+from ._state import TorchState  # noqa: F401
 
 __all__ = ["TorchState"]

@@ -35,9 +35,10 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from . import _c_api as C
-from . import elastic as _elastic
-from .elastic import (  # noqa: F401  (Horovod's names in the frameworks' elastic modules)
+from .. import _c_api as C
+from .. import elastic as _elastic
+from ._functions import broadcast_variables as _broadcast_variables
+from ..elastic import (  # noqa: F401  (Horovod's names in the frameworks' elastic modules)
     HorovodInternalError,
     HostsUpdatedInterrupt,
     MembershipChangedError,
@@ -113,8 +114,7 @@ class _Variables:
             v.assign(value)
 
     def sync(self, variables):
-        from .tensorflow import broadcast_variables
-        broadcast_variables(variables, root_rank=0, name=f"elastic.{self.name}")
+        _broadcast_variables(variables, root_rank=0, name=f"elastic.{self.name}")
 
 
 def _require_eager(what):
@@ -188,14 +188,13 @@ class _SessionVariables:
                 raise RuntimeError(f"hvd.tensorflow.elastic.{name}: the session's graph is "
                                    "finalized (e.g. by MonitoredTrainingSession); make the "
                                    "state before it is, it adds its assign and broadcast ops")
-            from .tensorflow import broadcast_variables
             with tf.name_scope("hvd_elastic_state"):
                 self._feeds = [tf.compat.v1.placeholder(v.dtype.base_dtype, shape=v.shape)
                                for v in self.variables]
                 self._assign = tf.group(*[v.assign(p) for v, p in
                                           zip(self.variables, self._feeds)])
-                self._bcast = broadcast_variables(self.variables, root_rank=0,
-                                                  name="elastic.variables")
+                self._bcast = _broadcast_variables(self.variables, root_rank=0,
+                                                   name="elastic.variables")
         self._saved = None
 
     def save(self):
