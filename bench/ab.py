@@ -166,12 +166,21 @@ def fmt_us(us):
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
 
 
+def paired(before, after):
+    """Each round runs both builds back to back, so their ratio within a round cancels
+    what the machine was doing at the time: the median and quartiles of those ratios."""
+    if len(before) != len(after) or len(before) < 2:
+        return "–"
+    q = statistics.quantiles([a / b for a, b in zip(after, before)], n=4)
+    return f"{q[1]:.3f} ({q[0]:.3f}–{q[2]:.3f})"
+
+
 def table_rows(times):
     """One Markdown row per measured cell, in the jobs' order."""
     rows = []
     for key, t in times.items():
         if not t["before"] or not t["after"]:
-            rows.append(f"| {row_label(key)} | – | – | – | – | failed in one build |")
+            rows.append(f"| {row_label(key)} | – | – | – | – | – | failed in one build |")
             continue
         mb, ma = statistics.median(t["before"]), statistics.median(t["after"])
         r = ma / mb
@@ -181,8 +190,8 @@ def table_rows(times):
         else:
             verdict = "yes" if abs(r - 1) <= nz else "**no**"
             spread = f"±{nz * 100:.0f} %"
-        rows.append(f"| {row_label(key)} | {fmt_us(mb)} | {fmt_us(ma)} | {r:.3f} | {spread} | "
-                    f"{verdict} |")
+        rows.append(f"| {row_label(key)} | {fmt_us(mb)} | {fmt_us(ma)} | {r:.3f} | "
+                    f"{paired(t['before'], t['after'])} | {spread} | {verdict} |")
     return rows
 
 
@@ -196,9 +205,11 @@ def write_table(path, args, builds, times, started):
         "Times: hvd-bench's median iteration (allreduce), median step (fusion) or the slower "
         "rank's median step (4-byte step), then the median over the rounds. Noise: the larger "
         "of the two builds' spread over the rounds, (max − min) ÷ median. Within noise: "
-        "|after ÷ before − 1| ≤ noise (– with one round).\n",
-        "| cell | before (median) | after (median) | after ÷ before | noise | within noise |",
-        "|---|--:|--:|--:|--:|---|",
+        "|after ÷ before − 1| ≤ noise (– with one round). Paired: the median (and quartiles) "
+        "of after ÷ before within each round, which cancels the machine's state at the time.\n",
+        "| cell | before (median) | after (median) | after ÷ before | paired | noise | "
+        "within noise |",
+        "|---|--:|--:|--:|--:|--:|---|",
     ] + table_rows(times)
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
