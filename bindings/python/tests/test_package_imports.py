@@ -51,15 +51,15 @@ def _package_of(name, path):
 def _imports(tree, module_level):
     """The import statements of tree, only those run at import time when
     module_level (function bodies skipped; class bodies and if/try kept)."""
-    todo = list(tree.body)
-    while todo:
-        node = todo.pop()
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
             continue
         if module_level and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
-        todo.extend(ast.iter_child_nodes(node))
+        pending.extend(ast.iter_child_nodes(node))
 
 
 def _targets(node, package, modules):
