@@ -2,7 +2,7 @@
 // the full mesh, the closing handshake; finalize.
 #include "comm.h"
 
-namespace hvd_gloo_v4 {
+namespace hvd_gloo_transport {
 
 // The closing handshake of init: one byte to and from every peer over the
 // new pairs, within `secs`. Done on one rank, every rank has entered it, so
@@ -241,4 +241,4 @@ void Finalize(void* comm) noexcept {
   delete c;
 }
 
-}  // namespace hvd_gloo_v4
+}  // namespace hvd_gloo_transport

@@ -85,7 +85,7 @@ struct hvd_transport_request {
   hvd_transport_request* next = nullptr;
 };
 
-namespace hvd_gloo_v4 {
+namespace hvd_gloo_transport {
 
 using hvd::kit::Clock;
 using hvd::kit::After;
@@ -259,4 +259,4 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
          hvd_transport_request_t** req, bool send) noexcept;
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept;
 
-}  // namespace hvd_gloo_v4
+}  // namespace hvd_gloo_transport

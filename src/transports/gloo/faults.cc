@@ -2,7 +2,7 @@
 // notes ranks leave in the store, abort, async_error, last_error.
 #include "comm.h"
 
-namespace hvd_gloo_v4 {
+namespace hvd_gloo_transport {
 
 // ---------------------------------------------------------------------------
 // Gloo's messages, peers named.
@@ -161,4 +161,4 @@ int Abort(void* comm, int status, const char* reason) noexcept {
   }
 }
 
-}  // namespace hvd_gloo_v4
+}  // namespace hvd_gloo_transport

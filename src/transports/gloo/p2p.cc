@@ -1,7 +1,7 @@
 // The Gloo transport's point-to-point: isend, irecv, wait.
 #include "comm.h"
 
-namespace hvd_gloo_v4 {
+namespace hvd_gloo_transport {
 
 int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* buf,
          hvd_transport_request_t** req, bool send) noexcept {
@@ -91,4 +91,4 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   return status;
 }
 
-}  // namespace hvd_gloo_v4
+}  // namespace hvd_gloo_transport

@@ -3,7 +3,7 @@
 #include "comm.h"
 #include "kit/entries.h"
 
-namespace hvd_gloo_v4 {
+namespace hvd_gloo_transport {
 namespace {
 
 // Every read of the env: checked, copied into the set-up's Settings.
@@ -71,15 +71,15 @@ hvd_transport_t MakeTable() {
 const hvd_transport_t kTable = MakeTable();
 
 }  // namespace
-}  // namespace hvd_gloo_v4
+}  // namespace hvd_gloo_transport
 
 extern "C" const hvd_transport_t* hvd_gloo_transport_table(void) {
-  return &hvd_gloo_v4::kTable;
+  return &hvd_gloo_transport::kTable;
 }
 
 #ifndef HVD_BUILTIN_GLOO
 extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
-  return &hvd_gloo_v4::kTable;
+  return &hvd_gloo_transport::kTable;
 }
 #endif

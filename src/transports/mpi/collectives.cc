@@ -1,7 +1,7 @@
 // The MPI transport's native collectives: MPI's nonblocking collectives.
 #include "comm.h"
 
-namespace hvd_mpi_v4 {
+namespace hvd_mpi_transport {
 
 // ---- native collectives -----------------------------------------------------
 
@@ -172,4 +172,4 @@ int Barrier(void* comm) noexcept {
   });
 }
 
-}  // namespace hvd_mpi_v4
+}  // namespace hvd_mpi_transport

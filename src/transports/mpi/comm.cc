@@ -2,7 +2,7 @@
 // communicator, host names and topology; finalize.
 #include "comm.h"
 
-namespace hvd_mpi_v4 {
+namespace hvd_mpi_transport {
 
 // ---- init and finalize ------------------------------------------------------
 
@@ -285,4 +285,4 @@ void Finalize(void* comm) noexcept {
   delete c;
 }
 
-}  // namespace hvd_mpi_v4
+}  // namespace hvd_mpi_transport

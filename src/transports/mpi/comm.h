@@ -80,7 +80,7 @@ struct hvd_transport_request {
   bool recv = false;
 };
 
-namespace hvd_mpi_v4 {
+namespace hvd_mpi_transport {
 
 
 using hvd::kit::Clock;
@@ -269,4 +269,4 @@ void Coll(Comm& c, const char* what, Start&& start, double timeout_s = -1) {
   Poll(c, &r, 1, timeout_s, nullptr, what);
 }
 
-}  // namespace hvd_mpi_v4
+}  // namespace hvd_mpi_transport

@@ -1,7 +1,7 @@
 // The MPI transport's faults: abort, async_error, set_timeout, last_error.
 #include "comm.h"
 
-namespace hvd_mpi_v4 {
+namespace hvd_mpi_transport {
 
 // ---- faults ---------------------------------------------------------------
 
@@ -44,4 +44,4 @@ const char* LastError(void* comm) noexcept {
   return c->last_error.c_str();
 }
 
-}  // namespace hvd_mpi_v4
+}  // namespace hvd_mpi_transport

@@ -2,7 +2,7 @@
 // and the polling every wait goes through.
 #include "comm.h"
 
-namespace hvd_mpi_v4 {
+namespace hvd_mpi_transport {
 
 // Gives up a pending request: receives are cancelled (MPI completes them
 // as cancelled), everything is kept for finalize.
@@ -156,4 +156,4 @@ int Progress(void* comm) noexcept {
   });
 }
 
-}  // namespace hvd_mpi_v4
+}  // namespace hvd_mpi_transport

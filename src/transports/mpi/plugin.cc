@@ -2,7 +2,7 @@
 // table; the plugin is described in comm.h.
 #include "comm.h"
 
-namespace hvd_mpi_v4 {
+namespace hvd_mpi_transport {
 namespace {
 
 // Every read of the env, into the set-up's Settings; throws Fail.
@@ -74,9 +74,9 @@ const hvd_transport_t kTable = {
 // clang-format on
 
 }  // namespace
-}  // namespace hvd_mpi_v4
+}  // namespace hvd_mpi_transport
 
 extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
-  return &hvd_mpi_v4::kTable;
+  return &hvd_mpi_transport::kTable;
 }

@@ -3,7 +3,7 @@
 // buffers and reductions, and the six entries.
 #include "comm.h"
 
-namespace hvd_nccl_v4 {
+namespace hvd_nccl_transport {
 
 std::string Comm::TimeoutMsg(const char* what, size_t bytes, bool enqueue) {
   std::string m = std::string(what) + " (" + std::to_string(bytes) + " bytes) ";
@@ -313,4 +313,4 @@ int Barrier(void* comm) {
   });
 }
 
-}  // namespace hvd_nccl_v4
+}  // namespace hvd_nccl_transport

@@ -1,7 +1,7 @@
 // The NCCL transport's teardown and the wait of its set-up; finalize.
 #include "comm.h"
 
-namespace hvd_nccl_v4 {
+namespace hvd_nccl_transport {
 
 // Frees whatever exists (init's failures and finalize): NCCL first (finalized
 // within the limit while healthy, else aborted), then our stream's objects.
@@ -234,4 +234,4 @@ void Finalize(void* comm) {
   Destroy(c, healthy);
 }
 
-}  // namespace hvd_nccl_v4
+}  // namespace hvd_nccl_transport

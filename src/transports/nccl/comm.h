@@ -63,7 +63,7 @@
 #include "kit/errors.h"
 #include "kit/store.h"
 
-namespace hvd_nccl_v4 {
+namespace hvd_nccl_transport {
 
 using hvd::kit::After;
 using hvd::kit::Clock;
@@ -214,4 +214,4 @@ const char* LastError(void* comm);
 int Abort(void* comm, int status, const char* reason);
 int AsyncError(void* comm);
 
-}  // namespace hvd_nccl_v4
+}  // namespace hvd_nccl_transport

@@ -3,7 +3,7 @@
 // abort, async_error, last_error.
 #include "comm.h"
 
-namespace hvd_nccl_v4 {
+namespace hvd_nccl_transport {
 
 // The first failure: abort NCCL, keep the message, fail every later call.
 int Comm::Break(int status, const std::string& msg) {
@@ -89,4 +89,4 @@ int AsyncError(void* comm) {
   return st == ncclSuccess || st == ncclInProgress ? HVD_OK : HVD_ERR_TRANSPORT;
 }
 
-}  // namespace hvd_nccl_v4
+}  // namespace hvd_nccl_transport

@@ -3,7 +3,7 @@
 #include "comm.h"
 #include "kit/entries.h"
 
-namespace hvd_nccl_v4 {
+namespace hvd_nccl_transport {
 namespace {
 
 // Every read of the env: checked, into the set-up's Settings.
@@ -69,9 +69,9 @@ hvd_transport_t MakeTable() {
 const hvd_transport_t kTable = MakeTable();
 
 }  // namespace
-}  // namespace hvd_nccl_v4
+}  // namespace hvd_nccl_transport
 
 extern "C" __attribute__((visibility("default"))) const hvd_transport_t* hvd_transport_plugin(
     void) {
-  return &hvd_nccl_v4::kTable;
+  return &hvd_nccl_transport::kTable;
 }

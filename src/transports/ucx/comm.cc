@@ -2,7 +2,7 @@
 // and worker, the endpoints, the hello and the goodbyes; finalize.
 #include "comm.h"
 
-namespace hvd_ucx_v4 {
+namespace hvd_ucx_transport {
 
 // ---------------------------------------------------------------------------
 // Closing: loop thread only.
@@ -514,4 +514,4 @@ void Finalize(void* comm) noexcept {
   delete c;
 }
 
-}  // namespace hvd_ucx_v4
+}  // namespace hvd_ucx_transport

@@ -76,7 +76,7 @@ struct hvd_transport_request {
   hvd_transport_request* next = nullptr;
 };
 
-namespace hvd_ucx_v4 {
+namespace hvd_ucx_transport {
 
 using hvd::kit::After;
 using hvd::kit::Clock;
@@ -226,4 +226,4 @@ bool ProgressUntil(Comm& c, Clock::time_point deadline, Done done) {
 }
 
 
-}  // namespace hvd_ucx_v4
+}  // namespace hvd_ucx_transport

@@ -3,7 +3,7 @@
 // last_error.
 #include "comm.h"
 
-namespace hvd_ucx_v4 {
+namespace hvd_ucx_transport {
 
 // ---------------------------------------------------------------------------
 // UCP callbacks (called from ucp_worker_progress, on the loop thread).
@@ -192,4 +192,4 @@ int Abort(void* comm, int status, const char* reason) noexcept {
   }
 }
 
-}  // namespace hvd_ucx_v4
+}  // namespace hvd_ucx_transport

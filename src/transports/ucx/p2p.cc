@@ -1,7 +1,7 @@
 // The UCX transport's point-to-point: isend, irecv, wait, test, progress.
 #include "comm.h"
 
-namespace hvd_ucx_v4 {
+namespace hvd_ucx_transport {
 
 // ---------------------------------------------------------------------------
 // Posting.
@@ -196,4 +196,4 @@ int Progress(void* comm) noexcept {
   return HVD_OK;
 }
 
-}  // namespace hvd_ucx_v4
+}  // namespace hvd_ucx_transport
