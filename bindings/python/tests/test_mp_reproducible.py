@@ -80,6 +80,23 @@ def test_reductions_equal_rank_ordered_fold(k, tmp_path):
     assert not failed, what + "\n" + "\n".join(failed[:12])
 
 
+
+@pytest.mark.parametrize("hosts,per_host", [(2, 2), (2, 3), (3, 2)])
+def test_hierarchical_layouts_with_reproducible(hosts, per_host, tmp_path):
+    """HVD_REPRODUCIBLE=1 on hosts x ranks simulated on this machine (HVD_HOST_ID per
+    rank): the hierarchical collectives are on, and every bit is the fold's."""
+    env = {"HVD_REPRODUCIBLE": "1", "HVD_TEST_LAYOUT": f"{hosts},{per_host}",
+           "HVD_LOG_LEVEL": "info", "HVD_FUSION_THRESHOLD": str(1 << 20)}
+    n = hosts * per_host
+    job = harness.run_job(n, WORKER, args=(SEED + 100 * hosts + per_host,), launcher="hvdrun",
+                          tmp_path=tmp_path, env=env, timeout=240)
+    assert job.ok(), job.describe()
+    assert "hierarchical collectives: " in job.output, job.describe()
+    failed = [f"rank {r} {k}: {e.strip().splitlines()[-1]}" for r in range(n)
+              for k, e in job.results[r]["checks"].items() if e is not None]
+    assert not failed, f"{hosts} x {per_host}\n" + "\n".join(failed[:12])
+
+
 EXAMPLE = os.path.normpath(os.path.join(harness.WORKERS, "..", "..", "..", "..", "examples",
                                         "python", "train_torch.py"))
 # The example at 3 ranks, trained three times: one host's shared memory with every
@@ -104,7 +121,7 @@ def test_torch_example_trains_bit_identical_weights(tmp_path, hvdrun):
         ckpt = tmp_path / name
         # Importing torch on a loaded machine can outlast hvdrun's default start timeout.
         p = subprocess.run([hvdrun, "-np", "3", "--start-timeout", "240", sys.executable,
-                            EXAMPLE, "--epochs", "2",
+                            EXAMPLE, "--epochs", "1",
                             "--no-cuda", "--checkpoint-dir", str(ckpt)],
                            env=harness.child_env(extra), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=300)

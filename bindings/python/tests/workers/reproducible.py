@@ -126,9 +126,23 @@ def compare(got, want, what):
                              f"rank-ordered fold, first at {j}: {got.flat[j]!r} vs {want.flat[j]!r}")
 
 
+def simulate_hosts(layout):
+    """HVD_TEST_LAYOUT=H,L: this rank counts as on host rank // L of H (consecutive
+    ranks per host), so the hierarchical collectives run (the wire between the
+    hosts is loopback), as tests/integration/core/launch_sim_hosts.sh does."""
+    hosts, per = (int(x) for x in layout.split(","))
+    rank = int(os.environ["HVD_RANK"])
+    os.environ.update({"HVD_HOST_ID": f"sim-host-{rank // per}",
+                       "HVD_HOSTNAME": f"sim-host-{rank // per}",
+                       "HVD_LOCAL_RANK": str(rank % per), "HVD_LOCAL_SIZE": str(per),
+                       "HVD_CROSS_RANK": str(rank // per), "HVD_CROSS_SIZE": str(hosts)})
+
+
 def main():
     import hvd
     seed = int(sys.argv[1])
+    if os.environ.get("HVD_TEST_LAYOUT"):
+        simulate_hosts(os.environ["HVD_TEST_LAYOUT"])
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     ops = draw_ops(seed, size)
