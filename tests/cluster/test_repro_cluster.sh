@@ -54,7 +54,7 @@ check() {
   local name=$1 hosts=$2 seed=$3 n rc=0
   n=$(echo "$hosts" | tr ',' '\n' | awk -F: '{ s += $2 } END { print s }')
   mkdir -p "$work/$name"
-  timeout -k 5 120 "$cluster" exec h1 "$HVDRUN" -H "$hosts" --start-timeout 30 \
+  timeout -k 5 400 "$cluster" exec h1 "$HVDRUN" -H "$hosts" --start-timeout 150 \
     -x PYTHONPATH -x OMP_NUM_THREADS -x PYTHONUNBUFFERED -x HVD_TEST_OUT="$work/$name" \
     -x HVD_LOG_LEVEL=info "$PYTHON" "$worker" "$seed" >"$work/$name.out" 2>&1 || rc=$?
   grep -v "^\[" "$work/$name.out" | tail -5 || true
