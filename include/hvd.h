@@ -24,6 +24,11 @@
  *  - Blocking: no call blocks forever under the default settings; the bounds
  *    are stall_shutdown_s, peer_timeout_s, transport_timeout_s and
  *    start_timeout_s (docs/api.md#bounded-waits).
+ *  - Reductions of host tensors give, for a given world (or process set)
+ *    size, the bits of the left fold s0 op s1 op ... op s(size-1) in rank
+ *    order, whatever the fusion, algorithm, transport and timing; across
+ *    hosts with several ranks each, with HVD_REPRODUCIBLE=1
+ *    (docs/reproducibility.md).
  */
 #ifndef HVD_H_
 #define HVD_H_

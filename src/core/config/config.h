@@ -84,6 +84,9 @@ struct Config {
   // HVD_HIERARCHICAL: the hierarchical collectives where ranks span several
   // hosts and some host has several (1 on, 0 off, -1 unset = on).
   int hierarchical = -1;
+  // HVD_REPRODUCIBLE: the canonical reduction order (docs/reproducibility.md)
+  // also where it costs (1), not even where it is free (0); -1 unset.
+  int reproducible = -1;
   // HVD_FUSION_IN_PLACE: a fused allreduce that runs the ring over
   // point-to-point reads and writes the tensors where they lie, with no copy
   // into and out of the fusion buffer (1 on, 0 off, -1 unset = on).

@@ -108,6 +108,10 @@ const Setting kSettings[] = {
      kAny, 0,
      "hierarchical collectives across hosts; else Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE "
      "and _ALLGATHER (sources.cc)"},
+    {"reproducible", HVD_NO_PARAM, "HVD_REPRODUCIBLE", nullptr, kSwitch, &Config::reproducible,
+     kAny, 0,
+     "1: the canonical reduction order on the hierarchical and device paths too; 0: native "
+     "reductions allowed (docs/reproducibility.md)"},
     {"fusion_in_place", HVD_NO_PARAM, "HVD_FUSION_IN_PLACE", nullptr, kSwitch,
      &Config::fusion_in_place, kAny, 0, "a fused ring allreduce over the tensors in place"},
     {"caller_cycles", HVD_NO_PARAM, "HVD_CALLER_CYCLES", nullptr, kSwitch,
