@@ -46,6 +46,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     const bool have = scope.controller->Take(resp, &req) ||
                       MakeJoinedZeros(resp, scope.rank, now, &zeros, &req);
     if (!have) continue;  // e.g. a stall error for a request this rank never made
+    recorder_.Negotiated(req.record, now);
     if (timeline_.enabled()) {
       timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
     }
@@ -75,6 +76,8 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
                                        Clock::time_point now) {
   piggy_.clear_served();
   if (!scope.controller->Take(resp, req)) return 0;
+  recorder_.Negotiated(req->record, now);
+  recorder_.Started(req->record, now, RequestBytes(*req));
   if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req->enqueued, now);
   executor_->FinishPiggybacked(*req, piggy_.result(), now);
   {
@@ -92,6 +95,7 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
   for (size_t k = 0; k < nunits; ++k) {
     FusionUnit& u = planner_[k];
     moved += u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
+    if (recorder_.on()) RecordStarted(u);
     Status s = u.single != nullptr ? executor_->RunOne(*u.single, *u.resp)
                                    : executor_->RunAllreduceBatch(u.batch);
     if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
@@ -112,6 +116,7 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
       // The transport failed: peers are gone or out of step.
       Status broken(s.code(), "the context can no longer communicate: " + s.message());
       HVD_LOG(log_, HVD_LOG_ERROR, broken.message());
+      recorder_.Want("error");
       for (size_t j = k + 1; j < nunits; ++j) {
         if (planner_[j].single != nullptr) Finish(scope, *planner_[j].single, broken);
         for (OpRequest* r : planner_[j].batch) Finish(scope, *r, broken);
@@ -122,6 +127,16 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
   }
   timeline_.Flush();
   return moved;
+}
+
+// The flight recorder: a unit starts now (its requests' records).
+void ContextImpl::RecordStarted(const FusionUnit& u) {
+  const Clock::time_point t = Clock::now();
+  if (u.single != nullptr) {
+    recorder_.Started(u.single->record, t, RequestBytes(*u.single));
+    return;
+  }
+  for (const OpRequest* r : u.batch) recorder_.Started(r->record, t, u.bytes);
 }
 
 }  // namespace hvd
