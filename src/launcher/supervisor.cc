@@ -280,6 +280,7 @@ std::vector<std::pair<std::string, std::string>> Supervisor::CommonVars(const st
   if (!o_.transport.empty()) add("HVD_TRANSPORT", o_.transport);
   if (!o_.network_interface.empty()) add("HVD_NETWORK_INTERFACE", o_.network_interface);
   if (!o_.timeline_filename.empty()) add("HVD_TIMELINE", o_.timeline_filename);
+  if (!o_.flight_recorder.empty()) add("HVD_FLIGHT_RECORDER_DIR", o_.flight_recorder);
   if (o_.fusion_threshold_bytes) add("HVD_FUSION_THRESHOLD", std::to_string(*o_.fusion_threshold_bytes));
   if (o_.cycle_time_ms) add("HVD_CYCLE_TIME", *o_.cycle_time_ms);
   // 0 means "no start timeout" to hvdrun; the library wants a positive
@@ -456,6 +457,7 @@ void Supervisor::BeginStop(int exit_code, bool term_all) {
   bool any = false;
   for (const Child* c : children_) any = any || c->running;
   if (term_all) {
+    if (exit_code_ != 0) BeforeStop();
     if (any && o_.verbose) Log("stopping the job: SIGTERM to every process");
     KillAll(SIGTERM);
   }
