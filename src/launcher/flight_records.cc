@@ -13,6 +13,8 @@
 #include <cstring>
 #include <thread>
 
+#include "common/files.h"
+
 namespace hvd::launcher {
 namespace {
 
@@ -110,6 +112,8 @@ std::vector<std::string> CollectFlightRecords(const std::string& dir,
                                               const RemoteSpec& ssh,
                                               SysClock::time_point since, double timeout_s) {
   std::vector<std::string> notes;
+  const Status made = MakeDirs(dir);
+  if (!made.ok()) return {"flight recorder: " + made.message()};
   for (const RecordSource& r : ranks) {
     const std::string path = RecordPath(dir, r.rank);
     if (!r.remote || WrittenSince(path, since)) continue;  // local, or a shared file system

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 
+#include "common/files.h"
 #include "launcher/hosts.h"
 #include "launcher/remote.h"
 
@@ -290,22 +291,6 @@ std::vector<std::pair<std::string, std::string>> Supervisor::CommonVars(const st
 }
 
 namespace {
-
-// mkdir -p, for --output-filename's folders.
-Status MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    std::string part = path.substr(0, i);
-    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
-      return Error(HVD_ERR_INTERNAL, "cannot create the folder " + part + ": " + std::strerror(errno));
-    }
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Error(HVD_ERR_INTERNAL, path + " is not a folder");
-  }
-  return Status::Ok();
-}
 
 Result<Fd> OpenOutputFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);

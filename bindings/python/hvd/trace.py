@@ -58,13 +58,12 @@ def _members(rec, set_id):
     return []
 
 
-def _cause(rec, text):
-    """The first rank other than rec's own that an error text names."""
-    for m in _RANK_RE.finditer(text or ""):
-        r = int(m.group(1))
-        if r != rec["rank"]:
-            return r
-    return None
+def _cause(text):
+    """The rank an error text blames: the last one it names. A relayed error
+    names the rank that reported it first and the cause last ("rank 2: rank 1
+    died"; "rank 2 ... is itself blocked: rank 1 has not answered")."""
+    found = _RANK_RE.findall(text or "")
+    return int(found[-1]) if found else None
 
 
 class Analysis:
@@ -111,12 +110,12 @@ class Analysis:
                 self.lines.append(f"first error: {_who(recs[k])} {_op(o)} at {self._t(ns)}: "
                                   f"{o.get('error', '')}")
                 self.facts["first_failure"] = {"rank": k, "error": o.get("error", ""),
-                                               "cause": _cause(recs[k], o.get("error"))}
+                                               "cause": _cause(o.get("error"))}
             return
         at, k = fails[0]
         first = recs[k]["failure"]
         self.lines.append(f"first failure: {_who(recs[k])} at {self._t(at)}: {first['error']}")
-        causes = {kk: _cause(recs[kk], recs[kk]["failure"]["error"]) for _, kk in fails}
+        causes = {kk: _cause(recs[kk]["failure"]["error"]) for _, kk in fails}
         named = sorted({c for c in causes.values() if c is not None})
         self.facts["first_failure"] = {"rank": k, "error": first["error"],
                                        "cause": causes[k], "causes": causes}

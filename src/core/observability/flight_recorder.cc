@@ -2,7 +2,6 @@
 // docs/flight-recorder.md), and the SIGUSR1 request.
 #include "core/observability/flight_recorder.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/files.h"
 #include "common/kernels.h"
 #include "core/fusion/planner.h"
 
@@ -38,18 +38,6 @@ void Escape(std::string* out, const std::string& s) {
     }
   }
   out->push_back('"');
-}
-
-Status MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    const std::string part = path.substr(0, i);
-    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
-      return Error(HVD_ERR_INVALID_ARGUMENT,
-                   "flight recorder: cannot create the folder " + part + ": " + std::strerror(errno));
-    }
-  }
-  return Status::Ok();
 }
 
 const char* State(const FlightRecorder::Entry& e) {
@@ -301,7 +289,10 @@ Status FlightRecorder::Write(const Snapshot& snap, const std::string& path, cons
                  "(HVD_FLIGHT_RECORDER_DIR, hvdrun --flight-recorder)");
   }
   const size_t slash = path.rfind('/');
-  if (slash != std::string::npos && slash > 0) HVD_CHECK(MakeDirs(path.substr(0, slash)));
+  if (slash != std::string::npos && slash > 0) {
+    const Status made = MakeDirs(path.substr(0, slash));
+    if (!made.ok()) return Error(made.code(), "flight recorder: " + made.message());
+  }
   const std::string j = Json(snap, reason, algorithm, user);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "w");
