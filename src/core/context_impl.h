@@ -8,6 +8,7 @@
 //   sets/process_sets.cc      process-set creation and destruction (sets/spec.h: the checks)
 //   elastic/reset.cc          the elastic reset and membership
 //   observability/wiring.cc   timeline commands and autotune decisions applied by the loop
+//   observability/recorder_wiring.cc  the flight recorder: set-up, snapshot, dumps
 //   context.cc                start-up, shutdown, and the Context facade
 #pragma once
 

@@ -180,6 +180,11 @@ class Analysis:
                                    + ("" if s < 0 else f" of set {s}")
                                    + f", others up to {max(prog.values())}"))
         if not behind:
+            for f in self.facts.get("never_submitted", []):
+                for k in f["ranks"]:
+                    if all(b[0] != k for b in behind):
+                        behind.append((k, f["set"], f"never submitted '{f['name']}'"))
+        if not behind:
             ff = self.facts.get("first_failure") or {}
             causes = [c for c in (ff.get("causes") or {ff.get("rank"): ff.get("cause")}).values()
                       if c is not None]
@@ -190,13 +195,14 @@ class Analysis:
         for k, s, why in behind[:4]:
             op = self._current(k, s)
             self.facts["behind"].append({"rank": k, "op": op and op["name"], "set": s})
-            where = f"in {_op(op)}, {op['state']}" if op else "operation unknown"
-            since = ""
+            where = "operation unknown"
             if op:
-                mark = op.get("started_ns") or op.get("negotiated_ns") or op.get("submitted_ns")
-                since = f" since {self._t(mark)}"
+                steps = [f"{step} {self._t(op.get(step + '_ns'))}"
+                         for step in ("submitted", "negotiated", "started") if op.get(step + "_ns")]
+                where = ("in " if op["state"] != "ok" else "idle after ") + _op(op) + ": " + \
+                    ", ".join(steps + [op["state"]])
             own = "" if k in recs else " (no record of its own: the others' operation)"
-            self.lines.append(f"behind: rank {k} ({why}): {where}{since}{own}")
+            self.lines.append(f"behind: rank {k} ({why}): {where}{own}")
 
     def _current(self, k, s):
         """Rank k's oldest unfinished (or failed) operation on set s; where k
@@ -205,7 +211,8 @@ class Analysis:
             ops = [o for o in self._stuck(self.records[k]) if s is None or o["set"] == s]
             if ops:
                 return min(ops, key=lambda o: o["seq"])
-            return None
+            done = [o for o in self.records[k]["ops"] if s is None or o["set"] == s]
+            return max(done, key=lambda o: o["seq"]) if done else None
         stuck = [o for r in self.records.values() for o in self._stuck(r)
                  if (s is None or o["set"] == s) and k in _members(r, o["set"])]
         return min(stuck, key=lambda o: o["submitted_ns"] or 0) if stuck else None

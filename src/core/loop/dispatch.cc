@@ -76,8 +76,10 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
                                        Clock::time_point now) {
   piggy_.clear_served();
   if (!scope.controller->Take(resp, req)) return 0;
-  recorder_.Negotiated(req->record, now);
-  recorder_.Started(req->record, now, RequestBytes(*req));
+  if (req->record != 0) {
+    recorder_.Negotiated(req->record, now);
+    recorder_.Started(req->record, now, RequestBytes(*req));
+  }
   if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req->enqueued, now);
   executor_->FinishPiggybacked(*req, piggy_.result(), now);
   {

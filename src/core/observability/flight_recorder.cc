@@ -83,21 +83,22 @@ uint64_t FlightRecorder::Submitted(const OpRequest& req, int set_id, uint64_t se
   const uint64_t seq = ++next_;
   Record& r = ring_[(seq - 1) % capacity_];
   r.seq.store(seq, std::memory_order_relaxed);
-  r.name.assign(req.tensors.front().name);  // keeps its capacity: no allocation once warm
-  r.tensors = static_cast<uint32_t>(req.tensors.size());
-  r.type = req.type;
-  r.reduce_op = static_cast<int8_t>(req.reduce_op);
-  r.dtype = static_cast<int8_t>(req.tensors.front().dtype);
-  r.set_id = set_id;
-  r.set_seq = set_seq;
-  r.bytes = RequestBytes(req);
-  r.submitted = Ns(req.enqueued);
+  Fields& f = r.f;
+  f.name.assign(req.tensors.front().name);  // keeps its capacity: no allocation once warm
+  f.tensors = req.tensors.size();
+  f.type = req.type;
+  f.reduce_op = req.reduce_op;
+  f.dtype = req.tensors.front().dtype;
+  f.set_id = set_id;
+  f.set_seq = set_seq;
+  f.bytes = RequestBytes(req);
+  f.submitted = Ns(req.enqueued);
+  f.finished = 0;
+  f.status = HVD_OK;
+  f.error.clear();
   r.negotiated.store(0, std::memory_order_relaxed);
   r.started.store(0, std::memory_order_relaxed);
   r.unit_bytes.store(0, std::memory_order_relaxed);
-  r.finished = 0;
-  r.status = HVD_OK;
-  r.error.clear();
   return seq;
 }
 
@@ -113,9 +114,9 @@ void FlightRecorder::Finished(uint64_t seq, TimePoint t, const Status& s) {
   if (seq == 0) return;
   Record* r = Find(seq);
   if (r == nullptr) return;
-  r->finished = Ns(t);
-  r->status = s.code();
-  if (!s.ok()) r->error = s.message();
+  r->f.finished = Ns(t);
+  r->f.status = s.code();
+  if (!s.ok()) r->f.error = s.message();
 }
 
 void FlightRecorder::Stopped(const Status& why, TimePoint t) {
@@ -136,22 +137,11 @@ FlightRecorder::Snapshot FlightRecorder::Take() const {
     const Record& r = ring_[(seq - 1) % capacity_];
     if (r.seq.load(std::memory_order_relaxed) != seq) continue;
     Entry e;
+    static_cast<Fields&>(e) = r.f;
     e.seq = seq;
-    e.name = r.name;
-    e.tensors = r.tensors;
-    e.type = r.type;
-    e.reduce_op = r.reduce_op;
-    e.dtype = r.dtype;
-    e.set_id = r.set_id;
-    e.set_seq = r.set_seq;
-    e.bytes = r.bytes;
     e.unit_bytes = r.unit_bytes.load(std::memory_order_relaxed);
-    e.submitted = r.submitted;
     e.negotiated = r.negotiated.load(std::memory_order_relaxed);
     e.started = r.started.load(std::memory_order_relaxed);
-    e.finished = r.finished;
-    e.status = r.status;
-    e.error = r.error;
     snap.entries.push_back(std::move(e));
   }
   return snap;

@@ -37,17 +37,21 @@ class FlightRecorder {
   // a function of the collective and the size; null: unknown).
   using AlgorithmOf = const char* (*)(const void* user, int set_id, OpType type, uint64_t bytes);
 
-  // A copy of one record, as a dump reads it.
-  struct Entry {
-    uint64_t seq = 0;
+  // What the submit and the completion write (under the queue lock).
+  struct Fields {
     std::string name;
     size_t tensors = 0;
     OpType type = OpType::kAllreduce;
     int reduce_op = 0, dtype = 0, set_id = -1;
-    uint64_t bytes = 0, unit_bytes = 0, set_seq = 0;
-    int64_t submitted = 0, negotiated = 0, started = 0, finished = 0;  // steady ns; 0: not yet
+    uint64_t bytes = 0, set_seq = 0;
+    int64_t submitted = 0, finished = 0;  // steady ns; 0: not yet
     int status = 0;
     std::string error;
+  };
+  // A copy of one record, as a dump reads it.
+  struct Entry : Fields {
+    uint64_t seq = 0, unit_bytes = 0;
+    int64_t negotiated = 0, started = 0;  // steady ns; 0: not yet
   };
   struct Snapshot {
     std::vector<Entry> entries;  // oldest first
@@ -107,19 +111,10 @@ class FlightRecorder {
  private:
   struct Record {
     std::atomic<uint64_t> seq{0};
-    std::string name;
-    uint32_t tensors = 0;
-    OpType type = OpType::kAllreduce;
-    int8_t reduce_op = 0, dtype = 0;
-    int32_t set_id = -1;
-    uint64_t set_seq = 0;
-    uint64_t bytes = 0;
-    int64_t submitted = 0;
+    Fields f;
+    // The cycle's holder's steps.
     std::atomic<int64_t> negotiated{0}, started{0};
     std::atomic<uint64_t> unit_bytes{0};
-    int64_t finished = 0;
-    int32_t status = 0;
-    std::string error;
   };
   void AppendOp(std::string* out, const Entry& e, const char* algo,
                 const std::vector<int>* members, int64_t offset) const;
