@@ -124,16 +124,19 @@ class ContextImpl final : public CycleDriver {
   Status Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown);
   uint64_t Execute(Scope& scope);  // returns the bytes moved
   uint64_t ServePiggybacked(Scope& scope, Response& resp, OpRequest* req, Clock::time_point now);
-  uint64_t RunPlan(Scope& scope, uint64_t moved);
-  void RecordStarted(const FusionUnit& u);
+  uint64_t RunPlan(Scope& scope, uint64_t moved, Clock::time_point negotiated);
+  void RecordStarted(const FusionUnit& u, Clock::time_point t);
   Status FinishProcessSet(OpRequest& req, const Response& resp);
   Result<std::vector<size_t>> SlotsFor(const std::vector<std::vector<int>>& groups);
   Result<std::shared_ptr<Scope>> MakeSetScope(const std::vector<int>& g, size_t k, int me,
                                               const std::vector<int32_t>& hosts,
                                               uint64_t generation);
   void CloseAgreed(Scope& set);
-  void Finish(Scope& scope, OpRequest& req, Status status);
-  void FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status);
+  // done: when it completed, for the flight recorder (unset: now).
+  void Finish(Scope& scope, OpRequest& req, Status status,
+              Clock::time_point done = Clock::time_point());
+  void FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status,
+                 Clock::time_point done = Clock::time_point());
   void FailEverything(const Status& why);
   void RecordFinished(OpRequest* const* reqs, size_t n, const Status& status,
                       Clock::time_point done);

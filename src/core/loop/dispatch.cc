@@ -67,7 +67,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       planner_.AddAllreduce(&req, resp);
     }
   }
-  return RunPlan(scope, piggybacked);
+  return RunPlan(scope, piggybacked, now);
 }
 
 // A response reduced in the negotiation: finished from there (a joined
@@ -86,27 +86,31 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
     std::lock_guard<std::mutex> lock(mu_);
     ++piggybacked_;  // before the handle completes: its waiter may ask
   }
-  Finish(scope, *req, Status::Ok());
+  Finish(scope, *req, Status::Ok(), now);  // done with the negotiation
   return piggy_.result_bytes();
 }
 
 // Runs the planned units in order and completes their requests; returns the
 // bytes moved (`moved` already counts the piggybacked ones).
-uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
+uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point negotiated) {
   const size_t nunits = planner_.size();
+  // The flight recorder: a unit starts when the one before it completed
+  // (one clock read a unit).
+  Clock::time_point mark = negotiated;
   for (size_t k = 0; k < nunits; ++k) {
     FusionUnit& u = planner_[k];
     moved += u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
-    if (recorder_.on()) RecordStarted(u);
+    if (recorder_.on()) RecordStarted(u, mark);
     Status s = u.single != nullptr ? executor_->RunOne(*u.single, *u.resp)
                                    : executor_->RunAllreduceBatch(u.batch);
     if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
       s = FinishProcessSet(*u.single, *u.resp);
     }
+    if (recorder_.on()) mark = Clock::now();
     if (u.single != nullptr) {
-      Finish(scope, *u.single, s);
+      Finish(scope, *u.single, s, mark);
     } else {
-      FinishAll(scope, u.batch.data(), u.batch.size(), s);
+      FinishAll(scope, u.batch.data(), u.batch.size(), s, mark);
     }
     // Errors every rank reached alike leave the communicator working (a
     // process set's bad list or tag range: HVD_ERR_UNSUPPORTED too).
@@ -132,8 +136,7 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
 }
 
 // The flight recorder: a unit starts now (its requests' records).
-void ContextImpl::RecordStarted(const FusionUnit& u) {
-  const Clock::time_point t = Clock::now();
+void ContextImpl::RecordStarted(const FusionUnit& u, Clock::time_point t) {
   if (u.single != nullptr) {
     recorder_.Started(u.single->record, t, RequestBytes(*u.single));
     return;

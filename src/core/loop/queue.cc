@@ -58,19 +58,20 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& r
   return h;
 }
 
-void ContextImpl::Finish(Scope& scope, OpRequest& req, Status status) {
+void ContextImpl::Finish(Scope& scope, OpRequest& req, Status status, Clock::time_point done) {
   OpRequest* one = &req;
-  FinishAll(scope, &one, 1, status);
+  FinishAll(scope, &one, 1, status, done);
 }
 
 // One lock for the whole batch: a fused step completes hundreds of requests.
-void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& given) {
+void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& given,
+                            Clock::time_point done) {
   // Successes (the hot path) pass through untouched; only failures of an
   // elastic job are reworded.
   Status mapped;
   const Status& status = given.ok() || !cfg_.elastic ? given : (mapped = Membership(given));
   {
-    const Clock::time_point done = recorder_.on() ? Clock::now() : Clock::time_point();
+    if (recorder_.on() && done == Clock::time_point()) done = Clock::now();
     std::lock_guard<std::mutex> lock(mu_);
     if (recorder_.on()) RecordFinished(reqs, n, status, done);
     for (size_t i = 0; i < n; ++i) {

@@ -74,14 +74,17 @@ void FlightRecorder::Configure(size_t capacity, std::string dir, Identity id) {
   capacity_ = capacity;
   dir_ = std::move(dir);
   id_ = std::move(id);
-  ring_ = capacity_ ? std::make_unique<Record[]>(capacity_) : nullptr;
+  size_t slots = 1;
+  while (slots < capacity_) slots <<= 1;
+  mask_ = slots - 1;
+  ring_ = capacity_ ? std::make_unique<Record[]>(slots) : nullptr;
   signals_seen_.store(g_dump_signals.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 uint64_t FlightRecorder::Submitted(const OpRequest& req, int set_id, uint64_t set_seq) {
   if (capacity_ == 0) return 0;
   const uint64_t seq = ++next_;
-  Record& r = ring_[(seq - 1) % capacity_];
+  Record& r = ring_[(seq - 1) & mask_];
   r.seq.store(seq, std::memory_order_relaxed);
   Fields& f = r.f;
   f.name.assign(req.tensors.front().name);  // keeps its capacity: no allocation once warm
@@ -134,7 +137,7 @@ FlightRecorder::Snapshot FlightRecorder::Take() const {
   const uint64_t first = next_ > capacity_ ? next_ - capacity_ + 1 : 1;
   snap.entries.reserve(static_cast<size_t>(next_ - first + 1));
   for (uint64_t seq = first; seq <= next_; ++seq) {
-    const Record& r = ring_[(seq - 1) % capacity_];
+    const Record& r = ring_[(seq - 1) & mask_];
     if (r.seq.load(std::memory_order_relaxed) != seq) continue;
     Entry e;
     static_cast<Fields&>(e) = r.f;

@@ -122,7 +122,7 @@ class FlightRecorder {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   }
   Record* Find(uint64_t seq) {
-    Record& r = ring_[(seq - 1) % capacity_];
+    Record& r = ring_[(seq - 1) & mask_];
     return r.seq.load(std::memory_order_relaxed) == seq ? &r : nullptr;
   }
   void Stamp(uint64_t seq, std::atomic<int64_t> Record::*field, TimePoint t) {
@@ -130,6 +130,7 @@ class FlightRecorder {
   }
 
   size_t capacity_ = 0;
+  size_t mask_ = 0;  // the ring holds the next power of two >= capacity_ (an index is a mask)
   std::string dir_;
   Identity id_;
   std::unique_ptr<Record[]> ring_;
