@@ -371,6 +371,12 @@ HVD_API hvd_status_t hvd_timeline_start(hvd_context_t ctx, const char *path, int
 /* Closes the timeline (HVD_OK when none); waits up to 30 s. */
 HVD_API hvd_status_t hvd_timeline_stop(hvd_context_t ctx);
 
+/* ---- Flight recorder (docs/flight-recorder.md) --------------------------- */
+
+/* Writes this rank's last operations (HVD_FLIGHT_RECORDER_SIZE) as JSON to path
+ * (NULL: HVD_FLIGHT_RECORDER_DIR/rank-<r>.json); off: HVD_ERR_UNSUPPORTED. */
+HVD_API hvd_status_t hvd_flight_recorder_dump(hvd_context_t ctx, const char *path);
+
 /* ---- Elastic jobs (docs/api.md#elastic-jobs) ----------------------------- */
 
 /* Collective over the new membership: re-forms ctx under the next epoch

@@ -76,6 +76,9 @@ class Context {
   // of the job.
   Status StartTimeline(const std::string& path, bool mark_cycles);
   Status StopTimeline();
+  // Writes this rank's flight record to path ("": the configured folder's
+  // rank-<r>.json).
+  Status DumpFlightRecorder(const std::string& path);
 
   // Whether a CUDA tensor on `device` (tensor `name`, data `data`, or null
   // not to check the pointer) can be served: loads the context's CUDA

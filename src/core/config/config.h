@@ -63,6 +63,11 @@ struct Config {
   // HVD_TIMELINE_MARK_CYCLES (or HOROVOD_TIMELINE_MARK_CYCLES): the timeline
   // started at init also marks the start of every cycle.
   bool timeline_mark_cycles = false;
+  // HVD_FLIGHT_RECORDER_SIZE: the last operations each rank keeps for a
+  // dump (0 = off); HVD_FLIGHT_RECORDER_DIR: where dumps go ("" = only on
+  // request to a named file). docs/flight-recorder.md.
+  int64_t flight_recorder_size = 2000;
+  std::string flight_recorder_dir;
 
   // Memory the context keeps for reuse (environment only).
   // HVD_FUSION_BUFFER_INITIAL: bytes of fusion buffer allocated and faulted

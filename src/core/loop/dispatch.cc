@@ -46,6 +46,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     const bool have = scope.controller->Take(resp, &req) ||
                       MakeJoinedZeros(resp, scope.rank, now, &zeros, &req);
     if (!have) continue;  // e.g. a stall error for a request this rank never made
+    recorder_.Negotiated(req.record, now);
     if (timeline_.enabled()) {
       timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
     }
@@ -66,7 +67,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       planner_.AddAllreduce(&req, resp);
     }
   }
-  return RunPlan(scope, piggybacked);
+  return RunPlan(scope, piggybacked, now);
 }
 
 // A response reduced in the negotiation: finished from there (a joined
@@ -75,32 +76,41 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
                                        Clock::time_point now) {
   piggy_.clear_served();
   if (!scope.controller->Take(resp, req)) return 0;
+  if (req->record != 0) {
+    recorder_.Negotiated(req->record, now);
+    recorder_.Started(req->record, now, RequestBytes(*req));
+  }
   if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req->enqueued, now);
   executor_->FinishPiggybacked(*req, piggy_.result(), now);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++piggybacked_;  // before the handle completes: its waiter may ask
   }
-  Finish(scope, *req, Status::Ok());
+  Finish(scope, *req, Status::Ok(), now);  // done with the negotiation
   return piggy_.result_bytes();
 }
 
 // Runs the planned units in order and completes their requests; returns the
 // bytes moved (`moved` already counts the piggybacked ones).
-uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
+uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point negotiated) {
   const size_t nunits = planner_.size();
+  // The flight recorder: a unit starts when the one before it completed
+  // (one clock read a unit).
+  Clock::time_point mark = negotiated;
   for (size_t k = 0; k < nunits; ++k) {
     FusionUnit& u = planner_[k];
     moved += u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
+    if (recorder_.on()) RecordStarted(u, mark);
     Status s = u.single != nullptr ? executor_->RunOne(*u.single, *u.resp)
                                    : executor_->RunAllreduceBatch(u.batch);
     if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
       s = FinishProcessSet(*u.single, *u.resp);
     }
+    if (recorder_.on()) mark = Clock::now();
     if (u.single != nullptr) {
-      Finish(scope, *u.single, s);
+      Finish(scope, *u.single, s, mark);
     } else {
-      FinishAll(scope, u.batch.data(), u.batch.size(), s);
+      FinishAll(scope, u.batch.data(), u.batch.size(), s, mark);
     }
     // Errors every rank reached alike leave the communicator working (a
     // process set's bad list or tag range: HVD_ERR_UNSUPPORTED too).
@@ -112,6 +122,7 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
       // The transport failed: peers are gone or out of step.
       Status broken(s.code(), "the context can no longer communicate: " + s.message());
       HVD_LOG(log_, HVD_LOG_ERROR, broken.message());
+      recorder_.Want("error");
       for (size_t j = k + 1; j < nunits; ++j) {
         if (planner_[j].single != nullptr) Finish(scope, *planner_[j].single, broken);
         for (OpRequest* r : planner_[j].batch) Finish(scope, *r, broken);
@@ -122,6 +133,15 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
   }
   timeline_.Flush();
   return moved;
+}
+
+// The flight recorder: a unit starts now (its requests' records).
+void ContextImpl::RecordStarted(const FusionUnit& u, Clock::time_point t) {
+  if (u.single != nullptr) {
+    recorder_.Started(u.single->record, t, RequestBytes(*u.single));
+    return;
+  }
+  for (const OpRequest* r : u.batch) recorder_.Started(r->record, t, u.bytes);
 }
 
 }  // namespace hvd
