@@ -24,6 +24,7 @@ if [ "$fault" = kill ]; then bound=1; else bound=$(awk -v p="$peer_timeout" 'BEG
 named="rank $victim \\(host [^)]+\\)"
 worst_all=0
 for run in $(seq 1 "$runs"); do
+  : >"$out"  # before the job starts: the wait below must not read the last run's lines
   start=$(date +%s)
   timeout -k 5 120 "$hvdrun" -np "$np" --grace-period 60 "$prog" "$fault" "$phase" "$coll" \
     "$victim" "$mark" >"$out" 2>&1 &
