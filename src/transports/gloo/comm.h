@@ -23,8 +23,12 @@
 //
 // Faults: the first failure (timeout, I/O error, abort) breaks the
 // communicator: it is recorded once, every pending request's Gloo wait is
-// aborted and every connection closed (so nothing arrives into a released
-// buffer and peers blocked on this rank fail fast); later calls return it.
+// aborted, every peer is sent the reason (an abort message, Watch) and
+// every connection closed (so nothing arrives into a released buffer and
+// peers blocked on this rank fail fast); later calls return it. What Gloo
+// does not report to a waiting request (a pair failing under a message
+// mid-way, another rank's failure, a silent peer) the watch thread finds
+// (watch.cc; docs/failures.md).
 // abort and async_error may come from any thread: the failure record and the
 // pending list are guarded by Comm::mu. SIGPIPE (Gloo writes with writev) is
 // blocked in the calling thread during every entry point, and Gloo's

@@ -23,3 +23,11 @@ hvd_peer_fault(tcp_stop_negotiation "${_tcp}" stop negotiation allreduce 4 2)
 set(_shm "HVD_PEER_TIMEOUT=3;PEER_FAULT_MIB=4")
 hvd_peer_fault(shm_kill_transfer "${_shm}" kill transfer allreduce 4 2)
 hvd_peer_fault(shm_stop_transfer "${_shm}" stop transfer allreduce 4 2)
+# MPI on one host: the core's shared-memory path carries the collectives.
+# (Over MPI's own point-to-point, Open MPI's mpirun ends the job when a rank
+# dies: the survivors are killed before they can report; docs/failures.md.)
+if(TARGET hvd_transport_mpi AND MPIEXEC_EXECUTABLE)
+  set(_mpi "PEER_FAULT_HVDRUN_ARGS=--transport mpi;HVD_PEER_TIMEOUT=3;PEER_FAULT_MIB=4")
+  hvd_peer_fault(mpi_kill_transfer "${_mpi}" kill transfer allreduce 4 2)
+  hvd_peer_fault(mpi_stop_transfer "${_mpi}" stop transfer allreduce 4 2)
+endif()

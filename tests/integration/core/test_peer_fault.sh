@@ -2,7 +2,8 @@
 # test_peer_fault.sh HVDRUN PEER_FAULT FAULT PHASE COLLECTIVE NP VICTIM [RUNS]
 # Runs hvdrun -np NP peer_fault FAULT PHASE COLLECTIVE VICTIM, RUNS times in
 # a row (default 1), under the caller's environment (transport, algorithm,
-# HVD_PEER_TIMEOUT, PEER_FAULT_MIB). In every run, every surviving rank must
+# HVD_PEER_TIMEOUT, PEER_FAULT_MIB; PEER_FAULT_HVDRUN_ARGS: hvdrun's own,
+# e.g. "--transport mpi"). In every run, every surviving rank must
 # report its collective's failure, naming the victim by rank and host, within
 # 1 s of the victim's death (FAULT kill) or within the peer timeout + 1 s of
 # its stop (FAULT stop), measured from the moment the victim printed, and
@@ -26,7 +27,8 @@ worst_all=0
 for run in $(seq 1 "$runs"); do
   : >"$out"  # before the job starts: the wait below must not read the last run's lines
   start=$(date +%s)
-  timeout -k 5 120 "$hvdrun" -np "$np" --grace-period 60 "$prog" "$fault" "$phase" "$coll" \
+  # shellcheck disable=SC2086
+  timeout -k 5 120 "$hvdrun" ${PEER_FAULT_HVDRUN_ARGS:-} -np "$np" --grace-period 60 "$prog" "$fault" "$phase" "$coll" \
     "$victim" "$mark" >"$out" 2>&1 &
   job=$!
   # The survivors report well before the grace period; a stopped victim
