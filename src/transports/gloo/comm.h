@@ -209,6 +209,7 @@ struct Watch {
   int waiting_peer = -1;  // -1: the loop thread is not in a wait
   int64_t since = 0;      // Progress::Now() at the wait's start
   Found found = kNothing;
+  std::atomic<bool> flagged{false};  // found != kNothing, read without the lock
   int found_peer = -1;
   int found_status = HVD_OK;
   std::string found_text;

@@ -182,6 +182,7 @@ std::string PeerAborted(const Comm& c, int p, const std::string& message, int* s
 // What the watch found, as this rank's failure (it breaks the
 // communicator); the first failure's status, HVD_OK if nothing. Loop thread.
 int Settle(Comm& c) {
+  if (c.failure.status.load() == HVD_OK && (!c.watch || !c.watch->flagged.load())) return HVD_OK;
   Watch::Found found = Watch::kNothing;
   int peer = -1;
   std::string text;

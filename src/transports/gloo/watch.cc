@@ -71,6 +71,7 @@ void Round(Comm& c) {
   w.found = found;
   w.found_peer = who;
   w.found_text = text;
+  w.flagged.store(true);
   c.WakeLocked();
 }
 
