@@ -238,7 +238,7 @@ void Finalize(void* comm) noexcept {
     }
     c->ctx.reset();  // a soft close where not closed already: peers see end-of-stream
     c->device.reset();
-    c->watch.reset();  // its receives outlive the connections: nothing arrives into freed memory
+    c->watch.reset();  // its buffers hold Gloo's context: the pairs go with them, before their memory
   } catch (...) {
   }
   delete c;

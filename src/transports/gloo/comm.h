@@ -192,8 +192,10 @@ struct Watch {
   static constexpr size_t kBytes = 1024;  // an abort message: "<status> <text>", 0-padded, kMagic last
   static constexpr char kMagic = 'X';
   enum Found { kNothing, kClosed, kAborted, kSilent };
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in;  // per peer
+  // Declared first, freed last: the receives (and through them Gloo's
+  // pairs) go before their memory.
   std::vector<std::vector<char>> in_bytes;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in;  // per peer
   hvd::kit::Progress progress;
   std::thread thread;
   std::mutex mu;  // stop and the wake-up
