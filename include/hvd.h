@@ -176,8 +176,9 @@ typedef struct hvd_params {
     int32_t autotune;                 /* HVD_PARAM_AUTOTUNE: 0 off, 1 on      */
     const char *transport_path;       /* HVD_PARAM_TRANSPORT_PATH: ':'-separated
                                        * plugin folders searched first        */
-    double peer_timeout_s;            /* HVD_PARAM_PEER_TIMEOUT: a peer silent in
-                                       * negotiation this long fails the ops
+    double peer_timeout_s;            /* HVD_PARAM_PEER_TIMEOUT: a peer silent
+                                       * this long (in negotiation, or no byte
+                                       * moved in a transfer) fails the ops
                                        * (default 10 s; <= 0 = off;
                                        * docs/api.md#peer_timeout_s)          */
 } hvd_params_t;

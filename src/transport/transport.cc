@@ -524,6 +524,7 @@ Status Transport::SetTimeout(double timeout_s, int32_t kind) {
   peer_limit_ = kind == HVD_TRANSPORT_LIMIT_PEER;
   limit_s_ = timeout_s;
   if (shm_) shm_->set_timeout(timeout_s);
+  if (shm_ && peer_limit_) shm_->set_silence(timeout_s);  // for transfers too
   return Check(table_.set_timeout(comm_, timeout_s, kind), "set_timeout");
 }
 

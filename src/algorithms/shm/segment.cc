@@ -303,6 +303,26 @@ Status Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
   return Status::Ok();
 }
 
+// The wait has lasted the peer timeout: the missing ranks that are not
+// blocked themselves (a leader in a cross-host transfer is) are silent, an
+// error naming them; Ok if every missing rank is blocked on someone.
+Status Segment::Silent(uint32_t g, const char* what) {
+  std::vector<int> silent;
+  for (int j : Missing(g)) {
+    int peer = -1;
+    double secs = 0;
+    if (!WaitingOn(j, &peer, &secs)) silent.push_back(j);
+  }
+  if (silent.empty()) return Status::Ok();
+  missing_ = silent;
+  char secs[32];
+  std::snprintf(secs, sizeof(secs), "%g", silence_s_);
+  return Error(HVD_ERR_TIMEOUT, std::string(what) + " (shm): " + Name(rank_) + ": " +
+                                    NameList(silent) + (silent.size() == 1 ? " has" : " have") +
+                                    " not answered for " + secs +
+                                    " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)");
+}
+
 Status Segment::WaitAll(uint32_t g, const char* what) {
   int next = 0;  // ranks below next are known to have arrived
   auto all_here = [&] {
@@ -322,6 +342,8 @@ Status Segment::WaitAll(uint32_t g, const char* what) {
   }
   const bool limited = timeout_s_ > 0 && timeout_s_ < 3.0e7;
   const int64_t limit_ns = limited ? static_cast<int64_t>(timeout_s_ * 1e9) : 0;
+  const int64_t silence_ns =
+      silence_s_ > 0 && (!limited || silence_s_ < timeout_s_) ? static_cast<int64_t>(silence_s_ * 1e9) : 0;
   int64_t last_pid_check = -kPidCheckNs;
   for (;;) {
     const int64_t now = NsSince(t0);
@@ -336,7 +358,9 @@ Status Segment::WaitAll(uint32_t g, const char* what) {
       return Error(HVD_ERR_TIMEOUT, std::string(what) + " (shm): " + Name(rank_) + ": " +
                                         NameList(missing_) + " did not arrive within " + secs + " s");
     }
+    if (silence_ns > 0 && now >= silence_ns) HVD_CHECK(Silent(g, what));
     int64_t slice = kSliceNs;
+    if (silence_ns > now) slice = std::min(slice, std::max<int64_t>(silence_ns - now, 1000));
     if (limited) slice = std::min(slice, std::max<int64_t>(limit_ns - now, 1000));
     slice = std::min(slice, std::max<int64_t>(kPidCheckNs - (now - last_pid_check), 1000));
     RankLine* l = line(next);

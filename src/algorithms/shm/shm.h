@@ -122,6 +122,10 @@ class Segment {
   // The limit of every wait from now on (seconds; <= 0: no limit).
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
+  // The peer timeout (seconds; <= 0: none): a wait in which a missing rank
+  // has not arrived for this long, and is not itself blocked in a
+  // point-to-point wait (NoteWait), fails naming it, whatever the limit.
+  void set_silence(double seconds) { silence_s_ = seconds; }
   // How messages name the segment's ranks (index: the segment's rank), e.g.
   // "rank 3 (host h2)" where the segment serves a subset; unset or empty
   // entries read "rank <index>".
@@ -157,6 +161,7 @@ class Segment {
   void WakeEveryone();
   Status CheckPeers(uint32_t g, const char* what, bool check_pids);
   Status WaitAll(uint32_t g, const char* what);
+  Status Silent(uint32_t g, const char* what);
 
   uint8_t* base_;
   size_t bytes_;
@@ -164,6 +169,7 @@ class Segment {
   int size_;
   size_t slot_;
   double timeout_s_;
+  double silence_s_ = 0;
   size_t small_fanout_;
   int64_t spin_ns_;
   int64_t yield_ns_;

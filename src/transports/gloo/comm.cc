@@ -214,6 +214,7 @@ int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg) {
     return hs;
   }
   c->ctx->setTimeout(ToMillis(s.timeout_s));
+  StartWatch(*c);
   c->Log(HVD_LOG_DEBUG, "gloo: rank " + std::to_string(c->rank) + " of " + std::to_string(c->size) +
                             " connected over " + where + " (" + c->device->str() + ")");
   *out = std::move(c);
@@ -227,6 +228,7 @@ void Finalize(void* comm) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return;
   SigpipeBlock no_sigpipe;
+  StopWatch(*c);
   try {
     if (c->pending.head != nullptr) c->Close();  // hard close first: nothing writes into them
     while (c->pending.head != nullptr) {
@@ -236,6 +238,7 @@ void Finalize(void* comm) noexcept {
     }
     c->ctx.reset();  // a soft close where not closed already: peers see end-of-stream
     c->device.reset();
+    c->watch.reset();  // its buffers hold Gloo's context: the pairs go with them, before their memory
   } catch (...) {
   }
   delete c;

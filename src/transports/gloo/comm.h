@@ -23,8 +23,12 @@
 //
 // Faults: the first failure (timeout, I/O error, abort) breaks the
 // communicator: it is recorded once, every pending request's Gloo wait is
-// aborted and every connection closed (so nothing arrives into a released
-// buffer and peers blocked on this rank fail fast); later calls return it.
+// aborted, every peer is sent the reason (an abort message, Watch) and
+// every connection closed (so nothing arrives into a released buffer and
+// peers blocked on this rank fail fast); later calls return it. What Gloo
+// does not report to a waiting request (a pair failing under a message
+// mid-way, another rank's failure, a silent peer) the watch thread finds
+// (watch.cc; docs/failures.md).
 // abort and async_error may come from any thread: the failure record and the
 // pending list are guarded by Comm::mu. SIGPIPE (Gloo writes with writev) is
 // blocked in the calling thread during every entry point, and Gloo's
@@ -49,6 +53,7 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -72,6 +77,7 @@
 #include "kit/deadline.h"
 #include "kit/p2p.h"
 #include "kit/settings.h"
+#include "kit/silence.h"
 #include "kit/store.h"
 
 // One request: an unbound buffer over the caller's memory, linked into its
@@ -100,6 +106,8 @@ using Request = hvd_transport_request;
 constexpr uint64_t kSlotBase = uint64_t{0xB4} << 56;
 // The closing handshake of init (Handshake): a high byte of its own.
 constexpr uint64_t kHandshakeSlot = uint64_t{0xB5} << 56;
+// Abort messages (Watch): a high byte of their own.
+constexpr uint64_t kControlSlot = uint64_t{0xB6} << 56;
 constexpr uint32_t kMaxTag = 0x7FFFFFFFu;
 constexpr Millis kForever = std::chrono::hours(24 * 365);
 
@@ -170,18 +178,63 @@ class Kv : public gloo::rendezvous::Store {
   hvd::kit::Store store_;
 };
 
+// What Gloo does not tell a waiting request (watch.cc). Gloo wakes the
+// requests of a pair whose connection fails only where they wait in its
+// queues: a message already coming in (a large transfer's, mid-way) waits on
+// for the transport timeout, and a request on another pair (a ring's
+// receive from a healthy neighbour) learns nothing. So each rank keeps, per
+// peer, one receive of an abort message posted (`in`), which Gloo fails
+// with the pair; a watch thread polls them every kWatchPeriod while this
+// rank waits on requests, and times the loop thread's wait against the
+// peer timeout (Progress). What it finds it records here and wakes the
+// waits; the loop thread turns it into the failure (Settle).
+struct Watch {
+  static constexpr size_t kBytes = 1024;  // an abort message: "<status> <text>", 0-padded, kMagic last
+  static constexpr char kMagic = 'X';
+  enum Found { kNothing, kClosed, kAborted, kSilent };
+  // Declared first, freed last: the receives (and through them Gloo's
+  // pairs) go before their memory.
+  std::vector<std::vector<char>> in_bytes;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in;  // per peer
+  hvd::kit::Progress progress;
+  std::thread thread;
+  std::mutex mu;  // stop and the wake-up
+  std::condition_variable cv;
+  bool stop = false;
+  // The abort messages this rank sent (once), kept until finalize: Gloo may
+  // still be writing them when the connections close.
+  std::atomic<bool> sent{false};
+  std::vector<char> out;
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends;
+  // Under the communicator's failure.mu: the loop thread's wait and what
+  // the watch found (kNothing until the loop thread has settled it).
+  int waiting_peer = -1;  // -1: the loop thread is not in a wait
+  int64_t since = 0;      // Progress::Now() at the wait's start
+  Found found = kNothing;
+  std::atomic<bool> flagged{false};  // found != kNothing, read without the lock
+  int found_peer = -1;
+  int found_status = HVD_OK;
+  std::string found_text;
+};
+
 struct Comm : hvd::kit::CommBase {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   // Any thread, under failure.mu: the pending requests.
   hvd::kit::PendingList<Request> pending;
   std::atomic<bool> closed{false};
+  std::unique_ptr<Watch> watch;  // none for a world of one
 
   // Records the first failure and wakes every pending wait; false if the
   // communicator had failed already.
   bool Fail(int status, const std::string& msg) {
     std::lock_guard<std::mutex> lock(failure.mu);
     if (!failure.RecordLocked(status, msg)) return false;
+    WakeLocked();
+    return true;
+  }
+  // Wakes every pending wait (their Gloo waits return false); under failure.mu.
+  void WakeLocked() {
     for (Request* r = pending.head; r != nullptr; r = r->next) {
       if (r->send) {
         r->ub->abortWaitSend();
@@ -189,7 +242,6 @@ struct Comm : hvd::kit::CommBase {
         r->ub->abortWaitRecv();
       }
     }
-    return true;
   }
   // Hard close of every pair, once: nothing arrives into released buffers.
   void Close() {
@@ -244,11 +296,19 @@ class SigpipeBlock {
 std::string WithoutLocation(const std::string& s);
 bool FindAddress(const std::string& text, size_t* pos, size_t* len);
 std::string DescribeFailure(const Comm& c, const Request& r, const std::string& what);
+std::string PeerFailure(const Comm& c, const Request& r, const std::string& what);
 std::string MeshFailure(const Comm& c, const Kv& store, const std::string& what);
 void NoteInitFailure(const Kv& store, int rank, const std::string& msg);
 std::string InitFailureNote(const Comm& c);
 int Break(Comm& c, int status, const std::string& msg);
 int Abort(void* comm, int status, const char* reason) noexcept;
+int Settle(Comm& c);
+
+// watch.cc
+void StartWatch(Comm& c);
+void StopWatch(Comm& c) noexcept;
+void Waiting(Comm& c, const Request* r);
+void SendAborts(Comm& c, int status, const std::string& msg) noexcept;
 
 // comm.cc
 int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg);

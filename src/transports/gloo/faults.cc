@@ -138,14 +138,79 @@ std::string InitFailureNote(const Comm& c) {
 }
 
 // A failure of this call that breaks the communicator; returns the first.
-// Loop thread only (it writes this rank's note to the store).
+// Loop thread only (it writes this rank's note to the store). Every peer
+// is told (SendAborts) before the connections close.
 int Break(Comm& c, int status, const std::string& msg) {
   if (c.Fail(status, msg)) {
     c.Log(HVD_LOG_ERROR, msg);
     hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
+    SendAborts(c, status, msg);
     c.Close();
   }
   return c.Failed();
+}
+
+// Request r's pair failed (Gloo's `what`): the peer's own reason first
+// where it noted one before closing (it broke on something else: a rank
+// further on died), else the pair's failure, which names the peer (it
+// died, or its host went away). A rank notes before it closes, so the note
+// is there once the closing is seen: the wait is short.
+std::string PeerFailure(const Comm& c, const Request& r, const std::string& what) {
+  constexpr double kNoteWaitS = 0.05;
+  const std::string note = hvd::kit::NoteOf(c.store, r.peer, kNoteWaitS);
+  if (!note.empty()) return note + " (as " + c.Who(r.peer) + " reported, closing its connections)";
+  return DescribeFailure(c, r, what);
+}
+
+namespace {
+
+// An abort message "<status> <text>" from p: its text, as p reported it.
+std::string PeerAborted(const Comm& c, int p, const std::string& message, int* status) {
+  const size_t sp = message.find(' ');
+  *status = HVD_ERR_TRANSPORT;
+  try {
+    if (sp != std::string::npos) *status = std::stoi(message.substr(0, sp));
+  } catch (const std::exception&) {
+  }
+  if (*status >= 0) *status = HVD_ERR_TRANSPORT;
+  const std::string text = sp == std::string::npos ? message : message.substr(sp + 1);
+  return text + " (as " + c.Who(p) + " reported)";
+}
+
+}  // namespace
+
+// What the watch found, as this rank's failure (it breaks the
+// communicator); the first failure's status, HVD_OK if nothing. Loop thread.
+int Settle(Comm& c) {
+  if (c.failure.status.load() == HVD_OK && (!c.watch || !c.watch->flagged.load())) return HVD_OK;
+  Watch::Found found = Watch::kNothing;
+  int peer = -1;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(c.failure.mu);
+    if (c.failure.status.load() != HVD_OK) return c.failure.status.load();
+    if (!c.watch || c.watch->found == Watch::kNothing) return HVD_OK;
+    found = c.watch->found;
+    peer = c.watch->found_peer;
+    text = c.watch->found_text;
+  }
+  int status = HVD_ERR_TRANSPORT;
+  std::string msg;
+  if (found == Watch::kAborted) {
+    msg = PeerAborted(c, peer, text, &status);
+  } else if (found == Watch::kClosed) {
+    Request r;
+    r.peer = peer;
+    msg = PeerFailure(c, r, text);
+  } else {
+    constexpr double kChainS = 0.5;  // the ranks blocked behind the same stop time out together
+    std::string via;
+    const double secs = c.peer_s.load();
+    const int cause = hvd::kit::SilentCause(c.store, c.hosts, c.rank, c.size, peer, kChainS, &via);
+    msg = hvd::kit::SilentMessage("gloo", c.hosts, cause, secs, via);
+    status = HVD_ERR_TIMEOUT;
+  }
+  return Break(c, status, msg);
 }
 
 int Abort(void* comm, int status, const char* reason) noexcept {
@@ -154,7 +219,11 @@ int Abort(void* comm, int status, const char* reason) noexcept {
   SigpipeBlock no_sigpipe;
   try {
     if (status == HVD_OK) status = HVD_ERR_ABORTED;
-    if (c->Fail(status, hvd::kit::AbortMessage("gloo", status, reason))) c->Close();
+    const std::string msg = hvd::kit::AbortMessage("gloo", status, reason);
+    if (c->Fail(status, msg)) {
+      SendAborts(*c, status, msg);
+      c->Close();
+    }
     return HVD_OK;
   } catch (...) {
     return HVD_ERR_INTERNAL;

@@ -11,7 +11,7 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
   const int bad = hvd::kit::CheckPost(op, peer, tag, buf, req, c->rank, c->size, kMaxTag,
                                       &c->last_error);
   if (bad != HVD_OK) return bad;
-  if (c->failure.status.load() != HVD_OK) return c->Failed();
+  if (Settle(*c) != HVD_OK) return c->Failed();
   SigpipeBlock no_sigpipe;
   Request* linked = nullptr;  // once in the pending list
   try {
@@ -42,7 +42,7 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
       return dynamic_cast<const std::bad_alloc*>(&e) ? HVD_ERR_NO_MEMORY : HVD_ERR_TRANSPORT;
     }
     Break(*c, HVD_ERR_TRANSPORT,
-          DescribeFailure(*c, *linked, e.what()) + hvd::kit::BrokenNote(c->store, linked->peer));
+          PeerFailure(*c, *linked, e.what()));
   } catch (...) {
     Break(*c, HVD_ERR_TRANSPORT, std::string(op) + "unknown exception");
   }
@@ -53,24 +53,34 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
   return c->Failed();
 }
 
+// The limit of a Gloo wait. With the watch timing the peer timeout (a
+// silent peer, a chain of blocked ranks named), Gloo's own limit is only a
+// backstop: Gloo's timeout breaks every pair and names no cause.
+double WaitLimit(const Comm& c, double timeout_s) {
+  if (timeout_s >= 0) return timeout_s;
+  if (c.peer_limit && c.watch && c.limit_s > 0) return 2 * c.limit_s + 1;
+  return c.limit_s;
+}
+
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr || req == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   SigpipeBlock no_sigpipe;
   const bool peer_kind = timeout_s < 0 && c->peer_limit;
-  const double secs = timeout_s < 0 ? c->limit_s : timeout_s;  // 0: no limit (ToMillis)
+  const double secs = WaitLimit(*c, timeout_s);  // 0: no limit (ToMillis)
   int status = HVD_OK;
-  if (c->failure.status.load() != HVD_OK) {
+  if (Settle(*c) != HVD_OK) {
     status = c->Failed();
   } else {
     try {
+      Waiting(*c, req);
       const Millis limit = ToMillis(secs);
       const bool done = req->send ? req->ub->waitSend(limit) : req->ub->waitRecv(limit);
-      if (!done) status = c->Failed();  // aborted (Fail woke it)
+      if (!done) status = Settle(*c) != HVD_OK ? c->Failed() : HVD_ERR_INTERNAL;  // woken
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      if (c->failure.status.load() != HVD_OK) {
-        status = c->Failed();  // the failure behind it came first
+      if (Settle(*c) != HVD_OK) {
+        status = c->Failed();  // the failure behind it came first, or the watch saw it
       } else if (what.find("Timed out waiting") != std::string::npos) {
         status = Break(*c, HVD_ERR_TIMEOUT,
                        hvd::kit::TimeoutMessage("gloo", c->Who(req->peer), req->send, secs,
@@ -78,12 +88,16 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
                            hvd::kit::BrokenNote(c->store, req->peer));
       } else {
         status = Break(*c, LooksLikeTimeout(what.c_str()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
-                       DescribeFailure(*c, *req, what) + hvd::kit::BrokenNote(c->store, req->peer));
+                       PeerFailure(*c, *req, what));
       }
       c->Log(HVD_LOG_DEBUG, "gloo: Gloo said: " + what);
     } catch (...) {
       status = Break(*c, HVD_ERR_TRANSPORT, "gloo wait: unknown exception");
     }
+    Waiting(*c, nullptr);
+  }
+  if (status == HVD_ERR_INTERNAL) {
+    status = Break(*c, HVD_ERR_INTERNAL, "gloo wait: woken with no failure recorded");
   }
   if (status != HVD_OK) c->Close();  // before the buffer goes: nothing may arrive into it
   c->Unlink(req);

@@ -3,6 +3,7 @@
 // and the first failure. A plugin's Comm derives from it.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct CommBase {
   int size = 1;
   double limit_s = 0;       // the limit of waits given no timeout (set_timeout)
   bool peer_limit = false;  // ... and it is the core's peer timeout
+  // The core's peer timeout, as last given (0: none yet): a peer that moves
+  // no byte for this long, in a transfer too, is silent (silence.h).
+  std::atomic<double> peer_s{0};
   void* logger = nullptr;
   void (*log)(void*, int, const char*) = nullptr;
   // The store (valid until finalize): a rank whose communicator breaks notes

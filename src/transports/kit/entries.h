@@ -8,6 +8,7 @@
 
 #include "hvd.h"
 #include "hvd_transport.h"
+#include "comm_base.h"
 
 namespace hvd::kit {
 
@@ -24,14 +25,19 @@ Table NewTable(uint32_t abi_version, const char* name, uint64_t caps) {
   return t;
 }
 
+// A communicator that watches for silent peers keeps the peer timeout.
+inline void KeepPeerLimit(CommBase* c, double s) { c->peer_s.store(s); }
+inline void KeepPeerLimit(const void*, double) {}
+
 // set_timeout: the limit of waits given no timeout, and whether it is the
-// core's peer timeout.
+// core's peer timeout (then also kept as peer_s, for the transfers' silence).
 template <typename Comm>
 int SetTimeout(void* comm, double timeout_s, int32_t kind) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
   c->limit_s = timeout_s;
   c->peer_limit = kind == HVD_TRANSPORT_LIMIT_PEER;
+  if (c->peer_limit) KeepPeerLimit(c, timeout_s);
   return HVD_OK;
 }
 

@@ -59,6 +59,7 @@
 #include "kit/deadline.h"
 #include "kit/p2p.h"
 #include "kit/settings.h"
+#include "kit/silence.h"
 #include "kit/store.h"
 
 // One request: linked into its communicator's list of pending requests while

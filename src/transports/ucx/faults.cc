@@ -88,9 +88,13 @@ int Settle(Comm& c) {
       aborted = c.aborted;
     }
     if (peer >= 0) {
-      const std::string note = hvd::kit::BrokenNote(c.store, peer);
+      // A rank notes before it closes, so a note is there once the closing
+      // is seen: a short wait (a peer that died notes nothing). The peer's
+      // own reason is the first cause: it leads.
+      constexpr double kNoteWaitS = 0.05;
+      const std::string note = hvd::kit::NoteOf(c.store, peer, kNoteWaitS);
       std::lock_guard<std::mutex> lock(c.failure.mu);
-      c.failure.msg += note;
+      if (!note.empty()) c.failure.msg = note + " (as " + c.Who(peer) + " reported: " + c.failure.msg + ")";
     }
     if (!aborted) {
       std::string msg;

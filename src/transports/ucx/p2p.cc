@@ -119,6 +119,9 @@ int BreakUnexpected(Comm& c, const char* msg) noexcept {
   }
 }
 
+// How long a silent peer's waiters look for the rank behind it (SilentCause).
+constexpr double kSilentChainS = 0.5;
+
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return HVD_ERR_INVALID_ARGUMENT;
@@ -131,7 +134,12 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       status = Settle(*c);
     } else {
       const size_t peer = static_cast<size_t>(req->peer);
-      const bool in_time = ProgressUntil(*c, After(secs), [c, req, peer] {
+      // A peer silent for the peer timeout (no message with it completes)
+      // is found before the transfer's limit: the wait ends there.
+      const double silence = c->peer_s.load();
+      const bool timed = silence > 0 && (secs <= 0 || silence <= secs);
+      const Clock::time_point deadline = After(timed ? silence : secs);
+      const bool in_time = ProgressUntil(*c, deadline, [c, req, peer] {
         return req->done || (peer < c->gone.size() && c->gone[peer] != 0);
       });
       if (!req->done && peer < c->gone.size() && c->gone[peer] != 0) {
@@ -141,7 +149,13 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
         }
       }
       status = Conclusion(*c, req);
-      if (status == HVD_IN_PROGRESS) {  // not done, and ProgressUntil gave up
+      if (status == HVD_IN_PROGRESS && !in_time && timed) {  // silent: name the cause
+        std::string via;
+        const int cause = hvd::kit::SilentCause(c->store, c->hosts, c->rank, c->size, req->peer,
+                                                kSilentChainS, &via);
+        status = Break(*c, HVD_ERR_TIMEOUT,
+                       hvd::kit::SilentMessage("ucx", c->hosts, cause, silence, via), cause);
+      } else if (status == HVD_IN_PROGRESS) {  // not done, and ProgressUntil gave up
         status = in_time ? HVD_ERR_INTERNAL
                          : Break(*c, HVD_ERR_TIMEOUT,
                                hvd::kit::TimeoutMessage("ucx", c->Who(req->peer), req->send,

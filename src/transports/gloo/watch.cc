@@ -1,0 +1,182 @@
+// The Gloo transport's watch (comm.h, Watch): the abort messages, the
+// failed pairs Gloo does not report to a waiting request, silent peers.
+#include "comm.h"
+
+namespace hvd_gloo_transport {
+namespace {
+
+// How often the watch looks while this rank waits on requests: a failure
+// anywhere reaches every rank within about two periods (the rank that sees
+// it, then its abort message).
+constexpr Millis kWatchPeriod(50);
+
+// Peer j's abort receive: kAborted (a message came; *what is it), kClosed
+// (Gloo failed the pair; *what says why) or kNothing. The wait is cut short
+// before it starts (abortWaitRecv), so it only looks: it returns at once,
+// or throws the pair's failure.
+Watch::Found Poll(Watch& w, int j, std::string* what) {
+  gloo::transport::UnboundBuffer& ub = *w.in[static_cast<size_t>(j)];
+  ub.abortWaitRecv();
+  try {
+    (void)ub.waitRecv(kForever);
+  } catch (const std::exception& e) {
+    *what = e.what();
+    return Watch::kClosed;
+  }
+  const std::vector<char>& b = w.in_bytes[static_cast<size_t>(j)];
+  if (b.back() != Watch::kMagic) return Watch::kNothing;
+  *what = std::string(b.data(), strnlen(b.data(), b.size() - 1));
+  return Watch::kAborted;
+}
+
+// One look: an abort message from any peer; a failed pair with a peer this
+// rank has requests with (a peer that shut down and closed is no failure of
+// work that does not involve it); the loop thread's wait silent for the
+// peer timeout. What it finds is recorded and every wait woken.
+void Round(Comm& c) {
+  Watch& w = *c.watch;
+  std::vector<char> involved(static_cast<size_t>(c.size), 0);
+  int peer = -1;
+  int64_t since = 0;
+  {
+    std::lock_guard<std::mutex> lock(c.failure.mu);
+    if (c.failure.status.load() != HVD_OK || w.found != Watch::kNothing) return;
+    for (const Request* r = c.pending.head; r != nullptr; r = r->next) involved[r->peer] = 1;
+    peer = w.waiting_peer;
+    since = w.since;
+  }
+  Watch::Found found = Watch::kNothing;
+  int who = -1;
+  std::string text;
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
+    std::string what;
+    const Watch::Found f = Poll(w, j, &what);
+    if (f == Watch::kAborted || (f == Watch::kClosed && involved[j] && found == Watch::kNothing)) {
+      found = f;
+      who = j;
+      text = what;
+      if (f == Watch::kAborted) break;  // the first cause, as another rank saw it
+    }
+  }
+  const double peer_s = c.peer_s.load();
+  if (found == Watch::kNothing && peer >= 0 && peer_s > 0 &&
+      w.progress.SilentFor(peer, since) > peer_s) {
+    found = Watch::kSilent;
+    who = peer;
+  }
+  if (found == Watch::kNothing) return;
+  std::lock_guard<std::mutex> lock(c.failure.mu);
+  if (c.failure.status.load() != HVD_OK || w.found != Watch::kNothing) return;
+  w.found = found;
+  w.found_peer = who;
+  w.found_text = text;
+  w.flagged.store(true);
+  c.WakeLocked();
+}
+
+void Run(Comm* c) {
+  Watch& w = *c->watch;
+  std::unique_lock<std::mutex> lock(w.mu);
+  while (!w.stop) {
+    w.cv.wait_for(lock, kWatchPeriod);
+    if (w.stop) break;
+    bool busy = false;
+    {
+      std::lock_guard<std::mutex> f(c->failure.mu);
+      busy = c->pending.head != nullptr;
+    }
+    if (!busy) continue;
+    lock.unlock();
+    try {
+      Round(*c);
+    } catch (...) {
+      // A look that failed (out of memory): the next one tries again.
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace
+
+// Posts the abort receives and starts the thread; after the set-up's
+// handshake, so every peer's pairs exist. Throws what Gloo or std::thread
+// throw.
+void StartWatch(Comm& c) {
+  auto w = std::make_unique<Watch>();
+  w->progress.Resize(c.size);
+  w->in.resize(static_cast<size_t>(c.size));
+  w->in_bytes.resize(static_cast<size_t>(c.size));
+  for (int j = 0; j < c.size; ++j) {
+    if (j == c.rank) continue;
+    std::vector<char>& b = w->in_bytes[static_cast<size_t>(j)];
+    b.assign(Watch::kBytes, 0);
+    w->in[static_cast<size_t>(j)] = c.ctx->createUnboundBuffer(b.data(), b.size());
+    w->in[static_cast<size_t>(j)]->recv(j, kControlSlot, 0, b.size());
+  }
+  c.watch = std::move(w);
+  c.watch->thread = std::thread(Run, &c);
+}
+
+// Stops the thread; the buffers stay until the connections are gone.
+void StopWatch(Comm& c) noexcept {
+  if (!c.watch || !c.watch->thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(c.watch->mu);
+    c.watch->stop = true;
+  }
+  c.watch->cv.notify_all();
+  c.watch->thread.join();
+}
+
+// The loop thread waits on a request with `r`'s peer from now on (nullptr:
+// no longer); a completed wait is progress with that peer.
+void Waiting(Comm& c, const Request* r) {
+  if (!c.watch) return;
+  std::lock_guard<std::mutex> lock(c.failure.mu);
+  if (r != nullptr) {
+    c.watch->waiting_peer = r->peer;
+    c.watch->since = hvd::kit::Progress::Now();
+  } else {
+    if (c.watch->waiting_peer >= 0) c.watch->progress.Moved(c.watch->waiting_peer);
+    c.watch->waiting_peer = -1;
+  }
+}
+
+// Tells every peer why this rank's communicator broke ("<status> <msg>" on
+// the control slot), once, before its connections close: a peer whose
+// requests wait on other pairs learns it at its watch's next look. Waits
+// up to 0.2 s for the messages to be written.
+void SendAborts(Comm& c, int status, const std::string& msg) noexcept {
+  if (!c.watch || c.closed.load() || c.watch->sent.exchange(true)) return;
+  Watch& w = *c.watch;
+  try {
+    const std::string text = std::to_string(status) + " " + msg;
+    w.out.assign(Watch::kBytes, 0);
+    std::memcpy(w.out.data(), text.data(), std::min(text.size(), Watch::kBytes - 2));
+    w.out.back() = Watch::kMagic;
+    for (int j = 0; j < c.size; ++j) {
+      if (j == c.rank) continue;
+      try {
+        auto ub = c.ctx->createUnboundBuffer(w.out.data(), w.out.size());
+        ub->send(j, kControlSlot, 0, w.out.size());
+        w.sends.push_back(std::move(ub));
+      } catch (const std::exception&) {
+        // That pair has failed: the peer sees its closing.
+      }
+    }
+    const Clock::time_point deadline = Clock::now() + Millis(200);
+    for (auto& ub : w.sends) {
+      const Millis left(std::max<int64_t>(
+          1, std::chrono::duration_cast<Millis>(deadline - Clock::now()).count()));
+      try {
+        ub->waitSend(left);
+      } catch (const std::exception&) {
+      }
+    }
+  } catch (...) {
+    // Best effort: the peers still see the connections close.
+  }
+}
+
+}  // namespace hvd_gloo_transport
