@@ -21,7 +21,8 @@ To try failures by hand: --exit-at-step S --exit-rank R kills the worker of
 rank R at step S (SIGKILL, first epoch of the job only), and --add-host-at-step
 S --hosts-file F --add-host HOST:SLOTS appends a host to the discovery script's
 file at step S and commits there once the launcher has seen it.
---step-time S makes each step last at least S seconds (the cluster test cuts
+--stop-in-sync makes a worker that joins a running job stop itself (SIGSTOP) as
+its state sync begins. --step-time S makes each step last at least S seconds (the cluster test cuts
 a host's link while the job trains). --log-steps makes every worker print
 `<unix time> rank R of N: step S done` after each step (and stamps the
 --exit-at-step line the same way): with the hosts' clocks in step, how long a
@@ -89,6 +90,9 @@ def parse_args(argv=None):
     ap.add_argument("--add-host-at-step", type=int, default=-1)
     ap.add_argument("--hosts-file")
     ap.add_argument("--add-host")
+    ap.add_argument("--stop-in-sync", action="store_true",
+                    help="a worker that joins a running job stops itself (SIGSTOP) as its "
+                         "state sync begins")
     ap.add_argument("--result-dir", help="each worker writes result-<pid>.json here")
     ap.add_argument("--log-steps", action="store_true",
                     help="every worker prints a time-stamped line after each step")
@@ -120,6 +124,20 @@ def train_elastic(args):
                   f"step {state.step}", flush=True)
 
     state.register_reset_callbacks([on_reset])
+    if args.stop_in_sync:
+        sync = state.sync
+
+        def stop_then_sync():
+            # Only a worker that joins a running job (its first sync, in a
+            # later epoch): the others wait for it in the state broadcast.
+            if seen["first_step"] is None and hvd.elastic.membership().epoch > 0:
+                stamp = f"{time.time():.3f} " if args.log_steps else ""
+                print(f"{stamp}rank {hvd.rank()}: stopping in the state sync (--stop-in-sync)",
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            sync()
+
+        state.sync = stop_then_sync
 
     def inject(step):
         if step == args.exit_at_step and hvd.rank() == args.exit_rank \
