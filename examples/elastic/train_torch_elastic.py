@@ -14,7 +14,8 @@ same membership schedule:
     python3 train_torch_elastic.py --reference 3@0,2@10
 
 trains as 3 ranks would up to step 10 and as 2 ranks from there (what a job
-of 3 does when a worker dies after the commit at step 10 and before the next).
+of 3 does when a worker dies after the commit at step 10 and before the next);
+2@0,2@10 is a job of 2 that went back to step 10 and re-sharded its data there.
 The last line of either run is `final loss <value>`.
 
 To try failures by hand: --exit-at-step S --exit-rank R kills the worker of
@@ -228,6 +229,8 @@ def train_reference(args):
     step = 0
     epoch = 0
 
+    starts = {start for start, _ in schedule if start > 0}
+
     def ranks_at(s):
         return [n for start, n in schedule if start <= s][-1]
 
@@ -254,7 +257,8 @@ def train_reference(args):
             progress = {"epoch": epoch,
                         "processed_indices": set().union(*(s.processed_indices
                                                            for s in samplers))}
-            if ranks_at(step) != n:
+            # A reset re-shards the remaining data even at the same size.
+            if ranks_at(step) != n or step in starts:
                 resharded = True
                 break
         if resharded:

@@ -36,14 +36,14 @@
 #                than --min-np; once hvdrun says it waits for more, the test
 #                appends hvd-h3:1 to the hosts file: a worker starts there,
 #                gets the state of the commit at step 10, and both finish with
-#                the loss of --reference 2@0 (Horovod's issue 3494: a deadlock).
+#                the loss of --reference 2@0,2@10 (Horovod's issue 3494: a deadlock).
 #   elastic_sync_hang   hvd-h1 and hvd-h2; at step 10 hvd-h3 is added and its
 #                new worker stops itself (SIGSTOP) as its state sync begins
 #                (--stop-in-sync): the others, waiting for it in the state
 #                broadcast, fail within the peer timeout (3 s) + 3 s naming
 #                rank 2 on hvd-h3, hvdrun drops the stopped worker once it has
 #                not asked to join the next epoch within the start timeout,
-#                and the two finish with the loss of --reference 2@0
+#                and the two finish with the loss of --reference 2@0,2@10
 #                (Horovod's issue 2652: the job hung).
 #   elastic_host_killed 3 hosts, hvd-h3 with 2 slots (4 workers), each step
 #                at least 20 ms; once every rank is past step 20 every
@@ -347,7 +347,7 @@ case "$case_" in
     expect "epoch 1 formed: size 2, hosts_version 1: 0=hvd-h1:0:0 1=hvd-h3:0:2$" "the epoch with the late worker"
     expect "reset: elastic epoch 1, 2 workers, going on from step 10$" "the job went back to step 10"
     has "epoch 2 formed" && fail "a second reset"
-    ref=$(reference 2@0) || fail "the reference"
+    ref=$(reference 2@0,2@10) || fail "the reference"
     check_results "$ref" "0:2:hvd-h1:0:[2]" "1:2:hvd-h3:10:[]" || fail "the workers' results"
     first=$(worker_time "rank 1 of 2: step 11 done")
     [ -n "$first" ] || fail "time stamps missing"
@@ -372,7 +372,7 @@ case "$case_" in
     expect "epoch 2 formed: size 2, hosts_version 1: 0=hvd-h1:0:0 1=hvd-h2:0:1$" "the survivors' epoch"
     expect "reset: elastic epoch 2, 2 workers, going on from step 10$" "the survivors went back to step 10"
     has "epoch 3 formed" && fail "a third reset"
-    ref=$(reference 2@0) || fail "the reference"
+    ref=$(reference 2@0,2@10) || fail "the reference"
     check_results "$ref" "0:2:hvd-h1:0:[3,2]" "1:2:hvd-h2:0:[3,2]" || fail "the survivors' results"
     stopped=$(worker_time "rank 2: stopping in the state sync")
     failed=$(arrival_time "\[hvd [01]\] ERROR: .*rank 2 \(host hvd-h3\)")
