@@ -358,7 +358,7 @@ case "$case_" in
   elastic_sync_hang)
     up 3
     printf 'hvd-h1:1\nhvd-h2:1\n' >"$HVD_HOSTS_FILE"
-    peer=3 start=8
+    peer=3 start=12
     HVD_PEER_TIMEOUT=$peer start_job 90 -np 2 --min-np 2 --max-np 3 --start-timeout $start \
       --elastic-timeout 30 --grace-period 3 \
       -- "$PYTHON" "$example" "${TRAIN[@]}" --log-steps --result-dir "$work/out" \
