@@ -36,6 +36,7 @@ def test_orderly_shutdown_lets_the_others_finish(tmp_path):
         assert "sets" not in res[r]["errors"], f"rank {r}: {res[r]['errors']['sets']}"
         assert res[r]["checked"] == 2 * STEPS * (2 if r in (0, 2) else 1), res[r]
         _named(res[r]["errors"]["global"], 3)
+        assert res[r]["removed"] == [True, True], res[r]
         assert "shutdown_returned_at" in res[r], res[r]
     # Rank 3 waited in its shutdown for every other rank's.
     last = max(res[r]["shutdown_at"] for r in (0, 1, 2))
@@ -49,6 +50,7 @@ def test_a_member_that_shuts_down_fails_its_sets_only(tmp_path):
     for r in (0, 2):
         assert "sets" not in res[r]["errors"], f"rank {r}: {res[r]['errors']['sets']}"
         assert res[r]["checked"] == 2 * STEPS, res[r]
+        assert res[r]["removed"] == [True, True], res[r]
         _named(res[r]["errors"]["ps012"], 1)
         assert "set [0, 1, 2]" in res[r]["errors"]["ps012"], res[r]["errors"]["ps012"]
         # Ranks 1 and 3 announce in one negotiation or in two.

@@ -80,7 +80,10 @@ def main(mode):
         fails("global", out)
         if mode == "member":
             fails("ps012", out, process_set=ps012)
-        run_sets(sets, rank, STEPS, out)
+        if run_sets(sets, rank, STEPS, out):
+            # Removing a set is collective over its members only: it works
+            # (a set with the departed rank in it is gone already).
+            out["removed"] = [hvd.remove_process_set(ps02), hvd.remove_process_set(ps012)]
     out["shutdown_at"] = time.time()
     write(rank, out)  # before the shutdown, in case it does not return
     hvd.shutdown()
