@@ -4,6 +4,7 @@
 //   loop/loop.cc              the background thread, its pacing, a waiter driving the cycle
 //   loop/cycle.cc             one cycle: take the queues, negotiate, run each scope
 //   negotiation/negotiate.cc  the packed negotiation of the context and its sets
+//   negotiation/departures.cc a rank's shutdown: who has shut down, what can no longer complete
 //   loop/dispatch.cc          a scope's responses, planned (fusion/planner.h), to the executor
 //   sets/process_sets.cc      process-set creation and destruction (sets/spec.h: the checks)
 //   elastic/reset.cc          the elastic reset and membership
