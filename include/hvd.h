@@ -237,8 +237,10 @@ HVD_API hvd_status_t hvd_dtype_size(hvd_dtype_t dtype, size_t *out);
 
 /* Collective over the job's ranks; blocks up to start_timeout_s. */
 HVD_API hvd_status_t hvd_context_create(const hvd_params_t *params, hvd_context_t *out);
-/* Pending operations complete with HVD_ERR_ABORTED; peers are told; frees
- * ctx. NULL is refused (use hvd_shutdown); a process set: collective. */
+/* This rank's pending operations complete with HVD_ERR_ABORTED; the others'
+ * that involve it too, naming it; theirs without it go on: it waits until
+ * every rank has destroyed the context, at most stall_shutdown_s. Frees ctx.
+ * NULL is refused (use hvd_shutdown); a process set: collective. */
 HVD_API hvd_status_t hvd_context_destroy(hvd_context_t ctx);
 
 HVD_API hvd_status_t hvd_context_rank(hvd_context_t ctx, int *out);
@@ -257,7 +259,7 @@ HVD_API hvd_status_t hvd_mpi_threads_supported(hvd_context_t ctx, int *out);
 /* The first call creates the context (params may be NULL); later calls only
  * count and ignore params. */
 HVD_API hvd_status_t hvd_init(const hvd_params_t *params);
-/* Releases one count; the last destroys the context. */
+/* Releases one count; the last destroys the context (hvd_context_destroy). */
 HVD_API hvd_status_t hvd_shutdown(void);
 HVD_API hvd_status_t hvd_is_initialized(int *out);
 HVD_API hvd_status_t hvd_default_context(hvd_context_t *out);

@@ -14,14 +14,16 @@ same membership schedule:
     python3 train_torch_elastic.py --reference 3@0,2@10
 
 trains as 3 ranks would up to step 10 and as 2 ranks from there (what a job
-of 3 does when a worker dies after the commit at step 10 and before the next).
+of 3 does when a worker dies after the commit at step 10 and before the next);
+2@0,2@10 is a job of 2 that went back to step 10 and re-sharded its data there.
 The last line of either run is `final loss <value>`.
 
 To try failures by hand: --exit-at-step S --exit-rank R kills the worker of
 rank R at step S (SIGKILL, first epoch of the job only), and --add-host-at-step
 S --hosts-file F --add-host HOST:SLOTS appends a host to the discovery script's
 file at step S and commits there once the launcher has seen it.
---step-time S makes each step last at least S seconds (the cluster test cuts
+--stop-in-sync makes a worker that joins a running job stop itself (SIGSTOP) as
+its state sync begins. --step-time S makes each step last at least S seconds (the cluster test cuts
 a host's link while the job trains). --log-steps makes every worker print
 `<unix time> rank R of N: step S done` after each step (and stamps the
 --exit-at-step line the same way): with the hosts' clocks in step, how long a
@@ -89,6 +91,9 @@ def parse_args(argv=None):
     ap.add_argument("--add-host-at-step", type=int, default=-1)
     ap.add_argument("--hosts-file")
     ap.add_argument("--add-host")
+    ap.add_argument("--stop-in-sync", action="store_true",
+                    help="a worker that joins a running job stops itself (SIGSTOP) as its "
+                         "state sync begins")
     ap.add_argument("--result-dir", help="each worker writes result-<pid>.json here")
     ap.add_argument("--log-steps", action="store_true",
                     help="every worker prints a time-stamped line after each step")
@@ -120,6 +125,20 @@ def train_elastic(args):
                   f"step {state.step}", flush=True)
 
     state.register_reset_callbacks([on_reset])
+    if args.stop_in_sync:
+        sync = state.sync
+
+        def stop_then_sync():
+            # Only a worker that joins a running job (its first sync, in a
+            # later epoch): the others wait for it in the state broadcast.
+            if seen["first_step"] is None and hvd.elastic.membership().epoch > 0:
+                stamp = f"{time.time():.3f} " if args.log_steps else ""
+                print(f"{stamp}rank {hvd.rank()}: stopping in the state sync (--stop-in-sync)",
+                      flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            sync()
+
+        state.sync = stop_then_sync
 
     def inject(step):
         if step == args.exit_at_step and hvd.rank() == args.exit_rank \
@@ -210,6 +229,8 @@ def train_reference(args):
     step = 0
     epoch = 0
 
+    starts = {start for start, _ in schedule if start > 0}
+
     def ranks_at(s):
         return [n for start, n in schedule if start <= s][-1]
 
@@ -236,7 +257,8 @@ def train_reference(args):
             progress = {"epoch": epoch,
                         "processed_indices": set().union(*(s.processed_indices
                                                            for s in samplers))}
-            if ranks_at(step) != n:
+            # A reset re-shards the remaining data even at the same size.
+            if ranks_at(step) != n or step in starts:
                 resharded = True
                 break
         if resharded:

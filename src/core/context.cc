@@ -156,36 +156,7 @@ void ContextImpl::Shutdown(const Status& why) {
       signal_->driver = nullptr;  // no caller starts a cycle from here on
     }
     cv_.notify_all();
-    if (thread_.joinable()) {
-      // A live peer enters every negotiation within a heartbeat (0.1 s), so
-      // a loop still inside a transport call after the grace is stuck on a
-      // peer that stopped answering or on a long transfer this rank is
-      // leaving anyway: abort it (the transport makes the call return at
-      // once) rather than wait for the transport timeout.
-      std::unique_lock<std::mutex> lock(mu_);
-      // (A caller's cycle in progress counts as the loop's.)
-      if (!exit_cv_.wait_for(lock, std::chrono::seconds(kShutdownGraceS),
-                             [this] { return loop_exited_ && !cycle_held_; }) &&
-          transport_) {
-        lock.unlock();
-        // A timeout's status: the peer it waits for may be gone for good.
-        const std::string why = "rank " + std::to_string(cfg_.rank) +
-                                " is shutting down its context while a collective is blocked";
-        bool aborted = transport_->Abort(HVD_ERR_TIMEOUT, why);
-        if (device_transport_) aborted = device_transport_->Abort(HVD_ERR_TIMEOUT, why) && aborted;
-        {
-          std::lock_guard<std::mutex> sets_lock(mu_);
-          for (const auto& w : all_sets_) {
-            auto set = w.lock();
-            if (set && set->device) aborted = set->device->Abort(HVD_ERR_TIMEOUT, why) && aborted;
-          }
-        }
-        HVD_LOG(log_, HVD_LOG_WARNING,
-                "shutdown: the background thread is still inside a collective after "
-                    << kShutdownGraceS << " s; "
-                    << (aborted ? "aborted it" : "the transport cannot abort: waiting for its timeout"));
-      }
-    }
+    if (thread_.joinable()) AwaitPeersAtShutdown();
     if (thread_.joinable()) thread_.join();
     {
       // A caller's cycle ends with the loop's (the transport was aborted if
@@ -197,6 +168,57 @@ void ContextImpl::Shutdown(const Status& why) {
     ReleaseSets();
     timeline_.Close();
   });
+}
+
+// The shutdown's waits, each bounded. First the negotiation that tells every
+// rank of it: a live peer enters every negotiation within a heartbeat (0.1 s,
+// or after a process set's transfer it waits for), so a loop still inside a
+// transport call after the grace is stuck on a peer that stopped answering or
+// on a long transfer this rank is leaving anyway: abort it (the transport
+// makes the call return at once) rather than wait for the transport timeout.
+// Then the others' shutdowns, as MPI_Finalize waits for its peers: the loop
+// negotiates on with them (so collectives without this rank finish) until
+// every rank has shut down, for at most the stall shutdown time.
+void ContextImpl::AwaitPeersAtShutdown() {
+  std::unique_lock<std::mutex> lock(mu_);
+  // (A caller's cycle in progress counts as the loop's.)
+  auto left = [this] { return loop_exited_ && !cycle_held_; };
+  const double grace = any_set_live_ ? std::max<double>(kShutdownGraceS, cfg_.transport_timeout_s)
+                                     : kShutdownGraceS;
+  bool stuck = !exit_cv_.wait_for(lock, std::chrono::duration<double>(grace),
+                                  [&] { return left() || shutdown_announced_; });
+  if (!stuck && !left() && cfg_.stall_shutdown_s > 0) {
+    const auto limit = std::chrono::duration<double>(cfg_.stall_shutdown_s);
+    if (!exit_cv_.wait_for(lock, limit, left)) {
+      HVD_LOG(log_, HVD_LOG_WARNING,
+              "shutdown: rank " << cfg_.rank << " waited " << cfg_.stall_shutdown_s
+                                << " s (HVD_STALL_SHUTDOWN_TIME) for the other ranks to shut "
+                                   "down their contexts; leaving: their collectives with it fail");
+      shutdown_expired_ = true;
+      cv_.notify_all();
+      stuck = !exit_cv_.wait_for(lock, std::chrono::seconds(kShutdownGraceS), left);
+    }
+  } else if (!stuck) {
+    exit_cv_.wait(lock, left);  // bounded by the peers' liveness (the peer timeout)
+  }
+  if (!stuck || !transport_) return;
+  lock.unlock();
+  // A timeout's status: the peer it waits for may be gone for good.
+  const std::string why = "rank " + std::to_string(cfg_.rank) +
+                          " is shutting down its context while a collective is blocked";
+  bool aborted = transport_->Abort(HVD_ERR_TIMEOUT, why);
+  if (device_transport_) aborted = device_transport_->Abort(HVD_ERR_TIMEOUT, why) && aborted;
+  {
+    std::lock_guard<std::mutex> sets_lock(mu_);
+    for (const auto& w : all_sets_) {
+      auto set = w.lock();
+      if (set && set->device) aborted = set->device->Abort(HVD_ERR_TIMEOUT, why) && aborted;
+    }
+  }
+  HVD_LOG(log_, HVD_LOG_WARNING,
+          "shutdown: the background thread is still inside a collective after "
+              << grace << " s; "
+              << (aborted ? "aborted it" : "the transport cannot abort: waiting for its timeout"));
 }
 
 void ContextImpl::ReleaseTransport() {

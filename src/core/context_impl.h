@@ -4,6 +4,7 @@
 //   loop/loop.cc              the background thread, its pacing, a waiter driving the cycle
 //   loop/cycle.cc             one cycle: take the queues, negotiate, run each scope
 //   negotiation/negotiate.cc  the packed negotiation of the context and its sets
+//   negotiation/departures.cc a rank's shutdown: who has shut down, what can no longer complete
 //   loop/dispatch.cc          a scope's responses, planned (fusion/planner.h), to the executor
 //   sets/process_sets.cc      process-set creation and destruction (sets/spec.h: the checks)
 //   elastic/reset.cc          the elastic reset and membership
@@ -103,6 +104,11 @@ class ContextImpl final : public CycleDriver {
   }
 
  private:
+  struct ShutdownState {
+    bool requested = false;  // this rank shuts down: its own operations fail
+    bool announce = false;   // ... and has yet to tell the others (byte 1)
+    bool expired = false;    // ... and has waited for the others long enough
+  };
   struct TimelineCmd {
     bool start = false;
     std::string path;
@@ -110,7 +116,7 @@ class ContextImpl final : public CycleDriver {
   };
   void Loop();
   bool RunCycle(std::unique_lock<std::mutex>& lock);
-  bool CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineCmd& tl_take);
+  bool CycleBody(const ShutdownState& sd, uint64_t tl_seq, const TimelineCmd& tl_take);
   // CycleBody's steps, in order.
   void DropClosedSets();
   void ApplyTimelineCommand(uint64_t tl_seq, const TimelineCmd& tl_take);
@@ -144,6 +150,13 @@ class ContextImpl final : public CycleDriver {
   // `forced` names a reason; without mu_ held.
   void ServeDumps(const char* forced = nullptr);
   void StartRecorder();  // Start(): the flight recorder's size, folder and SIGUSR1
+  // Shutdown is not a failure (negotiation/departures.cc): a rank that shut
+  // down negotiates on until every rank has.
+  void FailOwn();
+  void CloseScope(Scope& sc, const Status& why);
+  bool LearnDepartures(bool announce);
+  std::string DepartureNote() const;
+  void AwaitPeersAtShutdown();
   // In an elastic job, a lost peer (transport failure, timeout, a peer that
   // left) is a membership change: HVD_ERR_MEMBERSHIP_CHANGED, naming it.
   Status Membership(const Status& s) const;
@@ -184,6 +197,13 @@ class ContextImpl final : public CycleDriver {
   Status stop_reason_;
   std::thread thread_;
   bool loop_exited_ = false;  // under mu_
+  // Under mu_: this rank's shutdown was negotiated (every rank knows it; the
+  // loop negotiates on, with nothing of its own, until every rank has shut
+  // down), and the wait for the others ran out (the loop leaves).
+  bool shutdown_announced_ = false;
+  bool shutdown_expired_ = false;
+  bool any_set_live_ = false;  // a copy of !slot_live_.empty() for the shutdown
+  std::vector<uint8_t> departed_;  // background thread only: 1 = that rank shut down
   std::condition_variable exit_cv_;
   // A timeline start/stop handed to the loop (under mu_): the latest asked
   // wins; tl_done_ is the last request number the loop applied, tl_result_

@@ -31,6 +31,27 @@
 #                rank 0's log: one every 5 steps or at the end of an epoch,
 #                not before step 20), and no process of the job may be left
 #                on any host, the cut-off one included.
+#   elastic_below_min   hvd-h1 and hvd-h2 listed, --min-np 2: the worker on
+#                hvd-h2 SIGKILLs itself at step 12, leaving one worker, fewer
+#                than --min-np; once hvdrun says it waits for more, the test
+#                appends hvd-h3:1 to the hosts file: a worker starts there,
+#                gets the state of the commit at step 10, and both finish with
+#                the loss of --reference 2@0,2@10 (Horovod's issue 3494: a deadlock).
+#   elastic_sync_hang   hvd-h1 and hvd-h2; at step 10 hvd-h3 is added and its
+#                new worker stops itself (SIGSTOP) as its state sync begins
+#                (--stop-in-sync): the others, waiting for it in the state
+#                broadcast, fail within the peer timeout (3 s) + 3 s naming
+#                rank 2 on hvd-h3, hvdrun drops the stopped worker once it has
+#                not asked to join the next epoch within the start timeout,
+#                and the two finish with the loss of --reference 2@0,2@10
+#                (Horovod's issue 2652: the job hung).
+#   elastic_host_killed 3 hosts, hvd-h3 with 2 slots (4 workers), each step
+#                at least 20 ms; once every rank is past step 20 every
+#                process of hvd-h3 is killed (cluster.sh kill-host: its sshd
+#                too): the survivors fail at once naming a rank on hvd-h3,
+#                hvdrun leaves hvd-h3 out, and the two survivors finish with
+#                the loss of --reference 4@0,2@C (Horovod's issue 3264: every
+#                worker died).
 # Losses are compared to a relative 1e-9 (test_mp_elastic.py's tolerance).
 # Every worker logs its steps with the time (--log-steps; the hosts share
 # this machine's clock), and every output line gets the time it reached the
@@ -303,6 +324,104 @@ case "$case_" in
     # hvd-h3's processes end once its sshd gives up on the session (2 s x 3)
     # and the session's watcher stops the worker.
     no_leftovers 15
+    ;;
+  elastic_below_min)
+    up 3
+    printf 'hvd-h1:1\nhvd-h2:1\n' >"$HVD_HOSTS_FILE"
+    start_job 90 -np 2 --min-np 2 --max-np 2 --start-timeout 30 --elastic-timeout 40 \
+      -- "$PYTHON" "$example" "${TRAIN[@]}" --log-steps --result-dir "$work/out" \
+      --exit-at-step 12 --exit-rank 1
+    for _ in $(seq 1 600); do
+      has "fewer than --min-np 2: waiting" && break
+      kill -0 "$job" 2>/dev/null || break
+      sleep 0.1
+    done
+    has "fewer than --min-np 2: waiting" || { cat "$work/job"; fail "hvdrun did not wait for more workers"; }
+    below=$(date +%s.%N)
+    echo "hvd-h3:1" >>"$HVD_HOSTS_FILE"
+    echo "hvd-h3 added at $(elapsed) s"
+    wait_job
+    [ "$rc" -eq 0 ] || fail "hvdrun exited $rc"
+    expect "epoch 0 formed: size 2, hosts_version 0: 0=hvd-h1:0:0 1=hvd-h2:0:1$" "the first epoch"
+    expect "hvdrun: worker hvd-h2:0:1 exited with code 137; host hvd-h2 is left out for good$" "the death, reported"
+    expect "epoch 1 formed: size 2, hosts_version 1: 0=hvd-h1:0:0 1=hvd-h3:0:2$" "the epoch with the late worker"
+    expect "reset: elastic epoch 1, 2 workers, going on from step 10$" "the job went back to step 10"
+    has "epoch 2 formed" && fail "a second reset"
+    ref=$(reference 2@0,2@10) || fail "the reference"
+    check_results "$ref" "0:2:hvd-h1:0:[2]" "1:2:hvd-h3:10:[]" || fail "the workers' results"
+    first=$(worker_time "rank 1 of 2: step 11 done")
+    [ -n "$first" ] || fail "time stamps missing"
+    echo "TIMING below --min-np: hvd-h3 added -> the late worker's first step $(diff_s "$below" "$first") s"
+    at_most "$(diff_s "$below" "$first")" 30 || fail "the job took $(diff_s "$below" "$first") s to train again, beyond 30 s"
+    no_leftovers 10
+    ;;
+  elastic_sync_hang)
+    up 3
+    printf 'hvd-h1:1\nhvd-h2:1\n' >"$HVD_HOSTS_FILE"
+    peer=3 start=12
+    HVD_PEER_TIMEOUT=$peer start_job 90 -np 2 --min-np 2 --max-np 3 --start-timeout $start \
+      --elastic-timeout 30 --grace-period 3 \
+      -- "$PYTHON" "$example" "${TRAIN[@]}" --log-steps --result-dir "$work/out" \
+      --add-host-at-step 10 --add-host hvd-h3:1 --hosts-file "$HVD_HOSTS_FILE" --stop-in-sync
+    wait_job
+    [ "$rc" -eq 0 ] || fail "hvdrun exited $rc"
+    expect "epoch 1 formed: size 3, hosts_version 1: 0=hvd-h1:0:0 1=hvd-h2:0:1 2=hvd-h3:0:2$" "the grown epoch"
+    expect "rank 2: stopping in the state sync \(--stop-in-sync\)" "the new worker's stop"
+    expect "\[hvd [01]\] ERROR: .*rank 2 \(host hvd-h3\)" "a survivor's failure naming rank 2 on hvd-h3"
+    expect "hvdrun: worker hvd-h3:0:2 .*start timeout" "hvdrun dropping the stopped worker"
+    expect "epoch 2 formed: size 2, hosts_version 1: 0=hvd-h1:0:0 1=hvd-h2:0:1$" "the survivors' epoch"
+    expect "reset: elastic epoch 2, 2 workers, going on from step 10$" "the survivors went back to step 10"
+    has "epoch 3 formed" && fail "a third reset"
+    ref=$(reference 2@0,2@10) || fail "the reference"
+    check_results "$ref" "0:2:hvd-h1:0:[3,2]" "1:2:hvd-h2:0:[3,2]" || fail "the survivors' results"
+    stopped=$(worker_time "rank 2: stopping in the state sync")
+    failed=$(arrival_time "\[hvd [01]\] ERROR: .*rank 2 \(host hvd-h3\)")
+    t0=$(worker_time "rank 0 of 2: step 11 done")
+    [ -n "$stopped" ] && [ -n "$failed" ] && [ -n "$t0" ] || fail "time stamps missing"
+    echo "TIMING sync hang: the new worker stopped -> a survivor's error $(diff_s "$stopped" "$failed") s," \
+      "-> first step at size 2 $(diff_s "$stopped" "$t0") s"
+    at_most "$(diff_s "$stopped" "$failed")" $((peer + 3)) ||
+      fail "the survivors failed $(diff_s "$stopped" "$failed") s after the stop, beyond the peer timeout ($peer s) + 3 s"
+    at_most "$(diff_s "$stopped" "$t0")" $((peer + start + 15)) ||
+      fail "the survivors trained again $(diff_s "$stopped" "$t0") s after the stop"
+    no_leftovers 10
+    ;;
+  elastic_host_killed)
+    up 3
+    printf 'hvd-h1:1\nhvd-h2:1\nhvd-h3:2\n' >"$HVD_HOSTS_FILE"
+    start_job 90 -np 4 --min-np 2 --max-np 4 --start-timeout 30 --elastic-timeout 30 \
+      -- "$PYTHON" "$example" "${TRAIN[@]}" --log-steps --step-time 0.02 --result-dir "$work/out"
+    for _ in $(seq 1 600); do
+      n=0
+      for r in 0 1 2 3; do has "rank $r of 4: step 20 done" && n=$((n + 1)); done
+      [ $n -eq 4 ] && break
+      kill -0 "$job" 2>/dev/null || break
+      sleep 0.1
+    done
+    [ $n -eq 4 ] || { cat "$work/job"; fail "the 4 workers did not reach step 20 within 60 s"; }
+    killed=$(date +%s.%N)
+    "$cluster" kill-host h3
+    echo "hvd-h3 killed at $(elapsed) s"
+    wait_job
+    [ "$rc" -eq 0 ] || fail "hvdrun exited $rc"
+    expect "epoch 0 formed: size 4, hosts_version 0: 0=hvd-h1:0:0 1=hvd-h2:0:1 2=hvd-h3:0:2 3=hvd-h3:1:3$" "the first epoch"
+    expect "\[hvd [01]\] ERROR: .*rank [23] \(host hvd-h3" "a survivor's failure naming a rank on hvd-h3"
+    expect "hvdrun: worker hvd-h3:[01]:[23] .*; host hvd-h3 is left out" "hvdrun leaving hvd-h3 out"
+    expect "epoch 1 formed: size 2, hosts_version 0: 0=hvd-h1:0:0 1=hvd-h2:0:1$" "the survivors' epoch"
+    has "epoch 2 formed" && fail "a second reset"
+    back=$(grep -E "reset: elastic epoch 1, 2 workers, going on from step [0-9]+$" "$work/job" | awk '{ print $NF }')
+    [ -n "$back" ] && [ "$back" -ge 20 ] || fail "the survivors went back to step '${back}'"
+    ref=$(reference "4@0,2@$back") || fail "the reference"
+    check_results "$ref" "0:2:hvd-h1:0:[2]" "1:2:hvd-h2:0:[2]" || fail "the survivors' results"
+    failed=$(arrival_time "\[hvd [01]\] ERROR: ")
+    t0=$(worker_time "rank 0 of 2: step $((back + 1)) done")
+    [ -n "$failed" ] && [ -n "$t0" ] || fail "time stamps missing"
+    echo "TIMING host killed: kill -> a survivor's error $(diff_s "$killed" "$failed") s," \
+      "-> first step at size 2 $(diff_s "$killed" "$t0") s"
+    # Nothing waits for a timeout: the dead host's connections are reset.
+    at_most "$(diff_s "$killed" "$failed")" 3 || fail "the survivors failed $(diff_s "$killed" "$failed") s after the kill"
+    at_most "$(diff_s "$killed" "$t0")" 20 || fail "the survivors trained again $(diff_s "$killed" "$t0") s after the kill"
+    no_leftovers 10
     ;;
   *) fail "unknown case '$case_'" ;;
 esac

@@ -1,7 +1,8 @@
 // Process sets with ranks as threads (the whole engine: C API -> core ->
 // Gloo): the shared checks of tests/common/process_set_checks.h at 1-8
 // ranks, over shared memory and over TCP; destroying a set with operations
-// pending; a parent destroyed before its sets; 1,000 create/destroy cycles
+// pending; a parent destroyed before its sets; a rank that shuts down while
+// the others run a set without it; 1,000 create/destroy cycles
 // that must leak nothing (fds, threads, memory).
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include <cstdio>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -105,6 +107,44 @@ TEST(ProcessSets, DestroyingASetAbortsItsPendingOperations) {
     if (again != nullptr) {
       EXPECT_EQ(hvd_context_destroy(again), HVD_OK);
     }
+  });
+}
+
+// Shutting down is not a failure: rank 2 destroys its context at once (on
+// returning: RunRanks destroys it); ranks 0 and 1, once it is inside its
+// destroy, go on in their set (exact sums) and fail the context's own
+// collective naming rank 2.
+TEST(ProcessSets, ARankThatShutsDownLetsSetsWithoutItFinish) {
+  std::atomic<bool> leaving{false};
+  RunRanks(3, [&](hvd_context_t ctx, int rank) {
+    const int32_t ranks[] = {0, 1};
+    hvd_context_t set = nullptr;
+    ASSERT_EQ(hvd_process_set_create(ctx, 2, ranks, &set), HVD_OK) << hvd_last_error();
+    if (rank == 2) {
+      leaving = true;
+      return;
+    }
+    while (!leaving) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (int step = 0; step < 30; ++step) {
+      int32_t v = rank + 1 + step;
+      hvd_handle_t h = nullptr;
+      const std::string name = "s" + std::to_string(step);
+      ASSERT_EQ(One(set, name.c_str(), &h, &v), HVD_OK) << hvd_last_error();
+      ASSERT_EQ(hvd_handle_wait(h, 30), HVD_OK) << hvd_last_error();
+      hvd_handle_release(h);
+      EXPECT_EQ(v, 3 + 2 * step);
+    }
+    int32_t v = 1;
+    hvd_handle_t h = nullptr;
+    hvd_status_t s = One(ctx, "whole", &h, &v);
+    if (s == HVD_OK) s = hvd_handle_wait(h, 30);
+    const std::string why = hvd_last_error();
+    if (h != nullptr) hvd_handle_release(h);
+    EXPECT_EQ(s, HVD_ERR_ABORTED) << why;
+    EXPECT_NE(why.find("rank 2 "), std::string::npos) << why;
+    EXPECT_NE(why.find("shut down its context"), std::string::npos) << why;
+    EXPECT_EQ(hvd_context_destroy(set), HVD_OK) << hvd_last_error();
   });
 }
 

@@ -126,7 +126,15 @@ def init(comm=None, process_sets=None, **params):
 
 def shutdown():
     """Releases one init() reference; the last one destroys the default context
-    (pending operations complete with AbortedError)."""
+    (pending operations complete with AbortedError).
+
+    Shutting down is not a failure: as MPI_Finalize, the last shutdown() waits
+    until every rank has shut down (at most HVD_STALL_SHUTDOWN_TIME), so the
+    other ranks' collectives without this rank (process sets it is not in)
+    finish; theirs with it (the global set's, its sets') raise AbortedError
+    naming it. A rank that exits without shutdown() (killed, os._exit) is a
+    failure the others' collectives name. In an elastic job a rank that
+    shuts down ends the epoch for every rank."""
     global _init_refs
     with _lifecycle:
         _c_api.call("hvd_shutdown")

@@ -7,28 +7,36 @@
 
 namespace hvd {
 
-bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineCmd& tl_take) {
+bool ContextImpl::CycleBody(const ShutdownState& sd, uint64_t tl_seq, const TimelineCmd& tl_take) {
   DropClosedSets();
+  if (sd.expired) {
+    // This rank waited for the others to shut down long enough: it leaves.
+    FailEverything(shutdown_reason_);
+    return false;
+  }
   auto now = Clock::now();
   if (tl_seq != 0) ApplyTimelineCommand(tl_seq, tl_take);
   if (mark_cycles_) timeline_.Instant("CYCLE_START", now);
   const uint64_t full_rounds = FeedControllers(now);
+  // A rank that shut down negotiates with nothing of its own.
+  if (sd.requested && !cfg_.elastic) FailOwn();
   bool shutdown = false;
-  const Status s = NegotiateCycle(shutting_down, now, full_rounds, &shutdown);
+  const Status s = NegotiateCycle(sd.announce, now, full_rounds, &shutdown);
   if (!s.ok()) {
     HVD_LOG(log_, HVD_LOG_ERROR, s.message());
     recorder_.Want("error");  // the context breaks: a dump even with nothing pending
-    FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
+    FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message() +
+                                       DepartureNote()));
     return false;
   }
+  if (shutdown && !cfg_.elastic) return LearnDepartures(sd.announce);
   if (shutdown) {
-    FailEverything(shutting_down ? shutdown_reason_
-                   : cfg_.elastic
-                       ? Error(HVD_ERR_MEMBERSHIP_CHANGED,
-                               "another rank left the elastic job's epoch " +
-                                   std::to_string(cfg_.epoch) +
-                                   "; reset the context (hvd.elastic.run does)")
-                       : Error(HVD_ERR_ABORTED, "another rank shut down its context"));
+    // An elastic job: a rank that leaves ends the epoch for every rank.
+    FailEverything(sd.requested ? shutdown_reason_
+                                : Error(HVD_ERR_MEMBERSHIP_CHANGED,
+                                        "another rank left the elastic job's epoch " +
+                                            std::to_string(cfg_.epoch) +
+                                            "; reset the context (hvd.elastic.run does)"));
     return false;
   }
   ApplyTuning();

@@ -79,8 +79,11 @@ void ContextImpl::Loop() {
       cv_.wait_until(lock, Clock::now() + poll, [this] { return !cycle_held_; });
       continue;
     }
+    // A rank that shut down negotiates on at the others' pace (see
+    // negotiation/departures.cc): its shutdown is news once.
     auto ready = [this] {
-      return cycle_held_ || shutdown_requested_ || queued_ > 0 || tl_pending_;
+      return cycle_held_ || (shutdown_requested_ && (!shutdown_announced_ || shutdown_expired_)) ||
+             queued_ > 0 || tl_pending_;
     };
     if (pending() == 0 && !sets_busy_) {
       // Negotiate at least once per heartbeat (a caller's cycle counts).
@@ -224,7 +227,10 @@ bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
 // loop thread or Drive), which is the only thread touching the cycle's
 // state meanwhile; returns with lock held. False: the context stopped.
 bool ContextImpl::RunCycle(std::unique_lock<std::mutex>& lock) {
-  const bool shutting_down = shutdown_requested_;
+  ShutdownState sd;
+  sd.requested = shutdown_requested_;
+  sd.announce = shutdown_requested_ && !shutdown_announced_;
+  sd.expired = shutdown_expired_;
   TimelineCmd tl_take;
   uint64_t tl_seq = 0;
   if (tl_pending_) {
@@ -240,9 +246,10 @@ bool ContextImpl::RunCycle(std::unique_lock<std::mutex>& lock) {
   }
   queued_ = 0;
   lock.unlock();
-  const bool go_on = CycleBody(shutting_down, tl_seq, tl_take);
+  const bool go_on = CycleBody(sd, tl_seq, tl_take);
   if (recorder_.pending()) ServeDumps();  // an error in this cycle
   lock.lock();
+  any_set_live_ = !slot_live_.empty();
   return go_on;
 }
 
