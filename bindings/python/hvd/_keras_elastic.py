@@ -1,4 +1,4 @@
-"""hvd.keras.elastic (also hvd.tensorflow.keras.elastic): Horovod's elastic
+"""hvd.keras.elastic (re-exported as hvd.tensorflow.keras.elastic): Horovod's elastic
 Keras API -- KerasState and the callbacks that commit and track progress
 during model.fit (docs/elastic.md; hvd.tensorflow.elastic has the rest)."""
 
@@ -17,6 +17,11 @@ from .tensorflow.elastic import (  # noqa: F401
     run,
     run_fn,
 )
+
+
+__all__ = ["CommitStateCallback", "HorovodInternalError", "HostsUpdatedInterrupt", "KerasState",
+           "MembershipChangedError", "ObjectState", "State", "TensorFlowKerasState",
+           "UpdateBatchStateCallback", "UpdateEpochStateCallback", "membership", "run", "run_fn"]
 
 
 class KerasState(TensorFlowKerasState):
