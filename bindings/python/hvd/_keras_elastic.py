@@ -19,11 +19,6 @@ from .tensorflow.elastic import (  # noqa: F401
 )
 
 
-__all__ = ["CommitStateCallback", "HorovodInternalError", "HostsUpdatedInterrupt", "KerasState",
-           "MembershipChangedError", "ObjectState", "State", "TensorFlowKerasState",
-           "UpdateBatchStateCallback", "UpdateEpochStateCallback", "membership", "run", "run_fn"]
-
-
 class KerasState(TensorFlowKerasState):
     """Horovod's KerasState: TensorFlowKerasState with Keras' backend."""
 

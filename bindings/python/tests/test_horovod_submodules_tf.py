@@ -103,7 +103,7 @@ def test_keras_callbacks_and_elastic_modules(front):
         assert ns[name] is getattr(hvdk, name), name
     elastic = importlib.import_module(f"{front}.elastic")
     assert elastic is mod.elastic
-    for name in _public(hvdk.elastic) - {"annotations", "keras"}:
+    for name in hvdk.elastic.__all__:
         assert getattr(elastic, name) is getattr(hvdk.elastic, name), name
     ns = {}
     exec(f"from {front}.elastic import KerasState, CommitStateCallback, "
