@@ -38,6 +38,9 @@
  *   NUL-terminated text; set overwrites; a key and its value together stay
  *   under 64 MiB. NULL where the context has no store (a world of one; MPI
  *   launches).
+ * - Hosts: env.hosts names every rank's host before init (the core's store
+ *   round), so a plugin exchanges no host names; without a store (a world
+ *   of one, the MPI transport) only this rank's entry is set.
  * - struct hvd_transport_request is the plugin's own type (opaque to the core).
  */
 #ifndef HVD_TRANSPORT_H_
@@ -60,10 +63,10 @@ extern "C" {
 typedef void (*hvd_reduce_kernel_fn)(void *dst, const void *src, size_t count,
                                      hvd_dtype_t dtype, hvd_reduce_op_t op);
 
-/* One rank's entry in the host table. */
+/* One rank's entry in the host table (env.hosts). */
 typedef struct hvd_transport_host {
-    const char *name;    /* host name, or NULL if not known             */
-    const char *address; /* address peers reach it at, or NULL          */
+    const char *name;    /* host name; NULL only without a store (MPI)    */
+    const char *address; /* its host's address as peers reach it, or NULL */
 } hvd_transport_host_t;
 
 /* A setting for one transport, by key. Keys the core passes: "network_interface"
@@ -96,7 +99,7 @@ typedef struct hvd_transport_env {
     hvd_reduce_kernel_fn reduce;         /* the core's reduction kernels      */
     double timeout_s;                    /* a transfer's limit                */
     double start_timeout_s;              /* limit for connecting to every peer */
-    const hvd_transport_host_t *hosts;   /* size entries by rank, or NULL     */
+    const hvd_transport_host_t *hosts;   /* size entries by rank, never NULL  */
     const hvd_transport_option_t *options; /* noptions settings               */
     size_t noptions;
 } hvd_transport_env_t;

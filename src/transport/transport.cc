@@ -111,14 +111,21 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
 // Connects (the plugin's init) and keeps what it reported.
 Status Transport::Init(const hvd_transport_env_t& env_in, const TransportOptions& opts) {
   const hvd_transport_t& v = table_;
-  // The host table, where the caller knows every rank's host name and the
-  // env has none.
+  // The host table (never NULL): the caller's entries, this rank's name
+  // where the caller has none.
   hvd_transport_env_t env = env_in;
-  std::vector<hvd_transport_host_t> host_table;
-  if (env.hosts == nullptr && opts.hosts.size() == static_cast<size_t>(env.size) && env.size > 0) {
-    for (const std::string& h : opts.hosts) host_table.push_back({h.c_str(), nullptr});
-    env.hosts = host_table.data();
+  const size_t n = static_cast<size_t>(std::max(env.size, 1));
+  std::vector<hvd_transport_host_t> host_table(n, hvd_transport_host_t{nullptr, nullptr});
+  for (size_t r = 0; r < n; ++r) {
+    if (r < opts.hosts.size() && !opts.hosts[r].empty()) host_table[r].name = opts.hosts[r].c_str();
+    if (r < opts.addresses.size() && !opts.addresses[r].empty()) {
+      host_table[r].address = opts.addresses[r].c_str();
+    }
   }
+  if (env.rank >= 0 && static_cast<size_t>(env.rank) < n && host_table[env.rank].name == nullptr) {
+    host_table[env.rank].name = opts.hostname.c_str();
+  }
+  env.hosts = host_table.data();
   host_id_ = opts.host_id.empty() ? shm::HostIdentity() : opts.host_id;
   info_ = hvd_transport_info_t{};
   info_.struct_size = sizeof(info_);
@@ -138,6 +145,17 @@ Status Transport::Init(const hvd_transport_env_t& env_in, const TransportOptions
   const int size = info_.size > 0 ? info_.size : env.size;
   rank_ = rank;
   size_ = size;
+  // The table serves as this communicator's where its ranks are the env's
+  // (a plugin that owns its communicator may number them otherwise).
+  hosts_known_ = rank == env.rank && size == env.size &&
+                 std::all_of(host_table.begin(), host_table.end(),
+                             [](const hvd_transport_host_t& h) { return h.name != nullptr; });
+  hosts_.clear();
+  addresses_.clear();
+  for (const hvd_transport_host_t& h : host_table) {
+    hosts_.emplace_back(h.name != nullptr ? h.name : "");
+    addresses_.emplace_back(h.address != nullptr ? h.address : "");
+  }
   any_thread_ = (v.caps & HVD_TRANSPORT_CAP_ANY_THREAD) != 0;
   cuda_memory_ = (v.caps & HVD_TRANSPORT_CAP_CUDA_MEMORY) != 0;
   device_average_ = (v.caps & HVD_TRANSPORT_CAP_AVERAGE) != 0;
@@ -187,20 +205,21 @@ Status Transport::ForceAlgorithms(const TransportOptions& opts, bool* want_shm) 
   return Status::Ok();
 }
 
-// Every rank's host name, and the shared-memory path (agreed with every
-// peer over the transport itself).
+// Every rank's host name where the host table lacks them, and the
+// shared-memory path (agreed with every peer over the transport itself).
 Status Transport::StartHosts(const TransportOptions& opts, double timeout_s, Logger* log) {
   const hvd_transport_t& v = table_;
   const int size = size_;
-  // A device-only transport (NCCL) refuses host memory, so nothing is
-  // exchanged over it: the host names come from the host transport beside
-  // it (opts.hosts), and it has no shared-memory path.
+  // Every rank's host name, so messages about a peer can name its host:
+  // the host table where it names every rank (always for a device-only
+  // transport (NCCL), which refuses host memory: the host transport's);
+  // else (the MPI transport, which starts without a store) gathered over
+  // the transport itself.
   const bool device_only = DeviceOnly(v.caps);
-  if (device_only) hosts_ = opts.hosts;
-  // Every rank's host name, so messages about a peer can name its host.
-  if (size > 1 && !device_only) {
+  if (size > 1 && !hosts_known_ && !device_only) {
     TransportExchange ex(this, size);
     HVD_CHECK(ex.Allgather("hosts", opts.hostname, &hosts_));
+    addresses_.assign(hosts_.size(), std::string());
   }
   // The shared-memory path: agreed with every peer over the transport itself.
   if (size > 1 && !device_only) {

@@ -38,10 +38,11 @@ struct TransportOptions {
   // HVD_REPRODUCIBLE: 1 the canonical order everywhere, 0 natives allowed, -1 default.
   int reproducible = -1;
   std::string host_id;  // HVD_HOST_ID; empty: shm::HostIdentity()
-  // Every rank's host name where the caller knows it (the rendezvous, or
-  // for a device-only transport, which exchanges nothing in host memory,
-  // the host transport's): the plugin's host table (env.hosts).
-  std::vector<std::string> hosts;
+  // The host table by rank (the plugin's env.hosts): every rank's host
+  // name and address ("" = unknown) from the start-up's store round (for a
+  // device-only transport, the host transport's). Where it names every
+  // rank the transport exchanges no host names itself.
+  std::vector<std::string> hosts, addresses;
   // A fused allreduce over the ring takes the tensors where they lie
   // (HVD_FUSION_IN_PLACE): on unless false.
   bool fusion_in_place = true;
@@ -173,10 +174,9 @@ class Transport : public Comm {
   // on, on every rank in the same cycle); only where hierarchical().
   void set_hierarchical(bool on) { hier_on_ = on; }
   bool hierarchical_on() const { return hier_ != nullptr && hier_on_; }
-  // Rank r's host name ("" if unknown), as the transport learned it.
-  std::string host_of(int r) const {
-    return r >= 0 && r < static_cast<int>(hosts_.size()) ? hosts_[static_cast<size_t>(r)] : "";
-  }
+  // Rank r's host name and address ("" if unknown), from the host table.
+  std::string host_of(int r) const { return At(hosts_, r); }
+  std::string address_of(int r) const { return At(addresses_, r); }
 
  private:
   class PluginLinks;
@@ -189,6 +189,9 @@ class Transport : public Comm {
   std::string BlockedChain(int r) const;
   Status Start(const hvd_transport_env_t& env, const TransportOptions& opts, Logger* log);
   Status Init(const hvd_transport_env_t& env, const TransportOptions& opts);
+  static std::string At(const std::vector<std::string>& v, int r) {
+    return r >= 0 && r < static_cast<int>(v.size()) ? v[static_cast<size_t>(r)] : "";
+  }
   Status ForceAlgorithms(const TransportOptions& opts, bool* want_shm);
   Status StartHosts(const TransportOptions& opts, double timeout_s, Logger* log);
   Status StartHierarchy(const TransportOptions& opts, Logger* log);
@@ -255,7 +258,8 @@ class Transport : public Comm {
   bool peer_limit_ = false;  // the limit in force is the peer timeout
   const char* op_ = "";      // the collective running, for messages
 
-  std::vector<std::string> hosts_;  // every rank's host name, for messages
+  std::vector<std::string> hosts_, addresses_;  // the host table, for messages
+  bool hosts_known_ = false;  // opts.hosts names every rank of this communicator
   std::string host_id_;  // this rank's host identity (TransportOptions::host_id or the machine's)
   // The hierarchical steps (algorithms/hierarchical.h): the ranks of this
   // host (shared memory), and the ranks with this rank's local index on

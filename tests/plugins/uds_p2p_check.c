@@ -20,7 +20,12 @@
  *             talk to each other.
  *   leave     3 ranks, rank 2 finalizes cleanly: the others' receives from
  *             it fail naming it, but async_error stays HVD_OK.
+ *   elsewhere 2 ranks, the host table puts rank 1 on another host: both
+ *             refuse at init (HVD_ERR_UNSUPPORTED) naming that host, at
+ *             once (nothing connects).
  *   single    1 rank, no key-value store.
+ * Every env carries a host table (env.hosts) naming this host for every
+ * rank, as the core passes it.
  */
 #define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE
@@ -137,9 +142,17 @@ static void plugin_log(void *logger, int level, const char *msg) {
     }
 }
 
+/* The host table: this host's name for every rank (at most 8). */
+static char g_host[64];
+static hvd_transport_host_t g_hosts[8];
+
 static hvd_transport_env_t make_env(file_kv *kv, int rank, int size, double start_timeout) {
     hvd_transport_env_t e;
+    int r;
+    if (g_host[0] == '\0' && gethostname(g_host, sizeof(g_host) - 1) != 0) strcpy(g_host, "?");
+    for (r = 0; r < 8; ++r) g_hosts[r].name = g_host;
     memset(&e, 0, sizeof(e));
+    e.hosts = g_hosts;
     e.struct_size = sizeof(e);
     e.rank = rank;
     e.size = size;
@@ -431,6 +444,22 @@ static void scenario_missing(file_kv *kv, int rank, int size) {
           "init's message does not name rank 1: %s", err);
 }
 
+static void scenario_elsewhere(file_kv *kv, int rank, int size) {
+    hvd_transport_env_t env = make_env(kv, rank, size, 20.0);
+    char err[512];
+    int s;
+    double t0 = now_s();
+    void *comm;
+    g_hosts[1].name = "elsewhere-host";
+    comm = do_init(&env, &s, err, sizeof(err));
+    t0 = now_s() - t0;
+    check(comm == NULL && s == HVD_ERR_UNSUPPORTED, "init across hosts: %d %s", s, err);
+    if (comm != NULL) T->finalize(comm);
+    check(t0 < 5.0, "init refused only after %.2f s", t0);
+    check(contains(err, "rank 1 is on host elsewhere-host") || contains(err, "on host elsewhere-host:"),
+          "init's message does not name the other host: %s", err);
+}
+
 static void scenario_lost(file_kv *kv, int rank, int size, int clean) {
     hvd_transport_env_t env = make_env(kv, rank, size, 20.0);
     char err[512];
@@ -493,6 +522,7 @@ static int run(const char *name, const char *base, int size, int which) {
             if (which == 0) scenario_world(&kv, r, size);
             if (which == 1) scenario_missing(&kv, r, size);
             if (which == 2 || which == 3) scenario_lost(&kv, r, size, which == 3);
+            if (which == 4) scenario_elsewhere(&kv, r, size);
             exit(g_failures ? 1 : 0); /* exit, not _exit: a leak checker runs at exit */
         }
     }
@@ -557,6 +587,7 @@ int main(int argc, char **argv) {
     bad |= run("missing", base, 3, 1);
     bad |= run("lost", base, 3, 2);
     bad |= run("leave", base, 3, 3);
+    bad |= run("elsewhere", base, 2, 4);
     {
         char cmd[300];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);

@@ -9,8 +9,9 @@
  * Transport: one Unix-domain stream socket per pair of ranks (so every rank
  * must be on one host). Set-up: each rank listens on an abstract socket name
  * (a file under $TMPDIR off Linux) that it publishes in the core's key-value
- * store as "uds/addr/<rank>" (its host name, a NUL, the sockaddr bytes;
- * the core's host table, where it has one, names the peers instead);
+ * store as "uds/addr/<rank>" (the sockaddr bytes); the core's host table
+ * (env.hosts) names every rank's host, so ranks on several hosts are
+ * refused before anything connects, and messages name a peer's host;
  * each rank connects to every lower rank, then accepts every higher one, so
  * no rank waits for one that waits for it. Messages are framed (tag, flags,
  * length) on the byte streams; each peer has a send queue written without
@@ -617,7 +618,6 @@ static void uds_finalize(void *comm) {
 typedef struct uds_hello {
     uint32_t magic;
     int32_t rank, size;
-    char host[64];
 } uds_hello;
 
 /* Reads or writes exactly len bytes of a blocking-mode socket by deadline. */
@@ -692,7 +692,7 @@ static int connect_all(uds_comm *c, const hvd_transport_env_t *env, int lfd, dou
     for (r = 0; r < c->rank; ++r) {
         char key[48];
         void *v = NULL;
-        size_t n = 0, hl;
+        size_t n = 0;
         struct sockaddr_un a;
         uds_hello h;
         int fd, st;
@@ -705,24 +705,17 @@ static int connect_all(uds_comm *c, const hvd_transport_env_t *env, int lfd, dou
                         "within the start timeout of %g s (not started, or failed earlier?; "
                         "status %d)", (int)c->rank, c->host, (int)r, key, env->start_timeout_s, st);
         }
-        hl = strnlen((const char *)v, n);
-        snprintf(c->peers[r].host, sizeof(c->peers[r].host), "%.*s", (int)hl, (const char *)v);
         memset(&a, 0, sizeof(a));
-        if (hl >= n || n - hl - 1 > sizeof(a)) {
+        if (n == 0 || n > sizeof(a)) {
             env->kv_free(v);
             return fail(c, HVD_ERR_RENDEZVOUS, "uds: rank %d: rank %d published a bad address",
                         (int)c->rank, (int)r);
         }
-        memcpy(&a, (const char *)v + hl + 1, n - hl - 1);
+        memcpy(&a, v, n);
         env->kv_free(v);
-        if (strcmp(c->peers[r].host, c->host) != 0) {
-            return fail(c, HVD_ERR_UNSUPPORTED, "uds: rank %d is on host %s and rank %d on host "
-                        "%s: the uds transport joins the ranks of one host only", (int)r,
-                        c->peers[r].host, (int)c->rank, c->host);
-        }
         for (;;) { /* the listener exists once published; retry a full backlog */
             fd = socket(AF_UNIX, SOCK_STREAM, 0);
-            if (fd >= 0 && connect(fd, (struct sockaddr *)&a, (socklen_t)(n - hl - 1)) == 0) break;
+            if (fd >= 0 && connect(fd, (struct sockaddr *)&a, (socklen_t)n) == 0) break;
             st = errno;
             if (fd >= 0) close(fd);
             if (now_s() >= deadline || (st != EAGAIN && st != ECONNREFUSED && st != EINTR)) {
@@ -737,7 +730,6 @@ static int connect_all(uds_comm *c, const hvd_transport_env_t *env, int lfd, dou
         }
         memset(&h, 0, sizeof(h));
         h.magic = UDS_MAGIC;
-        memcpy(h.host, c->host, sizeof(h.host));
         h.rank = c->rank;
         h.size = c->size;
         c->peers[r].fd = fd;
@@ -776,8 +768,6 @@ static int connect_all(uds_comm *c, const hvd_transport_env_t *env, int lfd, dou
             continue;
         }
         c->peers[h.rank].fd = fd;
-        h.host[sizeof(h.host) - 1] = '\0';
-        memcpy(c->peers[h.rank].host, h.host, sizeof(h.host));
         ++accepted;
     }
     for (r = 0; r < c->size; ++r) {
@@ -789,20 +779,41 @@ static int connect_all(uds_comm *c, const hvd_transport_env_t *env, int lfd, dou
     return HVD_OK;
 }
 
+/* Every rank's host from the core's host table ("?" where it names none);
+ * ranks on another host than this one's are refused: a Unix-domain socket
+ * does not leave its host. */
+static int learn_hosts(uds_comm *c, const hvd_transport_env_t *env) {
+    int32_t r;
+    for (r = 0; r < c->size; ++r) {
+        c->peers[r].fd = -1;
+        snprintf(c->peers[r].host, sizeof(c->peers[r].host), "%s",
+                 env->hosts[r].name != NULL ? env->hosts[r].name : "?");
+    }
+    snprintf(c->host, sizeof(c->host), "%s", c->peers[c->rank].host);
+    for (r = 0; r < c->size; ++r) {
+        if (env->hosts[r].name != NULL && strcmp(c->peers[r].host, c->host) != 0) {
+            return fail(c, HVD_ERR_UNSUPPORTED, "uds: rank %d is on host %s and rank %d on host "
+                        "%s: the uds transport joins the ranks of one host only", (int)r,
+                        c->peers[r].host, (int)c->rank, c->host);
+        }
+    }
+    return HVD_OK;
+}
+
 static int uds_init(const hvd_transport_env_t *env, hvd_transport_info_t *info, void **comm,
                     char *err, size_t err_len) {
     uds_comm *c;
     struct sockaddr_un addr;
     socklen_t alen = 0;
-    int32_t r;
     int st = HVD_OK, lfd = -1;
     double deadline;
     if (comm != NULL) *comm = NULL;
     if (env == NULL || comm == NULL || env->size < 1 || env->rank < 0 || env->rank >= env->size ||
+        env->hosts == NULL ||
         (env->size > 1 && (env->kv_get == NULL || env->kv_set == NULL || env->kv_free == NULL))) {
         if (err != NULL && err_len > 0) {
-            snprintf(err, err_len, "uds: init needs an environment with a rank, a size and (for "
-                     "more than one rank) a key-value store");
+            snprintf(err, err_len, "uds: init needs an environment with a rank, a size, the host "
+                     "table and (for more than one rank) a key-value store");
         }
         return HVD_ERR_INVALID_ARGUMENT;
     }
@@ -818,33 +829,29 @@ static int uds_init(const hvd_transport_env_t *env, hvd_transport_info_t *info, 
     c->log = env->log;
     c->wake[0] = c->wake[1] = -1;
     pthread_mutex_init(&c->mu, NULL);
-    if (gethostname(c->host, sizeof(c->host) - 1) != 0) snprintf(c->host, sizeof(c->host), "?");
     c->peers = (uds_peer *)calloc((size_t)c->size, sizeof(uds_peer));
     c->pfds = (struct pollfd *)calloc((size_t)c->size + 1, sizeof(struct pollfd));
     if (c->peers == NULL || c->pfds == NULL) {
         st = fail(c, HVD_ERR_NO_MEMORY, "uds: out of memory");
         goto out;
     }
-    for (r = 0; r < c->size; ++r) c->peers[r].fd = -1;
-    snprintf(c->peers[c->rank].host, sizeof(c->peers[0].host), "%s", c->host);
+    st = learn_hosts(c, env);
+    if (st != HVD_OK) goto out;
     if (pipe(c->wake) != 0 || set_nonblocking(c->wake[0]) != 0 || set_nonblocking(c->wake[1]) != 0) {
         st = fail(c, HVD_ERR_TRANSPORT, "uds: rank %d: pipe: %s", (int)c->rank, strerror(errno));
         goto out;
     }
     deadline = now_s() + (env->start_timeout_s > 0 ? env->start_timeout_s : 1e9);
     if (c->size > 1) {
-        char key[48], value[64 + sizeof(addr)];
-        size_t hl = strlen(c->host);
+        char key[48];
         lfd = listen_on(c, &addr, &alen);
         if (lfd < 0) {
             st = fail(c, HVD_ERR_TRANSPORT, "uds: rank %d (host %s): cannot listen: %s",
                       (int)c->rank, c->host, strerror(errno));
             goto out;
         }
-        memcpy(value, c->host, hl + 1);
-        memcpy(value + hl + 1, &addr, (size_t)alen);
         snprintf(key, sizeof(key), "uds/addr/%d", (int)c->rank);
-        st = env->kv_set(env->kv, key, value, hl + 1 + (size_t)alen);
+        st = env->kv_set(env->kv, key, &addr, (size_t)alen);
         if (st != HVD_OK) {
             st = fail(c, HVD_ERR_RENDEZVOUS, "uds: rank %d: cannot publish %s (status %d)",
                       (int)c->rank, key, st);
@@ -852,14 +859,6 @@ static int uds_init(const hvd_transport_env_t *env, hvd_transport_info_t *info, 
         }
         st = connect_all(c, env, lfd, deadline);
         if (st != HVD_OK) goto out;
-    }
-    if (env->struct_size >= offsetof(hvd_transport_env_t, hosts) + sizeof(env->hosts) &&
-        env->hosts != NULL) {
-        for (r = 0; r < c->size; ++r) {
-            if (env->hosts[r].name != NULL) {
-                snprintf(c->peers[r].host, sizeof(c->peers[r].host), "%s", env->hosts[r].name);
-            }
-        }
     }
     if (info != NULL) {
         if (info->struct_size >= offsetof(hvd_transport_info_t, max_tag) + sizeof(uint32_t)) {

@@ -11,6 +11,9 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include <unistd.h>
 
 #include "hvd.h"
 #include "hvd_transport.h"
@@ -56,10 +59,36 @@ class MemKv {
 
   static void Free(void* value) { std::free(value); }
 
+  // The host table of `size` thread ranks (env.hosts, as the core passes
+  // it): this host's name for each, but where SetHost named another. Valid
+  // while the store lives; SetHost before the first call.
+  const hvd_transport_host_t* Hosts(int size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (host_table_.size() != static_cast<size_t>(size)) {
+      char host[256] = {0};
+      if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+      host_names_.resize(static_cast<size_t>(size));
+      host_table_.assign(static_cast<size_t>(size), hvd_transport_host_t{nullptr, nullptr});
+      for (size_t r = 0; r < host_names_.size(); ++r) {
+        if (host_names_[r].empty()) host_names_[r] = host;
+        host_table_[r].name = host_names_[r].c_str();
+      }
+    }
+    return host_table_.data();
+  }
+  void SetHost(int rank, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (host_names_.size() <= static_cast<size_t>(rank)) host_names_.resize(rank + 1);
+    host_names_[static_cast<size_t>(rank)] = name;
+    host_table_.clear();
+  }
+
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::string> map_;
+  std::vector<std::string> host_names_;
+  std::vector<hvd_transport_host_t> host_table_;
 };
 
 // The env of one thread rank of `size` on this host, over the store kv.
@@ -79,6 +108,7 @@ inline hvd_transport_env_t ThreadRankEnv(MemKv* kv, int rank, int size, double t
   env.kv_free = &MemKv::Free;
   env.timeout_s = timeout_s;
   env.start_timeout_s = start_timeout_s;
+  env.hosts = kv->Hosts(size);
   return env;
 }
 

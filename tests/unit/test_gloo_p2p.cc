@@ -442,7 +442,7 @@ TEST_P(GlooP2p, RankThatNeverJoinsFailsInitNamingIt) {
 // connects: a stand-in, written into the store by the test, whose addresses
 // are a socket that listens and never accepts. Each real rank's init fails
 // within the start timeout naming it by rank and host ("host decoy-host",
-// from its joined/<rank>), where Gloo's own text quotes only an address or
+// from the host table), where Gloo's own text quotes only an address or
 // ("Timed out waiting 2000ms for recv operation to complete") nothing.
 // The stand-in is the last rank, so every real rank has connected to the
 // others before it comes to that one. The address layout written is Gloo's
@@ -479,7 +479,7 @@ TEST_P(GlooP2p, MeshFailureNamesThePeer) {
   opt.start_timeout_s = 2;
   MemKv kv;
   const std::string decoy_id = std::to_string(decoy);
-  MemKv::Set(&kv, ("joined/" + decoy_id).c_str(), "decoy-host", 10);
+  kv.SetHost(decoy, "decoy-host");
   MemKv::Set(&kv, ("gloo/rank_" + decoy_id).c_str(), "decoy-host", 10);
   MemKv::Set(&kv, ("gloo/" + decoy_id).c_str(), addresses.data(), addresses.size());
   std::vector<std::string> errors(static_cast<size_t>(decoy));

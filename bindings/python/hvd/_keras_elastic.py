@@ -1,4 +1,4 @@
-"""hvd.keras.elastic (also hvd.tensorflow.keras.elastic): Horovod's elastic
+"""hvd.keras.elastic (re-exported as hvd.tensorflow.keras.elastic): Horovod's elastic
 Keras API -- KerasState and the callbacks that commit and track progress
 during model.fit (docs/elastic.md; hvd.tensorflow.elastic has the rest)."""
 

@@ -107,6 +107,25 @@ from .tensorflow._keras_optimizer import (  # noqa: F401  (re-exported)
 from .tensorflow import broadcast_global_variables as _tf_broadcast_global_variables
 
 
+# The public API, as `from hvd.keras import *` (and hvd.tensorflow.keras)
+# exports it: the callbacks and elastic submodules and the lazily made
+# SyncBatchNormalization aside.
+__all__ = ["Adasum", "Average", "BestModelCheckpoint", "BroadcastGlobalVariablesCallback",
+           "Compression", "DistributedOptimizer", "HorovodInternalError", "HvdError",
+           "InvalidArgumentError", "LearningRateScheduleCallback", "LearningRateWarmupCallback",
+           "Max", "MetricAverageCallback", "Min", "MismatchError", "PartialDistributedOptimizer",
+           "ProcessSet", "Product", "Sum", "add_process_set", "allgather", "allgather_object",
+           "allreduce", "allreduce_gradients", "alltoall", "barrier", "broadcast",
+           "broadcast_global_variables", "broadcast_object", "broadcast_variables", "ccl_built",
+           "cross_rank", "cross_size", "cuda_built", "ddl_built", "global_process_set",
+           "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allreduce",
+           "grouped_reducescatter", "init", "is_homogeneous", "is_initialized", "join",
+           "load_model", "local_rank", "local_rank_op", "local_size", "local_size_op",
+           "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "rank", "rank_op",
+           "reducescatter", "remove_process_set", "rocm_built", "shutdown", "size", "size_op",
+           "start_timeline", "stop_timeline", "transport"]
+
+
 # ---------------------------------------------------------------------------
 # Collectives on values, in Horovod's Keras argument order (the name second):
 # hvd.tensorflow's, with the value made a tensor first.
@@ -460,7 +479,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
 
 
 # Horovod's hvd.keras.elastic (KerasState, CommitStateCallback, ...), also
-# importable as a module (and as hvd.tensorflow.keras.elastic).
+# importable as a module (hvd.tensorflow.keras.elastic re-exports it).
 from . import _keras_elastic as elastic  # noqa: E402
 
 _sys.modules[__name__ + ".elastic"] = elastic

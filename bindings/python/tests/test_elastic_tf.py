@@ -25,7 +25,9 @@ from elastic_helpers import FakeBackend, changed, fake, names  # noqa: E402,F401
 def test_modules_are_horovods():
     assert importlib.import_module("hvd.tensorflow.elastic") is hvdtf.elastic
     assert importlib.import_module("hvd.keras.elastic") is hvdk.elastic
-    assert importlib.import_module("hvd.tensorflow.keras.elastic") is hvdk.elastic
+    tfk_elastic = importlib.import_module("hvd.tensorflow.keras.elastic")
+    for name in tfk_elastic.__all__:
+        assert getattr(tfk_elastic, name) is getattr(hvdk.elastic, name), name
     for name in ("run", "TensorFlowKerasState", "TensorFlowState", "State", "ObjectState"):
         assert callable(getattr(hvdtf.elastic, name)), name
     for name in ("run", "KerasState", "CommitStateCallback", "UpdateBatchStateCallback",

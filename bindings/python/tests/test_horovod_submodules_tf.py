@@ -89,32 +89,50 @@ def test_sync_batch_normalization_is_the_lazy_class():
 
 @pytest.mark.parametrize("front", ["hvd.tensorflow.keras", "hvd.keras"])
 def test_keras_callbacks_and_elastic_modules(front):
-    assert importlib.import_module(front) is hvdk
+    mod = importlib.import_module(front)
+    # hvd.tensorflow.keras is a package of its own (Horovod's name) whose
+    # every public name is hvd.keras's object.
+    for name in hvdk.__all__ + ["SyncBatchNormalization"]:
+        assert getattr(mod, name) is getattr(hvdk, name), name
     callbacks = importlib.import_module(f"{front}.callbacks")
-    assert callbacks is hvdk.callbacks
+    assert callbacks is mod.callbacks
     assert _public(callbacks) == KERAS_CALLBACKS
     ns = {}
     exec(f"from {front}.callbacks import {', '.join(sorted(KERAS_CALLBACKS))}", ns)
     for name in KERAS_CALLBACKS:
         assert ns[name] is getattr(hvdk, name), name
     elastic = importlib.import_module(f"{front}.elastic")
-    assert elastic is hvdk.elastic
+    assert elastic is mod.elastic
+    for name in hvdk.elastic.__all__:
+        assert getattr(elastic, name) is getattr(hvdk.elastic, name), name
     ns = {}
     exec(f"from {front}.elastic import KerasState, CommitStateCallback, "
          "UpdateBatchStateCallback, UpdateEpochStateCallback, run", ns)
     assert ns["KerasState"] is hvdk.elastic.KerasState
 
 
+def test_hvd_keras_all_lists_its_api():
+    # hvd.tensorflow.keras exports hvd.keras's __all__: every public name of
+    # hvd.keras but the modules it uses and its submodules.
+    import types
+    api = {n for n in _public(hvdk) if not isinstance(getattr(hvdk, n), types.ModuleType)}
+    assert set(hvdk.__all__) == api - {"annotations"}
+
+
 def test_hvd_tensorflow_is_a_package():
     # hvd/tensorflow/ is a package (hvd/tensorflow/__init__.py) whose
-    # submodules are files of the folder, and hvd.tensorflow.keras is still
-    # hvd.keras.
+    # submodules are files of the folder, hvd.tensorflow.keras among them
+    # (hvd/tensorflow/keras/, no import hook).
     pkg = os.path.dirname(os.path.abspath(hvd.__file__))
     assert hvdtf.__file__ == os.path.join(pkg, "tensorflow", "__init__.py")
     assert hvd.tensorflow.mpi_ops.__file__ == os.path.join(pkg, "tensorflow", "mpi_ops.py")
     assert not os.path.exists(os.path.join(pkg, "tensorflow.py"))
     assert importlib.import_module("hvd.tensorflow.elastic") is hvdtf.elastic
     assert hvdtf.elastic.__file__ == os.path.join(pkg, "tensorflow", "elastic.py")
+    hvdtfk = importlib.import_module("hvd.tensorflow.keras")
+    assert hvdtfk.__file__ == os.path.join(pkg, "tensorflow", "keras", "__init__.py")
+    assert hvdtfk.callbacks.__file__ == os.path.join(pkg, "tensorflow", "keras", "callbacks.py")
+    assert not [f for f in sys.meta_path if type(f).__module__.startswith("hvd")], sys.meta_path
 
 
 def test_submodules_load_no_torch():

@@ -12,7 +12,8 @@ Python initialises on the way are not edges (a package importing its own
 submodules is how a package is built).
 
 Also here: the size limits of the package's files and functions, and that
-the framework packages are real packages (no module posing as one)."""
+the framework packages are real packages (no module posing as one, no
+import hook serving one)."""
 
 from __future__ import annotations
 
@@ -140,13 +141,16 @@ def test_no_import_cycle(module_level):
 
 
 def test_framework_packages_are_packages():
-    for pkg in ("torch", "tensorflow", os.path.join("torch", "elastic")):
+    for pkg in ("torch", "tensorflow", os.path.join("torch", "elastic"),
+                os.path.join("tensorflow", "keras")):
         assert os.path.isfile(os.path.join(PKG, pkg, "__init__.py")), pkg
     assert not os.path.exists(os.path.join(PKG, "torch.py"))
     assert not os.path.exists(os.path.join(PKG, "tensorflow.py"))
     for name, path in _modules().items():
         with open(path) as f:
-            assert "__path__ =" not in f.read(), f"{name} sets __path__"
+            text = f.read()
+        assert "__path__ =" not in text, f"{name} sets __path__"
+        assert "meta_path" not in text, f"{name} installs an import hook"
 
 
 def _long_functions(tree):

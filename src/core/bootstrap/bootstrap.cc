@@ -57,7 +57,7 @@ void Bootstrap::SetTopology(hvd_transport_env_t* env) const {
 
 // A device transport's options over `members` (context ranks): no
 // shared-memory or hierarchical path (its collectives are all native), the
-// members' host names as the host transport learnt them.
+// members' entries of the host transport's host table.
 TransportOptions Bootstrap::DeviceOptions(const Transport& host, const std::vector<int>& members) const {
   TransportOptions topts;
   topts.hostname = cfg_->hostname;
@@ -65,7 +65,10 @@ TransportOptions Bootstrap::DeviceOptions(const Transport& host, const std::vect
   topts.shm_switch = "a device transport";
   topts.hierarchical = 0;
   topts.host_id = cfg_->host_id;
-  for (int r : members) topts.hosts.push_back(host.host_of(r));
+  for (int r : members) {
+    topts.hosts.push_back(host.host_of(r));
+    topts.addresses.push_back(host.address_of(r));
+  }
   return topts;
 }
 
@@ -114,6 +117,28 @@ Result<std::unique_ptr<Transport>> Bootstrap::OpenDeviceSet(const DeviceSet& set
                          log_);
 }
 
+// The host transport's options: the host table, the shared-memory and
+// hierarchical paths, the forced algorithms.
+TransportOptions Bootstrap::HostOptions(const std::string& transport) const {
+  TransportOptions topts;
+  topts.hostname = cfg_->hostname;
+  topts.hosts = hosts_;  // the host table (env.hosts)
+  topts.addresses = addresses_;
+  // HVD_SHM decides; unset, the transport's older switch (HVD_GLOO_SHM,
+  // HVD_MPI_SHM) does; unset too, on.
+  const int older = transport == "gloo" ? cfg_->gloo_shm : transport == "mpi" ? cfg_->mpi_shm : -1;
+  topts.shm = (cfg_->shm >= 0 ? cfg_->shm : older) != 0;
+  topts.shm_switch = cfg_->shm >= 0 || older < 0 ? "HVD_SHM"
+                     : transport == "gloo"      ? "HVD_GLOO_SHM"
+                                                : "HVD_MPI_SHM";
+  for (int c = 0; c < HVD_TRANSPORT_COLLECTIVES; ++c) topts.algorithm[c] = cfg_->algorithm[c];
+  topts.hierarchical = cfg_->hierarchical;
+  topts.reproducible = cfg_->reproducible;
+  topts.fusion_in_place = cfg_->fusion_in_place != 0;
+  topts.host_id = cfg_->host_id;
+  return topts;
+}
+
 Result<std::unique_ptr<Transport>> Bootstrap::Run() {
   HVD_CHECK(ResolveDeviceTransport());
   std::string transport = ChooseTransport();
@@ -124,7 +149,10 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
   }
   if (cfg_->size > 1 && transport != "mpi") {
     HVD_CHECK(Rendezvous());
-    HVD_CHECK(ResolveLocalTopology());
+    HVD_CHECK(LearnHosts());
+    ResolveLocalTopology();
+  } else {
+    OwnHostOnly();
   }
   HVD_LOG(*log_, HVD_LOG_DEBUG, "rank " << cfg_->rank << "/" << cfg_->size << " local "
                                        << cfg_->local_rank << "/" << cfg_->local_size << " cross "
@@ -170,21 +198,7 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
               {"mpi_comm", nullptr, cfg_->mpi_comm}};
   env.options = options_.data();
   env.noptions = options_.size();
-  TransportOptions topts;
-  topts.hostname = cfg_->hostname;
-  topts.hosts = hosts_;  // the host table, where the rendezvous learnt it
-  // HVD_SHM decides; unset, the transport's older switch (HVD_GLOO_SHM,
-  // HVD_MPI_SHM) does; unset too, on.
-  const int older = transport == "gloo" ? cfg_->gloo_shm : transport == "mpi" ? cfg_->mpi_shm : -1;
-  topts.shm = (cfg_->shm >= 0 ? cfg_->shm : older) != 0;
-  topts.shm_switch = cfg_->shm >= 0 || older < 0 ? "HVD_SHM"
-                     : transport == "gloo"      ? "HVD_GLOO_SHM"
-                                                : "HVD_MPI_SHM";
-  for (int c = 0; c < HVD_TRANSPORT_COLLECTIVES; ++c) topts.algorithm[c] = cfg_->algorithm[c];
-  topts.hierarchical = cfg_->hierarchical;
-  topts.reproducible = cfg_->reproducible;
-  topts.fusion_in_place = cfg_->fusion_in_place != 0;
-  topts.host_id = cfg_->host_id;
+  const TransportOptions topts = HostOptions(transport);
   HVD_ASSIGN_OR_RETURN(std::unique_ptr<Transport> opened,
                        Transport::Open(transport, cfg_->transport_path, env, topts, log_));
   ReportStartStage(StartStage::kReady, cfg_->hostname, *log_);

@@ -1,6 +1,6 @@
 // Bootstrap: config -> rendezvous -> topology -> transport. Run once per
 // context, on the thread creating it, before the loop exists: it forms the
-// job (the store, every rank's host, local and cross ranks), loads and
+// job (the store, the host table, local and cross ranks), loads and
 // connects the transport, and leaves the topology in the Config it was given.
 // It keeps the store client the transport's key-value callbacks use, so it
 // lives as long as the context (destroyed after the transport).
@@ -50,6 +50,7 @@ class Bootstrap {
   // (host_request_) and a device-only one (device_name_).
   Status ResolveDeviceTransport();
   Status OpenDevice(const hvd_transport_env_t& host_env, const Transport& host);
+  TransportOptions HostOptions(const std::string& transport) const;
   TransportOptions DeviceOptions(const Transport& host, const std::vector<int>& members) const;
   void SetTopology(hvd_transport_env_t* env) const;  // rank, size, local, cross from *cfg_
   std::string ChooseTransport() const;
@@ -59,7 +60,9 @@ class Bootstrap {
   Status StoreFromAddress(std::string* host, int* port, std::string* secret);
   std::string UnauthenticatedBind(const std::string& host, int port) const;
   Status JoinStore(const std::string& host, int port, const std::string& secret);
-  Status ResolveLocalTopology();
+  Status LearnHosts();
+  void OwnHostOnly();
+  void ResolveLocalTopology();
   bool ParseMissingMark(const rdv::Bytes& value, std::vector<int>* missing) const;
   std::vector<int> MissingRanks(int r);
   Status NotJoined(const std::vector<int>& missing);
@@ -77,7 +80,9 @@ class Bootstrap {
   hvd_transport_env_t host_env_{};
   std::string iface_, local_address_;
   std::vector<hvd_transport_option_t> options_;  // env.options: they point at the strings above
-  std::vector<std::string> hosts_;  // every rank's host name, where the rendezvous learnt it
+  // The host table by rank (env.hosts): every rank's host name and address
+  // where the store round learnt them, else this rank's name alone.
+  std::vector<std::string> hosts_, addresses_;
   std::unique_ptr<Transport> device_;
 };
 

@@ -1,5 +1,6 @@
-// Topology: every rank's host name through the store, local and cross
-// ranks from them, and the ranks that never join, named alike on every rank.
+// Topology: the host table (every rank's host name and address, through
+// one store round), local and cross ranks from it where the launcher did
+// not say, and the ranks that never join, named alike on every rank.
 #include "core/bootstrap/bootstrap.h"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 // ---- ranks that never join -------------------------------------------------
 //
-// Each rank publishes its host name under host/<rank> and reads everyone
+// Each rank publishes its host entry under host/<rank> and reads everyone
 // else's. When the start timeout passes with ranks missing, the rank that
 // hosts the store writes a mark in place of each missing rank's host name,
 // listing them all, so every rank still waiting learns the same list at
@@ -94,14 +95,33 @@ Status Bootstrap::NotJoined(const std::vector<int>& missing) {
   return Error(HVD_ERR_TIMEOUT, msg.str());
 }
 
-// Fills local/cross rank and size from every rank's host name when the
-// launcher did not say.
-Status Bootstrap::ResolveLocalTopology() {
-  if (cfg_->local_rank >= 0 && cfg_->cross_rank >= 0) return Status::Ok();
+namespace {
+// A host entry in the store: the name, a NUL, the address (no host name
+// holds a NUL, and the missing mark starts with one).
+rdv::Bytes HostEntry(const std::string& name, const std::string& address) {
+  rdv::Bytes v(name.begin(), name.end());
+  v.push_back(0);
+  v.insert(v.end(), address.begin(), address.end());
+  return v;
+}
+
+void ParseHostEntry(const rdv::Bytes& v, std::string* name, std::string* address) {
+  const auto nul = std::find(v.begin(), v.end(), uint8_t{0});
+  name->assign(v.begin(), nul);
+  address->assign(nul == v.end() ? nul : nul + 1, v.end());
+}
+}  // namespace
+
+// The host table through the store: this rank's entry (its host name and
+// the address its store connection leaves from) under host/<rank>, every
+// other rank's read back within the start timeout. Run on every start path
+// with a store, whatever the launcher said about the topology.
+Status Bootstrap::LearnHosts() {
   const std::string& me = cfg_->hostname;
   HVD_CHECK(client_->Set(kv_.prefix + "host/" + std::to_string(cfg_->rank),
-                         rdv::Bytes(me.begin(), me.end())));
-  std::vector<std::string> hosts(static_cast<size_t>(cfg_->size));
+                         HostEntry(me, client_->local_address())));
+  const size_t n = static_cast<size_t>(cfg_->size);
+  std::vector<std::string> hosts(n), addresses(n);
   auto deadline = Clock::now() + std::chrono::duration<double>(cfg_->start_timeout_s);
   bool rechecked = false;
   for (int r = 0; r < cfg_->size; ++r) {
@@ -110,7 +130,7 @@ Status Bootstrap::ResolveLocalTopology() {
     std::vector<int> missing;
     if (v.ok()) {
       if (!ParseMissingMark(*v, &missing)) {
-        hosts[r].assign(v->begin(), v->end());
+        ParseHostEntry(*v, &hosts[r], &addresses[r]);
         continue;
       }
     } else {
@@ -124,6 +144,27 @@ Status Bootstrap::ResolveLocalTopology() {
     }
     return NotJoined(missing);
   }
+  hosts_ = std::move(hosts);
+  addresses_ = std::move(addresses);
+  return Status::Ok();
+}
+
+// The host table where there is no store (a world of one; the MPI
+// transport, which learns the others over its own communicator): this
+// rank's host name, the others' unknown.
+void Bootstrap::OwnHostOnly() {
+  const size_t n = static_cast<size_t>(std::max(cfg_->size, 1));
+  hosts_.assign(n, std::string());
+  addresses_.assign(n, std::string());
+  if (cfg_->rank >= 0 && static_cast<size_t>(cfg_->rank) < n) hosts_[cfg_->rank] = cfg_->hostname;
+}
+
+// Fills local/cross rank and size from the host table when the launcher
+// did not say.
+void Bootstrap::ResolveLocalTopology() {
+  if (cfg_->local_rank >= 0 && cfg_->cross_rank >= 0) return;
+  const std::string& me = cfg_->hostname;
+  const std::vector<std::string>& hosts = hosts_;
   int local_rank = 0, local_size = 0;
   for (int r = 0; r < cfg_->size; ++r) {
     if (hosts[r] == me) {
@@ -149,8 +190,6 @@ Status Bootstrap::ResolveLocalTopology() {
     cfg_->cross_rank = cross_rank;
     cfg_->cross_size = static_cast<int>(seen.size());
   }
-  hosts_ = std::move(hosts);
-  return Status::Ok();
 }
 
 }  // namespace hvd

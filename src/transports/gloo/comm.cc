@@ -162,12 +162,20 @@ int ConnectMesh(Comm& c, const Settings& s, const std::string& where, std::strin
   try {
     c.ctx->connectFullMesh(store, c.device);
   } catch (const StoreError& e) {
-    // Every rank joined, so a key that never came is a rank that stopped
-    // (or lost the store) between joining and publishing its addresses.
-    *msg = "gloo init: connecting the full mesh: " +
-           (store.waiting_for >= 0 ? "waiting for " + c.Who(store.waiting_for) + "'s addresses: "
-                                   : std::string()) +
-           e.what();
+    // A key that never came: a rank that never joined (no address of its
+    // own in the store), or one that stopped (or lost the store) between
+    // publishing its addresses and ours being read.
+    const std::vector<int> absent =
+        e.code == HVD_ERR_TIMEOUT ? hvd::kit::Absent(s.store, "gloo/", c.rank, c.size)
+                                  : std::vector<int>();
+    if (!absent.empty()) {
+      *msg = hvd::kit::NotJoined("gloo", c.rank, absent, s.start_s) + " (connecting the full mesh)";
+    } else {
+      *msg = "gloo init: connecting the full mesh: " +
+             (store.waiting_for >= 0 ? "waiting for " + c.Who(store.waiting_for) + "'s addresses: "
+                                     : std::string()) +
+             e.what();
+    }
     NoteInitFailure(store, c.rank, *msg);
     return HVD_ERR_RENDEZVOUS;
   } catch (const std::exception& e) {
@@ -179,8 +187,8 @@ int ConnectMesh(Comm& c, const Settings& s, const std::string& where, std::strin
   return HVD_OK;
 }
 
-// The set-up's steps: where to listen, the TCP device, the join round (host
-// names), the full mesh, the closing handshake.
+// The set-up's steps: where to listen, the TCP device, the full mesh, the
+// closing handshake.
 int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg) {
   auto c = std::make_unique<Comm>();
   c->Adopt(s);
@@ -196,10 +204,8 @@ int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg) {
   int status = ListenOn(s, host, &attr, &where, msg);
   if (status == HVD_OK) status = MakeDevice(*c, attr, where, msg);
   if (status != HVD_OK) return status;
-  // Join round: publish ours (our host name), wait for everyone's.
-  status = hvd::kit::JoinRound(hvd::kit::Store(s.store, s.start_s), "gloo", c->rank, c->size,
-                               host, s.start_s, &c->hosts, msg);
-  if (status == HVD_OK) status = ConnectMesh(*c, s, where, msg);
+  // The host names are the core's host table's (c->hosts).
+  status = ConnectMesh(*c, s, where, msg);
   if (status != HVD_OK) return status;
   // Every rank's mesh is complete before any rank's init returns. Gloo's
   // connect completes on the connecting side before the accepting side has

@@ -6,10 +6,9 @@
 // (hvd_transport_plugin) and, with HVD_BUILTIN_GLOO=1, into the static
 // core library (hvd_gloo_transport_table, no plugin symbol).
 //
-// Rendezvous: every rank publishes "joined/<rank>" (its host name) and waits
-// for everyone's within the start timeout, so a rank that never starts is
-// named, and host names are known for messages ("rank 2 (host h)"); Gloo's
-// keys go under "gloo/". A Gloo error on a request is its pair's, so the
+// Rendezvous: host names come from the core's host table (env.hosts), for
+// messages ("rank 2 (host h)"); Gloo's keys go under "gloo/", and a rank
+// whose addresses never come there is named (it did not join). A Gloo error on a request is its pair's, so the
 // address it quotes is shown as that peer's: "rank 2 (host h, [ip]:port)".
 // Errors of the full mesh name the peer through the addresses the ranks
 // published (MeshFailure), and a closing handshake with each peer names

@@ -29,11 +29,11 @@ struct CommBase {
   // why under "broken/<rank>" before closing its connections, so peers that
   // only see the closing can say what was behind it (BrokenNote).
   StoreCalls store;
-  std::vector<std::string> hosts;  // every rank's host name
+  std::vector<std::string> hosts;  // every rank's host name (the core's host table)
   std::string last_error;          // the loop thread's
   Failure failure;                 // any thread: the first failure
 
-  // Takes the world, the transfer limit, the logger and the store.
+  // Takes the world, the transfer limit, the logger, the store and the host names.
   void Adopt(const Settings& s) {
     rank = s.rank;
     size = s.size;
@@ -41,6 +41,7 @@ struct CommBase {
     logger = s.logger;
     log = s.log;
     store = s.store;
+    hosts = s.hosts;
   }
   std::string Who(int r, const std::string& addr = std::string()) const {
     return kit::Who(hosts, r, addr);

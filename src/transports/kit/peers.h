@@ -1,10 +1,28 @@
-// Naming a peer in messages: "rank 2 (host h)", from every rank's host name.
+// Naming a peer in messages: "rank 2 (host h)", from every rank's host name
+// (the core's host table, env.hosts).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
+#include "hvd_transport.h"
+
 namespace hvd::kit {
+
+// Every rank's host name from the env's host table ("" where it names none,
+// or where an env without one came).
+inline std::vector<std::string> HostNames(const hvd_transport_env_t& env) {
+  std::vector<std::string> names(static_cast<size_t>(env.size > 0 ? env.size : 0));
+  if (env.struct_size < offsetof(hvd_transport_env_t, hosts) + sizeof(env.hosts) ||
+      env.hosts == nullptr) {
+    return names;
+  }
+  for (size_t r = 0; r < names.size(); ++r) {
+    if (env.hosts[r].name != nullptr) names[r] = env.hosts[r].name;
+  }
+  return names;
+}
 
 // "rank 2", "rank 2 (host h)", "rank 2 (host h, [ip]:port)" or "rank 2
 // ([ip]:port)": the host where known, the address where given.

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "hvd.h"
 #include "errors.h"
+#include "peers.h"
 #include "store.h"
 
 namespace hvd::kit {
@@ -24,6 +26,7 @@ struct Settings {
   void* logger = nullptr;
   void (*log)(void*, int, const char*) = nullptr;
   StoreCalls store;
+  std::vector<std::string> hosts;  // every rank's host name (env.hosts; "" = unknown)
 };
 
 // Copies the caller's env (of in->struct_size bytes, at least `least`) into
@@ -62,6 +65,7 @@ int ReadSettings(const Env& env, const char* name, Settings* s, std::string* msg
   s->start_s = env.start_timeout_s > 0 ? env.start_timeout_s : 30.0;
   s->logger = env.logger;
   s->log = env.log;
+  s->hosts = HostNames(env);
   return HVD_OK;
 }
 

@@ -1,6 +1,7 @@
 // The rendezvous store as a plugin sees it: the core's callbacks, a wrapper
-// whose every wait ends at one deadline, the join round, and the notes a
-// rank leaves there when its communicator breaks.
+// whose every wait ends at one deadline, a set-up's exchange round and the
+// ranks that never joined it, and the notes a rank leaves there when its
+// communicator breaks.
 #pragma once
 
 #include <cstddef>
@@ -59,37 +60,66 @@ class Store {
   Clock::time_point deadline_;
 };
 
-// The join round of a set-up: publishes "joined/<rank>" (this host's name)
-// and reads every other rank's within the store's deadline, so a rank that
-// never starts is named and every rank's host is known for messages. Fills
-// *hosts (size entries); on a missing rank returns HVD_ERR_RENDEZVOUS with
 // "<name> init: rank R: ranks 1, 3 did not join within the start timeout
-// (30 s)". Throws StoreError when publishing fails.
-inline int JoinRound(const Store& store, const char* name, int rank, int size,
-                     const std::string& host, double start_s, std::vector<std::string>* hosts,
-                     std::string* msg) {
-  hosts->assign(static_cast<size_t>(size), std::string());
-  (*hosts)[rank] = host;
-  store.Set("joined/" + std::to_string(rank), host.data(), host.size());
-  std::string missing;
-  int n_missing = 0, store_status = HVD_OK;
+// (30 s)", and the store's own failure where it failed (store_status).
+inline std::string NotJoined(const char* name, int rank, const std::vector<int>& missing,
+                             double start_s, int store_status = HVD_OK) {
+  std::string list;
+  for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  std::string msg = std::string(name) + " init: rank " + std::to_string(rank) + ": rank" +
+                    (missing.size() > 1 ? "s " : " ") + list +
+                    " did not join within the start timeout (" + Secs(start_s) + " s)";
+  if (store_status != HVD_OK) {
+    msg += "; the rendezvous store also failed (status " + std::to_string(store_status) + ")";
+  }
+  return msg;
+}
+
+// The ranks but `rank` whose key prefix<r> is not in the store (each looked
+// for briefly): after a set-up's wait for a peer's key timed out, the ranks
+// that never joined.
+inline std::vector<int> Absent(const StoreCalls& store, const std::string& prefix, int rank,
+                               int size) {
+  constexpr double kLookS = 0.01;
+  std::vector<int> absent;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const std::string key = prefix + std::to_string(r);
+    void* v = nullptr;
+    size_t len = 0;
+    if (store.get(store.kv, key.c_str(), &v, &len, kLookS) != HVD_OK) {
+      absent.push_back(r);
+    } else if (v != nullptr) {
+      store.free(v);
+    }
+  }
+  return absent;
+}
+
+// One exchange of a set-up (its connection addresses): publishes `mine`
+// under prefix<rank> and reads every other rank's within the store's
+// deadline into *values (size entries, this rank's too). A rank whose value
+// never came did not join: HVD_ERR_RENDEZVOUS with NotJoined's message.
+// Throws StoreError when publishing fails.
+inline int ExchangeRound(const Store& store, const char* name, const std::string& prefix,
+                         int rank, int size, const std::string& mine, double start_s,
+                         std::vector<std::string>* values, std::string* msg) {
+  values->assign(static_cast<size_t>(size), std::string());
+  (*values)[rank] = mine;
+  store.Set(prefix + std::to_string(rank), mine.data(), mine.size());
+  std::vector<int> missing;
+  int store_status = HVD_OK;
   for (int j = 0; j < size; ++j) {
     if (j == rank) continue;
     try {
-      (*hosts)[j] = store.Get("joined/" + std::to_string(j));
+      (*values)[j] = store.Get(prefix + std::to_string(j));
     } catch (const StoreError& e) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(j);
-      ++n_missing;
+      missing.push_back(j);
       if (e.code != HVD_ERR_TIMEOUT) store_status = e.code;
     }
   }
-  if (n_missing == 0) return HVD_OK;
-  *msg = std::string(name) + " init: rank " + std::to_string(rank) + ": rank" +
-         (n_missing > 1 ? "s " : " ") + missing + " did not join within the start timeout (" +
-         Secs(start_s) + " s)";
-  if (store_status != HVD_OK) {
-    *msg += "; the rendezvous store also failed (status " + std::to_string(store_status) + ")";
-  }
+  if (missing.empty()) return HVD_OK;
+  *msg = NotJoined(name, rank, missing, start_s, store_status);
   return HVD_ERR_RENDEZVOUS;
 }
 

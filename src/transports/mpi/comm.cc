@@ -123,8 +123,11 @@ void JoinComm(Process& ps, const Settings& s, Comm* c) {
   }
 }
 
-// Every rank's processor name (c->hosts), so that errors name the host; the
-// largest tag.
+// Every rank's processor name (c->hosts), so that errors name the host and
+// TopologyOf can group the ranks; the largest tag. The core's host table
+// cannot serve here: the MPI transport starts without a store, so the table
+// names this rank alone, and this communicator numbers its ranks itself (a
+// sub-communicator's differ from the launcher's).
 void LearnHosts(Comm* c) {
   char name[kMaxHost] = {0};
   int len = 0;

@@ -320,7 +320,8 @@ int MakeWorker(Comm& c, const Settings& s, std::string* where, std::string* msg)
 }
 
 // Addresses through the store, one endpoint per peer.
-int Connect(Comm& c, const hvd::kit::Store& kv, const std::string& where, std::string* msg) {
+int Connect(Comm& c, const hvd::kit::Store& kv, double start_s, const std::string& where,
+            std::string* msg) {
   ucp_address_t* addr = nullptr;
   size_t addr_len = 0;
   ucs_status_t st = ucp_worker_get_address(c.worker, &addr, &addr_len);
@@ -328,18 +329,18 @@ int Connect(Comm& c, const hvd::kit::Store& kv, const std::string& where, std::s
     *msg = std::string("ucx init: worker address: ") + ucs_status_string(st);
     return HVD_ERR_TRANSPORT;
   }
-  try {
-    kv.Set("ucx/addr/" + std::to_string(c.rank), addr, addr_len);
-  } catch (...) {
-    ucp_worker_release_address(c.worker, addr);
-    throw;
-  }
+  // Every rank's worker address; a rank whose address never comes did not join.
+  const std::string mine(static_cast<const char*>(static_cast<const void*>(addr)), addr_len);
   ucp_worker_release_address(c.worker, addr);
+  std::vector<std::string> addresses;
+  const int joined = hvd::kit::ExchangeRound(kv, "ucx", "ucx/addr/", c.rank, c.size, mine,
+                                             start_s, &addresses, msg);
+  if (joined != HVD_OK) return joined;
   c.eps.assign(static_cast<size_t>(c.size), nullptr);
   c.peer_args.reset(new PeerArg[c.size]);
   for (int j = 0; j < c.size; ++j) {
     if (j == c.rank) continue;
-    const std::string peer_addr = kv.Get("ucx/addr/" + std::to_string(j));
+    const std::string& peer_addr = addresses[static_cast<size_t>(j)];
     c.peer_args[j].comm = &c;
     c.peer_args[j].rank = j;
     ucp_ep_params_t ep;
@@ -436,9 +437,9 @@ int PostGoodbyes(Comm& c, std::string* msg) {
   return HVD_OK;
 }
 
-// The set-up's steps: the join round first (so a rank that never starts is
-// named before UCX runs), the worker, the endpoints, the hello, the
-// goodbyes' receives.
+// The set-up's steps: the worker, the endpoints (over the exchange of
+// worker addresses, which names a rank that never starts), the hello, the
+// goodbyes' receives. The host names are the core's host table's (c->hosts).
 int Setup(const Settings& s, CommPtr* out, std::string* msg) {
   CommPtr c(new Comm);
   c->Adopt(s);
@@ -447,13 +448,10 @@ int Setup(const Settings& s, CommPtr* out, std::string* msg) {
     *out = std::move(c);
     return HVD_OK;
   }
-  char host[256] = {0};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
   const hvd::kit::Store kv(s.store, s.start_s);
   std::string where;
-  int status = hvd::kit::JoinRound(kv, "ucx", c->rank, c->size, host, s.start_s, &c->hosts, msg);
-  if (status == HVD_OK) status = MakeWorker(*c, s, &where, msg);
-  if (status == HVD_OK) status = Connect(*c, kv, where, msg);
+  int status = MakeWorker(*c, s, &where, msg);
+  if (status == HVD_OK) status = Connect(*c, kv, s.start_s, where, msg);
   if (status == HVD_OK) status = Hello(*c, s.start_s, where, msg);
   if (status == HVD_OK) status = PostGoodbyes(*c, msg);
   if (status != HVD_OK) return status;

@@ -4,10 +4,10 @@
 // It needs only hvd.h, hvd_transport.h, UCX (ucp, ucs) and the standard
 // library. Built into libhvd_transport_ucx.so (hvd_transport_plugin).
 //
-// Rendezvous: every rank publishes "joined/<rank>" (its host name) and waits
-// for everyone's within the start timeout, so a rank that never starts is
-// named and host names are known for messages ("rank 2 (host h)"); then every
-// rank publishes its UCP worker address under "ucx/addr/<rank>", creates an
+// Rendezvous: host names come from the core's host table (env.hosts), for
+// messages ("rank 2 (host h)"). Every rank publishes its UCP worker address
+// under "ucx/addr/<rank>" and reads everyone's within the start timeout (a
+// rank whose address never comes is named: it did not join), creates an
 // endpoint to every peer and exchanges a zero-byte hello with each (bounded by
 // the start timeout), so a peer UCX cannot reach fails init, named.
 //

@@ -174,38 +174,6 @@ from . import elastic  # noqa: E402
 _hvd_elastic._register_reset_hook(_rebind_sets, after=True)
 
 
-# `import horovod.tensorflow.keras as hvd` becomes `import hvd.tensorflow.keras as hvd`
-# (or `import hvd.keras as hvd`): hvd.tensorflow.keras is hvd.keras itself,
-# imported on first use through the finder below (the folder has no keras module).
-
-
-class _KerasAlias:
-    """Finder and loader of hvd.tensorflow.keras: the hvd.keras module."""
-
-    name = __name__ + ".keras"
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        import importlib.util
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec):
-        import importlib
-        mod = importlib.import_module("hvd.keras")
-        # its submodules under this name too (from hvd.tensorflow.keras.callbacks import ...)
-        for sub in ("callbacks", "elastic"):
-            _sys.modules.setdefault(f"{self.name}.{sub}", getattr(mod, sub))
-        return mod
-
-    def exec_module(self, module):
-        pass  # hvd.keras ran when it was imported
-
-
-if not any(isinstance(f, _KerasAlias) for f in _sys.meta_path):
-    _sys.meta_path.append(_KerasAlias())
-
-
 def __getattr__(name):
     # SyncBatchNormalization subclasses a Keras layer: Keras loads on first use.
     if name == "SyncBatchNormalization":

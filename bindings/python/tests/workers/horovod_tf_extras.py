@@ -321,10 +321,13 @@ def main():
     def tensorflow_keras_module():
         # Horovod's `import horovod.tensorflow.keras as hvd` with the import line changed
         import importlib
+        # (hvd here is hvd.tensorflow): a package of its own with hvd.keras's API.
         hk = importlib.import_module("hvd.tensorflow.keras")
-        assert hk is hvdk and hvd.keras is hvdk, (hk, getattr(hvd, "keras", None))
+        assert hvd.keras is hk, (hk, getattr(hvd, "keras", None))
+        for name in hvdk.__all__:
+            assert getattr(hk, name) is getattr(hvdk, name), name
         cb = importlib.import_module("hvd.tensorflow.keras.callbacks")
-        assert cb is hvdk.callbacks and cb.BestModelCheckpoint is hvdk.BestModelCheckpoint
+        assert cb is hk.callbacks and cb.BestModelCheckpoint is hvdk.BestModelCheckpoint
         assert hk.load_model is hvdk.load_model
         try:
             importlib.import_module("hvd.tensorflow.no_such_module")
