@@ -7,9 +7,9 @@
 #    files are libhvd.so, the transport plugins and hvdrun);
 # 2. auditwheel repair: copies what those files need beyond the manylinux
 #    policy (Debian's libgloo.so.0 with hiredis, ibverbs and libnl; OpenSSL's
-#    libcrypto.so.3 for HMAC) into hvd.libs/ under unique names, points the
-#    RUNPATHs there and tags the wheel with the lowest policy its symbol
-#    versions allow. The optional transports' own libraries (MPI, UCX, CUDA,
+#    libcrypto is linked statically, see pyproject.toml) into hvd.libs/ under
+#    unique names, points the RUNPATHs there and tags the wheel with the
+#    lowest policy its symbol versions allow. The optional transports' own libraries (MPI, UCX, CUDA,
 #    NCCL) are excluded: those plugins load where the library is present and
 #    name what to install where it is not.
 #
