@@ -12,8 +12,9 @@
 #
 # Needs root, network access to the package index and, the first time, to
 # the Debian archive. HVD_DISTRO_TORCH_PIP_ARGS: extra pip arguments for the
-# torch install (e.g. an index of CPU-only builds). Prints "distro: PASS" and
-# exits 0 when every step passed.
+# torch install (e.g. an index of CPU-only builds); HVD_DISTRO_SKIP_TORCH=1
+# skips the torch step (several GB). Prints "distro: PASS" and exits 0 when
+# every step passed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -32,7 +33,7 @@ ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 [[ -f $ca ]] && cp -L "$ca" "$work/upper/etc/hvd-pip-ca.crt"
 # Everything mounted below lives in the new mount namespace and goes with it.
 unshare --mount --pid --fork --propagation private bash -euo pipefail -c '
-  w=$1 lower=$2 torch_args=$3
+  w=$1 lower=$2 torch_args=$3 skip_torch=$4
   r=$w/root
   mount -t overlay overlay -o "lowerdir=$lower,upperdir=$w/upper,workdir=$w/work" "$r"
   mount -t proc proc "$r/proc"
@@ -44,5 +45,6 @@ unshare --mount --pid --fork --propagation private bash -euo pipefail -c '
   [[ -f $r/etc/hvd-pip-ca.crt ]] && cert=(PIP_CERT=/etc/hvd-pip-ca.crt)
   exec chroot "$r" /usr/bin/env -i HOME=/root LANG=C.UTF-8 OMP_NUM_THREADS=1 \
     PATH=/usr/local/bin:/usr/bin:/bin PIP_DEFAULT_TIMEOUT=180 "${cert[@]}" \
-    HVD_DISTRO_TORCH_PIP_ARGS="$torch_args" /bin/bash /opt/hvd-test/steps.sh
-' _ "$work" "$lower" "${HVD_DISTRO_TORCH_PIP_ARGS:-}"
+    HVD_DISTRO_TORCH_PIP_ARGS="$torch_args" HVD_DISTRO_SKIP_TORCH="$skip_torch" \
+    /bin/bash /opt/hvd-test/steps.sh
+' _ "$work" "$lower" "${HVD_DISTRO_TORCH_PIP_ARGS:-}" "${HVD_DISTRO_SKIP_TORCH:-0}"
