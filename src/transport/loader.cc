@@ -147,7 +147,8 @@ std::string MissingLibrary(const std::string& why) {
 // over the plugin folders, or "".
 std::string FindOptionalLibrary(const std::string& soname, const std::vector<std::string>& dirs) {
   for (const std::string& d : dirs) {
-    for (const char* where : {"/../nvidia/*/lib/", "/../../../lib/"}) {
+    // <dir>/../nvidia/<part>/lib, and <dir>/../../.. = <prefix>/lib.
+    for (const char* where : {"/../nvidia/*/lib/", "/../../../"}) {
       glob_t g{};
       const std::string pattern = d + where + soname;
       std::string hit;
