@@ -179,8 +179,9 @@ def _policy(tag):
     path = os.path.join(os.path.dirname(auditwheel.__file__), "policy", "manylinux-policy.json")
     with open(path) as f:
         policies = {p["name"]: p for p in json.load(f)}
-    assert tag in policies, f"{tag} is no manylinux policy of auditwheel's: {sorted(policies)}"
-    return policies[tag]
+    name = tag[:-len("_x86_64")] if tag.endswith("_x86_64") else tag
+    assert name in policies, f"{name} is no manylinux policy of auditwheel's: {sorted(policies)}"
+    return policies[name]
 
 
 def _wheel_tag(whl):
@@ -194,8 +195,8 @@ def test_wheel_contents(wheel):
     whl, built, _ = wheel
     _wheel_tag(whl)
     print(f"wheel {os.path.basename(whl)}: {os.path.getsize(whl) / 2**20:.1f} MiB")
-    with zipfile.ZipFile(whl) as z:
-        infos = {i.filename: i for i in z.infolist()}
+    with zipfile.ZipFile(whl) as z:  # auditwheel's zip also lists folders
+        infos = {i.filename: i for i in z.infolist() if not i.is_dir()}
     names = set(infos)
     vendored = {n for n in names if n.startswith("hvd.libs/")}
     stems = {_vendored_stem(n.split("/", 1)[1]) for n in vendored}
