@@ -251,6 +251,11 @@ HVD_API hvd_status_t hvd_context_cross_rank(hvd_context_t ctx, int *out);
 HVD_API hvd_status_t hvd_context_cross_size(hvd_context_t ctx, int *out);
 /* The transport's name; owned by libhvd, valid while libhvd stays loaded. */
 HVD_API hvd_status_t hvd_context_transport(hvd_context_t ctx, const char **out);
+/* HVD_OK if transport `name` loads here (its plugin and the libraries that
+ * plugin needs), searching transport_path (':'-separated, NULL = none) then
+ * libhvd's folder; else the loader's error, the last error saying why and
+ * what to install. Needs no init; unloads what it loaded where it can. */
+HVD_API hvd_status_t hvd_transport_probe(const char *name, const char *transport_path);
 /* 1 if MPI runs at MPI_THREAD_MULTIPLE, else 0; not MPI: HVD_ERR_UNSUPPORTED. */
 HVD_API hvd_status_t hvd_mpi_threads_supported(hvd_context_t ctx, int *out);
 

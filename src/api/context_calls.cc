@@ -2,6 +2,8 @@
 // (hvd_init / hvd_shutdown), ranks and sizes, the transport, the timeline,
 // the flight recorder's dump.
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include "api/validate.h"
 #include "common/kernels.h"
 #include "hvd.h"
+#include "transport/loader.h"
 
 using namespace hvd::api;  // NOLINT: the C calls below are this module's shims
 
@@ -120,6 +123,16 @@ hvd_status_t hvd_context_transport(hvd_context_t ctx, const char** out) {
     *out = name != nullptr ? name : "";
     return HVD_OK;
   });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_transport_probe(const char* name, const char* transport_path) {
+  HVD_API_BEGIN();
+  if (name == nullptr || *name == '\0') return Report(Invalid(__func__, "name is NULL or empty"));
+  auto found = hvd::FindTransport(name, transport_path != nullptr ? transport_path : "");
+  if (!found.ok()) return Report(found.status());
+  if (found.value().dl != nullptr) dlclose(found.value().dl);
+  return HVD_OK;
   HVD_API_END();
 }
 

