@@ -9,10 +9,22 @@
 
 and Ray Train: ``DataParallelTrainer(train_loop, backend_config=hvd.ray.HvdConfig(),
 scaling_config=ScalingConfig(num_workers=4))``.
+
+Ray itself is imported when it is used (RayExecutor.start, hvd.ray.HvdConfig), so
+that ``import hvd.ray`` is quick and works where Ray is not installed.
 """
 
 from .executor import RayExecutor, Settings, WorkerLostError, create_settings
-from .train import HvdBackend, HvdConfig
 
 __all__ = ["RayExecutor", "Settings", "WorkerLostError", "create_settings", "HvdConfig",
            "HvdBackend"]
+
+
+def __getattr__(name):
+    # The Ray Train backend subclasses ray.train's classes: importing it
+    # imports ray.train (seconds), hence only when asked for.
+    if name in ("HvdConfig", "HvdBackend"):
+        from . import train
+
+        return getattr(train, name)
+    raise AttributeError(f"module 'hvd.ray' has no attribute {name!r}")

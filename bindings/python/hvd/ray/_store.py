@@ -112,9 +112,10 @@ class StoreServer:
             self._cond.notify_all()
             conns = list(self._conns)
         try:
-            self._sock.close()
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not)
         except OSError:
             pass
+        self._sock.close()
         for c in conns:
             try:
                 c.shutdown(socket.SHUT_RDWR)

@@ -323,11 +323,11 @@ class RayExecutor:
                     if first_error is None or (_is_echo(first_error) and not _is_echo(err)):
                         first_error = err
                         error_at = error_at or time.monotonic()
-        if first_error is not None:
-            raise first_error
         if self.elastic and self._driver.ended:
             raise WorkerLostError(f"hvd.ray: the elastic job ended: {self._driver.ended}; "
-                                  f"lost: {self._lost_text()}")
+                                  f"lost: {self._lost_text()}") from first_error
+        if first_error is not None:
+            raise first_error
         order = self._driver.ranks() if self.elastic else []
         rank_of = {wid: r for r, wid in enumerate(order)}
         done_members = [m for m in members if m.index in results]
