@@ -102,6 +102,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    # A loaded machine starts a raylet in more than Ray's default 30 s.
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")
     import ray
 
     mod = _example()

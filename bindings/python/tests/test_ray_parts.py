@@ -28,6 +28,9 @@ def test_ranks_are_contiguous_per_node():
                                                                (1, 2)]
     assert _topology.visible_gpus(slots, [["0"], ["1"], ["3"], ["0"], ["2"]]) == [
         "0,2,3", "0,1", "0,2,3", "0,1", "0,2,3"]
+    # The driver's node first, wherever Ray put the first bundle.
+    order, _ = _topology.assign_ranks(nodes, first_node="B")
+    assert order == [1, 3, 0, 2, 4]
 
 
 RANK = """

@@ -10,14 +10,17 @@ Slot = collections.namedtuple(
 Slot.__doc__ = "One worker's place in the job: its ranks, and the node it runs on."
 
 
-def assign_ranks(nodes):
+def assign_ranks(nodes, first_node=None):
     """nodes: per worker (in the order the workers were made), (node_id, node_ip).
     Returns (order, slots): order[r] is the index of the worker that is rank r,
     slots[i] the Slot of worker i.
 
-    Nodes are numbered in the order their first worker appears; a node's
-    workers take consecutive ranks, in creation order."""
+    Nodes are numbered first_node first (the driver's, where it has workers),
+    then in the order their first worker appears; a node's workers take
+    consecutive ranks, in creation order."""
     by_node = collections.OrderedDict()
+    if any(node_id == first_node for node_id, _ in nodes):
+        by_node[first_node] = []
     for i, (node_id, _ip) in enumerate(nodes):
         by_node.setdefault(node_id, []).append(i)
     order = [i for members in by_node.values() for i in members]

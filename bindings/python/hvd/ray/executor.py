@@ -199,7 +199,8 @@ class RayExecutor:
         nodes = ray.get([a.node.remote() for a in self._actors],
                         timeout=self.settings.timeout_s + 60)
         members = [_Member(i, a, n) for i, (a, n) in enumerate(zip(self._actors, nodes))]
-        order, slots = assign_ranks([(m.node_id, m.node_ip) for m in members])
+        order, slots = assign_ranks([(m.node_id, m.node_ip) for m in members],
+                                    first_node=ray.get_runtime_context().get_node_id())
         self._slots = [slots[i] for i in order]
         self._gpu_ids = [members[i].gpus for i in order]
         ordered = [members[i] for i in order]
