@@ -91,7 +91,7 @@ run_pod() {
   while [ "$1" != "--" ]; do vars+=("$1"); shift; done
   shift
   ( set +e
-    timeout -k 5 "${POD_LIMIT:-300}" "$cluster" exec "$h" env "${vars[@]}" "$@" >"$out" 2>&1
+    timeout -k 5 "${POD_LIMIT:-900}" "$cluster" exec "$h" env "${vars[@]}" "$@" >"$out" 2>&1
     echo $? >"$out.rc" ) &
   pids+=($!)
 }

@@ -64,7 +64,9 @@ class Cluster:
         self._saved = {k: os.environ.get(k) for k in self.auth}
         os.environ.update(self.auth)  # this process (the driver) uses it too
         _reload_ray_auth()
-        self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **(env or {}))
+        # A loaded machine starts a raylet in more than Ray's default 30 s.
+        self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_raylet_start_wait_time_s="300",
+                        **(env or {}))
         cmd = [ray, "start", "--head", "--block", f"--port={self.port}", f"--num-cpus={num_cpus}",
                "--num-gpus=0", f"--temp-dir={self.tmp}", "--include-dashboard=false",
                "--disable-usage-stats"]
