@@ -31,6 +31,7 @@ def _example():
     spec = importlib.util.spec_from_file_location("train_torch_ray", EXAMPLE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    sys.modules["train_torch_ray"] = mod  # pickled by value below: it must be registered
     return mod
 
 
