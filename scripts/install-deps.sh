@@ -58,6 +58,11 @@ if [ "$want_python" -eq 1 ]; then
     echo "install-deps: pip install torch (large: CUDA wheels come with it)"
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore torch
   fi
+  # Ray and Ray Train (hvd.ray, the optional extra hvd[ray]), unless ray.train imports.
+  if ! python3 -c "import ray.train" >/dev/null 2>&1; then
+    echo "install-deps: pip install ray[train]"
+    python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "ray[train]>=2.60,<3"
+  fi
 fi
 if [ "$want_wheel" -eq 1 ]; then
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore "${pip_wheel[@]}"

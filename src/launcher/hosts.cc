@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -167,6 +168,18 @@ Result<std::vector<HostSlots>> ParseHostList(const std::string& spec) {
   }
   if (hosts.empty()) return Status(InvalidArgument("empty host list"));
   return hosts;
+}
+
+std::string HostfileFromEnvironment(std::string* variable) {
+  for (const char* name : {"OMPI_MCA_orte_default_hostfile", "PRTE_MCA_prte_default_hostfile",
+                           "I_MPI_HYDRA_HOST_FILE", "HYDRA_HOST_FILE"}) {
+    const char* v = std::getenv(name);
+    if (v != nullptr && *v != '\0') {
+      if (variable != nullptr) *variable = name;
+      return v;
+    }
+  }
+  return "";
 }
 
 Result<std::vector<HostSlots>> ParseHostfile(const std::string& path) {

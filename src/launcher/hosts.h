@@ -20,6 +20,11 @@ Result<std::vector<HostSlots>> ParseHostList(const std::string& spec);
 // and text after '#' are ignored.
 Result<std::vector<HostSlots>> ParseHostfile(const std::string& path);
 
+// The hostfile an MPI launcher environment names (the MPI Operator's
+// OMPI_MCA_orte_default_hostfile, Open MPI 5's PRTE_MCA_prte_default_hostfile,
+// Intel MPI's I_MPI_HYDRA_HOST_FILE, MPICH's HYDRA_HOST_FILE), or "".
+std::string HostfileFromEnvironment(std::string* variable);
+
 // A host discovery script's output: one host a line, "host" or "host:N"
 // (default_slots when no N is given); blank lines and text after '#' are
 // ignored. A host listed twice, or a line that is not one host, is an error.

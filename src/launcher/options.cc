@@ -109,6 +109,9 @@ std::string ResolveHosts(ParseState& s) {
   if (!s.hosts_arg.empty() && !s.hostfile_arg.empty()) {
     return "-H and --hostfile cannot be used together";
   }
+  if (s.hosts_arg.empty() && s.hostfile_arg.empty() && o.discovery_script.empty()) {
+    s.hostfile_arg = HostfileFromEnvironment(nullptr);  // an MPI Operator launcher pod's
+  }
   if (s.hosts_arg.empty() && s.hostfile_arg.empty()) return "";
   auto h = !s.hosts_arg.empty() ? ParseHostList(s.hosts_arg) : ParseHostfile(s.hostfile_arg);
   if (!h.ok()) return h.status().message();

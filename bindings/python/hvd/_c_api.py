@@ -130,6 +130,9 @@ class HvdError(RuntimeError):
         self.message = message or status_string(status)
         super().__init__(f"{self.message} [{status_name(self.status)}]")
 
+    def __reduce__(self):  # picklable (Ray, multiprocessing): rebuilt from status and message
+        return type(self), (self.status, self.message), self.__dict__
+
 
 class InvalidArgumentError(HvdError, ValueError):
     pass

@@ -1,7 +1,10 @@
 // The topology source: rank, size and the local and cross topology from
-// params, else from the first launcher whose variables are set.
+// params, else from the first launcher whose variables are set (hvdrun,
+// torchrun, Open MPI, PMIx/PMI, Slurm, a Kubernetes operator's pod); and
+// where a launcher says the rendezvous store is (docs/kubernetes.md).
 #include <cstdlib>
 #include <sstream>
+#include <utility>
 
 #include "core/config/sources.h"
 
@@ -67,6 +70,15 @@ void SlurmLocal(const EnvLookup& env, Topology* t) {
   }
 }
 
+// A Kubernetes pod started without a launcher (PyTorchJob, Trainer v2 and
+// JobSet pods): one rank per pod, each pod its own host.
+void KubernetesPod(const EnvLookup&, Topology* t) {
+  t->local_rank = 0;
+  t->local_size = 1;
+  t->cross_rank = t->rank;
+  t->cross_size = t->size;
+}
+
 // One launcher: its variables (rank and size required, the rest optional),
 // in the order they are tried.
 struct Launcher {
@@ -93,7 +105,32 @@ const Launcher kLaunchers[] = {
      nullptr},
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, "SLURM_NODEID",
      "SLURM_NNODES", SlurmLocal},
+    // Kubeflow Trainer v2 / PyTorchJob (torchrun's PET_* arguments), then an
+    // Indexed Job or JobSet whose manifest sets WORLD_SIZE.
+    {"kubernetes", "PET_NODE_RANK", "PET_NNODES", nullptr, nullptr, nullptr, nullptr,
+     KubernetesPod},
+    {"kubernetes", "JOB_COMPLETION_INDEX", "WORLD_SIZE", nullptr, nullptr, nullptr, nullptr,
+     KubernetesPod},
 };
+
+// PET_NPROC_PER_NODE > 1 asks for several ranks per pod, which torchrun (or
+// hvdrun) starts; a process the operator started itself is one rank, and the
+// operator's RANK then counts pods, not ranks.
+Status CheckRanksPerPod(const EnvLookup& env, const std::string& source) {
+  if (source != "kubernetes" && !(source == "torchrun" && env("LOCAL_RANK") == nullptr)) {
+    return Status::Ok();
+  }
+  const std::string per_node = EnvStr(env, "PET_NPROC_PER_NODE");
+  int64_t n = 1;
+  if (per_node.empty() || !ParseInteger("PET_NPROC_PER_NODE", per_node, &n).ok() || n <= 1) {
+    return Status::Ok();
+  }
+  return InvalidArgument("PET_NPROC_PER_NODE=" + per_node + " asks for " + per_node +
+                         " ranks in this pod, but this process was started without a launcher "
+                         "(it would be one rank): start the pod's command with torchrun "
+                         "--nproc-per-node=" + per_node + " or hvdrun -np " + per_node +
+                         ", or set numProcPerNode to 1");
+}
 
 // Tries one launcher: rank and size variables are required, the rest optional.
 Result<bool> ReadLauncher(const EnvLookup& env, const Launcher& l, Topology* t) {
@@ -179,8 +216,22 @@ Status FromTopology(const hvd_params_t* params, const EnvLookup& env, Config* c)
     t = Topology{0, 1, 0, 1, 0, 1};
     source = "none";
   }
+  HVD_CHECK(CheckRanksPerPod(env, source));
   HVD_CHECK(LocalFromParams(params, &t));
   return Store(t, source, c);
+}
+
+bool LauncherStoreAddress(const EnvLookup& env, std::string* addr) {
+  for (const auto& [host_var, port_var] : {std::pair{"MASTER_ADDR", "MASTER_PORT"},
+                                           std::pair{"PET_MASTER_ADDR", "PET_MASTER_PORT"}}) {
+    const std::string host = EnvStr(env, host_var);
+    const std::string port = EnvStr(env, port_var);
+    if (!host.empty() && !port.empty()) {
+      *addr = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace hvd::config

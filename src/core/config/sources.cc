@@ -170,14 +170,8 @@ Status FromHorovodEnv(const EnvLookup& env, Resolution* r) {
 void FromLauncherEnv(const EnvLookup& env, Resolution* r) {
   // torchrun style: MASTER_ADDR/MASTER_PORT name a store that rank 0 hosts.
   Config& c = r->config;
-  if (c.rendezvous_addr.empty() && c.size > 1) {
-    std::string addr = EnvStr(env, "MASTER_ADDR");
-    std::string port = EnvStr(env, "MASTER_PORT");
-    if (!addr.empty() && !port.empty()) {
-      c.rendezvous_addr =
-          (addr.find(':') != std::string::npos ? "[" + addr + "]" : addr) + ":" + port;
-      c.host_store = (c.rank == 0);
-    }
+  if (c.rendezvous_addr.empty() && c.size > 1 && LauncherStoreAddress(env, &c.rendezvous_addr)) {
+    c.host_store = (c.rank == 0);
   }
 }
 

@@ -19,6 +19,11 @@ Status CheckParams(const hvd_params_t* params);
 // Slurm), else a world of one (launchers.cc).
 Status FromTopology(const hvd_params_t* params, const EnvLookup& env, Config* c);
 
+// host:port of the store rank 0 hosts, from MASTER_ADDR/MASTER_PORT
+// (torchrun, PyTorchJob) or PET_MASTER_ADDR/PET_MASTER_PORT (Kubeflow
+// Trainer v2); false when neither pair is set (launchers.cc).
+bool LauncherStoreAddress(const EnvLookup& env, std::string* addr);
+
 // The params fields the caller's mask sets, and the callbacks (params only).
 Status FromParams(const hvd_params_t* params, Resolution* r);
 

@@ -1,0 +1,147 @@
+"""hvd.ray's parts without Ray: the ranks of actors on nodes, the driver's
+store (libhvd's own client joins it: two ranks as processes allreduce through
+it), and the elastic driver's epochs."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import hvd
+from hvd.ray import _elastic, _store, _topology
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(hvd.__file__)))
+
+
+def test_ranks_are_contiguous_per_node():
+    nodes = [("A", "10.0.0.1"), ("B", "10.0.0.2"), ("A", "10.0.0.1"), ("B", "10.0.0.2"),
+             ("A", "10.0.0.1")]
+    order, slots = _topology.assign_ranks(nodes)
+    assert order == [0, 2, 4, 1, 3]
+    by_rank = sorted(slots, key=lambda s: s.rank)
+    assert [(s.rank, s.local_rank, s.local_size, s.node_id) for s in by_rank] == [
+        (0, 0, 3, "A"), (1, 1, 3, "A"), (2, 2, 3, "A"), (3, 0, 2, "B"), (4, 1, 2, "B")]
+    # cross rank: the node's index among nodes with that local rank
+    assert [(s.cross_rank, s.cross_size) for s in by_rank] == [(0, 2), (0, 2), (0, 1), (1, 2),
+                                                               (1, 2)]
+    assert _topology.visible_gpus(slots, [["0"], ["1"], ["3"], ["0"], ["2"]]) == [
+        "0,2,3", "0,1", "0,2,3", "0,1", "0,2,3"]
+    # The driver's node first, wherever Ray put the first bundle.
+    order, _ = _topology.assign_ranks(nodes, first_node="B")
+    assert order == [1, 3, 0, 2, 4]
+
+
+RANK = """
+import numpy as np, hvd
+hvd.init()
+out = hvd.allreduce(np.array([hvd.rank() + 1.0]), op=hvd.Sum, name="x")
+print("SUM", hvd.rank(), hvd.size(), out[0])
+hvd.shutdown()
+"""
+
+
+def _ranks(store, secret, n=2, timeout=60):
+    procs = []
+    for r in range(n):
+        slot = _topology.Slot(r, n, r, n, 0, 1, "A", "127.0.0.1")
+        env = dict(os.environ, **_topology.worker_env(slot, f"127.0.0.1:{store.port}", secret, 10))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [PACKAGE_DIR, env.get("PYTHONPATH")]))
+        procs.append(subprocess.Popen([sys.executable, "-c", RANK], env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outs = []
+    for p in procs:
+        try:
+            outs.append((p.wait(timeout=timeout), p.stdout.read()))
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outs
+
+
+def test_libhvd_joins_the_driver_store():
+    secret = _store.new_secret()
+    store = _store.StoreServer(secret)
+    try:
+        outs = _ranks(store, secret)
+    finally:
+        store.close()
+    for rc, out in outs:
+        assert rc == 0, out
+    assert "SUM 0 2 3.0" in outs[0][1] and "SUM 1 2 3.0" in outs[1][1]
+
+
+def test_a_wrong_secret_is_refused():
+    store = _store.StoreServer(_store.new_secret(), auth_timeout_s=1)
+    try:
+        outs = _ranks(store, _store.new_secret())
+    finally:
+        store.close()
+    for rc, out in outs:
+        assert rc != 0
+        assert "rendezvous" in out.lower(), out
+
+
+class _Drops:
+    def __init__(self):
+        self.dropped = []
+
+    def __call__(self, wid):
+        self.dropped.append(wid)
+
+
+def _wait_for(store, key, limit=5.0):
+    deadline = time.monotonic() + limit
+    while store.get(key) is None:
+        assert time.monotonic() < deadline, f"no {key}"
+        time.sleep(0.01)
+    return store.get(key).decode()
+
+
+def test_elastic_epochs_follow_the_live_workers():
+    store = _store.StoreServer(_store.new_secret())
+    drops = _Drops()
+    d = _elastic.ElasticDriver(store, 1, 5.0, 1.0, describe=lambda w: f"worker {w}", drop=drops)
+    try:
+        for w in ("a", "b"):
+            d.add(w)
+        store.set("elastic/join/b/0", "h")
+        time.sleep(0.2)
+        assert store.get("elastic/assign/b/0") is None  # waits for every live worker
+        store.set("elastic/join/a/0", "h")
+        assert _wait_for(store, "elastic/assign/a/0") == "ok 0 0 2 0"
+        assert _wait_for(store, "elastic/assign/b/0") == "ok 0 1 2 0"
+        d.lose("a", "its Ray actor died")
+        assert store.get("elastic/failed/0").decode() == "worker a its Ray actor died"
+        store.set("elastic/join/b/1", "h")
+        assert _wait_for(store, "elastic/assign/b/1") == "ok 1 0 1 0"
+        assert d.ranks() == ["b"]
+        d.min_workers = 2  # below min_workers for the elastic timeout: the job ends
+        store.set("elastic/join/b/2", "h")
+        assert _wait_for(store, "elastic/assign/b/2").startswith("exit 1 worker(s) left")
+        assert "min_workers=2" in d.ended
+        assert drops.dropped == []
+    finally:
+        d.close()
+        store.close()
+
+
+def test_elastic_drops_a_worker_that_never_joins():
+    store = _store.StoreServer(_store.new_secret())
+    drops = _Drops()
+    d = _elastic.ElasticDriver(store, 1, 0.3, 5.0, describe=lambda w: f"worker {w}", drop=drops)
+    try:
+        d.add("a")
+        d.add("b")
+        store.set("elastic/join/a/0", "h")
+        assert _wait_for(store, "elastic/assign/a/0") == "ok 0 0 1 0"
+        assert drops.dropped == ["b"] and d.lost[0][0] == "b"
+    finally:
+        d.close()
+        store.close()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
