@@ -8,6 +8,7 @@
 //   sets/process_sets.cc      process-set creation and destruction (sets/spec.h: the checks)
 //   elastic/reset.cc          the elastic reset and membership
 //   observability/wiring.cc   timeline commands and autotune decisions applied by the loop
+//   observability/metrics_wiring.cc  metrics and stragglers: what the loop records, the report
 //   context.cc                start-up, shutdown, and the Context facade
 #pragma once
 
@@ -33,6 +34,9 @@
 #include "core/negotiation/piggyback.h"
 #include "core/observability/autotune.h"
 #include "core/observability/logging.h"
+#include "core/observability/metrics.h"
+#include "core/observability/metrics_publish.h"
+#include "core/observability/stragglers.h"
 #include "core/observability/timeline.h"
 #include "transport/transport.h"
 
@@ -92,6 +96,9 @@ class ContextImpl final : public CycleDriver {
     b.staging_capacity = executor_->staging_capacity();
     return b;
   }
+  // The metrics of the context and its live sets (HVD_METRICS_JSON or
+  // HVD_METRICS_PROMETHEUS); any thread.
+  std::string MetricsText(int format) const;
   Status CheckDevice(int device, const std::string& name, const void* data) {
     if (!executor_) return Error(HVD_ERR_NOT_INITIALIZED, "the context has not started");
     return executor_->cuda().Check(device, name, data);
@@ -119,7 +126,13 @@ class ContextImpl final : public CycleDriver {
   Status Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown);
   uint64_t Execute(Scope& scope);  // returns the bytes moved
   uint64_t ServePiggybacked(Scope& scope, Response& resp, OpRequest* req, Clock::time_point now);
-  uint64_t RunPlan(Scope& scope, uint64_t moved);
+  uint64_t RunPlan(Scope& scope, uint64_t moved, Clock::time_point start);
+  // Metrics (observability/metrics_wiring.cc): set-up before the loop, the
+  // last report at shutdown, and what the cycle records.
+  void StartMetrics();
+  void StopMetrics();
+  void NoteNegotiation(Clock::time_point begin, size_t straggler_block);
+  void NoteUnit(Scope& scope, const FusionUnit& u, Clock::duration took);
   Status FinishProcessSet(OpRequest& req, const Response& resp);
   Result<std::vector<size_t>> SlotsFor(const std::vector<std::vector<int>>& groups);
   Result<std::shared_ptr<Scope>> MakeSetScope(const std::vector<int>& g, size_t k, int me,
@@ -210,6 +223,10 @@ class ContextImpl final : public CycleDriver {
   bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
   std::vector<uint8_t> ctrl_;  // the packed control bytes
   Piggyback piggy_;  // a small allreduce riding in the negotiation (HVD_PIGGYBACK)
+  // Metrics: written by the cycle's holder, read by any thread.
+  LoopMetrics loop_metrics_;
+  Stragglers stragglers_;
+  std::unique_ptr<MetricsPublisher> publisher_;  // to the store (HVD_METRICS_PUBLISH)
   // Execute's scratch (background thread only), kept between cycles.
   std::vector<OpRequest> exec_reqs_;
   FusionPlanner planner_;

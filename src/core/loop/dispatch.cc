@@ -31,6 +31,8 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   std::deque<std::vector<uint8_t>> zeros;  // buffers of a joined rank's stand-in tensors
   planner_.Begin(static_cast<size_t>(fusion_threshold_), scope.size);
   auto now = Clock::now();
+  const bool root = &scope == root_.get();
+  if (root) stragglers_.Begin(now);
 
   uint64_t piggybacked = 0;  // bytes served by the negotiation
   for (size_t i = 0; i < responses.size(); ++i) {
@@ -46,6 +48,8 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     const bool have = scope.controller->Take(resp, &req) ||
                       MakeJoinedZeros(resp, scope.rank, now, &zeros, &req);
     if (!have) continue;  // e.g. a stall error for a request this rank never made
+    scope.metrics.Cache(resp.slot >= 0);
+    if (root) stragglers_.Saw(req.enqueued);
     if (timeline_.enabled()) {
       timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
     }
@@ -66,7 +70,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
       planner_.AddAllreduce(&req, resp);
     }
   }
-  return RunPlan(scope, piggybacked);
+  return RunPlan(scope, piggybacked, now);
 }
 
 // A response reduced in the negotiation: finished from there (a joined
@@ -75,6 +79,10 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
                                        Clock::time_point now) {
   piggy_.clear_served();
   if (!scope.controller->Take(resp, req)) return 0;
+  stragglers_.Saw(req->enqueued);
+  scope.metrics.Cache(true);
+  scope.metrics.Unit(OpType::kAllreduce, 1, piggy_.result_bytes(), 0, metrics::kPathPiggyback,
+                     scope.size);
   if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req->enqueued, now);
   executor_->FinishPiggybacked(*req, piggy_.result(), now);
   {
@@ -87,13 +95,16 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
 
 // Runs the planned units in order and completes their requests; returns the
 // bytes moved (`moved` already counts the piggybacked ones).
-uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved) {
+uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point start) {
   const size_t nunits = planner_.size();
   for (size_t k = 0; k < nunits; ++k) {
     FusionUnit& u = planner_[k];
     moved += u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
     Status s = u.single != nullptr ? executor_->RunOne(*u.single, *u.resp)
                                    : executor_->RunAllreduceBatch(u.batch);
+    const Clock::time_point ran = Clock::now();
+    NoteUnit(scope, u, ran - start);
+    start = ran;
     if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
       s = FinishProcessSet(*u.single, *u.resp);
     }

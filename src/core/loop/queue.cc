@@ -68,6 +68,7 @@ void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, cons
   // elastic job are reworded.
   Status mapped;
   const Status& status = given.ok() || !cfg_.elastic ? given : (mapped = Membership(given));
+  if (!status.ok()) scope.metrics.Failed(status.code(), n);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < n; ++i) {
