@@ -96,7 +96,7 @@ struct OpMetrics {
 class ScopeMetrics {
  public:
   using Clock = std::chrono::steady_clock;
-  // A unit the executor ran: `tensors` requests of collective `type` over
+  // A unit the executor ran: `tensors` tensors of collective `type` over
   // `bytes` in `nanos`, on `path`; `size` ranks. A fused batch is one unit.
   void Unit(OpType type, size_t tensors, uint64_t bytes, uint64_t nanos, metrics::Path path,
             int size);

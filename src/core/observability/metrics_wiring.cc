@@ -57,7 +57,8 @@ bool OnDevice(const OpRequest& r) {
 // context's host tensors; a set's own communicator; a device transport).
 void ContextImpl::NoteUnit(Scope& scope, const FusionUnit& u, Clock::duration took) {
   const OpRequest& first = u.single != nullptr ? *u.single : *u.batch.front();
-  const size_t tensors = u.single != nullptr ? 1 : u.batch.size();
+  size_t tensors = u.single != nullptr ? u.single->tensors.size() : 0;
+  for (const OpRequest* r : u.batch) tensors += r->tensors.size();
   const uint64_t bytes = u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
   const int c = static_cast<int>(first.type);
   metrics::Path path = metrics::kPathAuto;
