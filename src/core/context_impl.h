@@ -132,6 +132,7 @@ class ContextImpl final : public CycleDriver {
   void StartMetrics();
   void StopMetrics();
   void NoteNegotiation(Clock::time_point begin, size_t straggler_block);
+  void NoteExecution(Clock::time_point now);  // a scope's execution starts
   void NoteUnit(Scope& scope, const FusionUnit& u, Clock::duration took);
   Status FinishProcessSet(OpRequest& req, const Response& resp);
   Result<std::vector<size_t>> SlotsFor(const std::vector<std::vector<int>>& groups);
@@ -225,6 +226,8 @@ class ContextImpl final : public CycleDriver {
   Piggyback piggy_;  // a small allreduce riding in the negotiation (HVD_PIGGYBACK)
   // Metrics: written by the cycle's holder, read by any thread.
   LoopMetrics loop_metrics_;
+  Clock::time_point negotiation_begin_{};  // of the negotiation not yet timed
+  bool negotiation_open_ = false;
   Stragglers stragglers_;
   std::unique_ptr<MetricsPublisher> publisher_;  // to the store (HVD_METRICS_PUBLISH)
   // Execute's scratch (background thread only), kept between cycles.

@@ -33,6 +33,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   auto now = Clock::now();
   const bool root = &scope == root_.get();
   if (root) stragglers_.Begin(now);
+  NoteExecution(now);
 
   uint64_t piggybacked = 0;  // bytes served by the negotiation
   for (size_t i = 0; i < responses.size(); ++i) {
@@ -97,14 +98,21 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
 // bytes moved (`moved` already counts the piggybacked ones).
 uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point start) {
   const size_t nunits = planner_.size();
+  size_t timed = 0;  // units before it have their time
   for (size_t k = 0; k < nunits; ++k) {
     FusionUnit& u = planner_[k];
-    moved += u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
+    const size_t unit_bytes = u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
+    moved += unit_bytes;
     Status s = u.single != nullptr ? executor_->RunOne(*u.single, *u.resp)
                                    : executor_->RunAllreduceBatch(u.batch);
-    const Clock::time_point ran = Clock::now();
-    NoteUnit(scope, u, ran - start);
-    start = ran;
+    // Small units share the time up to the next one timed (a clock read
+    // costs more than their bookkeeping): every large one, and the last.
+    if (unit_bytes >= kTimedUnitBytes || k + 1 == nunits) {
+      const Clock::time_point ran = Clock::now();
+      for (size_t j = timed; j <= k; ++j) NoteUnit(scope, planner_[j], (ran - start) / (k + 1 - timed));
+      start = ran;
+      timed = k + 1;
+    }
     if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
       s = FinishProcessSet(*u.single, *u.resp);
     }

@@ -50,7 +50,6 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   HVD_CHECK(rc.Conclude(root_->plane.get(), ctrl_.data(), root_slots, now, &root_->responses,
                         shutdown));
   if (*shutdown) return Status::Ok();
-  NoteNegotiation(now, straggler_block);
   if (piggy) piggy_.NoteReady(ctrl_.data());
   piggy_.Plan(root_->responses, rc, root_->size);
   sets_busy_ = false;
@@ -92,6 +91,7 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   while (!slot_live_.empty() && !slot_live_.back()) slot_live_.pop_back();
   slot_extent_.resize(slot_live_.size());
   if (sets_.size() > slot_live_.size()) sets_.resize(slot_live_.size());
+  NoteNegotiation(now, straggler_block);
   return Status::Ok();
 }
 

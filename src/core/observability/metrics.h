@@ -92,6 +92,10 @@ struct OpMetrics {
   std::array<BySize, metrics::kSizeClasses> sizes;
 };
 
+// Units of at least this many bytes are timed alone; smaller ones share the
+// time up to the next timed one.
+constexpr size_t kTimedUnitBytes = 65536;
+
 // One scope's metrics (the context, or one process set).
 class ScopeMetrics {
  public:

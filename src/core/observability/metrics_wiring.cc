@@ -28,15 +28,31 @@ void ContextImpl::StopMetrics() {
   if (publisher_) publisher_->Stop();
 }
 
-// After a negotiation's allreduce: its time, and the straggler block it
-// carried (at straggler_block of ctrl_, when it carried one).
+namespace {
+uint64_t Nanos(std::chrono::steady_clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+}  // namespace
+
+// After a negotiation (the context's and its sets'): the straggler block it
+// carried (at straggler_block of ctrl_, when it carried one). Its time ends
+// where the first scope's execution starts (that reads the clock anyway);
+// a negotiation that made nothing ready reads it here.
 void ContextImpl::NoteNegotiation(Clock::time_point begin, size_t straggler_block) {
-  const Clock::time_point end = Clock::now();
   loop_metrics_.negotiations.Add(1);
-  loop_metrics_.negotiation_nanos.Add(
-      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(end - begin).count()));
   const uint8_t* block = straggler_block < ctrl_.size() ? ctrl_.data() + straggler_block : nullptr;
-  stragglers_.Negotiated(block, !root_->responses.empty(), end);
+  stragglers_.Negotiated(block, !root_->responses.empty(), begin);
+  negotiation_begin_ = begin;
+  negotiation_open_ = true;
+  bool ready = !root_->responses.empty();
+  for (const auto& set : sets_) ready = ready || (set && (!set->responses.empty() || set->close_agreed));
+  if (!ready) NoteExecution(Clock::now());
+}
+
+void ContextImpl::NoteExecution(Clock::time_point now) {
+  if (!negotiation_open_) return;
+  negotiation_open_ = false;
+  loop_metrics_.negotiation_nanos.Add(Nanos(now - negotiation_begin_));
 }
 
 namespace {
@@ -73,10 +89,7 @@ void ContextImpl::NoteUnit(Scope& scope, const FusionUnit& u, Clock::duration to
                       (c == HVD_TRANSPORT_ALLREDUCE || c == HVD_TRANSPORT_ALLGATHERV);
     path = hier ? metrics::kPathHierarchical : FromAlgorithm(transport_->Choose(c, bytes));
   }
-  scope.metrics.Unit(first.type, tensors, bytes,
-                     static_cast<uint64_t>(
-                         std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
-                     path, scope.size);
+  scope.metrics.Unit(first.type, tensors, bytes, Nanos(took), path, scope.size);
 }
 
 std::string ContextImpl::MetricsText(int format) const {
