@@ -24,6 +24,11 @@
  *  - Blocking: no call blocks forever under the default settings; the bounds
  *    are stall_shutdown_s, peer_timeout_s, transport_timeout_s and
  *    start_timeout_s (docs/api.md#bounded-waits).
+ *  - Reductions of host tensors give, for a given world (or process set)
+ *    size, the bits of the left fold s0 op s1 op ... op s(size-1) in rank
+ *    order, whatever the fusion, algorithm, transport and timing; across
+ *    hosts with several ranks each, with HVD_REPRODUCIBLE=1
+ *    (docs/reproducibility.md).
  */
 #ifndef HVD_H_
 #define HVD_H_
@@ -378,6 +383,11 @@ typedef enum hvd_metrics_format {
  * len < *needed: HVD_ERR_INVALID_ARGUMENT, buf untouched. */
 HVD_API hvd_status_t hvd_metrics(hvd_context_t ctx, hvd_metrics_format_t format, char *buf,
                                  size_t len, size_t *needed);
+/* ---- Flight recorder (docs/flight-recorder.md) --------------------------- */
+
+/* Writes this rank's last operations (HVD_FLIGHT_RECORDER_SIZE) as JSON to path
+ * (NULL: HVD_FLIGHT_RECORDER_DIR/rank-<r>.json); off: HVD_ERR_UNSUPPORTED. */
+HVD_API hvd_status_t hvd_flight_recorder_dump(hvd_context_t ctx, const char *path);
 
 /* ---- Elastic jobs (docs/api.md#elastic-jobs) ----------------------------- */
 

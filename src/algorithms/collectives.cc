@@ -96,20 +96,15 @@ Status RingPhase(size_t T, size_t K, PostRecv post_recv, PostSend post_send,
   return Status::Ok();
 }
 
-// One ring phase over the plan: transfer t = s*K + k sends segment k of
-// part (rank + send_shift - s) to the right and receives segment k of part
-// (rank + send_shift - 1 - s) from the left. Reducing (reduce != nullptr),
-// received segments land in scratch slots and are reduced into place;
-// otherwise they land in place.
+// One ring gather pass over the plan: transfer t = s*K + k sends segment k
+// of part (rank + send_shift - s) to the right and receives segment k of
+// part (rank + send_shift - 1 - s) from the left, in place.
 struct PhaseArgs {
   const Plan& plan;
   size_t es;
   long long send_shift;
   uint32_t tag;
-  hvd_reduce_kernel_fn reduce;  // nullptr: gather
-  Scratch* scratch;             // reducing only
-  hvd_dtype_t dtype;
-  hvd_reduce_op_t op;
+  Scratch* scratch;  // spans only (staging)
 };
 
 // Where the ring's elements live. FlatView: one contiguous buffer (every
@@ -172,24 +167,15 @@ Status RingPass(Links& l, const View& v, const PhaseArgs& a) {
   const int right = static_cast<int>((r + 1) % P), left = static_cast<int>((r + P - 1) % P);
   constexpr size_t kSlots = kRingDepth + 1;
   const size_t slot_bytes = (plan.seg * es + 63) / 64 * 64;
-  // Slots: received segments to reduce (reducing), then (spans) staged
-  // sends and staged gather receives.
-  const size_t reduce_slots = a.reduce != nullptr ? kSlots : 0;
-  const size_t stage_slots = View::kStaged ? 2 * kSlots : 0;
-  uint8_t* scratch = nullptr;
+  // Spans: staged sends and staged receives (segments that straddle spans).
   uint8_t* send_stage = nullptr;
   uint8_t* recv_stage = nullptr;
-  if (reduce_slots + stage_slots > 0) {
-    uint8_t* mem = nullptr;
-    HVD_ASSIGN_OR_RETURN(mem, a.scratch->Get(slot_bytes * (reduce_slots + stage_slots)));
-    if (reduce_slots > 0) scratch = mem;
-    if (stage_slots > 0) {
-      send_stage = mem + slot_bytes * reduce_slots;
-      recv_stage = send_stage + slot_bytes * kSlots;
-    }
+  if constexpr (View::kStaged) {
+    HVD_ASSIGN_OR_RETURN(send_stage, a.scratch->Get(slot_bytes * 2 * kSlots));
+    recv_stage = send_stage + slot_bytes * kSlots;
   }
   Req recv[kSlots] = {}, send[kSlots] = {};
-  bool staged[kSlots] = {};  // gather: receive t % kSlots landed in recv_stage
+  bool staged[kSlots] = {};  // receive t % kSlots landed in recv_stage
   auto seg = [&](long long shift, size_t t, size_t* off) {
     return plan.Seg(Mod(static_cast<long long>(r) + shift - static_cast<long long>(t / K), P), t % K, off);
   };
@@ -201,7 +187,7 @@ Status RingPass(Links& l, const View& v, const PhaseArgs& a) {
         size_t off;
         const size_t len = recv_seg(t, &off);
         if (!len) return Status::Ok();
-        uint8_t* into = scratch != nullptr ? scratch + (t % kSlots) * slot_bytes : v.Direct(off, len);
+        uint8_t* into = v.Direct(off, len);
         if constexpr (View::kStaged) {
           staged[t % kSlots] = into == nullptr;
           if (into == nullptr) into = recv_stage + (t % kSlots) * slot_bytes;
@@ -229,12 +215,7 @@ Status RingPass(Links& l, const View& v, const PhaseArgs& a) {
         const size_t len = recv_seg(t, &off);
         if (!len) return Status::Ok();
         HVD_CHECK(l.Wait(recv[t % kSlots]));
-        if (scratch != nullptr) {
-          const uint8_t* got = scratch + (t % kSlots) * slot_bytes;
-          v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) {
-            a.reduce(p, got + done * es, n, a.dtype, a.op);
-          });
-        } else if constexpr (View::kStaged) {
+        if constexpr (View::kStaged) {
           if (staged[t % kSlots]) {
             const uint8_t* got = recv_stage + (t % kSlots) * slot_bytes;
             v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) {
@@ -250,13 +231,101 @@ Status RingPass(Links& l, const View& v, const PhaseArgs& a) {
       });
 }
 
-// Phase 1 (reduce-scatter): afterwards this rank holds part (rank + o) % P
-// reduced over every rank.
+// Phase 1 (reduce-scatter) in the canonical order: afterwards this rank
+// holds part (rank + o) % P reduced as s0 op s1 op ... op s(P-1) (a left
+// fold in rank order). Every rank sends its piece of each other part to the
+// part's owner, segment by segment (the same bytes as a ring's reduce-scatter,
+// in one hop instead of P - 1); the owner folds the pieces in rank order.
+// Two sets of slots alternate, so the receives of segment k + 1 are posted
+// while segment k is folded.
+// The segments are the transport's, smaller with more than 8 ranks so that
+// the slots (2 x P segments, twice that for spans) stay within 16 MiB.
 template <typename View>
 Status ReducePhase(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, const View& v,
-                   const Plan& plan, size_t es, size_t o, uint32_t tag, hvd_dtype_t dtype,
+                   const size_t* start, size_t es, size_t o, uint32_t tag, hvd_dtype_t dtype,
                    hvd_reduce_op_t op) {
-  return RingPass(l, v, PhaseArgs{plan, es, static_cast<long long>(o) - 1, tag, reduce, &s, dtype, op});
+  const size_t P = static_cast<size_t>(l.size()), r = static_cast<size_t>(l.rank());
+  const size_t seg_bytes =
+      std::min(l.segment_bytes(), std::max<size_t>(size_t{64} << 10, (size_t{8} << 20) / P));
+  const Plan plan = MakePlan(start, P, es, seg_bytes);
+  const size_t K = plan.K;
+  const size_t mine = (r + o) % P;
+  const size_t slot = (plan.seg * es + 63) / 64 * 64;
+  // Per set: P slots by source rank (this rank's own: the accumulator where
+  // one is needed), then (spans) P staged sends by part.
+  const size_t per_set = View::kStaged ? 2 * P : P;
+  HVD_ASSIGN_OR_RETURN(uint8_t* mem, s.Get(2 * per_set * slot));
+  auto slot_of = [&](size_t k, size_t i) { return mem + ((k % 2) * per_set + i) * slot; };
+  std::vector<Req> recv(2 * P, nullptr), send(2 * P, nullptr);
+  auto post_recvs = [&](size_t k) {
+    size_t off;
+    const size_t len = plan.Seg(mine, k, &off);
+    for (size_t j = 0; j < P && len > 0; ++j) {
+      if (j != r) HVD_CHECK(l.Irecv(static_cast<int>(j), tag, slot_of(k, j), len * es, &recv[(k % 2) * P + j]));
+    }
+    return Status::Ok();
+  };
+  auto post_sends = [&](size_t k) {
+    for (size_t i = 1; i < P; ++i) {  // to the owners after this rank first
+      const size_t q = (mine + i) % P, to = (q + P - o) % P;
+      size_t off;
+      const size_t len = plan.Seg(q, k, &off);
+      if (len == 0) continue;
+      const uint8_t* from = v.Direct(off, len);
+      if constexpr (View::kStaged) {
+        if (from == nullptr) {
+          uint8_t* stage = slot_of(k, P + q);
+          v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) {
+            std::memcpy(stage + done * es, p, n * es);
+          });
+          from = stage;
+        }
+      }
+      HVD_CHECK(l.Isend(static_cast<int>(to), tag, from, len * es, &send[(k % 2) * P + q]));
+    }
+    return Status::Ok();
+  };
+  // Folds segment k of this rank's part, waiting for each piece in rank
+  // order (a timeout names the first rank whose piece is missing).
+  auto fold = [&](size_t k) {
+    size_t off;
+    const size_t len = plan.Seg(mine, k, &off);
+    if (len == 0) return Status::Ok();
+    uint8_t* own = v.Direct(off, len);
+    uint8_t* acc = r == 0 && own != nullptr ? own : slot_of(k, 0);
+    if (r == 0 && own == nullptr) {
+      v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) { std::memcpy(acc + done * es, p, n * es); });
+    }
+    for (size_t j = 0; j < P; ++j) {
+      if (j != r) HVD_CHECK(l.Wait(recv[(k % 2) * P + j]));
+      if (j == 0) continue;
+      if (j != r) {
+        reduce(acc, slot_of(k, j), len, dtype, op);
+      } else {
+        v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) { reduce(acc + done * es, p, n, dtype, op); });
+      }
+    }
+    if (acc != own) {
+      v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) { std::memcpy(p, acc + done * es, n * es); });
+    }
+    return Status::Ok();
+  };
+  auto wait_sends = [&](size_t k) {
+    for (size_t q = 0; q < P; ++q) {
+      Req& rq = send[(k % 2) * P + q];
+      if (rq != nullptr) HVD_CHECK(l.Wait(rq));
+      rq = nullptr;
+    }
+    return Status::Ok();
+  };
+  HVD_CHECK(post_recvs(0));
+  for (size_t k = 0; k < K; ++k) {
+    if (k + 1 < K) HVD_CHECK(post_recvs(k + 1));
+    HVD_CHECK(post_sends(k));
+    HVD_CHECK(fold(k));
+    HVD_CHECK(wait_sends(k));
+  }
+  return Status::Ok();
 }
 
 // Phase 2 (allgather): this rank holds part (rank + o) % P; afterwards every
@@ -264,8 +333,7 @@ Status ReducePhase(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, const View
 template <typename View>
 Status GatherPhase(Links& l, const View& v, const Plan& plan, size_t es, size_t o, uint32_t tag,
                    Scratch* scratch = nullptr) {
-  return RingPass(l, v, PhaseArgs{plan, es, static_cast<long long>(o), tag, nullptr, scratch,
-                                  HVD_UINT8, HVD_SUM});
+  return RingPass(l, v, PhaseArgs{plan, es, static_cast<long long>(o), tag, scratch});
 }
 
 // The ring's parts: P near-equal runs of count elements.
@@ -316,7 +384,7 @@ Status AllreduceRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void* bu
   const std::vector<size_t> start = RingParts(count, P);
   const Plan plan = MakePlan(start.data(), P, es, l.segment_bytes());
   const FlatView v{static_cast<uint8_t*>(buf), es};
-  HVD_CHECK(ReducePhase(l, s, reduce, v, plan, es, 1, kTagRing, dtype, op));
+  HVD_CHECK(ReducePhase(l, s, reduce, v, start.data(), es, 1, kTagRing, dtype, op));
   return GatherPhase(l, v, plan, es, 1, kTagRing);
 }
 
@@ -333,7 +401,7 @@ Status AllreduceRingSpans(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce,
   if (v.count() == 0 || P == 1) return Status::Ok();
   const std::vector<size_t> start = RingParts(v.count(), P);
   const Plan plan = MakePlan(start.data(), P, es, l.segment_bytes());
-  HVD_CHECK(ReducePhase(l, s, reduce, v, plan, es, 1, kTagRing, dtype, op));
+  HVD_CHECK(ReducePhase(l, s, reduce, v, start.data(), es, 1, kTagRing, dtype, op));
   return GatherPhase(l, v, plan, es, 1, kTagRing, &s);
 }
 
@@ -351,8 +419,7 @@ Status ReducescatterRing(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, void
   size_t es = 0;
   HVD_CHECK(CheckReduction("reducescatter", buf, start[P], dtype, op, &es));
   if (start[P] == 0 || P == 1) return Status::Ok();
-  const Plan plan = MakePlan(start.data(), P, es, l.segment_bytes());
-  return ReducePhase(l, s, reduce, FlatView{static_cast<uint8_t*>(buf), es}, plan, es, 0,
+  return ReducePhase(l, s, reduce, FlatView{static_cast<uint8_t*>(buf), es}, start.data(), es, 0,
                      kTagReducescatter, dtype, op);
 }
 

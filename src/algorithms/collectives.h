@@ -1,19 +1,21 @@
 // The collectives, written once over point-to-point (links.h). Every rank
 // chooses the same algorithm and the same plan from the arguments alone, so
-// the ranks' message sequences always match. Results are bitwise identical
-// on every rank (allreduce: each element is reduced once, on one rank, in a
-// fixed order, then copied; direct: every rank reduces all contributions in
-// rank order).
+// the ranks' message sequences always match. Every reduction gives, on
+// every rank, the bits of the left fold s0 op s1 op ... op s(size-1) in rank
+// order (docs/reproducibility.md): each element is folded once, on the rank
+// owning it, then copied (ring, reducescatter), or every rank folds all
+// contributions (direct).
 //
 // Algorithms (names as HVD_ALGORITHM_<COLLECTIVE> takes them):
 //   allreduce      direct  every rank sends its buffer to every other and
 //                          reduces the contributions in rank order: one
 //                          latency, (size-1) x bytes per rank; small messages.
-//                  ring    reduce-scatter then allgather around the ring,
-//                          each part cut into segments and pipelined (depth
+//                  ring    reduce-scatter (each part's pieces sent to its
+//                          owner, folded there in rank order), then allgather
+//                          around the ring, segments pipelined (depth
 //                          kRingDepth); 2 (size-1)/size x bytes per rank.
 //   reducescatter  ring    the first half of the ring allreduce, per block.
-//   allgatherv     ring    the second half, per block (uneven blocks).
+//   allgatherv     ring    the ring's second half, per block (uneven blocks).
 //   broadcast      tree    binomial tree from the root; small messages.
 //                  chain   pipelined chain root -> root+1 -> ... by segments.
 //   alltoallv      pairwise  step i exchanges with rank +i and -i.

@@ -69,6 +69,12 @@ Result<Algorithm> ParseAlgorithm(int collective, const std::string& setting,
                          AlgorithmsOf(collective) + ")");
 }
 
+bool OrderMatters(int collective, hvd_dtype_t dtype) {
+  return (collective == HVD_TRANSPORT_ALLREDUCE || collective == HVD_TRANSPORT_REDUCESCATTER) &&
+         (dtype == HVD_FLOAT16 || dtype == HVD_BFLOAT16 || dtype == HVD_FLOAT32 ||
+          dtype == HVD_FLOAT64);
+}
+
 Algorithm ChooseAllreduce(int size, size_t bytes) {
   // Direct sends (size - 1) copies: worth its single latency while that
   // stays small.
@@ -101,7 +107,9 @@ Algorithm Choose(int c, size_t bytes, const Choice& w) {
   // only "always" counts there.
   const bool within =
       c == HVD_TRANSPORT_ALLTOALLV ? w.native_max_bytes == SIZE_MAX : bytes <= w.native_max_bytes;
-  if (w.native && (w.links == nullptr || within)) return Algorithm::kNative;
+  // A native reduction keeps its library's order (MPI's depends on the
+  // message size): the core's algorithms where the order matters.
+  if (w.native && (w.links == nullptr || (within && !w.ordered))) return Algorithm::kNative;
   return ChooseP2p(c, bytes, *w.links);
 }
 

@@ -26,6 +26,12 @@ std::string AlgorithmsOf(int collective);
 // Whether a is one of collective's point-to-point algorithms.
 bool IsP2pAlgorithm(int collective, Algorithm a);
 
+// Whether a reduction's bits depend on the order its contributions are
+// combined in (floating dtypes of allreduce and reducescatter): such a
+// reduction runs the core's algorithms, which all give the canonical order
+// (docs/reproducibility.md), never a native entry that gives no such order.
+bool OrderMatters(int collective, hvd_dtype_t dtype);
+
 // The default choice for allreduce over point-to-point.
 Algorithm ChooseAllreduce(int size, size_t bytes);
 Algorithm ChooseBroadcast(int size, size_t bytes, size_t segment_bytes);
@@ -39,6 +45,7 @@ struct Choice {
   bool native = false;                  // the plugin has a native entry
   size_t native_max_bytes = 0;          // hvd_transport_info_t.native_max_bytes[c]
   const Links* links = nullptr;         // point-to-point, or null
+  bool ordered = false;                 // OrderMatters: no native unless forced or alone
 };
 Algorithm Choose(int c, size_t bytes, const Choice& what);
 // A process set's choice: the forced algorithm where a set can run it

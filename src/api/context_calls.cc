@@ -1,5 +1,6 @@
 // The C calls on contexts: explicit contexts, the default context
-// (hvd_init / hvd_shutdown), ranks and sizes, the transport, the timeline.
+// (hvd_init / hvd_shutdown), ranks and sizes, the transport, the timeline,
+// the flight recorder's dump.
 
 #include <cmath>
 #include <cstdint>
@@ -135,6 +136,15 @@ hvd_status_t hvd_timeline_stop(hvd_context_t ctx) {
   HVD_API_BEGIN();
   return WithContext(__func__, ctx,
                      [](hvd_context_s* c) { return Report(c->impl->StopTimeline()); });
+  HVD_API_END();
+}
+
+hvd_status_t hvd_flight_recorder_dump(hvd_context_t ctx, const char* path) {
+  HVD_API_BEGIN();
+  if (path != nullptr && *path == '\0') return Report(Invalid(__func__, "path is empty"));
+  return WithContext(__func__, ctx, [&](hvd_context_s* c) {
+    return Report(c->impl->DumpFlightRecorder(path != nullptr ? path : ""));
+  });
   HVD_API_END();
 }
 

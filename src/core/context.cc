@@ -60,6 +60,7 @@ Status ContextImpl::Start() {
   executor_->set_local_rank(cfg_.local_rank);
   executor_->set_async_completion(cfg_.cuda_async_completion == 1);
   fusion_threshold_ = cfg_.fusion_threshold;
+  StartRecorder();
   tuner_ = std::make_unique<Autotuner>(cfg_, &log_);
   // Hierarchical collectives the transport chose by itself (not forced by
   // HVD_HIERARCHICAL): the tuner tries them off too. Every rank has the same
@@ -119,7 +120,10 @@ void ContextImpl::FailEverything(const Status& given) {
   std::vector<std::vector<OpRequest>> queued(scopes.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stopped_) stop_reason_ = why;  // keep the first reason
+    if (!stopped_) {
+      stop_reason_ = why;  // keep the first reason
+      if (!shutdown_requested_) recorder_.Stopped(why, Clock::now());
+    }
     stopped_ = true;
     for (size_t i = 0; i < scopes.size(); ++i) {
       queued[i].swap(scopes[i]->queue);
@@ -141,6 +145,7 @@ void ContextImpl::FailEverything(const Status& given) {
     for (OpRequest& r : sc.batch) Finish(sc, r, st);
     sc.batch.clear();
   }
+  if (recorder_.pending()) ServeDumps();  // once, with every record failed
 }
 
 void ContextImpl::Shutdown(const Status& why) {
@@ -249,6 +254,9 @@ Status Context::StartTimeline(const std::string& path, bool mark_cycles) {
   return impl_->TimelineCommand(true, path, mark_cycles);
 }
 Status Context::StopTimeline() { return impl_->TimelineCommand(false, "", false); }
+Status Context::DumpFlightRecorder(const std::string& path) {
+  return impl_->DumpFlightRecorder(path, "api");
+}
 Result<int64_t> Context::Query(const std::string& key) const { return impl_->Query(key); }
 Context::BufferStats Context::buffer_stats() const { return impl_->buffer_stats(); }
 Status Context::CheckDevice(int device, const std::string& name, const void* data) {

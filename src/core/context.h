@@ -76,6 +76,9 @@ class Context {
   // of the job.
   Status StartTimeline(const std::string& path, bool mark_cycles);
   Status StopTimeline();
+  // Writes this rank's flight record to path ("": the configured folder's
+  // rank-<r>.json).
+  Status DumpFlightRecorder(const std::string& path);
 
   // The metrics of the job context and its live sets, as text
   // (HVD_METRICS_JSON or HVD_METRICS_PROMETHEUS). Any thread.

@@ -9,6 +9,7 @@
 //   elastic/reset.cc          the elastic reset and membership
 //   observability/wiring.cc   timeline commands and autotune decisions applied by the loop
 //   observability/metrics_wiring.cc  metrics and stragglers: what the loop records, the report
+//   observability/recorder_wiring.cc  the flight recorder: set-up, snapshot, dumps
 //   context.cc                start-up, shutdown, and the Context facade
 #pragma once
 
@@ -33,6 +34,7 @@
 #include "core/negotiation/controller.h"
 #include "core/negotiation/piggyback.h"
 #include "core/observability/autotune.h"
+#include "core/observability/flight_recorder.h"
 #include "core/observability/logging.h"
 #include "core/observability/metrics.h"
 #include "core/observability/metrics_publish.h"
@@ -99,6 +101,9 @@ class ContextImpl final : public CycleDriver {
   // The metrics of the context and its live sets (HVD_METRICS_JSON or
   // HVD_METRICS_PROMETHEUS); any thread.
   std::string MetricsText(int format) const;
+  // Writes this rank's flight record to path ("": the configured folder's
+  // rank-<r>.json); any thread.
+  Status DumpFlightRecorder(const std::string& path, const char* reason);
   Status CheckDevice(int device, const std::string& name, const void* data) {
     if (!executor_) return Error(HVD_ERR_NOT_INITIALIZED, "the context has not started");
     return executor_->cuda().Check(device, name, data);
@@ -126,7 +131,8 @@ class ContextImpl final : public CycleDriver {
   Status Negotiate(bool shutting_down, Clock::time_point now, bool* shutdown);
   uint64_t Execute(Scope& scope);  // returns the bytes moved
   uint64_t ServePiggybacked(Scope& scope, Response& resp, OpRequest* req, Clock::time_point now);
-  uint64_t RunPlan(Scope& scope, uint64_t moved, Clock::time_point start);
+  uint64_t RunPlan(Scope& scope, uint64_t moved, Clock::time_point negotiated);
+  void RecordStarted(const FusionUnit& u, Clock::time_point t);
   // Metrics (observability/metrics_wiring.cc): set-up before the loop, the
   // last report at shutdown, and what the cycle records.
   void StartMetrics();
@@ -140,9 +146,18 @@ class ContextImpl final : public CycleDriver {
                                               const std::vector<int32_t>& hosts,
                                               uint64_t generation);
   void CloseAgreed(Scope& set);
-  void Finish(Scope& scope, OpRequest& req, Status status);
-  void FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status);
+  // done: when it completed, for the flight recorder (unset: now).
+  void Finish(Scope& scope, OpRequest& req, Status status,
+              Clock::time_point done = Clock::time_point());
+  void FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& status,
+                 Clock::time_point done = Clock::time_point());
   void FailEverything(const Status& why);
+  void RecordFinished(OpRequest* const* reqs, size_t n, const Status& status,
+                      Clock::time_point done);
+  // Writes the flight record where a dump is wanted (an error, SIGUSR1) or
+  // `forced` names a reason; without mu_ held.
+  void ServeDumps(const char* forced = nullptr);
+  void StartRecorder();  // Start(): the flight recorder's size, folder and SIGUSR1
   // In an elastic job, a lost peer (transport failure, timeout, a peer that
   // left) is a membership change: HVD_ERR_MEMBERSHIP_CHANGED, naming it.
   Status Membership(const Status& s) const;
@@ -159,6 +174,7 @@ class ContextImpl final : public CycleDriver {
   // context's CUDA allreduces and broadcasts; null: none.
   std::unique_ptr<Transport> device_transport_;
   Timeline timeline_;
+  FlightRecorder recorder_;  // configured in Start(); see its header for who writes what
   std::unique_ptr<Autotuner> tuner_;  // made in Start()
   std::unique_ptr<Executor> executor_;  // made in Start(), once the transport is up
   int64_t fusion_threshold_ = 0;      // cfg_'s, or the autotuner's current choice

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "launcher/job_metrics.h"
+#include "launcher/flight_records.h"
 #include "launcher/supervisor.h"
 #include "rendezvous/store.h"
 
@@ -112,6 +113,11 @@ class Job : public Supervisor {
   void OnTurn() override;
   void UpdateReady();
   void CheckStartTimeout();
+  // --flight-recorder: the ranks as sources of records; the records asked
+  // for before a failed job stops, and the remote ones copied after.
+  std::vector<RecordSource> RecordSources() const;
+  void BeforeStop() override;
+  void CollectRecords();
 
   const Plan& plan_;
   std::vector<Rank> ranks_;  // never resized once filled: children point into it
@@ -330,7 +336,44 @@ int Job::Run() {
   SpawnAll();
   Loop();
   if (metrics_) metrics_->End(o_.summary);
-  return Finish();
+  rc = Finish();
+  if (rc != 0 && !o_.flight_recorder.empty()) CollectRecords();
+  return rc;
+}
+
+std::vector<RecordSource> Job::RecordSources() const {
+  std::vector<RecordSource> v;
+  for (const auto& r : ranks_) {
+    if (!r.child.started) continue;
+    v.push_back({r.slot.rank, r.child.host, r.child.remote, r.child.pid, r.child.running});
+  }
+  return v;
+}
+
+void Job::BeforeStop() {
+  if (o_.flight_recorder.empty()) return;
+  constexpr double kWaitS = 2;  // a rank's loop serves the request within its heartbeat
+  const int n = RequestFlightRecords(o_.flight_recorder, RecordSources(), kWaitS);
+  if (o_.verbose) Log("flight recorder: " + std::to_string(n) + " local rank(s) wrote a record");
+}
+
+void Job::CollectRecords() {
+  RemoteSpec ssh;
+  ssh.port = o_.ssh_port;
+  ssh.identity = o_.ssh_identity;
+  ssh.ssh_program = o_.ssh_program;
+  ssh.extra_args = o_.ssh_extra_args;
+  ssh.connect_timeout_s = 10;
+  const auto since = std::chrono::system_clock::now() -
+                     std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                         Clock::now() - start_time_);
+  constexpr double kCopyTimeoutS = 20;
+  for (const std::string& line :
+       CollectFlightRecords(o_.flight_recorder, RecordSources(), ssh, since, kCopyTimeoutS)) {
+    Log(line);
+  }
+  Log("flight recorder: the ranks' records are in " + o_.flight_recorder +
+      " (python -m hvd.trace " + o_.flight_recorder + ")");
 }
 
 }  // namespace

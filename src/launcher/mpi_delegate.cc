@@ -217,6 +217,7 @@ MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
     }
   }
   if (!o.timeline_filename.empty()) set("HVD_TIMELINE", true, o.timeline_filename);
+  if (!o.flight_recorder.empty()) set("HVD_FLIGHT_RECORDER_DIR", true, o.flight_recorder);
   if (o.fusion_threshold_bytes) set("HVD_FUSION_THRESHOLD", true, std::to_string(*o.fusion_threshold_bytes));
   if (o.cycle_time_ms) set("HVD_CYCLE_TIME", true, *o.cycle_time_ms);
   if (o.start_timeout_given && o.start_timeout_s > 0) set("HVD_START_TIMEOUT", true, o.start_timeout_text);

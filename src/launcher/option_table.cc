@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "common/netif.h"
 
 namespace hvd::launcher {
@@ -67,6 +69,16 @@ std::string PositiveInt(const char* what, const std::string& v, int* out, long h
 std::string NonEmpty(const char* what, const std::string& v, std::string* out) {
   if (v.empty()) return std::string("empty ") + what;
   *out = v;
+  return "";
+}
+
+// --flight-recorder: the folder, absolute (remote ranks start in hvdrun's
+// working directory too, but the collection copies by this path).
+std::string SetFlightRecorder(ParseState& s, const std::string& v) {
+  std::string err = NonEmpty("--flight-recorder", v, &s.o.flight_recorder);
+  if (!err.empty() || v[0] == '/') return err;
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof(cwd)) != nullptr) s.o.flight_recorder = std::string(cwd) + "/" + v;
   return "";
 }
 
@@ -324,6 +336,14 @@ const OptionRow kRows[] = {
        return NonEmpty("--timeline-filename", v, &s.o.timeline_filename);
      },
      "HVD_TIMELINE"},
+    {kSettings, "--flight-recorder", "", "DIR", Arity::kOne,
+     "HVD_FLIGHT_RECORDER_DIR: every rank writes its last\n"
+     "operations to DIR/rank-N.json on an error or SIGUSR1;\n"
+     "when the job fails or is signalled, hvdrun asks the\n"
+     "running ranks for theirs and copies remote ranks'\n"
+     "into DIR (python -m hvd.trace DIR reads them)",
+     [](S& s, const R&, const V& v) { return SetFlightRecorder(s, v); },
+     "HVD_FLIGHT_RECORDER_DIR"},
     {kSettings, "--timeline-mark-cycles", "", "", Arity::kNone,
      "HVD_TIMELINE_MARK_CYCLES=1: the timeline also marks\n"
      "the start of every cycle",

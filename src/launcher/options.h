@@ -23,6 +23,7 @@ struct Options {
   // host is reached in (ReachHosts), for mpirun's btl/oob_tcp_if_include.
   std::string mpi_network;
   std::string timeline_filename;    // HVD_TIMELINE
+  std::string flight_recorder;      // HVD_FLIGHT_RECORDER_DIR (absolute); collected there
   std::optional<long long> fusion_threshold_bytes;  // HVD_FUSION_THRESHOLD
   std::optional<std::string> cycle_time_ms;         // HVD_CYCLE_TIME
   double start_timeout_s = 60;      // 0 = no start timeout

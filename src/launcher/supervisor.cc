@@ -12,6 +12,7 @@
 #include <cstring>
 #include <set>
 
+#include "common/files.h"
 #include "launcher/hosts.h"
 #include "launcher/remote.h"
 
@@ -280,6 +281,7 @@ std::vector<std::pair<std::string, std::string>> Supervisor::CommonVars(const st
   if (!o_.transport.empty()) add("HVD_TRANSPORT", o_.transport);
   if (!o_.network_interface.empty()) add("HVD_NETWORK_INTERFACE", o_.network_interface);
   if (!o_.timeline_filename.empty()) add("HVD_TIMELINE", o_.timeline_filename);
+  if (!o_.flight_recorder.empty()) add("HVD_FLIGHT_RECORDER_DIR", o_.flight_recorder);
   if (o_.fusion_threshold_bytes) add("HVD_FUSION_THRESHOLD", std::to_string(*o_.fusion_threshold_bytes));
   if (o_.cycle_time_ms) add("HVD_CYCLE_TIME", *o_.cycle_time_ms);
   // The ranks' metrics reports for --metrics-port (every second) or --summary.
@@ -291,22 +293,6 @@ std::vector<std::pair<std::string, std::string>> Supervisor::CommonVars(const st
 }
 
 namespace {
-
-// mkdir -p, for --output-filename's folders.
-Status MakeDirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i < path.size() && path[i] != '/') continue;
-    std::string part = path.substr(0, i);
-    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) {
-      return Error(HVD_ERR_INTERNAL, "cannot create the folder " + part + ": " + std::strerror(errno));
-    }
-  }
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Error(HVD_ERR_INTERNAL, path + " is not a folder");
-  }
-  return Status::Ok();
-}
 
 Result<Fd> OpenOutputFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -458,6 +444,7 @@ void Supervisor::BeginStop(int exit_code, bool term_all) {
   bool any = false;
   for (const Child* c : children_) any = any || c->running;
   if (term_all) {
+    if (exit_code_ != 0) BeforeStop();
     if (any && o_.verbose) Log("stopping the job: SIGTERM to every process");
     KillAll(SIGTERM);
   }

@@ -152,6 +152,8 @@ class Supervisor {
 
   // A tracked child ended (wstatus as from waitpid); c.running is already false.
   virtual void OnExit(Child& c, int wstatus) = 0;
+  // A failed or signalled job, before its processes get SIGTERM.
+  virtual void BeforeStop() {}
   // Once a turn, after output, signals and exits were handled.
   virtual void OnTurn() {}
   // Whether the job goes on: by default, while any child runs.

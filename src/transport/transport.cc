@@ -99,6 +99,7 @@ Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
   t->size_ = env.size;
   t->limit_s_ = env.timeout_s;
   t->shm_enabled_ = opts.shm;
+  t->reproducible_ = opts.reproducible;
   t->shm_switch_ = opts.shm_switch;
   t->ring_spans_ = opts.fusion_in_place;
   t->table_ = f.table;
@@ -268,8 +269,9 @@ hvd_transport_buffer_t Transport::Host(const void* data, size_t bytes) const {
   return b;
 }
 
-algo::Algorithm Transport::Choose(int c, size_t bytes) const {
+algo::Algorithm Transport::Choose(int c, size_t bytes, hvd_dtype_t dtype) const {
   algo::Choice what;
+  what.ordered = Canonical(c, dtype, 0);
   what.forced = forced_[c];
   what.shm = shm_ != nullptr;
   what.native = NativeEntry(table_, c) != nullptr;
@@ -282,12 +284,13 @@ Status Transport::Allreduce(void* buf, size_t count, hvd_dtype_t dtype, hvd_redu
   if (broken()) return Unusable();
   op_ = "allreduce";
   const size_t es = DtypeSize(dtype);
-  if (hierarchical_on() && forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kAuto) {
+  if (hierarchical_on() && forced_[HVD_TRANSPORT_ALLREDUCE] == algo::Algorithm::kAuto &&
+      !Canonical(HVD_TRANSPORT_ALLREDUCE, dtype, 1)) {
     HVD_CHECK(algo::AllreduceHier(*hier_, buf, count, dtype, op));
     op_ = "allreduce";  // the steps' communicators named theirs
     return Status::Ok();
   }
-  const algo::Algorithm how = Choose(HVD_TRANSPORT_ALLREDUCE, count * es);
+  const algo::Algorithm how = Choose(HVD_TRANSPORT_ALLREDUCE, count * es, dtype);
   if (how == algo::Algorithm::kNative) {
     const hvd_transport_buffer_t b = Host(buf, count * es);
     return Check(table_.allreduce(comm_, &b, count, dtype, op), "allreduce");
@@ -370,12 +373,13 @@ Status Transport::Reducescatter(void* buf, const size_t* counts, hvd_dtype_t dty
   std::vector<size_t> start(static_cast<size_t>(size) + 1, 0);
   for (int p = 0; p < size; ++p) start[p + 1] = start[p] + counts[p];
   if (hierarchical_on() && hier_->even &&
-      forced_[HVD_TRANSPORT_REDUCESCATTER] == algo::Algorithm::kAuto) {
+      forced_[HVD_TRANSPORT_REDUCESCATTER] == algo::Algorithm::kAuto &&
+      !Canonical(HVD_TRANSPORT_REDUCESCATTER, dtype, 1)) {
     HVD_CHECK(algo::ReducescatterHier(*hier_, scratch_, buf, counts, start, dtype, op));
     op_ = "reducescatter";
     return Status::Ok();
   }
-  const algo::Algorithm how = Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es);
+  const algo::Algorithm how = Choose(HVD_TRANSPORT_REDUCESCATTER, start.back() * es, dtype);
   if (how == algo::Algorithm::kNative) {
     const hvd_transport_buffer_t b = Host(buf, start.back() * es);
     return Check(table_.reducescatter(comm_, &b, counts, dtype, op), "reducescatter");

@@ -35,6 +35,8 @@ struct TransportOptions {
   // The hierarchical collectives (HVD_HIERARCHICAL): 1 on, 0 off, -1 auto
   // (on where ranks span several hosts and some host has several).
   int hierarchical = -1;
+  // HVD_REPRODUCIBLE: 1 the canonical order everywhere, 0 natives allowed, -1 default.
+  int reproducible = -1;
   std::string host_id;  // HVD_HOST_ID; empty: shm::HostIdentity()
   // Every rank's host name where the caller knows it (the rendezvous, or
   // for a device-only transport, which exchanges nothing in host memory,
@@ -144,7 +146,7 @@ class Transport : public Comm {
 
   // The algorithm the next call of `collective` over `bytes` bytes runs,
   // for logs and tests.
-  algo::Algorithm Choose(int collective, size_t bytes) const;
+  algo::Algorithm Choose(int collective, size_t bytes, hvd_dtype_t dtype = HVD_UINT8) const;
 
   // A process set: `members` (ranks of this transport, distinct, in the
   // set's rank order, this rank among them) as a communicator of its own.
@@ -260,6 +262,12 @@ class Transport : public Comm {
   // every host (point-to-point).
   std::unique_ptr<algo::Hierarchy> hier_;
   bool hier_on_ = true;  // set_hierarchical
+  int reproducible_ = -1;  // TransportOptions::reproducible
+  // A host reduction that must keep the canonical order: OrderMatters, and
+  // HVD_REPRODUCIBLE unset or 1 (level 0: natives) or 1 (level 1: hierarchy).
+  bool Canonical(int c, hvd_dtype_t d, int level) const {
+    return algo::OrderMatters(c, d) && (level == 0 ? reproducible_ != 0 : reproducible_ == 1);
+  }
   // The shared memory of this rank's host: shm_, else the hierarchy's host
   // step's where it has one; null if neither. Point-to-point waits note
   // their peer in it (shm::Segment::NoteWait) for BlockedChain.

@@ -682,6 +682,25 @@ static void test_context_bad_arguments(void **state) {
         EXPECT_OK(hvd_metrics(g_ctx, HVD_METRICS_PROMETHEUS, text, needed + 4096, &needed));
         assert_non_null(strstr(text, "# TYPE hvd_allreduce_bytes_total counter"));
         free(text);
+    /* The flight recorder's dump: bad arguments, no folder configured, a
+     * file that cannot be written, and a written record. */
+    EXPECT_FAIL(hvd_flight_recorder_dump(bogus, "/tmp/x.json"), HVD_ERR_INVALID_ARGUMENT);
+    EXPECT_FAIL(hvd_flight_recorder_dump(g_ctx, ""), HVD_ERR_INVALID_ARGUMENT);
+    if (getenv("HVD_FLIGHT_RECORDER_DIR") == NULL) {
+        EXPECT_FAIL(hvd_flight_recorder_dump(g_ctx, NULL), HVD_ERR_INVALID_ARGUMENT);
+    }
+    EXPECT_FAIL(hvd_flight_recorder_dump(g_ctx, "/dev/null/fr.json"), HVD_ERR_INVALID_ARGUMENT);
+    {
+        char path[64];
+        snprintf(path, sizeof(path), "/tmp/hvd-capi-flight-%d.json", (int)getpid());
+        EXPECT_OK(hvd_flight_recorder_dump(g_ctx, path));
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        char text[64] = {0};
+        assert_true(fread(text, 1, sizeof(text) - 1, f) > 0);
+        assert_non_null(strstr(text, "\"format\": \"hvd-flight-recorder\""));
+        fclose(f);
+        remove(path);
     }
     /* The context still answers. */
     EXPECT_OK(hvd_context_transport(g_ctx, &name));

@@ -262,6 +262,17 @@ def stop_timeline():
     _c_api.call("hvd_timeline_stop", None)
 
 
+def flight_recorder_dump(path=None):
+    """Writes this rank's flight record (its last operations, as JSON) to
+    path, or to HVD_FLIGHT_RECORDER_DIR/rank-<r>.json when path is None
+    (docs/flight-recorder.md; read them with ``python -m hvd.trace DIR``).
+    Any rank, any time, alone. Raises UnsupportedError where the recorder is
+    off (HVD_FLIGHT_RECORDER_SIZE=0)."""
+    if path is not None and not path:
+        raise InvalidArgumentError(_c_api.HVD_ERR_INVALID_ARGUMENT, "flight_recorder_dump: path is empty")
+    _c_api.call("hvd_flight_recorder_dump", None, None if path is None else _os.fsencode(path))
+
+
 class _MpiNotEnabledError(UnsupportedError, ValueError):
     pass
 
@@ -455,5 +466,5 @@ __all__ = [
     "broadcast_object", "allgather_object", "Context", "HvdError", "PerformanceWarning",
     "ProcessSet", "ProcessSetContext", "global_process_set", "add_process_set",
     "remove_process_set", "UNDEFINED_COLOR", "elastic", "HostsUpdatedInterrupt",
-    "MembershipChangedError", "metrics",
+    "MembershipChangedError", "flight_recorder_dump", "metrics",
 ]

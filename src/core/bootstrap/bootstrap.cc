@@ -182,6 +182,7 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
                                                 : "HVD_MPI_SHM";
   for (int c = 0; c < HVD_TRANSPORT_COLLECTIVES; ++c) topts.algorithm[c] = cfg_->algorithm[c];
   topts.hierarchical = cfg_->hierarchical;
+  topts.reproducible = cfg_->reproducible;
   topts.fusion_in_place = cfg_->fusion_in_place != 0;
   topts.host_id = cfg_->host_id;
   HVD_ASSIGN_OR_RETURN(std::unique_ptr<Transport> opened,

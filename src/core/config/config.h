@@ -63,6 +63,11 @@ struct Config {
   // HVD_TIMELINE_MARK_CYCLES (or HOROVOD_TIMELINE_MARK_CYCLES): the timeline
   // started at init also marks the start of every cycle.
   bool timeline_mark_cycles = false;
+  // HVD_FLIGHT_RECORDER_SIZE: the last operations each rank keeps for a
+  // dump (0 = off); HVD_FLIGHT_RECORDER_DIR: where dumps go ("" = only on
+  // request to a named file). docs/flight-recorder.md.
+  int64_t flight_recorder_size = 2000;
+  std::string flight_recorder_dir;
 
   // Memory the context keeps for reuse (environment only).
   // HVD_FUSION_BUFFER_INITIAL: bytes of fusion buffer allocated and faulted
@@ -84,6 +89,9 @@ struct Config {
   // HVD_HIERARCHICAL: the hierarchical collectives where ranks span several
   // hosts and some host has several (1 on, 0 off, -1 unset = on).
   int hierarchical = -1;
+  // HVD_REPRODUCIBLE: the canonical reduction order (docs/reproducibility.md)
+  // also where it costs (1), not even where it is free (0); -1 unset.
+  int reproducible = -1;
   // HVD_FUSION_IN_PLACE: a fused allreduce that runs the ring over
   // point-to-point reads and writes the tensors where they lie, with no copy
   // into and out of the fusion buffer (1 on, 0 off, -1 unset = on).

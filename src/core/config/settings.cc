@@ -85,6 +85,13 @@ const Setting kSettings[] = {
     {"timeline_mark_cycles", HVD_NO_PARAM, "HVD_TIMELINE_MARK_CYCLES",
      "HOROVOD_TIMELINE_MARK_CYCLES", kSwitch, &Config::timeline_mark_cycles, kAny, 0,
      "the timeline marks the start of every cycle"},
+    {"flight_recorder_size", HVD_NO_PARAM, "HVD_FLIGHT_RECORDER_SIZE", nullptr, kInt,
+     &Config::flight_recorder_size,
+     Range{0, 1 << 24, false, "{var}={value} must be in [0, 16777216] operations"}, 0,
+     "operations each rank's flight recorder keeps (0 = off)"},
+    {"flight_recorder_dir", HVD_NO_PARAM, "HVD_FLIGHT_RECORDER_DIR", nullptr, kText,
+     &Config::flight_recorder_dir, kAny, 0,
+     "folder of the flight recorder's dumps (rank-<r>.json; \"\" = on request only)"},
 
     // Memory kept for reuse.
     {"fusion_buffer_initial", HVD_NO_PARAM, "HVD_FUSION_BUFFER_INITIAL", nullptr, kInt,
@@ -108,6 +115,10 @@ const Setting kSettings[] = {
      kAny, 0,
      "hierarchical collectives across hosts; else Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE "
      "and _ALLGATHER (sources.cc)"},
+    {"reproducible", HVD_NO_PARAM, "HVD_REPRODUCIBLE", nullptr, kSwitch, &Config::reproducible,
+     kAny, 0,
+     "1: the canonical reduction order on the hierarchical and device paths too; 0: native "
+     "reductions allowed (docs/reproducibility.md)"},
     {"fusion_in_place", HVD_NO_PARAM, "HVD_FUSION_IN_PLACE", nullptr, kSwitch,
      &Config::fusion_in_place, kAny, 0, "a fused ring allreduce over the tensors in place"},
     {"caller_cycles", HVD_NO_PARAM, "HVD_CALLER_CYCLES", nullptr, kSwitch,

@@ -17,6 +17,7 @@ bool ContextImpl::CycleBody(bool shutting_down, uint64_t tl_seq, const TimelineC
   const Status s = NegotiateCycle(shutting_down, now, full_rounds, &shutdown);
   if (!s.ok()) {
     HVD_LOG(log_, HVD_LOG_ERROR, s.message());
+    recorder_.Want("error");  // the context breaks: a dump even with nothing pending
     FailEverything(Error(s.code(), "the context can no longer communicate: " + s.message()));
     return false;
   }

@@ -51,6 +51,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     if (!have) continue;  // e.g. a stall error for a request this rank never made
     scope.metrics.Cache(resp.slot >= 0);
     if (root) stragglers_.Saw(req.enqueued);
+    recorder_.Negotiated(req.record, now);
     if (timeline_.enabled()) {
       timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
     }
@@ -84,42 +85,50 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
   scope.metrics.Cache(true);
   scope.metrics.Unit(OpType::kAllreduce, 1, piggy_.result_bytes(), 0, metrics::kPathPiggyback,
                      scope.size);
+  if (req->record != 0) {
+    recorder_.Negotiated(req->record, now);
+    recorder_.Started(req->record, now, RequestBytes(*req));
+  }
   if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req->enqueued, now);
   executor_->FinishPiggybacked(*req, piggy_.result(), now);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++piggybacked_;  // before the handle completes: its waiter may ask
   }
-  Finish(scope, *req, Status::Ok());
+  Finish(scope, *req, Status::Ok(), now);  // done with the negotiation
   return piggy_.result_bytes();
 }
 
 // Runs the planned units in order and completes their requests; returns the
 // bytes moved (`moved` already counts the piggybacked ones).
-uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point start) {
+uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point negotiated) {
   const size_t nunits = planner_.size();
+  // The flight recorder: a unit starts when the one before it completed
+  // (one clock read a unit while it records). Metrics: small units share
+  // the time up to the next one timed (a clock read costs more than their
+  // bookkeeping): every large one, and the last.
+  Clock::time_point mark = negotiated, start = negotiated;
   size_t timed = 0;  // units before it have their time
   for (size_t k = 0; k < nunits; ++k) {
     FusionUnit& u = planner_[k];
     const size_t unit_bytes = u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
     moved += unit_bytes;
+    if (recorder_.on()) RecordStarted(u, mark);
     Status s = u.single != nullptr ? executor_->RunOne(*u.single, *u.resp)
                                    : executor_->RunAllreduceBatch(u.batch);
-    // Small units share the time up to the next one timed (a clock read
-    // costs more than their bookkeeping): every large one, and the last.
-    if (unit_bytes >= kTimedUnitBytes || k + 1 == nunits) {
-      const Clock::time_point ran = Clock::now();
-      for (size_t j = timed; j <= k; ++j) NoteUnit(scope, planner_[j], (ran - start) / (k + 1 - timed));
-      start = ran;
-      timed = k + 1;
-    }
     if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
       s = FinishProcessSet(*u.single, *u.resp);
     }
+    if (recorder_.on() || unit_bytes >= kTimedUnitBytes || k + 1 == nunits) {
+      mark = Clock::now();
+      for (size_t j = timed; j <= k; ++j) NoteUnit(scope, planner_[j], (mark - start) / (k + 1 - timed));
+      start = mark;
+      timed = k + 1;
+    }
     if (u.single != nullptr) {
-      Finish(scope, *u.single, s);
+      Finish(scope, *u.single, s, mark);
     } else {
-      FinishAll(scope, u.batch.data(), u.batch.size(), s);
+      FinishAll(scope, u.batch.data(), u.batch.size(), s, mark);
     }
     // Errors every rank reached alike leave the communicator working (a
     // process set's bad list or tag range: HVD_ERR_UNSUPPORTED too).
@@ -131,6 +140,7 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point st
       // The transport failed: peers are gone or out of step.
       Status broken(s.code(), "the context can no longer communicate: " + s.message());
       HVD_LOG(log_, HVD_LOG_ERROR, broken.message());
+      recorder_.Want("error");
       for (size_t j = k + 1; j < nunits; ++j) {
         if (planner_[j].single != nullptr) Finish(scope, *planner_[j].single, broken);
         for (OpRequest* r : planner_[j].batch) Finish(scope, *r, broken);
@@ -141,6 +151,15 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point st
   }
   timeline_.Flush();
   return moved;
+}
+
+// The flight recorder: a unit starts now (its requests' records).
+void ContextImpl::RecordStarted(const FusionUnit& u, Clock::time_point t) {
+  if (u.single != nullptr) {
+    recorder_.Started(u.single->record, t, RequestBytes(*u.single));
+    return;
+  }
+  for (const OpRequest* r : u.batch) recorder_.Started(r->record, t, u.bytes);
 }
 
 }  // namespace hvd

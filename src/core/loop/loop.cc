@@ -61,6 +61,13 @@ void ContextImpl::Loop() {
   uint64_t wakeups = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_) {
+    if (recorder_.pending()) {
+      // A dump asked for (SIGUSR1, an error) is written here, between cycles.
+      lock.unlock();
+      ServeDumps();
+      lock.lock();
+      if (stopped_) break;
+    }
     // Lazy wake-ups (see Drive): submits do not wake this thread; it
     // looks for work every cycle time instead.
     const Clock::duration poll =
@@ -234,6 +241,7 @@ bool ContextImpl::RunCycle(std::unique_lock<std::mutex>& lock) {
   queued_ = 0;
   lock.unlock();
   const bool go_on = CycleBody(shutting_down, tl_seq, tl_take);
+  if (recorder_.pending()) ServeDumps();  // an error in this cycle
   lock.lock();
   return go_on;
 }

@@ -46,6 +46,7 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& r
   if (was_empty || exact_enqueue_) last_enqueue_ = Clock::now();
   if (was_empty) first_enqueue_ = last_enqueue_;
   req.enqueued = last_enqueue_;
+  if (recorder_.on()) req.record = recorder_.Submitted(req, scope->slot, scope->recorded++);
   ++submits_;
   signal_->caller_waits = false;
   req.handle->set_signal(signal_);
@@ -57,20 +58,23 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& r
   return h;
 }
 
-void ContextImpl::Finish(Scope& scope, OpRequest& req, Status status) {
+void ContextImpl::Finish(Scope& scope, OpRequest& req, Status status, Clock::time_point done) {
   OpRequest* one = &req;
-  FinishAll(scope, &one, 1, status);
+  FinishAll(scope, &one, 1, status, done);
 }
 
 // One lock for the whole batch: a fused step completes hundreds of requests.
-void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& given) {
+void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, const Status& given,
+                            Clock::time_point done) {
   // Successes (the hot path) pass through untouched; only failures of an
   // elastic job are reworded.
   Status mapped;
   const Status& status = given.ok() || !cfg_.elastic ? given : (mapped = Membership(given));
   if (!status.ok()) scope.metrics.Failed(status.code(), n);
   {
+    if (recorder_.on() && done == Clock::time_point()) done = Clock::now();
     std::lock_guard<std::mutex> lock(mu_);
+    if (recorder_.on()) RecordFinished(reqs, n, status, done);
     for (size_t i = 0; i < n; ++i) {
       for (TensorSpec& t : reqs[i]->tensors) {
         scope.names.Release(t.name_id);
@@ -85,6 +89,14 @@ void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, cons
     }
     req.handle->Complete(status);
   }
+}
+
+// Under mu_: the records of a completion; an error (not the context's own
+// shutdown) asks for a dump.
+void ContextImpl::RecordFinished(OpRequest* const* reqs, size_t n, const Status& status,
+                                 Clock::time_point done) {
+  for (size_t i = 0; i < n; ++i) recorder_.Finished(reqs[i]->record, done, status);
+  if (!status.ok() && !shutdown_requested_) recorder_.Want("error");
 }
 
 }  // namespace hvd

@@ -131,6 +131,7 @@ struct OpRequest {
   std::vector<TensorSpec> tensors;  // >= 1; barrier: one tensor of 0 elements
   std::shared_ptr<Handle> handle;
   std::chrono::steady_clock::time_point enqueued;  // set by the core
+  uint64_t record = 0;  // its flight-recorder entry (0: none), set by the core
   // A joined rank's stand-in allreduce (host zeros): the device the other
   // ranks' tensors are on (HVD_DEVICE_CPU: host), so that the executor runs
   // it where they run theirs (a device transport takes device zeros).

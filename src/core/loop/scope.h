@@ -35,6 +35,7 @@ struct Scope {
   NameTable names;  // names in flight (submitted, not yet completed)
   uint64_t barrier_count = 0;
   uint64_t set_count = 0;  // process-set calls on this scope (names their requests)
+  uint64_t recorded = 0;   // requests the flight recorder numbered on this scope
   bool closed = false;     // a destroyed process set, or a stopped context's
   Status closed_reason;
   // Background thread only.

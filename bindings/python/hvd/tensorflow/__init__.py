@@ -103,6 +103,7 @@ from .. import (  # noqa: F401  (re-exported: `import hvd.tensorflow as hvd` is 
     size,
     start_timeline,
     stop_timeline,
+    flight_recorder_dump,
     transport,
 )
 

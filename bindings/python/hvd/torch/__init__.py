@@ -80,6 +80,7 @@ from .. import (  # noqa: F401  (re-exported: `import hvd.torch as hvd` is a dro
     size,
     start_timeline,
     stop_timeline,
+    flight_recorder_dump,
     synchronize,
     transport,
 )
