@@ -682,6 +682,7 @@ static void test_context_bad_arguments(void **state) {
         EXPECT_OK(hvd_metrics(g_ctx, HVD_METRICS_PROMETHEUS, text, needed + 4096, &needed));
         assert_non_null(strstr(text, "# TYPE hvd_allreduce_bytes_total counter"));
         free(text);
+    }
     /* The flight recorder's dump: bad arguments, no folder configured, a
      * file that cannot be written, and a written record. */
     EXPECT_FAIL(hvd_flight_recorder_dump(bogus, "/tmp/x.json"), HVD_ERR_INVALID_ARGUMENT);
