@@ -379,6 +379,18 @@ HVD_API hvd_status_t hvd_timeline_start(hvd_context_t ctx, const char *path, int
 /* Closes the timeline (HVD_OK when none); waits up to 30 s. */
 HVD_API hvd_status_t hvd_timeline_stop(hvd_context_t ctx);
 
+/* ---- Metrics (docs/metrics.md) ------------------------------------------ */
+
+typedef enum hvd_metrics_format {
+    HVD_METRICS_JSON = 0,       /* one object, "version": 1 (docs/metrics.md)  */
+    HVD_METRICS_PROMETHEUS = 1  /* Prometheus' text format, label rank=...     */
+} hvd_metrics_format_t;
+
+/* ctx's job context and its live process sets, as NUL-terminated text in
+ * buf; *needed = its size with the NUL. buf NULL with len 0: the size only;
+ * len < *needed: HVD_ERR_INVALID_ARGUMENT, buf untouched. */
+HVD_API hvd_status_t hvd_metrics(hvd_context_t ctx, hvd_metrics_format_t format, char *buf,
+                                 size_t len, size_t *needed);
 /* ---- Flight recorder (docs/flight-recorder.md) --------------------------- */
 
 /* Writes this rank's last operations (HVD_FLIGHT_RECORDER_SIZE) as JSON to path

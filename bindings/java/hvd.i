@@ -279,6 +279,7 @@ HVDJ_OPAQUE(hvd_handle_t)
 %typemap(freearg) (const int64_t *splits, int32_t nsplits) { std::free($1); }
 
 // ---- what the facade does not use raw -------------------------------------------
+%ignore hvd_metrics;  // hvdj_metrics below: a String
 %ignore hvd_tensor;
 %ignore hvd_tensor_t;
 %ignore hvd_params;
@@ -466,6 +467,27 @@ hvd_status_t hvdj_context_create(HvdjParams* params, hvd_context_t* out) {
 
 hvd_status_t hvdj_init(HvdjParams* params) {
   return hvd_init(params != nullptr ? params->get() : nullptr);
+}
+%}
+
+// ---- metrics: the report as a String (the text lives until the thread's next call) --
+%inline %{
+hvd_status_t hvdj_metrics(hvd_context_t ctx, int32_t format, const char** out) {
+  static thread_local std::string text;
+  size_t needed = 0;
+  for (int tries = 0; tries < 8; ++tries) {
+    hvd_status_t s = hvd_metrics(ctx, (hvd_metrics_format_t)format, nullptr, 0, &needed);
+    if (s != HVD_OK) return s;
+    text.assign(needed + 4096, '\0');  // room for counters that grow meanwhile
+    s = hvd_metrics(ctx, (hvd_metrics_format_t)format, &text[0], text.size(), &needed);
+    if (s == HVD_OK) {
+      text.resize(needed - 1);
+      *out = text.c_str();
+      return HVD_OK;
+    }
+    if (s != HVD_ERR_INVALID_ARGUMENT || needed <= text.size()) return s;
+  }
+  return HVD_ERR_INTERNAL;
 }
 %}
 

@@ -93,6 +93,7 @@ Status ContextImpl::Start() {
     std::lock_guard<std::mutex> lock(mu_);
     if (caller_cycles_) signal_->driver = this;
   }
+  StartMetrics();
   thread_ = std::thread([this] {
     Loop();
     std::lock_guard<std::mutex> lock(mu_);
@@ -167,6 +168,7 @@ void ContextImpl::Shutdown(const Status& why) {
     FailEverything(why);
     ReleaseSets();
     timeline_.Close();
+    StopMetrics();  // the last report, with the aborted operations
   });
 }
 
@@ -236,6 +238,8 @@ void ContextImpl::ReleaseTransport() {
 Context::Context(std::shared_ptr<ContextImpl> impl, std::shared_ptr<Scope> scope)
     : impl_(std::move(impl)), scope_(std::move(scope)) {}
 Context::~Context() { (void)Shutdown(); }
+
+std::string Context::Metrics(int format) const { return impl_->MetricsText(format); }
 
 Result<std::unique_ptr<Context>> Context::Create(const hvd_params_t* params) {
   return Create(params, ProcessEnv());

@@ -80,6 +80,10 @@ class Context {
   // rank-<r>.json).
   Status DumpFlightRecorder(const std::string& path);
 
+  // The metrics of the job context and its live sets, as text
+  // (HVD_METRICS_JSON or HVD_METRICS_PROMETHEUS). Any thread.
+  std::string Metrics(int format) const;
+
   // Whether a CUDA tensor on `device` (tensor `name`, data `data`, or null
   // not to check the pointer) can be served: loads the context's CUDA
   // runtime the first time (see core/exec/cuda_runtime.h). Any thread.

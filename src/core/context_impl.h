@@ -9,6 +9,7 @@
 //   sets/process_sets.cc      process-set creation and destruction (sets/spec.h: the checks)
 //   elastic/reset.cc          the elastic reset and membership
 //   observability/wiring.cc   timeline commands and autotune decisions applied by the loop
+//   observability/metrics_wiring.cc  metrics and stragglers: what the loop records, the report
 //   observability/recorder_wiring.cc  the flight recorder: set-up, snapshot, dumps
 //   context.cc                start-up, shutdown, and the Context facade
 #pragma once
@@ -36,6 +37,9 @@
 #include "core/observability/autotune.h"
 #include "core/observability/flight_recorder.h"
 #include "core/observability/logging.h"
+#include "core/observability/metrics.h"
+#include "core/observability/metrics_publish.h"
+#include "core/observability/stragglers.h"
 #include "core/observability/timeline.h"
 #include "transport/transport.h"
 
@@ -95,6 +99,9 @@ class ContextImpl final : public CycleDriver {
     b.staging_capacity = executor_->staging_capacity();
     return b;
   }
+  // The metrics of the context and its live sets (HVD_METRICS_JSON or
+  // HVD_METRICS_PROMETHEUS); any thread.
+  std::string MetricsText(int format) const;
   // Writes this rank's flight record to path ("": the configured folder's
   // rank-<r>.json); any thread.
   Status DumpFlightRecorder(const std::string& path, const char* reason);
@@ -132,6 +139,13 @@ class ContextImpl final : public CycleDriver {
   uint64_t ServePiggybacked(Scope& scope, Response& resp, OpRequest* req, Clock::time_point now);
   uint64_t RunPlan(Scope& scope, uint64_t moved, Clock::time_point negotiated);
   void RecordStarted(const FusionUnit& u, Clock::time_point t);
+  // Metrics (observability/metrics_wiring.cc): set-up before the loop, the
+  // last report at shutdown, and what the cycle records.
+  void StartMetrics();
+  void StopMetrics();
+  void NoteNegotiation(Clock::time_point begin, size_t straggler_block);
+  void NoteExecution(Clock::time_point now);  // a scope's execution starts
+  void NoteUnit(Scope& scope, const FusionUnit& u, Clock::duration took);
   Status FinishProcessSet(OpRequest& req, const Response& resp);
   Result<std::vector<size_t>> SlotsFor(const std::vector<std::vector<int>>& groups);
   Result<std::shared_ptr<Scope>> MakeSetScope(const std::vector<int>& g, size_t k, int me,
@@ -246,6 +260,12 @@ class ContextImpl final : public CycleDriver {
   bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
   std::vector<uint8_t> ctrl_;  // the packed control bytes
   Piggyback piggy_;  // a small allreduce riding in the negotiation (HVD_PIGGYBACK)
+  // Metrics: written by the cycle's holder, read by any thread.
+  LoopMetrics loop_metrics_;
+  Clock::time_point negotiation_begin_{};  // of the negotiation not yet timed
+  bool negotiation_open_ = false;
+  Stragglers stragglers_;
+  std::unique_ptr<MetricsPublisher> publisher_;  // to the store (HVD_METRICS_PUBLISH)
   // Execute's scratch (background thread only), kept between cycles.
   std::vector<OpRequest> exec_reqs_;
   FusionPlanner planner_;

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "launcher/job_metrics.h"
 #include "launcher/flight_records.h"
 #include "launcher/supervisor.h"
 #include "rendezvous/store.h"
@@ -121,6 +122,7 @@ class Job : public Supervisor {
   const Plan& plan_;
   std::vector<Rank> ranks_;  // never resized once filled: children point into it
   std::unique_ptr<RemoteReadiness> remote_ready_;
+  std::unique_ptr<JobMetrics> metrics_;  // --metrics-port, --summary
   Clock::time_point start_time_;
 };
 
@@ -326,8 +328,14 @@ int Job::Run() {
   int rc = Prepare();
   if (rc != 0) return rc;
   start_time_ = Clock::now();
+  if (o_.metrics_port >= 0 || o_.summary) {
+    metrics_ = std::make_unique<JobMetrics>(server_.get(), plan_.size,
+                                            [this](const std::string& l) { Log(l); });
+    if (!metrics_->Start(o_.metrics_addr, o_.metrics_port)) return 1;
+  }
   SpawnAll();
   Loop();
+  if (metrics_) metrics_->End(o_.summary);
   rc = Finish();
   if (rc != 0 && !o_.flight_recorder.empty()) CollectRecords();
   return rc;

@@ -87,6 +87,22 @@ std::string SetEnv(ParseState& s, const char* name, const std::string& value) {
   return "";
 }
 
+// --metrics-port [ADDR:]P (an IPv6 ADDR in brackets: [::1]:9400).
+std::string ParseMetricsPort(ParseState& s, const OptionRow&, const std::string& v) {
+  const size_t colon = v.rfind(':');
+  std::string addr = colon == std::string::npos ? "" : v.substr(0, colon);
+  if (addr.size() >= 2 && addr.front() == '[' && addr.back() == ']') {
+    addr = addr.substr(1, addr.size() - 2);
+  }
+  const std::string port = colon == std::string::npos ? v : v.substr(colon + 1);
+  if (!ParseInt(port, 0, 65535, &s.o.metrics_port) ||
+      (colon != std::string::npos && addr.empty())) {
+    return "bad --metrics-port '" + v + "' (want [ADDR:]PORT)";
+  }
+  if (!addr.empty()) s.o.metrics_addr = addr;
+  return "";
+}
+
 // A switch that sets its variable to 1.
 std::string EnvOn(ParseState& s, const OptionRow& row, const std::string&) {
   return SetEnv(s, row.env, "1");
@@ -455,6 +471,16 @@ const OptionRow kRows[] = {
        return V();
      },
      nullptr},
+    {kBehaviour, "--metrics-port", "", "[ADDR:]P", Arity::kOne,
+     "serve the job's metrics, every rank's, for\n"
+     "Prometheus at http://ADDR:P/metrics (ADDR default\n"
+     "127.0.0.1; P 0: any free port, logged)",
+     ParseMetricsPort, nullptr},
+    {kBehaviour, "--summary", "", "", Arity::kNone,
+     "at the job's end, print a summary of its metrics:\n"
+     "time in collectives, bus bandwidth, stragglers,\n"
+     "cache hit rate",
+     [](S& s, const R&, const V&) { s.o.summary = true; return V(); }, nullptr},
     {kBehaviour, "-v, --verbose", "", "", Arity::kNone,
      "log the host plan, the rendezvous address and every\n"
      "rank's start, connection and exit on stderr",

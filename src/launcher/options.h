@@ -34,6 +34,11 @@ struct Options {
   BindMode bind_to = BindMode::kAuto;
 
   bool verbose = false;
+  // --metrics-port [ADDR:]P: the job's metrics for Prometheus (-1: none);
+  // --summary: a summary of them at the job's end.
+  int metrics_port = -1;
+  std::string metrics_addr = "127.0.0.1";
+  bool summary = false;
   bool tag_output = false;
   // --output-filename DIR: each rank's output also goes to
   // DIR/rank.N/{stdout,stderr} (horovodrun's layout).

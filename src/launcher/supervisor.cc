@@ -284,6 +284,8 @@ std::vector<std::pair<std::string, std::string>> Supervisor::CommonVars(const st
   if (!o_.flight_recorder.empty()) add("HVD_FLIGHT_RECORDER_DIR", o_.flight_recorder);
   if (o_.fusion_threshold_bytes) add("HVD_FUSION_THRESHOLD", std::to_string(*o_.fusion_threshold_bytes));
   if (o_.cycle_time_ms) add("HVD_CYCLE_TIME", *o_.cycle_time_ms);
+  // The ranks' metrics reports for --metrics-port (every second) or --summary.
+  if (o_.metrics_port >= 0 || o_.summary) add("HVD_METRICS_PUBLISH", o_.metrics_port >= 0 ? "1" : "10");
   // 0 means "no start timeout" to hvdrun; the library wants a positive
   // number, so with 0 it gets none and uses its default.
   if (o_.start_timeout_given && o_.start_timeout_s > 0) add("HVD_START_TIMEOUT", o_.start_timeout_text);

@@ -656,6 +656,33 @@ static void test_context_bad_arguments(void **state) {
         fclose(f);
         remove(path);
     }
+    /* Metrics: bad arguments; the size alone; a buffer too small is left
+     * alone; the JSON report carries its version. */
+    {
+        size_t needed = 0;
+        char small[8] = "intact";
+        EXPECT_FAIL(hvd_metrics(g_ctx, HVD_METRICS_JSON, NULL, 0, NULL), HVD_ERR_INVALID_ARGUMENT);
+        EXPECT_FAIL(hvd_metrics(g_ctx, (hvd_metrics_format_t)7, NULL, 0, &needed),
+                    HVD_ERR_INVALID_ARGUMENT);
+        EXPECT_FAIL(hvd_metrics(g_ctx, HVD_METRICS_JSON, NULL, 5, &needed), HVD_ERR_INVALID_ARGUMENT);
+        EXPECT_FAIL(hvd_metrics(bogus, HVD_METRICS_JSON, NULL, 0, &needed), HVD_ERR_INVALID_ARGUMENT);
+        EXPECT_OK(hvd_metrics(g_ctx, HVD_METRICS_JSON, NULL, 0, &needed));
+        assert_true(needed > 100);
+        EXPECT_FAIL(hvd_metrics(g_ctx, HVD_METRICS_JSON, small, sizeof(small), &needed),
+                    HVD_ERR_INVALID_ARGUMENT);
+        assert_string_equal(small, "intact");
+        char *text = malloc(needed + 4096);
+        assert_non_null(text);
+        EXPECT_OK(hvd_metrics(g_ctx, HVD_METRICS_JSON, text, needed + 4096, &needed));
+        assert_int_equal(strlen(text) + 1, needed);
+        assert_true(strncmp(text, "{\"version\":1,", 13) == 0);
+        EXPECT_OK(hvd_metrics(g_ctx, HVD_METRICS_PROMETHEUS, NULL, 0, &needed));
+        text = realloc(text, needed + 4096);
+        assert_non_null(text);
+        EXPECT_OK(hvd_metrics(g_ctx, HVD_METRICS_PROMETHEUS, text, needed + 4096, &needed));
+        assert_non_null(strstr(text, "# TYPE hvd_allreduce_bytes_total counter"));
+        free(text);
+    }
     /* The flight recorder's dump: bad arguments, no folder configured, a
      * file that cannot be written, and a written record. */
     EXPECT_FAIL(hvd_flight_recorder_dump(bogus, "/tmp/x.json"), HVD_ERR_INVALID_ARGUMENT);

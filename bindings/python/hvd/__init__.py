@@ -454,6 +454,8 @@ join_async = _np.join_async
 broadcast_object = _np.broadcast_object
 allgather_object = _np.allgather_object
 
+# hvd.metrics(): this rank's metrics; hvd.metrics.serve(port): for Prometheus.
+from . import metrics  # noqa: E402
 # Horovod's hvd.elastic (run, State, ObjectState, HostsUpdatedInterrupt).
 from . import elastic  # noqa: E402
 from .elastic import HostsUpdatedInterrupt  # noqa: E402,F401
@@ -473,5 +475,5 @@ __all__ = [
     "broadcast_object", "allgather_object", "Context", "HvdError", "PerformanceWarning",
     "ProcessSet", "ProcessSetContext", "global_process_set", "add_process_set",
     "remove_process_set", "UNDEFINED_COLOR", "elastic", "HostsUpdatedInterrupt",
-    "MembershipChangedError", "flight_recorder_dump",
+    "MembershipChangedError", "flight_recorder_dump", "metrics",
 ]

@@ -395,6 +395,7 @@ FUNCTIONS = {
     "hvd_context_parent_ranks": (_S, [hvd_context_t, POINTER(c_int32), c_int32]),
     "hvd_timeline_start": (_S, [hvd_context_t, c_char_p, c_int]),
     "hvd_timeline_stop": (_S, [hvd_context_t]),
+    "hvd_metrics": (_S, [hvd_context_t, c_int, c_char_p, c_size_t, POINTER(c_size_t)]),
     "hvd_flight_recorder_dump": (_S, [hvd_context_t, c_char_p]),
     # elastic jobs
     "hvd_context_reset": (_S, [hvd_context_t]),

@@ -29,6 +29,8 @@ class Bootstrap {
   // The device-only transport opened beside the host one (HVD_TRANSPORT
   // names one: the NCCL plugin), or null; after Run, once.
   std::unique_ptr<Transport> TakeDevice() { return std::move(device_); }
+  // The store client (null: no store), thread-safe; lives as long as this.
+  rdv::StoreClient* store() const { return client_.get(); }
 
   // The device-only transport again, over a process set's members (CUDA
   // tensors of the set), opened by every member in the same cycle:

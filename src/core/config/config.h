@@ -105,6 +105,14 @@ struct Config {
   // one collective instead of two (1 on, 0 off, -1 unset = on; used only
   // where every rank has it on: see Controller's header byte 4).
   int piggyback = -1;
+  // Metrics and stragglers (docs/metrics.md). HVD_STRAGGLER_WARNING: the
+  // interval of the straggler warning in seconds (<= 0: none);
+  // HVD_STRAGGLER_SHARE: late = by more than this share of the step;
+  // HVD_METRICS_PUBLISH: publish the metrics to the store every so many
+  // seconds for the launcher (hvdrun sets it; 0 = not).
+  double straggler_warning_s = 60;
+  double straggler_share = 0.1;
+  double metrics_publish_s = 0;
   // HVD_CUDA_ASYNC_COMPLETION (Horovod's HOROVOD_ENABLE_ASYNC_COMPLETION
   // where unset): a handle of CUDA tensors completes once its results are
   // queued on the tensors' stream, with an event marking them

@@ -31,6 +31,9 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   std::deque<std::vector<uint8_t>> zeros;  // buffers of a joined rank's stand-in tensors
   planner_.Begin(static_cast<size_t>(fusion_threshold_), scope.size);
   auto now = Clock::now();
+  const bool root = &scope == root_.get();
+  if (root) stragglers_.Begin(now);
+  NoteExecution(now);
 
   uint64_t piggybacked = 0;  // bytes served by the negotiation
   for (size_t i = 0; i < responses.size(); ++i) {
@@ -46,6 +49,8 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     const bool have = scope.controller->Take(resp, &req) ||
                       MakeJoinedZeros(resp, scope.rank, now, &zeros, &req);
     if (!have) continue;  // e.g. a stall error for a request this rank never made
+    scope.metrics.Cache(resp.slot >= 0);
+    if (root) stragglers_.Saw(req.enqueued);
     recorder_.Negotiated(req.record, now);
     if (timeline_.enabled()) {
       timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
@@ -76,6 +81,10 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
                                        Clock::time_point now) {
   piggy_.clear_served();
   if (!scope.controller->Take(resp, req)) return 0;
+  stragglers_.Saw(req->enqueued);
+  scope.metrics.Cache(true);
+  scope.metrics.Unit(OpType::kAllreduce, 1, piggy_.result_bytes(), 0, metrics::kPathPiggyback,
+                     scope.size);
   if (req->record != 0) {
     recorder_.Negotiated(req->record, now);
     recorder_.Started(req->record, now, RequestBytes(*req));
@@ -95,18 +104,27 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
 uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point negotiated) {
   const size_t nunits = planner_.size();
   // The flight recorder: a unit starts when the one before it completed
-  // (one clock read a unit).
-  Clock::time_point mark = negotiated;
+  // (one clock read a unit while it records). Metrics: small units share
+  // the time up to the next one timed (a clock read costs more than their
+  // bookkeeping): every large one, and the last.
+  Clock::time_point mark = negotiated, start = negotiated;
+  size_t timed = 0;  // units before it have their time
   for (size_t k = 0; k < nunits; ++k) {
     FusionUnit& u = planner_[k];
-    moved += u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
+    const size_t unit_bytes = u.single != nullptr ? RequestBytes(*u.single) : u.bytes;
+    moved += unit_bytes;
     if (recorder_.on()) RecordStarted(u, mark);
     Status s = u.single != nullptr ? executor_->RunOne(*u.single, *u.resp)
                                    : executor_->RunAllreduceBatch(u.batch);
     if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
       s = FinishProcessSet(*u.single, *u.resp);
     }
-    if (recorder_.on()) mark = Clock::now();
+    if (recorder_.on() || unit_bytes >= kTimedUnitBytes || k + 1 == nunits) {
+      mark = Clock::now();
+      for (size_t j = timed; j <= k; ++j) NoteUnit(scope, planner_[j], (mark - start) / (k + 1 - timed));
+      start = mark;
+      timed = k + 1;
+    }
     if (u.single != nullptr) {
       Finish(scope, *u.single, s, mark);
     } else {

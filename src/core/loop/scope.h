@@ -14,6 +14,7 @@
 #include "core/loop/request.h"
 #include "core/negotiation/comm_plane.h"
 #include "core/negotiation/controller.h"
+#include "core/observability/metrics.h"
 #include "transport/transport.h"
 
 namespace hvd {
@@ -51,6 +52,7 @@ struct Scope {
   std::unique_ptr<Transport> device;
   bool device_tried = false;
   Status device_error;  // why it could not be opened: its CUDA operations fail with it
+  ScopeMetrics metrics;  // written by the cycle's holder, read by any thread
 };
 
 }  // namespace hvd

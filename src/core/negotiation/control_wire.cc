@@ -126,6 +126,20 @@ void EncodeControl(uint8_t* out, const uint8_t* ctrl, size_t head, hvd_dtype_t d
             rank0 ? ctrl[kProposalByte] : identity);
 }
 
+void EncodeOwned(uint8_t* out, const uint8_t* ctrl, size_t n, hvd_dtype_t d, hvd_reduce_op_t op,
+                 size_t mine, size_t len) {
+  const double identity = op == HVD_MIN ? 255 : op == HVD_PRODUCT ? 1 : 0;
+  const size_t es = DtypeSize(d);
+  for (size_t i = 0; i < n; ++i) {
+    PutNumber(out + i * es, d, i >= mine && i < mine + len ? ctrl[i] : identity);
+  }
+}
+
+void DecodeOwned(uint8_t* ctrl, const uint8_t* in, size_t n, hvd_dtype_t d) {
+  const size_t es = DtypeSize(d);
+  for (size_t i = 0; i < n; ++i) ctrl[i] = static_cast<uint8_t>(GetNumber(in + i * es, d));
+}
+
 // The bytes a MIN over the ranks' control bytes would have given.
 void DecodeControl(uint8_t* ctrl, const uint8_t* in, size_t head, hvd_dtype_t d,
                    hvd_reduce_op_t op, int size) {

@@ -54,6 +54,12 @@ double ExactIntegers(hvd_dtype_t d);
 void EncodeControl(uint8_t* out, const uint8_t* ctrl, size_t head, hvd_dtype_t d,
                    hvd_reduce_op_t op, bool rank0);
 
+// Bytes each rank owns a part of (the others send 0xFF, MIN's identity):
+// this rank's ctrl[mine, mine + len) as numbers, the op's identity elsewhere.
+void EncodeOwned(uint8_t* out, const uint8_t* ctrl, size_t n, hvd_dtype_t d, hvd_reduce_op_t op,
+                 size_t mine, size_t len);
+void DecodeOwned(uint8_t* ctrl, const uint8_t* in, size_t n, hvd_dtype_t d);
+
 // The bytes a MIN over the ranks' control bytes would have given.
 void DecodeControl(uint8_t* ctrl, const uint8_t* in, size_t head, hvd_dtype_t d,
                    hvd_reduce_op_t op, int size);

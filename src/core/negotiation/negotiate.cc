@@ -24,7 +24,10 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
     slot_at_[k] = total;
     total += kSlotHeader + Controller::control_bytes(slot_extent_[k]);
   }
+  const size_t straggler_block = total;  // each rank's wait in a recent step (stragglers.h)
+  total += stragglers_.BlockBytes();
   ctrl_.assign(total, 0xFF);
+  if (total > straggler_block) stragglers_.Contribute(ctrl_.data() + straggler_block);
   const bool piggy = piggy_.Usable(rc, root_slots, !slot_live_.empty());
   rc.Contribute(shutting_down, now, ctrl_.data(), root_slots);
   for (size_t k = 0; k < sets_.size(); ++k) {
@@ -37,7 +40,8 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   }
   piggy_.clear_served();
   if (piggy) {
-    HVD_CHECK(piggy_.Allreduce(*transport_, rc, ctrl_.data(), head, root_->rank, root_->size)
+    HVD_CHECK(piggy_.Allreduce(*transport_, rc, ctrl_.data(), head, total - head, root_->rank,
+                               root_->size)
                   .Wrap("negotiation"));
   } else {
     HVD_CHECK(transport_->Allreduce(ctrl_.data(), ctrl_.size(), HVD_UINT8, HVD_MIN)
@@ -87,6 +91,7 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   while (!slot_live_.empty() && !slot_live_.back()) slot_live_.pop_back();
   slot_extent_.resize(slot_live_.size());
   if (sets_.size() > slot_live_.size()) sets_.resize(slot_live_.size());
+  NoteNegotiation(now, straggler_block);
   return Status::Ok();
 }
 

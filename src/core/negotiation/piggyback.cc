@@ -13,14 +13,16 @@ bool Piggyback::Usable(const Controller& rc, size_t root_slots, bool sets_live) 
 }
 
 Status Piggyback::Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, size_t head,
-                            int rank, int size) {
+                            size_t owned, int rank, int size) {
   const size_t es = DtypeSize(dtype_);
   const hvd_reduce_op_t op = op_ == HVD_AVERAGE ? HVD_SUM : op_;
-  const size_t n = head + count_;
+  const size_t n = head + owned + count_;
   buf_.resize(n * es);
   uint8_t* b = buf_.data();
   EncodeControl(b, ctrl, head, dtype_, op, rank == 0);
-  result_at_ = head * es;
+  const size_t part = owned / static_cast<size_t>(size);
+  EncodeOwned(b + head * es, ctrl + head, owned, dtype_, op, part * static_cast<size_t>(rank), part);
+  result_at_ = (head + owned) * es;
   uint8_t* mine = b + result_at_;
   const OpRequest* req = rc.Marked(slot_);
   // A marked request matches the cached descriptor: one host tensor of the
@@ -36,6 +38,7 @@ Status Piggyback::Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, siz
   }
   HVD_CHECK(comm.Allreduce(b, n, dtype_, op));
   DecodeControl(ctrl, b, head, dtype_, op, size);
+  DecodeOwned(ctrl + head, b + head * es, owned, dtype_);
   return Status::Ok();
 }
 

@@ -25,10 +25,11 @@ class Piggyback {
   // no process set exists (sets_live false) and every rank has the switch on.
   bool Usable(const Controller& rc, size_t root_slots, bool sets_live) const;
   // The negotiation's allreduce over `comm` with the planned tensor after
-  // the control bytes ctrl[0, head), in the tensor's dtype and op; ctrl
-  // then holds what a MIN over the ranks' bytes would have given.
-  Status Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, size_t head, int rank,
-                   int size);
+  // the control bytes ctrl[0, head) and the ranks' own bytes ctrl[head,
+  // head + owned) (an equal part each, in rank order), in the tensor's dtype
+  // and op; ctrl then holds what a MIN over the ranks' bytes would have given.
+  Status Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, size_t head, size_t owned,
+                   int rank, int size);
   // After a negotiation that carried the plan: where ctrl shows the slot
   // ready on every rank, its result is this cycle's to serve.
   void NoteReady(const uint8_t* ctrl);

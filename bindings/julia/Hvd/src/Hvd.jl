@@ -562,6 +562,30 @@ function transport(ctx::Context = DEFAULT_CONTEXT)
     return unsafe_string(out[])
 end
 
+"""
+    metrics(ctx = default; format = :json) -> String
+
+This rank's metrics (docs/metrics.md): the library's JSON report (`"version": 1`)
+of the job context and its live process sets, or with `format = :prometheus`
+Prometheus' text format.
+"""
+function metrics(ctx::Context = DEFAULT_CONTEXT; format::Symbol = :json)
+    format in (:json, :prometheus) || throw(ArgumentError("Hvd.metrics: format must be :json or :prometheus"))
+    f = Cint(format === :json ? 0 : 1)
+    p = ctxptr(ctx, "Hvd.metrics")
+    needed = Ref{Csize_t}(0)
+    @check hvd_metrics(p, f, C_NULL, Csize_t(0), needed)
+    for _ in 1:8  # the counters may grow between the calls: room to spare
+        buf = Vector{UInt8}(undef, needed[] + 4096)
+        rc = hvd_metrics(p, f, pointer(buf), Csize_t(length(buf)), needed)
+        if rc != HVD_ERR_INVALID_ARGUMENT || needed[] <= length(buf)
+            check_status(rc)
+            return String(buf[1:needed[]-1])
+        end
+    end
+    throw(HvdError(HVD_ERR_INTERNAL, "Hvd.metrics: the report kept growing"))
+end
+
 include("handles.jl")
 include("ops.jl")
 include("training.jl")

@@ -232,6 +232,8 @@ end
 @cfunc hvd_cross_rank(out::Ptr{Cint})::Cint
 @cfunc hvd_cross_size(out::Ptr{Cint})::Cint
 @cfunc hvd_context_transport(ctx::Ptr{Cvoid}, out::Ptr{Ptr{UInt8}})::Cint
+@cfunc hvd_metrics(ctx::Ptr{Cvoid}, format::Cint, buf::Ptr{UInt8}, len::Csize_t,
+                   needed::Ptr{Csize_t})::Cint
 @cfunc hvd_context_destroy(ctx::Ptr{Cvoid})::Cint
 @cfunc hvd_context_rank(ctx::Ptr{Cvoid}, out::Ptr{Cint})::Cint
 @cfunc hvd_context_size(ctx::Ptr{Cvoid}, out::Ptr{Cint})::Cint

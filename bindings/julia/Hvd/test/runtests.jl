@@ -223,6 +223,17 @@ ts = @testset CountingTestSet "Hvd single process" begin
         @test Hvd.transport() isa String
     end
 
+    @testset "metrics" begin
+        for _ in 1:3
+            Hvd.allreduce(ones(Float32, 16); op = Hvd.Sum, name = "jl.metrics")
+        end
+        j = Hvd.metrics()
+        @test startswith(j, "{\"version\":1,")
+        @test occursin("\"allreduce\":{\"count\":3,\"bytes\":192,", j)
+        @test occursin("# TYPE hvd_allreduce_bytes_total counter", Hvd.metrics(format = :prometheus))
+        @test_throws ArgumentError Hvd.metrics(format = :xml)
+    end
+
     @testset "process sets, world of one" begin
         W = Hvd.default_context()
         @test W === Hvd.default_context() && !Hvd.is_process_set(W) && isopen(W)

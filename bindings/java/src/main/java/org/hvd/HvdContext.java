@@ -258,6 +258,31 @@ public final class HvdContext implements AutoCloseable {
     return out[0];
   }
 
+  /**
+   * This rank's metrics (docs/metrics.md): the library's JSON report
+   * ({@code "version": 1}) of this context's job context and its live sets.
+   */
+  public String metrics() {
+    return metricsText(0);
+  }
+
+  /** The same report in Prometheus' text format. */
+  public String metricsPrometheus() {
+    return metricsText(1);
+  }
+
+  private String metricsText(int format) {
+    String[] out = new String[1];
+    life.readLock().lock();
+    try {
+      checkOpen();
+      HvdNative.hvdj_metrics(ptr, format, out);
+    } finally {
+      life.readLock().unlock();
+    }
+    return out[0];
+  }
+
   // ---- elastic jobs (docs/elastic.md) ------------------------------------------
 
   /**

@@ -46,6 +46,16 @@ class SingleProcessTest {
   }
 
   @Test
+  void metricsCountTheOperations() {
+    HvdContext ctx = Hvd.context();
+    for (int i = 0; i < 3; i++) ctx.allreduce("m", new float[16], ReduceOp.SUM);
+    String json = ctx.metrics();
+    assertTrue(json.startsWith("{\"version\":1,"), json);
+    assertTrue(json.contains("\"allreduce\":{\"count\":3,\"bytes\":192,"), json);
+    assertTrue(ctx.metricsPrometheus().contains("# TYPE hvd_allreduce_bytes_total counter"));
+  }
+
+  @Test
   void nativeFilesAreExtractedTogether() {
     Path dir = Paths.get(Hvd.libraryFolder());
     assertTrue(Files.isRegularFile(dir.resolve("libhvd_jni.so")), dir.toString());
