@@ -122,6 +122,11 @@ class ContextImpl final : public CycleDriver {
     bool mark_cycles = false;
   };
   void Loop();
+  struct SettleState {  // the loop thread's record of recent settle windows
+    int quiet_wakeups = 0;
+    uint64_t wakeups = 0;
+  };
+  void SettleBurst(std::unique_lock<std::mutex>& lock, SettleState* st);
   bool RunCycle(std::unique_lock<std::mutex>& lock);
   bool CycleBody(const ShutdownState& sd, uint64_t tl_seq, const TimelineCmd& tl_take);
   // CycleBody's steps, in order.

@@ -53,12 +53,7 @@ void ContextImpl::Loop() {
   // Named for top -H, perf and debuggers.
   prctl(PR_SET_NAME, "hvd-loop", 0UL, 0UL, 0UL);
 #endif
-  // Adaptive settle (see below): after kQuietAfter wake-ups in a row whose
-  // settle window caught nothing, lone submits are negotiated at once.
-  constexpr int kQuietAfter = 8;
-  constexpr uint64_t kProbeEvery = 16;
-  int quiet_wakeups = 0;
-  uint64_t wakeups = 0;
+  SettleState settle;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopped_) {
     if (recorder_.pending()) {
@@ -95,36 +90,7 @@ void ContextImpl::Loop() {
     }
     if (cycle_held_) continue;
     if (queued_ > 0 && !shutdown_requested_) {
-      // Settle only where submits come in bursts: several already queued
-      // by the time this thread runs, or a recent settle window caught
-      // more; a probe every kProbeEvery-th wake-up notices a change. Where
-      // callers run cycles, always: a lone submit that is waited for is
-      // run by its caller (the wait ends the settle), and this thread,
-      // woken by the submit (on a rank bound to one core, ahead of the
-      // caller), must not take the cycle from it.
-      ++wakeups;
-      const size_t queued = queued_;
-      if (caller_cycles_ || queued > 1 || quiet_wakeups < kQuietAfter ||
-          wakeups % kProbeEvery == 0) {
-        const auto limit = first_enqueue_ + pace_.cycle;
-        // A caller blocking on a handle ends the burst at once (and may
-        // run the cycle itself).
-        auto done = [this] { return shutdown_requested_ || signal_->caller_waits || cycle_held_; };
-        // Submits after the first do not read the clock: where some came
-        // since the last look, the burst is taken to go on from now.
-        uint64_t seen = submits_;
-        Clock::time_point mark = last_enqueue_;
-        for (;;) {
-          const auto until = std::min(mark + pace_.settle, limit);
-          if (Clock::now() >= until) break;
-          if (cv_.wait_until(lock, until, done)) break;
-          if (submits_ != seen) {
-            seen = submits_;
-            mark = Clock::now();
-          }
-        }
-        quiet_wakeups = queued > 1 || queued_ > queued ? 0 : quiet_wakeups + 1;
-      }
+      SettleBurst(lock, &settle);
       if (cycle_held_) continue;
     }
     // A caller's cycle may have stopped the context while this thread
@@ -147,6 +113,44 @@ void ContextImpl::Loop() {
     cycle_held_ = false;
     if (drive_waiters_ > 0) cv_.notify_all();  // a caller waits to take the next cycle
     if (!go_on) break;
+  }
+}
+
+// Waits out a burst of submits before the cycle (under mu_, released while
+// waiting). Adaptive: after kQuietAfter wake-ups in a row whose settle
+// window caught nothing, lone submits are negotiated at once.
+void ContextImpl::SettleBurst(std::unique_lock<std::mutex>& lock, SettleState* st) {
+  constexpr int kQuietAfter = 8;
+  constexpr uint64_t kProbeEvery = 16;
+  // Settle only where submits come in bursts: several already queued
+  // by the time this thread runs, or a recent settle window caught
+  // more; a probe every kProbeEvery-th wake-up notices a change. Where
+  // callers run cycles, always: a lone submit that is waited for is
+  // run by its caller (the wait ends the settle), and this thread,
+  // woken by the submit (on a rank bound to one core, ahead of the
+  // caller), must not take the cycle from it.
+  ++st->wakeups;
+  const size_t queued = queued_;
+  if (caller_cycles_ || queued > 1 || st->quiet_wakeups < kQuietAfter ||
+      st->wakeups % kProbeEvery == 0) {
+    const auto limit = first_enqueue_ + pace_.cycle;
+    // A caller blocking on a handle ends the burst at once (and may
+    // run the cycle itself).
+    auto done = [this] { return shutdown_requested_ || signal_->caller_waits || cycle_held_; };
+    // Submits after the first do not read the clock: where some came
+    // since the last look, the burst is taken to go on from now.
+    uint64_t seen = submits_;
+    Clock::time_point mark = last_enqueue_;
+    for (;;) {
+      const auto until = std::min(mark + pace_.settle, limit);
+      if (Clock::now() >= until) break;
+      if (cv_.wait_until(lock, until, done)) break;
+      if (submits_ != seen) {
+        seen = submits_;
+        mark = Clock::now();
+      }
+    }
+    st->quiet_wakeups = queued > 1 || queued_ > queued ? 0 : st->quiet_wakeups + 1;
   }
 }
 
