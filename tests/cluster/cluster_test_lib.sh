@@ -1,9 +1,20 @@
-# Shared by the cluster test scripts (test_cluster.sh, test_elastic_cluster.sh):
+# Shared by the cluster test scripts (test_cluster.sh, test_elastic_cluster.sh,
+# test_k8s_cluster.sh, test_repro_cluster.sh):
 # sourced once they have set cluster (cluster.sh's path), HVDC_ID, HVDC_DIR,
 # work (their scratch folder) and T0 (their start time), and defined fail().
 
 elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 skip() { echo "SKIP: $*"; exit 77; }
+
+# The job's programs from the environment: HVDRUN (hvdrun) and
+# HVD_LIBRARY_PATH (libhvd, the library every worker loads); fails naming
+# the one missing.
+require_job_env() {
+  [ -n "${HVDRUN:-}" ] && [ -x "$HVDRUN" ] ||
+    fail "HVDRUN (hvdrun) is not set or not executable: '${HVDRUN:-}'"
+  [ -n "${HVD_LIBRARY_PATH:-}" ] && [ -e "$HVD_LIBRARY_PATH" ] ||
+    fail "HVD_LIBRARY_PATH (libhvd) is not set or missing: '${HVD_LIBRARY_PATH:-}'"
+}
 
 # The cluster down, and no namespace of it left; prints what went wrong and
 # returns 1 then. Nothing to do when not root (nothing was made).

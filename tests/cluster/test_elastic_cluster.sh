@@ -101,8 +101,7 @@ trap 'exit 130' INT TERM
 
 fail() { echo "FAIL: $*"; exit 1; }
 
-[ -n "${HVDRUN:-}" ] && [ -x "$HVDRUN" ] || fail "HVDRUN (hvdrun) is not set or not executable: '${HVDRUN:-}'"
-[ -n "${HVD_LIBRARY_PATH:-}" ] && [ -f "$HVD_LIBRARY_PATH" ] || fail "HVD_LIBRARY_PATH (libhvd) is not set or missing: '${HVD_LIBRARY_PATH:-}'"
+require_job_env
 command -v "$PYTHON" >/dev/null || skip "no $PYTHON"
 "$PYTHON" -c "import torch, sklearn" 2>/dev/null || skip "$PYTHON lacks torch or scikit-learn (the example's needs)"
 

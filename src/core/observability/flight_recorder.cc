@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/files.h"
+#include "common/json.h"
 #include "common/kernels.h"
 #include "core/fusion/planner.h"
 
@@ -25,18 +26,7 @@ extern "C" void OnDumpSignal(int) { g_dump_signals.fetch_add(1, std::memory_orde
 
 void Escape(std::string* out, const std::string& s) {
   out->push_back('"');
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(static_cast<char>(c));
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      *out += buf;
-    } else {
-      out->push_back(static_cast<char>(c));
-    }
-  }
+  AppendJsonEscaped(out, s);
   out->push_back('"');
 }
 

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "common/json.h"
+
 namespace hvd {
 namespace {
 
@@ -23,24 +25,7 @@ std::string Num(double v) {
 
 std::string Num(uint64_t v) { return std::to_string(v); }
 
-// JSON strings here are names and host names: escape quotes, backslashes
-// and control characters.
-std::string Quote(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\u%04x", c);
-      o += b;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
+std::string Quote(const std::string& s) { return JsonQuote(s); }
 
 // ---- JSON ----------------------------------------------------------------
 

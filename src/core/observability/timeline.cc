@@ -3,23 +3,14 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/json.h"
+
 namespace hvd {
 
 namespace {
 std::string JsonEscape(const std::string& s) {
   std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\u%04x", c);
-      o += b;
-    } else {
-      o += c;
-    }
-  }
+  AppendJsonEscaped(&o, s);
   return o;
 }
 }  // namespace
