@@ -25,12 +25,19 @@ EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
   };
 }
 
+// A number inside the row's range: 7.5 where the range allows it (most
+// rows), else the range's midpoint (a share in [0, 1]).
+double ValidNumber(const Setting& s) {
+  if (s.range.error == nullptr || (s.range.lo <= 7.5 && 7.5 <= s.range.hi)) return 7.5;
+  return (s.range.lo + s.range.hi) / 2;
+}
+
 // A valid value for the row's parser, and how it reads back from Config.
 std::string ValidText(const Setting& s) {
   switch (s.parse) {
     case Parse::kText: return "x";
     case Parse::kInt: return "7";
-    case Parse::kNumber: return "7.5";
+    case Parse::kNumber: return std::to_string(ValidNumber(s));
     case Parse::kSwitch: return "On";
     case Parse::kOnOff: return "on";
     case Parse::kLogLevel: return "debug";
@@ -54,7 +61,7 @@ std::string Expected(const Setting& s) {
     case Parse::kText:
     case Parse::kAlgorithm: return ValidText(s);
     case Parse::kInt: return "7";
-    case Parse::kNumber: return std::to_string(7.5);
+    case Parse::kNumber: return std::to_string(ValidNumber(s));
     case Parse::kSwitch:
     case Parse::kOnOff:
       return std::holds_alternative<bool Config::*>(s.target) ? "true" : "1";

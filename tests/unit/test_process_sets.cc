@@ -181,7 +181,13 @@ TEST(ProcessSets, SetOutlivesItsParent) {
       EXPECT_EQ(hvd_context_destroy(ctx), HVD_OK);
       if (pending != nullptr) {
         EXPECT_EQ(hvd_handle_wait(pending, 10), HVD_ERR_ABORTED);
-        EXPECT_NE(std::strstr(hvd_last_error(), "parent context stopped"), nullptr) << hvd_last_error();
+        // Both ranks shut down at once: the error names this rank's parent
+        // stopping, or the other rank's shutdown if the cycle learnt it first.
+        const char* why = hvd_last_error();
+        EXPECT_TRUE(std::strstr(why, "parent context stopped") != nullptr ||
+                    (std::strstr(why, "rank 1 (host ") != nullptr &&
+                     std::strstr(why, "shut down its context") != nullptr))
+            << why;
         hvd_handle_release(pending);
       }
       hvd_handle_t later = nullptr;

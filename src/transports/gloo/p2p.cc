@@ -53,6 +53,15 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
   return c->Failed();
 }
 
+// A wait that timed out: Gloo closes the pair when this wait's own limit
+// passes, which the watch may see before the waiting thread does. The timeout
+// is the cause then, unless a failure came first or another rank's abort
+// message did.
+bool OwnTimeout(Comm& c) {
+  std::lock_guard<std::mutex> lock(c.failure.mu);
+  return c.failure.status.load() == HVD_OK && (!c.watch || c.watch->found != Watch::kAborted);
+}
+
 // The limit of a Gloo wait. With the watch timing the peer timeout (a
 // silent peer, a chain of blocked ranks named), Gloo's own limit is only a
 // backstop: Gloo's timeout breaks every pair and names no cause.
@@ -79,9 +88,10 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       if (!done) status = Settle(*c) != HVD_OK ? c->Failed() : HVD_ERR_INTERNAL;  // woken
     } catch (const std::exception& e) {
       const std::string what = e.what();
-      if (Settle(*c) != HVD_OK) {
+      const bool timed_out = what.find("Timed out waiting") != std::string::npos;
+      if (!(timed_out && OwnTimeout(*c)) && Settle(*c) != HVD_OK) {
         status = c->Failed();  // the failure behind it came first, or the watch saw it
-      } else if (what.find("Timed out waiting") != std::string::npos) {
+      } else if (timed_out) {
         status = Break(*c, HVD_ERR_TIMEOUT,
                        hvd::kit::TimeoutMessage("gloo", c->Who(req->peer), req->send, secs,
                                                 peer_kind) +
