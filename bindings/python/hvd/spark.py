@@ -446,20 +446,25 @@ def _task(fn, args, kwargs, params, driver_lib):
                         oob_allgather=oob_allgather)
         try:
             hvd.init(**settings)
+            echo = False
             try:
                 result = fn(*args, **kwargs)
             except (hvd.AbortedError, hvd.TransportError):
-                # Most likely an echo of another task's failure (it shut down or
-                # died): give Spark time to register that task's error and kill
-                # this worker, so the stage fails with the real error.
+                echo = True
                 _log.exception("hvd rank %d of %d: a collective was aborted", rank, size)
-                time.sleep(_SECONDARY_FAILURE_GRACE_S)
                 raise
             finally:
                 try:
                     hvd.shutdown()
                 except Exception:  # logged, never raised over the function's own error
                     _log.warning("hvd rank %d: shutdown failed", rank, exc_info=True)
+                if echo:
+                    # Most likely an echo of another task's failure (it shut down
+                    # or died). A shut-down rank waits for every rank's shutdown,
+                    # so this one's came first: now give Spark time to register
+                    # that task's error and kill this worker, so the stage fails
+                    # with the real error.
+                    time.sleep(_SECONDARY_FAILURE_GRACE_S)
         except Exception as e:
             _log.exception("hvd rank %d of %d failed", rank, size)
             raise _TaskException(_encode_exception(e, rank, size)) from e
