@@ -57,21 +57,7 @@ inline int SilentCause(const StoreCalls& store, const std::vector<std::string>& 
                        int size, int peer, double secs, std::string* via) {
   via->clear();
   if (!store.Usable() || size <= 2) return peer;
-  // A store this rank is cut off from would hold the note's set for the
-  // store client's whole reply margin (30 s); a short get's margin is short
-  // (about 2 s). Probe with one: slower than that, the store is out of reach
-  // and the silent peer is all this rank can name.
-  {
-    constexpr double kProbeS = 0.05, kReachableS = 1.0;
-    const Clock::time_point t0 = Clock::now();
-    void* value = nullptr;
-    size_t len = 0;
-    const std::string key = "waits/" + std::to_string(peer);
-    if (store.get(store.kv, key.c_str(), &value, &len, kProbeS) == HVD_OK && value != nullptr) {
-      store.free(value);
-    }
-    if (std::chrono::duration<double>(Clock::now() - t0).count() > kReachableS) return peer;
-  }
+  if (!StoreAnswers(store)) return peer;  // cut off from it: the silent peer is all we know
   const std::string me = std::to_string(peer);
   (void)store.set(store.kv, ("waits/" + std::to_string(rank)).c_str(), me.data(), me.size());
   const Clock::time_point deadline = After(secs);

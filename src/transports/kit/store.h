@@ -4,6 +4,7 @@
 // communicator breaks.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <stdexcept>
@@ -126,8 +127,24 @@ inline int ExchangeRound(const Store& store, const char* name, const std::string
 // Notes why this rank's communicator broke under "broken/<rank>", before it
 // closes its connections, so peers that only see the closing can say what
 // was behind it (BrokenNote). Best effort; nothing for a world of one.
+// Whether the store answers at once. A store this rank is cut off from (or
+// whose host rank is stopped) would hold a set for the store client's whole
+// reply margin (30 s); a short get's margin is short (about 2 s), so one is
+// the probe: slower than a second, the store is out of reach.
+inline bool StoreAnswers(const StoreCalls& store) {
+  if (store.get == nullptr || store.free == nullptr) return false;
+  constexpr double kProbeS = 0.05, kReachableS = 1.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  void* value = nullptr;
+  size_t len = 0;
+  if (store.get(store.kv, "hvd-store-probe", &value, &len, kProbeS) == HVD_OK && value != nullptr) {
+    store.free(value);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= kReachableS;
+}
+
 inline void NoteBroken(const StoreCalls& store, int rank, int size, const std::string& msg) {
-  if (store.set == nullptr || size <= 1) return;
+  if (store.set == nullptr || size <= 1 || !StoreAnswers(store)) return;
   const std::string key = "broken/" + std::to_string(rank);
   (void)store.set(store.kv, key.c_str(), msg.data(), msg.size());
 }
