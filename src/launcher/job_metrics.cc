@@ -39,14 +39,8 @@ void JobMetrics::End(bool summary) {
   if (endpoint_) endpoint_->Stop();
   if (!summary) return;
   PromMerge merge;
-  int reporting = 0;
-  for (int r = 0; r < ranks_; ++r) {
-    std::string text;
-    if (Read(r, &text)) {
-      merge.Add(text);
-      ++reporting;
-    }
-  }
+  const int reporting =
+      MergeReports(ranks_, [this](int r, std::string* text) { return Read(r, text); }, &merge);
   if (reporting == 0) {
     log_("summary: no rank reported metrics (did the ranks call hvd_init?)");
     return;

@@ -88,4 +88,17 @@ std::vector<const PromSample*> PromMerge::Samples(const std::string& name) const
   return out;
 }
 
+int MergeReports(int ranks, const std::function<bool(int rank, std::string* text)>& read,
+                 PromMerge* merge) {
+  int reporting = 0;
+  for (int r = 0; r < ranks; ++r) {
+    std::string text;
+    if (read(r, &text)) {
+      merge->Add(text);
+      ++reporting;
+    }
+  }
+  return reporting;
+}
+
 }  // namespace hvd::launcher

@@ -3,6 +3,7 @@
 // ranks so that each family is listed once with every rank's samples.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ class PromMerge {
   std::vector<PromFamily> families_;
   std::map<std::string, size_t> index_;
 };
+
+// Every rank's report that `read` returns, merged into *merge; how many ranks
+// reported.
+int MergeReports(int ranks, const std::function<bool(int rank, std::string* text)>& read,
+                 PromMerge* merge);
 
 bool ParsePromSample(const std::string& line, PromSample* out);
 
