@@ -116,6 +116,10 @@ HVD_PARAM_TRANSPORT_PATH = 1 << 23
 HVD_PARAM_PEER_TIMEOUT = 1 << 24
 HVD_PARAM_ALL_ = (1 << 25) - 1
 
+# hvd_metrics formats
+HVD_METRICS_JSON = 0
+HVD_METRICS_PROMETHEUS = 1
+
 # ---------------------------------------------------------------------------
 # Errors.
 # ---------------------------------------------------------------------------
