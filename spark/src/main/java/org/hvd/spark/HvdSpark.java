@@ -196,9 +196,11 @@ public final class HvdSpark {
       } catch (HvdException e) {
         if (e.status() == HvdException.ABORTED || e.status() == HvdException.TRANSPORT) {
           // Most likely a consequence of another task's failure (it closed its
-          // context, or died). Give Spark a moment to register that task's
-          // error first and kill this one: the stage then fails with the
-          // real error, not with this echo of it.
+          // context, or died). A closing context waits for every rank's, so
+          // close this one first (the failed task's close can then end), then
+          // give Spark a moment to register that task's error and kill this
+          // one: the stage then fails with the real error, not this echo.
+          closeQuietly(ctx, topo.rank);
           waitForKill(task, SECONDARY_FAILURE_GRACE_MS);
         }
         LOG.error("hvd rank {} of {} failed", topo.rank, topo.size, e);
@@ -210,15 +212,20 @@ public final class HvdSpark {
         LOG.error("hvd rank {} of {} failed", topo.rank, topo.size, e);
         throw new RuntimeException("hvd rank " + topo.rank + " failed: " + e, e);
       } finally {
-        try {
-          ctx.close();
-        } catch (Throwable t) {
-          // Logged, never thrown: it must not replace the function's own error.
-          LOG.warn("hvd rank {}: closing the context failed", topo.rank, t);
-        }
+        closeQuietly(ctx, topo.rank);
       }
       return scala.jdk.javaapi.CollectionConverters.asScala(
           Collections.singletonList(new Ranked<>(topo.rank, result)).iterator());
+    }
+
+    // Closes the task's context (again: closing is idempotent); a failure is
+    // logged, never thrown: it must not replace the function's own error.
+    private static void closeQuietly(HvdContext ctx, int rank) {
+      try {
+        ctx.close();
+      } catch (Throwable t) {
+        LOG.warn("hvd rank {}: closing the context failed", rank, t);
+      }
     }
   }
 }
