@@ -197,7 +197,8 @@ struct Watch {
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in;  // per peer
   hvd::kit::Progress progress;
   std::thread thread;
-  std::mutex mu;  // stop and the wake-up
+  std::mutex mu;       // stop and the wake-up
+  std::mutex poll_mu;  // one look at the abort receives at a time (Poll)
   std::condition_variable cv;
   bool stop = false;
   // The abort messages this rank sent (once), kept until finalize: Gloo may
@@ -295,7 +296,7 @@ class SigpipeBlock {
 std::string WithoutLocation(const std::string& s);
 bool FindAddress(const std::string& text, size_t* pos, size_t* len);
 std::string DescribeFailure(const Comm& c, const Request& r, const std::string& what);
-std::string PeerFailure(const Comm& c, const Request& r, const std::string& what);
+std::string PeerFailure(const Comm& c, const Request& r, const std::string& what, int* status);
 std::string MeshFailure(const Comm& c, const Kv& store, const std::string& what);
 void NoteInitFailure(const Kv& store, int rank, const std::string& msg);
 std::string InitFailureNote(const Comm& c);
@@ -308,6 +309,7 @@ void StartWatch(Comm& c);
 void StopWatch(Comm& c) noexcept;
 void Waiting(Comm& c, const Request* r);
 void SendAborts(Comm& c, int status, const std::string& msg) noexcept;
+bool AbortFrom(const Comm& c, int j, std::string* text);
 
 // comm.cc
 int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg);

@@ -150,13 +150,22 @@ int Break(Comm& c, int status, const std::string& msg) {
   return c.Failed();
 }
 
+namespace {
+std::string PeerAborted(const Comm& c, int p, const std::string& message, int* status);
+}  // namespace
+
 // Request r's pair failed (Gloo's `what`): the peer's own reason first
-// where it noted one before closing (it broke on something else: a rank
-// further on died), else the pair's failure, which names the peer (it
-// died, or its host went away). A rank notes before it closes, so the note
-// is there once the closing is seen: the wait is short.
-std::string PeerFailure(const Comm& c, const Request& r, const std::string& what) {
+// where it gave one before closing (it broke on something else: a rank
+// further on died): its abort message, which came before the closing on
+// the same connection, else its note in the store; else the pair's
+// failure, which names the peer (it died, or its host went away). A rank
+// notes before it closes, so the note is there once the closing is seen:
+// the wait is short. *status: the failure's status (the caller's guess,
+// replaced by the peer's where it said why).
+std::string PeerFailure(const Comm& c, const Request& r, const std::string& what, int* status) {
   constexpr double kNoteWaitS = 0.05;
+  std::string aborted;
+  if (AbortFrom(c, r.peer, &aborted)) return PeerAborted(c, r.peer, aborted, status);
   const std::string note = hvd::kit::NoteOf(c.store, r.peer, kNoteWaitS);
   if (!note.empty()) return note + " (as " + c.Who(r.peer) + " reported, closing its connections)";
   return DescribeFailure(c, r, what);
@@ -201,7 +210,7 @@ int Settle(Comm& c) {
   } else if (found == Watch::kClosed) {
     Request r;
     r.peer = peer;
-    msg = PeerFailure(c, r, text);
+    msg = PeerFailure(c, r, text, &status);
   } else {
     constexpr double kChainS = 0.5;  // the ranks blocked behind the same stop time out together
     std::string via;

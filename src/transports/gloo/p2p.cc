@@ -41,8 +41,9 @@ int Post(void* comm, int32_t peer, uint32_t tag, const hvd_transport_buffer_t* b
       c->last_error = std::string(op) + WithoutLocation(e.what());
       return dynamic_cast<const std::bad_alloc*>(&e) ? HVD_ERR_NO_MEMORY : HVD_ERR_TRANSPORT;
     }
-    Break(*c, HVD_ERR_TRANSPORT,
-          PeerFailure(*c, *linked, e.what()));
+    int status = HVD_ERR_TRANSPORT;
+    const std::string msg = PeerFailure(*c, *linked, e.what(), &status);
+    Break(*c, status, msg);
   } catch (...) {
     Break(*c, HVD_ERR_TRANSPORT, std::string(op) + "unknown exception");
   }
@@ -97,8 +98,9 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
                                                 peer_kind) +
                            hvd::kit::BrokenNote(c->store, req->peer));
       } else {
-        status = Break(*c, LooksLikeTimeout(what.c_str()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT,
-                       PeerFailure(*c, *req, what));
+        status = LooksLikeTimeout(what.c_str()) ? HVD_ERR_TIMEOUT : HVD_ERR_TRANSPORT;
+        const std::string msg = PeerFailure(*c, *req, what, &status);
+        status = Break(*c, status, msg);
       }
       c->Log(HVD_LOG_DEBUG, "gloo: Gloo said: " + what);
     } catch (...) {

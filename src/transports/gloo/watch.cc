@@ -17,13 +17,18 @@ constexpr Millis kWatchPeriod(50);
 Watch::Found Poll(Watch& w, int j, std::string* what) {
   gloo::transport::UnboundBuffer& ub = *w.in[static_cast<size_t>(j)];
   ub.abortWaitRecv();
+  const std::vector<char>& b = w.in_bytes[static_cast<size_t>(j)];
   try {
     (void)ub.waitRecv(kForever);
   } catch (const std::exception& e) {
-    *what = e.what();
-    return Watch::kClosed;
+    // A message that came before the pair failed is the better cause: the
+    // peer sent it, then closed (Gloo wrote it in before the failure, under
+    // the buffer's lock that waitRecv took).
+    if (b.back() != Watch::kMagic) {
+      *what = e.what();
+      return Watch::kClosed;
+    }
   }
-  const std::vector<char>& b = w.in_bytes[static_cast<size_t>(j)];
   if (b.back() != Watch::kMagic) return Watch::kNothing;
   *what = std::string(b.data(), strnlen(b.data(), b.size() - 1));
   return Watch::kAborted;
@@ -48,6 +53,7 @@ void Round(Comm& c) {
   Watch::Found found = Watch::kNothing;
   int who = -1;
   std::string text;
+  std::lock_guard<std::mutex> polling(w.poll_mu);
   for (int j = 0; j < c.size; ++j) {
     if (j == c.rank) continue;
     std::string what;
@@ -98,6 +104,18 @@ void Run(Comm* c) {
 }
 
 }  // namespace
+
+// Peer j's abort message, if one came (*text: "<status> <text>"). Any
+// thread; it only looks.
+bool AbortFrom(const Comm& c, int j, std::string* text) {
+  if (!c.watch || j < 0 || j >= c.size || j == c.rank) return false;
+  Watch& w = *c.watch;
+  std::lock_guard<std::mutex> polling(w.poll_mu);
+  std::string what;
+  if (Poll(w, j, &what) != Watch::kAborted) return false;
+  *text = what;
+  return true;
+}
 
 // Posts the abort receives and starts the thread; after the set-up's
 // handshake, so every peer's pairs exist. Throws what Gloo or std::thread

@@ -13,7 +13,10 @@ case "\$(cat "$TMP/mode" 2>/dev/null)" in
 esac
 cat "$TMP/hosts"
 SCRIPT
-printf '127.0.0.2:1\n127.0.0.3  # a comment\n' >"$TMP/hosts"
+# The list changes by rename, never in place: the script reads it at any
+# moment, and a half-written file would be a list of its own.
+set_hosts() { printf "$1" >"$TMP/hosts.new" && mv -f "$TMP/hosts.new" "$TMP/hosts"; }
+set_hosts '127.0.0.2:1\n127.0.0.3  # a comment\n'
 export FAKE_FINISH="$TMP/finish"
 
 FAKE_PLAN='*@3=done' start_hvdrun -v --min-np 2 --start-timeout 20 \
@@ -21,14 +24,14 @@ FAKE_PLAN='*@3=done' start_hvdrun -v --min-np 2 --start-timeout 20 \
 wait_for "$TMP/err" '^hvdrun: epoch 0 formed: size 2, hosts_version 0: 0=127\.0\.0\.2:0:0 1=127\.0\.0\.3:0:1$' 15
 
 # A host added, first in the list: hosts_version 1, a worker on it, ranked last.
-printf '127.0.0.1:1\n127.0.0.2:1\n127.0.0.3:1\n' >"$TMP/hosts"
+set_hosts '127.0.0.1:1\n127.0.0.2:1\n127.0.0.3:1\n'
 wait_for "$TMP/err" '^hvdrun: epoch 1 formed: size 3, hosts_version 1: 0=127\.0\.0\.2:0:0 1=127\.0\.0\.3:0:1 2=127\.0\.0\.1:0:2$' 15
 expect_in "$TMP/out" '^W 127\.0\.0\.2:0:0 hosts updated \(1\)$'
 
 # Bad output, a failure, a hang: warnings; the list stands (nobody is stopped).
-printf '127.0.0.1:1\nnot a host line\n' >"$TMP/hosts"
+set_hosts '127.0.0.1:1\nnot a host line\n'
 wait_for "$TMP/err" "^hvdrun: warning: host discovery script: bad output: line 2 'not a host line': one host:slots a line expected; keeping the last host list \(127\.0\.0\.1:1, 127\.0\.0\.2:1, 127\.0\.0\.3:1\)$" 5
-printf '127.0.0.1:1\n127.0.0.1:2\n' >"$TMP/hosts"
+set_hosts '127.0.0.1:1\n127.0.0.1:2\n'
 wait_for "$TMP/err" "bad output: line 2 '127\.0\.0\.1:2': host 127\.0\.0\.1 is listed twice" 5
 echo fail >"$TMP/mode"
 wait_for "$TMP/err" '^hvdrun: warning: host discovery script: exited with code 3; keeping the last host list' 5
@@ -36,14 +39,14 @@ expect_in "$TMP/err" '^hvdrun: host discovery script: discovery broke$'
 echo hang >"$TMP/mode"
 wait_for "$TMP/err" '^hvdrun: warning: host discovery script: did not finish within 10 s: killed; keeping the last host list' 15
 # A host removed: its worker is stopped; the others form epoch 2 without it.
-printf '127.0.0.1:1\n127.0.0.2:1\n' >"$TMP/hosts"
+set_hosts '127.0.0.1:1\n127.0.0.2:1\n'
 wait_for "$TMP/err" '^hvdrun: host discovery script: works again$' 5
 wait_for "$TMP/err" '^hvdrun: stopping worker 127\.0\.0\.3:0:1: its host 127\.0\.0\.3 was removed$' 5
 wait_for "$TMP/err" '^hvdrun: epoch 2 formed: size 2, hosts_version 2: 0=127\.0\.0\.2:0:0 1=127\.0\.0\.1:0:2$' 15
 expect_not_in "$TMP/err" 'epoch [3-9]|left out'
 
 # Two slots more on a host: two workers, epoch 3, and then every worker done.
-printf '127.0.0.1:1\n127.0.0.2:3\n' >"$TMP/hosts"
+set_hosts '127.0.0.1:1\n127.0.0.2:3\n'
 finish_hvdrun 20
 expect_rc 0 "a job through host changes"
 expect_in "$TMP/err" '^hvdrun: epoch 3 formed: size 4, hosts_version 3: 0=127\.0\.0\.2:0:0 1=127\.0\.0\.1:0:2 2=127\.0\.0\.2:1:3 3=127\.0\.0\.2:2:4$'
@@ -64,7 +67,7 @@ expect_no_survivors
 # --max-np caps the workers; --slots for lines without a count; the first
 # list may come late (the script fails at first).
 echo fail >"$TMP/mode"
-printf '127.0.0.1\n127.0.0.2\n' >"$TMP/hosts"
+set_hosts '127.0.0.1\n127.0.0.2\n'
 ( sleep 1.5; rm -f "$TMP/mode" ) &
 FAKE_PLAN='*@0=done' run_hvdrun --min-np 3 --max-np 3 --slots 2 \
   --host-discovery-script "sh $TMP/discover.sh" bash "$WORKER" "$MARK"
@@ -83,7 +86,7 @@ expect_in "$TMP/err" '^hvdrun: error: the host discovery script gave no host lis
 expect_faster 6 "elastic timeout 2 s"
 # A list with too few slots: the same after the elastic timeout.
 rm "$TMP/mode"
-printf '127.0.0.1:1\n' >"$TMP/hosts"
+set_hosts '127.0.0.1:1\n'
 run_hvdrun --min-np 2 --elastic-timeout 2 --host-discovery-script "sh $TMP/discover.sh" bash "$WORKER" "$MARK"
 expect_rc 1 "too few slots"
 expect_in "$TMP/err" '^hvdrun: error: 1 worker\(s\) remain, fewer than --min-np 2, and no more came within the elastic timeout \(2 s\): ending the job$'
