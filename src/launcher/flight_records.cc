@@ -81,7 +81,13 @@ int RequestFlightRecords(const std::string& dir, const std::vector<RecordSource>
                          double wait_s) {
   const auto asked = SysClock::now();
   std::vector<const RecordSource*> waiting;
+  bool remote_asked = false;
   for (const RecordSource& r : ranks) {
+    if (r.remote && r.running && r.ssh_stdin >= 0) {
+      static const char kAsk[] = "usr1\n";  // remote.cc's watcher
+      remote_asked |= ::write(r.ssh_stdin, kAsk, sizeof(kAsk) - 1) == ssize_t{sizeof(kAsk) - 1};
+      continue;
+    }
     if (r.remote || !r.running || r.pid <= 0) continue;
     // The rank itself, not its process group: a shell around it would die
     // of SIGUSR1's default action.
@@ -93,7 +99,7 @@ int RequestFlightRecords(const std::string& dir, const std::vector<RecordSource>
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<long>(wait_s * 1000));
   int answered = 0;
-  while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
+  while ((!waiting.empty() || remote_asked) && std::chrono::steady_clock::now() < deadline) {
     for (size_t i = 0; i < waiting.size();) {
       if (WrittenSince(RecordPath(dir, waiting[i]->rank), asked)) {
         ++answered;

@@ -21,14 +21,18 @@ struct RecordSource {
   bool remote = false;
   pid_t pid = -1;  // a local rank's process
   bool running = false;
+  int ssh_stdin = -1;  // a remote rank's ssh input (its host's watcher reads it), -1: none
 };
 
 // DIR/rank-<r>.json.
 std::string RecordPath(const std::string& dir, int rank);
 
 // SIGUSR1 (then SIGCONT, so that a stopped rank can answer once it runs) to
-// every local rank still running, and a wait of at most wait_s for their
-// files to be written. Returns how many answered.
+// every rank still running: a local one directly, a remote one through the
+// watcher at the other end of its ssh (remote.h); then a wait of at most
+// wait_s for the local ranks' files, the whole wait_s where a remote rank was
+// asked (its file is not seen from here). Returns how many local ranks
+// answered.
 int RequestFlightRecords(const std::string& dir, const std::vector<RecordSource>& ranks,
                          double wait_s);
 

@@ -345,7 +345,8 @@ std::vector<RecordSource> Job::RecordSources() const {
   std::vector<RecordSource> v;
   for (const auto& r : ranks_) {
     if (!r.child.started) continue;
-    v.push_back({r.slot.rank, r.child.host, r.child.remote, r.child.pid, r.child.running});
+    v.push_back({r.slot.rank, r.child.host, r.child.remote, r.child.pid, r.child.running,
+                 r.child.remote ? r.child.stdin_w.get() : -1});
   }
   return v;
 }

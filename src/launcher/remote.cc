@@ -110,11 +110,16 @@ std::string RemoteScript(const RemoteSpec& spec) {
       "if command -v setsid >/dev/null 2>&1; then setsid " + cmd + " 3<&- & else " + cmd +
           " 3<&- & fi",
       "hvd_pid=$!",
-      // The watcher: EOF on fd 3 means ssh is gone. Then SIGTERM to the
-      // command's group, and SIGKILL once the grace period is over if the
-      // group still exists. It sleeps in 1 s steps, so when it is killed
-      // below, what it leaves behind is at most a 1 s sleep.
-      "{ while IFS= read -r hvd_line; do :; done; kill -TERM -$hvd_pid $hvd_pid 2>/dev/null; "
+      // The watcher: a line "usr1" from hvdrun asks the rank for its flight
+      // record (SIGUSR1, then SIGCONT so that a stopped rank answers once it
+      // runs; the rank itself, as for a local one). EOF on fd 3 means ssh is
+      // gone. Then SIGTERM to the command's group, and SIGKILL once the
+      // grace period is over if the group still exists. It sleeps in 1 s
+      // steps, so when it is killed below, what it leaves behind is at most
+      // a 1 s sleep.
+      "{ while IFS= read -r hvd_line; do [ \"$hvd_line\" = usr1 ] && "
+      "kill -USR1 $hvd_pid && kill -CONT $hvd_pid; done 2>/dev/null; "
+      "kill -TERM -$hvd_pid $hvd_pid 2>/dev/null; "
       "hvd_i=0; while [ $hvd_i -lt " + std::to_string(grace) +
           " ] && { kill -0 -$hvd_pid || kill -0 $hvd_pid; } 2>/dev/null; do sleep 1; hvd_i=$((hvd_i+1)); done; "
           "kill -KILL -$hvd_pid $hvd_pid 2>/dev/null; } <&3 >/dev/null 2>&1 & hvd_watch=$!",

@@ -5,7 +5,8 @@
 //         -- host "exec sh -c '<script>'"
 // with ssh's standard input a pipe that hvdrun keeps open for the life of the
 // job. hvdrun writes the job secret as the first line on that pipe (so it never
-// appears on a command line, where `ps` would show it), then nothing more. The
+// appears on a command line, where `ps` would show it), then only a line
+// "usr1" when it asks the rank for its flight record (flight_records.h). The
 // script reads the secret, cd's to hvdrun's working directory, starts the
 // command in a session of its own (setsid, where available), and watches its
 // standard input: when ssh goes away (hvdrun stopped the job, hvdrun died, the

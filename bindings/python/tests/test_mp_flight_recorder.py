@@ -317,3 +317,54 @@ def test_hvdrun_collects_remote_records(tmp_path):
     assert f"python -m hvd.trace {rec}" in out, out
     text, facts = trace(rec)
     assert facts["missing"] == [1] and facts["first_failure"]["cause"] == 1, text
+
+
+IDLE = """
+import os, sys, time
+import numpy as np
+import hvd
+os.environ["HVD_FLIGHT_RECORDER_DIR"] = os.environ["FAKE_REMOTE_DISK"]
+hvd.init()
+for i in range(3):
+    hvd.allreduce(np.ones(4, np.float32), name="a")
+print("ready", hvd.rank(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_hvdrun_asks_remote_ranks(tmp_path):
+    """hvdrun --flight-recorder DIR, signalled while every rank runs over (a
+    fake) ssh: the watcher at the other end of each rank's ssh relays hvdrun's
+    request as SIGUSR1, each rank writes its record on its host's disk, and
+    hvdrun copies both into DIR."""
+    rec, disk = tmp_path / "rec", tmp_path / "remote-disk"
+    os.makedirs(disk)
+    ssh = tmp_path / "fake_ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    script = harness.write_script(tmp_path, IDLE)
+    env = harness.child_env({"HVD_TEST_OUT": str(tmp_path), "HVD_LAUNCHER_FORCE_SSH": "1",
+                             "HVD_LAUNCHER_SSH": str(ssh), "FAKE_REMOTE_DISK": str(disk)})
+    p = subprocess.Popen([harness.find_hvdrun(), "-np", "2", "--flight-recorder", str(rec),
+                          sys.executable, script], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    lines = []
+    try:
+        deadline = time.monotonic() + 60
+        while sum(l.startswith("ready") for l in lines) < 2 and time.monotonic() < deadline:
+            line = p.stdout.readline().decode("utf-8", "replace")
+            if not line:
+                break
+            lines.append(line.split("] ", 1)[-1])
+        assert sum(l.startswith("ready") for l in lines) == 2, "".join(lines)
+        p.send_signal(signal.SIGTERM)
+        out = "".join(lines) + p.communicate(timeout=60)[0].decode("utf-8", "replace")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode != 0, out
+    for r in (0, 1):
+        d = record(rec, r)  # written on the "remote" disk on request, copied by hvdrun
+        assert d["reason"] == "SIGUSR1", (r, d["reason"], out)
+        assert [o["name"] for o in d["ops"]].count("a") == 3, d["ops"]
