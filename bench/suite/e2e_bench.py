@@ -12,6 +12,9 @@ Models
        as in the example.
   mlp  25 Linear layers of width 640 (24 hidden, 640 -> 10 at the end): 9.85 M
        parameters in 50 tensors; batch 64 per rank.
+  resnet50  ResNet-50 (resnet.py: 25.6 M parameters in 161 tensors, 1,000 classes) on
+       synthetic 3 x 224 x 224 images (--image-size), as Horovod's and PyTorch's synthetic
+       benchmarks time it; batch 8 per rank to fit a small CPU (theirs: 32 on a GPU).
 --device cuda: the model and data on GPU local_rank % device_count (ranks may
 share one GPU), records of kind "gpu_e2e"; where there is no CUDA device it
 prints one "SKIP <reason>" line and exits 0.
@@ -49,7 +52,7 @@ def example_net():
     return mod.Net
 
 
-def make_model(name):
+def make_model(name, image_size=224):
     if name == "cnn":
         return example_net()(), (1, 8, 8), 10
     if name == "mlp":
@@ -59,13 +62,17 @@ def make_model(name):
             layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
         layers.append(torch.nn.Linear(width, 10))
         return torch.nn.Sequential(*layers), (width,), 10
+    if name == "resnet50":
+        import resnet
+        return resnet.ResNet50(), (3, image_size, image_size), 1000
     raise SystemExit(f"unknown model {name}")
 
 
 def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["single", "hvd", "ddp", "horovod"], required=True)
-    ap.add_argument("--model", choices=["cnn", "mlp"], required=True)
+    ap.add_argument("--model", choices=["cnn", "mlp", "resnet50"], required=True)
+    ap.add_argument("--image-size", type=int, default=224, help="resnet50's images")
     ap.add_argument("--batch", type=int, default=None, help="per rank")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
@@ -118,9 +125,10 @@ def main():
     if args.device == "cuda" and not torch.cuda.is_available():
         print("SKIP torch.cuda.is_available() is False (no CUDA device, or a CPU-only torch)")
         return
-    batch = args.batch or (32 if args.model == "cnn" else 64)
-    steps = args.steps or (300 if args.model == "cnn" else 20)
-    warmup = args.warmup if args.warmup is not None else (30 if args.model == "cnn" else 3)
+    batch = args.batch or {"cnn": 32, "mlp": 64, "resnet50": 8}[args.model]
+    steps = args.steps or {"cnn": 300, "mlp": 20, "resnet50": 10}[args.model]
+    warmup = args.warmup if args.warmup is not None else {"cnn": 30, "mlp": 3,
+                                                          "resnet50": 2}[args.model]
     if args.quick:
         steps, warmup = 3, 1
 
@@ -134,7 +142,7 @@ def main():
         host_sync = sync
         sync = lambda: (torch.cuda.synchronize(dev), host_sync())  # noqa: E731
 
-    model, in_shape, classes = make_model(args.model)
+    model, in_shape, classes = make_model(args.model, args.image_size)
     model = model.to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     ntensors = sum(1 for _ in model.parameters())
@@ -147,7 +155,7 @@ def main():
         fw.broadcast_parameters(model.state_dict(), root_rank=0)
 
     g = torch.Generator().manual_seed(rank)
-    pool = 8
+    pool = 8 if args.model != "resnet50" else 2  # 2 x 8 images of 224 x 224: 9.6 MB
     xs = torch.randn((pool, batch) + in_shape, generator=g).to(dev)
     ys = torch.randint(0, classes, (pool, batch), generator=g).to(dev)
 

@@ -4,10 +4,15 @@ from .common import fmt_ratio, table
 
 
 def e2e_rows(recs):
+    """{row: {system: record}}: a row per model and process count of the data-parallel jobs
+    ("resnet50, 1 process" where hvd and DDP ran alone too); the single-process baseline goes
+    in the model's 2-process row."""
     by = {}
     for r in recs:
         if r.get("kind") == "e2e":
-            by.setdefault(r["model"], {})[r["system"]] = r
+            one = r["system"] != "single" and r.get("ranks") == 1
+            row = f"{r['model']}, 1 process" if one else r["model"]
+            by.setdefault(row, {})[r["system"]] = r
     return by
 
 
@@ -35,13 +40,14 @@ def e2e_section(recs, made):
                  "(step time in brackets, with its range over the repetitions); every process "
                  "uses cpu_count / local_size threads. The median repetition is shown.\n")
         order = ["single", "hvd", "ddp", "horovod"]
-        names = {"single": "1 process", "hvd": "hvd, 2 processes", "ddp": "DDP (gloo), 2 processes",
-                 "horovod": "Horovod, 2 processes"}
+        names = {"single": "1 process, no framework", "hvd": "hvd", "ddp": "DDP (gloo)",
+                 "horovod": "Horovod"}
         rows = []
         for model, d in sorted(by.items()):
             p = next(iter(d.values()))
-            row = [f"{model} ({p['params'] / 1e6:.2f} M params, {p['tensors']} tensors, batch "
-                   f"{p['batch']}/rank)"]
+            procs = "" if model.endswith("1 process") else ", 2 processes"
+            row = [f"{model}{procs} ({p['params'] / 1e6:.2f} M params, {p['tensors']} tensors, "
+                   f"batch {p['batch']}/rank)"]
             for k in order:
                 row.append(f"{d[k]['samples_per_s']:.0f} ({d[k]['step_ms']:.1f} ms"
                            + (f", {d[k]['rep_lo']:.1f}–{d[k]['rep_hi']:.1f}" if "reps" in d[k] else "")
