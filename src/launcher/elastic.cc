@@ -205,6 +205,9 @@ bool ElasticJob::StartStoreFor(const std::vector<HostSlots>& hosts) {
     return false;
   }
   server_->Set("elastic/hosts_version", ToBytes("0"));
+  if (!o_.discovery_origin.empty()) {
+    Log("host discovery script: " + o_.discovery_script + " (" + o_.discovery_origin + ")");
+  }
   if (o_.verbose) {
     Log("elastic job: --min-np " + std::to_string(o_.min_np) + ", -np " + std::to_string(o_.np) +
         ", --max-np " + (o_.max_np > 0 ? std::to_string(o_.max_np) : std::string("(every slot)")));

@@ -182,6 +182,14 @@ std::string HostfileFromEnvironment(std::string* variable) {
   return "";
 }
 
+std::string DiscoveryScriptBeside(const std::string& hostfile) {
+  if (hostfile.empty()) return "";
+  const size_t slash = hostfile.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : hostfile.substr(0, slash);
+  const std::string script = (dir.empty() ? "" : dir) + "/discover_hosts.sh";
+  return ::access(script.c_str(), X_OK) == 0 ? script : "";
+}
+
 Result<std::vector<HostSlots>> ParseHostfile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {

@@ -25,6 +25,11 @@ Result<std::vector<HostSlots>> ParseHostfile(const std::string& path);
 // Intel MPI's I_MPI_HYDRA_HOST_FILE, MPICH's HYDRA_HOST_FILE), or "".
 std::string HostfileFromEnvironment(std::string* variable);
 
+// The MPI Operator's host discovery script beside its hostfile
+// (/etc/mpi/discover_hosts.sh next to /etc/mpi/hostfile), when it is there
+// and executable; "" otherwise.
+std::string DiscoveryScriptBeside(const std::string& hostfile);
+
 // A host discovery script's output: one host a line, "host" or "host:N"
 // (default_slots when no N is given); blank lines and text after '#' are
 // ignored. A host listed twice, or a line that is not one host, is an error.

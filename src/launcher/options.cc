@@ -110,7 +110,16 @@ std::string ResolveHosts(ParseState& s) {
     return "-H and --hostfile cannot be used together";
   }
   if (s.hosts_arg.empty() && s.hostfile_arg.empty() && o.discovery_script.empty()) {
-    s.hostfile_arg = HostfileFromEnvironment(nullptr);  // an MPI Operator launcher pod's
+    std::string variable;
+    s.hostfile_arg = HostfileFromEnvironment(&variable);  // an MPI Operator launcher pod's
+    // An elastic job in such a pod: the operator's discover_hosts.sh beside
+    // that hostfile, which it rewrites as workers come and go.
+    const std::string script = DiscoveryScriptBeside(s.hostfile_arg);
+    if ((s.min_np_given || s.max_np_given) && !script.empty()) {
+      o.discovery_script = script;
+      o.discovery_origin = "beside " + variable + "'s hostfile";
+      s.hostfile_arg.clear();
+    }
   }
   if (s.hosts_arg.empty() && s.hostfile_arg.empty()) return "";
   auto h = !s.hosts_arg.empty() ? ParseHostList(s.hosts_arg) : ParseHostfile(s.hostfile_arg);

@@ -65,6 +65,7 @@ struct Options {
   int min_np = 0;
   int max_np = 0;                   // 0 = no cap: every slot the hosts have
   std::string discovery_script;     // "": the hosts of -H/--hostfile (default localhost)
+  std::string discovery_origin;     // where hvdrun found the script, "" if given
   int default_slots = 1;            // --slots: for discovery lines without ":N"
   double elastic_timeout_s = 600;   // HVD_ELASTIC_TIMEOUT (--elastic-timeout)
   std::string elastic_timeout_text = "600";

@@ -16,6 +16,10 @@
 #               the operator mounts at /etc/mpi/hostfile and names in
 #               OMPI_MCA_orte_default_hostfile, and starts the ranks on
 #               digits-worker-0/1.digits.default.svc over ssh.
+#   mpijob_elastic  the same launcher pod with --min-np 2 --max-np 3 and no
+#               host option: hvdrun runs the operator's /etc/mpi/discover_hosts.sh
+#               (beside the hostfile); the operator rewrites it with a third
+#               worker when the job asks for one at step 10; epoch 1 has 3 ranks.
 #   pytorchjob  Kubeflow PyTorchJob "digits" (Master 1, Worker 1): each pod runs
 #               `python3 train_torch.py` (no launcher) with MASTER_ADDR,
 #               MASTER_PORT, WORLD_SIZE, RANK and the PET_* variables.
@@ -131,6 +135,61 @@ case "$case_" in
       K_MPI_JOB_ROLE=launcher -- "$HVDRUN" -x PYTHONPATH -x HVD_LIBRARY_PATH \
       -x OMP_NUM_THREADS "${TRAIN[@]}" --checkpoint-dir "$work/ckpt"
     check_job "$work/launcher"
+    ;;
+  mpijob_elastic)
+    # The elastic MPIJob: the launcher runs hvdrun with --min-np/--max-np and
+    # no host option; hvdrun takes the operator's discover_hosts.sh beside
+    # the hostfile. At step 10 the job asks for a third worker (the example
+    # appends it to a file and waits for it); the "operator" below then
+    # rewrites discover_hosts.sh with the new pod, as it does on a scale-up.
+    up 4
+    pod h1 digits-launcher digits-launcher.digits.default.svc
+    for i in 0 1 2; do pod "h$((i + 2))" "digits-worker-$i" "digits-worker-$i.digits.default.svc"; done
+    if [ ! -d /etc/mpi ]; then mkdir /etc/mpi; made_etc_mpi=1; fi
+    "$cluster" exec h1 mount -t tmpfs -o mode=755 hvd-mpi /etc/mpi
+    # operator_writes N: the operator's files for workers 0..N-1 (the script
+    # by rename, as a ConfigMap update lands).
+    operator_writes() {
+      "$cluster" exec h1 sh -c 'n=$1; : >/etc/mpi/hostfile.new; printf "#!/bin/sh\n" >/etc/mpi/d.new
+        i=0; while [ $i -lt $n ]; do
+          echo "digits-worker-$i.digits.default.svc slots=1" >>/etc/mpi/hostfile.new
+          echo "echo digits-worker-$i.digits.default.svc:1" >>/etc/mpi/d.new; i=$((i+1)); done
+        chmod 755 /etc/mpi/d.new; mv /etc/mpi/hostfile.new /etc/mpi/hostfile
+        mv /etc/mpi/d.new /etc/mpi/discover_hosts.sh' sh "$1"
+    }
+    operator_writes 2
+    mkdir -p "$work/out"
+    : >"$work/wanted"
+    run_pod h1 "$work/launcher" OMPI_MCA_orte_default_hostfile=/etc/mpi/hostfile \
+      K_MPI_JOB_ROLE=launcher -- "$HVDRUN" -v --min-np 2 --max-np 3 --start-timeout 30 \
+      --elastic-timeout 30 -x PYTHONPATH -x HVD_LIBRARY_PATH -x OMP_NUM_THREADS \
+      "$PYTHON" "$repo/examples/elastic/train_torch_elastic.py" --epochs 2 --result-dir "$work/out" \
+      --add-host-at-step 10 --add-host digits-worker-2.digits.default.svc:1 --hosts-file "$work/wanted"
+    for _ in $(seq 600); do  # the operator: scales up once the job asks (60 s at most)
+      [ -s "$work/wanted" ] && { operator_writes 3; break; }
+      [ -e "$work/launcher.rc" ] && break
+      sleep 0.1
+    done
+    for p in "${pids[@]}"; do wait "$p" || true; done
+    pids=()
+    tail -25 "$work/launcher"
+    [ "$(cat "$work/launcher.rc")" = 0 ] || fail "the elastic job failed"
+    w0=digits-worker-0.digits.default.svc w1=digits-worker-1.digits.default.svc
+    w2=digits-worker-2.digits.default.svc
+    grep -qF "hvdrun: host discovery script: /etc/mpi/discover_hosts.sh (beside OMPI_MCA_orte_default_hostfile's hostfile)" \
+      "$work/launcher" || fail "hvdrun did not take the operator's discover_hosts.sh"
+    grep -qF "epoch 0 formed: size 2, hosts_version 0: 0=$w0:0:0 1=$w1:0:1" "$work/launcher" ||
+      fail "the first epoch"
+    grep -qF "epoch 1 formed: size 3, hosts_version 1: 0=$w0:0:0 1=$w1:0:1 2=$w2:0:2" "$work/launcher" ||
+      fail "the epoch after the scale-up"
+    "$PYTHON" - "$work/out" <<'PY' || fail "the workers' results"
+import glob, json, sys
+res = [json.load(open(p)) for p in glob.glob(sys.argv[1] + "/result-*.json")]
+print("results:", sorted((r["rank"], r["size"], r["host"]) for r in res))
+assert sorted(r["rank"] for r in res) == [0, 1, 2] and {r["size"] for r in res} == {3}, res
+assert len({r["checksum"] for r in res}) == 1, [r["checksum"] for r in res]
+PY
+    echo "elastic MPIJob grew from 2 to 3 workers after $(elapsed) s"
     ;;
   pytorchjob)
     up 2

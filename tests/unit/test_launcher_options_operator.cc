@@ -3,6 +3,7 @@
 // its discover_hosts.sh output.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -66,6 +67,29 @@ TEST_F(OperatorHostfile, ExplicitHostsAndDiscoveryWin) {
                          "/etc/mpi/discover_hosts.sh", "python3", "t.py"});
   ASSERT_EQ(e.outcome, ParseOutcome::kRun) << e.error;
   EXPECT_FALSE(e.options.hosts_given);
+}
+
+// An elastic job in the launcher pod with no host option: the operator's
+// discover_hosts.sh beside the hostfile, where it is there and executable;
+// a job that is not elastic still reads the hostfile.
+TEST_F(OperatorHostfile, ElasticJobRunsTheDiscoveryScriptBesideIt) {
+  const std::string script = dir_ + "/discover_hosts.sh";
+  std::ofstream(script) << "#!/bin/sh\necho digits-worker-0.digits.default.svc:2\n";
+  ParseResult plain = Parse({"--min-np", "2", "python3", "t.py"});  // not executable yet
+  ASSERT_EQ(plain.outcome, ParseOutcome::kRun) << plain.error;
+  EXPECT_TRUE(plain.options.discovery_script.empty());
+  EXPECT_TRUE(plain.options.hosts_given);
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  ParseResult e = Parse({"--min-np", "2", "--max-np", "4", "python3", "t.py"});
+  ASSERT_EQ(e.outcome, ParseOutcome::kRun) << e.error;
+  EXPECT_EQ(e.options.discovery_script, script);
+  EXPECT_EQ(e.options.discovery_origin, "beside OMPI_MCA_orte_default_hostfile's hostfile");
+  EXPECT_FALSE(e.options.hosts_given);
+  ParseResult fixed = Parse({"python3", "t.py"});
+  ASSERT_EQ(fixed.outcome, ParseOutcome::kRun) << fixed.error;
+  EXPECT_TRUE(fixed.options.discovery_script.empty());
+  EXPECT_EQ(fixed.options.np, 4);
+  std::remove(script.c_str());
 }
 
 TEST(OperatorFiles, DiscoverHostsOutputAndIntelFlavour) {
