@@ -118,13 +118,18 @@ void Drain(Comm& c) {
 // Whether a request of a closed communicator may be released: it completed,
 // or nothing can write into its buffer any more. A send only reads it, and
 // once its endpoint is closed UCX sends nothing more; a receive from a peer
-// whose endpoint failed (it died) gets nothing more. A matched receive from
-// a live peer (a rendezvous under way) is not cancelled by UCX: it waits for
-// that peer's closing, which the abort message makes prompt.
+// whose endpoint failed (it died) gets nothing more, nor one from a peer
+// whose goodbye came (it broke too: what it sent before came first, and it
+// closes its endpoints next). A matched receive from another live peer (a
+// rendezvous under way) is not cancelled by UCX: it waits for the peer's
+// closing, at most kSettleWaitS (the peer, whose communicator breaks too,
+// stops sending within milliseconds; over TCP this rank's closing ends the
+// stream anyway).
 bool Settled(const Comm& c, const Request& r) {
   if (r.done || r.op == nullptr || r.send) return true;
   const size_t peer = static_cast<size_t>(r.peer);
-  return peer < c.dead.size() && c.dead[peer] != 0;
+  if (peer < c.dead.size() && c.dead[peer] != 0) return true;
+  return peer < c.byes.size() && c.byes[peer] != nullptr && c.byes[peer]->done;
 }
 
 // Tells the peers this rank leaves, cancels every pending receive and
@@ -156,7 +161,7 @@ void CloseEndpoints(Comm& c) {
     ucp_worker_progress(c.worker);
     TakeClosed(&closing);
   }
-  const Clock::time_point deadline = After(kCloseWaitS);
+  const Clock::time_point deadline = After(kSettleWaitS);
   for (;;) {
     bool all = true;
     for (Request* r = c.pending.head; r != nullptr; r = r->next) all = all && Settled(c, *r);

@@ -94,6 +94,7 @@ constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
 constexpr size_t kAbortBytes = 1024;
 constexpr double kCloseWaitS = 2.0;          // bound of a forced close's progress
 constexpr double kCloseQuickS = 0.05;        // of the part a failing call waits for
+constexpr double kSettleWaitS = 0.25;        // a failing call's wait for live peers' receives
 constexpr double kGoodbyeWaitS = 0.1;        // bound of sending the goodbyes
 constexpr double kPeerGoodbyeWaitS = 0.5;    // bound of finalize's wait for the peers'
 constexpr int kPollSliceMs = 100;            // a wait re-checks flags at least this often
