@@ -28,9 +28,10 @@
 // and every later call returns it. abort and async_error may come from any
 // thread: abort records the failure and calls ucp_worker_signal (safe from
 // any thread), which wakes a wait blocked in poll; the waiting (loop) thread
-// then cancels every pending receive and force-closes every endpoint, so
+// then sends every peer its abort message (the first cause, on the goodbye
+// tag), cancels every pending receive and force-closes every endpoint, so
 // pending sends fail and nothing is written into a buffer after its request
-// is released.
+// is released (CloseEndpoints, Settled); the closes finish at finalize.
 #pragma once
 
 #include <poll.h>

@@ -80,7 +80,9 @@ void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* 
 }
 
 // An abort message "<status> <text>" from peer p: its text, as p reported it
-// (*status: its status where it is an error, else HVD_ERR_TRANSPORT).
+// (*status: its status where it is an error, else HVD_ERR_TRANSPORT). A
+// peer whose own context aborted it (HVD_ERR_ABORTED: it shut down, or its
+// job reset) is a lost connection here, with its reason.
 std::string PeerAborted(const Comm& c, int p, const std::string& message, int* status) {
   const size_t sp = message.find(' ');
   *status = HVD_ERR_TRANSPORT;
@@ -90,7 +92,12 @@ std::string PeerAborted(const Comm& c, int p, const std::string& message, int* s
     if (end == message.c_str() + sp && st < 0 && st > -1000) *status = static_cast<int>(st);
   }
   const std::string text = sp == std::string::npos ? message : message.substr(sp + 1);
-  if (text.empty()) return "ucx: " + c.Who(p) + ": connection lost (its communicator broke)";
+  const std::string lost = "ucx: " + c.Who(p) + ": connection lost";
+  if (text.empty()) return lost + " (its communicator broke)";
+  if (*status == HVD_ERR_ABORTED) {
+    *status = HVD_ERR_TRANSPORT;
+    return lost + " (it aborted: " + text + ")";
+  }
   return text + " (as " + c.Who(p) + " reported)";
 }
 
