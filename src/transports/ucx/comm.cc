@@ -7,6 +7,19 @@ namespace hvd_ucx_transport {
 // ---------------------------------------------------------------------------
 // Closing: loop thread only.
 
+// Frees the requests of reqs that are done and drops them from it.
+void TakeClosed(std::vector<void*>* reqs) {
+  for (size_t i = 0; i < reqs->size();) {
+    if (ucp_request_check_status((*reqs)[i]) != UCS_INPROGRESS) {
+      ucp_request_free((*reqs)[i]);
+      (*reqs)[i] = reqs->back();
+      reqs->pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
 // Progresses the worker until every request of reqs (a close, a send without
 // a callback) is done or bound_s passes; frees them all (those still pending
 // are left to UCX) and empties reqs.
@@ -14,34 +27,30 @@ void ProgressUntilDone(Comm& c, std::vector<void*>* reqs, double bound_s) {
   const Clock::time_point deadline = After(bound_s);
   while (!reqs->empty() && Clock::now() < deadline) {
     ucp_worker_progress(c.worker);
-    for (size_t i = 0; i < reqs->size();) {
-      const ucs_status_t st = ucp_request_check_status((*reqs)[i]);
-      if (st != UCS_INPROGRESS) {
-        ucp_request_free((*reqs)[i]);
-        (*reqs)[i] = reqs->back();
-        reqs->pop_back();
-      } else {
-        ++i;
-      }
-    }
+    TakeClosed(reqs);
   }
   for (void* r : *reqs) ucp_request_free(r);  // left to UCX
   reqs->clear();
 }
 
-// Tells every peer this rank leaves (see ByeDone): `broke` sends the one-byte
-// goodbye of a failed communicator, else the zero-byte one of a clean
-// finalize. Best effort and bounded: a peer that cannot take it learns from
-// the closing (TCP), UCX's keepalive or its own timeout.
+// Tells every peer this rank leaves (see ByeDone): `broke` sends the abort
+// message of a failed communicator ("<status> <first failure>"), else the
+// zero-byte goodbye of a clean finalize. Best effort and bounded: a peer
+// that cannot take it learns from the closing (TCP), UCX's keepalive or its
+// own timeout.
 void SayGoodbye(Comm& c, bool broke) {
-  static const unsigned char kBroke = 1;
+  if (broke) {
+    std::lock_guard<std::mutex> lock(c.failure.mu);
+    c.abort_out = std::to_string(c.failure.status.load()) + " " + c.failure.msg;
+    if (c.abort_out.size() > kAbortBytes) c.abort_out.resize(kAbortBytes);
+  }
   std::vector<void*> sends;
   ucp_request_param_t p;
   std::memset(&p, 0, sizeof(p));
   for (size_t j = 0; j < c.eps.size(); ++j) {
     if (c.eps[j] == nullptr || j >= c.byes.size() || c.byes[j] == nullptr) continue;
     const ucs_status_ptr_t sp = ucp_tag_send_nbx(
-        c.eps[j], &kBroke, broke ? 1 : 0, Tag(kByeTag, c.rank), &p);
+        c.eps[j], c.abort_out.data(), broke ? c.abort_out.size() : 0, Tag(kByeTag, c.rank), &p);
     if (UCS_PTR_IS_PTR(sp)) sends.push_back(sp);
   }
   ProgressUntilDone(c, &sends, kGoodbyeWaitS);  // the closing cancels what is left
@@ -106,17 +115,37 @@ void Drain(Comm& c) {
   }
 }
 
+// Whether a request of a closed communicator may be released: it completed,
+// or nothing can write into its buffer any more. A send only reads it, and
+// once its endpoint is closed UCX sends nothing more; a receive from a peer
+// whose endpoint failed (it died) gets nothing more, nor one from a peer
+// whose goodbye came (it broke too: what it sent before came first, and it
+// closes its endpoints next). A matched receive from another live peer (a
+// rendezvous under way) is not cancelled by UCX: it waits for the peer's
+// closing, at most kSettleWaitS (the peer, whose communicator breaks too,
+// stops sending within milliseconds; over TCP this rank's closing ends the
+// stream anyway).
+bool Settled(const Comm& c, const Request& r) {
+  if (r.done || r.op == nullptr || r.send) return true;
+  const size_t peer = static_cast<size_t>(r.peer);
+  if (peer < c.dead.size() && c.dead[peer] != 0) return true;
+  return peer < c.byes.size() && c.byes[peer] != nullptr && c.byes[peer]->done;
+}
+
 // Tells the peers this rank leaves, cancels every pending receive and
 // force-closes every endpoint (pending sends then fail), progressing until
-// both settle (bounded); after this no UCX operation refers to a buffer of a
-// pending request. Idempotent.
+// the requests settle (bounded); after this no UCX operation refers to a
+// buffer of a pending request. The closes themselves may take longer (UCX
+// discards a stopped peer's lanes in the background): they are progressed
+// for at most kCloseQuickS here and finished at finalize (FinishClosing), so
+// a failing call returns, and names its cause, at once. Idempotent.
 void CloseEndpoints(Comm& c) {
   if (c.worker == nullptr) return;
   SayGoodbye(c, c.failure.status.load() != HVD_OK);
   for (Request* r = c.pending.head; r != nullptr; r = r->next) {
     if (!r->done && r->op != nullptr && !r->send) ucp_request_cancel(c.worker, r->op);
   }
-  std::vector<void*> closing;
+  std::vector<void*>& closing = c.closing;
   ucp_request_param_t p;
   std::memset(&p, 0, sizeof(p));
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -127,11 +156,15 @@ void CloseEndpoints(Comm& c) {
     if (UCS_PTR_IS_PTR(sp)) closing.push_back(sp);
     ep = nullptr;
   }
-  ProgressUntilDone(c, &closing, kCloseWaitS);
-  const Clock::time_point deadline = After(kCloseWaitS);
+  const Clock::time_point quick = After(kCloseQuickS);
+  while (!closing.empty() && Clock::now() < quick) {
+    ucp_worker_progress(c.worker);
+    TakeClosed(&closing);
+  }
+  const Clock::time_point deadline = After(kSettleWaitS);
   for (;;) {
     bool all = true;
-    for (Request* r = c.pending.head; r != nullptr; r = r->next) all = all && (r->done || r->op == nullptr);
+    for (Request* r = c.pending.head; r != nullptr; r = r->next) all = all && Settled(c, *r);
     if (all || Clock::now() >= deadline) break;
     ucp_worker_progress(c.worker);
   }
@@ -164,6 +197,7 @@ void Destroy(Comm* c) {
   if (c == nullptr) return;
   if (c->worker != nullptr) {
     CloseEndpoints(*c);
+    ProgressUntilDone(*c, &c->closing, kCloseWaitS);
     ReleaseByes(*c);
     while (c->pending.head != nullptr) Release(*c, c->pending.head);
     Drain(*c);
@@ -268,10 +302,11 @@ void Configure(ucp_config_t* cfg, const Comm& c, const Settings& s, std::string*
     Modify(cfg, "MM_ERROR_HANDLING", "y", c);
   }
   // Over shared memory a peer that died is seen only by UCX's keepalive
-  // (whether the peer process still exists; a stopped one does): once a
-  // second rather than UCX's 20 s, so a dead rank is named within about a
-  // second, as over TCP, not at the transport timeout.
-  Modify(cfg, "KEEPALIVE_INTERVAL", "1s", c);
+  // (whether the peer process still exists; a stopped one does): every
+  // 0.25 s rather than UCX's 20 s, so every rank fails within 1 s of a
+  // death (at 1 s the slowest survivor took 0.8 s here: the check, then
+  // the abort message). A check is a look at /proc per peer process.
+  Modify(cfg, "KEEPALIVE_INTERVAL", "250ms", c);
   // UCX's tcp copies a message through segments of 8 KiB (send) and 64 KiB
   // (receive), each a system call and an event; 1 MiB segments measured
   // faster at 64 KiB and above (bench/results/2026-12-02-ucx-seg). The
@@ -412,12 +447,14 @@ int Hello(Comm& c, double start_s, const std::string& where, std::string* msg) {
 // apart from one that fails.
 int PostGoodbyes(Comm& c, std::string* msg) {
   c.gone.assign(static_cast<size_t>(c.size), 0);
+  c.dead.assign(static_cast<size_t>(c.size), 0);
   c.byes.assign(static_cast<size_t>(c.size), nullptr);
+  c.bye_in.assign(static_cast<size_t>(c.size) * kAbortBytes, 0);
   for (int j = 0; j < c.size; ++j) {
     if (j == c.rank) continue;
     Request* r = new Request;
     r->peer = j;
-    r->bytes = 1;  // zero bytes: finalized; one: its communicator broke
+    r->bytes = kAbortBytes;  // zero bytes: finalized; else its abort message
     c.byes[j] = r;
     ucp_request_param_t p;
     std::memset(&p, 0, sizeof(p));
@@ -426,7 +463,8 @@ int PostGoodbyes(Comm& c, std::string* msg) {
     p.user_data = &c.peer_args[j];
     p.cb.recv = &ByeDone;
     const ucs_status_ptr_t sp =
-        ucp_tag_recv_nbx(c.worker, &r->dummy, 1, Tag(kByeTag, j), kFullMask, &p);
+        ucp_tag_recv_nbx(c.worker, c.bye_in.data() + static_cast<size_t>(j) * kAbortBytes,
+                         kAbortBytes, Tag(kByeTag, j), kFullMask, &p);
     if (UCS_PTR_IS_ERR(sp)) {
       *msg = "ucx init: rank " + std::to_string(c.rank) + ": cannot post a receive from " +
              c.Who(j) + ": " + ucs_status_string(UCS_PTR_STATUS(sp));
@@ -499,6 +537,7 @@ void Finalize(void* comm) noexcept {
           ucp_worker_progress(c->worker);
         }
       }
+      ProgressUntilDone(*c, &c->closing, kCloseWaitS);  // the forced closes left running
       ReleaseByes(*c);
       while (c->pending.head != nullptr) Release(*c, c->pending.head);
       Drain(*c);

@@ -28,9 +28,10 @@
 // and every later call returns it. abort and async_error may come from any
 // thread: abort records the failure and calls ucp_worker_signal (safe from
 // any thread), which wakes a wait blocked in poll; the waiting (loop) thread
-// then cancels every pending receive and force-closes every endpoint, so
+// then sends every peer its abort message (the first cause, on the goodbye
+// tag), cancels every pending receive and force-closes every endpoint, so
 // pending sends fail and nothing is written into a buffer after its request
-// is released.
+// is released (CloseEndpoints, Settled); the closes finish at finalize.
 #pragma once
 
 #include <poll.h>
@@ -89,7 +90,12 @@ constexpr uint32_t kMaxTag = 0x7FFFFFFFu;
 constexpr uint32_t kHelloTag = 0xFFFFFFFFu;  // init's hello, above every core tag
 constexpr uint32_t kByeTag = 0xFFFFFFFEu;    // finalize's goodbye, above every core tag
 constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
+// A goodbye: zero bytes (finalized) or an abort message "<status> <text>"
+// of at most this many bytes (the communicator broke, and why).
+constexpr size_t kAbortBytes = 1024;
 constexpr double kCloseWaitS = 2.0;          // bound of a forced close's progress
+constexpr double kCloseQuickS = 0.05;        // of the part a failing call waits for
+constexpr double kSettleWaitS = 0.25;        // a failing call's wait for live peers' receives
 constexpr double kGoodbyeWaitS = 0.1;        // bound of sending the goodbyes
 constexpr double kPeerGoodbyeWaitS = 0.5;    // bound of finalize's wait for the peers'
 constexpr int kPollSliceMs = 100;            // a wait re-checks flags at least this often
@@ -132,6 +138,12 @@ struct Comm : hvd::kit::CommBase {
   // closed): only requests that wait on such a peer fail.
   std::vector<Request*> byes;
   std::vector<char> gone;
+  std::vector<char> dead;    // per rank: its endpoint failed (UCX's error callback)
+  std::vector<char> bye_in;  // per rank kAbortBytes: what its goodbye carries
+  std::string abort_out;     // this rank's abort message, alive until destroy
+  // Forced closes still in progress (a stopped peer's): finished at finalize,
+  // so the failing call returns at once.
+  std::vector<void*> closing;
   std::unique_ptr<PeerArg[]> peer_args;
   bool settled = false;                    // the loop thread has acted on the failure (Settle)
   hvd::kit::PendingList<Request> pending;  // loop thread only
@@ -163,6 +175,7 @@ void SendDone(void*, ucs_status_t status, void* user_data);
 void RecvDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
 void EpFailed(void* arg, ucp_ep_h, ucs_status_t status);
 void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data);
+std::string PeerAborted(const Comm& c, int p, const std::string& message, int* status);
 int Settle(Comm& c);
 int Break(Comm& c, int status, const std::string& msg, int peer = -1);
 std::string Outcome(const Comm& c, const Request& r);

@@ -33,6 +33,7 @@ void EpFailed(void* arg, ucp_ep_h, ucs_status_t status) {
     c->gone[r] = 1;
     return;
   }
+  if (r < c->dead.size()) c->dead[r] = 1;
   try {
     // A lost connection, whatever UCX calls it (a peer that died shows as
     // "Endpoint timeout" over TCP): a transport failure, not a timeout.
@@ -47,11 +48,13 @@ void EpFailed(void* arg, ucp_ep_h, ucs_status_t status) {
 
 // A peer's goodbye (the receive posted at init, user_data its PeerArg). A
 // peer leaving tells every other rank before it closes its endpoints: zero
-// bytes when it finalizes cleanly, one byte when its communicator broke (it
-// failed or was aborted). Over TCP the closing itself reaches the peers
-// (EpFailed), but over shared memory nothing does while the peer's process
-// lives, so without the goodbye a rank waiting on a peer that left would sit
-// out its whole timeout.
+// bytes when it finalizes cleanly, its abort message "<status> <text>" when
+// its communicator broke (it failed or was aborted): the first cause as that
+// rank knew it, which this rank's failure repeats. Over TCP the closing
+// itself reaches the peers (EpFailed), but only those UCX sees it for, and
+// over shared memory nothing does while the peer's process lives, so
+// without the message a rank waiting on a healthy peer would sit out its
+// whole timeout.
 void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   const PeerArg* p = static_cast<const PeerArg*>(user_data);
   Comm* c = p->comm;
@@ -66,12 +69,36 @@ void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* 
     return;
   }
   try {
-    c->Fail(HVD_ERR_TRANSPORT,
-            "ucx: " + c->Who(p->rank) + ": connection lost (its communicator broke)", false,
-            p->rank);
+    const char* text = c->bye_in.data() + r * kAbortBytes;
+    const std::string message(text, strnlen(text, std::min(bye->info.length, kAbortBytes)));
+    int st = HVD_ERR_TRANSPORT;
+    const std::string why = PeerAborted(*c, p->rank, message, &st);
+    c->Fail(st, why);
   } catch (...) {
     c->failure.status.store(HVD_ERR_TRANSPORT);
   }
+}
+
+// An abort message "<status> <text>" from peer p: its text, as p reported it
+// (*status: its status where it is an error, else HVD_ERR_TRANSPORT). A
+// peer whose own context aborted it (HVD_ERR_ABORTED: it shut down, or its
+// job reset) is a lost connection here, with its reason.
+std::string PeerAborted(const Comm& c, int p, const std::string& message, int* status) {
+  const size_t sp = message.find(' ');
+  *status = HVD_ERR_TRANSPORT;
+  if (sp != std::string::npos) {
+    char* end = nullptr;
+    const long st = std::strtol(message.c_str(), &end, 10);
+    if (end == message.c_str() + sp && st < 0 && st > -1000) *status = static_cast<int>(st);
+  }
+  const std::string text = sp == std::string::npos ? message : message.substr(sp + 1);
+  const std::string lost = "ucx: " + c.Who(p) + ": connection lost";
+  if (text.empty()) return lost + " (its communicator broke)";
+  if (*status == HVD_ERR_ABORTED) {
+    *status = HVD_ERR_TRANSPORT;
+    return lost + " (it aborted: " + text + ")";
+  }
+  return text + " (as " + c.Who(p) + " reported)";
 }
 
 // Acts on the failure once, on the loop thread: a lost peer's note is added

@@ -31,3 +31,23 @@ if(TARGET hvd_transport_mpi AND MPIEXEC_EXECUTABLE)
   hvd_peer_fault(mpi_kill_transfer "${_mpi}" kill transfer allreduce 4 2)
   hvd_peer_fault(mpi_stop_transfer "${_mpi}" stop transfer allreduce 4 2)
 endif()
+# UCX (PEER_FAULT_HVDRUN_ARGS picks it), every byte through UCX (HVD_SHM=0):
+# over TCP (UCX_TLS=tcp,self) and over UCX's own shared memory. Each
+# survivor learns of the death from its endpoint's error callback or a
+# peer's abort message (docs/failures.md). 64 MiB over UCX's shared memory
+# takes 10 s a run here: its case (0.3-0.6 s) is left to docs/failures.md.
+if(TARGET hvd_transport_ucx)
+  set(_ucx "PEER_FAULT_HVDRUN_ARGS=--transport ucx;HVD_SHM=0;HVD_PEER_TIMEOUT=3;PEER_FAULT_MIB=4")
+  set(_ucx_tcp "${_ucx};UCX_TLS=tcp,self")
+  hvd_peer_fault(ucx_tcp_64mib_x2 "PEER_FAULT_HVDRUN_ARGS=--transport ucx;HVD_SHM=0;UCX_TLS=tcp,self;PEER_FAULT_MIB=64"
+                 kill transfer allreduce 4 2 2)
+  hvd_peer_fault(ucx_tcp_kill_ring "${_ucx_tcp};HVD_ALGORITHM_ALLREDUCE=ring" kill transfer allreduce 4 2)
+  hvd_peer_fault(ucx_tcp_kill_direct "${_ucx_tcp};HVD_ALGORITHM_ALLREDUCE=direct" kill transfer allreduce 4 2)
+  foreach(coll allgather broadcast)
+    hvd_peer_fault(ucx_tcp_kill_${coll} "${_ucx_tcp}" kill transfer ${coll} 4 1)
+  endforeach()
+  hvd_peer_fault(ucx_tcp_kill_negotiation "${_ucx_tcp}" kill negotiation allreduce 4 2)
+  hvd_peer_fault(ucx_tcp_stop_transfer "${_ucx_tcp}" stop transfer allreduce 4 2)
+  hvd_peer_fault(ucx_shm_kill_transfer_x3 "${_ucx}" kill transfer allreduce 4 2 3)
+  hvd_peer_fault(ucx_shm_stop_transfer "${_ucx}" stop transfer allreduce 4 2)
+endif()
