@@ -34,6 +34,13 @@ every job once; HVD_BENCH_CLUSTER_RATES="": unshaped only). The iteration
 schedule is ITERS_SCALE times hvd-bench's usual one. Open MPI runs with mpi_yield_when_idle=1
 (its busy polling otherwise starves 4 ranks on 2 shared cores).
 
+Narrower runs (a transport's A/B, the default's check), by the environment:
+HVD_BENCH_CLUSTER_TRANSPORTS (comma list of hvd's transports; "default" is
+hvd with no --transport, what a user gets without choosing, system
+hvd-default), HVD_BENCH_CLUSTER_HIER (comma list of HVD_HIERARCHICAL values,
+"auto" leaves it unset; default "1,0"), HVD_BENCH_CLUSTER_PEERS (comma list of
+gloo, torch, mpi; default all built) and HVD_BENCH_CLUSTER_E2E=0 (no e2e).
+
 Clean-up: the cluster is torn down (cluster.sh down: its processes,
 namespaces, veths, bridge and state) on every path: normal end, a failure,
 Ctrl-C and SIGTERM (finally), and a SIGKILL of this process (a guard process
@@ -218,7 +225,34 @@ class Part:
             return "the simulated cluster needs root (network namespaces, veths, sshd)"
         return None
 
+    @staticmethod
+    def _pick(var, have):
+        """`have`, narrowed to the comma list in the environment variable `var` where set
+        (its names in its order; names not built are dropped)."""
+        spec = os.environ.get(var)
+        if spec is None:
+            return have
+        return [x for x in spec.split(",") if x in have or x == "default"]
+
     def transports(self):
+        t = self._pick("HVD_BENCH_CLUSTER_TRANSPORTS", self._built_transports() + ["default"])
+        return [x for x in t if x != "default" or "HVD_BENCH_CLUSTER_TRANSPORTS" in os.environ]
+
+    def peers(self):
+        have = [p for p, ok in (("gloo", "gloo-bench" in self.r.bins),
+                                ("mpi", "mpi-bench" in self.r.bins and bool(self.r.mpirun)),
+                                ("torch", self.r.have_torch))
+                if ok]
+        return self._pick("HVD_BENCH_CLUSTER_PEERS", have)
+
+    @staticmethod
+    def hier_values():
+        """HVD_HIERARCHICAL's values per hvd job: 1 and 0, or HVD_BENCH_CLUSTER_HIER's
+        ("auto": unset, hvd's own choice; tagged hier -2)."""
+        spec = os.environ.get("HVD_BENCH_CLUSTER_HIER", "1,0")
+        return [-2 if x == "auto" else int(x) for x in spec.split(",") if x]
+
+    def _built_transports(self):
         t = []
         if self.r.have_gloo_plugin:
             t.append("gloo")
@@ -238,7 +272,7 @@ class Part:
         if t == "mpi":
             xenv.update(MPI_ENV)
             env_extra = dict(MPI_ENV)
-        if t == "ucx":
+        if t in ("ucx", "default"):  # the default may be UCX across hosts
             xenv.update(UCX_ENV)
         return xenv, env_extra
 
@@ -325,7 +359,7 @@ class Part:
     def hvdrun(self, hosts, argv, transport=None, xenv=None, hvd_job=True):
         cmd = [self.r.hvdrun_path, "-H", hosts, "--network-interface", IFACE]
         cmd += ["--start-timeout", "30" if hvd_job else "0"]
-        if transport:
+        if transport and transport != "default":
             cmd += ["--transport", transport]
         for k, v in (xenv or {}).items():
             cmd += ["-x", f"{k}={v}"]
@@ -345,22 +379,24 @@ class Part:
             hosts = self.hosts_arg(nh, per)
             base = dict(rep=rep, layout=layout, hosts=nh, ranks_per_host=per, rate=shape)
             for t in self.transports():
-                for hier in (1, 0):
-                    xenv, env_extra = self.hvd_env(t, {"HVD_HIERARCHICAL": str(hier)})
+                for hier in self.hier_values():
+                    xenv, env_extra = self.hvd_env(t, {} if hier == -2 else {"HVD_HIERARCHICAL": str(hier)})
                     argv = [hb, "coll", "--system", f"hvd-{t}", "--netdev", IFACE] + self.coll_args()
-                    self.job(f"cluster {shape} {layout} hvd-{t} {'hier' if hier else 'flat'}",
+                    how = {1: "hier", 0: "flat", -2: "auto"}[hier]
+                    self.job(f"cluster {shape} {layout} hvd-{t} {how}",
                              self.hvdrun(hosts, argv, transport=t, xenv=xenv),
                              self.c.job_env(env_extra), dict(base, hier=hier), timeout=300,
                              mpi=t == "mpi")
-            if "gloo-bench" in self.r.bins:
+            peers = self.peers()
+            if "gloo" in peers:
                 argv = [self.r.bins["gloo-bench"], "coll", "--iface", IFACE,
                         "--variants", "allreduce,ring"] + self.coll_args()
                 self.store_job(f"cluster {shape} {layout} raw gloo", hosts, argv, dict(base, hier=-1))
-            if self.r.have_torch:
+            if "torch" in peers:
                 argv = [sys.executable, TORCH_BENCH, "coll", "--system", "torch"] + self.coll_args()
                 self.store_job(f"cluster {shape} {layout} torch", hosts, argv, dict(base, hier=-1),
                                xenv=TORCH_ENV)
-            if "mpi-bench" in self.r.bins and self.r.mpirun:
+            if "mpi" in peers:
                 cmd = [self.r.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                        "-np", str(nh * per), "-H", hosts,
                        "--mca", "btl_tcp_if_include", IFACE, "--mca", "oob_tcp_if_include", IFACE]
@@ -409,10 +445,7 @@ class Part:
             self.r.skipped.append("many hosts (cluster): no hvd-bench")
             return
         self.info["transports"] = self.transports()
-        self.info["peers"] = [p for p, ok in (("gloo", "gloo-bench" in self.r.bins),
-                                              ("mpi", "mpi-bench" in self.r.bins and bool(self.r.mpirun)),
-                                              ("torch", self.r.have_torch))
-                              if ok]
+        self.info["peers"] = self.peers()
         self.info["mpi_env"] = MPI_ENV
         self.info["ucx_env"] = UCX_ENV
         self.info["torch_env"] = TORCH_ENV
@@ -445,7 +478,8 @@ class Part:
                 reps = 1 if self.quick or rate else max(1, self.r.args.coll_repeats)
                 for rep in range(reps):
                     self.coll_jobs(rate, rep)
-                    self.e2e_jobs(rate, rep)
+                    if os.environ.get("HVD_BENCH_CLUSTER_E2E", "1") != "0":
+                        self.e2e_jobs(rate, rep)
                 self.c.down()
         except RuntimeError as e:
             self.r.failures.append(dict(label="cluster", rc="error", tail=str(e), cmd=CLUSTER_SH))

@@ -3,10 +3,12 @@
 #   test_cluster.sh CASE
 # with HVDRUN, PROBE (cluster_probe) and MP_CHECK in the environment.
 # CASE:
-#   hvdrun_2x2   2 hosts x 2 ranks over ssh (Gloo): cluster_probe topo 2 2,
-#                then mp_check 4 (every collective, process sets), which must
-#                log "hierarchical collectives: 2 hosts, 2 rank(s) on this one"
-#                on every rank: the library groups ranks by host identity.
+#   hvdrun_2x2   2 hosts x 2 ranks over ssh, no transport named: cluster_probe
+#                topo 2 2, then mp_check 4 (every collective, process sets),
+#                which must log "hierarchical collectives: 2 hosts, 2 rank(s)
+#                on this one" on every rank (the library groups ranks by host
+#                identity) and choose the default across hosts (UCX where
+#                built, else Gloo), rank 0 saying so.
 #   hier_off     hvdrun_2x2's mp_check with HVD_HIERARCHICAL=0: every check
 #                passes, no rank logs "hierarchical collectives: ...", and
 #                every rank's transport comes up without the hierarchy.
@@ -14,7 +16,9 @@
 #                hierarchy (no host has two ranks).
 #   mpi_2x2      hvdrun --transport mpi (mpirun's ssh agent through the
 #                cluster's ssh_config): cluster_probe topo 2 2 and mp_check 4.
-#   partition    2 x 2, cluster_probe loop; once every rank is up, hvd-h2 is
+#   partition    2 x 2 over Gloo (--transport gloo: the default across hosts
+#                is UCX where built, which ucx_partition covers),
+#                cluster_probe loop; once every rank is up, hvd-h2 is
 #                cut off. The ranks on hvd-h1 must fail on their own within
 #                the transport timeout (+2 s) naming a rank on hvd-h2, hvdrun
 #                must exit with their code 4, the ranks on hvd-h2 must fail on
@@ -67,7 +71,7 @@
 #                loop) must be gone within the grace period (+2 s) of the
 #                cut, nothing may be left on any host, and hvd-h2 must still
 #                take ssh logins.
-#   host_death   2 x 2, cluster_probe loop; once every rank is up, every
+#   host_death   2 x 2 over Gloo, cluster_probe loop; once every rank is up, every
 #                process of hvd-h2 is killed (cluster.sh kill-host: its
 #                ranks and its sshd; its link stays up, so its sockets are
 #                reset, not silent). Each rank on hvd-h1 must report its own
@@ -151,6 +155,12 @@ expect_mp_check_ok() {   # OUT N
 
 count() { grep -cE -- "$2" "$1" || true; }
 
+# The transport a job that names none gets across hosts: ucx where its
+# plugin is built (docs/transports.md), else gloo.
+default_transport() {
+  if [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_ucx.so" ]; then echo ucx; else echo gloo; fi
+}
+
 # After starting a 4-rank `cluster_probe loop` job in the background
 # (output in $work/job) and setting job=$!: waits until every rank is up.
 await_loop_up() {
@@ -201,6 +211,10 @@ case "$case_" in
     expect_mp_check_ok "$work/mp" 4
     n=$(count "$work/mp" "INFO: hierarchical collectives: 2 hosts, 2 rank\(s\) on this one")
     [ "$n" -eq 4 ] || fail "'hierarchical collectives: 2 hosts, 2 rank(s) on this one' logged $n times, want 4"
+    # No transport named: UCX across hosts where it is built, rank 0 saying why.
+    t=$(default_transport)
+    n=$(count "$work/mp" "INFO: transport $t chosen: the job spans 2 hosts")
+    [ "$n" -eq 1 ] || fail "the default's choice of $t logged $n times, want 1 (rank 0)"
     no_leftovers 10
     ;;
   autotune_hier)
@@ -233,7 +247,7 @@ case "$case_" in
     expect_mp_check_ok "$work/mp" 4
     n=$(count "$work/mp" "INFO: hierarchical collectives:")
     [ "$n" -eq 0 ] || fail "hierarchical collectives used with HVD_HIERARCHICAL=0 ($n lines)"
-    n=$(count "$work/mp" "transport 'gloo' connected \(plugin, point-to-point\)")
+    n=$(count "$work/mp" "transport '$(default_transport)' connected \(plugin, point-to-point\)")
     [ "$n" -eq 4 ] || fail "$n of 4 ranks' transports came up without the hierarchy, want 4"
     n=$(count "$work/mp" "transport '[a-z]+' connected .*hierarchical")
     [ "$n" -eq 0 ] || fail "$n transports came up hierarchical with HVD_HIERARCHICAL=0"
@@ -289,7 +303,7 @@ case "$case_" in
     no_leftovers 10
     ;;
   partition|partition_cut_off|ucx_partition)
-    tflags=()
+    tflags=(--transport gloo)
     if [ "$case_" = ucx_partition ]; then
       [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_ucx.so" ] || skip "the UCX transport is not built"
       tflags=(--transport ucx)
@@ -354,7 +368,7 @@ case "$case_" in
     "$cluster" exec h1 ssh -F "$HVDC_SSH_CONFIG" hvd-h2 true || fail "hvd-h2 unreachable after heal"
     ;;
   host_death|ucx_host_death)
-    tflags=()
+    tflags=(--transport gloo)
     if [ "$case_" = ucx_host_death ]; then
       [ -f "$(dirname "$HVDRUN")/../lib/libhvd_transport_ucx.so" ] || skip "the UCX transport is not built"
       tflags=(--transport ucx)

@@ -149,8 +149,9 @@ Result<std::unique_ptr<Transport>> Bootstrap::Run() {
   }
   if (cfg_->size > 1 && transport != "mpi") {
     HVD_CHECK(Rendezvous());
-    HVD_CHECK(LearnHosts());
+    HVD_CHECK(LearnHosts(HostFlags(transport)));
     ResolveLocalTopology();
+    transport = ChooseAcrossHosts(transport);
   } else {
     OwnHostOnly();
   }

@@ -62,7 +62,12 @@ class Bootstrap {
   Status StoreFromAddress(std::string* host, int* port, std::string* secret);
   std::string UnauthenticatedBind(const std::string& host, int port) const;
   Status JoinStore(const std::string& host, int port, const std::string& secret);
-  Status LearnHosts();
+  // The host table; `flags` (HostFlags) rides in this rank's entry.
+  Status LearnHosts(const std::string& flags);
+  // The default across hosts (choice.cc).
+  bool DefaultOpen(const std::string& transport) const;
+  std::string HostFlags(const std::string& transport);
+  std::string ChooseAcrossHosts(const std::string& transport) const;
   void OwnHostOnly();
   void ResolveLocalTopology();
   bool ParseMissingMark(const rdv::Bytes& value, std::vector<int>* missing) const;
@@ -85,6 +90,8 @@ class Bootstrap {
   // The host table by rank (env.hosts): every rank's host name and address
   // where the store round learnt them, else this rank's name alone.
   std::vector<std::string> hosts_, addresses_;
+  std::vector<std::string> flags_;  // each rank's HostFlags, from the host table
+  std::string no_ucx_;              // why this rank cannot load UCX ("" = it can, or not asked)
   std::unique_ptr<Transport> device_;
 };
 

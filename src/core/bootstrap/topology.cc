@@ -96,19 +96,25 @@ Status Bootstrap::NotJoined(const std::vector<int>& missing) {
 }
 
 namespace {
-// A host entry in the store: the name, a NUL, the address (no host name
-// holds a NUL, and the missing mark starts with one).
-rdv::Bytes HostEntry(const std::string& name, const std::string& address) {
+// A host entry in the store: the name, a NUL, the address, a NUL, the
+// transports the rank can load (choice.cc; no host name holds a NUL, and
+// the missing mark starts with one).
+rdv::Bytes HostEntry(const std::string& name, const std::string& address, const std::string& flags) {
   rdv::Bytes v(name.begin(), name.end());
   v.push_back(0);
   v.insert(v.end(), address.begin(), address.end());
+  v.push_back(0);
+  v.insert(v.end(), flags.begin(), flags.end());
   return v;
 }
 
-void ParseHostEntry(const rdv::Bytes& v, std::string* name, std::string* address) {
+void ParseHostEntry(const rdv::Bytes& v, std::string* name, std::string* address, std::string* flags) {
   const auto nul = std::find(v.begin(), v.end(), uint8_t{0});
   name->assign(v.begin(), nul);
-  address->assign(nul == v.end() ? nul : nul + 1, v.end());
+  const auto from = nul == v.end() ? nul : nul + 1;
+  const auto nul2 = std::find(from, v.end(), uint8_t{0});
+  address->assign(from, nul2);
+  flags->assign(nul2 == v.end() ? nul2 : nul2 + 1, v.end());
 }
 }  // namespace
 
@@ -116,12 +122,12 @@ void ParseHostEntry(const rdv::Bytes& v, std::string* name, std::string* address
 // the address its store connection leaves from) under host/<rank>, every
 // other rank's read back within the start timeout. Run on every start path
 // with a store, whatever the launcher said about the topology.
-Status Bootstrap::LearnHosts() {
+Status Bootstrap::LearnHosts(const std::string& flags) {
   const std::string& me = cfg_->hostname;
   HVD_CHECK(client_->Set(kv_.prefix + "host/" + std::to_string(cfg_->rank),
-                         HostEntry(me, client_->local_address())));
+                         HostEntry(me, client_->local_address(), flags)));
   const size_t n = static_cast<size_t>(cfg_->size);
-  std::vector<std::string> hosts(n), addresses(n);
+  std::vector<std::string> hosts(n), addresses(n), all_flags(n);
   auto deadline = Clock::now() + std::chrono::duration<double>(cfg_->start_timeout_s);
   bool rechecked = false;
   for (int r = 0; r < cfg_->size; ++r) {
@@ -130,7 +136,7 @@ Status Bootstrap::LearnHosts() {
     std::vector<int> missing;
     if (v.ok()) {
       if (!ParseMissingMark(*v, &missing)) {
-        ParseHostEntry(*v, &hosts[r], &addresses[r]);
+        ParseHostEntry(*v, &hosts[r], &addresses[r], &all_flags[r]);
         continue;
       }
     } else {
@@ -146,6 +152,7 @@ Status Bootstrap::LearnHosts() {
   }
   hosts_ = std::move(hosts);
   addresses_ = std::move(addresses);
+  flags_ = std::move(all_flags);
   return Status::Ok();
 }
 
