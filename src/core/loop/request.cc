@@ -115,16 +115,15 @@ void Handle::Complete(Status status) {
     if (done_) return;
     done_ = true;
     status_ = std::move(status);
+    finished_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }
 
-bool Handle::done() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
-}
+bool Handle::done() const { return finished_.load(std::memory_order_acquire); }
 
 Status Handle::status() const {
+  if (done()) return status_;
   std::lock_guard<std::mutex> lock(mu_);
   if (!done_) return Status(HVD_IN_PROGRESS, description() + " is in progress");
   return status_;
@@ -135,6 +134,7 @@ Status Handle::Wait(double timeout_s) const {
   // a peer to enter the negotiation (up to its heartbeat), which a short
   // poll should not.
   constexpr double kDriveMinWaitS = 0.01;
+  if (done()) return status_;
   using SteadyClock = std::chrono::steady_clock;
   const bool forever = timeout_s < 0 || !std::isfinite(timeout_s);
   const SteadyClock::time_point deadline =

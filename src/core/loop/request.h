@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -270,6 +271,10 @@ class Handle {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;
+  // done_, readable without mu_: set (release) after status_, which never
+  // changes again, so a waiter that sees it reads status_ without the lock
+  // (a fused step's caller waits on hundreds of completed handles).
+  std::atomic<bool> finished_{false};
   Status status_;
   std::string waiting_on_;
 };
