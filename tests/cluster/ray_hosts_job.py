@@ -1,18 +1,17 @@
-"""The drivers of test_ray_cluster.sh: hvd.ray's RayExecutor on a Ray cluster
+"""The driver of test_ray_cluster.sh: hvd.ray's RayExecutor on a Ray cluster
 whose head runs on hvd-h1 and whose worker node runs on hvd-h2 of the
 simulated cluster. Run on hvd-h1, connected to the head at ADDRESS:
 
-    ray_hosts_job.py train ADDRESS EXAMPLE
-        2 workers, SPREAD: one per host (cross_size 2, local_size 1 in both),
-        the main example to the usual accuracy with identical weights.
-    ray_hosts_job.py lost ADDRESS WORK BOUND_S
-    ray_hosts_job.py elastic ADDRESS WORK BOUND_S
-        2 workers, one per host, stepping allreduces until the test kills
-        hvd-h2 (rank 1 writes WORK/<mode>.ready once past step 5; the test
-        writes WORK/killed_at, then kills every process of hvd-h2). lost:
-        run() must raise WorkerLostError naming rank 1 and hvd-h2 within
-        BOUND_S of the kill. elastic (min_workers=1): the survivor goes on
-        alone from its last commit and finishes.
+    ray_hosts_job.py ADDRESS EXAMPLE WORK LOST_BOUND_S ELASTIC_BOUND_S
+
+train: 2 workers, SPREAD: one per host (cross_size 2, local_size 1 in both),
+the main example (EXAMPLE's train) to the usual accuracy with identical
+weights. Then two jobs at once, each with 2 workers (one per host) stepping
+allreduces until the test kills hvd-h2 (rank 1 writes WORK/<case>.ready once
+past step 5; the test writes WORK/killed_at, then kills every process of
+hvd-h2). lost: run() must raise WorkerLostError naming rank 1 and hvd-h2
+within LOST_BOUND_S of the kill. elastic (min_workers=1): the survivor goes
+on alone from its last commit and finishes within ELASTIC_BOUND_S.
 
 Every check that fails raises (exit 1) with what was seen; each line the test
 reads starts with "ray-hosts:".
@@ -22,15 +21,20 @@ import importlib.util
 import os
 import socket
 import sys
+import threading
 import time
+import traceback
 
 import ray
 
 from hvd.ray import RayExecutor, WorkerLostError
 
 
+T0 = time.monotonic()
+
+
 def say(*parts):
-    print("ray-hosts:", *parts, flush=True)
+    print("ray-hosts:", *parts, f"[{time.monotonic() - T0:.1f} s]", flush=True)
 
 
 def check(ok, what):
@@ -65,6 +69,11 @@ def spread_executor(**kwargs):
     return ex, t0
 
 
+def one_per_node(ex):
+    ips = [w["node_ip"] for w in ex.workers()]
+    check(len(set(ips)) == 2, f"SPREAD did not put the workers on two nodes: {ex.workers()}")
+
+
 def _where():
     """Runs in a worker: the job as hvd sees it from there."""
     import numpy as np
@@ -80,7 +89,7 @@ def _where():
     return out
 
 
-def train(address, example):
+def train(example):
     spec = importlib.util.spec_from_file_location("train_torch_ray", example)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -125,7 +134,7 @@ def _steps_until_killed(ready, limit_s):
             with open(ready, "w") as f:
                 f.write(socket.gethostname())
         step += 1
-        time.sleep(0.02)
+        time.sleep(0.05)
     return f"rank {hvd.rank()} ran {limit_s} s and was not killed"
 
 
@@ -153,7 +162,7 @@ def _elastic_steps(ready, limit_s):
             state.sizes.append(hvd.size())
             state.step += 1
             state.commit()
-            time.sleep(0.02)
+            time.sleep(0.05)
         return state.total, state.sizes, hvd.rank(), hvd.size(), socket.gethostname()
 
     return loop(state)
@@ -164,11 +173,10 @@ def _since_kill(work):
         return time.time() - float(f.read())
 
 
-def lost(address, work, bound_s):
+def lost(work, bound_s):
     ex, _ = spread_executor()
     try:
-        check(sorted(w["node_ip"] for w in ex.workers())[0] != sorted(
-            w["node_ip"] for w in ex.workers())[1], f"both workers on one node: {ex.workers()}")
+        one_per_node(ex)
         try:
             out = ex.run(_steps_until_killed, args=(os.path.join(work, "lost.ready"), 240))
             raise AssertionError(f"run returned after hvd-h2 was killed: {out}")
@@ -189,9 +197,10 @@ def lost(address, work, bound_s):
     say("PASS lost")
 
 
-def elastic(address, work, bound_s):
+def elastic(work, bound_s):
     ex, _ = spread_executor(min_workers=1, max_workers=2)
     try:
+        one_per_node(ex)
         t0 = time.monotonic()
         [(total, sizes, rank, size, host)] = ex.run(
             _elastic_steps, args=(os.path.join(work, "elastic.ready"), 240))
@@ -212,13 +221,28 @@ def elastic(address, work, bound_s):
 
 
 def main():
-    mode, address = sys.argv[1], sys.argv[2]
+    address, example, work = sys.argv[1:4]
+    lost_bound_s, elastic_bound_s = float(sys.argv[4]), float(sys.argv[5])
     connect(address)
     try:
-        if mode == "train":
-            train(address, sys.argv[3])
-        else:
-            {"lost": lost, "elastic": elastic}[mode](address, sys.argv[3], float(sys.argv[4]))
+        train(example)
+        errors = []
+
+        def case(fn, *args):
+            try:
+                fn(*args)
+            except BaseException as e:  # reported below, the other case goes on
+                errors.append(e)
+                traceback.print_exc()
+
+        cases = [threading.Thread(target=case, args=(lost, work, lost_bound_s)),
+                 threading.Thread(target=case, args=(elastic, work, elastic_bound_s))]
+        for t in cases:
+            t.start()
+        for t in cases:
+            t.join()
+        if errors:
+            raise errors[0]
     finally:
         ray.shutdown()
 
