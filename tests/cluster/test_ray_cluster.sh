@@ -68,15 +68,11 @@ teardown() {
       [ -e "$p" ] && { echo "--- $p"; tail -n 15 "$p"; }
     done
   fi
-  cluster_down_checked || rc=1
-  rm -rf "$work"
-  echo "($(elapsed) s in all)"
-  exit $rc
+  end_test "$rc"
 }
+fail() { echo "FAIL: $*"; exit 1; }
 trap teardown EXIT
 trap 'exit 130' INT TERM
-
-fail() { echo "FAIL: $*"; exit 1; }
 
 [ -n "${HVD_LIBRARY_PATH:-}" ] && [ -e "$HVD_LIBRARY_PATH" ] ||
   fail "HVD_LIBRARY_PATH (libhvd) is not set or missing: '${HVD_LIBRARY_PATH:-}'"
