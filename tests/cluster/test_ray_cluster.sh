@@ -39,7 +39,7 @@ export HVDC_ID="r$$"
 export HVDC_DIR="/tmp/hvd-cluster-$HVDC_ID"
 work=$(mktemp -d /tmp/hvdrc.XXXXXX)  # short: Ray's socket paths live under it
 T0=$(date +%s.%N)
-heads=()  # the `ray start --block` processes (pids of their cluster.sh exec)
+declare -A heads=() node_args=() restarts=()  # per host: its `ray start --block`
 pids=()
 
 . "$here/cluster_test_lib.sh"
@@ -65,7 +65,10 @@ teardown() {
   ray_down
   if [ $rc -ne 0 ]; then
     for p in "$work"/ray-h*.log "$work"/ray-h*/session_latest/logs/raylet.out; do
-      [ -e "$p" ] && { echo "--- $p"; tail -n 15 "$p"; }
+      [ -e "$p" ] || continue
+      echo "--- $p"
+      { grep -E '^\[[^]]* [CF] ' "$p" || true; } | head -n 5 | cut -c1-600  # Ray's fatal lines
+      tail -n 8 "$p" | cut -c1-300 || true
     done
   fi
   end_test "$rc"
@@ -97,7 +100,8 @@ export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(head -c 32 /dev/urandom | od -An -tx
 # A loaded machine starts a raylet and its agents in more than Ray's limits.
 export RAY_USAGE_STATS_ENABLED=0 RAY_raylet_start_wait_time_s=300 RAY_agent_register_timeout_ms=300000
 
-# ray_node HOST ARGS...: a Ray node in HOST, its output in $work/ray-HOST.log.
+# ray_node HOST ARGS...: a Ray node in HOST, its output in $work/ray-HOST.log
+# (appended to: a restarted node's too).
 # The agents' ports are fixed (each host has a network of its own): with
 # ports of their choosing the raylet waits for their port files, and gives
 # up (a crash) where a loaded machine starts them slowly.
@@ -106,12 +110,43 @@ ray_node() {
   shift
   ip=$(addr "$h")
   mkdir -p "$work/ray-$h"
+  node_args[$h]="$*"
   "$cluster" exec "$h" "$ray_bin" start --block --node-ip-address="$ip" --num-cpus=2 \
     --num-gpus=0 --object-store-memory=100000000 --temp-dir="$work/ray-$h" \
     --disable-usage-stats --dashboard-agent-grpc-port=52365 --dashboard-agent-listen-port=52366 \
-    --runtime-env-agent-port=52367 --metrics-export-port=52368 "$@" >"$work/ray-$h.log" 2>&1 &
-  heads+=($!)
+    --runtime-env-agent-port=52367 --metrics-export-port=52368 "$@" >>"$work/ray-$h.log" 2>&1 &
+  heads[$h]=$!
 }
+
+# A node whose `ray start` exited before the jobs got going is started again,
+# at most twice: on a loaded machine a raylet gives up when its agents take
+# more than Ray's fixed 30 s to write their port files (a crash, "Timed out
+# waiting for file .../dashboard_agent_listen_port...").
+restart_crashed() {
+  local h
+  for h in "${!heads[@]}"; do
+    kill -0 "${heads[$h]}" 2>/dev/null && continue
+    [ "${restarts[$h]:-0}" -lt 2 ] || fail "the Ray node on hvd-$h exited $((${restarts[$h]} + 1)) times"
+    restarts[$h]=$(( ${restarts[$h]:-0} + 1 ))
+    echo "the Ray node on hvd-$h exited (restart ${restarts[$h]}): $({ grep -E '^\[[^]]* [CF] ' "$work/ray-$h"/session_latest/logs/raylet.out || true; } | tail -n 1 | cut -c1-300)"
+    # shellcheck disable=SC2086  # the node's own arguments, split again
+    ray_node "$h" ${node_args[$h]}
+  done
+}
+
+# COMPARE=1 (not in ctest): first the same training function under hvdrun on
+# the same two hosts, for its step time against RayExecutor's below.
+if [ "${COMPARE:-0}" = 1 ]; then
+  [ -n "${HVDRUN:-}" ] && [ -x "$HVDRUN" ] || fail "COMPARE=1 needs HVDRUN (hvdrun)"
+  "$cluster" exec h1 "$HVDRUN" -np 2 -H hvd-h1:1,hvd-h2:1 -x PYTHONPATH -x HVD_LIBRARY_PATH \
+    -x OMP_NUM_THREADS "$PYTHON" -c "
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location('t', '$example')
+t = importlib.util.module_from_spec(spec); spec.loader.exec_module(t)
+r = t.train(epochs=6)
+print(f'ray-hosts: hvdrun rank {r[0]}/{r[1]}: test accuracy {r[2]:.4f} step {r[4] * 1e3:.2f} ms')
+" 2>&1 | grep '^ray-hosts:' || fail "the hvdrun job failed"
+fi
 
 ray_node h1 --head --port="$port" --include-dashboard=false
 ray_node h2 --address="$ip1:$port"
@@ -131,6 +166,7 @@ deadline=$(( $(date +%s) + 360 ))
 until [ -e "$work/lost.ready" ] && [ -e "$work/elastic.ready" ]; do
   [ "$(date +%s)" -lt "$deadline" ] || { show; fail "the jobs did not get to step 5 on hvd-h2 in 360 s"; }
   [ ! -e "$work/job.rc" ] || { show; tail -n 40 "$work/job.out"; fail "the driver ended before the kill"; }
+  grep -q '^ray-hosts: connected' "$work/job.out" 2>/dev/null || restart_crashed
   sleep 0.2
 done
 date +%s.%N >"$work/killed_at"
