@@ -102,9 +102,9 @@ export RAY_USAGE_STATS_ENABLED=0 RAY_raylet_start_wait_time_s=300 RAY_agent_regi
 
 # ray_node HOST ARGS...: a Ray node in HOST, its output in $work/ray-HOST.log
 # (appended to: a restarted node's too).
-# The agents' ports are fixed (each host has a network of its own): with
-# ports of their choosing the raylet waits for their port files, and gives
-# up (a crash) where a loaded machine starts them slowly.
+# The agents' ports are fixed (each host has a network of its own), so that
+# no two nodes' agents race for ports; a raylet still waits for the agents'
+# port files and may give up on a loaded machine (restart_crashed below).
 ray_node() {
   local h=$1 ip
   shift
