@@ -29,6 +29,16 @@ cluster_down_checked() {
   return $rc
 }
 
+# The end of a test's EXIT trap: the cluster down (checked), the scratch
+# folder gone, the time taken; exits RC (1 where the cluster did not come down).
+end_test() {
+  local rc=$1
+  cluster_down_checked || rc=1
+  rm -rf "$work"
+  echo "($(elapsed) s in all)"
+  exit "$rc"
+}
+
 # Clusters of earlier runs of the cluster tests that were killed outright (no
 # trap ran): their ids name pids that are gone.
 reap_stale_clusters() {

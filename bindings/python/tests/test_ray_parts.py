@@ -1,6 +1,6 @@
 """hvd.ray's parts without Ray: the ranks of actors on nodes, the driver's
 store (libhvd's own client joins it: two ranks as processes allreduce through
-it), and the elastic driver's epochs."""
+it), the elastic driver's epochs, and the probe of a worker's node."""
 
 import os
 import subprocess
@@ -145,3 +145,49 @@ def test_elastic_drops_a_worker_that_never_joins():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+class _FakeRay:
+    """What NodeProbe and driver_node_ip read of Ray: ray.nodes() and the
+    runtime context's node id."""
+
+    def __init__(self, nodes):
+        self._nodes = nodes
+
+    def nodes(self):
+        return [dict(n) for n in self._nodes]
+
+    def get_runtime_context(self):
+        return type("Ctx", (), {"get_node_id": lambda _self: "A"})()
+
+
+def test_node_probe_finds_a_lost_raylet():
+    """A node whose raylet accepts is alive; one whose raylet port refuses,
+    or that the GCS lists dead, is lost, and the answer names why."""
+    import socket
+
+    from hvd.ray import _nodes
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    nodes = [dict(NodeID="A", Alive=True, NodeManagerAddress="127.0.0.1",
+                  NodeManagerPort=listener.getsockname()[1]),
+             dict(NodeID="B", Alive=True, NodeManagerAddress="127.0.0.1",
+                  NodeManagerPort=closed.getsockname()[1])]
+    fake = _FakeRay(nodes)
+    try:
+        assert _nodes.driver_node_ip(fake) == "127.0.0.1"
+        probe = _nodes.NodeProbe(fake, {"A", "B"})
+        assert probe.lost("A") is None
+        why = probe.lost("B")
+        assert why and f"127.0.0.1:{closed.getsockname()[1]}" in why and "is gone" in why
+        assert probe.lost("B") == why  # a lost node stays lost
+        nodes[0]["Alive"] = False
+        time.sleep(_nodes.PROBE_EVERY_S)
+        assert probe.lost("A") == "Ray lists its node as dead"
+    finally:
+        listener.close()
+        closed.close()

@@ -72,6 +72,16 @@ class ElasticDriver:
         with self._lock:
             return [w for w in self._added if self._workers[w]["alive"]]
 
+    def waiting_on(self):
+        """The live workers the next epoch still waits for (others asked to
+        join), and how long it has waited; ([], 0) when none is forming."""
+        with self._lock:
+            if self._waiting_since is None:
+                return [], 0.0
+            live = [w for w in self._added if self._workers[w]["alive"]]
+            missing = [w for w in live if not self._asked(w)]
+            return missing, time.monotonic() - self._waiting_since
+
     def ranks(self):
         """The last epoch's workers, in rank order."""
         with self._lock:

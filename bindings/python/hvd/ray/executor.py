@@ -15,6 +15,7 @@ import time
 
 from . import _store
 from ._elastic import ElasticDriver
+from ._nodes import NodeProbe, driver_node_ip
 from ._topology import assign_ranks, visible_gpus, worker_env
 from ._worker import Worker
 
@@ -24,6 +25,9 @@ _log = logging.getLogger("hvd.ray")
 # the first exception that is not an echo (an hvd error caused by that worker
 # leaving) is the one raised.
 _ECHO_GRACE_S = 5.0
+# How long a worker may stay silent, after its peers failed (or, elastic,
+# asked to join the next epoch without it), before its node is dialled.
+_SILENT_S = 1.0
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
@@ -211,7 +215,8 @@ class RayExecutor:
     def _serve_store(self, ray):
         self._secret = _store.new_secret()
         self._store = _store.StoreServer(self._secret)
-        self._addr = f"{ray.util.get_node_ip_address()}:{self._store.port}"
+        self._addr = f"{driver_node_ip(ray)}:{self._store.port}"
+        self._probe = NodeProbe(ray, {m.node_id for m in self._members})
         if self.elastic:
             self._driver = ElasticDriver(
                 self._store, self.min_workers, self.settings.timeout_s, self.elastic_timeout,
@@ -324,6 +329,10 @@ class RayExecutor:
                     if first_error is None or (_is_echo(first_error) and not _is_echo(err)):
                         first_error = err
                         error_at = error_at or time.monotonic()
+            lost = self._silent_lost(pending, error_at)
+            if lost is not None and (first_error is None or _is_echo(first_error)):
+                lost.__cause__ = first_error
+                first_error, error_at = lost, error_at or time.monotonic()
         if self.elastic and self._driver.ended:
             raise WorkerLostError(f"hvd.ray: the elastic job ended: {self._driver.ended}; "
                                   f"lost: {self._lost_text()}") from first_error
@@ -335,9 +344,37 @@ class RayExecutor:
         done_members.sort(key=lambda m: rank_of.get(m.wid, m.rank))
         return [results[m.index] for m in done_members]
 
+    def _silent_lost(self, pending, error_at):
+        """Workers of `pending` (ref -> member) that went silent while the others
+        failed (error_at: when the first error came) or, elastic, while the others
+        asked to join the next epoch: their nodes are dialled (hvd.ray._nodes),
+        and those on a lost node are taken out of `pending` as lost. Returns the
+        error to raise for the first one (None: none, or elastic)."""
+        if self.elastic:
+            missing, waited = self._driver.waiting_on()
+            if waited < _SILENT_S:
+                return None
+            suspects = {ref: m for ref, m in pending.items() if m.wid in missing}
+        elif error_at is not None and time.monotonic() - error_at >= _SILENT_S:
+            suspects = dict(pending)
+        else:
+            return None
+        first = None
+        for ref, m in suspects.items():
+            why = self._probe.lost(m.node_id)
+            if why is not None:
+                del pending[ref]
+                err = self._mark_lost(m, f"its node was lost: {why}")
+                first = first or err
+        return first
+
     def _on_lost(self, m, e):
         """A worker's actor died; the error to raise (None: elastic, go on)."""
-        m.lost = f"its Ray actor died ({type(e).__name__}: {str(e).splitlines()[0][:300]})"
+        return self._mark_lost(
+            m, f"its Ray actor died ({type(e).__name__}: {str(e).splitlines()[0][:300]})")
+
+    def _mark_lost(self, m, why):
+        m.lost = m.lost or why
         if self.elastic:
             self._driver.lose(m.wid, m.lost)
             return None

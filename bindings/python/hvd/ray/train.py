@@ -27,6 +27,7 @@ import logging
 from ray.train.backend import Backend, BackendConfig
 
 from . import _store
+from ._nodes import driver_node_ip
 from ._topology import slots_in_rank_order, visible_gpus, worker_env
 from ._worker import Worker, _release_hvd
 
@@ -80,7 +81,7 @@ class HvdBackend(Backend):
         store = _store.StoreServer(secret)
         stores = self.__dict__.setdefault("_stores", {})
         stores[id(worker_group)] = store
-        addr = f"{ray.util.get_node_ip_address()}:{store.port}"
+        addr = f"{driver_node_ip(ray)}:{store.port}"
         gpus = visible_gpus(slots, [n[2] for n in nodes])
         envs = []
         for slot, visible in zip(slots, gpus):
