@@ -138,12 +138,13 @@ std::string InitFailureNote(const Comm& c) {
 }
 
 // A failure of this call that breaks the communicator; returns the first.
-// Loop thread only (it writes this rank's note to the store). Every peer
-// is told (SendAborts) before the connections close.
-int Break(Comm& c, int status, const std::string& msg) {
+// Loop thread only (it writes this rank's note to the store, unless `note`
+// is false: the store is out of reach). Every peer is told (SendAborts)
+// before the connections close.
+int Break(Comm& c, int status, const std::string& msg, bool note) {
   if (c.Fail(status, msg)) {
     c.Log(HVD_LOG_ERROR, msg);
-    hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
+    if (note) hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
     SendAborts(c, status, msg);
     c.Close();
   }
@@ -212,12 +213,18 @@ int Settle(Comm& c) {
     r.peer = peer;
     msg = PeerFailure(c, r, text, &status);
   } else {
-    constexpr double kChainS = 0.5;  // the ranks blocked behind the same stop time out together
+    // The ranks blocked behind the same stop time out together: their notes
+    // name the stopped rank (SilentCause). A rank cut off from the store
+    // (its watch's probe found no answer) names its silent peer at once and
+    // notes nothing: the store would hold it for the client's reply margin.
+    constexpr double kChainS = 0.5;
     std::string via;
     const double secs = c.peer_s.load();
-    const int cause = hvd::kit::SilentCause(c.store, c.hosts, c.rank, c.size, peer, kChainS, &via);
+    const bool store = c.watch->store_probe.Reachable(kChainS);
+    const int cause =
+        store ? hvd::kit::SilentCause(c.store, c.hosts, c.rank, c.size, peer, kChainS, &via) : peer;
     msg = hvd::kit::SilentMessage("gloo", c.hosts, cause, secs, via);
-    status = HVD_ERR_TIMEOUT;
+    return Break(c, HVD_ERR_TIMEOUT, msg, store);
   }
   return Break(c, status, msg);
 }
