@@ -222,7 +222,8 @@ int Settle(Comm& c) {
     const double secs = c.peer_s.load();
     const bool store = c.watch->store_probe.Reachable(kChainS);
     const int cause =
-        store ? hvd::kit::SilentCause(c.store, c.hosts, c.rank, c.size, peer, kChainS, &via) : peer;
+        store ? hvd::kit::SilentCause(c.store, c.hosts, c.rank, c.size, peer, kChainS, &via, true)
+              : peer;
     msg = hvd::kit::SilentMessage("gloo", c.hosts, cause, secs, via);
     return Break(c, HVD_ERR_TIMEOUT, msg, store);
   }
