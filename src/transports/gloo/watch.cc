@@ -176,7 +176,7 @@ void Waiting(Comm& c, const Request* r) {
 // Tells every peer why this rank's communicator broke ("<status> <msg>" on
 // the control slot), once, before its connections close: a peer whose
 // requests wait on other pairs learns it at its watch's next look. Waits
-// up to 0.2 s for the messages to be written.
+// up to 0.2 s for the messages to be written (not for a peer found silent).
 void SendAborts(Comm& c, int status, const std::string& msg) noexcept {
   if (!c.watch || c.closed.load() || c.watch->sent.exchange(true)) return;
   Watch& w = *c.watch;
@@ -185,18 +185,26 @@ void SendAborts(Comm& c, int status, const std::string& msg) noexcept {
     w.out.assign(Watch::kBytes, 0);
     std::memcpy(w.out.data(), text.data(), std::min(text.size(), Watch::kBytes - 2));
     w.out.back() = Watch::kMagic;
+    // A peer found silent takes no message: its send is not waited for.
+    int silent = -1;
+    {
+      std::lock_guard<std::mutex> lock(c.failure.mu);
+      if (w.found == Watch::kSilent) silent = w.found_peer;
+    }
+    std::vector<gloo::transport::UnboundBuffer*> awaited;
     for (int j = 0; j < c.size; ++j) {
       if (j == c.rank) continue;
       try {
         auto ub = c.ctx->createUnboundBuffer(w.out.data(), w.out.size());
         ub->send(j, kControlSlot, 0, w.out.size());
+        if (j != silent) awaited.push_back(ub.get());
         w.sends.push_back(std::move(ub));
       } catch (const std::exception&) {
         // That pair has failed: the peer sees its closing.
       }
     }
     const Clock::time_point deadline = Clock::now() + Millis(200);
-    for (auto& ub : w.sends) {
+    for (auto* ub : awaited) {
       const Millis left(std::max<int64_t>(
           1, std::chrono::duration_cast<Millis>(deadline - Clock::now()).count()));
       try {
