@@ -19,10 +19,9 @@
 //     Prints "probe rank R: host H local L/LS cross C/CS shm files K: ok" and
 //     exits 0, or prints each failure and exits 1.
 //
-//   cluster_probe loop OUTDIR [PAUSE_MS [STEPS [FLOATS]]]
-//     Allreduces FLOATS (default 4096) float32s, checked exactly, every
-//     PAUSE_MS (default 20) ms until one fails or 60 s pass; with STEPS > 0,
-//     until STEPS have completed (then shuts
+//   cluster_probe loop OUTDIR [PAUSE_MS [STEPS]]
+//     Allreduces (checked exactly) every PAUSE_MS (default 20) ms until one
+//     fails or 60 s pass; with STEPS, until STEPS have completed (then shuts
 //     down, prints "probe rank R: STEPS steps ok" and exits 0). Prints
 //     "probe rank R: up" after the first, and with PAUSE_MS given
 //     "probe rank R: step N done" after each. On a failure it writes
@@ -225,8 +224,7 @@ int Topo(int want_local, int want_cross) {
 
 // pause_ms < 0: the default 20 ms, no per-step lines; steps <= 0: until a
 // failure or 60 s.
-int Loop(const std::string& outdir, int pause_ms, int steps, size_t floats,
-         const std::atomic<double>& first_error) {
+int Loop(const std::string& outdir, int pause_ms, int steps, const std::atomic<double>& first_error) {
   // The library's log (stderr) to OUTDIR/rank-R.log: a cut-off host's output
   // never reaches the launcher.
   const std::string log = outdir + "/rank-" + std::to_string(g_rank) + ".log";
@@ -244,7 +242,7 @@ int Loop(const std::string& outdir, int pause_ms, int steps, size_t floats,
       return ok ? 0 : 1;
     }
     const double submitted = WallNow();
-    std::vector<float> v(floats, static_cast<float>(g_rank + 1));
+    std::vector<float> v(4096, static_cast<float>(g_rank + 1));
     int64_t shape[1] = {static_cast<int64_t>(v.size())};
     hvd_tensor_t t = {v.data(), HVD_FLOAT32, 1, shape, HVD_DEVICE_CPU, nullptr};
     const std::string name = "probe.loop." + std::to_string(step);
@@ -287,9 +285,9 @@ int Loop(const std::string& outdir, int pause_ms, int steps, size_t floats,
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "topo" && argc == 4) || (mode == "loop" && argc >= 3 && argc <= 6))) {
+  if (!((mode == "topo" && argc == 4) || (mode == "loop" && argc >= 3 && argc <= 5))) {
     std::fprintf(stderr,
-                 "usage: cluster_probe topo LOCAL_SIZE CROSS_SIZE | loop OUTDIR [PAUSE_MS [STEPS [FLOATS]]]\n");
+                 "usage: cluster_probe topo LOCAL_SIZE CROSS_SIZE | loop OUTDIR [PAUSE_MS [STEPS]]\n");
     return 2;
   }
   static std::atomic<double> first_error{0};
@@ -307,7 +305,6 @@ int main(int argc, char** argv) {
   }
   hvd_rank(&g_rank);
   if (mode == "topo") return Topo(std::atoi(argv[2]), std::atoi(argv[3]));
-  const long floats = argc > 5 ? std::atol(argv[5]) : 4096;
   return Loop(argv[2], argc > 3 ? std::atoi(argv[3]) : -1, argc > 4 ? std::atoi(argv[4]) : 0,
-              static_cast<size_t>(floats > 0 ? floats : 4096), first_error);
+              first_error);
 }

@@ -25,12 +25,7 @@
 #                cut off: every rank fails within the peer timeout + 1 s of
 #                the cut, the ranks on hvd-h1 naming a rank on hvd-h2, those
 #                on hvd-h2 a rank on hvd-h1.
-#     transfer   64 MiB allreduces back to back; 0.2 s after every rank has
-#                done step 1, hvd-h2 is cut off inside a transfer (at least
-#                one rank's error must come from the data path, not the
-#                negotiation): the same bounds and names as cut (a silence
-#                by progress: no message with the peer completes).
-#     kill       the 16 KiB loop; every process of hvd-h2 is SIGKILLed at once
+#     kill       the same loop; every process of hvd-h2 is SIGKILLed at once
 #                (cluster.sh kill-host, as a power loss: its link stays up):
 #                both ranks of hvd-h1 fail within 1 s, naming a rank on
 #                hvd-h2 (rank 1 too, whose only cross-host peer is rank 0's
@@ -171,46 +166,33 @@ finish_job() {
   echo "$case_name: passed at $(elapsed) s"
 }
 
-# fault_case NAME MODE HOSTS FAULT HOST LIMIT "R:HOST:OTHER ...": starts the
-# loop on HOSTS, MODE busy (16 KiB every 20 ms; the fault once every rank is
-# up), idle (every 5 s; the fault once every rank has done step 2) or
-# transfer (64 MiB back to back; the fault 0.2 s after every rank has done
-# step 1,
-# and at least one rank must have been inside the allreduce's data transfer,
-# not its negotiation), applies FAULT (partition | kill-host) to HOST, and
-# checks each listed rank against LIMIT.
+# fault_case NAME HOSTS FAULT HOST LIMIT "R:HOST:OTHER ..." [PAUSE_MS STEPS]:
+# starts the loop on HOSTS, waits until every rank is up (or, with PAUSE_MS,
+# has done step 2), applies FAULT (partition | kill-host) to HOST, checks
+# each listed rank against LIMIT.
 fault_case() {
   case_name=$1
   if [ -n "${CASES:-}" ] && [[ " $CASES " != *" $1 "* ]]; then return 0; fi
-  local mode=$2 hosts=$3 fault=$4 host=$5 limit=$6 checks=$7 n spec
+  local hosts=$2 fault=$3 host=$4 limit=$5 checks=$6 pause=${7:-} n spec
   n=$(echo "$hosts" | tr , '\n' | awk -F: '{ n += $2 } END { print n }')
   [ "$fault" = partition ] && what="cut" || what="kill"
-  case "$mode" in
-    idle)
-      start_job "$case_name" "$hosts" 5000 100
-      await_lines "^probe rank [0-9]+: step 2 done$" "$n" "not every rank did step 2 (idle 5 s between steps)"
-      sleep 0.3 ;;
-    transfer)
-      start_job "$case_name" "$hosts" 0 0 $((16 << 20))
-      await_lines "^probe rank [0-9]+: step 1 done$" "$n" "not every rank did step 1 (64 MiB)"
-      sleep 0.2 ;;
-    *)
-      start_job "$case_name" "$hosts"
-      await_lines "^probe rank [0-9]+: up$" "$n" "the job did not come up"
-      sleep 0.5 ;;
-  esac
+  if [ -n "$pause" ]; then
+    start_job "$case_name" "$hosts" "$pause" 100
+    await_lines "^probe rank [0-9]+: step 2 done$" "$n" "not every rank did step 2 (idle ${pause} ms between steps)"
+    sleep 0.3
+  else
+    start_job "$case_name" "$hosts"
+    await_lines "^probe rank [0-9]+: up$" "$n" "the job did not come up"
+    sleep 0.5
+  fi
   event=$(now)
   "$cluster" "$fault" "$host"
   [ "$fault" = partition ] && cut_host=$host
   echo "$case_name: $host ${what} at $(elapsed) s"
-  local in_transfer=0
   for spec in $checks; do
     IFS=: read -r r rhost other <<<"$spec"
-    check_rank "$r" "$rhost" "$other" "$limit" "$([ "$mode" = idle ] && echo by_submit)"
-    grep -q "negotiation" "$ranks/rank-$r.txt" || in_transfer=1
+    check_rank "$r" "$rhost" "$other" "$limit" ${pause:+by_submit}
   done
-  [ "$mode" != transfer ] || [ $in_transfer -eq 1 ] ||
-    fail "$case_name: every rank failed in the negotiation: the $what came between transfers"
   finish_job
 }
 
@@ -218,19 +200,17 @@ bound_cut=$((peer + 1))
 case "$group" in
   fault_2x2)
     up 2
-    fault_case idle idle hvd-h1:2,hvd-h2:2 partition h2 $bound_cut \
+    fault_case idle hvd-h1:2,hvd-h2:2 partition h2 $bound_cut \
       "0:hvd-h1:hvd-h2 1:hvd-h1:hvd-h2 2:hvd-h2:hvd-h1 3:hvd-h2:hvd-h1" 5000
-    fault_case cut busy hvd-h1:2,hvd-h2:2 partition h2 $bound_cut \
+    fault_case cut hvd-h1:2,hvd-h2:2 partition h2 $bound_cut \
       "0:hvd-h1:hvd-h2 1:hvd-h1:hvd-h2 2:hvd-h2:hvd-h1 3:hvd-h2:hvd-h1"
-    fault_case transfer transfer hvd-h1:2,hvd-h2:2 partition h2 $bound_cut \
-      "0:hvd-h1:hvd-h2 1:hvd-h1:hvd-h2 2:hvd-h2:hvd-h1 3:hvd-h2:hvd-h1"
-    fault_case kill busy hvd-h1:2,hvd-h2:2 kill-host h2 1 "0:hvd-h1:hvd-h2 1:hvd-h1:hvd-h2"
+    fault_case kill hvd-h1:2,hvd-h2:2 kill-host h2 1 "0:hvd-h1:hvd-h2 1:hvd-h1:hvd-h2"
     ;;
   fault_4x1)
     up 4
-    fault_case cut4 busy hvd-h1:1,hvd-h2:1,hvd-h3:1,hvd-h4:1 partition h3 $bound_cut \
+    fault_case cut4 hvd-h1:1,hvd-h2:1,hvd-h3:1,hvd-h4:1 partition h3 $bound_cut \
       "0:hvd-h1:hvd-h3 1:hvd-h2:hvd-h3 2:hvd-h3:hvd-h[124] 3:hvd-h4:hvd-h3"
-    fault_case kill4 busy hvd-h1:1,hvd-h2:1,hvd-h3:1,hvd-h4:1 kill-host h4 1 \
+    fault_case kill4 hvd-h1:1,hvd-h2:1,hvd-h3:1,hvd-h4:1 kill-host h4 1 \
       "0:hvd-h1:hvd-h4 1:hvd-h2:hvd-h4 2:hvd-h3:hvd-h4"
     ;;
   *) fail "unknown group '$group' (fault_2x2, fault_4x1)" ;;
