@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Faults of whole hosts on the simulated cluster (cluster.sh in this folder),
-# with the default transport (Gloo) and a short peer timeout: each case runs
+# with Gloo (named: across hosts the default is UCX where every rank loads
+# it) and a short peer timeout: each case runs
 # `cluster_probe loop` under hvdrun (hvdrun on hvd-h1, the other hosts' ranks
 # over ssh; the ranks ignore SIGTERM and the grace period is long, so what
 # each rank reports is its own detection, not the launcher stopping it) and
@@ -83,7 +84,7 @@ start_job() {
   shift 2
   out="$work/$name.out" ranks="$work/$name"
   mkdir -p "$ranks"
-  HVD_PEER_TIMEOUT=$peer timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" -H "$hosts" \
+  HVD_PEER_TIMEOUT=$peer timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" --transport gloo -H "$hosts" \
     --start-timeout 30 --gloo-timeout-seconds $transport --grace-period 60 \
     "$PROBE" loop "$ranks" "$@" >"$out" 2>&1 &
   job=$!
