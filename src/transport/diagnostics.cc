@@ -117,19 +117,33 @@ Status Transport::ShmFailure(shm::Segment& seg, const char* what, const Status& 
   std::string msg = e.message();
   const std::vector<int>& missing = seg.missing();  // a timeout's
   if (e.code() == HVD_ERR_TIMEOUT && !missing.empty()) {
+    // Under the peer timeout, a missing rank blocked itself (on a rank of
+    // another host, cut off or stopped) is not the cause: the rank at the
+    // end of its chain is, and comes first where no missing rank is silent
+    // of its own ("rank 1 (host a) is itself blocked: rank 3 (host b) has
+    // not answered it for 3.0 s ...").
     std::string who, chain;
+    int silent = 0;
     for (int r : missing) {
       const int pr = members != nullptr ? (*members)[static_cast<size_t>(r)] : r;
-      who += (who.empty() ? "" : ", ") + Who(pr);
-      chain += BlockedChain(pr);
+      const std::string behind = BlockedChain(pr);
+      if (!peer_limit_ || behind.empty()) {
+        who += (who.empty() ? "" : ", ") + Who(pr);
+        ++silent;
+      }
+      chain += behind;
     }
     if (peer_limit_) {
       char secs[32];
       std::snprintf(secs, sizeof(secs), "%g", seg.timeout());
-      msg = std::string(what) + " (shm): " + who + (missing.size() == 1 ? " has" : " have") +
-            " not answered for " + secs + " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
+      const std::string why = " (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)";
+      msg = std::string(what) + " (shm): " +
+            (silent > 0 ? who + (silent == 1 ? " has" : " have") + " not answered for " + secs + " s" +
+                              why + chain
+                        : chain.substr(2) + why);
+    } else {
+      msg += chain;
     }
-    msg += chain;
   }
   Status st = Error(e.code(), std::string(name_) + " " + what + " failed: " + msg);
   Broke(st);

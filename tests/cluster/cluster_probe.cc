@@ -19,13 +19,23 @@
 //     Prints "probe rank R: host H local L/LS cross C/CS shm files K: ok" and
 //     exits 0, or prints each failure and exits 1.
 //
-//   cluster_probe loop OUTDIR
-//     Allreduces (checked exactly) every 20 ms until one fails or 60 s pass.
-//     Prints "probe rank R: up" after the first. On a failure it writes
+//   cluster_probe loop OUTDIR [PAUSE_MS [STEPS]]
+//     Allreduces (checked exactly) every PAUSE_MS (default 20) ms until one
+//     fails or 60 s pass; with STEPS, until STEPS have completed (then shuts
+//     down, prints "probe rank R: STEPS steps ok" and exits 0). Prints
+//     "probe rank R: up" after the first, and with PAUSE_MS given
+//     "probe rank R: step N done" after each. On a failure it writes
 //       rank R (host H): failed after S s with <status>: <error>
 //     (S: seconds since its last completed allreduce) to OUTDIR/rank-R.txt
-//     and stdout, appends "shutdown took T s" once hvd_shutdown returns, and
-//     exits 4; exits 1 if nothing failed within 60 s. Its stderr (the
+//     and stdout, "FAILED_AT SUBMITTED_AT" (the wall clock, in seconds since
+//     the epoch, when the failed allreduce returned and when it was
+//     submitted: the hosts share this machine's clock, so a test measures
+//     from the fault) and DETECTED_AT (when the library logged its first
+//     error, 0 if it logged none: a rank idle between steps learns of a
+//     fault in its background negotiation, before its next allreduce) to
+//     OUTDIR/rank-R.time, appends "shutdown took T s" to
+//     rank-R.txt once hvd_shutdown returns, and exits 4; exits 1 if nothing
+//     failed within 60 s. Its stderr (the
 //     library's log) goes to OUTDIR/rank-R.log. SIGPIPE is ignored (the
 //     output of a cut-off host's rank goes nowhere); SIGTERM too, so
 //     that what each rank reports is its own detection, not the launcher
@@ -34,6 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -53,6 +64,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double WallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// loop's log sink: each line to stderr with its wall-clock time; the time of
+// the first error kept in *user (a std::atomic<double>).
+void LogWithTime(int level, const char* msg, void* user) {
+  const double now = WallNow();
+  auto* first_error = static_cast<std::atomic<double>*>(user);
+  double none = 0;
+  if (level == HVD_LOG_ERROR) first_error->compare_exchange_strong(none, now);
+  std::fprintf(stderr, "[%.3f] %s\n", now, msg);
+}
 
 int g_rank = -1;
 int g_failures = 0;
@@ -197,7 +222,9 @@ int Topo(int want_local, int want_cross) {
   return g_failures == 0 ? 0 : 1;
 }
 
-int Loop(const std::string& outdir) {
+// pause_ms < 0: the default 20 ms, no per-step lines; steps <= 0: until a
+// failure or 60 s.
+int Loop(const std::string& outdir, int pause_ms, int steps, const std::atomic<double>& first_error) {
   // The library's log (stderr) to OUTDIR/rank-R.log: a cut-off host's output
   // never reaches the launcher.
   const std::string log = outdir + "/rank-" + std::to_string(g_rank) + ".log";
@@ -209,6 +236,12 @@ int Loop(const std::string& outdir) {
   const auto start = Clock::now();
   auto last_ok = start;
   for (int step = 0; Since(start) < 60; ++step) {
+    if (steps > 0 && step == steps) {
+      const bool ok = hvd_shutdown() == HVD_OK;
+      std::printf("probe rank %d: %d steps ok%s\n", g_rank, steps, ok ? "" : ", shutdown failed");
+      return ok ? 0 : 1;
+    }
+    const double submitted = WallNow();
     std::vector<float> v(4096, static_cast<float>(g_rank + 1));
     int64_t shape[1] = {static_cast<int64_t>(v.size())};
     hvd_tensor_t t = {v.data(), HVD_FLOAT32, 1, shape, HVD_DEVICE_CPU, nullptr};
@@ -221,6 +254,9 @@ int Loop(const std::string& outdir) {
       // The file first: on a cut-off host stdout may be a dead ssh channel.
       const std::string path = outdir + "/rank-" + std::to_string(g_rank) + ".txt";
       { std::ofstream(path.c_str()) << line; }
+      char when[96];
+      std::snprintf(when, sizeof(when), "%.3f %.3f %.3f\n", WallNow(), submitted, first_error.load());
+      { std::ofstream(outdir + "/rank-" + std::to_string(g_rank) + ".time") << when; }
       std::fputs(line, stdout);
       std::fflush(stdout);
       const auto t0 = Clock::now();
@@ -235,12 +271,11 @@ int Loop(const std::string& outdir) {
         return 1;
       }
     }
-    if (step == 0) {
-      std::printf("probe rank %d: up\n", g_rank);
-      std::fflush(stdout);
-    }
+    if (step == 0) std::printf("probe rank %d: up\n", g_rank);
+    if (pause_ms >= 0) std::printf("probe rank %d: step %d done\n", g_rank, step);
+    std::fflush(stdout);
     last_ok = Clock::now();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms >= 0 ? pause_ms : 20));
   }
   std::printf("probe rank %d: no failure within 60 s\n", g_rank);
   return 1;
@@ -250,19 +285,26 @@ int Loop(const std::string& outdir) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "topo" && argc == 4) || (mode == "loop" && argc == 3))) {
-    std::fprintf(stderr, "usage: cluster_probe topo LOCAL_SIZE CROSS_SIZE | loop OUTDIR\n");
+  if (!((mode == "topo" && argc == 4) || (mode == "loop" && argc >= 3 && argc <= 5))) {
+    std::fprintf(stderr,
+                 "usage: cluster_probe topo LOCAL_SIZE CROSS_SIZE | loop OUTDIR [PAUSE_MS [STEPS]]\n");
     return 2;
   }
+  static std::atomic<double> first_error{0};
+  hvd_params_t params = HVD_PARAMS_INIT;
   if (mode == "loop") {
     signal(SIGTERM, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);  // output to a dead ssh channel must not end it
+    params.mask = HVD_PARAM_LOG_FN;
+    params.log_fn = LogWithTime;
+    params.log_user = &first_error;
   }
-  if (hvd_init(nullptr) != HVD_OK) {
+  if (hvd_init(&params) != HVD_OK) {
     std::printf("probe: hvd_init failed: %s\n", hvd_last_error());
     return 2;
   }
   hvd_rank(&g_rank);
   if (mode == "topo") return Topo(std::atoi(argv[2]), std::atoi(argv[3]));
-  return Loop(argv[2]);
+  return Loop(argv[2], argc > 3 ? std::atoi(argv[3]) : -1, argc > 4 ? std::atoi(argv[4]) : 0,
+              first_error);
 }

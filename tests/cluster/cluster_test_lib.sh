@@ -1,5 +1,5 @@
 # Shared by the cluster test scripts (test_cluster.sh, test_elastic_cluster.sh,
-# test_k8s_cluster.sh, test_repro_cluster.sh):
+# test_k8s_cluster.sh, test_repro_cluster.sh, test_fault_cluster.sh):
 # sourced once they have set cluster (cluster.sh's path), HVDC_ID, HVDC_DIR,
 # work (their scratch folder) and T0 (their start time), and defined fail().
 
@@ -82,4 +82,14 @@ no_leftovers() {
     done
   done
   echo "no process of the job left on any host"
+}
+
+# end_test RC: a test's last step (its EXIT trap's): the cluster down, the
+# work folder removed, the time taken shown; exits RC (1 if down failed).
+end_test() {
+  local rc=$1
+  cluster_down_checked || rc=1
+  rm -rf "$work"
+  echo "($(elapsed) s in all)"
+  exit "$rc"
 }

@@ -215,6 +215,10 @@ struct Watch {
   int found_peer = -1;
   int found_status = HVD_OK;
   std::string found_text;
+  // Whether the store answers, asked while a wait goes silent (Round): a
+  // rank cut off from the store skips it in the silence's verdict (Settle)
+  // instead of waiting the store client's reply margin there.
+  hvd::kit::StoreProbe store_probe;
 };
 
 struct Comm : hvd::kit::CommBase {
@@ -300,7 +304,7 @@ std::string PeerFailure(const Comm& c, const Request& r, const std::string& what
 std::string MeshFailure(const Comm& c, const Kv& store, const std::string& what);
 void NoteInitFailure(const Kv& store, int rank, const std::string& msg);
 std::string InitFailureNote(const Comm& c);
-int Break(Comm& c, int status, const std::string& msg);
+int Break(Comm& c, int status, const std::string& msg, bool note = true);
 int Abort(void* comm, int status, const char* reason) noexcept;
 int Settle(Comm& c);
 

@@ -138,12 +138,13 @@ std::string InitFailureNote(const Comm& c) {
 }
 
 // A failure of this call that breaks the communicator; returns the first.
-// Loop thread only (it writes this rank's note to the store). Every peer
-// is told (SendAborts) before the connections close.
-int Break(Comm& c, int status, const std::string& msg) {
+// Loop thread only (it writes this rank's note to the store, unless `note`
+// is false: the store is out of reach). Every peer is told (SendAborts)
+// before the connections close.
+int Break(Comm& c, int status, const std::string& msg, bool note) {
   if (c.Fail(status, msg)) {
     c.Log(HVD_LOG_ERROR, msg);
-    hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
+    if (note) hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
     SendAborts(c, status, msg);
     c.Close();
   }
@@ -188,6 +189,28 @@ std::string PeerAborted(const Comm& c, int p, const std::string& message, int* s
 
 }  // namespace
 
+namespace {
+
+// Whether rank p runs on this rank's host (the core's host table).
+bool SameHost(const Comm& c, int p) {
+  const size_t n = c.hosts.size();
+  return p >= 0 && static_cast<size_t>(p) < n && static_cast<size_t>(c.rank) < n &&
+         !c.hosts[static_cast<size_t>(p)].empty() &&
+         c.hosts[static_cast<size_t>(p)] == c.hosts[static_cast<size_t>(c.rank)];
+}
+
+// Peer p's abort message, waited for up to `secs` (looked for every 10 ms).
+bool AwaitAbort(const Comm& c, int p, double secs, std::string* text) {
+  const Clock::time_point deadline = After(secs);
+  for (;;) {
+    if (AbortFrom(c, p, text)) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(Millis(10));
+  }
+}
+
+}  // namespace
+
 // What the watch found, as this rank's failure (it breaks the
 // communicator); the first failure's status, HVD_OK if nothing. Loop thread.
 int Settle(Comm& c) {
@@ -212,12 +235,26 @@ int Settle(Comm& c) {
     r.peer = peer;
     msg = PeerFailure(c, r, text, &status);
   } else {
-    constexpr double kChainS = 0.5;  // the ranks blocked behind the same stop time out together
+    // The ranks blocked behind the same stop time out together: their notes
+    // name the stopped rank (SilentCause). A rank cut off from the store
+    // (its watch's probe found no answer) notes nothing (the store would
+    // hold it for the client's reply margin); a silent peer of its own host
+    // is no cut link's victim, but likely blocked on a rank beyond it, and
+    // says so within moments (its abort message); else the peer is named.
+    constexpr double kChainS = 0.5;
     std::string via;
     const double secs = c.peer_s.load();
-    const int cause = hvd::kit::SilentCause(c.store, c.hosts, c.rank, c.size, peer, kChainS, &via);
+    const bool store = c.watch->store_probe.Reachable(kChainS);
+    std::string aborted;
+    if (!store && SameHost(c, peer) && AwaitAbort(c, peer, kChainS, &aborted)) {
+      msg = PeerAborted(c, peer, aborted, &status);
+      return Break(c, status, msg, false);
+    }
+    const int cause =
+        store ? hvd::kit::SilentCause(c.store, c.hosts, c.rank, c.size, peer, kChainS, &via, true)
+              : peer;
     msg = hvd::kit::SilentMessage("gloo", c.hosts, cause, secs, via);
-    status = HVD_ERR_TIMEOUT;
+    return Break(c, HVD_ERR_TIMEOUT, msg, store);
   }
   return Break(c, status, msg);
 }

@@ -10,6 +10,13 @@ namespace {
 // it, then its abort message).
 constexpr Millis kWatchPeriod(50);
 
+// A wait silent for this long, or for the peer timeout less kProbeLeadS
+// (the store client's short reply margin, 2 s, and some), whichever is
+// later, starts a look at whether the store answers (Watch::store_probe),
+// so the answer is there when the peer timeout passes.
+constexpr double kProbeAfterS = 0.5;
+constexpr double kProbeLeadS = 2.5;
+
 // Peer j's abort receive: kAborted (a message came; *what is it), kClosed
 // (Gloo failed the pair; *what says why) or kNothing. The wait is cut short
 // before it starts (abortWaitRecv), so it only looks: it returns at once,
@@ -66,8 +73,12 @@ void Round(Comm& c) {
     }
   }
   const double peer_s = c.peer_s.load();
+  const double silent_s = peer >= 0 ? w.progress.SilentFor(peer, since) : 0;
   if (found == Watch::kNothing && peer >= 0 && peer_s > 0 &&
-      w.progress.SilentFor(peer, since) > peer_s) {
+      silent_s > std::max(kProbeAfterS, peer_s - kProbeLeadS)) {
+    w.store_probe.Start(c.store);
+  }
+  if (found == Watch::kNothing && peer >= 0 && peer_s > 0 && silent_s > peer_s) {
     found = Watch::kSilent;
     who = peer;
   }
@@ -145,6 +156,7 @@ void StopWatch(Comm& c) noexcept {
   }
   c.watch->cv.notify_all();
   c.watch->thread.join();
+  c.watch->store_probe.Join();  // the store goes with finalize
 }
 
 // The loop thread waits on a request with `r`'s peer from now on (nullptr:
@@ -164,7 +176,7 @@ void Waiting(Comm& c, const Request* r) {
 // Tells every peer why this rank's communicator broke ("<status> <msg>" on
 // the control slot), once, before its connections close: a peer whose
 // requests wait on other pairs learns it at its watch's next look. Waits
-// up to 0.2 s for the messages to be written.
+// up to 0.2 s for the messages to be written (not for a peer found silent).
 void SendAborts(Comm& c, int status, const std::string& msg) noexcept {
   if (!c.watch || c.closed.load() || c.watch->sent.exchange(true)) return;
   Watch& w = *c.watch;
@@ -173,18 +185,26 @@ void SendAborts(Comm& c, int status, const std::string& msg) noexcept {
     w.out.assign(Watch::kBytes, 0);
     std::memcpy(w.out.data(), text.data(), std::min(text.size(), Watch::kBytes - 2));
     w.out.back() = Watch::kMagic;
+    // A peer found silent takes no message: its send is not waited for.
+    int silent = -1;
+    {
+      std::lock_guard<std::mutex> lock(c.failure.mu);
+      if (w.found == Watch::kSilent) silent = w.found_peer;
+    }
+    std::vector<gloo::transport::UnboundBuffer*> awaited;
     for (int j = 0; j < c.size; ++j) {
       if (j == c.rank) continue;
       try {
         auto ub = c.ctx->createUnboundBuffer(w.out.data(), w.out.size());
         ub->send(j, kControlSlot, 0, w.out.size());
+        if (j != silent) awaited.push_back(ub.get());
         w.sends.push_back(std::move(ub));
       } catch (const std::exception&) {
         // That pair has failed: the peer sees its closing.
       }
     }
     const Clock::time_point deadline = Clock::now() + Millis(200);
-    for (auto& ub : w.sends) {
+    for (auto* ub : awaited) {
       const Millis left(std::max<int64_t>(
           1, std::chrono::duration_cast<Millis>(deadline - Clock::now()).count()));
       try {

@@ -52,12 +52,13 @@ class Progress {
 // other ranks' notes from `peer` for at most `secs` in all, to the first
 // rank that noted nothing (stopped, or cut off). *via: the ranks passed on
 // the way ("rank 3 (host h) waits on it"), empty if `peer` is the cause.
-// Loop thread only (the store).
+// `answers`: the store answered a probe just now (StoreProbe), so it is
+// not asked again. Loop thread only (the store).
 inline int SilentCause(const StoreCalls& store, const std::vector<std::string>& hosts, int rank,
-                       int size, int peer, double secs, std::string* via) {
+                       int size, int peer, double secs, std::string* via, bool answers = false) {
   via->clear();
   if (!store.Usable() || size <= 2) return peer;
-  if (!StoreAnswers(store)) return peer;  // cut off from it: the silent peer is all we know
+  if (!answers && !StoreAnswers(store)) return peer;  // cut off from it: the silent peer is all we know
   const std::string me = std::to_string(peer);
   (void)store.set(store.kv, ("waits/" + std::to_string(rank)).c_str(), me.data(), me.size());
   const Clock::time_point deadline = After(secs);

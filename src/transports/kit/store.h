@@ -5,10 +5,13 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hvd.h"
@@ -142,6 +145,69 @@ inline bool StoreAnswers(const StoreCalls& store) {
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= kReachableS;
 }
+
+// StoreAnswers on a thread of its own, so that its caller bounds its wait:
+// a rank cut off from the store learns it only after the store client's
+// reply margin (about 2 s), longer than the silence path may take. A watch
+// starts it while a wait is going silent (Start), well before the peer
+// timeout; the silence's verdict then reads the answer (Reachable) and
+// leaves the store alone where it is out of reach (or has not answered).
+// Start, Reachable and Join from any threads; Join (also the destructor)
+// waits for a probe under way, so the store outlives it.
+class StoreProbe {
+ public:
+  StoreProbe() = default;
+  StoreProbe(const StoreProbe&) = delete;
+  StoreProbe& operator=(const StoreProbe&) = delete;
+  ~StoreProbe() { Join(); }
+
+  // Begins a probe unless one runs or one answered within kFreshS. No-op
+  // without a store, and after Join.
+  void Start(const StoreCalls& store) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_ || joined_ || store.get == nullptr || store.free == nullptr) return;
+    if (answered_ && Clock::now() - answered_at_ < std::chrono::duration<double>(kFreshS)) return;
+    if (thread_.joinable()) thread_.join();  // a finished probe's thread
+    running_ = true;
+    try {
+      thread_ = std::thread([this, store] {
+        const bool ok = StoreAnswers(store);
+        std::lock_guard<std::mutex> done(mu_);
+        reachable_ = ok;
+        answered_ = true;
+        answered_at_ = Clock::now();
+        running_ = false;
+        cv_.notify_all();
+      });
+    } catch (const std::exception&) {
+      running_ = false;  // no thread: no answer, the store is left alone
+    }
+  }
+  // Whether the store answered the latest probe at once, waiting up to
+  // wait_s for a probe under way; false where none answered in time.
+  bool Reachable(double wait_s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(wait_s), [this] { return !running_; });
+    return !running_ && answered_ && reachable_;
+  }
+  void Join() {
+    std::thread t;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      joined_ = true;
+      t = std::move(thread_);
+    }
+    if (t.joinable()) t.join();
+  }
+
+ private:
+  static constexpr double kFreshS = 5.0;  // an answer this recent stands
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  bool running_ = false, answered_ = false, reachable_ = false, joined_ = false;
+  Clock::time_point answered_at_{};
+};
 
 inline void NoteBroken(const StoreCalls& store, int rank, int size, const std::string& msg) {
   if (store.set == nullptr || size <= 1 || !StoreAnswers(store)) return;
