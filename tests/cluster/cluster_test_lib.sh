@@ -83,13 +83,3 @@ no_leftovers() {
   done
   echo "no process of the job left on any host"
 }
-
-# end_test RC: a test's last step (its EXIT trap's): the cluster down, the
-# work folder removed, the time taken shown; exits RC (1 if down failed).
-end_test() {
-  local rc=$1
-  cluster_down_checked || rc=1
-  rm -rf "$work"
-  echo "($(elapsed) s in all)"
-  exit "$rc"
-}
