@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Faults of whole hosts on the simulated cluster (cluster.sh in this folder),
 # with Gloo (named: across hosts the default is UCX where every rank loads
-# it) and a short peer timeout: each case runs
+# it), or UCX for a GROUP ending in _ucx, and a short peer timeout: each case runs
 # `cluster_probe loop` under hvdrun (hvdrun on hvd-h1, the other hosts' ranks
 # over ssh; the ranks ignore SIGTERM and the grace period is long, so what
 # each rank reports is its own detection, not the launcher stopping it) and
@@ -71,6 +71,10 @@ trap 'exit 130' INT TERM
 reap_stale_clusters
 
 peer=3          # HVD_PEER_TIMEOUT: short, well above a loaded machine's pauses
+# The transport: gloo, or ucx (GROUP_ucx; the default across hosts where
+# every rank loads UCX).
+xport=gloo
+case "$group" in *_ucx) xport=ucx; group=${group%_ucx} ;; esac
 transport=30    # the transport timeout stays at its default: the peer timeout must catch it
 now() { date +%s.%N; }
 diff_s() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
@@ -84,7 +88,7 @@ start_job() {
   shift 2
   out="$work/$name.out" ranks="$work/$name"
   mkdir -p "$ranks"
-  HVD_PEER_TIMEOUT=$peer timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" --transport gloo -H "$hosts" \
+  HVD_PEER_TIMEOUT=$peer timeout -k 5 100 "$cluster" exec h1 "$HVDRUN" --transport "$xport" -H "$hosts" \
     --start-timeout 30 --gloo-timeout-seconds $transport --grace-period 60 \
     "$PROBE" loop "$ranks" "$@" >"$out" 2>&1 &
   job=$!
@@ -124,11 +128,12 @@ check_rank() {
   err=${line#*: failed after * s with }
   err=${err#*: }
   # The ranks it blames: a rank named with the failure it saw ("rank 2
-  # (host h, addr): Read error: ...", "rank 2 (host h) has not answered"),
+  # (host h, addr): Read error: ...", UCX's "rank 2 (host h): connection
+  # lost (...)", "rank 2 (host h) has not answered"),
   # not one that passed the news on ("rank 0 (host h) broke the
   # communicator: ...", "(as rank 2 (host h) reported)"): all on the other
   # side, and at least one.
-  named=$(echo "$err" | grep -oE "rank [0-9]+ \(host [a-z0-9-]+[^)]*\)(: [A-Z]| has not answered)" |
+  named=$(echo "$err" | grep -oE "rank [0-9]+ \(host [a-z0-9-]+[^)]*\)(: [A-Z]|: connection lost| has not answered)" |
           grep -oE "^rank [0-9]+ \(host [a-z0-9-]+" | sort -u || true)
   [ -n "$named" ] || fail "$case_name: rank $r's error blames no rank: $err"
   if echo "$named" | grep -vqE "^rank [0-9]+ \(host ($other)$"; then

@@ -507,6 +507,7 @@ int Setup(const Settings& s, CommPtr* out, std::string* msg) {
 void Finalize(void* comm) noexcept {
   Comm* c = static_cast<Comm*>(comm);
   if (c == nullptr) return;
+  c->store_probe.Join();  // the store goes with finalize
   try {
     if (c->worker != nullptr) {
       if (c->pending.head != nullptr || c->failure.status.load() != HVD_OK) {

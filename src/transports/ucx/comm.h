@@ -146,6 +146,10 @@ struct Comm : hvd::kit::CommBase {
   std::vector<void*> closing;
   std::unique_ptr<PeerArg[]> peer_args;
   bool settled = false;                    // the loop thread has acted on the failure (Settle)
+  // A look at whether the store answers, started while a wait goes silent
+  // (p2p.cc, Wait); a rank cut off from it leaves it alone (store_cut).
+  hvd::kit::StoreProbe store_probe;
+  bool store_cut = false;                  // loop thread: no note to or from the store
   hvd::kit::PendingList<Request> pending;  // loop thread only
 
   // Any thread, under failure.mu: where the first failure came from.

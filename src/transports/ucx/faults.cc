@@ -119,7 +119,7 @@ int Settle(Comm& c) {
       // is seen: a short wait (a peer that died notes nothing). The peer's
       // own reason is the first cause: it leads.
       constexpr double kNoteWaitS = 0.05;
-      const std::string note = hvd::kit::NoteOf(c.store, peer, kNoteWaitS);
+      const std::string note = c.store_cut ? "" : hvd::kit::NoteOf(c.store, peer, kNoteWaitS);
       std::lock_guard<std::mutex> lock(c.failure.mu);
       if (!note.empty()) c.failure.msg = note + " (as " + c.Who(peer) + " reported: " + c.failure.msg + ")";
     }
@@ -130,7 +130,7 @@ int Settle(Comm& c) {
         msg = c.failure.msg;
       }
       c.Log(HVD_LOG_ERROR, msg);
-      hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
+      if (!c.store_cut) hvd::kit::NoteBroken(c.store, c.rank, c.size, msg);
     }
     CloseEndpoints(c);
   }

@@ -126,6 +126,11 @@ int BreakUnexpected(Comm& c, const char* msg) noexcept {
 // loaded host (0.5 s left 0.3 s to spare here). The ranks further behind
 // mostly learn the cause from the neighbours' abort messages first.
 constexpr double kSilentChainS = 0.25;
+// A wait silent for the peer timeout less this (at least kProbeAfterS)
+// starts a look at whether the store answers (Comm::store_probe): a rank cut
+// off from it would otherwise learn that only after the store client's reply
+// margin (about 2 s), past the silence's bound, and then again at its note.
+constexpr double kProbeLeadS = 2.5, kProbeAfterS = 0.5;
 
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   Comm* c = static_cast<Comm*>(comm);
@@ -144,9 +149,15 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       const double silence = c->peer_s.load();
       const bool timed = silence > 0 && (secs <= 0 || silence <= secs);
       const Clock::time_point deadline = After(timed ? silence : secs);
-      const bool in_time = ProgressUntil(*c, deadline, [c, req, peer] {
+      const auto due = [c, req, peer] {
         return req->done || (peer < c->gone.size() && c->gone[peer] != 0);
-      });
+      };
+      bool in_time = false;
+      if (timed && silence > kProbeAfterS) {
+        in_time = ProgressUntil(*c, After(std::max(kProbeAfterS, silence - kProbeLeadS)), due);
+        if (!in_time) c->store_probe.Start(c->store);
+      }
+      if (!in_time) in_time = ProgressUntil(*c, deadline, due);
       if (!req->done && peer < c->gone.size() && c->gone[peer] != 0) {
         // The peer left, but what it sent before its goodbye may still sit
         // in UCX's queues: what is due now completes within this progress.
@@ -156,8 +167,11 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
       status = Conclusion(*c, req);
       if (status == HVD_IN_PROGRESS && !in_time && timed) {  // silent: name the cause
         std::string via;
-        const int cause = hvd::kit::SilentCause(c->store, c->hosts, c->rank, c->size, req->peer,
-                                                kSilentChainS, &via);
+        const bool store = c->store_probe.Reachable(kSilentChainS);
+        c->store_cut = !store;
+        const int cause = store ? hvd::kit::SilentCause(c->store, c->hosts, c->rank, c->size,
+                                                        req->peer, kSilentChainS, &via, true)
+                                : req->peer;
         // (no lost peer: a silent rank leaves no note in the store to wait for)
         status = Break(*c, HVD_ERR_TIMEOUT,
                        hvd::kit::SilentMessage("ucx", c->hosts, cause, silence, via));
