@@ -80,6 +80,41 @@ TEST(FlightRecorder, TheRingKeepsTheLastOperationsInOrder) {
   EXPECT_EQ(snap.entries[2].error, "rank 1 died");
 }
 
+// Names of any length come back whole (a short one is kept in place, a long
+// one apart), in a slot that held the other kind before; a group's bytes
+// are all its tensors'.
+TEST(FlightRecorder, NamesAndAGroupsBytesComeBackWhole) {
+  FlightRecorder fr;
+  fr.Configure(2, "", Me(0, 2));
+  const std::string long_name(300, 'n');
+  const std::string inline_max(56, 'i'), just_over(57, 'o');
+  OpRequest group = Request("g0");
+  TensorSpec second = group.tensors.front();
+  second.name = "g1";
+  second.dtype = HVD_FLOAT64;
+  second.shape = {3};
+  group.tensors.push_back(second);
+  for (const OpRequest& r : {Request(long_name), Request(inline_max), Request(just_over),
+                             Request("short"), group}) {
+    fr.Submitted(r, -1, 0);
+  }
+  const FlightRecorder::Snapshot snap = fr.Take();
+  ASSERT_EQ(snap.entries.size(), 2u);
+  EXPECT_EQ(snap.entries[0].name, "short");  // in the slot "inline_max" had
+  EXPECT_EQ(snap.entries[0].bytes, 32u);
+  EXPECT_EQ(snap.entries[1].name, "g0");     // in the slot "just_over" had
+  EXPECT_EQ(snap.entries[1].tensors, 2u);
+  EXPECT_EQ(snap.entries[1].bytes, 32u + 24u);
+  FlightRecorder fr2;
+  fr2.Configure(4, "", Me(0, 1));
+  for (const std::string& n : {long_name, inline_max, just_over}) fr2.Submitted(Request(n), -1, 0);
+  const FlightRecorder::Snapshot s2 = fr2.Take();
+  ASSERT_EQ(s2.entries.size(), 3u);
+  EXPECT_EQ(s2.entries[0].name, long_name);
+  EXPECT_EQ(s2.entries[1].name, inline_max);
+  EXPECT_EQ(s2.entries[2].name, just_over);
+}
+
 TEST(FlightRecorder, AWantedDumpIsTakenOnce) {
   FlightRecorder fr;
   fr.Configure(4, "/tmp/x", Me(3, 4));

@@ -77,14 +77,29 @@ uint64_t FlightRecorder::Submitted(const OpRequest& req, int set_id, uint64_t se
   Record& r = ring_[(seq - 1) & mask_];
   r.seq.store(seq, std::memory_order_relaxed);
   Fields& f = r.f;
-  f.name.assign(req.tensors.front().name);  // keeps its capacity: no allocation once warm
+  // The hot path: a submit copies the name in place and counts a single
+  // tensor's elements; the rest waits for a dump (Take).
+  const TensorSpec& t = req.tensors.front();
+  const size_t n = t.name.size();
+  r.name_len = static_cast<uint32_t>(n);
+  if (n <= kInlineName) {
+    std::memcpy(r.name_in, t.name.data(), n);
+  } else {
+    r.more.assign(t.name);  // keeps its capacity: no allocation once warm
+  }
   f.tensors = req.tensors.size();
   f.type = req.type;
   f.reduce_op = req.reduce_op;
-  f.dtype = req.tensors.front().dtype;
+  f.dtype = t.dtype;
   f.set_id = set_id;
   f.set_seq = set_seq;
-  f.bytes = RequestBytes(req);
+  if (req.tensors.size() == 1) {
+    r.elements = t.NumElements();
+    f.bytes = 0;
+  } else {
+    r.elements = 0;
+    f.bytes = RequestBytes(req);
+  }
   f.submitted = Ns(req.enqueued);
   f.finished = 0;
   f.status = HVD_OK;
@@ -131,6 +146,12 @@ FlightRecorder::Snapshot FlightRecorder::Take() const {
     if (r.seq.load(std::memory_order_relaxed) != seq) continue;
     Entry e;
     static_cast<Fields&>(e) = r.f;
+    if (r.name_len <= kInlineName) {
+      e.name.assign(r.name_in, r.name_len);
+    } else {
+      e.name = r.more;
+    }
+    if (r.f.tensors == 1) e.bytes = static_cast<uint64_t>(r.elements) * DtypeSize(r.f.dtype);
     e.seq = seq;
     e.unit_bytes = r.unit_bytes.load(std::memory_order_relaxed);
     e.negotiated = r.negotiated.load(std::memory_order_relaxed);

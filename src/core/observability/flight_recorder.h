@@ -109,9 +109,18 @@ class FlightRecorder {
   static void InstallSignalHandler();
 
  private:
+  // A record's tensor name: up to kInlineName bytes in place (a submit's
+  // copy is a short memcpy), a longer one in `more`.
+  static constexpr size_t kInlineName = 56;
   struct Record {
     std::atomic<uint64_t> seq{0};
-    Fields f;
+    Fields f;  // name and bytes filled at Take (name_*, elements)
+    uint32_t name_len = 0;
+    char name_in[kInlineName];
+    std::string more;
+    // A one-tensor request's elements: its bytes are elements x the dtype's
+    // size, computed at Take (0 with f.bytes set: a group's, summed at submit).
+    int64_t elements = 0;
     // The cycle's holder's steps.
     std::atomic<int64_t> negotiated{0}, started{0};
     std::atomic<uint64_t> unit_bytes{0};
