@@ -293,18 +293,25 @@ exec sh -c "$last"
 """
 
 
-def test_hvdrun_collects_remote_records(tmp_path):
-    """hvdrun --flight-recorder DIR with every rank over (a fake) ssh: rank 1
-    dies, rank 0 fails and records on its host's disk, and hvdrun copies that
-    file into DIR once the job has failed."""
+def remote_job(tmp_path, source):
+    """A job whose every rank runs over the fake ssh: DIR for hvdrun's
+    --flight-recorder, the "remote disk", the rank script and the env."""
     rec, disk = tmp_path / "rec", tmp_path / "remote-disk"
     os.makedirs(disk)
     ssh = tmp_path / "fake_ssh"
     ssh.write_text(FAKE_SSH)
     ssh.chmod(0o755)
-    script = harness.write_script(tmp_path, REMOTE)
+    script = harness.write_script(tmp_path, source)
     env = harness.child_env({"HVD_TEST_OUT": str(tmp_path), "HVD_LAUNCHER_FORCE_SSH": "1",
                              "HVD_LAUNCHER_SSH": str(ssh), "FAKE_REMOTE_DISK": str(disk)})
+    return rec, disk, script, env
+
+
+def test_hvdrun_collects_remote_records(tmp_path):
+    """hvdrun --flight-recorder DIR with every rank over (a fake) ssh: rank 1
+    dies, rank 0 fails and records on its host's disk, and hvdrun copies that
+    file into DIR once the job has failed."""
+    rec, disk, script, env = remote_job(tmp_path, REMOTE)
     p = subprocess.run([harness.find_hvdrun(), "-np", "2", "--flight-recorder", str(rec),
                         sys.executable, script], env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, timeout=120)
@@ -337,14 +344,7 @@ def test_hvdrun_asks_remote_ranks(tmp_path):
     fake) ssh: the watcher at the other end of each rank's ssh relays hvdrun's
     request as SIGUSR1, each rank writes its record on its host's disk, and
     hvdrun copies both into DIR."""
-    rec, disk = tmp_path / "rec", tmp_path / "remote-disk"
-    os.makedirs(disk)
-    ssh = tmp_path / "fake_ssh"
-    ssh.write_text(FAKE_SSH)
-    ssh.chmod(0o755)
-    script = harness.write_script(tmp_path, IDLE)
-    env = harness.child_env({"HVD_TEST_OUT": str(tmp_path), "HVD_LAUNCHER_FORCE_SSH": "1",
-                             "HVD_LAUNCHER_SSH": str(ssh), "FAKE_REMOTE_DISK": str(disk)})
+    rec, _, script, env = remote_job(tmp_path, IDLE)
     p = subprocess.Popen([harness.find_hvdrun(), "-np", "2", "--flight-recorder", str(rec),
                           sys.executable, script], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT)
