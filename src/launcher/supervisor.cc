@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -280,6 +281,10 @@ std::vector<std::pair<std::string, std::string>> Supervisor::CommonVars(const st
   add("HOROVOD_HOSTNAME", o_.torchrun_style ? HostName() : host);
   if (!o_.transport.empty()) add("HVD_TRANSPORT", o_.transport);
   if (!o_.network_interface.empty()) add("HVD_NETWORK_INTERFACE", o_.network_interface);
+  // UCX prints its own diagnostics on stdout unless told otherwise; a rank's
+  // stdout is the program's (what a pipeline reads), so they go to stderr
+  // with hvd's own messages, unless the user chose where (UCX_LOG_FILE).
+  if (std::getenv("UCX_LOG_FILE") == nullptr) add("UCX_LOG_FILE", "stderr");
   if (!o_.timeline_filename.empty()) add("HVD_TIMELINE", o_.timeline_filename);
   if (!o_.flight_recorder.empty()) add("HVD_FLIGHT_RECORDER_DIR", o_.flight_recorder);
   if (o_.fusion_threshold_bytes) add("HVD_FUSION_THRESHOLD", std::to_string(*o_.fusion_threshold_bytes));
