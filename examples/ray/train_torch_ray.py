@@ -72,6 +72,12 @@ def train(epochs=6, batch_size=32, lr=0.02, report=False):
     counts = hvd.allreduce(torch.tensor([correct.item(), len(yt)]), op=hvd.Sum, name="test_counts")
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes()
                                      for p in model.state_dict().values())).hexdigest()
+    if report:  # Ray Train: the last report has the test accuracy and the job's layout
+        import ray.train
+
+        ray.train.report({"epoch": epochs, "test_accuracy": counts[0].item() / counts[1].item(),
+                          "size": size, "cross_size": hvd.cross_size(),
+                          "local_size": hvd.local_size()})
     hvd.shutdown()
     step_times.sort()
     return rank, size, counts[0].item() / counts[1].item(), digest, step_times[len(step_times) // 2]
@@ -101,7 +107,7 @@ def run_executor(num_workers, epochs):
         executor.shutdown()
 
 
-def run_ray_train(num_workers, epochs, storage):
+def run_ray_train(num_workers, epochs, storage, placement_strategy="PACK"):
     from ray.train import RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
@@ -112,7 +118,9 @@ def run_ray_train(num_workers, epochs, storage):
 
     trainer = DataParallelTrainer(loop, train_loop_config={"epochs": epochs},
                                   backend_config=HvdConfig(),
-                                  scaling_config=ScalingConfig(num_workers=num_workers),
+                                  scaling_config=ScalingConfig(
+                                      num_workers=num_workers,
+                                      placement_strategy=placement_strategy),
                                   run_config=RunConfig(storage_path=storage, name="hvd_digits"))
     return trainer.fit()
 

@@ -176,7 +176,7 @@ wait "${pids[@]}" || true
 pids=()
 show
 [ "$(cat "$work/job.rc" 2>/dev/null)" = 0 ] || { tail -n 40 "$work/job.out"; fail "the driver failed (exit $(cat "$work/job.rc" 2>/dev/null || echo '?'))"; }
-for c in train lost elastic; do
+for c in train ray-train lost elastic; do
   grep -q "^ray-hosts: PASS $c" "$work/job.out" || fail "no PASS line for $c"
 done
 
