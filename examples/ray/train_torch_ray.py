@@ -63,7 +63,7 @@ def train(epochs=6, batch_size=32, lr=0.02, report=False):
             F.cross_entropy(model(xs[idx]), ys[idx]).backward()
             optimizer.step()
             step_times.append(time.perf_counter() - t0)
-        if report:
+        if report and epoch + 1 < epochs:  # the last one comes with the test accuracy
             _report(hvd, model, epoch)
     model.eval()
     with torch.no_grad():
@@ -72,19 +72,18 @@ def train(epochs=6, batch_size=32, lr=0.02, report=False):
     counts = hvd.allreduce(torch.tensor([correct.item(), len(yt)]), op=hvd.Sum, name="test_counts")
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes()
                                      for p in model.state_dict().values())).hexdigest()
-    if report:  # Ray Train: the last report has the test accuracy and the job's layout
-        import ray.train
-
-        ray.train.report({"epoch": epochs, "test_accuracy": counts[0].item() / counts[1].item(),
-                          "size": size, "cross_size": hvd.cross_size(),
-                          "local_size": hvd.local_size()})
+    if report:  # Ray Train: the last epoch's report adds the test accuracy and the layout
+        _report(hvd, model, epochs - 1, {"test_accuracy": counts[0].item() / counts[1].item(),
+                                         "size": size, "cross_size": hvd.cross_size(),
+                                         "local_size": hvd.local_size()})
     hvd.shutdown()
     step_times.sort()
     return rank, size, counts[0].item() / counts[1].item(), digest, step_times[len(step_times) // 2]
 
 
-def _report(hvd, model, epoch):
-    """Ray Train: every rank reports; rank 0 attaches a checkpoint."""
+def _report(hvd, model, epoch, extra=None):
+    """Ray Train: every rank reports (the epoch, and `extra`); rank 0 attaches
+    a checkpoint."""
     import ray.train
     import torch
 
@@ -93,7 +92,7 @@ def _report(hvd, model, epoch):
         if hvd.rank() == 0:
             torch.save(model.state_dict(), os.path.join(d, "model.pt"))
             ckpt = ray.train.Checkpoint.from_directory(d)
-        ray.train.report({"epoch": epoch + 1}, checkpoint=ckpt)
+        ray.train.report(dict({"epoch": epoch + 1}, **(extra or {})), checkpoint=ckpt)
 
 
 def run_executor(num_workers, epochs):
