@@ -7,7 +7,7 @@ simulated cluster. Run on hvd-h1, connected to the head at ADDRESS:
 train: 2 workers, SPREAD: one per host (cross_size 2, local_size 1 in both),
 the main example (EXAMPLE's train) to the usual accuracy with identical
 weights; then the same example through Ray Train (HvdConfig), 2 workers
-spread over the nodes, to the usual accuracy, rank 0's checkpoint kept. Then two jobs at once, each with 2 workers (one per host) stepping
+spread over the nodes, 6 epochs to the usual accuracy, rank 0's checkpoint kept. Then two jobs at once, each with 2 workers (one per host) stepping
 allreduces until the test kills hvd-h2 (rank 1 writes WORK/<case>.ready once
 past step 5; the test writes WORK/killed_at, then kills every process of
 hvd-h2). lost: run() must raise WorkerLostError naming rank 1 and hvd-h2
@@ -121,12 +121,12 @@ def train(example, work):
     # The same example through Ray Train (HvdConfig), its 2 workers spread
     # over the two nodes; storage on the file system both hosts share.
     t0 = time.monotonic()
-    result = mod.run_ray_train(2, 3, os.path.join(work, "ray-train"), placement_strategy="SPREAD")
+    result = mod.run_ray_train(2, 6, os.path.join(work, "ray-train"), placement_strategy="SPREAD")
     m = result.metrics or {}
     say(f"ray train: {time.monotonic() - t0:.1f} s, last report {m}")
     check(result.error is None, f"Ray Train failed: {result.error}")
-    check((m.get("epoch"), m.get("size"), m.get("cross_size"), m.get("local_size")) == (3, 2, 2, 1),
-          f"not 2 ranks on 2 hosts after 3 epochs: {m}")
+    check((m.get("epoch"), m.get("size"), m.get("cross_size"), m.get("local_size")) == (6, 2, 2, 1),
+          f"not 2 ranks on 2 hosts after 6 epochs: {m}")
     check(m.get("test_accuracy", 0) > 0.7, f"test accuracy {m.get('test_accuracy')}, not above 0.7")
     with result.checkpoint.as_directory() as d:
         check(os.path.exists(os.path.join(d, "model.pt")), "rank 0's checkpoint has no model.pt")
