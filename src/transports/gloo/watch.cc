@@ -10,12 +10,6 @@ namespace {
 // it, then its abort message).
 constexpr Millis kWatchPeriod(50);
 
-// A wait silent for this long, or for the peer timeout less kProbeLeadS
-// (the store client's short reply margin, 2 s, and some), whichever is
-// later, starts a look at whether the store answers (Watch::store_probe),
-// so the answer is there when the peer timeout passes.
-constexpr double kProbeAfterS = 0.5;
-constexpr double kProbeLeadS = 2.5;
 
 // Peer j's abort receive: kAborted (a message came; *what is it), kClosed
 // (Gloo failed the pair; *what says why) or kNothing. The wait is cut short
@@ -75,7 +69,7 @@ void Round(Comm& c) {
   const double peer_s = c.peer_s.load();
   const double silent_s = peer >= 0 ? w.progress.SilentFor(peer, since) : 0;
   if (found == Watch::kNothing && peer >= 0 && peer_s > 0 &&
-      silent_s > std::max(kProbeAfterS, peer_s - kProbeLeadS)) {
+      silent_s > hvd::kit::StoreProbe::StartAfter(peer_s)) {  // a look at the store
     w.store_probe.Start(c.store);
   }
   if (found == Watch::kNothing && peer >= 0 && peer_s > 0 && silent_s > peer_s) {

@@ -4,6 +4,7 @@
 // communicator breaks.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -160,6 +161,13 @@ class StoreProbe {
   StoreProbe(const StoreProbe&) = delete;
   StoreProbe& operator=(const StoreProbe&) = delete;
   ~StoreProbe() { Join(); }
+
+  // When a wait silent for silent_s (of a peer timeout of peer_s) should
+  // start the probe: after kAfterS, and by kLeadS before the peer timeout
+  // (the store client's reply margin, 2 s, and some), so the answer is there
+  // when the timeout passes.
+  static constexpr double kAfterS = 0.5, kLeadS = 2.5;
+  static double StartAfter(double peer_s) { return std::max(kAfterS, peer_s - kLeadS); }
 
   // Begins a probe unless one runs or one answered within kFreshS. No-op
   // without a store, and after Join.

@@ -126,11 +126,6 @@ int BreakUnexpected(Comm& c, const char* msg) noexcept {
 // loaded host (0.5 s left 0.3 s to spare here). The ranks further behind
 // mostly learn the cause from the neighbours' abort messages first.
 constexpr double kSilentChainS = 0.25;
-// A wait silent for the peer timeout less this (at least kProbeAfterS)
-// starts a look at whether the store answers (Comm::store_probe): a rank cut
-// off from it would otherwise learn that only after the store client's reply
-// margin (about 2 s), past the silence's bound, and then again at its note.
-constexpr double kProbeLeadS = 2.5, kProbeAfterS = 0.5;
 
 int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
   Comm* c = static_cast<Comm*>(comm);
@@ -153,8 +148,11 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
         return req->done || (peer < c->gone.size() && c->gone[peer] != 0);
       };
       bool in_time = false;
-      if (timed && silence > kProbeAfterS) {
-        in_time = ProgressUntil(*c, After(std::max(kProbeAfterS, silence - kProbeLeadS)), due);
+      // A wait going silent starts a look at whether the store answers
+      // (Comm::store_probe): a rank cut off from it would otherwise learn
+      // that only after the store client's reply margin, past the bound.
+      if (timed && silence > hvd::kit::StoreProbe::kAfterS) {
+        in_time = ProgressUntil(*c, After(hvd::kit::StoreProbe::StartAfter(silence)), due);
         if (!in_time) c->store_probe.Start(c->store);
       }
       if (!in_time) in_time = ProgressUntil(*c, deadline, due);
