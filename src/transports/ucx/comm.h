@@ -150,6 +150,11 @@ struct Comm : hvd::kit::CommBase {
   // (p2p.cc, Wait); a rank cut off from it leaves it alone (store_cut).
   hvd::kit::StoreProbe store_probe;
   bool store_cut = false;                  // loop thread: no note to or from the store
+  // Loop thread: the peer a Wait in progress waits on (-1: none), and since
+  // when; a bystander's abort arriving as this wait itself times out does not
+  // hide the silence this rank sees (ByeDone).
+  int waits_on = -1;
+  Clock::time_point wait_start{};
   hvd::kit::PendingList<Request> pending;  // loop thread only
 
   // Any thread, under failure.mu: where the first failure came from.

@@ -1,6 +1,8 @@
 // The UCX transport's faults: UCP's callbacks, the failure settled once,
 // messages naming the peer, the lanes of each endpoint; abort, async_error,
 // last_error.
+#include <cmath>
+
 #include "comm.h"
 
 namespace hvd_ucx_transport {
@@ -72,7 +74,18 @@ void ByeDone(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* 
     const char* text = c->bye_in.data() + r * kAbortBytes;
     const std::string message(text, strnlen(text, std::min(bye->info.length, kAbortBytes)));
     int st = HVD_ERR_TRANSPORT;
-    const std::string why = PeerAborted(*c, p->rank, message, &st);
+    std::string why = PeerAborted(*c, p->rank, message, &st);
+    // This rank waits on another peer, silent nearly as long as the peer
+    // timeout: its own wait would have timed out within kAfterS. What it saw
+    // itself leads (a bystander cannot see whom this rank waits for; the
+    // rank it waits on reporting is followed, it is further along the chain).
+    const int w = c->waits_on;
+    const double silent = std::chrono::duration<double>(Clock::now() - c->wait_start).count();
+    const double limit = c->peer_s.load();
+    if (w >= 0 && w != p->rank && limit > 0 && silent >= limit - hvd::kit::StoreProbe::kAfterS) {
+      why = hvd::kit::TimeoutMessage("ucx", c->Who(w), false, std::round(silent * 10) / 10, true) + "; " + why;
+      st = HVD_ERR_TIMEOUT;
+    }
     c->Fail(st, why);
   } catch (...) {
     c->failure.status.store(HVD_ERR_TRANSPORT);

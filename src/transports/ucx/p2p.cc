@@ -148,6 +148,12 @@ int Wait(void* comm, hvd_transport_request_t* req, double timeout_s) noexcept {
         return req->done || (peer < c->gone.size() && c->gone[peer] != 0);
       };
       bool in_time = false;
+      c->waits_on = req->peer;  // for ByeDone; cleared below, whatever the outcome
+      c->wait_start = Clock::now();
+      struct Clear {
+        Comm* c;
+        ~Clear() { c->waits_on = -1; }
+      } clear{c};
       // A wait going silent starts a look at whether the store answers
       // (Comm::store_probe): a rank cut off from it would otherwise learn
       // that only after the store client's reply margin, past the bound.

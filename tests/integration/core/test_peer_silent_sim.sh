@@ -4,7 +4,9 @@
 # shared memory and TCP between hosts), peer timeout 3 s. Rank 0 stops
 # itself (SIGSTOP) mid-run. Every survivor must fail within the peer timeout
 # + 3 s naming the silent rank: rank 1 waits for rank 0 in their host's
-# shared memory and rank 2 across hosts, so both name rank 0. Rank 3 waits
+# shared memory and rank 2 across hosts, so both name rank 0 (rank 2 first,
+# even where rank 3's report arrives as its own wait times out: the
+# transport across these hosts is UCX by default, see ByeDone). Rank 3 waits
 # across hosts for rank 1, which is itself blocked on rank 0 in shared
 # memory: rank 3 names rank 1 or rank 0 (it cannot see into simhost0; a
 # chain is followed only within a host, see src/transport/transport.cc
