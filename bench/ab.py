@@ -81,6 +81,10 @@ def job_env(build, args):
     env = dict(os.environ)
     env.pop("HVD_TIMELINE", None)
     env["HVD_LIBRARY_PATH"] = os.path.join(build, "lib")
+    # Ahead of the binaries' RUNPATH: a build folder copied elsewhere (a saved "before")
+    # still loads its own libhvd.
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (os.path.join(build, "lib"), env.get("LD_LIBRARY_PATH", "")) if p)
     env["HVD_TRANSPORT"] = args.transport
     env.setdefault("OMP_NUM_THREADS", "1")
     for kv in args.env:
