@@ -13,7 +13,7 @@ namespace shm {
 
 // ---------------------------------------------------------------------------
 // Collectives. Every rank runs the same sequence of rounds (chosen from the
-// arguments alone), each writing one slot set (Segment::BarrierRound,
+// arguments alone), each writing one slot set (Segment::NextRound,
 // TakeRounds), so the barrier counters, flags and sets agree on every rank.
 
 namespace {
@@ -128,20 +128,44 @@ void ReduceOwn(Segment& s, hvd_reduce_kernel_fn reduce, const SpanList& list, ui
   });
 }
 
+// Copies every peer's reduced part of round t's chunk (m elements at
+// `done`) into the caller's spans: those whose reduced flag is up first,
+// waiting (for the first one left) only when none is.
+Status CopyOut(Segment& s, const SpanList& list, uint32_t t, size_t done, size_t m, size_t es) {
+  const int n = s.size();
+  const int r = s.rank();
+  std::vector<int> left;
+  left.reserve(static_cast<size_t>(n));
+  for (int j = 1; j < n; ++j) left.push_back((r + j) % n);
+  while (!left.empty()) {
+    size_t i = 0;
+    while (i < left.size() && !s.HasFlag(Segment::Flag::kReduced, t + 1, left[i])) ++i;
+    if (i == left.size()) {
+      i = 0;
+      HVD_CHECK(s.WaitFlag(Segment::Flag::kReduced, t + 1, left[0], "allreduce"));
+    }
+    const int k = left[i];
+    left.erase(left.begin() + static_cast<std::ptrdiff_t>(i));
+    size_t kb = 0;
+    const size_t ke = Part(m, n, k, es, &kb);
+    if (ke > kb) list.Scatter(done + kb, done + ke, s.Slot(t % kSets, k) + kb * es);
+  }
+  return Status::Ok();
+}
+
 // The large allreduce: chunks of one slot per rank, one round each. Each
 // chunk is cut into one part per rank (Part); rank k reduces part k. No
-// barriers: per round every rank raises three flags, and waits for just the
+// barriers: per round every rank raises two flags and waits for just the
 // flags it needs:
-//   publish every part but its own into its slot   (after every peer's done
-//                                                   of the round kSets back)
+//   publish every part but its own into its slot
 //   written = t + 1
 //   reduce its own part in rank order, publish it  (after every peer's written)
 //   reduced = t + 1
-//   publish the next chunk's parts (as above)      (so peers have time to reduce)
+//   publish the next chunk's parts                 (so peers have time to reduce)
 //   copy each peer's part out                      (after that peer's reduced)
-//   done = t + 1
-// The caller's spans are read and written in place: no packing. The fold
-// order of each element is the rank order, whatever the timing.
+// Why a set is free when it is rewritten: Segment::NextRound. The caller's
+// spans are read and written in place: no packing. The fold order of each
+// element is the rank order, whatever the timing.
 Status Pipelined(Segment& s, hvd_reduce_kernel_fn reduce, const SpanList& list, size_t es,
                  hvd_dtype_t dtype, hvd_reduce_op_t op) {
   const int n = s.size();
@@ -150,9 +174,8 @@ Status Pipelined(Segment& s, hvd_reduce_kernel_fn reduce, const SpanList& list, 
   const size_t chunk = s.slot() / es;
   const uint32_t chunks = static_cast<uint32_t>((count + chunk - 1) / chunk);
   const uint32_t t0 = s.TakeRounds(chunks);
-  auto publish = [&](uint32_t i) -> Status {
+  auto publish = [&](uint32_t i) {
     const uint32_t t = t0 + i;
-    HVD_CHECK(s.WaitFlag(Segment::Flag::kDone, t + 1 - kSets, -1, "allreduce"));
     const size_t done = static_cast<size_t>(i) * chunk;
     const size_t m = std::min(chunk, count - done);
     uint8_t* mine = s.Slot(t % kSets, r);
@@ -161,9 +184,8 @@ Status Pipelined(Segment& s, hvd_reduce_kernel_fn reduce, const SpanList& list, 
     list.Gather(done, done + b, mine);
     list.Gather(done + e, done + m, mine + e * es);
     s.Signal(Segment::Flag::kWritten, t + 1);
-    return Status::Ok();
   };
-  HVD_CHECK(publish(0));
+  publish(0);
   for (uint32_t i = 0; i < chunks; ++i) {
     const uint32_t t = t0 + i;
     const uint32_t set = t % kSets;
@@ -174,16 +196,8 @@ Status Pipelined(Segment& s, hvd_reduce_kernel_fn reduce, const SpanList& list, 
     HVD_CHECK(s.WaitFlag(Segment::Flag::kWritten, t + 1, -1, "allreduce"));
     ReduceOwn(s, reduce, list, set, done, b, e, es, dtype, op);
     s.Signal(Segment::Flag::kReduced, t + 1);
-    if (i + 1 < chunks) HVD_CHECK(publish(i + 1));
-    for (int j = 1; j < n; ++j) {
-      const int k = (r + j) % n;
-      size_t kb = 0;
-      const size_t ke = Part(m, n, k, es, &kb);
-      if (ke <= kb) continue;
-      HVD_CHECK(s.WaitFlag(Segment::Flag::kReduced, t + 1, k, "allreduce"));
-      list.Scatter(done + kb, done + ke, s.Slot(set, k) + kb * es);
-    }
-    s.Signal(Segment::Flag::kDone, t + 1);
+    if (i + 1 < chunks) publish(i + 1);
+    HVD_CHECK(CopyOut(s, list, t, done, m, es));
   }
   return Status::Ok();
 }
@@ -207,8 +221,7 @@ Status AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transpo
   if (bytes <= s.small_max()) {
     // One barrier: publish, then every rank reduces all contributions itself
     // in rank order (identical bits everywhere).
-    uint32_t set = 0;
-    HVD_CHECK(s.BarrierRound("allreduce", &set));
+    const uint32_t set = s.NextRound();
     list.Gather(0, count, s.Slot(set, r));
     HVD_CHECK(s.Barrier("allreduce"));
     const bool own_first = r == 0 || (r == 1 && Commutes(dtype, op));
@@ -221,7 +234,6 @@ Status AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transpo
         for (int k = 1; k < n; ++k) reduce(p, s.Slot(set, k) + rel * es, len, dtype, op);
       }
     });
-    s.EndRound();
     return Status::Ok();
   }
   return Pipelined(s, reduce, list, es, dtype, op);
@@ -246,8 +258,7 @@ Status Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, con
   size_t longest = 0;
   for (int k = 0; k < n; ++k) longest = std::max(longest, start[k + 1] - start[k]);
   for (size_t done = 0; done < longest; done += piece) {
-    uint32_t set = 0;
-    HVD_CHECK(s.BarrierRound("reducescatter", &set));
+    const uint32_t set = s.NextRound();
     uint8_t* mine = s.Slot(set, r);
     for (int k = 0; k < n; ++k) {
       const size_t len = start[k + 1] - start[k];
@@ -264,7 +275,6 @@ Status Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, con
       uint8_t* res = ReduceColumn(s, reduce, set, off, dst, mine + off, m, es, dtype, op);
       if (res != dst) std::memcpy(dst, res, m * es);
     }
-    s.EndRound();
   }
   return Status::Ok();
 }
@@ -274,12 +284,10 @@ Status Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root) {
   const size_t cap = s.slot() * static_cast<size_t>(s.size());
   for (size_t done = 0; done < bytes; done += cap) {
     const size_t m = std::min(cap, bytes - done);
-    uint32_t set = 0;
-    HVD_CHECK(s.BarrierRound("broadcast", &set));
+    const uint32_t set = s.NextRound();
     if (s.rank() == root) std::memcpy(s.Slot(set, 0), buf + done, m);
     HVD_CHECK(s.Barrier("broadcast"));
     if (s.rank() != root) std::memcpy(buf + done, s.Slot(set, 0), m);
-    s.EndRound();
   }
   return Status::Ok();
 }
@@ -300,15 +308,13 @@ Status Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* r
   if (mine > 0 && out + offs[r] != send) std::memmove(out + offs[r], send, mine);
   const uint8_t* src = out + offs[r];  // this rank's contribution, now in place
   for (size_t done = 0; done < most; done += s.slot()) {
-    uint32_t set = 0;
-    HVD_CHECK(s.BarrierRound("allgatherv", &set));
+    const uint32_t set = s.NextRound();
     if (mine > done) std::memcpy(s.Slot(set, r), src + done, std::min(s.slot(), mine - done));
     HVD_CHECK(s.Barrier("allgatherv"));
     for (int k = 0; k < n; ++k) {
       if (k == r || recv_bytes[k] <= done) continue;
       std::memcpy(out + offs[k] + done, s.Slot(set, k), std::min(s.slot(), recv_bytes[k] - done));
     }
-    s.EndRound();
   }
   return Status::Ok();
 }

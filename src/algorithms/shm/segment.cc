@@ -6,8 +6,8 @@
 // Synchronisation is counters per rank, each written by its owner only:
 // `seq`, the number of barriers the rank has entered (a barrier is "bump
 // mine, wait until every peer's counter reached mine"), and the pipelined
-// allreduce's flags (written, reduced, done: 1 + the last round the rank
-// has got that far in). Waiting spins briefly, then yields, then sleeps on
+// allreduce's flags (written, reduced: 1 + the last round the rank has got
+// that far in). Waiting spins briefly, then yields, then sleeps on
 // the peer's word with a cross-process futex in bounded slices, checking the
 // timeout, the abort word, departed peers and peer pids between slices.
 #include "algorithms/shm/layout.h"
@@ -149,21 +149,6 @@ Status Segment::Barrier(const char* what) {
   return Wait(Need{0, g, -1}, what);
 }
 
-// After a BarrierRound every peer has read the rounds before the last one
-// (it entered the last round's barrier after reading them): with kSets >= 2
-// the set is free. After a pipelined round a peer may still be reading.
-Status Segment::BarrierRound(const char* what, uint32_t* set) {
-  const uint32_t t = round_++;
-  if (!after_barrier_) HVD_CHECK(WaitFlag(Flag::kDone, t + 1 - kSets, -1, what));
-  after_barrier_ = true;
-  *set = t % kSets;
-  return Status::Ok();
-}
-
-void Segment::EndRound() {
-  Signal(Flag::kDone, round_);
-}
-
 std::atomic<uint32_t>* Segment::Word(int j, int word) const {
   RankLine* l = line(j);
   switch (word) {
@@ -171,8 +156,6 @@ std::atomic<uint32_t>* Segment::Word(int j, int word) const {
       return &l->written;
     case 1 + static_cast<int>(Flag::kReduced):
       return &l->reduced;
-    case 1 + static_cast<int>(Flag::kDone):
-      return &l->done;
     default:
       return &l->seq;
   }
@@ -292,7 +275,7 @@ std::vector<int> Segment::Missing(const Need& n) const {
 
 void Segment::WakeEveryone() {
   for (int j = 0; j < size_; ++j) {
-    for (int w = 0; w <= 1 + static_cast<int>(Flag::kDone); ++w) FutexWakeAll(Word(j, w));
+    for (int w = 0; w <= 1 + static_cast<int>(Flag::kReduced); ++w) FutexWakeAll(Word(j, w));
   }
 }
 

@@ -95,34 +95,41 @@ class Segment {
   size_t bytes() const { return bytes_; }
   // Largest buffer (bytes) the one-barrier allreduce takes.
   size_t small_max() const;
+  static constexpr uint32_t kSetCount = 3;  // slot sets (layout.h: kSets)
   // Slot of rank r in set `set` (below kSets); the slots of one set are contiguous.
   uint8_t* Slot(uint32_t set, int r) const {
     return base_ + DataOffset(size_) + (static_cast<size_t>(set) * size_ + r) * slot_;
   }
 
   // Rounds. Every collective is a sequence of rounds, numbered alike on
-  // every rank; round t writes slot set t % kSets. A round that a barrier
-  // separates (write; Barrier; read) starts with BarrierRound, which waits
-  // (only after a pipelined round) until every peer has finished reading
-  // the set kSets rounds back, and ends with EndRound once this rank has
-  // read the set. The pipelined allreduce numbers its chunks with
-  // TakeRounds and orders them with Signal / WaitFlag alone.
-  Status BarrierRound(const char* what, uint32_t* set);
-  void EndRound();
+  // every rank; round t writes slot set t % kSets (three sets). A rank
+  // writes round t's set only after it has seen, from every peer, the
+  // barrier of round t - 1 or the peer's written flag of round t - 1 (the
+  // pipelined allreduce waits for it before its fold of round t - 1, and
+  // for every reduced flag of the op's last round before it returns); a
+  // peer gets there only after it has read round t - 3's set (its copy-out
+  // of round t - 3 comes before its fold of round t - 2), so the set is free.
+  // A round that a barrier separates (write; Barrier; read) takes its set
+  // with NextRound; the pipelined allreduce takes its rounds with TakeRounds
+  // and orders them with Signal / WaitFlag alone.
+  uint32_t NextRound() { return round_++ % kSetCount; }
   // Takes n consecutive rounds; returns the first.
   uint32_t TakeRounds(uint32_t n) {
     const uint32_t t = round_;
     round_ += n;
-    after_barrier_ = false;
     return t;
   }
-  enum class Flag : uint8_t { kWritten, kReduced, kDone };
+  enum class Flag : uint8_t { kWritten, kReduced };
   // This rank's flag f becomes `value` (1 + a round): a release store,
   // waking peers asleep on it.
   void Signal(Flag f, uint32_t value);
   // Waits until peer's flag f (every peer's where peer < 0) reached value,
   // bounded and checked as Barrier's wait; acquire loads.
   Status WaitFlag(Flag f, uint32_t value, int peer, const char* what);
+  // Whether peer's flag f reached value now (an acquire load; no wait).
+  bool HasFlag(Flag f, uint32_t value, int peer) const {
+    return Reached(peer, Need{1 + static_cast<int>(f), value, peer});
+  }
 
   // Every rank enters, nobody leaves before all have entered. `what` names
   // the operation in error messages.
@@ -199,8 +206,7 @@ class Segment {
   int64_t yield_ns_;
   uint32_t gen_ = 0;  // barriers this rank has entered (same on every rank between ops)
   std::atomic<int> aborted_here_{0};  // Abort's status, set from any thread of this rank
-  uint32_t round_ = 0;          // rounds this rank has begun (same on every rank between ops)
-  bool after_barrier_ = true;   // the last round was a BarrierRound
+  uint32_t round_ = 0;  // rounds this rank has begun (same on every rank between ops)
   std::vector<std::string> names_;  // set_names
   std::function<void()> check_hook_;  // set_check_hook
   std::vector<int> missing_;  // missing()
