@@ -48,6 +48,8 @@ def parse_args(argv):
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra variable for every job (repeatable)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per job (600)")
+    ap.add_argument("--parts", default="step,allreduce,fusion",
+                    help="which jobs, comma separated (step,allreduce,fusion)")
     ap.add_argument("--out", help="results folder (bench/results/<date>-ab)")
     return ap.parse_args(argv)
 
@@ -64,13 +66,16 @@ def check_build(path):
 def jobs(args):
     """(key, ranks, hvd-bench arguments) of every job, in the table's order."""
     out = []
+    parts = set(args.parts.split(","))
     for n in (int(x) for x in args.ranks.split(",")):
-        out.append((f"{n}:step", n,
-                    ["latency", "--steps", str(args.latency_steps)]))
-        out.append((f"{n}:allreduce", n,
-                    ["coll", "--ops", "allreduce", "--sizes", args.sizes,
-                     "--iters-scale", str(args.iters_scale)]))
-        for nt, tb in FUSION:
+        if "step" in parts:
+            out.append((f"{n}:step", n,
+                        ["latency", "--steps", str(args.latency_steps)]))
+        if "allreduce" in parts:
+            out.append((f"{n}:allreduce", n,
+                        ["coll", "--ops", "allreduce", "--sizes", args.sizes,
+                         "--iters-scale", str(args.iters_scale)]))
+        for nt, tb in (FUSION if "fusion" in parts else ()):
             out.append((f"{n}:fusion:{nt}x{tb}", n,
                         ["fusion", "--tensors", str(nt), "--tensor-bytes", tb,
                          "--steps", str(args.fusion_steps)]))

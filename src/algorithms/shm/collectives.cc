@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/shm/layout.h"
 #include "algorithms/shm/shm.h"
 #include "common/kernels.h"
 
@@ -12,8 +13,8 @@ namespace shm {
 
 // ---------------------------------------------------------------------------
 // Collectives. Every rank runs the same sequence of rounds (chosen from the
-// arguments alone), each writing one slot set (see Segment::NextSet), so the
-// barrier counters and sets agree on every rank.
+// arguments alone), each writing one slot set (Segment::NextRound,
+// TakeRounds), so the barrier counters, flags and sets agree on every rank.
 
 namespace {
 
@@ -102,6 +103,107 @@ class SpanList {
 
 }  // namespace
 
+namespace {
+
+// Elements per block of the own part's reduction: the block's destination
+// and one source fit in L1 together, so the n - 1 folds and the publishing
+// copy read it from there.
+size_t BlockElems(size_t es) { return std::max<size_t>(1, (size_t{8} << 10) / es); }
+
+// Rank r's part [b, e) of the chunk at element `done` (round set `set`):
+// folds it in rank order, block by block, into the caller's spans and into
+// this rank's slot (where peers copy it from).
+void ReduceOwn(Segment& s, hvd_reduce_kernel_fn reduce, const SpanList& list, uint32_t set,
+               size_t done, size_t b, size_t e, size_t es, hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  uint8_t* mine = s.Slot(set, s.rank());
+  const size_t blk = BlockElems(es);
+  list.ForEach(done + b, done + e, [&](uint8_t* p, size_t rel, size_t len) {
+    for (size_t i = 0; i < len; i += blk) {
+      const size_t k = std::min(blk, len - i);
+      const size_t off = (b + rel + i) * es;
+      uint8_t* dst = p + i * es;
+      uint8_t* res = ReduceColumn(s, reduce, set, off, dst, mine + off, k, es, dtype, op);
+      std::memcpy(res == dst ? mine + off : dst, res, k * es);
+    }
+  });
+}
+
+// Copies every peer's reduced part of round t's chunk (m elements at
+// `done`) into the caller's spans: those whose reduced flag is up first,
+// waiting (for the first one left) only when none is.
+Status CopyOut(Segment& s, const SpanList& list, uint32_t t, size_t done, size_t m, size_t es) {
+  const int n = s.size();
+  const int r = s.rank();
+  std::vector<int> left;
+  left.reserve(static_cast<size_t>(n));
+  for (int j = 1; j < n; ++j) left.push_back((r + j) % n);
+  while (!left.empty()) {
+    size_t i = 0;
+    while (i < left.size() && !s.HasFlag(Segment::Flag::kReduced, t + 1, left[i])) ++i;
+    if (i == left.size()) {
+      i = 0;
+      HVD_CHECK(s.WaitFlag(Segment::Flag::kReduced, t + 1, left[0], "allreduce"));
+    }
+    const int k = left[i];
+    left.erase(left.begin() + static_cast<std::ptrdiff_t>(i));
+    size_t kb = 0;
+    const size_t ke = Part(m, n, k, es, &kb);
+    if (ke > kb) list.Scatter(done + kb, done + ke, s.Slot(t % kSets, k) + kb * es);
+  }
+  return Status::Ok();
+}
+
+// The large allreduce: chunks of one slot per rank, one round each. Each
+// chunk is cut into one part per rank (Part); rank k reduces part k. No
+// barriers: per round every rank raises two flags and waits for just the
+// flags it needs:
+//   publish every part but its own into its slot
+//   written = t + 1
+//   reduce its own part in rank order, publish it  (after every peer's written)
+//   reduced = t + 1
+//   publish the next chunk's parts                 (so peers have time to reduce)
+//   copy each peer's part out                      (after that peer's reduced)
+// Why a set is free when it is rewritten: Segment::NextRound. The caller's
+// spans are read and written in place: no packing. The fold order of each
+// element is the rank order, whatever the timing.
+Status Pipelined(Segment& s, hvd_reduce_kernel_fn reduce, const SpanList& list, size_t es,
+                 hvd_dtype_t dtype, hvd_reduce_op_t op) {
+  const int n = s.size();
+  const int r = s.rank();
+  const size_t count = list.count();
+  const size_t chunk = s.slot() / es;
+  const uint32_t chunks = static_cast<uint32_t>((count + chunk - 1) / chunk);
+  const uint32_t t0 = s.TakeRounds(chunks);
+  auto publish = [&](uint32_t i) {
+    const uint32_t t = t0 + i;
+    const size_t done = static_cast<size_t>(i) * chunk;
+    const size_t m = std::min(chunk, count - done);
+    uint8_t* mine = s.Slot(t % kSets, r);
+    size_t b = 0;
+    const size_t e = Part(m, n, r, es, &b);
+    list.Gather(done, done + b, mine);
+    list.Gather(done + e, done + m, mine + e * es);
+    s.Signal(Segment::Flag::kWritten, t + 1);
+  };
+  publish(0);
+  for (uint32_t i = 0; i < chunks; ++i) {
+    const uint32_t t = t0 + i;
+    const uint32_t set = t % kSets;
+    const size_t done = static_cast<size_t>(i) * chunk;
+    const size_t m = std::min(chunk, count - done);
+    size_t b = 0;
+    const size_t e = Part(m, n, r, es, &b);
+    HVD_CHECK(s.WaitFlag(Segment::Flag::kWritten, t + 1, -1, "allreduce"));
+    ReduceOwn(s, reduce, list, set, done, b, e, es, dtype, op);
+    s.Signal(Segment::Flag::kReduced, t + 1);
+    if (i + 1 < chunks) publish(i + 1);
+    HVD_CHECK(CopyOut(s, list, t, done, m, es));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Allreduce(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* buf, size_t count, size_t es,
                hvd_dtype_t dtype, hvd_reduce_op_t op) {
   const hvd_transport_span_t one = {buf, count};
@@ -119,7 +221,7 @@ Status AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transpo
   if (bytes <= s.small_max()) {
     // One barrier: publish, then every rank reduces all contributions itself
     // in rank order (identical bits everywhere).
-    const uint32_t set = s.NextSet();
+    const uint32_t set = s.NextRound();
     list.Gather(0, count, s.Slot(set, r));
     HVD_CHECK(s.Barrier("allreduce"));
     const bool own_first = r == 0 || (r == 1 && Commutes(dtype, op));
@@ -134,39 +236,7 @@ Status AllreduceSpans(Segment& s, hvd_reduce_kernel_fn reduce, const hvd_transpo
     });
     return Status::Ok();
   }
-  // Chunks of one slot per rank. Each chunk is cut into one part per rank;
-  // rank k reduces part k. Publish every part but one's own (only this rank
-  // reads its own part); barrier; reduce the own part in rank order and
-  // publish the result in the own slot; barrier; copy the other parts out.
-  // The caller's spans are read and written in place: no packing.
-  const size_t chunk = s.slot() / es;
-  for (size_t done = 0; done < count; done += chunk) {
-    const size_t m = std::min(chunk, count - done);
-    const uint32_t set = s.NextSet();
-    uint8_t* mine = s.Slot(set, r);
-    size_t b = 0;
-    const size_t e = Part(m, n, r, es, &b);
-    list.Gather(done, done + b, mine);
-    list.Gather(done + e, done + m, mine + e * es);
-    HVD_CHECK(s.Barrier("allreduce"));
-    list.ForEach(done + b, done + e, [&](uint8_t* p, size_t rel, size_t len) {
-      const size_t off = (b + rel) * es;
-      uint8_t* res = ReduceColumn(s, reduce, set, off, p, mine + off, len, es, dtype, op);
-      if (res == p) {
-        std::memcpy(mine + off, res, len * es);  // publish
-      } else {
-        std::memcpy(p, res, len * es);
-      }
-    });
-    HVD_CHECK(s.Barrier("allreduce"));
-    for (int k = 0; k < n; ++k) {
-      if (k == r) continue;
-      size_t kb = 0;
-      const size_t ke = Part(m, n, k, es, &kb);
-      if (ke > kb) list.Scatter(done + kb, done + ke, s.Slot(set, k) + kb * es);
-    }
-  }
-  return Status::Ok();
+  return Pipelined(s, reduce, list, es, dtype, op);
 }
 
 // Each slot is cut into one column per rank (64-byte multiples). Round t:
@@ -188,7 +258,7 @@ Status Reducescatter(Segment& s, hvd_reduce_kernel_fn reduce, uint8_t* base, con
   size_t longest = 0;
   for (int k = 0; k < n; ++k) longest = std::max(longest, start[k + 1] - start[k]);
   for (size_t done = 0; done < longest; done += piece) {
-    const uint32_t set = s.NextSet();
+    const uint32_t set = s.NextRound();
     uint8_t* mine = s.Slot(set, r);
     for (int k = 0; k < n; ++k) {
       const size_t len = start[k + 1] - start[k];
@@ -214,7 +284,7 @@ Status Broadcast(Segment& s, uint8_t* buf, size_t bytes, int root) {
   const size_t cap = s.slot() * static_cast<size_t>(s.size());
   for (size_t done = 0; done < bytes; done += cap) {
     const size_t m = std::min(cap, bytes - done);
-    const uint32_t set = s.NextSet();
+    const uint32_t set = s.NextRound();
     if (s.rank() == root) std::memcpy(s.Slot(set, 0), buf + done, m);
     HVD_CHECK(s.Barrier("broadcast"));
     if (s.rank() != root) std::memcpy(buf + done, s.Slot(set, 0), m);
@@ -238,7 +308,7 @@ Status Allgatherv(Segment& s, const uint8_t* send, uint8_t* out, const size_t* r
   if (mine > 0 && out + offs[r] != send) std::memmove(out + offs[r], send, mine);
   const uint8_t* src = out + offs[r];  // this rank's contribution, now in place
   for (size_t done = 0; done < most; done += s.slot()) {
-    const uint32_t set = s.NextSet();
+    const uint32_t set = s.NextRound();
     if (mine > done) std::memcpy(s.Slot(set, r), src + done, std::min(s.slot(), mine - done));
     HVD_CHECK(s.Barrier("allgatherv"));
     for (int k = 0; k < n; ++k) {

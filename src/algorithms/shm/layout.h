@@ -6,12 +6,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms/shm/shm.h"
+
 namespace hvd {
 namespace shm {
 
 constexpr size_t kMinSlotBytes = 256 * 1024;
 constexpr size_t kSegmentBudget = 32u << 20;
-constexpr uint64_t kMagic = 0x31306d6873647668ull;  // "hvdshm01"
+constexpr uint64_t kMagic = 0x32306d6873647668ull;  // "hvdshm02"
+// Slot sets, used round-robin by consecutive rounds (Segment::NextRound
+// says why three are enough without a flag for "done reading").
+constexpr uint32_t kSets = Segment::kSetCount;
+static_assert(kSets >= 3, "the pipelined allreduce's safety argument needs three sets");
 constexpr int64_t kSliceNs = 20 * 1000 * 1000;      // longest single futex sleep
 constexpr int64_t kPidCheckNs = 100 * 1000 * 1000;
 constexpr uint32_t kAbortClaimed = 0xFFFFFFFFu;
@@ -32,7 +38,12 @@ struct alignas(128) Header {
 // One line per rank, apart from its neighbours' (no false sharing).
 struct alignas(128) RankLine {
   std::atomic<uint32_t> seq;       // barriers entered (written by the owner only)
-  std::atomic<uint32_t> waiters;   // peers asleep on seq (futex)
+  std::atomic<uint32_t> waiters;   // peers asleep on any word of this line (futex)
+  // The pipelined allreduce's flags (written by the owner only), each 1 +
+  // the last round for which the owner has published its inputs (written),
+  // reduced its own part and published the result (reduced).
+  std::atomic<uint32_t> written;
+  std::atomic<uint32_t> reduced;
   std::atomic<uint32_t> departed;  // the owner finalized
   std::atomic<int32_t> pid;
   // 1 + the peer (the owner's transport rank) of the point-to-point wait

@@ -1,12 +1,14 @@
 // Shared-memory collectives between the ranks of one host; see shm.h and
 // src/algorithms/README.md. One POSIX shm segment per communicator:
 //
-//   [Header][RankLine x size][pad to 4 KiB][2 sets x size slots of slot bytes]
+//   [Header][RankLine x size][pad to 4 KiB][kSets sets x size slots of slot bytes]
 //
-// Synchronisation is one counter per rank (`seq`, the number of barriers the
-// rank has entered); a barrier is "bump mine, wait until every peer's counter
-// reached mine". Waiting spins briefly, then yields, then sleeps on the
-// peer's counter with a cross-process futex in bounded slices, checking the
+// Synchronisation is counters per rank, each written by its owner only:
+// `seq`, the number of barriers the rank has entered (a barrier is "bump
+// mine, wait until every peer's counter reached mine"), and the pipelined
+// allreduce's flags (written, reduced: 1 + the last round the rank has got
+// that far in). Waiting spins briefly, then yields, then sleeps on
+// the peer's word with a cross-process futex in bounded slices, checking the
 // timeout, the abort word, departed peers and peer pids between slices.
 #include "algorithms/shm/layout.h"
 #include "algorithms/shm/shm.h"
@@ -126,7 +128,7 @@ size_t Segment::DataOffset(int size) {
 }
 
 size_t Segment::SegmentBytes(int size, size_t slot) {
-  return DataOffset(size) + 2 * static_cast<size_t>(size) * slot;
+  return DataOffset(size) + kSets * static_cast<size_t>(size) * slot;
 }
 
 Header* Segment::header() const { return reinterpret_cast<Header*>(base_); }
@@ -140,12 +142,34 @@ size_t Segment::small_max() const {
 }
 
 Status Segment::Barrier(const char* what) {
-  missing_.clear();
   const uint32_t g = ++gen_;
   RankLine* me = line(rank_);
   me->seq.store(g, std::memory_order_seq_cst);
   if (me->waiters.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&me->seq);
-  return WaitAll(g, what);
+  return Wait(Need{0, g, -1}, what);
+}
+
+std::atomic<uint32_t>* Segment::Word(int j, int word) const {
+  RankLine* l = line(j);
+  switch (word) {
+    case 1 + static_cast<int>(Flag::kWritten):
+      return &l->written;
+    case 1 + static_cast<int>(Flag::kReduced):
+      return &l->reduced;
+    default:
+      return &l->seq;
+  }
+}
+
+void Segment::Signal(Flag f, uint32_t value) {
+  std::atomic<uint32_t>* w = Word(rank_, 1 + static_cast<int>(f));
+  // seq_cst against the sleeper's waiters increment and load (Wait).
+  w->store(value, std::memory_order_seq_cst);
+  if (line(rank_)->waiters.load(std::memory_order_seq_cst) != 0) FutexWakeAll(w);
+}
+
+Status Segment::WaitFlag(Flag f, uint32_t value, int peer, const char* what) {
+  return Wait(Need{1 + static_cast<int>(f), value, peer}, what);
 }
 
 void Segment::Abort(int code, const std::string& msg) {
@@ -237,25 +261,27 @@ void Segment::Depart() {
 
 void Segment::set_owner(int32_t pid) { line(rank_)->pid.store(pid, std::memory_order_relaxed); }
 
-bool Segment::Reached(int j, uint32_t g) const {
-  return static_cast<int32_t>(line(j)->seq.load(std::memory_order_acquire) - g) >= 0;
+bool Segment::Reached(int j, const Need& n) const {
+  return static_cast<int32_t>(Word(j, n.word)->load(std::memory_order_acquire) - n.value) >= 0;
 }
 
-std::vector<int> Segment::Missing(uint32_t g) const {
+std::vector<int> Segment::Missing(const Need& n) const {
   std::vector<int> m;
   for (int j = 0; j < size_; ++j) {
-    if (j != rank_ && !Reached(j, g)) m.push_back(j);
+    if (j != rank_ && (n.peer < 0 || j == n.peer) && !Reached(j, n)) m.push_back(j);
   }
   return m;
 }
 
 void Segment::WakeEveryone() {
-  for (int j = 0; j < size_; ++j) FutexWakeAll(&line(j)->seq);
+  for (int j = 0; j < size_; ++j) {
+    for (int w = 0; w <= 1 + static_cast<int>(Flag::kReduced); ++w) FutexWakeAll(Word(j, w));
+  }
 }
 
 // An error if the wait can never succeed: someone broke the communicator, a
 // missing peer finalized or died.
-Status Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
+Status Segment::CheckPeers(const Need& g, const char* what, bool check_pids) {
   const Header* h = header();
   // Aborted by this rank (another thread of it, while this one waits).
   if (const int code = aborted_here_.load(std::memory_order_acquire)) {
@@ -306,7 +332,7 @@ Status Segment::CheckPeers(uint32_t g, const char* what, bool check_pids) {
 // The wait has lasted the peer timeout: the missing ranks that are not
 // blocked themselves (a leader in a cross-host transfer is) are silent, an
 // error naming them; Ok if every missing rank is blocked on someone.
-Status Segment::Silent(uint32_t g, const char* what) {
+Status Segment::Silent(const Need& g, const char* what) {
   std::vector<int> silent;
   for (int j : Missing(g)) {
     int peer = -1;
@@ -323,11 +349,14 @@ Status Segment::Silent(uint32_t g, const char* what) {
                                     " s (stopped or cut off?; peer timeout, HVD_PEER_TIMEOUT)");
 }
 
-Status Segment::WaitAll(uint32_t g, const char* what) {
-  int next = 0;  // ranks below next are known to have arrived
+Status Segment::Wait(const Need& g, const char* what) {
+  // ranks below next are known to have arrived (or are not waited for)
+  int next = g.peer < 0 ? 0 : g.peer;
+  const int end = g.peer < 0 ? size_ : g.peer + 1;
+  missing_.clear();
   auto all_here = [&] {
-    while (next < size_ && (next == rank_ || Reached(next, g))) ++next;
-    return next == size_;
+    while (next < end && (next == rank_ || Reached(next, g))) ++next;
+    return next == end;
   };
   if (all_here()) return Status::Ok();
   const auto t0 = Clock::now();
@@ -364,9 +393,10 @@ Status Segment::WaitAll(uint32_t g, const char* what) {
     if (limited) slice = std::min(slice, std::max<int64_t>(limit_ns - now, 1000));
     slice = std::min(slice, std::max<int64_t>(kPidCheckNs - (now - last_pid_check), 1000));
     RankLine* l = line(next);
+    std::atomic<uint32_t>* w = Word(next, g.word);
     l->waiters.fetch_add(1, std::memory_order_seq_cst);
-    const uint32_t v = l->seq.load(std::memory_order_seq_cst);
-    if (static_cast<int32_t>(v - g) < 0) FutexWait(&l->seq, v, slice);
+    const uint32_t v = w->load(std::memory_order_seq_cst);
+    if (static_cast<int32_t>(v - g.value) < 0) FutexWait(w, v, slice);
     l->waiters.fetch_sub(1, std::memory_order_seq_cst);
     if (all_here()) return Status::Ok();
   }

@@ -178,7 +178,7 @@ Status Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out) {
   }
   const size_t slot_pref = o.slot_bytes / 4096 * 4096 > 0 ? o.slot_bytes / 4096 * 4096 : 4096;
   const size_t slot = std::max(
-      std::min(slot_pref, kSegmentBudget / (2 * static_cast<size_t>(n)) / 4096 * 4096),
+      std::min(slot_pref, kSegmentBudget / (kSets * static_cast<size_t>(n)) / 4096 * 4096),
       std::min(slot_pref, kMinSlotBytes));
   const size_t bytes = Segment::SegmentBytes(n, slot);
   std::unique_ptr<Segment> seg;

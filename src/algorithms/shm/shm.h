@@ -95,17 +95,40 @@ class Segment {
   size_t bytes() const { return bytes_; }
   // Largest buffer (bytes) the one-barrier allreduce takes.
   size_t small_max() const;
-  // Slot of rank r in set `set` (0 or 1); the slots of one set are contiguous.
+  static constexpr uint32_t kSetCount = 3;  // slot sets (layout.h: kSets)
+  // Slot of rank r in set `set` (below kSets); the slots of one set are contiguous.
   uint8_t* Slot(uint32_t set, int r) const {
     return base_ + DataOffset(size_) + (static_cast<size_t>(set) * size_ + r) * slot_;
   }
-  // The set the next round writes. Rounds alternate sets, so the barrier of
-  // round i + 1 (which every rank enters only after reading round i's set)
-  // separates those reads from the rewrite in round i + 2.
-  uint32_t NextSet() {
-    const uint32_t s = set_;
-    set_ ^= 1u;
-    return s;
+
+  // Rounds. Every collective is a sequence of rounds, numbered alike on
+  // every rank; round t writes slot set t % kSets (three sets). A rank
+  // writes round t's set only after it has seen, from every peer, the
+  // barrier of round t - 1 or the peer's written flag of round t - 1 (the
+  // pipelined allreduce waits for it before its fold of round t - 1, and
+  // for every reduced flag of the op's last round before it returns); a
+  // peer gets there only after it has read round t - 3's set (its copy-out
+  // of round t - 3 comes before its fold of round t - 2), so the set is free.
+  // A round that a barrier separates (write; Barrier; read) takes its set
+  // with NextRound; the pipelined allreduce takes its rounds with TakeRounds
+  // and orders them with Signal / WaitFlag alone.
+  uint32_t NextRound() { return round_++ % kSetCount; }
+  // Takes n consecutive rounds; returns the first.
+  uint32_t TakeRounds(uint32_t n) {
+    const uint32_t t = round_;
+    round_ += n;
+    return t;
+  }
+  enum class Flag : uint8_t { kWritten, kReduced };
+  // This rank's flag f becomes `value` (1 + a round): a release store,
+  // waking peers asleep on it.
+  void Signal(Flag f, uint32_t value);
+  // Waits until peer's flag f (every peer's where peer < 0) reached value,
+  // bounded and checked as Barrier's wait; acquire loads.
+  Status WaitFlag(Flag f, uint32_t value, int peer, const char* what);
+  // Whether peer's flag f reached value now (an acquire load; no wait).
+  bool HasFlag(Flag f, uint32_t value, int peer) const {
+    return Reached(peer, Need{1 + static_cast<int>(f), value, peer});
   }
 
   // Every rank enters, nobody leaves before all have entered. `what` names
@@ -156,12 +179,20 @@ class Segment {
   void set_check_hook(std::function<void()> hook) { check_hook_ = std::move(hook); }
 
  private:
-  bool Reached(int j, uint32_t g) const;
-  std::vector<int> Missing(uint32_t g) const;
+  // What a wait waits for: word `word` of peer `peer`'s line (every
+  // peer's where peer < 0) reached `value`.
+  struct Need {
+    int word;  // 0: seq, else 1 + Flag
+    uint32_t value;
+    int peer;
+  };
+  std::atomic<uint32_t>* Word(int j, int word) const;
+  bool Reached(int j, const Need& n) const;
+  std::vector<int> Missing(const Need& n) const;
   void WakeEveryone();
-  Status CheckPeers(uint32_t g, const char* what, bool check_pids);
-  Status WaitAll(uint32_t g, const char* what);
-  Status Silent(uint32_t g, const char* what);
+  Status CheckPeers(const Need& n, const char* what, bool check_pids);
+  Status Wait(const Need& n, const char* what);
+  Status Silent(const Need& n, const char* what);
 
   uint8_t* base_;
   size_t bytes_;
@@ -175,7 +206,7 @@ class Segment {
   int64_t yield_ns_;
   uint32_t gen_ = 0;  // barriers this rank has entered (same on every rank between ops)
   std::atomic<int> aborted_here_{0};  // Abort's status, set from any thread of this rank
-  uint32_t set_ = 0;
+  uint32_t round_ = 0;  // rounds this rank has begun (same on every rank between ops)
   std::vector<std::string> names_;  // set_names
   std::function<void()> check_hook_;  // set_check_hook
   std::vector<int> missing_;  // missing()
