@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Before/after comparison of two hvd builds with hvd's own benchmark (hvd-bench).
 
-    python3 bench/ab.py BEFORE_BUILD AFTER_BUILD [--rounds 5] [--out DIR]
+    python3 bench/ab.py BEFORE_BUILD AFTER_BUILD [--rounds 5] [--after-env KEY=VALUE] [--out DIR]
 
 Measures, at 2 and 4 ranks on this host: the 4-byte step (one 4-byte allreduce per step,
 back to back), the 64 KiB, 1 MiB, 16 MiB and 64 MiB allreduce, and the 200 × 16 KiB and
@@ -47,6 +47,9 @@ def parse_args(argv):
     ap.add_argument("--fusion-steps", type=int, default=20, help="timed fusion steps (20)")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra variable for every job (repeatable)")
+    ap.add_argument("--after-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="a variable of the after jobs only: one build under two settings "
+                         "(the same folder twice; repeatable)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per job (600)")
     ap.add_argument("--parts", default="step,allreduce,fusion",
                     help="which jobs, comma separated (step,allreduce,fusion)")
@@ -82,7 +85,7 @@ def jobs(args):
     return out
 
 
-def job_env(build, args):
+def job_env(build, args, which="before"):
     env = dict(os.environ)
     env.pop("HVD_TIMELINE", None)
     env["HVD_LIBRARY_PATH"] = os.path.join(build, "lib")
@@ -92,13 +95,13 @@ def job_env(build, args):
         p for p in (os.path.join(build, "lib"), env.get("LD_LIBRARY_PATH", "")) if p)
     env["HVD_TRANSPORT"] = args.transport
     env.setdefault("OMP_NUM_THREADS", "1")
-    for kv in args.env:
+    for kv in args.env + (args.after_env if which == "after" else []):
         k, _, v = kv.partition("=")
         env[k] = v
     return env
 
 
-def run_job(build, n, argv, args, log):
+def run_job(build, n, argv, args, log, which="before"):
     """hvd-bench's result records of one job; None when it failed (the log says why)."""
     cmd = [os.path.join(build, "bin", "hvdrun"), "-np", str(n),
            os.path.join(build, "bin", "hvd-bench")] + argv
@@ -107,7 +110,7 @@ def run_job(build, n, argv, args, log):
     Runner.settle()  # as run_all.py: the last job's stragglers out of this one's timings
     t0 = time.time()
     try:
-        r = subprocess.run(cmd, env=job_env(build, args), stdout=subprocess.PIPE,
+        r = subprocess.run(cmd, env=job_env(build, args, which), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=args.timeout,
                            stdin=subprocess.DEVNULL)
         out, rc = r.stdout, r.returncode
@@ -137,7 +140,7 @@ def measure(args, builds, log, records):
         order = BUILDS if rnd % 2 == 0 else BUILDS[::-1]
         for key, n, argv in jobs(args):
             for which in order:
-                recs = run_job(builds[which], n, argv, args, log)
+                recs = run_job(builds[which], n, argv, args, log, which)
                 failed += recs is None
                 for rec in recs or []:
                     rec.update(build=which, round=rnd)

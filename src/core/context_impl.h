@@ -39,6 +39,7 @@
 #include "core/observability/logging.h"
 #include "core/observability/metrics.h"
 #include "core/observability/metrics_publish.h"
+#include "core/observability/set_stragglers.h"
 #include "core/observability/stragglers.h"
 #include "core/observability/timeline.h"
 #include "transport/transport.h"
@@ -270,6 +271,8 @@ class ContextImpl final : public CycleDriver {
   Clock::time_point negotiation_begin_{};  // of the negotiation not yet timed
   bool negotiation_open_ = false;
   Stragglers stragglers_;
+  SetStragglers set_stragglers_;  // the process sets' steps
+  bool metrics_on_ = true;  // HVD_METRICS (set before the loop starts)
   std::unique_ptr<MetricsPublisher> publisher_;  // to the store (HVD_METRICS_PUBLISH)
   // Execute's scratch (background thread only), kept between cycles.
   std::vector<OpRequest> exec_reqs_;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "launcher/hosts.h"
+#include "launcher/job_metrics.h"
 #include "launcher/supervisor.h"
 
 namespace hvd::launcher {
@@ -164,6 +165,7 @@ class ElasticJob : public Supervisor {
   bool spawned_any_ = false;
   bool finishing_ = false;           // a worker exited 0: no more workers are started
   int64_t epoch_ = -1;               // the last epoch formed
+  std::unique_ptr<JobMetrics> metrics_;  // --metrics-port, --summary
   int resets_ = 0;                   // epochs formed after epoch 0
   bool forming_ = false;
   Clock::time_point forming_since_;
@@ -207,6 +209,13 @@ bool ElasticJob::StartStoreFor(const std::vector<HostSlots>& hosts) {
   server_->Set("elastic/hosts_version", ToBytes("0"));
   if (!o_.discovery_origin.empty()) {
     Log("host discovery script: " + o_.discovery_script + " (" + o_.discovery_origin + ")");
+  }
+  if (o_.metrics_port >= 0 || o_.summary) {  // each epoch's ranks (SetEpoch)
+    metrics_ = std::make_unique<JobMetrics>(server_.get(), 0, [this](const std::string& l) { Log(l); });
+    if (!metrics_->Start(o_.metrics_addr, o_.metrics_port)) {
+      BeginStop(1);
+      return false;
+    }
   }
   if (o_.verbose) {
     Log("elastic job: --min-np " + std::to_string(o_.min_np) + ", -np " + std::to_string(o_.np) +
@@ -564,6 +573,7 @@ void ElasticJob::FormEpoch(std::vector<Worker*> members) {
   }
   if (epoch_ >= 0) ++resets_;
   epoch_ = e;
+  if (metrics_) metrics_->SetEpoch(e, size);
   forming_ = false;
   below_min_ = false;
   unrecovered_.clear();
@@ -649,6 +659,7 @@ int ElasticJob::Run() {
     PollDiscovery();  // the first run; the store starts once it has answered
   }
   Loop();
+  if (metrics_) metrics_->End(o_.summary);
   rc = Finish();
   if (exit_code_ >= 0) return rc;
   if (!unrecovered_.empty()) {

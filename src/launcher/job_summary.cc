@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 namespace hvd::launcher {
@@ -61,35 +62,50 @@ void Bandwidth(const PromMerge& m, std::vector<std::string>* out) {
   }
 }
 
+std::string LabelOf(const PromSample* s, const char* k, const char* dflt = "") {
+  auto it = s->labels.find(k);
+  return it != s->labels.end() ? it->second : dflt;
+}
+
+// The top stragglers of each scope: the context's ("all") and each process
+// set's. Every member sees a scope's same steps: its lowest rank speaks.
 void Stragglers(const PromMerge& m, std::vector<std::string>* out) {
-  // Every rank sees the same steps; rank 0's view speaks for the job.
-  auto rank0 = [](const PromSample* s) { return s->labels.count("rank") && s->labels.at("rank") == "0"; };
-  double steps = 0;
+  std::map<std::string, std::pair<long, double>> scope;  // set -> (speaker, steps)
   for (const PromSample* s : m.Samples("hvd_straggler_steps_total")) {
-    if (rank0(s)) steps = s->value;
+    const long r = std::strtol(LabelOf(s, "rank", "-1").c_str(), nullptr, 10);
+    auto [it, fresh] = scope.emplace(LabelOf(s, "process_set", "all"), std::make_pair(r, s->value));
+    if (!fresh && r < it->second.first) it->second = {r, s->value};
   }
+  auto speaks = [&](const PromSample* s) {
+    auto it = scope.find(LabelOf(s, "process_set", "all"));
+    return it != scope.end() && LabelOf(s, "rank") == std::to_string(it->second.first);
+  };
   struct Who {
     double last = 0, late = 0, cost = 0;
   };
-  std::map<std::string, Who> who;
-  for (const PromSample* s : m.Samples("hvd_straggler_last_total")) {
-    if (rank0(s)) who[s->labels.at("straggler")].last = s->value;
+  std::map<std::string, std::map<std::string, Who>> who;  // set -> straggler -> counts
+  const std::pair<const char*, double Who::*> rows[] = {
+      {"hvd_straggler_last_total", &Who::last},
+      {"hvd_straggler_late_total", &Who::late},
+      {"hvd_straggler_cost_seconds_total", &Who::cost}};
+  for (const auto& [name, field] : rows) {
+    for (const PromSample* s : m.Samples(name)) {
+      if (speaks(s)) who[LabelOf(s, "process_set", "all")][LabelOf(s, "straggler")].*field = s->value;
+    }
   }
-  for (const PromSample* s : m.Samples("hvd_straggler_late_total")) {
-    if (rank0(s)) who[s->labels.at("straggler")].late = s->value;
-  }
-  for (const PromSample* s : m.Samples("hvd_straggler_cost_seconds_total")) {
-    if (rank0(s)) who[s->labels.at("straggler")].cost = s->value;
-  }
-  std::vector<std::pair<std::string, Who>> top(who.begin(), who.end());
-  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second.cost > b.second.cost; });
   int shown = 0;
-  for (const auto& [r, w] : top) {
-    if (shown == 3 || w.late == 0) break;
-    out->push_back("  rank " + r + ": last in " + Fmt("%.0f of %.0f steps", w.last, steps) +
-                   Fmt(", late in %.0f; cost the job %.3f s (%.1f ms per step it was last)", w.late,
-                       w.cost, w.last > 0 ? w.cost / w.last * 1e3 : 0));
-    ++shown;
+  for (const auto& [set, ranks] : who) {
+    std::vector<std::pair<std::string, Who>> top(ranks.begin(), ranks.end());
+    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second.cost > b.second.cost; });
+    const std::string where = set == "all" ? "" : " in process set [" + set + "]";
+    const double steps = scope[set].second;
+    for (size_t i = 0; i < top.size() && i < 3 && top[i].second.late > 0; ++i, ++shown) {
+      const Who& w = top[i].second;
+      out->push_back("  rank " + top[i].first + where + ": last in " +
+                     Fmt("%.0f of %.0f steps", w.last, steps) +
+                     Fmt(", late in %.0f; cost the job %.3f s (%.1f ms per step it was last)",
+                         w.late, w.cost, w.last > 0 ? w.cost / w.last * 1e3 : 0));
+    }
   }
   if (shown == 0) out->push_back("  none: no rank was late in its steps by more than the share");
 }

@@ -56,7 +56,7 @@ void MetricsEndpoint::Stop() {
 
 std::string MetricsEndpoint::Render() const {
   PromMerge merge;
-  const int reporting = MergeReports(ranks_, read_, &merge);
+  const int reporting = MergeReports(ranks_(), read_, &merge);
   return merge.Text() +
          "# HELP hvd_launcher_ranks_reporting ranks whose report the launcher holds\n"
          "# TYPE hvd_launcher_ranks_reporting gauge\nhvd_launcher_ranks_reporting " +

@@ -14,9 +14,11 @@ namespace hvd::launcher {
 
 class MetricsEndpoint {
  public:
-  // read(rank, &text): the rank's latest report, false where it has none.
+  // read(rank, &text): the rank's latest report, false where it has none;
+  // ranks(): how many ranks the job has now (an elastic job's change).
   using Reader = std::function<bool(int rank, std::string* text)>;
-  MetricsEndpoint(int ranks, Reader read) : ranks_(ranks), read_(std::move(read)) {}
+  MetricsEndpoint(std::function<int()> ranks, Reader read)
+      : ranks_(std::move(ranks)), read_(std::move(read)) {}
   ~MetricsEndpoint() { Stop(); }
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
@@ -32,7 +34,7 @@ class MetricsEndpoint {
   void Serve();
   void Answer(int fd) const;
 
-  int ranks_;
+  std::function<int()> ranks_;
   Reader read_;
   int fd_ = -1;
   int port_ = 0;

@@ -23,6 +23,7 @@
 
 #include "common/netif.h"
 #include "launcher/hosts.h"
+#include "launcher/job_metrics.h"
 #include "launcher/output.h"
 #include "launcher/process.h"
 #include "rendezvous/store.h"
@@ -221,6 +222,10 @@ MpirunCommand BuildMpirunCommand(const Options& o, const MpirunHost& host) {
   if (o.fusion_threshold_bytes) set("HVD_FUSION_THRESHOLD", true, std::to_string(*o.fusion_threshold_bytes));
   if (o.cycle_time_ms) set("HVD_CYCLE_TIME", true, *o.cycle_time_ms);
   if (o.start_timeout_given && o.start_timeout_s > 0) set("HVD_START_TIMEOUT", true, o.start_timeout_text);
+  if (host.report_start && (o.metrics_port >= 0 || o.summary)) {
+    // The ranks' metrics reports, to the same store (core/observability/metrics_publish.h).
+    set("HVD_METRICS_PUBLISH", true, o.metrics_port >= 0 ? "1" : "10");
+  }
   if (host.report_start) {
     // Values from mpirun's environment: the secret stays off command lines.
     set("HVD_START_REPORT_ADDR", false, "");
@@ -439,7 +444,7 @@ int Supervise(const Options& o, std::vector<std::string> words, const rdv::Store
     if (w == pid) break;
     if (!all_ready) all_ready = NoteStarts(o, store, &started, &ready, &where);
     const auto now = Clock::now();
-    if (!all_ready && !timed_out && now >= deadline) {
+    if (!all_ready && !timed_out && o.start_timeout_s > 0 && now >= deadline) {
       timed_out = true;
       WriteAll(2, "hvdrun: error: " + StartTimeoutMessage(started, ready, where, o.start_timeout_s) + "\n");
       ::kill(pid, SIGTERM);
@@ -492,9 +497,11 @@ int RunWithMpirun(const Options& given) {
   for (char** e = environ; *e != nullptr; ++e) host.environment.emplace_back(*e);
 
   // The store the ranks report their start to (see the header).
+  // It also holds their metrics reports for --metrics-port and --summary.
+  const bool metrics = o.metrics_port >= 0 || o.summary;
   std::unique_ptr<rdv::StoreServer> store;
   std::string report_addr, report_secret;
-  if (o.start_timeout_s > 0) {
+  if (o.start_timeout_s > 0 || metrics) {
     auto addr = ReportAddress(o);
     Status why = addr.ok() ? Status::Ok() : addr.status();
     if (addr.ok()) {
@@ -506,6 +513,11 @@ int RunWithMpirun(const Options& given) {
       } else {
         why = s.status();
       }
+    }
+    if (!store && metrics) {
+      WriteAll(2, "hvdrun: error: --metrics-port/--summary: cannot serve a store for the ranks' "
+                  "metrics reports: " + why.message() + "\n");
+      return 1;
     }
     if (!store) {
       WriteAll(2, "hvdrun: warning: no start timeout for this job: cannot serve the ranks' "
@@ -538,7 +550,14 @@ int RunWithMpirun(const Options& given) {
     if (store) WriteAll(2, "hvdrun: start reports: serving at " + report_addr + "\n");
     if (!cmd.ucx_note.empty()) WriteAll(2, "hvdrun: " + cmd.ucx_note + "\n");
   }
-  if (store) return Supervise(o, cmd.argv, *store);
+  if (store) {
+    JobMetrics job_metrics(store.get(), o.np,
+                           [](const std::string& l) { WriteAll(2, "hvdrun: " + l + "\n"); });
+    if (metrics && !job_metrics.Start(o.metrics_addr, o.metrics_port)) return 1;
+    const int rc = Supervise(o, cmd.argv, *store);
+    if (metrics) job_metrics.End(o.summary);
+    return rc;
+  }
   std::vector<char*> argv = ArgvOf(cmd.argv);
   execvp(argv[0], argv.data());
   CannotExecute(cmd.argv[0], errno);

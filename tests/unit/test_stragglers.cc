@@ -1,11 +1,15 @@
 // Stragglers from every rank's wait: the wait's two-byte code, who was last
 // and what it cost, the block's schedule (only after a step), and the
-// warning once an interval names a rank late in most steps.
+// warning once an interval names a rank late in most steps; a process set's
+// steps, with every rank of the job sizing the negotiation alike.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/observability/set_stragglers.h"
 #include "core/observability/stragglers.h"
 
 namespace hvd {
@@ -108,6 +112,94 @@ TEST(Stragglers, BlockOnlyAfterAStepAndSparserForLargeJobs) {
   s.Negotiated(b.data(), false, t);  // carried (no waits known: no step counted)
   EXPECT_EQ(s.steps(), 0u);
   EXPECT_EQ(s.BlockBytes(), 0u);
+}
+
+// Four ranks, a set of ranks 1, 2 and 3 in slot 0; rank 2 submits 30 ms
+// after the set's other members in each of its steps; rank 0 is outside.
+TEST(SetStragglers, TheSetsBlockFollowsItsPendingStepsAndNamesItsLastMember) {
+  constexpr int kRanks = 4;
+  std::vector<std::string> lines;
+  Logger log(HVD_LOG_WARNING, Collect, &lines);
+  Stragglers::Settings set;
+  set.warning_s = 0.5;
+  SetStragglers ss[kRanks];
+  std::vector<std::shared_ptr<Scope>> sets[kRanks];
+  for (int r = 0; r < kRanks; ++r) {
+    ss[r].Configure(r, kRanks, set, &log, [](int q) { return "h" + std::to_string(q); });
+    std::shared_ptr<Scope> scope;
+    if (r > 0) {
+      scope = std::make_shared<Scope>();
+      scope->members = {1, 2, 3};
+      scope->label = "set [1, 2, 3]";
+      scope->rank = r - 1;
+      scope->size = 3;
+      ss[r].Prepare(*scope);
+    }
+    sets[r].push_back(scope);
+  }
+  Clock::time_point t{};
+  t += std::chrono::seconds(10);
+  // One negotiation: every rank's blocks MIN-reduced, as the allreduce does.
+  auto negotiate = [&](bool pending) {
+    const size_t bytes = ss[0].BlockBytes();
+    std::vector<uint8_t> all(bytes, 0xFF);
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_EQ(ss[r].BlockBytes(), bytes) << "rank " << r << " sizes it otherwise";
+      std::vector<uint8_t> mine(bytes, 0xFF);
+      ss[r].Contribute(mine.data(), sets[r]);
+      for (size_t i = 0; i < bytes; ++i) all[i] = std::min(all[i], mine[i]);
+    }
+    for (int r = 0; r < kRanks; ++r) {
+      ss[r].Pending(0, pending ? 1 : 0);
+      ss[r].Concluded(all.data(), sets[r], 1, t);
+    }
+    return bytes;
+  };
+  EXPECT_EQ(negotiate(false), 0u);  // nothing pending: no block
+  for (int i = 0; i < 40; ++i) {
+    t += std::chrono::milliseconds(40);
+    negotiate(true);  // the step: the members run the set's operations
+    for (int r = 1; r < kRanks; ++r) {
+      Stragglers& s = sets[r][0]->stragglers;
+      s.Begin(t);
+      s.Saw(t - (r == 2 ? std::chrono::microseconds(100) : std::chrono::microseconds(30100)));
+    }
+  }
+  EXPECT_EQ(negotiate(false), 8u);  // the last step's block, then none
+  EXPECT_EQ(negotiate(false), 0u);
+  for (int r = 1; r < kRanks; ++r) {
+    const Stragglers& s = sets[r][0]->stragglers;
+    EXPECT_EQ(s.steps(), 40u) << r;
+    EXPECT_EQ(s.rank(2).last.Get(), 40u) << r;
+    EXPECT_NEAR(static_cast<double>(s.rank(2).cost_nanos.Get()) * 1e-9, 40 * 0.030, 40 * 0.0003);
+    EXPECT_GT(s.rank(2).warnings.Get(), 0u);
+  }
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.front().find("straggler in process set [1, 2, 3]: rank 2 (host h2)"),
+            std::string::npos)
+      << lines.front();
+  // Only the set's first member speaks.
+  EXPECT_EQ(lines.size(), static_cast<size_t>(sets[1][0]->stragglers.rank(2).warnings.Get()));
+}
+
+// HVD_METRICS=0: the block keeps its schedule (ranks may differ in the
+// setting) but carries no wait, and no step is analysed.
+TEST(Stragglers, OffSendsNoWaitButKeepsTheSchedule) {
+  Stragglers s;
+  Stragglers::Settings off;
+  off.record = false;
+  s.Configure(0, 2, off, nullptr, nullptr);
+  Clock::time_point t{};
+  s.Begin(t);
+  s.Saw(t - std::chrono::milliseconds(5));
+  s.Negotiated(nullptr, true, t);
+  ASSERT_EQ(s.BlockBytes(), 4u);
+  std::vector<uint8_t> b(4, 0xFF);
+  s.Contribute(b.data());
+  EXPECT_EQ(b, std::vector<uint8_t>(4, 0xFF));
+  const std::vector<uint8_t> full = Block({0.005, 0.001});
+  s.Negotiated(full.data(), false, t);
+  EXPECT_EQ(s.steps(), 0u);
 }
 
 }  // namespace

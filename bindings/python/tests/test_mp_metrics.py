@@ -194,15 +194,21 @@ def _scrape(port):
     return {f.name: f for f in text_string_to_metric_families(body.decode())}
 
 
-def test_hvdrun_endpoint_shows_every_rank_and_summary(tmp_path, hvdrun):
+@pytest.mark.parametrize("launch", ["hvdrun", "mpirun"])
+def test_hvdrun_endpoint_shows_every_rank_and_summary(tmp_path, hvdrun, launch):
+    # mpirun: hvdrun --transport mpi delegates to mpirun; the ranks report to
+    # hvdrun's start-report store instead of a rendezvous store.
     if not harness.have_module("prometheus_client"):
         pytest.skip("prometheus_client is not installed (bindings/python/requirements-test.txt)")
+    if launch == "mpirun" and harness.mpi_reason() is not None:
+        pytest.skip(harness.mpi_reason())
     script = harness.write_script(tmp_path, LIVE)
     out = tmp_path / "out"
     out.mkdir()
     port = harness.free_port()
     env = harness.child_env({"HVD_TEST_OUT": str(out)})
-    p = subprocess.Popen([hvdrun, "-np", "2", "--metrics-port", str(port), "--summary", "--",
+    mpi = ["--transport", "mpi"] if launch == "mpirun" else []
+    p = subprocess.Popen([hvdrun, "-np", "2", *mpi, "--metrics-port", str(port), "--summary", "--",
                           sys.executable, script], env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     try:
@@ -231,3 +237,60 @@ def test_hvdrun_endpoint_shows_every_rank_and_summary(tmp_path, hvdrun):
     assert "summary (2 of 2 ranks reported)" in output, output
     assert "response cache hit rate" in output and "bus bandwidth" in output, output
     assert "rank 1: last in" in output, output
+
+
+SET_STRAGGLER = """
+import os, sys, json, time
+import numpy as np
+import hvd
+out = os.environ["HVD_TEST_OUT"]
+delay = float(sys.argv[1])
+hvd.init()
+r = hvd.rank()
+ps = hvd.add_process_set([1, 2, 3])
+if r != 0:
+    for i in range({steps}):
+        # The set's members compute 5 ms; rank 2 another `delay` before its submit.
+        time.sleep(0.005 + (delay if r == 2 else 0))
+        hvd.allreduce(np.ones(4, np.float32), name="s", process_set=ps)
+for i in range(10):  # then the whole job, no one late
+    time.sleep(0.005)
+    hvd.allreduce(np.ones(4, np.float32), name="all")
+with open(os.path.join(out, "rank%d.json" % r), "w") as f:
+    json.dump({{"json": hvd.metrics(), "prom": hvd.metrics.text(hvd.metrics.PROMETHEUS)}}, f)
+hvd.barrier()
+hvd.shutdown()
+"""
+
+
+def test_straggler_named_in_its_process_set(tmp_path, hvdrun):
+    # Rank 2 is late in set [1, 2, 3]'s steps only: that set's report names
+    # it with its cost; the job's does not; rank 0 (outside the set) has none.
+    steps, delay = 30, 0.030
+    script = harness.write_script(tmp_path, SET_STRAGGLER.format(steps=steps))
+    job = harness.run_job(4, script, args=[delay], launcher="hvdrun", tmp_path=tmp_path,
+                          timeout=180, env={"HVD_STRAGGLER_WARNING": "0.5"})
+    assert job.ok(), job.describe()
+    for r in range(4):
+        m, prom = job.results[r]["json"], job.results[r]["prom"]
+        (root,) = _scope(m, "all")
+        assert root["stragglers"]["named"] == [] and m["stragglers"]["named"] == [], root
+        sets = _scope(m, "1,2,3")
+        if r == 0:
+            assert sets == [] and 'process_set="1,2,3"' not in prom
+            continue
+        (s,) = sets
+        st = s["stragglers"]
+        assert [x["rank"] for x in st["ranks"]] == [1, 2, 3], st
+        assert st["steps"] >= steps - 2, st
+        two = {x["rank"]: x for x in st["ranks"]}[2]
+        assert two["last"] >= 0.8 * st["steps"], st
+        per_step = two["cost_seconds"] / two["last"]
+        assert abs(per_step - delay) <= 0.2 * delay, (per_step, st)
+        assert st["named"] == [2], st
+        # The Prometheus text carries the set in its process_set label.
+        line = 'hvd_straggler_last_total{rank="%d",process_set="1,2,3",straggler="2"} %d' % (
+            r, two["last"])
+        assert line in prom.splitlines(), prom
+    assert "straggler in process set [1, 2, 3]: rank 2" in job.output, job.output[-3000:]
+    assert "straggler: rank 2" not in job.output, job.output[-3000:]

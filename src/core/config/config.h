@@ -109,7 +109,9 @@ struct Config {
   // interval of the straggler warning in seconds (<= 0: none);
   // HVD_STRAGGLER_SHARE: late = by more than this share of the step;
   // HVD_METRICS_PUBLISH: publish the metrics to the store every so many
-  // seconds for the launcher (hvdrun sets it; 0 = not).
+  // seconds for the launcher (hvdrun sets it; 0 = not). HVD_METRICS=0:
+  // record nothing (-1 unset = on).
+  int metrics = -1;
   double straggler_warning_s = 60;
   double straggler_share = 0.1;
   double metrics_publish_s = 0;

@@ -125,6 +125,8 @@ const Setting kSettings[] = {
      &Config::caller_cycles, kAny, 0, "a waiting caller runs the cycle itself"},
     {"piggyback", HVD_NO_PARAM, "HVD_PIGGYBACK", nullptr, kSwitch, &Config::piggyback, kAny, 0,
      "small allreduces ride in the negotiation"},
+    {"metrics", HVD_NO_PARAM, "HVD_METRICS", nullptr, kSwitch, &Config::metrics, kAny, 0,
+     "record metrics and stragglers (0 = off; docs/metrics.md)"},
     {"straggler_warning_s", HVD_NO_PARAM, "HVD_STRAGGLER_WARNING", nullptr, kNumber,
      &Config::straggler_warning_s, kAny, 0,
      "seconds between straggler warnings (<= 0 = none; docs/metrics.md)"},

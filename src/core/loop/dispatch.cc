@@ -32,7 +32,8 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   planner_.Begin(static_cast<size_t>(fusion_threshold_), scope.size);
   auto now = Clock::now();
   const bool root = &scope == root_.get();
-  if (root) stragglers_.Begin(now);
+  Stragglers& stragglers = root ? stragglers_ : scope.stragglers;
+  stragglers.Begin(now);
   NoteExecution(now);
 
   uint64_t piggybacked = 0;  // bytes served by the negotiation
@@ -50,7 +51,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
                       MakeJoinedZeros(resp, scope.rank, now, &zeros, &req);
     if (!have) continue;  // e.g. a stall error for a request this rank never made
     scope.metrics.Cache(resp.slot >= 0);
-    if (root) stragglers_.Saw(req.enqueued);
+    stragglers.Saw(req.enqueued);
     recorder_.Negotiated(req.record, now);
     if (timeline_.enabled()) {
       timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
@@ -119,7 +120,7 @@ uint64_t ContextImpl::RunPlan(Scope& scope, uint64_t moved, Clock::time_point ne
     if (s.ok() && u.single != nullptr && u.single->type == OpType::kProcessSet) {
       s = FinishProcessSet(*u.single, *u.resp);
     }
-    if (recorder_.on() || unit_bytes >= kTimedUnitBytes || k + 1 == nunits) {
+    if (recorder_.on() || (metrics_on_ && (unit_bytes >= kTimedUnitBytes || k + 1 == nunits))) {
       mark = Clock::now();
       for (size_t j = timed; j <= k; ++j) NoteUnit(scope, planner_[j], (mark - start) / (k + 1 - timed));
       start = mark;

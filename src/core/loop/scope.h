@@ -15,6 +15,7 @@
 #include "core/negotiation/comm_plane.h"
 #include "core/negotiation/controller.h"
 #include "core/observability/metrics.h"
+#include "core/observability/stragglers.h"
 #include "transport/transport.h"
 
 namespace hvd {
@@ -53,6 +54,7 @@ struct Scope {
   bool device_tried = false;
   Status device_error;  // why it could not be opened: its CUDA operations fail with it
   ScopeMetrics metrics;  // written by the cycle's holder, read by any thread
+  Stragglers stragglers;  // a set's (set_stragglers.h); the context's is ContextImpl's
 };
 
 }  // namespace hvd

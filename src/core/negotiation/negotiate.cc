@@ -26,8 +26,11 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   }
   const size_t straggler_block = total;  // each rank's wait in a recent step (stragglers.h)
   total += stragglers_.BlockBytes();
+  const size_t set_blocks = total;  // the process sets' (set_stragglers.h)
+  total += set_stragglers_.BlockBytes();
   ctrl_.assign(total, 0xFF);
-  if (total > straggler_block) stragglers_.Contribute(ctrl_.data() + straggler_block);
+  if (set_blocks > straggler_block) stragglers_.Contribute(ctrl_.data() + straggler_block);
+  set_stragglers_.Contribute(ctrl_.data() + set_blocks, sets_);
   const bool piggy = piggy_.Usable(rc, root_slots, !slot_live_.empty());
   rc.Contribute(shutting_down, now, ctrl_.data(), root_slots);
   for (size_t k = 0; k < sets_.size(); ++k) {
@@ -69,6 +72,7 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
     Scope* set = k < sets_.size() ? sets_[k].get() : nullptr;
     if (set != nullptr) set->responses.clear();
     const size_t most_pending = header.most_pending;
+    set_stragglers_.Pending(k, most_pending);
     if (most_pending == 0) continue;
     // Busy: this rank negotiates again at once (see Loop), for the ranks
     // outside the set and the members still waiting. A set of every rank
@@ -91,6 +95,7 @@ Status ContextImpl::Negotiate(bool shutting_down, Clock::time_point now, bool* s
   while (!slot_live_.empty() && !slot_live_.back()) slot_live_.pop_back();
   slot_extent_.resize(slot_live_.size());
   if (sets_.size() > slot_live_.size()) sets_.resize(slot_live_.size());
+  set_stragglers_.Concluded(ctrl_.data() + set_blocks, sets_, slot_live_.size(), now);
   NoteNegotiation(now, straggler_block);
   return Status::Ok();
 }

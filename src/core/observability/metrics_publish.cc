@@ -4,9 +4,9 @@
 
 namespace hvd {
 
-MetricsPublisher::MetricsPublisher(rdv::StoreClient* store, int rank, double period_s,
+MetricsPublisher::MetricsPublisher(rdv::StoreClient* store, std::string key, double period_s,
                                    std::function<std::string()> render, Logger* log)
-    : store_(store), key_(Key(rank)), period_s_(period_s), render_(std::move(render)), log_(log) {
+    : store_(store), key_(std::move(key)), period_s_(period_s), render_(std::move(render)), log_(log) {
   thread_ = std::thread([this] { Run(); });
 }
 

@@ -55,6 +55,40 @@ void JsonOp(std::ostringstream& o, const OpMetrics& m) {
   o << "]}";
 }
 
+// The ranks a scope's stragglers list: a set's members, or every rank.
+std::vector<int> StragglerRanks(const Stragglers& s, const std::vector<int>& members) {
+  if (!s.configured()) return {};
+  if (!members.empty()) return members;
+  std::vector<int> all(static_cast<size_t>(s.size()));
+  for (int r = 0; r < s.size(); ++r) all[static_cast<size_t>(r)] = r;
+  return all;
+}
+
+void JsonStragglers(std::ostringstream& o, const Stragglers& s, const std::vector<int>& members) {
+  o << "{\"steps\":" << s.steps() << ",\"step_seconds\":" << Num(Sec(s.step_nanos()))
+    << ",\"warning_interval_s\":" << Num(s.settings().warning_s)
+    << ",\"share\":" << Num(s.settings().share) << ",\"ranks\":[";
+  const std::vector<int> ranks = StragglerRanks(s, members);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    const Stragglers::PerRank& p = s.rank(r);
+    o << (i ? "," : "") << "{\"rank\":" << r << ",\"last\":" << p.last.Get()
+      << ",\"late\":" << p.late.Get() << ",\"cost_seconds\":" << Num(Sec(p.cost_nanos.Get()))
+      << ",\"waited_seconds\":" << Num(Sec(p.waited_nanos.Get()))
+      << ",\"warnings\":" << p.warnings.Get() << ",\"cost_histogram\":[";
+    for (size_t b = 0; b < kTimeBuckets; ++b) o << (b ? "," : "") << p.cost[b].Get();
+    o << "]}";
+  }
+  o << "],\"named\":[";
+  bool first = true;
+  for (const int r : ranks) {
+    if (s.rank(r).warnings.Get() == 0) continue;
+    o << (first ? "" : ",") << r;
+    first = false;
+  }
+  o << "]}";
+}
+
 void JsonScope(std::ostringstream& o, const MetricsReport::Scope& sc) {
   const ScopeMetrics& m = *sc.m;
   o << "{\"process_set\":" << Quote(sc.process_set) << ",\"rank\":" << sc.rank
@@ -76,30 +110,12 @@ void JsonScope(std::ostringstream& o, const MetricsReport::Scope& sc) {
     o << (first ? "" : ",") << Quote(metrics::StatusName(e)) << ":" << m.errors[e].Get();
     first = false;
   }
-  o << "}}";
-}
-
-void JsonStragglers(std::ostringstream& o, const Stragglers& s) {
-  o << "{\"steps\":" << s.steps() << ",\"step_seconds\":" << Num(Sec(s.step_nanos()))
-    << ",\"warning_interval_s\":" << Num(s.settings().warning_s)
-    << ",\"share\":" << Num(s.settings().share) << ",\"ranks\":[";
-  for (int r = 0; r < s.size(); ++r) {
-    const Stragglers::PerRank& p = s.rank(r);
-    o << (r ? "," : "") << "{\"rank\":" << r << ",\"last\":" << p.last.Get()
-      << ",\"late\":" << p.late.Get() << ",\"cost_seconds\":" << Num(Sec(p.cost_nanos.Get()))
-      << ",\"waited_seconds\":" << Num(Sec(p.waited_nanos.Get()))
-      << ",\"warnings\":" << p.warnings.Get() << ",\"cost_histogram\":[";
-    for (size_t b = 0; b < kTimeBuckets; ++b) o << (b ? "," : "") << p.cost[b].Get();
-    o << "]}";
+  o << "}";
+  if (sc.stragglers != nullptr) {
+    o << ",\"stragglers\":";
+    JsonStragglers(o, *sc.stragglers, sc.members);
   }
-  o << "],\"named\":[";
-  bool first = true;
-  for (int r = 0; r < s.size(); ++r) {
-    if (s.rank(r).warnings.Get() == 0) continue;
-    o << (first ? "" : ",") << r;
-    first = false;
-  }
-  o << "]}";
+  o << "}";
 }
 
 // ---- Prometheus ----------------------------------------------------------
@@ -246,11 +262,21 @@ void PromLoop(Prom& p, const MetricsReport& r) {
   p.Sample("hvd_negotiation_seconds_total", me, Num(Sec(r.loop->negotiation_nanos.Get())));
   p.Family("hvd_piggybacked_total", "counter", "allreduces reduced inside the negotiation");
   p.Sample("hvd_piggybacked_total", me, Num(r.piggybacked));
-  const Stragglers& s = *r.stragglers;
+}
+
+// Each scope's stragglers (the context's, and each set's over its members).
+void PromStragglers(Prom& p, const MetricsReport& r) {
   p.Family("hvd_straggler_steps_total", "counter", "steps whose last rank is known");
-  p.Sample("hvd_straggler_steps_total", me, Num(s.steps()));
+  for (const auto& sc : r.scopes) {
+    if (sc.stragglers == nullptr) continue;
+    p.Sample("hvd_straggler_steps_total", ScopeLabels(r, sc), Num(sc.stragglers->steps()));
+  }
   p.Family("hvd_straggler_step_seconds_total", "counter", "seconds in those steps");
-  p.Sample("hvd_straggler_step_seconds_total", me, Num(Sec(s.step_nanos())));
+  for (const auto& sc : r.scopes) {
+    if (sc.stragglers == nullptr) continue;
+    p.Sample("hvd_straggler_step_seconds_total", ScopeLabels(r, sc),
+             Num(Sec(sc.stragglers->step_nanos())));
+  }
   struct Row {
     const char* name;
     const char* help;
@@ -272,19 +298,26 @@ void PromLoop(Prom& p, const MetricsReport& r) {
   for (const Row& row : kRows) {
     p.Family(row.name, "counter", row.help);
     const bool peer = row.c == &Stragglers::PerRank::waited_nanos;
-    for (int q = 0; q < s.size(); ++q) {
-      const uint64_t v = (s.rank(q).*row.c).Get();
-      if (v == 0) continue;
-      p.Sample(row.name, me + "," + Label(peer ? "peer" : "straggler", std::to_string(q)),
-               row.seconds ? Num(Sec(v)) : Num(v));
+    for (const auto& sc : r.scopes) {
+      if (sc.stragglers == nullptr) continue;
+      for (const int q : StragglerRanks(*sc.stragglers, sc.members)) {
+        const uint64_t v = (sc.stragglers->rank(q).*row.c).Get();
+        if (v == 0) continue;
+        p.Sample(row.name, ScopeLabels(r, sc) + "," + Label(peer ? "peer" : "straggler", std::to_string(q)),
+                 row.seconds ? Num(Sec(v)) : Num(v));
+      }
     }
   }
   p.Family("hvd_straggler_cost_seconds", "histogram", "cost per step in which the rank was last");
-  for (int q = 0; q < s.size(); ++q) {
-    if (s.rank(q).last.Get() == 0) continue;
-    p.Histogram("hvd_straggler_cost_seconds", me + "," + Label("straggler", std::to_string(q)),
-                s.rank(q).cost, kTimeBuckets, metrics::TimeBucketBound,
-                Sec(s.rank(q).cost_nanos.Get()));
+  for (const auto& sc : r.scopes) {
+    if (sc.stragglers == nullptr) continue;
+    for (const int q : StragglerRanks(*sc.stragglers, sc.members)) {
+      const Stragglers::PerRank& pr = sc.stragglers->rank(q);
+      if (pr.last.Get() == 0) continue;
+      p.Histogram("hvd_straggler_cost_seconds",
+                  ScopeLabels(r, sc) + "," + Label("straggler", std::to_string(q)), pr.cost,
+                  kTimeBuckets, metrics::TimeBucketBound, Sec(pr.cost_nanos.Get()));
+    }
   }
 }
 
@@ -292,7 +325,8 @@ void PromLoop(Prom& p, const MetricsReport& r) {
 
 std::string RenderMetricsJson(const MetricsReport& r) {
   std::ostringstream o;
-  o << "{\"version\":" << kMetricsVersion << ",\"rank\":" << r.rank << ",\"size\":" << r.size
+  o << "{\"version\":" << kMetricsVersion << ",\"enabled\":" << (r.enabled ? "true" : "false")
+    << ",\"rank\":" << r.rank << ",\"size\":" << r.size
     << ",\"host\":" << Quote(r.host) << ",\"transport\":" << Quote(r.transport)
     << ",\"negotiation\":{\"count\":" << r.loop->negotiations.Get()
     << ",\"seconds\":" << Num(Sec(r.loop->negotiation_nanos.Get()))
@@ -316,7 +350,7 @@ std::string RenderMetricsJson(const MetricsReport& r) {
     JsonScope(o, r.scopes[i]);
   }
   o << "],\"stragglers\":";
-  JsonStragglers(o, *r.stragglers);
+  JsonStragglers(o, *r.stragglers, {});
   o << "}";
   return o.str();
 }
@@ -327,6 +361,7 @@ std::string RenderMetricsPrometheus(const MetricsReport& r) {
   PromSizes(p, r);
   PromScopeCounters(p, r);
   PromLoop(p, r);
+  PromStragglers(p, r);
   return p.str();
 }
 

@@ -21,11 +21,16 @@ struct MetricsReport {
   const LoopMetrics* loop = nullptr;
   const Stragglers* stragglers = nullptr;
   uint64_t piggybacked = 0;
+  bool enabled = true;  // HVD_METRICS=0: false, every count stays 0
   struct Scope {
     std::string process_set;  // "all" for the context, else its members: "0,2"
     int rank = 0, size = 1;
     std::shared_ptr<const void> keep;  // holds the scope (and so `m`) alive
     const ScopeMetrics* m = nullptr;
+    // Its steps' stragglers, by ranks of the context; a set's lists only
+    // `members` (empty for the context: every rank).
+    const Stragglers* stragglers = nullptr;
+    std::vector<int> members;
   };
   std::vector<Scope> scopes;
 };

@@ -6,6 +6,7 @@
 #include "algorithms/selection.h"
 #include "core/context_impl.h"
 #include "core/observability/metrics_render.h"
+#include "core/observability/start_report.h"
 
 namespace hvd {
 
@@ -13,14 +14,32 @@ void ContextImpl::StartMetrics() {
   Stragglers::Settings s;
   s.warning_s = cfg_.straggler_warning_s;
   s.share = cfg_.straggler_share;
+  s.record = metrics_on_ = cfg_.metrics != 0;
   const Transport* t = transport_.get();
-  stragglers_.Configure(root_->rank, root_->size, s, &log_,
-                        [t](int r) { return t != nullptr ? t->host_of(r) : std::string(); });
+  auto host = [t](int r) { return t != nullptr ? t->host_of(r) : std::string(); };
+  stragglers_.Configure(root_->rank, root_->size, s, &log_, host);
+  set_stragglers_.Configure(root_->rank, root_->size, s, &log_, host);
+  if (cfg_.metrics_publish_s <= 0) return;
+  auto render = [this] { return MetricsText(HVD_METRICS_PROMETHEUS); };
+  const std::string key = MetricsPublisher::Key(root_->rank, cfg_.elastic ? cfg_.epoch : -1);
   rdv::StoreClient* store = boot_ ? boot_->store() : nullptr;
-  if (cfg_.metrics_publish_s > 0 && store != nullptr) {
-    publisher_ = std::make_unique<MetricsPublisher>(
-        store, cfg_.rank, cfg_.metrics_publish_s,
-        [this] { return MetricsText(HVD_METRICS_PROMETHEUS); }, &log_);
+  if (store != nullptr) {
+    publisher_ = std::make_unique<MetricsPublisher>(store, key, cfg_.metrics_publish_s,
+                                                    render, &log_);
+    return;
+  }
+  // Under mpirun (hvdrun --transport mpi) the job has no store: hvdrun's
+  // start-report store takes the reports.
+  auto own = ConnectStartReportStore();
+  if (own.ok() && *own) {
+    publisher_ = std::make_unique<MetricsPublisher>(std::move(own).value(), key,
+                                                    cfg_.metrics_publish_s, render, &log_);
+  } else {
+    HVD_LOG(log_, HVD_LOG_WARNING,
+            "HVD_METRICS_PUBLISH is set but rank "
+                << root_->rank << " has no store to publish to (no rendezvous store, "
+                << (own.ok() ? "no HVD_START_REPORT_ADDR" : own.status().message())
+                << "): the launcher will not see its metrics");
   }
 }
 
@@ -39,9 +58,10 @@ uint64_t Nanos(std::chrono::steady_clock::duration d) {
 // where the first scope's execution starts (that reads the clock anyway);
 // a negotiation that made nothing ready reads it here.
 void ContextImpl::NoteNegotiation(Clock::time_point begin, size_t straggler_block) {
-  loop_metrics_.negotiations.Add(1);
   const uint8_t* block = straggler_block < ctrl_.size() ? ctrl_.data() + straggler_block : nullptr;
-  stragglers_.Negotiated(block, !root_->responses.empty(), begin);
+  stragglers_.Negotiated(block, !root_->responses.empty(), begin);  // off: the block's schedule
+  if (!metrics_on_) return;
+  loop_metrics_.negotiations.Add(1);
   negotiation_begin_ = begin;
   negotiation_open_ = true;
   bool ready = !root_->responses.empty();
@@ -72,6 +92,7 @@ bool OnDevice(const OpRequest& r) {
 // A unit the executor ran: how it ran (the transport's choice for the
 // context's host tensors; a set's own communicator; a device transport).
 void ContextImpl::NoteUnit(Scope& scope, const FusionUnit& u, Clock::duration took) {
+  if (!metrics_on_) return;
   const OpRequest& first = u.single != nullptr ? *u.single : *u.batch.front();
   size_t tensors = u.single != nullptr ? u.single->tensors.size() : 0;
   for (const OpRequest* r : u.batch) tensors += r->tensors.size();
@@ -99,6 +120,7 @@ std::string ContextImpl::MetricsText(int format) const {
   r.transport = transport_name();
   r.host = transport_ ? transport_->host_of(root_->rank) : cfg_.hostname;
   r.loop = &loop_metrics_;
+  r.enabled = metrics_on_;
   r.stragglers = &stragglers_;
   std::vector<std::shared_ptr<Scope>> scopes{root_};
   {
@@ -112,10 +134,13 @@ std::string ContextImpl::MetricsText(int format) const {
     MetricsReport::Scope v;
     if (s == root_) {
       v.process_set = "all";
+      v.stragglers = &stragglers_;
     } else {
       for (size_t i = 0; i < s->members.size(); ++i) {
         v.process_set += (i ? "," : "") + std::to_string(s->members[i]);
       }
+      v.stragglers = &s->stragglers;
+      v.members = s->members;
     }
     v.rank = s->rank;
     v.size = s->size;

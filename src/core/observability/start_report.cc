@@ -59,4 +59,13 @@ void ReportStartStage(StartStage stage, const std::string& hostname, const Logge
   }
 }
 
+Result<std::unique_ptr<rdv::StoreClient>> ConnectStartReportStore() {
+  const std::string addr = Env("HVD_START_REPORT_ADDR");
+  if (addr.empty()) return std::unique_ptr<rdv::StoreClient>();
+  std::string host;
+  int port = 0;
+  HVD_CHECK(rdv::ParseHostPort(addr, &host, &port));
+  return rdv::StoreClient::Connect(host, port, Env("HVD_START_REPORT_SECRET"), kConnectTimeoutS);
+}
+
 }  // namespace hvd

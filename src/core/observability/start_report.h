@@ -17,14 +17,22 @@
 // reach hvdrun is logged and never fails hvd_init.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "common/status.h"
 #include "core/observability/logging.h"
+#include "rendezvous/store.h"
 
 namespace hvd {
 
 enum class StartStage { kStarted, kReady };
 
 void ReportStartStage(StartStage stage, const std::string& hostname, const Logger& log);
+
+// A client of that store (HVD_START_REPORT_ADDR), for the ranks' metrics
+// reports (metrics_publish.h) when the job has no store of its own; null
+// when the variable is not set.
+Result<std::unique_ptr<rdv::StoreClient>> ConnectStartReportStore();
 
 }  // namespace hvd

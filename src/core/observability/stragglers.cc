@@ -33,8 +33,10 @@ double Stragglers::Decode(uint16_t code) {
 }
 
 void Stragglers::Configure(int rank, int size, Settings s, Logger* log,
-                           std::function<std::string(int)> host) {
+                           std::function<std::string(int)> host, std::string scope, int speaker) {
   rank_ = rank;
+  scope_ = std::move(scope);
+  speaker_ = rank == speaker;
   size_ = std::max(size, 1);
   settings_ = s;
   log_ = log;
@@ -49,7 +51,7 @@ void Stragglers::Configure(int rank, int size, Settings s, Logger* log,
 
 void Stragglers::Contribute(uint8_t* block) const {
   uint16_t code = kNone;
-  if (earliest_ != Clock::time_point::max()) code = Encode(Seconds(ready_at_ - earliest_));
+  if (settings_.record && earliest_ != Clock::time_point::max()) code = Encode(Seconds(ready_at_ - earliest_));
   uint8_t* mine = block + 2 * static_cast<size_t>(rank_);
   mine[0] = static_cast<uint8_t>(code >> 8);
   mine[1] = static_cast<uint8_t>(code & 0xFF);
@@ -69,6 +71,7 @@ void Stragglers::Negotiated(const uint8_t* block, bool ready, Clock::time_point 
 
 // One step's waits, every rank's: who was last, what it cost.
 void Stragglers::Step(const uint8_t* block, Clock::time_point now) {
+  if (!settings_.record) return;
   int last = -1, valid = 0;
   double least = HUGE_VAL, second = HUGE_VAL;
   for (int r = 0; r < size_; ++r) {
@@ -124,9 +127,9 @@ void Stragglers::Warn(Clock::time_point now) {
     ranks_[w].warnings.Add(1);
     const double cost = static_cast<double>(interval_cost_nanos_[w]) * 1e-9;
     const std::string host = host_ ? host_(worst) : std::string();
-    if (rank_ == 0) {
+    if (speaker_) {
       HVD_LOG(*log_, HVD_LOG_WARNING,
-              "straggler: rank " << worst << (host.empty() ? "" : " (host " + host + ")")
+              "straggler" << (scope_.empty() ? "" : " in process " + scope_) << ": rank " << worst << (host.empty() ? "" : " (host " + host + ")")
                                  << " submitted last, late by more than "
                                  << static_cast<int>(settings_.share * 100 + 0.5) << "% of the step, in "
                                  << interval_late_[w] << " of " << interval_steps_

@@ -31,6 +31,9 @@ class Stragglers {
   struct Settings {
     double warning_s = 60;  // the warning's interval (HVD_STRAGGLER_WARNING; <= 0: no warning)
     double share = 0.1;     // late: by more than this share of the step (HVD_STRAGGLER_SHARE)
+    // HVD_METRICS=0: no waits sent, no steps analysed; the block still goes
+    // (its size must not depend on a setting that ranks may not share).
+    bool record = true;
   };
   // Lateness below this is noise, never late (a scheduling hiccup).
   static constexpr double kFloorS = 0.0002;
@@ -39,8 +42,11 @@ class Stragglers {
   static constexpr size_t kMaxBlockBytes = 128;
 
   // Before the loop starts. host(r): rank r's host, for the warning.
+  // `scope`: "" for the context, else the process set's label ("set [0, 2]",
+  // in its warning); `speaker`: the rank that logs the warning.
   void Configure(int rank, int size, Settings s, Logger* log,
-                 std::function<std::string(int)> host);
+                 std::function<std::string(int)> host, std::string scope = "", int speaker = 0);
+  bool configured() const { return ranks_ != nullptr; }
 
   // The negotiation's block: its bytes this time (0: none), the same on
   // every rank (it depends only on what earlier negotiations showed all).
@@ -51,6 +57,14 @@ class Stragglers {
   // whether this negotiation made operations ready (`ready`, the same on
   // every rank).
   void Negotiated(const uint8_t* block, bool ready, Clock::time_point now);
+
+  // A process set's steps (set_stragglers.h): whether a block goes is
+  // decided by the caller; this rank writes a wait only for a step since
+  // the last block (Contribute), and Consume reads the block and forgets it.
+  void Consume(const uint8_t* block, Clock::time_point now) {
+    Step(block, now);
+    earliest_ = Clock::time_point::max();
+  }
 
   // The context's ready operations, as the loop runs them: Begin at the
   // negotiation's end, Saw for each of this rank's requests.
@@ -87,6 +101,8 @@ class Stragglers {
   void Warn(Clock::time_point now);
 
   int rank_ = 0, size_ = 1;
+  std::string scope_;
+  bool speaker_ = false;
   Settings settings_;
   Logger* log_ = nullptr;
   std::function<std::string(int)> host_;

@@ -217,6 +217,7 @@ Result<std::shared_ptr<Scope>> ContextImpl::MakeSetScope(const std::vector<int>&
   set->cross_rank = place.cross_rank;
   set->cross_size = place.cross_size;
   set->generation = generation;
+  set_stragglers_.Prepare(*set);
   auto comm = transport_->OpenSubset(g, static_cast<uint32_t>(k + Transport::kFirstSetBand));
   if (!comm.ok()) return comm.status().Wrap("making a process set");
   set->own_comm = std::move(comm).value();
