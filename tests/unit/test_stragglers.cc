@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,30 @@ TEST(Stragglers, CodeRoundTripsWithinATenthOfAPercent) {
   }
   EXPECT_EQ(Stragglers::Encode(0), 0);
   EXPECT_LT(Stragglers::Encode(1e9), 0xFFFF);  // 0xFFFF means "no wait known"
+}
+
+// Every code a rank can send: exact below 1024 ns, within 2^-11 above,
+// and ordered as the waits (Step compares codes, not waits).
+TEST(Stragglers, CodesOrderAsWaitsAndStayWithin2ToTheMinus11) {
+  uint64_t last_ns = 0;
+  for (uint32_t c = 0; c < 0xFFFF; ++c) {
+    const uint16_t code = static_cast<uint16_t>(c);
+    const uint64_t ns = Stragglers::DecodeNanos(code);
+    if (c > 0) {
+      EXPECT_GT(ns, last_ns) << c;
+    }
+    last_ns = ns;
+    if (ns > (uint64_t{1} << 62)) break;  // beyond any wait (146 years)
+    EXPECT_EQ(Stragglers::EncodeNanos(ns), code) << c;
+  }
+  for (uint64_t ns = 1; ns < (uint64_t{1} << 62); ns = ns * 3 + 7) {
+    const uint16_t code = Stragglers::EncodeNanos(ns);
+    ASSERT_NE(code, 0xFFFF) << ns;
+    const double back = static_cast<double>(Stragglers::DecodeNanos(code));
+    EXPECT_LE(std::abs(back - static_cast<double>(ns)), static_cast<double>(ns) / 2048 + 0.5) << ns;
+    EXPECT_LE(Stragglers::EncodeNanos(ns - 1), code) << ns;
+    EXPECT_GE(Stragglers::EncodeNanos(ns + 1), code) << ns;
+  }
 }
 
 TEST(Stragglers, NamesTheLastRankWithItsCostAndWarnsOnce) {

@@ -81,6 +81,25 @@ def test_exact_counts_per_rank_and_process_set(tmp_path, hvdrun):
         assert ops["broadcast"]["seconds"] > 0 and m["negotiation"]["count"] > 0
 
 
+def test_metrics_off_counts_nothing(tmp_path, hvdrun):
+    """HVD_METRICS=0: the same sequence (piggybacked small allreduces, a mismatch, a process
+    set) leaves every count at 0 and says so."""
+    script = harness.write_script(tmp_path, COUNTS)
+    job = harness.run_job(3, script, launcher="hvdrun", tmp_path=tmp_path, timeout=120,
+                          env={"HVD_METRICS": "0"})
+    assert job.ok(), job.describe()
+    for r in range(3):
+        m = job.results[r]
+        assert m["enabled"] is False and m["rank"] == r
+        for scope in m["scopes"]:
+            assert all(op["count"] == 0 and op["bytes"] == 0 for op in scope["ops"].values()), scope
+            assert scope["cache"]["hits"] + scope["cache"]["misses"] == 0, scope
+            assert scope["errors"] == {}, scope
+            assert scope["fusion"]["batches"] == 0, scope
+        assert m["negotiation"]["count"] == 0
+        assert m["stragglers"]["steps"] == 0
+
+
 STRAGGLER = """
 import os, sys, json, time
 import numpy as np

@@ -50,7 +50,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     const bool have = scope.controller->Take(resp, &req) ||
                       MakeJoinedZeros(resp, scope.rank, now, &zeros, &req);
     if (!have) continue;  // e.g. a stall error for a request this rank never made
-    scope.metrics.Cache(resp.slot >= 0);
+    if (metrics_on_) scope.metrics.Cache(resp.slot >= 0);
     stragglers.Saw(req.enqueued);
     recorder_.Negotiated(req.record, now);
     if (timeline_.enabled()) {
@@ -83,9 +83,11 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
   piggy_.clear_served();
   if (!scope.controller->Take(resp, req)) return 0;
   stragglers_.Saw(req->enqueued);
-  scope.metrics.Cache(true);
-  scope.metrics.Unit(OpType::kAllreduce, 1, piggy_.result_bytes(), 0, metrics::kPathPiggyback,
-                     scope.size);
+  if (metrics_on_) {
+    scope.metrics.Cache(true);
+    scope.metrics.Unit(OpType::kAllreduce, 1, piggy_.result_bytes(), 0, metrics::kPathPiggyback,
+                       scope.size);
+  }
   if (req->record != 0) {
     recorder_.Negotiated(req->record, now);
     recorder_.Started(req->record, now, RequestBytes(*req));

@@ -70,7 +70,7 @@ void ContextImpl::FinishAll(Scope& scope, OpRequest* const* reqs, size_t n, cons
   // elastic job are reworded.
   Status mapped;
   const Status& status = given.ok() || !cfg_.elastic ? given : (mapped = Membership(given));
-  if (!status.ok()) scope.metrics.Failed(status.code(), n);
+  if (!status.ok() && metrics_on_) scope.metrics.Failed(status.code(), n);
   {
     if (recorder_.on() && done == Clock::time_point()) done = Clock::now();
     std::lock_guard<std::mutex> lock(mu_);

@@ -8,11 +8,8 @@ namespace hvd {
 namespace {
 
 constexpr uint16_t kNone = 0xFFFF;
-constexpr double kStepsPerDoubling = 2048;
 
 double Seconds(Stragglers::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-uint64_t Nanos(double seconds) { return seconds <= 0 ? 0 : static_cast<uint64_t>(seconds * 1e9); }
 
 std::string Ms(double seconds) {
   char b[32];
@@ -22,15 +19,31 @@ std::string Ms(double seconds) {
 
 }  // namespace
 
-uint16_t Stragglers::Encode(double seconds) {
-  const double us = std::max(0.0, seconds * 1e6);
-  const double v = std::round(std::log2(1 + us) * kStepsPerDoubling);
-  return static_cast<uint16_t>(std::min(v, static_cast<double>(kNone - 1)));
+// Log-linear in nanoseconds: below 1024 ns the count itself; above, the
+// highest bit's position (10 bits of code) and the 10 bits after it, so a
+// code is within 2^-11 of the wait it stands for and codes order as waits
+// do. Integer arithmetic only: this runs every step, and log2/exp2 cost
+// about 150 instructions a step of some 9,000 (bench/tensor_cost.py).
+uint16_t Stragglers::EncodeNanos(uint64_t ns) {
+  if (ns < 1024) return static_cast<uint16_t>(ns);
+  const int e = 63 - __builtin_clzll(ns);  // 10 .. 63
+  return static_cast<uint16_t>((static_cast<unsigned>(e - 9) << 10) | ((ns >> (e - 10)) & 0x3FF));
 }
 
-double Stragglers::Decode(uint16_t code) {
-  return (std::exp2(code / kStepsPerDoubling) - 1) * 1e-6;
+uint64_t Stragglers::DecodeNanos(uint16_t code) {
+  if (code < 1024) return code;
+  const int shift = (code >> 10) - 1;  // 0 .. 53
+  const uint64_t base = (uint64_t{1024} | (code & 0x3FFu)) << shift;
+  return base + (shift > 0 ? uint64_t{1} << (shift - 1) : 0);  // the middle of its range
 }
+
+uint16_t Stragglers::Encode(double seconds) {
+  const double ns = seconds * 1e9;
+  if (!(ns > 0)) return 0;
+  return EncodeNanos(ns >= 9.2e18 ? uint64_t{9200000000000000000u} : static_cast<uint64_t>(ns));
+}
+
+double Stragglers::Decode(uint16_t code) { return static_cast<double>(DecodeNanos(code)) * 1e-9; }
 
 void Stragglers::Configure(int rank, int size, Settings s, Logger* log,
                            std::function<std::string(int)> host, std::string scope, int speaker) {
@@ -46,12 +59,14 @@ void Stragglers::Configure(int rank, int size, Settings s, Logger* log,
   ranks_.reset(new PerRank[n]);
   interval_late_.assign(n, 0);
   interval_cost_nanos_.assign(n, 0);
-  waits_.assign(n, 0);
 }
 
 void Stragglers::Contribute(uint8_t* block) const {
   uint16_t code = kNone;
-  if (settings_.record && earliest_ != Clock::time_point::max()) code = Encode(Seconds(ready_at_ - earliest_));
+  if (settings_.record && earliest_ != Clock::time_point::max()) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(ready_at_ - earliest_).count();
+    code = EncodeNanos(ns > 0 ? static_cast<uint64_t>(ns) : 0);
+  }
   uint8_t* mine = block + 2 * static_cast<size_t>(rank_);
   mine[0] = static_cast<uint8_t>(code >> 8);
   mine[1] = static_cast<uint8_t>(code & 0xFF);
@@ -72,41 +87,46 @@ void Stragglers::Negotiated(const uint8_t* block, bool ready, Clock::time_point 
 // One step's waits, every rank's: who was last, what it cost.
 void Stragglers::Step(const uint8_t* block, Clock::time_point now) {
   if (!settings_.record) return;
+  // Codes order as waits do: the least two by code, then decoded.
   int last = -1, valid = 0;
-  double least = HUGE_VAL, second = HUGE_VAL;
+  uint16_t least_code = kNone, second_code = kNone, mine_code = kNone;
   for (int r = 0; r < size_; ++r) {
     const uint8_t* p = block + 2 * static_cast<size_t>(r);
     const uint16_t code = static_cast<uint16_t>((p[0] << 8) | p[1]);
-    const double w = code == kNone ? -1 : Decode(code);
-    waits_[static_cast<size_t>(r)] = w;
+    if (r == rank_) mine_code = code;
     if (code == kNone) continue;
     ++valid;
-    if (w < least) {
-      second = least;
-      least = w;
+    if (last < 0 || code < least_code) {
+      second_code = least_code;
+      least_code = code;
       last = r;
-    } else if (w < second) {
-      second = w;
+    } else if (code < second_code) {
+      second_code = code;
     }
   }
   if (valid < 2) return;
-  const double step_s = last_step_ == Clock::time_point{} ? 0 : Seconds(now - last_step_);
+  const uint64_t least_ns = DecodeNanos(least_code);
+  const uint64_t cost_ns = DecodeNanos(second_code) - least_ns;  // codes order as waits
+  const auto step = last_step_ == Clock::time_point{} ? Clock::duration::zero() : now - last_step_;
+  const uint64_t step_ns = static_cast<uint64_t>(
+      std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(step).count()));
   last_step_ = now;
   if (interval_start_ == Clock::time_point{}) interval_start_ = now;
-  const double cost = second - least;
   steps_.Add(1);
-  step_nanos_.Add(Nanos(step_s));
+  step_nanos_.Add(step_ns);
   PerRank& pr = ranks_[static_cast<size_t>(last)];
   pr.last.Add(1);
-  pr.cost_nanos.Add(Nanos(cost));
-  pr.cost[metrics::TimeBucketOf(Nanos(cost))].Add(1);
-  const double mine = waits_[static_cast<size_t>(rank_)];
-  if (last != rank_ && mine > least) pr.waited_nanos.Add(Nanos(mine - least));
+  pr.cost_nanos.Add(cost_ns);
+  pr.cost[metrics::TimeBucketOf(cost_ns)].Add(1);
+  if (last != rank_ && mine_code != kNone && mine_code > least_code) {
+    pr.waited_nanos.Add(DecodeNanos(mine_code) - least_ns);
+  }
   ++interval_steps_;
-  if (cost > kFloorS && step_s > 0 && cost > settings_.share * step_s) {
+  const double cost = static_cast<double>(cost_ns) * 1e-9;
+  if (cost > kFloorS && step_ns > 0 && cost > settings_.share * static_cast<double>(step_ns) * 1e-9) {
     pr.late.Add(1);
     ++interval_late_[static_cast<size_t>(last)];
-    interval_cost_nanos_[static_cast<size_t>(last)] += Nanos(cost);
+    interval_cost_nanos_[static_cast<size_t>(last)] += cost_ns;
   }
   if (settings_.warning_s > 0 && Seconds(now - interval_start_) >= settings_.warning_s) Warn(now);
 }

@@ -91,8 +91,10 @@ class Stragglers {
   const PerRank& rank(int r) const { return ranks_[static_cast<size_t>(r)]; }
   const Settings& settings() const { return settings_; }
 
-  // The 16-bit code of a wait (log scale: 2048 steps per doubling of
-  // 1 + microseconds; 0xFFFF: none), and back.
+  // The 16-bit code of a wait (log-linear in nanoseconds, within 2^-11 of
+  // it; codes order as waits do; 0xFFFF: none), and back.
+  static uint16_t EncodeNanos(uint64_t ns);
+  static uint64_t DecodeNanos(uint16_t code);
   static uint16_t Encode(double seconds);
   static double Decode(uint16_t code);
 
@@ -116,7 +118,6 @@ class Stragglers {
   uint64_t interval_steps_ = 0;
   std::vector<uint64_t> interval_late_;
   std::vector<uint64_t> interval_cost_nanos_;
-  std::vector<double> waits_;  // Step's scratch
   Counter steps_, step_nanos_;
   std::unique_ptr<PerRank[]> ranks_;
 };
