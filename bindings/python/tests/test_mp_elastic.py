@@ -22,6 +22,7 @@ import glob
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -66,7 +67,8 @@ class Job:
         return f"hvdrun exit code {self.rc}\n--- output ---\n{self.output[-8000:]}"
 
 
-def run_elastic(tmp_path, hosts, np_, min_np, max_np, args, script=None, timeout_s=30):
+def run_elastic(tmp_path, hosts, np_, min_np, max_np, args, script=None, timeout_s=30,
+                hvdrun_args=()):
     out = tmp_path / "out"
     out.mkdir()
     hosts_file = tmp_path / "hosts.txt"
@@ -78,7 +80,7 @@ def run_elastic(tmp_path, hosts, np_, min_np, max_np, args, script=None, timeout
     env = harness.child_env({"HVD_HOSTS_FILE": str(hosts_file), "HVD_TEST_OUT": str(out)})
     cmd = [harness.find_hvdrun(), "-np", str(np_), "--min-np", str(min_np), "--max-np",
            str(max_np), "--host-discovery-script", DISCOVER, "--elastic-timeout",
-           str(timeout_s), "--", sys.executable, script, *map(str, args)]
+           str(timeout_s), *hvdrun_args, "--", sys.executable, script, *map(str, args)]
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           timeout=JOB_TIMEOUT)
     return Job(proc, str(out)), hosts_file
@@ -178,6 +180,25 @@ def test_added_host_gets_the_state(tmp_path):
     for r in job.results:
         assert_same_loss(r["loss"], want)
     assert abs(want - reference(tmp_path, "2@0", TRAIN)) > 1e-6
+    assert_no_process_left(job)
+
+
+def test_summary_counts_the_last_epochs_ranks(tmp_path):
+    # --summary in an elastic job: the ranks publish under per-epoch keys, and
+    # the summary reads the epoch that finished (3 ranks after the added host),
+    # not the 2 of epoch 0; rank 2 joined at step 10 and ran allreduces too.
+    hosts_file = tmp_path / "hosts.txt"
+    job, _ = run_elastic(tmp_path, ["127.0.0.1", "127.0.0.2"], 2, 2, 3,
+                         TRAIN + ["--add-host-at-step", "10", "--add-host", "127.0.0.3:1",
+                                  "--hosts-file", str(hosts_file)],
+                         hvdrun_args=["--summary"])
+    assert job.rc == 0, job.describe()
+    assert len(job.results) == 3, job.describe()
+    m = re.search(r"summary \((\d+) of (\d+) ranks reported[^\n]*elastic epoch (\d+)", job.output)
+    assert m, job.describe()
+    assert (int(m.group(1)), int(m.group(2))) == (3, 3), m.group(0)
+    assert int(m.group(3)) >= 1, m.group(0)
+    assert "bus bandwidth" in job.output, job.describe()
     assert_no_process_left(job)
 
 
