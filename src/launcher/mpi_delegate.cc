@@ -462,27 +462,65 @@ int Supervise(const Options& o, std::vector<std::string> words, const rdv::Store
 
 }  // namespace
 
-int RunWithMpirun(const Options& given) {
-  Options o = given;
-  if (o.network_interface.empty() && o.hosts_given) {
-    // Across hosts Open MPI picks its interfaces by name rules of its own (a
-    // docker0 bridge included): hand it the network the hosts are reached in.
-    std::vector<std::string> remote;
-    for (const auto& h : o.hosts) {
-      if (!IsLocalHost(h.host) && !IsLoopbackHost(h.host)) remote.push_back(h.host);
-    }
-    if (!remote.empty()) {
-      auto reach = ReachHosts(remote);
-      if (reach.ok() && !reach->cidr.empty()) {
-        o.mpi_network = reach->cidr;
-        if (o.verbose) WriteAll(2, "hvdrun: MPI network: " + reach->cidr + ": reaching " + reach->summary + "\n");
-      } else if (o.verbose) {
-        WriteAll(2, "hvdrun: MPI network left to Open MPI: " +
-                        (reach.ok() ? "the hosts are not all in " + reach->summary
-                                    : reach.status().message()) + "\n");
-      }
+namespace {
+
+// Across hosts Open MPI picks its interfaces by name rules of its own (a
+// docker0 bridge included): hand it the network the hosts are reached in
+// (o->mpi_network), unless an interface was named.
+void ChooseMpiNetwork(Options* o) {
+  if (!o->network_interface.empty() || !o->hosts_given) return;
+  std::vector<std::string> remote;
+  for (const auto& h : o->hosts) {
+    if (!IsLocalHost(h.host) && !IsLoopbackHost(h.host)) remote.push_back(h.host);
+  }
+  if (remote.empty()) return;
+  auto reach = ReachHosts(remote);
+  if (reach.ok() && !reach->cidr.empty()) {
+    o->mpi_network = reach->cidr;
+    if (o->verbose) WriteAll(2, "hvdrun: MPI network: " + reach->cidr + ": reaching " + reach->summary + "\n");
+  } else if (o->verbose) {
+    WriteAll(2, "hvdrun: MPI network left to Open MPI: " +
+                    (reach.ok() ? "the hosts are not all in " + reach->summary
+                                : reach.status().message()) + "\n");
+  }
+}
+
+// The store the ranks report their start to (see the header); it also holds
+// their metrics reports for --metrics-port and --summary. *store stays null
+// where the job needs none or it cannot start (a warning, unless the metrics
+// need it: then false, the error written).
+bool StartReportStore(const Options& o, bool metrics, std::unique_ptr<rdv::StoreServer>* store,
+                      std::string* report_addr, std::string* report_secret) {
+  if (o.start_timeout_s <= 0 && !metrics) return true;
+  auto addr = ReportAddress(o);
+  Status why = addr.ok() ? Status::Ok() : addr.status();
+  if (addr.ok()) {
+    *report_secret = rdv::NewSecret();
+    auto s = rdv::StoreServer::Start(*addr, 0, *report_secret);
+    if (s.ok()) {
+      *store = std::move(s).value();
+      *report_addr = JoinHostPort(*addr, (*store)->port());
+    } else {
+      why = s.status();
     }
   }
+  if (!*store && metrics) {
+    WriteAll(2, "hvdrun: error: --metrics-port/--summary: cannot serve a store for the ranks' "
+                "metrics reports: " + why.message() + "\n");
+    return false;
+  }
+  if (!*store) {
+    WriteAll(2, "hvdrun: warning: no start timeout for this job: cannot serve the ranks' "
+                "start reports: " + why.message() + "\n");
+  }
+  return true;
+}
+
+}  // namespace
+
+int RunWithMpirun(const Options& given) {
+  Options o = given;
+  ChooseMpiNetwork(&o);
   if (!o.network_interface.empty()) {
     auto addr = InterfaceAddress(o.network_interface);
     if (!addr.ok()) {
@@ -496,34 +534,10 @@ int RunWithMpirun(const Options& given) {
   host.rdma_devices = RdmaDevices();
   for (char** e = environ; *e != nullptr; ++e) host.environment.emplace_back(*e);
 
-  // The store the ranks report their start to (see the header).
-  // It also holds their metrics reports for --metrics-port and --summary.
   const bool metrics = o.metrics_port >= 0 || o.summary;
   std::unique_ptr<rdv::StoreServer> store;
   std::string report_addr, report_secret;
-  if (o.start_timeout_s > 0 || metrics) {
-    auto addr = ReportAddress(o);
-    Status why = addr.ok() ? Status::Ok() : addr.status();
-    if (addr.ok()) {
-      report_secret = rdv::NewSecret();
-      auto s = rdv::StoreServer::Start(*addr, 0, report_secret);
-      if (s.ok()) {
-        store = std::move(s).value();
-        report_addr = JoinHostPort(*addr, store->port());
-      } else {
-        why = s.status();
-      }
-    }
-    if (!store && metrics) {
-      WriteAll(2, "hvdrun: error: --metrics-port/--summary: cannot serve a store for the ranks' "
-                  "metrics reports: " + why.message() + "\n");
-      return 1;
-    }
-    if (!store) {
-      WriteAll(2, "hvdrun: warning: no start timeout for this job: cannot serve the ranks' "
-                  "start reports: " + why.message() + "\n");
-    }
-  }
+  if (!StartReportStore(o, metrics, &store, &report_addr, &report_secret)) return 1;
   host.report_start = store != nullptr;
 
   MpirunCommand cmd = BuildMpirunCommand(o, host);
