@@ -57,7 +57,9 @@ def parse_args(argv):
 def counts(build, tensors, nbytes, steps, tmp):
     """Inclusive Ir per phase of one run."""
     out = os.path.join(tmp, f"cg.{os.getpid()}.{steps}")
-    env = dict(os.environ, HVD_LIBRARY_PATH=os.path.join(build, "lib"))
+    lib = os.path.join(build, "lib")  # ahead of RUNPATH: a copied build loads its own libhvd
+    env = dict(os.environ, HVD_LIBRARY_PATH=lib,
+               LD_LIBRARY_PATH=os.pathsep.join(p for p in (lib, os.environ.get("LD_LIBRARY_PATH")) if p))
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
            os.path.join(build, "bin", "hvd-bench"), "fusion", "--tensors", str(tensors),
            "--tensor-bytes", str(nbytes), "--steps", str(steps)]

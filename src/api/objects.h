@@ -7,6 +7,7 @@
 #include <memory>
 #include <utility>
 
+#include "api/block_pool.h"
 #include "core/context.h"
 #include "core/loop/request.h"
 #include "hvd.h"
@@ -29,6 +30,8 @@ constexpr size_t kMaxNameBytes = 1024;
 struct hvd_context_s {
   uint64_t magic = hvd::api::kContextMagic;
   std::unique_ptr<hvd::Context> impl;
+  // Where its handles are made (block_pool.h); handles share it.
+  std::shared_ptr<hvd::api::BlockPool> handles = std::make_shared<hvd::api::BlockPool>();
 };
 
 struct hvd_handle_s {

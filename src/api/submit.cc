@@ -84,8 +84,9 @@ hvd::Status PrepareBarrier(const char* fn, hvd_context_t ctx, Prepared* p) {
 hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
   // Allocate everything that can fail before the op is queued, so that no
   // queued op is left without a handle.
-  auto box = p->op != nullptr ? std::make_shared<HandleBox>(p->op, p->name)
-                              : std::make_shared<HandleBox>(std::move(p->description));
+  const PoolAllocator<HandleBox> alloc(p->ctx->handles);
+  auto box = p->op != nullptr ? std::allocate_shared<HandleBox>(alloc, p->op, p->name)
+                              : std::allocate_shared<HandleBox>(alloc, std::move(p->description));
   std::shared_ptr<hvd::Handle> handle(box, &box->core);
   const hvd::OpType type = p->request.type;
   p->request.handle = handle;
@@ -100,8 +101,9 @@ hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
 }
 
 hvd_status_t SubmitAndWait(Prepared* p) {
-  auto handle = p->op != nullptr ? std::make_shared<hvd::Handle>(p->op, p->name)
-                                 : std::make_shared<hvd::Handle>(std::move(p->description));
+  const PoolAllocator<hvd::Handle> alloc(p->ctx->handles);
+  auto handle = p->op != nullptr ? std::allocate_shared<hvd::Handle>(alloc, p->op, p->name)
+                                 : std::allocate_shared<hvd::Handle>(alloc, std::move(p->description));
   p->request.handle = handle;
   auto r = p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
   if (!r.ok()) return Report(r.status());
