@@ -191,3 +191,25 @@ def test_node_probe_finds_a_lost_raylet():
     finally:
         listener.close()
         closed.close()
+
+
+def test_node_probe_fresh_dials_again_within_the_interval():
+    """A node that answered a moment ago is not dialled again within
+    PROBE_EVERY_S, unless asked fresh (the executor's last look before it
+    raises a worker's hvd error): a raylet killed since is then found."""
+    import socket
+
+    from hvd.ray import _nodes
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    fake = _FakeRay([dict(NodeID="A", Alive=True, NodeManagerAddress="127.0.0.1",
+                          NodeManagerPort=port)])
+    probe = _nodes.NodeProbe(fake, {"A"})
+    assert probe.lost("A") is None
+    listener.close()  # the raylet is gone; its port now refuses
+    assert probe.lost("A") is None  # the answer of a moment ago
+    why = probe.lost("A", fresh=True)
+    assert why and f"127.0.0.1:{port}" in why and "is gone" in why

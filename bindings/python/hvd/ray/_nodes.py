@@ -48,12 +48,12 @@ class NodeProbe:
                       for nid in node_ids if nid in nodes}
         self._last = {}  # node id -> (time of the last probe, its answer)
 
-    def lost(self, node_id):
+    def lost(self, node_id, fresh=False):
         """Why the node is gone, or None where it answers (or was probed less
-        than PROBE_EVERY_S ago and answered then)."""
+        than PROBE_EVERY_S ago and answered then; fresh: dial it again)."""
         now = time.monotonic()
         last = self._last.get(node_id)
-        if last is not None and (last[1] is not None or now - last[0] < PROBE_EVERY_S):
+        if last is not None and (last[1] is not None or (not fresh and now - last[0] < PROBE_EVERY_S)):
             return last[1]
         why = self._probe(node_id)
         self._last[node_id] = (now, why)

@@ -25,6 +25,11 @@ _log = logging.getLogger("hvd.ray")
 # the first exception that is not an echo (an hvd error caused by that worker
 # leaving) is the one raised.
 _ECHO_GRACE_S = 5.0
+# Longer while every error so far is an echo and a worker has not answered:
+# its node answers the probe (below), so Ray is left to report its dead actor,
+# which a loaded raylet took more than 5 s to do (cluster.ray_hosts, at a load
+# of 7: the worker killed, its host's raylet killed 7 s later).
+_SILENT_GRACE_S = 15.0
 # How long a worker may stay silent, after its peers failed (or, elastic,
 # asked to join the next epoch without it), before its node is dialled.
 _SILENT_S = 1.0
@@ -311,7 +316,16 @@ class RayExecutor:
         results, pending = {}, dict(zip(refs, members))
         first_error, error_at = None, None
         while pending:
-            if error_at is not None and time.monotonic() - error_at > _ECHO_GRACE_S:
+            grace = _SILENT_GRACE_S if _is_echo(first_error) else _ECHO_GRACE_S
+            if error_at is not None and time.monotonic() - error_at > grace:
+                # The grace is over with an hvd error (likely an echo) and workers
+                # still silent: their nodes are dialled once more, at once (a
+                # killed host's raylet may have answered the last probe while its
+                # processes were being killed, and a loaded driver probes seldom).
+                lost = self._silent_lost(pending, error_at, fresh=True)
+                if lost is not None and _is_echo(first_error):
+                    lost.__cause__ = first_error
+                    first_error = lost
                 break
             done, _ = ray.wait(list(pending), num_returns=1, timeout=0.1)
             for ref in done:
@@ -344,7 +358,7 @@ class RayExecutor:
         done_members.sort(key=lambda m: rank_of.get(m.wid, m.rank))
         return [results[m.index] for m in done_members]
 
-    def _silent_lost(self, pending, error_at):
+    def _silent_lost(self, pending, error_at, fresh=False):
         """Workers of `pending` (ref -> member) that went silent while the others
         failed (error_at: when the first error came) or, elastic, while the others
         asked to join the next epoch: their nodes are dialled (hvd.ray._nodes),
@@ -361,7 +375,7 @@ class RayExecutor:
             return None
         first = None
         for ref, m in suspects.items():
-            why = self._probe.lost(m.node_id)
+            why = self._probe.lost(m.node_id, fresh)
             if why is not None:
                 del pending[ref]
                 err = self._mark_lost(m, f"its node was lost: {why}")
