@@ -17,6 +17,9 @@ Status Transport::Check(int rc, const char* what) {
   Status s = Error(code, std::string(name_) + " " + what + " failed: " +
                              (msg && *msg ? msg : "no reason given"));
   Broke(s);
+  // The ranks of this host waiting in shared memory for this one (a leader
+  // whose cross-host step failed) fail with its reason, not with "it left".
+  if (code != HVD_ERR_INVALID_ARGUMENT) WarnHost(code, s.message());
   return s;
 }
 
