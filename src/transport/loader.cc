@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -178,11 +179,25 @@ std::string InstallHint(const std::string& soname) {
   return "is the library it needs installed?";
 }
 
+// UCX's library (libucs, loaded by the UCX plugin, and by an MPI whose
+// point-to-point layer is UCX) takes over the process's SIGSEGV, SIGBUS,
+// SIGILL and SIGFPE handlers as it loads, and keeps them after the plugin is
+// closed: a JVM or Julia, which take SIGSEGV on purpose (safepoints, null
+// checks), then dies on its own signal (the Java suite crashed so, once
+// every rank probed UCX at start). A library loaded into someone else's
+// process leaves their handlers alone: UCX_ERROR_SIGNALS is empty unless
+// the user set it (UCX reads it as libucs loads). Set once, before any
+// plugin loads; getenv first, so a later load does not write again.
+void KeepHostSignalHandlers() {
+  if (std::getenv("UCX_ERROR_SIGNALS") == nullptr) setenv("UCX_ERROR_SIGNALS", "", 0);
+}
+
 // dlopen of a plugin; where a library it needs is missing from the loader's
 // path but found by FindOptionalLibrary, that file is loaded first (its
 // soname then satisfies the plugin's need) and the plugin tried again.
 void* OpenPlugin(const std::string& path, const std::vector<std::string>& dirs,
                  std::string* why) {
+  KeepHostSignalHandlers();
   std::set<std::string> preloaded;
   for (;;) {
     if (void* dl = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return dl;
