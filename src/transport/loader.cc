@@ -195,27 +195,18 @@ void KeepHostSignalHandlers() {
 // dlopen of a plugin; where a library it needs is missing from the loader's
 // path but found by FindOptionalLibrary, that file is loaded first (its
 // soname then satisfies the plugin's need) and the plugin tried again.
-// RTLD_NODELETE: a plugin, once loaded, stays (and the libraries it pulled
-// in with it) when its handle is closed. A probe (Transport::Check: does UCX
-// load here?) closes its handle and the transport opens it again: UCX does
-// not survive being unloaded and loaded again in one process (libucs stays,
-// libucp and its transports came back beside its old state), and the 2 x 2
-// job that chose UCX after the probe hung in 6 of 20 runs under load, where
-// the same job naming UCX (no probe) never did.
 void* OpenPlugin(const std::string& path, const std::vector<std::string>& dirs,
                  std::string* why) {
   KeepHostSignalHandlers();
   std::set<std::string> preloaded;
   for (;;) {
-    if (void* dl = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)) return dl;
+    if (void* dl = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return dl;
     const char* err = dlerror();
     *why = err != nullptr ? err : "unknown dlopen error";
     const std::string soname = MissingLibrary(*why);
     if (soname.empty() || !preloaded.insert(soname).second) return nullptr;
     const std::string file = FindOptionalLibrary(soname, dirs);
-    if (file.empty() || dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) == nullptr) {
-      return nullptr;
-    }
+    if (file.empty() || dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) return nullptr;
   }
 }
 
