@@ -213,7 +213,9 @@ int Setup(const Settings& s, std::unique_ptr<Comm>* out, std::string* msg) {
   // still break a peer's set-up ("Connection closed by peer", or a third
   // rank's connect timing out). Seen in test_gloo_p2p under load, where one
   // of three ranks has no traffic and finalizes right after init. A peer
-  // that connected and then never answers is also seen only here.
+  // that connected and then never answers is also seen only here. The
+  // watch's receives go first (PostWatch says why).
+  PostWatch(*c);
   const int hs = Handshake(*c, s.start_s, msg);
   if (hs != HVD_OK) {
     *msg = "gloo init: the ranks' closing handshake over " + where + ": " + *msg + InitFailureNote(*c);

@@ -309,6 +309,7 @@ int Abort(void* comm, int status, const char* reason) noexcept;
 int Settle(Comm& c);
 
 // watch.cc
+void PostWatch(Comm& c);
 void StartWatch(Comm& c);
 void StopWatch(Comm& c) noexcept;
 void Waiting(Comm& c, const Request* r);

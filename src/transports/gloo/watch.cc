@@ -122,10 +122,13 @@ bool AbortFrom(const Comm& c, int j, std::string* text) {
   return true;
 }
 
-// Posts the abort receives and starts the thread; after the set-up's
-// handshake, so every peer's pairs exist. Throws what Gloo or std::thread
-// throw.
-void StartWatch(Comm& c) {
+// Posts the abort receives, before the set-up's closing handshake: every
+// peer's pairs exist (the mesh is complete) and none can have finalized yet,
+// since a peer's handshake needs this rank's message, sent after these. Posted
+// after the handshake, a peer with nothing to do that finalized at once had
+// closed its pair already and the post threw ("Connection closed by peer",
+// seen in test_gloo_p2p at 4 ranks under load). Throws what Gloo throws.
+void PostWatch(Comm& c) {
   auto w = std::make_unique<Watch>();
   w->progress.Resize(c.size);
   w->in.resize(static_cast<size_t>(c.size));
@@ -138,8 +141,11 @@ void StartWatch(Comm& c) {
     w->in[static_cast<size_t>(j)]->recv(j, kControlSlot, 0, b.size());
   }
   c.watch = std::move(w);
-  c.watch->thread = std::thread(Run, &c);
 }
+
+// Starts the watch's thread (after PostWatch and the handshake). Throws
+// what std::thread throws.
+void StartWatch(Comm& c) { c.watch->thread = std::thread(Run, &c); }
 
 // Stops the thread; the buffers stay until the connections are gone.
 void StopWatch(Comm& c) noexcept {
