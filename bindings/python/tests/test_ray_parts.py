@@ -213,3 +213,68 @@ def test_node_probe_fresh_dials_again_within_the_interval():
     assert probe.lost("A") is None  # the answer of a moment ago
     why = probe.lost("A", fresh=True)
     assert why and f"127.0.0.1:{port}" in why and "is gone" in why
+
+
+class _GatherRay:
+    """Just what RayExecutor._gather uses of Ray: wait/get over refs whose
+    outcomes come in a given order, and the two exception types."""
+
+    class exceptions:
+        class RayActorError(Exception):
+            pass
+
+        class RayTaskError(Exception):
+            def __init__(self, cause):
+                super().__init__(str(cause))
+                self.cause, self.traceback_str = cause, f"Traceback: {cause!r}"
+
+    def __init__(self, outcomes):
+        self.outcomes = list(outcomes)  # [(ref, value or exception)], in arrival order
+        self.arrived = {}
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        if self.outcomes:
+            ref, out = self.outcomes.pop(0)
+            self.arrived[ref] = out
+        return [r for r in refs if r in self.arrived][:num_returns], []
+
+    def get(self, ref):
+        out = self.arrived[ref]
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+
+def test_a_lost_worker_takes_the_place_of_its_peers_echo(monkeypatch):
+    """Rank 0's hvd error naming rank 1 reaches the driver before Ray reports
+    rank 1's actor dead (its node killed): run() raises WorkerLostError
+    naming rank 1, the echo as its cause (cluster.ray_hosts saw the echo
+    raised instead)."""
+    from hvd.ray import executor
+
+    ex = executor.RayExecutor(num_workers=2)
+    members = []
+    for i, host in enumerate(["h1", "h2"]):
+        m = executor._Member(i, None, (f"node{i}" * 4, f"10.0.0.{i + 1}", [], 100 + i, host))
+        m.rank = i
+        members.append(m)
+    echo = hvd.TransportError(-6, "allreduce 'step7': ucx: rank 1 (host 10.0.0.2): connection lost")
+    fake = _GatherRay([("r0", _GatherRay.exceptions.RayTaskError(echo)),
+                     ("r1", _GatherRay.exceptions.RayActorError("the actor died"))])
+    monkeypatch.setattr(executor, "_ray", lambda: fake)
+    with pytest.raises(executor.WorkerLostError) as got:
+        ex._gather(members, ["r0", "r1"], None)
+    assert got.value.rank == 1 and got.value.node_ip == "10.0.0.2"
+    assert "rank 1" in str(got.value) and "h2" in str(got.value)
+    assert got.value.__cause__ is echo
+    # The other way round: a worker's own exception (not an hvd error) stays first.
+    ex2 = executor.RayExecutor(num_workers=2)
+    for m in members:
+        m.lost = None
+    own = ValueError("bad input on rank 0")
+    fake2 = _GatherRay([("r0", _GatherRay.exceptions.RayTaskError(own)),
+                      ("r1", _GatherRay.exceptions.RayActorError("the actor died"))])
+    monkeypatch.setattr(executor, "_ray", lambda: fake2)
+    with pytest.raises(ValueError) as got2:
+        ex2._gather(members, ["r0", "r1"], None)
+    assert got2.value is own

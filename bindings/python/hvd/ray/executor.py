@@ -335,9 +335,14 @@ class RayExecutor:
                     for cb in callbacks or ():
                         cb(results[m.index])
                 except ray.exceptions.RayActorError as e:
+                    # A lost worker is the cause of its peers' hvd errors, which
+                    # can reach the driver first (cluster.ray_hosts: rank 0's
+                    # "rank 1 ... connection lost" came before Ray reported the
+                    # killed node's actor): it takes an echo's place.
                     err = self._on_lost(m, e)
-                    if err is not None and first_error is None:
-                        first_error, error_at = err, time.monotonic()
+                    if err is not None and (first_error is None or _is_echo(first_error)):
+                        err.__cause__ = first_error
+                        first_error, error_at = err, error_at or time.monotonic()
                 except ray.exceptions.RayTaskError as e:
                     err = _worker_exception(m, e)
                     if first_error is None or (_is_echo(first_error) and not _is_echo(err)):
