@@ -23,20 +23,21 @@ count() {  # count NAME PASSED FAILED [SKIPPED]
   passed=$((passed + $2)); failed=$((failed + $3)); skipped=$((skipped + ${4:-0}))
 }
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+ctest_log=$(mktemp)
+trap 'rm -f "$log" "$ctest_log"' EXIT
 
 # 1. ctest. Three slots on two cores: the multi-rank tests that claim both
 # (PROCESSORS 2: the cluster, elastic and peer-fault cases) spend most of
 # their time waiting on timeouts and peers, so one single-slot test runs
 # beside each of them instead of leaving a core idle.
-(cd build && ctest --output-on-failure -j3 --timeout 900) 2>&1 | tee "$log"
-summary=$(grep -E "tests passed, [0-9]+ tests failed out of" "$log" | tail -1)
+(cd build && ctest --output-on-failure -j3 --timeout 900) 2>&1 | tee "$ctest_log"
+summary=$(grep -E "tests passed, [0-9]+ tests failed out of" "$ctest_log" | tail -1)
 if [ -z "$summary" ]; then
   count ctest 0 1
 else
   total=$(echo "$summary" | sed -E 's/.*out of ([0-9]+).*/\1/')
   nfail=$(echo "$summary" | sed -E 's/.*, ([0-9]+) tests failed.*/\1/')
-  nskip=$(grep -cE "\*\*\*Skipped|Not Run" "$log" || true)
+  nskip=$(grep -cE "\*\*\*Skipped|Not Run" "$ctest_log" || true)
   [ "$total" -gt 0 ] || nfail=1
   count ctest $((total - nfail - nskip)) "$nfail" "$nskip"
 fi
@@ -56,5 +57,8 @@ s=$(echo "$line" | grep -oE "[0-9]+ skipped" | grep -oE "[0-9]+" || echo 0)
 [ "$rc" -eq 0 ] || [ "${f:-0}" -gt 0 ] || f=1
 count pytest "${p:-0}" "${f:-0}" "${s:-0}"
 
+# The failed ctest cases again, each with the end of its output, so that the
+# end of the run says what failed and why.
+python3 scripts/ctest_failures.py build "$ctest_log" 15 || true
 echo "suites: ${passed} passed, ${failed} failed, ${skipped} skipped"
 [ "$failed" -eq 0 ]
