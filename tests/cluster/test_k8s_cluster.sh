@@ -108,7 +108,7 @@ check_job() {
     echo "--- $out (exit $(cat "$out.rc" 2>/dev/null || echo '?'))"
     tail -5 "$out"
     [ "$(cat "$out.rc" 2>/dev/null)" = 0 ] || fail "$out: the pod's command failed"
-    acc=${acc:-$(sed -nE 's/^test accuracy: ([0-9.]+) .*/\1/p' "$out")}
+    acc=${acc:-$(sed -nE 's/.*test accuracy: ([0-9.]+) .*/\1/p' "$out")}
   done
   [ -n "$acc" ] || fail "no rank printed the test accuracy"
   awk -v a="$acc" 'BEGIN { exit !(a > 0.7) }' || fail "test accuracy $acc, not above 0.7"

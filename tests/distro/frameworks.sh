@@ -37,9 +37,9 @@ for spec in "${specs[@]}"; do
   echo "frameworks: $spec installed in $(( $(date +%s) - t0 )) s (${spec%%==*} $version)"
   out=$(cd "$work" && PATH="$venv/bin:$PATH" hvdrun -np 2 python "$example" 2>&1) ||
     { echo "$out" | tail -30; echo "frameworks: FAIL: $example with $spec"; exit 1; }
-  line=$(echo "$out" | grep "^test accuracy" | tail -1)
+  line=$(echo "$out" | grep "test accuracy:" | tail -1)
   echo "frameworks: $spec: $line"
-  acc=$(echo "$line" | sed -n 's/^test accuracy: \([0-9.]*\) .*2 rank.*/\1/p')
+  acc=$(echo "$line" | sed -n 's/.*test accuracy: \([0-9.]*\) .*2 rank.*/\1/p')
   python3 -c "import sys; sys.exit(0 if float('${acc:-0}') >= 0.90 else 1)" ||
     { echo "frameworks: FAIL: $example with $spec: accuracy ${acc:-none}"; exit 1; }
 done
