@@ -99,6 +99,11 @@ export HVD_LIBRARY_PATH OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 # A loaded machine starts a raylet and its agents in more than Ray's limits.
 export RAY_USAGE_STATS_ENABLED=0 RAY_raylet_start_wait_time_s=300 RAY_agent_register_timeout_ms=300000
+# Ray starts its workers at nice 15, so the ranks got about 3 % of a CPU
+# against the other tests' processes (nice 0): under two busy loops a step
+# took 191 ms instead of 5 ms and the case ran out of time. The nodes run
+# their workers at the test's own niceness (docs/ray.md, "Ray's niceness").
+export RAY_worker_niceness=0
 
 # ray_node HOST ARGS...: a Ray node in HOST, its output in $work/ray-HOST.log
 # (appended to: a restarted node's too).
