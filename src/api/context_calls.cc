@@ -131,7 +131,8 @@ hvd_status_t hvd_transport_probe(const char* name, const char* transport_path) {
   if (name == nullptr || *name == '\0') return Report(Invalid(__func__, "name is NULL or empty"));
   auto found = hvd::FindTransport(name, transport_path != nullptr ? transport_path : "");
   if (!found.ok()) return Report(found.status());
-  if (found.value().dl != nullptr) dlclose(found.value().dl);
+  // The plugin stays loaded (src/transport/transport.cc, Transport::Check):
+  // a job that probes UCX and then uses it must not unload and reload it.
   return HVD_OK;
   HVD_API_END();
 }

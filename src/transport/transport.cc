@@ -77,7 +77,9 @@ class Transport::PluginLinks : public algo::Links {
 // process (libucs stays, libucp and its transports come back beside its old
 // state). cluster.hvdrun_2x2, whose default chose UCX after the probe, hung
 // in 6 of 20 runs under load; with the handle kept, 0 of 16 (the same job
-// naming UCX, no probe: 0 of 10).
+// naming UCX, no probe: 0 of 10). Likewise Capabilities, hvd_transport_probe
+// and a Transport's end: an elastic reset, or a second context in the same
+// process, opens the plugin again.
 Status Transport::Check(const std::string& name, const std::string& search_path) {
   auto f = FindTransport(name, search_path);
   if (!f.ok()) return f.status();
@@ -88,9 +90,7 @@ Result<uint64_t> Transport::Capabilities(const std::string& name,
                                           const std::string& search_path) {
   auto f = FindTransport(name, search_path);
   if (!f.ok()) return f.status();
-  const uint64_t caps = f->table.caps;
-  if (f->dl != nullptr) dlclose(f->dl);
-  return caps;
+  return f->table.caps;  // the plugin stays loaded (above)
 }
 
 Result<std::unique_ptr<Transport>> Transport::Open(const std::string& name,
@@ -282,7 +282,7 @@ Transport::~Transport() {
   if (shm_) shm_->Depart();
   shm_.reset();
   if (comm_ != nullptr) table_.finalize(comm_);
-  if (dl_ != nullptr) dlclose(dl_);
+  // dl_ stays open (above): an elastic reset opens the same plugin again.
 }
 
 hvd_transport_buffer_t Transport::Host(const void* data, size_t bytes) const {
