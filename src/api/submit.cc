@@ -22,12 +22,12 @@ hvd::Status PrepareSingle(const char* fn, hvd_context_t ctx, const char* name,
   HVD_CHECK(ValidateName(fn, "name", name));
   const TensorTag tag(name);
   HVD_CHECK(ResolveContext(fn, ctx, &p->ctx));
-  hvd::TensorSpec spec;
+  // Filled in place (a failed call discards p).
+  hvd::TensorSpec& spec = p->request.tensors.emplace_back();
   HVD_CHECK(ValidateTensor(fn, "input", tag, input, &spec));
   HVD_CHECK(CheckDeviceSupported(fn, "input", tag, input->device, p->ctx, input->data));
   spec.name = name;
   p->request.type = type;
-  p->request.tensors.push_back(std::move(spec));
   p->op = hvd::OpTypeName(type);
   p->name = name;
   return hvd::Status::Ok();

@@ -285,7 +285,7 @@ Status Context::CheckDevice(int device, const std::string& name, const void* dat
   return impl_->CheckDevice(device, name, data);
 }
 
-Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest request) {
+Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest&& request) {
   if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");
   if (request.tensors.empty()) return Error(HVD_ERR_INTERNAL, "request without tensors");
   return impl_->Enqueue(scope_.get(), std::move(request));

@@ -93,7 +93,7 @@ class Context {
   // their names here (callers leave them empty). Fails immediately (no handle) if the
   // context is shut down or broken, or a tensor name is already in flight.
   // On success the handle is request.handle itself.
-  Result<std::shared_ptr<Handle>> Enqueue(OpRequest request);
+  Result<std::shared_ptr<Handle>> Enqueue(OpRequest&& request);
 
   // Stops the background thread; pending handles complete with
   // HVD_ERR_ABORTED; peers are told; process sets made from it stop too
