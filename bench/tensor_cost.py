@@ -50,11 +50,14 @@ def parse_args(argv):
     ap.add_argument("--cells", default="1000x4,200x4",
                     help="TENSORSxBYTES, comma separated (1000x4,200x4)")
     ap.add_argument("--steps", type=int, default=20, help="S: runs with S and 2·S steps (20)")
+    ap.add_argument("--name-prefix", default=None,
+                    help="hvd-bench fusion --name-prefix: tensor names past 15 characters, as a "
+                         "frontend's are (\"DistributedOptimizer.<parameter>\")")
     ap.add_argument("--out", help="also write the table to this file")
     return ap.parse_args(argv)
 
 
-def counts(build, tensors, nbytes, steps, tmp):
+def counts(build, tensors, nbytes, steps, tmp, prefix=None):
     """Inclusive Ir per phase of one run."""
     out = os.path.join(tmp, f"cg.{os.getpid()}.{steps}")
     lib = os.path.join(build, "lib")  # ahead of RUNPATH: a copied build loads its own libhvd
@@ -63,6 +66,8 @@ def counts(build, tensors, nbytes, steps, tmp):
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
            os.path.join(build, "bin", "hvd-bench"), "fusion", "--tensors", str(tensors),
            "--tensor-bytes", str(nbytes), "--steps", str(steps)]
+    if prefix:
+        cmd += ["--name-prefix", prefix]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         sys.exit(f"tensor_cost: {' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
@@ -82,9 +87,9 @@ def counts(build, tensors, nbytes, steps, tmp):
     return got
 
 
-def per_tensor(build, tensors, nbytes, steps, tmp):
-    a = counts(build, tensors, nbytes, steps, tmp)
-    b = counts(build, tensors, nbytes, 2 * steps, tmp)
+def per_tensor(build, tensors, nbytes, steps, tmp, prefix=None):
+    a = counts(build, tensors, nbytes, steps, tmp, prefix)
+    b = counts(build, tensors, nbytes, 2 * steps, tmp, prefix)
     per = {k: (b[k] - a[k]) / steps / tensors for k in a}
     per["wait"] -= per.pop("drive")  # the cycles a wait ran count under cycle
     return per
@@ -107,7 +112,7 @@ def main(argv):
     lines.append("|---|---|" + "--:|" * (len(builds) + (1 if len(builds) == 2 else 0)))
     with tempfile.TemporaryDirectory() as tmp:
         for n, nbytes in cells:
-            res = [per_tensor(b, n, nbytes, args.steps, tmp) for b in builds]
+            res = [per_tensor(b, n, nbytes, args.steps, tmp, args.name_prefix) for b in builds]
             for ph in SHOWN:
                 row = f"| {n} × {nbytes} B | {ph} | " + " | ".join(f"{r[ph]:.0f}" for r in res)
                 if len(res) == 2:

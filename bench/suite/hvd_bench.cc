@@ -15,6 +15,9 @@
 //   fusion   --tensors N --tensor-bytes B: one step submits N named in-place
 //            allreduces at once (async), then waits for all of them.
 //            --grouped: the N as one grouped allreduce (one call, one handle).
+//            --name-prefix P: tensor i is named "P.N.i" (default "fuse"; a
+//            frontend's names are longer: "DistributedOptimizer.<parameter>"
+//            is 30-60 characters, past std::string's 15 held in place).
 //   latency  --steps S: one 4-byte allreduce per step, back to back (no
 //            barrier: a training loop's steady state), median step time.
 //   e2e      a synthetic training step with ResNet-50's gradients (torchvision's
@@ -328,12 +331,13 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
   const size_t tb = hvdbench::ParseBytes(a.Get("--tensor-bytes", "16K"));
   const int steps = quick ? 1 : std::atoi(a.Get("--steps", "20").c_str());
   const int warmup = quick ? 1 : 3;
+  const std::string prefix = a.Get("--name-prefix", "fuse");
   const size_t count = tb / sizeof(float);
   std::vector<Buffer> bufs(static_cast<size_t>(n));
   std::vector<std::string> names(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     bufs[i].Reset(count * sizeof(float));
-    names[i] = "fuse." + std::to_string(n) + "." + std::to_string(i);
+    names[i] = prefix + "." + std::to_string(n) + "." + std::to_string(i);
   }
   const int64_t shape[1] = {static_cast<int64_t>(count)};
   std::vector<hvd_handle_t> hs(static_cast<size_t>(n));
