@@ -67,7 +67,7 @@ struct Harness {
           Status s = ctl[r]->Cycle(cps[r].get(), false, Clock::now(), &out, &shutdown);
           ASSERT_TRUE(s.ok()) << s.message();
           for (const Response& resp : out) {
-            traces[r].push_back({resp.key, resp.error.code()});
+            traces[r].push_back({resp.key(), resp.error.code()});
             OpRequest req;
             if (ctl[r]->Take(resp, &req)) req.handle->Complete(resp.error);
           }

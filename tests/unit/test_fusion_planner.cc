@@ -29,7 +29,6 @@ OpRequest Allreduce(const std::string& name, int64_t n, hvd_dtype_t dtype = HVD_
 // Every rank's descriptor of `req`, on `devices` (one per rank).
 Response ResponseOf(const OpRequest& req, const std::vector<int32_t>& devices) {
   Response resp;
-  resp.key = req.tensors.front().name;
   auto all = std::make_shared<std::vector<RequestDesc>>();
   for (int32_t d : devices) {
     RequestDesc desc = DescFromRequest(req);

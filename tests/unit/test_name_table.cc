@@ -1,4 +1,5 @@
-// The submit path's per-tensor structures: interned names and in-place shapes.
+// The submit path's per-tensor structures: interned names, in-place shapes
+// and handle names.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -96,6 +97,21 @@ TEST(Shape, ResizeAcrossTheInlineLimitKeepsTheDimensions) {
   EXPECT_TRUE(s == std::vector<int64_t>({7}));
   s.resize(0);
   EXPECT_TRUE(s.empty());
+}
+
+// A handle names its operation and tensor whole at every name length: held
+// in place up to the inline limit (95), on the heap past it, and the empty
+// name too.
+TEST(Handle, DescribesItsOpAndTheWholeNameAtAnyLength) {
+  for (size_t len : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{94}, size_t{95},
+                     size_t{96}, size_t{300}}) {
+    std::string name;
+    for (size_t i = 0; i < len; ++i) name += static_cast<char>('a' + i % 26);
+    const Handle h("allreduce", name);
+    EXPECT_EQ(h.description(), "allreduce '" + name + "'") << len;
+  }
+  const Handle whole(std::string("zeros for allreduce 'w' (joined)"));
+  EXPECT_EQ(whole.description(), "zeros for allreduce 'w' (joined)");
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ uint64_t ContextImpl::Execute(Scope& scope) {
     stragglers.Saw(req.enqueued);
     recorder_.Negotiated(req.record, now);
     if (timeline_.enabled()) {
-      timeline_.Span(resp.key, "NEGOTIATE", req.enqueued, now);
+      timeline_.Span(resp.key(), "NEGOTIATE", req.enqueued, now);
     }
     if (!resp.error.ok()) {
       Finish(scope, req, resp.error);
@@ -92,7 +92,7 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
     recorder_.Negotiated(req->record, now);
     recorder_.Started(req->record, now, RequestBytes(*req));
   }
-  if (timeline_.enabled()) timeline_.Span(resp.key, "NEGOTIATE", req->enqueued, now);
+  if (timeline_.enabled()) timeline_.Span(resp.key(), "NEGOTIATE", req->enqueued, now);
   executor_->FinishPiggybacked(*req, piggy_.result(), now);
   {
     std::lock_guard<std::mutex> lock(mu_);

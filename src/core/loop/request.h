@@ -6,11 +6,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -212,7 +214,17 @@ class Handle {
   explicit Handle(std::string description) : description_(std::move(description)) {}
   // Described as "<op> '<name>'", formatted only when asked for (a submit
   // should not pay for text that only errors show). op: a string literal.
-  Handle(const char* op, std::string name) : op_(op), description_(std::move(name)) {}
+  // A name of up to kInlineName characters is held in place: a frontend's
+  // ("DistributedOptimizer.<parameter>") are longer than the 15 a
+  // std::string holds without allocating, and a step submits hundreds.
+  Handle(const char* op, std::string_view name) : op_(op) {
+    if (name.size() <= kInlineName) {
+      std::memcpy(name_, name.data(), name.size());
+      name_len_ = static_cast<uint8_t>(name.size());
+    } else {
+      description_.assign(name.data(), name.size());
+    }
+  }
   ~Handle();
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
@@ -232,7 +244,10 @@ class Handle {
   void SetWaitingOn(std::string text);
 
   std::string description() const {
-    return op_ == nullptr ? description_ : std::string(op_) + " '" + description_ + "'";
+    if (op_ == nullptr) return description_;
+    const std::string name =
+        name_len_ == kNameElsewhere ? description_ : std::string(name_, name_len_);
+    return std::string(op_) + " '" + name + "'";
   }
 
   // Results owned by the handle (allgather, alltoall, reducescatter). Written
@@ -265,9 +280,13 @@ class Handle {
  private:
   std::mutex host_mu_;
   bool host_copied_ = false;
-  const char* op_ = nullptr;  // set: description_ holds the tensor name only
+  static constexpr size_t kInlineName = 95;
+  static constexpr uint8_t kNameElsewhere = 255;  // name_len_: in description_
+  const char* op_ = nullptr;  // set: the name is in name_ (or description_), not the op
   std::shared_ptr<LoopSignal> signal_;
   std::string description_;
+  uint8_t name_len_ = kNameElsewhere;
+  char name_[kInlineName];
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;

@@ -188,7 +188,7 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
       if (id < slot_hint_.size()) {
         const int hint = slot_hint_[id];
         if (cache_.Holds(hint, key) &&
-            DescribesRequest((*cache_.Get(hint))[static_cast<size_t>(rank_)], e.req)) {
+            DescribesRequest((*cache_.Get(hint))[static_cast<size_t>(rank_)], e.req, true)) {
           slot = hint;
         }
       }
@@ -269,7 +269,6 @@ void Controller::RespondCached(const uint8_t* ready, size_t slots, std::vector<R
     if (ready[s] == 0) continue;
     cache_.Touch(s, tick_);
     Response r;
-    r.key = cache_.KeyOf(s);
     r.all = cache_.Get(s);
     r.slot = s;
     for (int q = 0; q < size_; ++q) {
@@ -404,7 +403,7 @@ void Controller::StallReport(const std::vector<RankMessage>& msgs, Clock::time_p
   std::ostringstream report;
   int listed = 0;
   std::set<std::string> responded;
-  for (const Response& r : *out) responded.insert(r.key);
+  for (const Response& r : *out) responded.insert(r.key());
   for (const auto& [key, ranks] : holders) {
     if (responded.count(key) != 0) continue;
     std::vector<int> missing;
@@ -443,7 +442,7 @@ void Controller::StallReport(const std::vector<RankMessage>& msgs, Clock::time_p
 Response Controller::Expire(const std::string& key, const std::vector<int>& ranks,
                             const std::vector<int>& missing) {
   Response resp;
-  resp.key = key;
+  resp.own_key = key;
   std::ostringstream msg;
   msg << "'" << key << "' stalled for more than " << stall_.shutdown_s << " s: ";
   if (missing.empty()) {
@@ -477,7 +476,7 @@ bool Controller::TryComplete(const std::string& key, std::vector<Response>* out)
   if (type == OpType::kJoin && row.count != size_) return false;
 
   Response resp;
-  resp.key = key;
+  resp.own_key = key;
   resp.joined = absent;
   if (type == OpType::kJoin) resp.last_joined = last_joined_;
   if (!absent.empty() && type != OpType::kAllreduce) {
@@ -510,7 +509,7 @@ bool Controller::Take(const Response& resp, OpRequest* req) {
     it = slot_entry_[static_cast<size_t>(resp.slot)];
     slot_has_[static_cast<size_t>(resp.slot)] = 0;
   } else {
-    it = pending_.find(resp.key);
+    it = pending_.find(resp.key());
   }
   if (it == pending_.end()) return false;
   auto node = pending_.extract(it);

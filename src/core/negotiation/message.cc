@@ -66,17 +66,19 @@ RequestDesc DescFromRequest(const OpRequest& req) {
   return d;
 }
 
-bool DescribesRequest(const RequestDesc& d, const OpRequest& req) {
+bool DescribesRequest(const RequestDesc& d, const OpRequest& req, bool key_matched) {
   if (req.tensors.empty() || d.names.size() != req.tensors.size()) return false;
   const TensorSpec& t0 = req.tensors.front();
-  if (d.key != t0.name || d.type != req.type || d.reduce_op != req.reduce_op ||
+  if ((!key_matched && d.key != t0.name) || d.type != req.type || d.reduce_op != req.reduce_op ||
       d.dtype != t0.dtype || d.device != t0.device || d.root != req.root ||
       std::memcmp(&d.prescale, &req.prescale, sizeof(double)) != 0 ||
       std::memcmp(&d.postscale, &req.postscale, sizeof(double)) != 0 || d.splits != req.splits) {
     return false;
   }
+  // The first name is the key.
   for (size_t i = 0; i < req.tensors.size(); ++i) {
-    if (d.names[i] != req.tensors[i].name || d.shapes[i] != req.tensors[i].shape) return false;
+    if ((i > 0 || !key_matched) && d.names[i] != req.tensors[i].name) return false;
+    if (d.shapes[i] != req.tensors[i].shape) return false;
   }
   return true;
 }

@@ -34,8 +34,10 @@ struct RequestDesc {
 
 RequestDesc DescFromRequest(const OpRequest& req);
 // DescFromRequest(req) == d, without building the descriptor (the steady
-// state: every step's request matches its cached descriptor).
-bool DescribesRequest(const RequestDesc& d, const OpRequest& req);
+// state: every step's request matches its cached descriptor). key_matched:
+// the caller found d by the request's key (its first tensor's name), which
+// is then not compared again (a frontend's names run to dozens of bytes).
+bool DescribesRequest(const RequestDesc& d, const OpRequest& req, bool key_matched = false);
 std::string ShapeString(const std::vector<int64_t>& shape);
 
 // What one rank sends in a full negotiation round.

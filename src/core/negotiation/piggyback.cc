@@ -64,7 +64,7 @@ void Piggyback::Plan(const std::vector<Response>& rs, const Controller& rc, int 
   size_t count = 1;
   for (int64_t x : d.shapes[0]) count *= static_cast<size_t>(x);
   if (count * DtypeSize(d.dtype) > kPiggybackMaxBytes) return;
-  const int slot = rc.cache().SlotOf(r.key);
+  const int slot = rc.cache().SlotOf(r.key());
   if (slot < 0 || rc.cache().Get(slot) != r.all) return;
   slot_ = slot;
   all_ = r.all;

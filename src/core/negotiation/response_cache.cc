@@ -8,7 +8,9 @@ int ResponseCache::Lookup(const std::string& key, const OpRequest& req, int rank
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return -1;
   const Slot& s = slots_[it->second];
-  return DescribesRequest((*s.all)[static_cast<size_t>(rank)], req) ? it->second : -1;
+  // The slot's key is every rank's descriptor's key, and req's first name
+  // is `key` (the caller's).
+  return DescribesRequest((*s.all)[static_cast<size_t>(rank)], req, true) ? it->second : -1;
 }
 
 bool ResponseCache::Holds(int slot, const std::string& key) const {

@@ -22,7 +22,8 @@ class ResponseCache {
  public:
   explicit ResponseCache(int capacity) : slots_(static_cast<size_t>(capacity)) {}
   int capacity() const { return static_cast<int>(slots_.size()); }
-  // Slot holding key whose descriptor for `rank` describes req exactly, or -1.
+  // Slot holding key (req's first tensor's name) whose descriptor for
+  // `rank` describes req exactly, or -1.
   int Lookup(const std::string& key, const OpRequest& req, int rank) const;
   // Slot holding key, or -1.
   int SlotOf(const std::string& key) const {

@@ -144,7 +144,7 @@ Status ContextImpl::FinishProcessSet(OpRequest& req, const Response& resp) {
     off += specs.len[r];
   }
   HVD_ASSIGN_OR_RETURN(std::vector<std::vector<int>> groups,
-                       GroupsOf(specs, "process set call '" + resp.key + "'"));
+                       GroupsOf(specs, "process set call '" + resp.key() + "'"));
   HVD_ASSIGN_OR_RETURN(std::vector<size_t> slots, SlotsFor(groups));
   std::vector<int32_t> hosts(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) hosts[r] = specs.spec[r][1];
