@@ -267,6 +267,10 @@ int Abort(void* comm, int status, const char* reason) noexcept {
     if (status == HVD_OK) status = HVD_ERR_ABORTED;
     const std::string msg = hvd::kit::AbortMessage("gloo", status, reason);
     if (c->Fail(status, msg)) {
+      // The note first: the abort message to a peer can queue behind data
+      // that peer never receives (a send it never matched), and then the
+      // closing reaches it first; the note still says why (PeerFailure).
+      hvd::kit::NoteBroken(c->store, c->rank, c->size, msg);
       SendAborts(*c, status, msg);
       c->Close();
     }
