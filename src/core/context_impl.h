@@ -238,7 +238,8 @@ class ContextImpl final : public CycleDriver {
   bool cycle_held_ = false;
   bool caller_cycles_ = false;     // callers may run it (HVD_CALLER_CYCLES, the transport)
   uint64_t caller_cycles_run_ = 0;  // cycles run by callers (Query "caller_cycles")
-  uint64_t piggybacked_ = 0;  // allreduces served by the negotiation (Query "piggybacked")
+  // Allreduces and broadcasts served by the negotiation (Query "piggybacked").
+  uint64_t piggybacked_ = 0;
   int drive_waiters_ = 0;           // callers waiting in Drive for the cycle's end
   bool mark_cycles_ = false;  // background thread only
   Pacing pace_;  // when the loop negotiates (background thread only; set in Start)

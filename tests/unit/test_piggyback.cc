@@ -1,11 +1,14 @@
-// A small allreduce riding in the negotiation (HVD_PIGGYBACK): once a small
-// host allreduce has been served alone, later negotiations carry it, and a
-// step whose every rank has it ready needs no second collective. These
+// A small allreduce or broadcast riding in the negotiation (HVD_PIGGYBACK):
+// once a small host allreduce (or broadcast) has been served alone, later
+// negotiations carry it, and a step whose every rank has it ready needs no
+// second collective. These
 // tests check that it happens (the context counts such allreduces, exactly:
 // every step after the first), that results stay exact for every dtype and
 // op it takes and for those it does not, with scale factors, joined ranks,
 // shuffled submission next to a big tensor, and that one rank with the
-// switch off, or a process set, turns it off for everyone.
+// switch off, or a process set, turns it off for everyone; that a broadcast
+// gives the root's bits from every root, and leaves an allreduce plan
+// riding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,6 +52,22 @@ Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name,
   t.output = out;
   req.tensors.push_back(std::move(t));
   req.handle = std::make_shared<Handle>("allreduce", name);
+  return ctx.Enqueue(std::move(req));
+}
+
+Result<std::shared_ptr<Handle>> Broadcast(Context& ctx, const std::string& name, hvd_dtype_t d,
+                                          const void* in, void* out, size_t count, int root) {
+  OpRequest req;
+  req.type = OpType::kBroadcast;
+  req.root = root;
+  TensorSpec t;
+  t.name = name;
+  t.dtype = d;
+  t.shape = {static_cast<int64_t>(count)};
+  t.input = const_cast<void*>(in);
+  t.output = out;
+  req.tensors.push_back(std::move(t));
+  req.handle = std::make_shared<Handle>("broadcast", name);
   return ctx.Enqueue(std::move(req));
 }
 
@@ -355,6 +374,91 @@ TEST(Piggyback, OffWhileAProcessSetExists) {
     // The set's slot frees once no member holds it; the plan survives.
     for (int s = 0; s < 4; ++s) Step(ctx, rank, n, HVD_INT32, HVD_SUM, 2, "y", &failures);
     EXPECT_GE(Piggybacked(ctx) - before, 1) << "rank " << rank;
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// The root's bytes of step s: every byte value, 0xFF (MIN's identity) and
+// 0x00 among them, and float bit patterns (-0, a NaN with a payload) that
+// arithmetic would not keep.
+std::vector<unsigned char> RootBytes(int root, int s, size_t n) {
+  std::vector<unsigned char> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<unsigned char>(i * 37 + s * 11 + root * 101);
+  if (n >= 8) {
+    b[0] = 0xFF;
+    b[1] = 0x00;
+    const uint32_t neg_zero = 0x80000000u;
+    std::memcpy(b.data() + 4, &neg_zero, 4);
+  }
+  if (n >= 12) {
+    const uint32_t nan_payload = 0x7FC0BEEFu;
+    std::memcpy(b.data() + 8, &nan_payload, 4);
+  }
+  return b;
+}
+
+// A small broadcast from every root, in place on the others and out of
+// place on the root into a poisoned buffer: every rank gets the root's bits
+// exactly, and every step after each root's first is served by the
+// negotiation; one over the size limit (1 KiB) never rides.
+TEST(Piggyback, ASmallBroadcastRidesFromEveryRootBitForBit) {
+  constexpr int n = 3;
+  constexpr int kSteps = 5;
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    for (size_t floats : {size_t{1}, size_t{64}, size_t{512}}) {
+      const size_t bytes = floats * sizeof(float);
+      for (int root = 0; root < n; ++root) {
+        const std::string name = "b." + std::to_string(floats) + "." + std::to_string(root);
+        const int64_t before = Piggybacked(ctx);
+        for (int s = 0; s < kSteps; ++s) {
+          const std::vector<unsigned char> want = RootBytes(root, s, bytes);
+          std::vector<unsigned char> in =
+              rank == root ? want : std::vector<unsigned char>(bytes, 0x5A);
+          std::vector<unsigned char> out(bytes, 0xAB);
+          void* dst = rank == root ? out.data() : in.data();
+          auto h = Broadcast(ctx, name, HVD_FLOAT32, in.data(), dst, floats, root);
+          ASSERT_TRUE(h.ok()) << h.status().message();
+          ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
+          if (std::memcmp(dst, want.data(), bytes) != 0) {
+            ADD_FAILURE() << "rank " << rank << " " << name << " step " << s
+                          << ": not the root's bytes";
+            ++failures;
+          }
+        }
+        const int64_t served = Piggybacked(ctx) - before;
+        if (bytes <= 1024) {
+          EXPECT_EQ(served, kSteps - 1) << "rank " << rank << " " << name;
+        } else {
+          EXPECT_EQ(served, 0) << "rank " << rank << " " << name;
+        }
+      }
+    }
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// A step with a small allreduce and then a small broadcast, each waited
+// for: the allreduce keeps riding (a broadcast does not take its plan), so
+// every step after the first is served once, and both results are exact.
+TEST(Piggyback, ABroadcastLeavesAnAllreducePlanRiding) {
+  constexpr int n = 3;
+  constexpr int kSteps = 6;
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    const int64_t before = Piggybacked(ctx);
+    for (int s = 0; s < kSteps; ++s) {
+      Step(ctx, rank, n, HVD_INT32, HVD_SUM, 2, "loss", &failures);
+      int32_t flag = rank == 0 ? 1000 + s : -1;
+      auto h = Broadcast(ctx, "stop", HVD_INT32, &flag, &flag, 1, 0);
+      ASSERT_TRUE(h.ok()) << h.status().message();
+      ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
+      if (flag != 1000 + s) {
+        ADD_FAILURE() << "rank " << rank << " step " << s << ": flag " << flag;
+        ++failures;
+      }
+    }
+    EXPECT_EQ(Piggybacked(ctx) - before, kSteps - 1) << "rank " << rank;
   });
   EXPECT_EQ(failures.load(), 0);
 }

@@ -52,7 +52,8 @@ class Executor {
   // A one-tensor host allreduce the negotiation reduced (HVD_PIGGYBACK):
   // `reduced` holds the ranks' prescaled tensors reduced under the
   // transport op; writes the output with the postscale (AVERAGE's
-  // division included), as an unfused allreduce would.
+  // division included), as an unfused allreduce would. A broadcast's:
+  // `reduced` holds the root's bytes, copied to the output.
   void FinishPiggybacked(OpRequest& req, const void* reduced,
                          std::chrono::steady_clock::time_point t0);
 

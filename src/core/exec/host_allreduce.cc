@@ -3,6 +3,7 @@
 #include "core/exec/executor.h"
 
 #include <chrono>
+#include <cstring>
 #include <string>
 
 #include "algorithms/adasum.h"
@@ -56,9 +57,15 @@ Status Executor::RunAdasumBatch(std::vector<OpRequest*>& batch) {
 void Executor::FinishPiggybacked(OpRequest& req, const void* reduced, Clock::time_point t0) {
   TensorSpec& t = req.tensors.front();
   const size_t n = static_cast<size_t>(t.NumElements());
-  Finalize(t.output, reduced, n, t.dtype, req.reduce_op, req.postscale, size_);
+  const bool bcast = req.type == OpType::kBroadcast;
+  if (bcast) {
+    // The root's bytes (the root's own too: its output may be elsewhere).
+    std::memcpy(t.output, reduced, n * DtypeSize(t.dtype));
+  } else {
+    Finalize(t.output, reduced, n, t.dtype, req.reduce_op, req.postscale, size_);
+  }
   if (timeline_->enabled()) {
-    timeline_->Span(t.name, "ALLREDUCE", t0, Clock::now(),
+    timeline_->Span(t.name, bcast ? "BROADCAST" : "ALLREDUCE", t0, Clock::now(),
                     "{\"bytes\":" + std::to_string(n * DtypeSize(t.dtype)) +
                         ",\"in_negotiation\":true}");
   }

@@ -85,7 +85,7 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
   stragglers_.Saw(req->enqueued);
   if (metrics_on_) {
     scope.metrics.Cache(true);
-    scope.metrics.Unit(OpType::kAllreduce, 1, piggy_.result_bytes(), 0, metrics::kPathPiggyback,
+    scope.metrics.Unit(piggy_.type(), 1, piggy_.result_bytes(), 0, metrics::kPathPiggyback,
                        scope.size);
   }
   if (req->record != 0) {

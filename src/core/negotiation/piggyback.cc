@@ -8,8 +8,18 @@
 namespace hvd {
 
 bool Piggyback::Usable(const Controller& rc, size_t root_slots, bool sets_live) const {
-  return slot_ >= 0 && static_cast<size_t>(slot_) < root_slots && !sets_live &&
-         rc.piggyback_agreed() && rc.cache().Get(slot_) == all_;
+  if (slot_ < 0 || static_cast<size_t>(slot_) >= root_slots || sets_live ||
+      !rc.piggyback_agreed() || rc.cache().Get(slot_) != all_) {
+    return false;
+  }
+  if (type_ == OpType::kBroadcast) {
+    // A joined rank has no bytes to give: the broadcast then runs as it
+    // would without the plan.
+    for (int q = 0; q < size_; ++q) {
+      if (rc.joined(q)) return false;
+    }
+  }
+  return true;
 }
 
 Status Piggyback::Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, size_t head,
@@ -26,10 +36,20 @@ Status Piggyback::Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, siz
   uint8_t* mine = b + result_at_;
   const OpRequest* req = rc.Marked(slot_);
   // A marked request matches the cached descriptor: one host tensor of the
-  // plan's dtype and element count.
-  if (req != nullptr && req->tensors.size() == 1 &&
-      static_cast<size_t>(req->tensors[0].NumElements()) == count_ &&
-      req->tensors[0].dtype == dtype_ && req->tensors[0].device == HVD_DEVICE_CPU) {
+  // plan's dtype and size.
+  const bool ready =
+      req != nullptr && req->tensors.size() == 1 && req->tensors[0].dtype == tensor_dtype_ &&
+      req->tensors[0].device == HVD_DEVICE_CPU &&
+      static_cast<size_t>(req->tensors[0].NumElements()) * DtypeSize(tensor_dtype_) ==
+          count_ * es;
+  if (type_ == OpType::kBroadcast) {
+    // The root's bytes; MIN's identity from everyone else.
+    if (ready && rank == root_) {
+      std::memcpy(mine, req->tensors[0].input, count_);
+    } else {
+      std::memset(mine, 0xFF, count_);
+    }
+  } else if (ready) {
     ScaleCopy(mine, req->tensors[0].input, count_, dtype_, prescale_);
   } else {
     // Not ready here (the slot's byte is 0, the result unused), or joined
@@ -46,32 +66,62 @@ void Piggyback::NoteReady(const uint8_t* ctrl) {
   if (ctrl[Controller::kHeaderBytes + static_cast<size_t>(slot_)] != 0) served_ = slot_;
 }
 
+bool Piggyback::Fits(const Response& r, int size, size_t* count) {
+  if (!r.error.ok() || !r.all || r.all->empty() || !r.joined.empty()) return false;
+  const RequestDesc& d = r.desc(0);
+  if ((d.type != OpType::kAllreduce && d.type != OpType::kBroadcast) || d.names.size() != 1 ||
+      d.shapes.size() != 1) {
+    return false;
+  }
+  if (d.type == OpType::kAllreduce) {
+    if (d.reduce_op == HVD_ADASUM) return false;
+    const double exact = ExactIntegers(d.dtype);
+    const bool sum = d.reduce_op == HVD_SUM || d.reduce_op == HVD_AVERAGE;
+    if (exact < 255 || (sum && exact < size)) return false;
+  }
+  for (int q = 0; q < size; ++q) {
+    if (r.desc(q).device != HVD_DEVICE_CPU) return false;
+  }
+  size_t n = 1;
+  for (int64_t x : d.shapes[0]) n *= static_cast<size_t>(x);
+  if (n * DtypeSize(d.dtype) > kPiggybackMaxBytes) return false;
+  *count = d.type == OpType::kBroadcast ? n * DtypeSize(d.dtype) : n;
+  return true;
+}
+
+// A broadcast does not take the place of an allreduce plan the cache still
+// holds: where a step has one of each, the allreduce keeps riding (two plans
+// taking turns would leave both to their own collectives).
+bool Piggyback::Replaces(const RequestDesc& d, const Controller& rc) const {
+  return d.type == OpType::kAllreduce || slot_ < 0 || type_ == OpType::kBroadcast ||
+         rc.cache().Get(slot_) != all_;
+}
+
 void Piggyback::Plan(const std::vector<Response>& rs, const Controller& rc, int size) {
   if (rs.size() != 1) return;
   const Response& r = rs.front();
-  if (!r.error.ok() || !r.all || r.all->empty() || !r.joined.empty()) return;
+  size_t count = 0;
+  if (!Fits(r, size, &count) || !Replaces(r.desc(0), rc)) return;
   const RequestDesc& d = r.desc(0);
-  if (d.type != OpType::kAllreduce || d.names.size() != 1 || d.shapes.size() != 1 ||
-      d.reduce_op == HVD_ADASUM) {
-    return;
-  }
-  const double exact = ExactIntegers(d.dtype);
-  const bool sum = d.reduce_op == HVD_SUM || d.reduce_op == HVD_AVERAGE;
-  if (exact < 255 || (sum && exact < size)) return;
-  for (int q = 0; q < size; ++q) {
-    if (r.desc(q).device != HVD_DEVICE_CPU) return;
-  }
-  size_t count = 1;
-  for (int64_t x : d.shapes[0]) count *= static_cast<size_t>(x);
-  if (count * DtypeSize(d.dtype) > kPiggybackMaxBytes) return;
   const int slot = rc.cache().SlotOf(r.key());
   if (slot < 0 || rc.cache().Get(slot) != r.all) return;
   slot_ = slot;
   all_ = r.all;
-  dtype_ = d.dtype;
-  op_ = d.reduce_op;
+  type_ = d.type;
+  size_ = size;
+  tensor_dtype_ = d.dtype;
   count_ = count;
-  prescale_ = d.prescale;
+  if (d.type == OpType::kBroadcast) {
+    // Bytes under MIN: the negotiation's own form.
+    dtype_ = HVD_UINT8;
+    op_ = HVD_MIN;
+    prescale_ = 1;
+    root_ = d.root;
+  } else {
+    dtype_ = d.dtype;
+    op_ = d.reduce_op;
+    prescale_ = d.prescale;
+  }
 }
 
 size_t Piggyback::result_bytes() const { return count_ * DtypeSize(dtype_); }

@@ -1,11 +1,18 @@
-// A small allreduce riding in the negotiation (HVD_PIGGYBACK; the encoding
-// is in control_wire.h). The plan is made from the context's responses,
-// alike on every rank: the last small host allreduce that a cycle served
-// alone. While the cache holds it, no process set exists and every rank has
-// the switch on, each negotiation carries this rank's prescaled tensor
-// (zeros where it has none ready) after the control bytes; where those show
-// the slot ready on every rank, the reduced tensor is its result and the
-// cycle runs no second collective for it. Background thread only.
+// A small allreduce or broadcast riding in the negotiation (HVD_PIGGYBACK;
+// the encoding is in control_wire.h). The plan is made from the context's
+// responses, alike on every rank: the last small host allreduce that a cycle
+// served alone, else the last such broadcast (a broadcast never takes the
+// place of an allreduce plan the cache still holds: a step with a small
+// allreduce and a small broadcast keeps the allreduce riding). While the
+// cache holds it, no process set exists and every rank has the switch on,
+// each negotiation carries this rank's part after the control bytes: an
+// allreduce's prescaled tensor (zeros where it has none ready), a
+// broadcast's bytes from its root (MIN's identity, 0xFF, from every other
+// rank, and from a root with none ready: the negotiation then runs as a MIN
+// over bytes, so the root's bytes come out exactly). Where the control bytes
+// show the slot ready on every rank, that is its result and the cycle runs
+// no second collective for it. A broadcast rides only while no rank has
+// joined. Background thread only.
 #pragma once
 
 #include <cstddef>
@@ -41,12 +48,23 @@ class Piggyback {
 
   // This cycle's: the cache slot whose reduced tensor is ready (-1: none).
   int served() const { return served_; }
+  // The planned operation: kAllreduce or kBroadcast.
+  OpType type() const { return type_; }
   void clear_served() { served_ = -1; }
   const uint8_t* result() const { return buf_.data() + result_at_; }
   size_t result_bytes() const;
 
  private:
+  // Whether r (a cycle's only response) can be the plan; *count: the
+  // elements it puts on the wire (a broadcast's: its bytes).
+  static bool Fits(const Response& r, int size, size_t* count);
+  bool Replaces(const RequestDesc& d, const Controller& rc) const;
+
   int slot_ = -1;  // the plan; -1: none
+  OpType type_ = OpType::kAllreduce;
+  int32_t root_ = 0;                   // a broadcast's
+  hvd_dtype_t tensor_dtype_ = HVD_FLOAT32;  // the tensor's (a broadcast's wire is bytes)
+  int size_ = 0;
   // The cache entry it was made from: the plan holds while the slot holds
   // this entry (an eviction, or a request that changed under the same name
   // and was cached anew, puts another entry there and ends it).
