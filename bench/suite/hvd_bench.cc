@@ -20,6 +20,7 @@
 //            is 30-60 characters, past std::string's 15 held in place).
 //   latency  --steps S: one 4-byte allreduce per step, back to back (no
 //            barrier: a training loop's steady state), median step time.
+//            --op broadcast: one 4-byte broadcast from rank 0 instead.
 //   e2e      a synthetic training step with ResNet-50's gradients (torchvision's
 //            resnet50: 161 tensors, 25,557,032 float32 parameters, 102 MB):
 //            --compute-ms C of "compute" per step, slept (not spun, so ranks
@@ -403,21 +404,28 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
 void RunLatency(const Args& a, const std::string& system, bool quick) {
   const int steps = quick ? 5 : std::atoi(a.Get("--steps", "400").c_str());
   const int warmup = quick ? 2 : 50;
+  const bool bcast = a.Get("--op", "allreduce") == "broadcast";
   float x = 1.0f;
   const int64_t shape[1] = {1};
   hvd_tensor_t t = Tensor1D(&x, HVD_FLOAT32, shape);
   std::vector<double> times;
   Check(hvd_barrier(g_ctx), "barrier");
   for (int s = 0; s < warmup + steps; ++s) {
-    x = 1.0f;
     const double t0 = NowUs();
     hvd_handle_t h = nullptr;
-    Check(hvd_allreduce_async(g_ctx, "lat", &t, &x, HVD_SUM, 1.0, 1.0, &h), "allreduce");
+    if (bcast) {
+      x = g_rank == 0 ? static_cast<float>(s) : -1.0f;
+      Check(hvd_broadcast_async(g_ctx, "lat", &t, &x, 0, &h), "broadcast");
+    } else {
+      x = 1.0f;
+      Check(hvd_allreduce_async(g_ctx, "lat", &t, &x, HVD_SUM, 1.0, 1.0, &h), "allreduce");
+    }
     Check(hvd_handle_wait(h, -1), "wait");
     const double t1 = NowUs();
     Check(hvd_handle_release(h), "release");
-    if (x != static_cast<float>(g_size)) {
-      std::fprintf(stderr, "hvd-bench: latency allreduce gave %g\n", static_cast<double>(x));
+    if (x != static_cast<float>(bcast ? s : g_size)) {
+      std::fprintf(stderr, "hvd-bench: latency %s gave %g\n", bcast ? "broadcast" : "allreduce",
+                   static_cast<double>(x));
       std::exit(4);
     }
     if (s >= warmup) times.push_back(t1 - t0);
@@ -430,7 +438,7 @@ void RunLatency(const Args& a, const std::string& system, bool quick) {
   Check(hvd_allreduce(g_ctx, "lat.median", &m, &med, HVD_MAX), "allreduce(median)");
   if (g_emit) {
     std::vector<double> v(1, med);
-    hvdbench::EmitStep("latency", system, "4B", g_size, 1, 4, v,
+    hvdbench::EmitStep("latency", system, bcast ? "4B broadcast" : "4B", g_size, 1, 4, v,
                        EnvExtra() + ",\"steps\":" + std::to_string(steps));
   }
 }

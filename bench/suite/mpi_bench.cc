@@ -13,7 +13,8 @@
 //   fusion   --tensors N --tensor-bytes B: "separate" (N MPI_Allreduce calls
 //            in place) and "handfused" (pack, one MPI_Allreduce in place,
 //            unpack; the copies are timed).
-//   latency  one 4-byte MPI_Allreduce in place per step, back to back.
+//   latency  one 4-byte MPI_Allreduce in place per step, back to back
+//            (--op broadcast: one 4-byte MPI_Bcast from rank 0 instead).
 #include <mpi.h>
 
 #include <cstdio>
@@ -139,21 +140,27 @@ void Fusion(const Args& a, const std::string& system, bool quick) {
 void Latency(const Args& a, const std::string& system, bool quick) {
   const int steps = quick ? 5 : std::atoi(a.Get("--steps", "400").c_str());
   const int warmup = quick ? 2 : 50;
+  const bool bcast = a.Get("--op", "allreduce") == "broadcast";
   float x = 1.0f;
   std::vector<double> times;
   MPI_Barrier(MPI_COMM_WORLD);
   for (int s = 0; s < warmup + steps; ++s) {
-    x = 1.0f;
     const double t0 = NowUs();
-    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (bcast) {
+      x = g_rank == 0 ? static_cast<float>(s) : -1.0f;
+      MPI_Bcast(&x, 1, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    } else {
+      x = 1.0f;
+      MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
     const double t1 = NowUs();
-    if (x != static_cast<float>(g_size)) Fail("latency allreduce wrong");
+    if (x != static_cast<float>(bcast ? s : g_size)) Fail("latency collective wrong");
     if (s >= warmup) times.push_back(t1 - t0);
   }
   std::vector<double> med(1, hvdbench::Median(times));
   med = SlowestRank(med);
   if (g_rank == 0) {
-    hvdbench::EmitStep("latency", system, "4B", g_size, 1, 4, med,
+    hvdbench::EmitStep("latency", system, bcast ? "4B broadcast" : "4B", g_size, 1, 4, med,
                        "\"steps\":" + std::to_string(steps));
   }
 }
