@@ -266,7 +266,7 @@ class ContextImpl final : public CycleDriver {
   std::vector<size_t> slot_extent_, slot_at_;
   bool sets_busy_ = false;  // the last negotiation showed a set with pending requests
   std::vector<uint8_t> ctrl_;  // the packed control bytes
-  Piggyback piggy_;  // a small allreduce riding in the negotiation (HVD_PIGGYBACK)
+  Piggyback piggy_;  // a small allreduce or broadcast riding in the negotiation (HVD_PIGGYBACK)
   // Metrics: written by the cycle's holder, read by any thread.
   LoopMetrics loop_metrics_;
   Clock::time_point negotiation_begin_{};  // of the negotiation not yet timed

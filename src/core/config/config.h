@@ -100,8 +100,8 @@ struct Config {
   // thread is idle runs the cycle itself, saving two thread hand-offs
   // (1 on, 0 off, -1 unset = on; only where the transport allows any thread).
   int caller_cycles = -1;
-  // HVD_PIGGYBACK: a small allreduce seen in the last cycles rides in the
-  // negotiation's own allreduce, so a steady-state small operation costs
+  // HVD_PIGGYBACK: a small allreduce (or broadcast) seen in the last cycles
+  // rides in the negotiation's own allreduce, so a steady-state small operation costs
   // one collective instead of two (1 on, 0 off, -1 unset = on; used only
   // where every rank has it on: see Controller's header byte 4).
   int piggyback = -1;
