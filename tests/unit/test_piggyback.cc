@@ -36,14 +36,11 @@ namespace {
 using test::RankEnv;
 using test::RunContexts;
 
-Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name, hvd_dtype_t d,
-                                          const void* in, void* out, size_t count,
-                                          hvd_reduce_op_t op, double pre = 1, double post = 1) {
+// One host tensor of `count` elements of d, from in to out.
+OpRequest OneTensor(OpType type, const std::string& name, hvd_dtype_t d, const void* in, void* out,
+                    size_t count) {
   OpRequest req;
-  req.type = OpType::kAllreduce;
-  req.reduce_op = op;
-  req.prescale = pre;
-  req.postscale = post;
+  req.type = type;
   TensorSpec t;
   t.name = name;
   t.dtype = d;
@@ -51,23 +48,24 @@ Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name,
   t.input = const_cast<void*>(in);
   t.output = out;
   req.tensors.push_back(std::move(t));
-  req.handle = std::make_shared<Handle>("allreduce", name);
+  req.handle = std::make_shared<Handle>(OpTypeName(type), name);
+  return req;
+}
+
+Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name, hvd_dtype_t d,
+                                          const void* in, void* out, size_t count,
+                                          hvd_reduce_op_t op, double pre = 1, double post = 1) {
+  OpRequest req = OneTensor(OpType::kAllreduce, name, d, in, out, count);
+  req.reduce_op = op;
+  req.prescale = pre;
+  req.postscale = post;
   return ctx.Enqueue(std::move(req));
 }
 
 Result<std::shared_ptr<Handle>> Broadcast(Context& ctx, const std::string& name, hvd_dtype_t d,
                                           const void* in, void* out, size_t count, int root) {
-  OpRequest req;
-  req.type = OpType::kBroadcast;
+  OpRequest req = OneTensor(OpType::kBroadcast, name, d, in, out, count);
   req.root = root;
-  TensorSpec t;
-  t.name = name;
-  t.dtype = d;
-  t.shape = {static_cast<int64_t>(count)};
-  t.input = const_cast<void*>(in);
-  t.output = out;
-  req.tensors.push_back(std::move(t));
-  req.handle = std::make_shared<Handle>("broadcast", name);
   return ctx.Enqueue(std::move(req));
 }
 
