@@ -81,6 +81,40 @@ def test_exact_counts_per_rank_and_process_set(tmp_path, hvdrun):
         assert ops["broadcast"]["seconds"] > 0 and m["negotiation"]["count"] > 0
 
 
+BCAST_LOOP = """
+import os, json
+import numpy as np
+import hvd
+hvd.init()
+r = hvd.rank()
+got = []
+for step in range(20):
+    flag = np.array([step * 1.5 if r == 0 else -1.0], np.float32)
+    got.append(float(hvd.broadcast(flag, 0, name="stop")[0]))
+with open(os.path.join(os.environ["HVD_TEST_OUT"], "rank%d.json" % r), "w") as f:
+    json.dump({"got": got, "metrics": hvd.metrics()}, f)
+hvd.shutdown()
+"""
+
+
+def test_a_per_step_broadcast_rides_in_the_negotiation(tmp_path, hvdrun):
+    """A flag broadcast from rank 0 every step, as a training loop's early stop: every rank
+    gets rank 0's value, and every step after the first is served by the negotiation itself
+    (docs/design.md, HVD_PIGGYBACK): no executor time, counted as the "piggyback" path."""
+    script = harness.write_script(tmp_path, BCAST_LOOP)
+    job = harness.run_job(3, script, launcher="hvdrun", tmp_path=tmp_path, timeout=120)
+    assert job.ok(), job.describe()
+    for r in range(3):
+        res = job.results[r]
+        assert res["got"] == [step * 1.5 for step in range(20)], res["got"]
+        m = res["metrics"]
+        assert m["piggybacked"] == 19, m["piggybacked"]
+        (root,) = _scope(m, "all")
+        bcast = root["ops"]["broadcast"]
+        assert bcast["count"] == 20
+        assert bcast["algorithms"]["piggyback"]["count"] == 19, bcast["algorithms"]
+
+
 def test_metrics_off_counts_nothing(tmp_path, hvdrun):
     """HVD_METRICS=0: the same sequence (piggybacked small allreduces, a mismatch, a process
     set) leaves every count at 0 and says so."""
