@@ -53,7 +53,7 @@ struct Response {
   // (a cached response copies no name: a frontend's names are longer than
   // a std::string holds in place, so each copy was an allocation), else
   // own_key (an error response).
-  const std::string& key() const { return all ? (*all)[0].key : own_key; }
+  const std::string& key() const { return all && !all->empty() ? (*all)[0].key : own_key; }
   std::string own_key;
   Status error;      // not ok: complete the request with this error
   RequestDescs all;  // every rank's descriptor (null for errors)

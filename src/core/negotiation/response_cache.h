@@ -32,7 +32,6 @@ class ResponseCache {
   }
   bool Holds(int slot, const std::string& key) const;
   const RequestDescs& Get(int slot) const { return slots_[slot].all; }
-  const std::string& KeyOf(int slot) const { return slots_[slot].key; }
   void Touch(int slot, uint64_t tick) { slots_[slot].last_used = tick; }
   int Insert(const std::string& key, RequestDescs all, uint64_t tick);
   void Invalidate(const std::string& key);
