@@ -51,6 +51,8 @@ class NumpyAdapter:
     name = "numpy"
 
     def buf(self, x, what, writable):
+        if type(x) is np.ndarray:  # the common case, first
+            return self._array_buf(x, what, writable)
         if not isinstance(x, np.ndarray) and (hasattr(x, "__cuda_array_interface__")
                                               or _dlpack_device(x) not in (None, 1)):
             raise C.UnsupportedError(
@@ -64,7 +66,12 @@ class NumpyAdapter:
             raise TypeError(f"hvd: in-place operations need a numpy array, got {type(x).__name__}")
         else:
             arr = np.asarray(x)
-        code = hvd_dtype(arr.dtype)
+        return self._array_buf(arr, what, writable)
+
+    def _array_buf(self, arr, what, writable):
+        code = _TO_HVD.get(arr.dtype)
+        if code is None:
+            code = hvd_dtype(arr.dtype)
         if writable and not arr.flags.writeable:
             raise ValueError(f"hvd: {what} is read-only; an in-place operation must write to it")
         copied = False

@@ -64,7 +64,7 @@ class Buf:
                  device=C.HVD_DEVICE_CPU, stream=None):
         self.ptr = ptr
         self.dtype = dtype
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = tuple(shape)  # ints: a numpy shape or a torch.Size
         self.contig = contig
         self.orig = orig
         self.copied = copied
@@ -74,20 +74,24 @@ class Buf:
 
     def descriptor(self):
         """(HvdTensor, shape array): both must live until the C call returns."""
-        ndim = len(self.shape)
+        shape = self.shape
+        ndim = len(shape)
         if ndim > C.HVD_MAX_NDIM:
             raise ValueError(f"hvd: tensors may have at most {C.HVD_MAX_NDIM} dimensions, "
                              f"got {ndim}")
-        shape_arr = (c_int64 * max(ndim, 1))(*self.shape)
+        shape_arr = _SHAPE_ARRAYS[ndim](*shape)
         t = C.HvdTensor()
         t.data = self.ptr or None
         t.dtype = self.dtype
         t.ndim = ndim
-        t.shape = ctypes.cast(shape_arr, ctypes.POINTER(c_int64))
+        t.shape = shape_arr  # the array's address (ctypes converts, without a cast)
         t.device = self.device
         t.stream = self.stream or None
         return t, shape_arr
 
+
+# The shape array type of each rank (a scalar's holds one unused entry).
+_SHAPE_ARRAYS = tuple(c_int64 * max(n, 1) for n in range(C.HVD_MAX_NDIM + 1))
 
 _PACKAGE_DIR = __file__.rsplit("/", 1)[0] + "/"
 
@@ -200,15 +204,21 @@ def _cuda_device_of(keep):
     return None
 
 
+_UNKNOWN = object()  # a handle's device not given: found among its buffers when needed
+
+
 class Handle:
     """A pending collective. ``synchronize(handle)`` (or ``handle.wait()``)
     waits and returns its result; ``poll(handle)`` tells whether it is done.
 
     The handle keeps the operation's buffers alive until it completes."""
 
-    __slots__ = ("_raw", "_keep", "_finish", "_state", "_result", "_error", "_what", "_lock")
+    __slots__ = ("_raw", "_keep", "_finish", "_state", "_result", "_error", "_what", "_lock",
+                 "_device")
 
-    def __init__(self, raw, keep, finish, what):
+    def __init__(self, raw, keep, finish, what, device=_UNKNOWN):
+        """what: the operation in words, or (kind, name), worded when needed;
+        device: the CUDA device of its buffers, or None for host memory."""
         self._raw = raw
         self._keep = keep
         self._finish = finish
@@ -217,10 +227,16 @@ class Handle:
         self._error = None
         self._what = what
         self._lock = threading.Lock()
+        self._device = device
+
+    @property
+    def what(self):
+        what = self._what
+        return what if isinstance(what, str) else f"{what[0]} '{what[1]}'"
 
     def __repr__(self):
         state = ("pending", "done", "failed")[self._state]
-        return f"<hvd.Handle {self._what} {state}>"
+        return f"<hvd.Handle {self.what} {state}>"
 
     def poll(self) -> bool:
         """True once the operation completed (successfully or not)."""
@@ -240,31 +256,41 @@ class Handle:
 
     def _wait_raw(self, timeout):
         lib = C.lib()
-        deadline = None if timeout is None else time.monotonic() + float(timeout)
-        while True:
-            slice_s = _WAIT_SLICE_S
-            if deadline is not None:
-                slice_s = max(0.0, min(slice_s, deadline - time.monotonic()))
-            st = lib.hvd_handle_wait(self._raw, slice_s)
-            if st == C.HVD_ERR_TIMEOUT and lib.hvd_handle_poll(self._raw) == C.HVD_IN_PROGRESS:
-                # Our wait slice ran out, not the operation.
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise C.HvdTimeoutError(
-                        C.HVD_ERR_TIMEOUT,
-                        f"{self._what} did not complete within {timeout} s (still pending; "
-                        f"wait again or synchronize){_waiting_on(C.last_error())}")
-                continue
-            break
-        raw, self._raw = self._raw, None
+        wait = lib.hvd_handle_wait
+        raw = self._raw
+        if timeout is None:
+            # In slices, so that Ctrl-C is seen between them.
+            st = wait(raw, _WAIT_SLICE_S)
+            while st == C.HVD_ERR_TIMEOUT and lib.hvd_handle_poll(raw) == C.HVD_IN_PROGRESS:
+                st = wait(raw, _WAIT_SLICE_S)
+        else:
+            deadline = time.monotonic() + float(timeout)
+            while True:
+                slice_s = max(0.0, min(_WAIT_SLICE_S, deadline - time.monotonic()))
+                st = wait(raw, slice_s)
+                if st == C.HVD_ERR_TIMEOUT and lib.hvd_handle_poll(raw) == C.HVD_IN_PROGRESS:
+                    # Our wait slice ran out, not the operation.
+                    if time.monotonic() >= deadline:
+                        raise C.HvdTimeoutError(
+                            C.HVD_ERR_TIMEOUT,
+                            f"{self.what} did not complete within {timeout} s (still pending; "
+                            f"wait again or synchronize){_waiting_on(C.last_error())}")
+                    continue
+                break
+        self._raw = None
         try:
             if st < 0:
                 self._error = C.make_error(st, C.last_error() or C.status_string(st))
                 self._state = 2
                 return
             try:
-                device = _cuda_device_of(self._keep) if consumer_stream is not None else None
-                if device is not None and "hvd_handle_stream_wait" not in C.MISSING:
-                    C.check_call(lib.hvd_handle_stream_wait(raw, consumer_stream(device) or None))
+                if consumer_stream is not None:
+                    device = self._device
+                    if device is _UNKNOWN:
+                        device = _cuda_device_of(self._keep)
+                    if device is not None and "hvd_handle_stream_wait" not in C.MISSING:
+                        C.check_call(lib.hvd_handle_stream_wait(raw, consumer_stream(device)
+                                                                or None))
                 result, transferred = self._finish(raw)
             except BaseException as e:  # noqa: B902 - recorded and re-raised by wait()
                 self._error, self._state, transferred = e, 2, False
@@ -349,6 +375,8 @@ _VALID_OPS = {C.HVD_SUM, C.HVD_AVERAGE, C.HVD_MIN, C.HVD_MAX, C.HVD_PRODUCT, C.H
 
 
 def check_op(op):
+    if op.__class__ is int and op in _VALID_OPS:
+        return op
     try:
         o = int(op)
     except (TypeError, ValueError):
@@ -404,9 +432,12 @@ def handle_average_backwards_compatibility(op, average):
 
 def _submit(fn_name, *args):
     """Calls an *_async function; returns the raw handle."""
-    reap_orphans()
+    if _orphans:
+        reap_orphans()
     h = c_void_p()
-    C.call(fn_name, *args, byref(h))
+    ret = getattr(C.lib(), fn_name)(*args, byref(h))
+    if ret < 0:
+        C.check_call(ret)
     return h.value
 
 
@@ -431,7 +462,8 @@ def allreduce_async(ctx, ad, x, op, name, prescale, postscale, inplace):
             return buf.orig, False
         return (buf.orig if inplace else out), False
 
-    return Handle(raw, (buf, out), finish, f"allreduce '{name}'")
+    return Handle(raw, (buf, out), finish, ("allreduce", name),
+                  None if buf.device == C.HVD_DEVICE_CPU else buf.device)
 
 
 def grouped_allreduce_async(ctx, ad, xs, op, name, prescale, postscale, inplace):
@@ -490,7 +522,8 @@ def broadcast_async(ctx, ad, x, root, name, inplace):
             return buf.orig, False
         return (buf.orig if inplace else out), False
 
-    return Handle(raw, (buf, out), finish, f"broadcast '{name}'")
+    return Handle(raw, (buf, out), finish, ("broadcast", name),
+                  None if buf.device == C.HVD_DEVICE_CPU else buf.device)
 
 
 def _owned_result(raw, ad, buf):
@@ -633,7 +666,7 @@ class GroupHandle(Handle):
                         if not m.poll():  # our wait ran out: the group stays usable
                             raise C.HvdTimeoutError(
                                 C.HVD_ERR_TIMEOUT,
-                                f"{self._what} did not complete within {timeout} s (still "
+                                f"{self.what} did not complete within {timeout} s (still "
                                 f"pending; wait again or synchronize){_waiting_on(str(e))}") from e
                         error = error or e
                     except BaseException as e:  # noqa: B902 - re-raised below

@@ -55,34 +55,35 @@ class TorchAdapter:
             raise TypeError(f"hvd.torch: {what} must be a torch.Tensor, got {type(x).__name__} "
                             "(use `import hvd` for numpy arrays)")
         device, stream = C.HVD_DEVICE_CPU, None
-        if x.device.type == "cuda":
+        if x.is_cuda:
             # The library stages it through host memory (or hands it to a
             # transport that takes CUDA memory), ordered on the current
             # stream of the tensor's device.
             device = x.device.index if x.device.index is not None else torch.cuda.current_device()
             stream = torch.cuda.current_stream(device).cuda_stream
-        elif x.device.type != "cpu":
+        elif not x.is_cpu:
             raise C.UnsupportedError(
                 C.HVD_ERR_UNSUPPORTED,
                 f"hvd.torch: {what} is on {x.device}; hvd moves host memory and CUDA memory "
                 "only: pass tensor.cpu() and copy the result back")
-        if x.is_sparse or x.layout != torch.strided:
+        if x.layout is not torch.strided:
             raise TypeError(f"hvd.torch: {what} has layout {x.layout}; only dense (strided) "
                             "tensors are supported (use .to_dense())")
         code = _TO_HVD.get(x.dtype)
         if code is None:
             names = ", ".join(str(d).replace("torch.", "") for d in _TO_HVD)
             raise TypeError(f"hvd.torch: dtype {x.dtype} is not supported; supported: {names}")
-        t = x.detach()
-        copied = False
-        if not t.is_contiguous():
-            _ops.warn_copy(what, f"not contiguous (strides {tuple(t.stride())}, shape "
-                                 f"{tuple(t.shape)})")
-            t = t.contiguous()
-            copied = True
-        n = t.numel()
-        return _ops.Buf(t.data_ptr() if n else 0, code, t.shape, t, x, copied,
-                        n * t.element_size(), device, stream)
+        if x.is_contiguous():
+            # Its memory as it is (no detached view: the library reads and
+            # writes the memory, autograd never sees it).
+            t, copied = x, False
+        else:
+            _ops.warn_copy(what, f"not contiguous (strides {tuple(x.stride())}, shape "
+                                 f"{tuple(x.shape)})")
+            t, copied = x.detach().contiguous(), True
+        nbytes = t.nbytes
+        return _ops.Buf(t.data_ptr() if nbytes else 0, code, t.shape, t, x, copied, nbytes,
+                        device, stream)
 
     def empty(self, buf):
         out = torch.empty(buf.shape, dtype=buf.contig.dtype, device=buf.contig.device)
