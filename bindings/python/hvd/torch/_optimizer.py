@@ -19,6 +19,33 @@ from .. import Adasum, Average, global_process_set
 from ._collectives import _t, _set_size, broadcast_object, sparse_allreduce_async
 from ._compression import Compression
 
+class _Slot:
+    """One parameter's part of a step: its reduction's name, the backward
+    passes since the last synchronize, whether its reduction started, and its
+    group (with groups)."""
+
+    __slots__ = ("param", "name", "passes", "submitted", "group")
+
+    def __init__(self, param, name):
+        self.param = param
+        self.name = name
+        self.passes = 0
+        self.submitted = False
+        self.group = None
+
+
+class _Group:
+    """A group of parameters reduced as one grouped allreduce, and how many
+    of their gradients are ready this step."""
+
+    __slots__ = ("params", "slots", "ready")
+
+    def __init__(self, params, slots):
+        self.params = params
+        self.slots = slots
+        self.ready = 0
+
+
 class _DistributedOptimizer:
     """Methods mixed into a subclass of the wrapped optimizer's class."""
 
@@ -63,17 +90,20 @@ class _DistributedOptimizer:
         else:
             self._names = {p: f"noname.{i}" for i, p in enumerate(all_params)}
 
-        # param -> (Handle, compressed tensor or None if sparse, ctx); with groups
-        # also tuple of params -> (Handle, [compressed], [ctx]) for a grouped allreduce
-        self._handles = {}
-        self._submitted = set()  # params whose reduction was started since the last synchronize
-        self._passes = {}  # param -> backward passes since the last synchronize
+        # The step's reductions, in submit order: (param, Handle, compressed
+        # tensor or None if sparse, ctx); for a grouped allreduce (tuple of
+        # params, Handle, [compressed], [ctx]).
+        self._handles = []
+        self._submitted = []  # the _Slots whose reduction started since the last synchronize
         self._requires_update = [p for p in all_params if p.requires_grad]
+        # What a hook needs of its parameter, found without hashing tensors
+        # (torch's Tensor.__hash__ is a Python call: a hook looked up seven).
+        self._slots = [_Slot(p, f"DistributedOptimizer.{self._names[p]}")
+                       for p in self._requires_update]
+        self._groups = []  # the groups' parameters, with groups
         self._hooks = []
         self._synchronized = False
         self._should_synchronize = True
-        self._group_of = {}  # param -> its group (a tuple of params), with groups only
-        self._ready = {}  # group -> members whose gradients are ready
         # Horovod's name: parameter -> the name its allreduce is called by
         self._parameter_names = self._names
         if not member:
@@ -117,38 +147,41 @@ class _DistributedOptimizer:
                 formed.append([p for p in g if id(p) in wanted])
                 seen.update(id(p) for p in g)
             formed.extend([p] for p in plist if id(p) not in seen)
+        slot_of = {id(sl.param): sl for sl in self._slots}
         for g in formed:
             if g:
-                t = tuple(g)
-                for p in t:
-                    self._group_of[p] = t
-                self._ready[t] = 0
+                group = _Group(tuple(g), [slot_of[id(p)] for p in g])
+                self._groups.append(group.params)
+                for sl in group.slots:
+                    sl.group = group
 
     def _grouped_allreduce_grads_async(self, group):
         """Starts the reduction of a group's gradients: one grouped allreduce
         per dtype (the library groups one dtype); sparse gradients (without
         sparse_as_dense) are reduced one by one, as without groups."""
         by_dtype = {}
-        for p in group:
-            self._submitted.add(p)
+        for sl in group.slots:
+            p = sl.param
+            sl.submitted = True
+            self._submitted.append(sl)
             if p.grad is None:
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             if p.grad.is_sparse and not self._sparse_as_dense:
-                self._handles[p] = self._allreduce_grad_async(p)
+                self._handles.append((p, *self._allreduce_grad_async(sl)))
                 continue
             grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
             compressed, cctx = self._compression.compress(grad)
             by_dtype.setdefault(compressed.dtype, []).append((p, compressed, cctx))
         prescale, postscale = self._scales()
-        base = f"DistributedOptimizer.group.{self._names[group[0]]}"
+        base = f"DistributedOptimizer.group.{self._names[group.params[0]]}"
         for dt, members in by_dtype.items():
             name = base if len(by_dtype) == 1 else f"{base}.{str(dt).replace('torch.', '')}"
             handle = _t.grouped_allreduce_async_([m[1] for m in members], name=name,
                                                  op=self._op, prescale_factor=prescale,
                                                  postscale_factor=postscale,
                                                  process_set=self._process_set)
-            self._handles[tuple(m[0] for m in members)] = (
-                handle, [m[1] for m in members], [m[2] for m in members])
+            self._handles.append((tuple(m[0] for m in members), handle,
+                                  [m[1] for m in members], [m[2] for m in members]))
 
     def _scales(self):
         if self._op == Average and self._predivide != 1.0:
@@ -157,36 +190,39 @@ class _DistributedOptimizer:
 
     # -- hooks ------------------------------------------------------------------------
     def _register_hooks(self):
-        for p in self._requires_update:
-            self._passes[p] = 0
+        for sl in self._slots:
+            p = sl.param
             if hasattr(p, "register_post_accumulate_grad_hook"):
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook()))
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(sl)))
             else:  # torch < 2.1: hook the gradient accumulator node
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                hook = self._make_hook()
+                hook = self._make_hook(sl)
                 self._hooks.append(acc.register_hook(lambda *_, p=p, h=hook: h(p)))
                 self._hooks.append(acc)  # keep the node alive
 
-    def _make_hook(self):
-        def hook(p):
-            if p in self._submitted or self._passes[p] >= self.backward_passes_per_step:
+    def _make_hook(self, sl):
+        def hook(_p):
+            passes = self.backward_passes_per_step
+            if sl.submitted or sl.passes >= passes:
                 raise AssertionError(
                     "hvd.torch.DistributedOptimizer: gradients were computed more than "
-                    f"backward_passes_per_step ({self.backward_passes_per_step}) times before "
+                    f"backward_passes_per_step ({passes}) times before "
                     "step() or synchronize(); raise backward_passes_per_step to accumulate")
-            self._passes[p] += 1
-            if self._passes[p] == self.backward_passes_per_step:
-                group = self._group_of.get(p)
+            sl.passes += 1
+            if sl.passes == passes:
+                group = sl.group
                 if group is None:
-                    self._submitted.add(p)
-                    self._handles[p] = self._allreduce_grad_async(p)
+                    sl.submitted = True
+                    self._submitted.append(sl)
+                    self._handles.append((sl.param, *self._allreduce_grad_async(sl)))
                 else:
-                    self._ready[group] += 1
-                    if self._ready[group] == len(group):
+                    group.ready += 1
+                    if group.ready == len(group.slots):
                         self._grouped_allreduce_grads_async(group)
         return hook
 
-    def _allreduce_grad_async(self, p):
+    def _allreduce_grad_async(self, sl):
+        p = sl.param
         if p.grad is None:
             # Unused in this step's graph: still take part, with zeros, so every
             # rank submits the same names.
@@ -196,14 +232,13 @@ class _DistributedOptimizer:
             if not self._sparse_as_dense:
                 # As Horovod: indices and values allgathered, no compression.
                 return sparse_allreduce_async(
-                    grad, name=f"DistributedOptimizer.{self._names[p]}", op=self._op,
-                    process_set=self._process_set), None, None
+                    grad, name=sl.name, op=self._op, process_set=self._process_set), None, None
             grad = grad.to_dense()  # allreduced densely, made sparse again in synchronize()
         compressed, cctx = self._compression.compress(grad)
         prescale, postscale = self._scales()
-        handle = _t.allreduce_async_(compressed, name=f"DistributedOptimizer.{self._names[p]}",
-                                     op=self._op, prescale_factor=prescale,
-                                     postscale_factor=postscale, process_set=self._process_set)
+        handle = _t.allreduce_async_(compressed, name=sl.name, op=self._op,
+                                     prescale_factor=prescale, postscale_factor=postscale,
+                                     process_set=self._process_set)
         return handle, compressed, cctx
 
     # -- public -----------------------------------------------------------------------
@@ -214,16 +249,16 @@ class _DistributedOptimizer:
         if not self._member:
             self._synchronized = True
             return
-        for p in self._requires_update:
-            if p not in self._submitted:
-                group = self._group_of.get(p)
-                if group is None:
-                    self._submitted.add(p)
-                    self._handles[p] = self._allreduce_grad_async(p)
+        for sl in self._slots:
+            if not sl.submitted:
+                if sl.group is None:
+                    sl.submitted = True
+                    self._submitted.append(sl)
+                    self._handles.append((sl.param, *self._allreduce_grad_async(sl)))
                 else:
-                    self._grouped_allreduce_grads_async(group)
+                    self._grouped_allreduce_grads_async(sl.group)
         try:
-            for p, (handle, compressed, cctx) in list(self._handles.items()):
+            for p, handle, compressed, cctx in list(self._handles):
                 result = handle.wait()
                 if isinstance(p, tuple):  # a grouped allreduce, in place in `compressed`
                     for gp, c, x in zip(p, compressed, cctx):
@@ -242,10 +277,11 @@ class _DistributedOptimizer:
         starts afresh."""
         self._handles.clear()
         self._submitted.clear()
-        for p in self._passes:
-            self._passes[p] = 0
-        for g in self._ready:
-            self._ready[g] = 0
+        for sl in self._slots:
+            sl.passes = 0
+            sl.submitted = False
+            if sl.group is not None:
+                sl.group.ready = 0
 
     def _hvd_drop_pending(self):
         """Forgets the reductions of a step that failed (an elastic reset

@@ -116,7 +116,7 @@ def make_checks(size, rank):
                                        num_groups=num_groups, backward_passes_per_step=passes)
         formed = sorted(tuple(names.index(next(nm for nm, q in model.named_parameters()
                                                    if q is p)) for p in g)
-                        for g in opt._ready)
+                        for g in opt._groups)
         with Recorder() as rec:
             for _ in range(passes):
                 forward_loss(model, r).backward()
