@@ -82,10 +82,13 @@ class ContextImpl final : public CycleDriver {
   const Config& cfg() const { return cfg_; }
   const std::shared_ptr<Scope>& root() const { return root_; }
   Result<int64_t> Query(const std::string& key) const {
-    if (key == "caller_cycles" || key == "lazy_wake" || key == "piggybacked") {
+    if (key == "caller_cycles" || key == "lazy_wake" || key == "trickle" ||
+        key == "piggybacked") {
       std::lock_guard<std::mutex> lock(mu_);
       if (key == "piggybacked") return static_cast<int64_t>(piggybacked_);
-      return static_cast<int64_t>(key == "lazy_wake" ? lazy_wake_ : caller_cycles_run_);
+      if (key == "lazy_wake") return static_cast<int64_t>(wake_.lazy());
+      if (key == "trickle") return static_cast<int64_t>(wake_.trickle());
+      return static_cast<int64_t>(caller_cycles_run_);
     }
     if (!transport_) return Error(HVD_ERR_NOT_INITIALIZED, "no transport");
     return transport_->Query(key);
@@ -243,9 +246,7 @@ class ContextImpl final : public CycleDriver {
   int drive_waiters_ = 0;           // callers waiting in Drive for the cycle's end
   bool mark_cycles_ = false;  // background thread only
   Pacing pace_;  // when the loop negotiates (background thread only; set in Start)
-  // Lazy wake-ups (under mu_; see Drive).
-  int callers_took_ = 0;   // drives in a row that took submitted requests
-  bool lazy_wake_ = false;
+  WakePolicy wake_;  // whether submits wake the loop (under mu_)
   std::vector<std::shared_ptr<Scope>> dropped_;  // sets closed on this rank alone
   static constexpr int kShutdownGraceS = 2;
   std::once_flag shutdown_once_;

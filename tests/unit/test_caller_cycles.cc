@@ -158,6 +158,69 @@ TEST(CallerCycles, AnUnwaitedSubmitStillRunsAfterManyDrivenSteps) {
   });
 }
 
+// A backward pass: gradients submitted one at a time, a few hundred
+// microseconds apart, none waited for until the step's end. After a few
+// such submits the loop stops being woken by each (WakePolicy's trickle)
+// and takes what a cycle time brought; every result stays exact (each rank
+// submits in its own order), a submit waited for at once still completes
+// promptly, and once the loop idles submits wake it again.
+TEST(CallerCycles, GradientsSubmittedOneByOneStopWakingTheLoop) {
+  for (int n : {2, 3}) {
+    RunContexts(n, [n](Context& ctx, int rank) {
+      constexpr int kTensors = 24;
+      auto step = [&](int s) {
+        std::vector<int64_t> v(kTensors);
+        std::vector<std::shared_ptr<Handle>> hs(kTensors);
+        for (int k = 0; k < kTensors; ++k) {
+          const int i = (k + 5 * rank) % kTensors;  // each rank its own order
+          v[i] = 1000 * (rank + 1) + 10 * i + s;
+          auto h = Allreduce(ctx, "grad." + std::to_string(i), &v[i], 1);
+          ASSERT_TRUE(h.ok()) << h.status().message();
+          hs[i] = *h;
+          std::this_thread::sleep_for(std::chrono::microseconds(300));  // the backward's work
+        }
+        for (int i = 0; i < kTensors; ++i) {
+          ASSERT_TRUE(hs[i]->Wait(30).ok()) << "rank " << rank << " grad." << i;
+          EXPECT_EQ(v[i], 1000 * n * (n + 1) / 2 + n * (10 * i + s)) << "grad." << i;
+        }
+      };
+      // The loop's takes must find one unwaited request 8 times in a row;
+      // on a loaded host it may find two, so step until every rank trickles
+      // (agreed by a MIN allreduce), 20 steps at most.
+      int64_t all = 0;
+      for (int s = 0; s < 20 && all == 0; ++s) {
+        step(s);
+        auto t = ctx.Query("trickle");
+        ASSERT_TRUE(t.ok());
+        all = *t;
+        auto h = Allreduce(ctx, "all_trickle", &all, 1, HVD_MIN);
+        ASSERT_TRUE(h.ok());
+        ASSERT_TRUE((*h)->Wait(30).ok());
+      }
+      EXPECT_EQ(all, 1) << "rank " << rank << ": 20 backward-like steps left submits waking";
+      step(100);  // taken by the loop's looks, in batches
+      // A submit waited for at once runs at once (the wait runs the cycle).
+      int64_t w = rank + 1;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto h = Allreduce(ctx, "waited", &w, 1);
+      ASSERT_TRUE(h.ok());
+      ASSERT_TRUE((*h)->Wait(30).ok());
+      EXPECT_EQ(w, n * (n + 1) / 2);
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+      // Idle: after 64 looks that found nothing, submits wake the loop again.
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      int64_t trickle = 1;
+      while (trickle == 1 && std::chrono::steady_clock::now() < limit) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        auto t = ctx.Query("trickle");
+        ASSERT_TRUE(t.ok());
+        trickle = *t;
+      }
+      EXPECT_EQ(trickle, 0) << "rank " << rank << ": still trickling after 10 s idle";
+    });
+  }
+}
+
 // Several user threads per rank submit and wait at once, under their own
 // names, in a different order on every rank; some handles are waited by a
 // thread other than the one that submitted them. Whoever holds the cycle,

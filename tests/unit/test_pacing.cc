@@ -48,5 +48,64 @@ TEST(Pacing, AChangeMakesTheNextNegotiationDueAtOnce) {
   EXPECT_EQ(p.next, p.last);
 }
 
+// Submits wake the loop until kTrickleAfter of its takes in a row were one
+// request nobody waited for; then the loop looks every cycle time, taking
+// whatever came, until kTrickleIdle looks in a row find nothing.
+TEST(WakePolicy, LoneUnwaitedRequestsMakeSubmitsLazyUntilTheLoopIdles) {
+  WakePolicy w;
+  for (int i = 0; i + 1 < WakePolicy::kTrickleAfter; ++i) {
+    w.LoopTakes(1, /*waited=*/false);
+    EXPECT_FALSE(w.lazy()) << i;
+  }
+  w.LoopTakes(1, false);
+  EXPECT_TRUE(w.lazy());
+  EXPECT_TRUE(w.trickle());
+  // Its looks take batches, waited for or not: still lazy.
+  w.LoopTakes(5, false);
+  w.LoopTakes(1, true);
+  EXPECT_TRUE(w.trickle());
+  // Idle looks, interrupted by a take, do not add up.
+  for (int i = 0; i + 1 < WakePolicy::kTrickleIdle; ++i) w.Idle();
+  w.LoopTakes(1, false);
+  for (int i = 0; i + 1 < WakePolicy::kTrickleIdle; ++i) w.Idle();
+  EXPECT_TRUE(w.trickle());
+  w.Idle();
+  EXPECT_FALSE(w.trickle());
+  EXPECT_FALSE(w.lazy());
+}
+
+TEST(WakePolicy, AWaitedTakeOrABurstStartsTheCountAgain) {
+  for (const bool waited : {true, false}) {
+    WakePolicy w;
+    for (int i = 0; i + 1 < WakePolicy::kTrickleAfter; ++i) w.LoopTakes(1, false);
+    if (waited) {
+      w.LoopTakes(1, /*waited=*/true);  // a caller waited: the wake was worth it
+    } else {
+      w.LoopTakes(3, false);  // a burst: one wake for three
+    }
+    for (int i = 0; i + 1 < WakePolicy::kTrickleAfter; ++i) w.LoopTakes(1, false);
+    EXPECT_FALSE(w.lazy()) << waited;
+    w.LoopTakes(1, false);
+    EXPECT_TRUE(w.trickle()) << waited;
+  }
+}
+
+// Callers that run their own cycles make submits lazy as before; the loop's
+// first take ends that (nobody waited for that request at once).
+TEST(WakePolicy, CallersWhoDriveMakeSubmitsLazyUntilTheLoopTakes) {
+  WakePolicy w;
+  for (int i = 0; i + 1 < WakePolicy::kLazyAfter; ++i) w.CallerTook();
+  EXPECT_FALSE(w.lazy());
+  w.CallerTook();
+  EXPECT_TRUE(w.lazy());
+  EXPECT_FALSE(w.trickle());
+  w.Idle();  // looks that find nothing do not end it: the callers take the work
+  EXPECT_TRUE(w.lazy());
+  w.LoopTakes(1, false);
+  EXPECT_FALSE(w.lazy());
+  for (int i = 0; i + 1 < WakePolicy::kLazyAfter; ++i) w.CallerTook();
+  EXPECT_FALSE(w.lazy());  // counted afresh
+}
+
 }  // namespace
 }  // namespace hvd

@@ -66,7 +66,7 @@ void ContextImpl::Loop() {
     // Lazy wake-ups (see Drive): submits do not wake this thread; it
     // looks for work every cycle time instead.
     const Clock::duration poll =
-        lazy_wake_ ? std::min(pace_.cycle, pace_.heartbeat) : pace_.heartbeat;
+        wake_.lazy() ? std::min(pace_.cycle, pace_.heartbeat) : pace_.heartbeat;
     if (cycle_held_) {
       // A caller runs the cycle: it wakes this thread when it ends with
       // work left for the loop (LoopHasWork), else the heartbeat (or the
@@ -84,7 +84,10 @@ void ContextImpl::Loop() {
       // Negotiate at least once per heartbeat (a caller's cycle counts).
       const auto due = pace_.last + (slot_live_.empty() ? pace_.heartbeat : pace_.set_heartbeat);
       cv_.wait_until(lock, std::min(due, Clock::now() + poll), ready);
-      if (!ready() && Clock::now() < due) continue;  // a lazy poll that found nothing
+      if (!ready() && Clock::now() < due) {  // a lazy poll that found nothing
+        wake_.Idle();
+        continue;
+      }
     } else {
       cv_.wait_until(lock, pace_.next, ready);
     }
@@ -96,12 +99,9 @@ void ContextImpl::Loop() {
     // A caller's cycle may have stopped the context while this thread
     // waited (the settle releases the lock): no cycle after that.
     if (stopped_) break;
-    if (lazy_wake_ && queued_ > 0) {
-      // This thread takes submitted requests: nobody waited for them (or
-      // not at once), so submits wake this thread again.
-      lazy_wake_ = false;
-      callers_took_ = 0;
-    }
+    // This thread takes submitted requests: nobody waited for them (or
+    // not at once); see WakePolicy.
+    if (queued_ > 0) wake_.LoopTakes(queued_, signal_->caller_waits);
     if (drive_waiters_ > 0) {
       // A caller waits to run the cycle (see Drive): it takes this one.
       cv_.wait_until(lock, Clock::now() + poll,
@@ -158,16 +158,11 @@ bool ContextImpl::LoopHasWork() const {
   return shutdown_requested_ || queued_ > 0 || tl_pending_ || pending() > 0 || sets_busy_;
 }
 
-// Lazy wake-ups: after kLazyAfter drives in a row that took submitted
-// requests (their callers waited for them at once), the loop thread's
-// wake-up on each submit only costs the submitter a system call and a
-// thread that competes for a CPU. Submits then leave the loop asleep; it
-// polls every cycle time (HVD_CYCLE_TIME: the longest a submit waits for
-// more to fuse with) and goes back to being woken by every submit the first
-// time a poll finds one still queued.
+// Runs cycles on the waiting caller's thread until its handle completes.
+// Drives in a row that took submitted requests (their callers waited for
+// them at once) make submits lazy: see WakePolicy (pacing.h).
 bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
                         std::chrono::steady_clock::time_point deadline) {
-  constexpr int kLazyAfter = 8;
   if (!caller_cycles_ || stopped_ || shutdown_requested_) return false;
   if (cycle_held_) {
     // The loop (or another caller) is inside a cycle: wait for its end and
@@ -191,7 +186,7 @@ bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
     if (--drive_waiters_ == 0) cv_.notify_all();
     if (cycle_held_ || h.done() || stopped_ || shutdown_requested_) return false;
   }
-  if (queued_ > 0 && ++callers_took_ >= kLazyAfter) lazy_wake_ = true;
+  if (queued_ > 0) wake_.CallerTook();
   cycle_held_ = true;
   bool go_on = true;
   // Until the handle completes, or a cycle made no progress (the request
@@ -214,7 +209,7 @@ bool ContextImpl::Drive(std::unique_lock<std::mutex>& lock, const Handle& h,
     // and finds the round then: where nothing else waits, it is not woken
     // (a wake-up per operation costs the caller a system call).
     pace_.next = std::max(pace_.next, Clock::now() + pace_.settle);
-    round_only = lazy_wake_ && !shutdown_requested_ && queued_ == 0 && !tl_pending_ &&
+    round_only = wake_.lazy() && !shutdown_requested_ && queued_ == 0 && !tl_pending_ &&
                  pending() == 0;
   }
   if (!go_on || stopped_) {

@@ -56,4 +56,66 @@ struct Pacing {
   }
 };
 
+// Whether a submit wakes the loop thread (under mu_). Waking a sleeping
+// thread costs the submitter a system call and, where the loop sleeps on an
+// idle CPU, the time to wake that CPU (12-35 us a submit on a virtual
+// machine here); it buys the loop's taking the request at once. Submits stop
+// waking it ("lazy": the loop looks for work every cycle time instead,
+// HVD_CYCLE_TIME, the longest a request waits to be batched) where the wake
+// buys nothing:
+//  * callers: kLazyAfter waits in a row ran the cycle themselves and took
+//    their own requests (see ContextImpl::Drive). Ends the first time the
+//    loop takes a request instead: nobody waited for it at once.
+//  * trickle: kTrickleAfter wake-ups in a row found one lone request that
+//    nobody waits for (a backward pass: one gradient's submit every few
+//    hundred microseconds, waited for at the end). The loop then takes what
+//    a cycle time brought, as one batch; a wait still runs or wakes the
+//    cycle at once. Ends after kTrickleIdle looks in a row found nothing to
+//    do (the loop sleeps until a submit again).
+class WakePolicy {
+ public:
+  static constexpr int kLazyAfter = 8;
+  static constexpr int kTrickleAfter = 8;
+  static constexpr int kTrickleIdle = 64;
+
+  bool lazy() const { return callers_ || trickle_; }
+  bool trickle() const { return trickle_; }
+
+  // A caller's cycle took requests from the queue.
+  void CallerTook() {
+    if (++callers_took_ >= kLazyAfter) callers_ = true;
+  }
+
+  // The loop is about to take `queued` requests; `waited`: a caller waits
+  // on a handle.
+  void LoopTakes(size_t queued, bool waited) {
+    idle_ = 0;
+    if (callers_) {  // nobody waited for these at once
+      callers_ = false;
+      callers_took_ = 0;
+    }
+    if (trickle_) return;
+    lone_ = queued == 1 && !waited ? lone_ + 1 : 0;
+    if (lone_ >= kTrickleAfter) {
+      trickle_ = true;
+      lone_ = 0;
+    }
+  }
+
+  // A lazy look found nothing to do.
+  void Idle() {
+    if (trickle_ && ++idle_ >= kTrickleIdle) {
+      trickle_ = false;
+      idle_ = 0;
+    }
+  }
+
+ private:
+  int callers_took_ = 0;  // drives in a row that took submitted requests
+  bool callers_ = false;
+  int lone_ = 0;  // the loop's takes in a row of one unwaited request
+  bool trickle_ = false;
+  int idle_ = 0;  // lazy looks in a row that found nothing
+};
+
 }  // namespace hvd

@@ -54,7 +54,7 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& r
   ++queued_;
   // The loop waits for the queues to become non-empty; later submits of a
   // burst need no wake-up (it sees submits_ move when it settles).
-  if (was_empty && !lazy_wake_) cv_.notify_all();
+  if (was_empty && !wake_.lazy()) cv_.notify_all();
   return h;
 }
 
