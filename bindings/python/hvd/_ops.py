@@ -58,7 +58,7 @@ class Buf:
     stream) the data is ordered on."""
 
     __slots__ = ("ptr", "dtype", "shape", "contig", "orig", "copied", "nbytes", "device",
-                 "stream")
+                 "stream", "out", "inplace", "ad")
 
     def __init__(self, ptr, dtype, shape, contig, orig, copied, nbytes,
                  device=C.HVD_DEVICE_CPU, stream=None):
@@ -71,6 +71,20 @@ class Buf:
         self.nbytes = nbytes
         self.device = int(device)
         self.stream = stream
+        # An op whose result is written into this buffer, or into `out`
+        # (allreduce, broadcast): see result().
+        self.out = None
+        self.inplace = False
+        self.ad = None
+
+    def result(self):
+        """The result of the op written into this buffer (in place: into the
+        caller's own, copied back where the input was copied) or into `out`."""
+        if not self.inplace:
+            return self.out
+        if self.copied:
+            self.ad.writeback(self, self.contig)
+        return self.orig
 
     def descriptor(self):
         """(HvdTensor, shape array): both must live until the C call returns."""
@@ -193,6 +207,8 @@ consumer_stream = None
 def _cuda_device_of(keep):
     """The CUDA device of the first device buffer among an op's keep-alive
     objects, or None."""
+    if isinstance(keep, Buf):
+        keep = (keep,)
     for k in keep or ():
         if isinstance(k, Buf):
             if k.device != C.HVD_DEVICE_CPU:
@@ -214,11 +230,15 @@ class Handle:
     The handle keeps the operation's buffers alive until it completes."""
 
     __slots__ = ("_raw", "_keep", "_finish", "_state", "_result", "_error", "_what", "_lock",
-                 "_device")
+                 "_device", "_kind")
 
-    def __init__(self, raw, keep, finish, what, device=_UNKNOWN):
-        """what: the operation in words, or (kind, name), worded when needed;
-        device: the CUDA device of its buffers, or None for host memory."""
+    def __init__(self, raw, keep, finish, what, device=_UNKNOWN, kind=None):
+        """keep: what the op's memory belongs to; finish(raw) -> (result,
+        the result took the handle over), or None for a Buf's result();
+        what: the operation in words, or with kind its name (worded when
+        needed); device: the CUDA device of its buffers, None for host
+        memory. As few objects as can be: a handle lives for a training
+        step, and every object that does costs Python's collector."""
         self._raw = raw
         self._keep = keep
         self._finish = finish
@@ -228,11 +248,11 @@ class Handle:
         self._what = what
         self._lock = threading.Lock()
         self._device = device
+        self._kind = kind
 
     @property
     def what(self):
-        what = self._what
-        return what if isinstance(what, str) else f"{what[0]} '{what[1]}'"
+        return self._what if self._kind is None else f"{self._kind} '{self._what}'"
 
     def __repr__(self):
         state = ("pending", "done", "failed")[self._state]
@@ -291,7 +311,10 @@ class Handle:
                     if device is not None and "hvd_handle_stream_wait" not in C.MISSING:
                         C.check_call(lib.hvd_handle_stream_wait(raw, consumer_stream(device)
                                                                 or None))
-                result, transferred = self._finish(raw)
+                if self._finish is None:
+                    result, transferred = self._keep.result(), False
+                else:
+                    result, transferred = self._finish(raw)
             except BaseException as e:  # noqa: B902 - recorded and re-raised by wait()
                 self._error, self._state, transferred = e, 2, False
                 return
@@ -445,25 +468,25 @@ def _encode(name):
     return name.encode("utf-8")
 
 
+def _output(ad, buf, inplace):
+    """Where an op writes its result (into buf itself when in place); its pointer."""
+    buf.ad = ad
+    buf.inplace = inplace
+    if inplace:
+        return buf.ptr
+    buf.out, ptr = ad.empty(buf)
+    return ptr
+
+
 def allreduce_async(ctx, ad, x, op, name, prescale, postscale, inplace):
     op = check_op(op)
     buf = ad.buf(x, "allreduce input", writable=inplace)
-    if inplace:
-        out, out_ptr = buf.contig, buf.ptr
-    else:
-        out, out_ptr = ad.empty(buf)
+    out_ptr = _output(ad, buf, inplace)
     desc, shape_arr = buf.descriptor()
     raw = _submit("hvd_allreduce_async", ctx, _encode(name), byref(desc), out_ptr or None, op,
                   float(prescale), float(postscale))
-
-    def finish(_raw):
-        if inplace and buf.copied:
-            ad.writeback(buf, buf.contig)
-            return buf.orig, False
-        return (buf.orig if inplace else out), False
-
-    return Handle(raw, (buf, out), finish, ("allreduce", name),
-                  None if buf.device == C.HVD_DEVICE_CPU else buf.device)
+    return Handle(raw, buf, None, name, None if buf.device == C.HVD_DEVICE_CPU else buf.device,
+                  "allreduce")
 
 
 def grouped_allreduce_async(ctx, ad, xs, op, name, prescale, postscale, inplace):
@@ -508,22 +531,12 @@ def grouped_allreduce_async(ctx, ad, xs, op, name, prescale, postscale, inplace)
 
 def broadcast_async(ctx, ad, x, root, name, inplace):
     buf = ad.buf(x, "broadcast input", writable=inplace)
-    if inplace:
-        out, out_ptr = buf.contig, buf.ptr
-    else:
-        out, out_ptr = ad.empty(buf)
+    out_ptr = _output(ad, buf, inplace)
     desc, shape_arr = buf.descriptor()
     raw = _submit("hvd_broadcast_async", ctx, _encode(name), byref(desc), out_ptr or None,
                   int(root))
-
-    def finish(_raw):
-        if inplace and buf.copied:
-            ad.writeback(buf, buf.contig)
-            return buf.orig, False
-        return (buf.orig if inplace else out), False
-
-    return Handle(raw, (buf, out), finish, ("broadcast", name),
-                  None if buf.device == C.HVD_DEVICE_CPU else buf.device)
+    return Handle(raw, buf, None, name, None if buf.device == C.HVD_DEVICE_CPU else buf.device,
+                  "broadcast")
 
 
 def _owned_result(raw, ad, buf):

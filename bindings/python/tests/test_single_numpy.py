@@ -69,7 +69,7 @@ def test_zero_copy_in_place(hvd_world):
         warnings.simplefilter("error", hvd.PerformanceWarning)  # no copy may happen
         assert hvd.allreduce_(x) is x
         h = hvd.broadcast_async_(x, 0)
-        assert h._keep[0].contig is x  # the handle holds the caller's own array
+        assert h._keep.contig is x  # the handle holds the caller's own array
         assert hvd.synchronize(h) is x
 
 

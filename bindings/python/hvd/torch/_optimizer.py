@@ -24,7 +24,8 @@ class _Slot:
     passes since the last synchronize, whether its reduction started, and its
     group (with groups)."""
 
-    __slots__ = ("param", "name", "passes", "submitted", "group")
+    __slots__ = ("param", "name", "passes", "submitted", "group", "handle", "compressed",
+                 "cctx")
 
     def __init__(self, param, name):
         self.param = param
@@ -32,6 +33,13 @@ class _Slot:
         self.passes = 0
         self.submitted = False
         self.group = None
+        # The step's reduction: Handle, compressed tensor (None if sparse), ctx.
+        self.handle = self.compressed = self.cctx = None
+
+    def start(self, reduction):
+        """Holds the step's reduction (handle, compressed, ctx)."""
+        self.submitted = True
+        self.handle, self.compressed, self.cctx = reduction
 
 
 class _Group:
@@ -90,9 +98,8 @@ class _DistributedOptimizer:
         else:
             self._names = {p: f"noname.{i}" for i, p in enumerate(all_params)}
 
-        # The step's reductions, in submit order: (param, Handle, compressed
-        # tensor or None if sparse, ctx); for a grouped allreduce (tuple of
-        # params, Handle, [compressed], [ctx]).
+        # The step's reductions, in submit order: a _Slot holding its own, or
+        # for a grouped allreduce (tuple of params, Handle, [compressed], [ctx]).
         self._handles = []
         self._submitted = []  # the _Slots whose reduction started since the last synchronize
         self._requires_update = [p for p in all_params if p.requires_grad]
@@ -167,7 +174,8 @@ class _DistributedOptimizer:
             if p.grad is None:
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             if p.grad.is_sparse and not self._sparse_as_dense:
-                self._handles.append((p, *self._allreduce_grad_async(sl)))
+                sl.start(self._allreduce_grad_async(sl))
+                self._handles.append(sl)
                 continue
             grad = p.grad.to_dense() if p.grad.is_sparse else p.grad
             compressed, cctx = self._compression.compress(grad)
@@ -212,9 +220,9 @@ class _DistributedOptimizer:
             if sl.passes == passes:
                 group = sl.group
                 if group is None:
-                    sl.submitted = True
+                    sl.start(self._allreduce_grad_async(sl))
                     self._submitted.append(sl)
-                    self._handles.append((sl.param, *self._allreduce_grad_async(sl)))
+                    self._handles.append(sl)
                 else:
                     group.ready += 1
                     if group.ready == len(group.slots):
@@ -252,13 +260,18 @@ class _DistributedOptimizer:
         for sl in self._slots:
             if not sl.submitted:
                 if sl.group is None:
-                    sl.submitted = True
+                    sl.start(self._allreduce_grad_async(sl))
                     self._submitted.append(sl)
-                    self._handles.append((sl.param, *self._allreduce_grad_async(sl)))
+                    self._handles.append(sl)
                 else:
                     self._grouped_allreduce_grads_async(sl.group)
         try:
-            for p, handle, compressed, cctx in list(self._handles):
+            for entry in list(self._handles):
+                if entry.__class__ is _Slot:
+                    p, handle, compressed, cctx = (entry.param, entry.handle, entry.compressed,
+                                                   entry.cctx)
+                else:
+                    p, handle, compressed, cctx = entry
                 result = handle.wait()
                 if isinstance(p, tuple):  # a grouped allreduce, in place in `compressed`
                     for gp, c, x in zip(p, compressed, cctx):
@@ -280,6 +293,7 @@ class _DistributedOptimizer:
         for sl in self._slots:
             sl.passes = 0
             sl.submitted = False
+            sl.handle = sl.compressed = sl.cctx = None
             if sl.group is not None:
                 sl.group.ready = 0
 
