@@ -52,7 +52,11 @@ def parse_args(argv):
                          "(the same folder twice; repeatable)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per job (600)")
     ap.add_argument("--parts", default="step,allreduce,fusion",
-                    help="which jobs, comma separated (step,allreduce,fusion)")
+                    help="which jobs, comma separated (step,allreduce,fusion; also e2e: "
+                         "hvd-bench e2e, a ResNet-50-shaped step whose gradients are "
+                         "submitted one by one through --e2e-compute-ms of slept compute)")
+    ap.add_argument("--e2e-compute-ms", type=float, default=100,
+                    help="the e2e step's compute (100)")
     ap.add_argument("--out", help="results folder (bench/results/<date>-ab)")
     return ap.parse_args(argv)
 
@@ -82,6 +86,9 @@ def jobs(args):
             out.append((f"{n}:fusion:{nt}x{tb}", n,
                         ["fusion", "--tensors", str(nt), "--tensor-bytes", tb,
                          "--steps", str(args.fusion_steps)]))
+        if "e2e" in parts:
+            out.append((f"{n}:e2e:{args.e2e_compute_ms:g}", n,
+                        ["e2e", "--compute-ms", f"{args.e2e_compute_ms:g}"]))
     return out
 
 
@@ -160,6 +167,8 @@ def row_label(key):
     if parts[1] == "fusion":
         nt, tb = parts[2].split("x")
         return f"{n} ranks, fusion {nt} × {tb[:-1]} {tb[-1]}iB"
+    if parts[1] == "e2e":
+        return f"{n} ranks, ResNet-50-shaped step, {parts[2]} ms compute"
     b = int(parts[2])
     for unit, shift in (("MiB", 20), ("KiB", 10)):
         if b >= 1 << shift and b % (1 << shift) == 0:

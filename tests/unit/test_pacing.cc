@@ -107,5 +107,17 @@ TEST(WakePolicy, CallersWhoDriveMakeSubmitsLazyUntilTheLoopTakes) {
   EXPECT_FALSE(w.lazy());  // counted afresh
 }
 
+// A cycle time too short to look at (0: negotiate at once) leaves every
+// submit waking the loop, whatever the pattern: looks that often would spin.
+TEST(WakePolicy, ACycleTooShortToLookAtKeepsSubmitsWaking) {
+  WakePolicy w;
+  w.SetCycle(std::chrono::microseconds(0));
+  for (int i = 0; i < WakePolicy::kTrickleAfter; ++i) w.LoopTakes(1, false);
+  for (int i = 0; i < WakePolicy::kLazyAfter; ++i) w.CallerTook();
+  EXPECT_FALSE(w.lazy());
+  w.SetCycle(std::chrono::milliseconds(1));
+  EXPECT_TRUE(w.lazy());
+}
+
 }  // namespace
 }  // namespace hvd

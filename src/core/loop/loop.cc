@@ -63,8 +63,9 @@ void ContextImpl::Loop() {
       lock.lock();
       if (stopped_) break;
     }
-    // Lazy wake-ups (see Drive): submits do not wake this thread; it
-    // looks for work every cycle time instead.
+    // Lazy wake-ups (see WakePolicy): submits do not wake this thread; it
+    // looks for work every cycle time instead (autotuning may change it).
+    wake_.SetCycle(pace_.cycle);
     const Clock::duration poll =
         wake_.lazy() ? std::min(pace_.cycle, pace_.heartbeat) : pace_.heartbeat;
     if (cycle_held_) {

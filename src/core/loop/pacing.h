@@ -72,13 +72,23 @@ struct Pacing {
 //    a cycle time brought, as one batch; a wait still runs or wakes the
 //    cycle at once. Ends after kTrickleIdle looks in a row found nothing to
 //    do (the loop sleeps until a submit again).
+// Neither where the cycle time is too short to look that often (the loop
+// would spin): there every submit wakes the loop.
 class WakePolicy {
  public:
   static constexpr int kLazyAfter = 8;
   static constexpr int kTrickleAfter = 8;
   static constexpr int kTrickleIdle = 64;
 
-  bool lazy() const { return callers_ || trickle_; }
+  bool lazy() const { return can_poll_ && (callers_ || trickle_); }
+
+  // Whether the loop may look for work every cycle time: `cycle` at least
+  // kMinPoll.
+  template <typename Duration>
+  void SetCycle(Duration cycle) {
+    can_poll_ = cycle >= std::chrono::microseconds(kMinPollUs);
+  }
+  static constexpr int kMinPollUs = 50;
   bool trickle() const { return trickle_; }
 
   // A caller's cycle took requests from the queue.
@@ -116,6 +126,7 @@ class WakePolicy {
   int lone_ = 0;  // the loop's takes in a row of one unwaited request
   bool trickle_ = false;
   int idle_ = 0;  // lazy looks in a row that found nothing
+  bool can_poll_ = true;
 };
 
 }  // namespace hvd
