@@ -6,11 +6,12 @@ caller cannot go under without a compiled extension).
 
     python3 bench/py_op_cost.py [PKG [PKG2]] [--build DIR] [--ranks 1,2] [--tensors 200]
                                 [--bytes 4096] [--steps 10] [--rounds 7] [--repeats 3]
-                                [--frontends raw,numpy,torch,optimizer] [--out FILE]
+                                [--frontends raw,numpy,torch,optimizer] [--gap-us G]
+                                [--out FILE]
 
 PKG is a folder holding the `hvd` package (default: bindings/python of this tree); with two,
-the table has PKG2 ÷ PKG per row (the same library, `--build`, under both), and the jobs of
-the two alternate so the machine's state falls on both alike. A job is one `hvdrun -np R`
+the table has PKG2 ÷ PKG per row (the same library under both, or `--build BUILD,BUILD2`: each
+package with its own), and the jobs of the two alternate so the machine's state falls on both alike. A job is one `hvdrun -np R`
 (or one process for R = 1) that runs `--rounds` rounds of `--steps` steps; a step submits
 `--tensors` float32 tensors of `--bytes` bytes each, named as `DistributedOptimizer` names
 them, and waits for every handle. A job reports its best round (the slowest rank's), per
@@ -44,7 +45,8 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pkgs", nargs="*", help="folders holding the hvd package (1 or 2)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"),
-                    help="build folder: lib/libhvd.so, bin/hvdrun (./build)")
+                    help="build folder: lib/libhvd.so, bin/hvdrun (./build); with two PKGs "
+                         "BUILD,BUILD2 runs each under its own")
     ap.add_argument("--ranks", default="1,2", help="comma separated (1,2)")
     ap.add_argument("--tensors", type=int, default=200)
     ap.add_argument("--bytes", type=int, default=4096)
@@ -52,6 +54,9 @@ def parse_args(argv):
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--frontends", default=",".join(FRONTENDS))
+    ap.add_argument("--gap-us", type=float, default=0,
+                    help="raw, numpy, torch: spin this long before each submit (a backward "
+                         "pass's compute between two gradients; not counted in submit)")
     ap.add_argument("--out", help="also write the table (markdown) to this file")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -87,6 +92,13 @@ def _timed(step_submit, step_wait, a):
     return best
 
 
+def _spin(seconds):
+    """Busy for `seconds` (a backward's compute: the CPU stays busy, not idle)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def _raw_step(a, names):
     import ctypes
 
@@ -107,8 +119,12 @@ def _raw_step(a, names):
     bnames = [n.encode() for n in names]
     submit, wait, release = lib.hvd_allreduce_async, lib.hvd_handle_wait, lib.hvd_handle_release
 
+    gap = a.gap_us * 1e-6
+
     def step_submit(keep=(xs, shape, descs)):  # the memory the descriptors point at
         for i in range(a.tensors):
+            if gap:
+                _spin(gap)
             if submit(None, bnames[i], drefs[i], outs[i], C.HVD_SUM, 1.0, 1.0, hrefs[i]):
                 raise RuntimeError(C.last_error())
         return handles
@@ -135,8 +151,16 @@ def _frontend_step(a, names, which):
         xs = [torch.ones(a.bytes // 4) for _ in range(a.tensors)]
     ar, sync, op = h.allreduce_async_, h.synchronize, h.Sum
 
+    gap = a.gap_us * 1e-6
+
     def step_submit():
-        return [ar(x, name=n, op=op) for x, n in zip(xs, names)]
+        if not gap:
+            return [ar(x, name=n, op=op) for x, n in zip(xs, names)]
+        hs = []
+        for x, n in zip(xs, names):
+            _spin(gap)
+            hs.append(ar(x, name=n, op=op))
+        return hs
 
     def step_wait(hs):
         for handle in hs:
@@ -205,6 +229,8 @@ def worker(a):
     submit_us, wait_us = _timed(step_submit, step_wait, a)
     if which == "optimizer":  # less the same step without hvd, per tensor
         submit_us = max(0.0, submit_us - backward_s * 1e6 / a.tensors)
+    elif a.gap_us:  # less the spinning
+        submit_us = max(0.0, submit_us - a.gap_us)
     print("PYOP " + json.dumps(dict(rank=rank, size=size, submit_us=submit_us, wait_us=wait_us)),
           flush=True)
     shutdown()
@@ -215,17 +241,17 @@ def worker(a):
 # ---------------------------------------------------------------------------
 
 
-def run_job(a, pkg, frontend, ranks):
+def run_job(a, pkg, build, frontend, ranks):
     env = dict(os.environ)
-    lib = os.path.join(os.path.abspath(a.build), "lib")
+    lib = os.path.join(os.path.abspath(build), "lib")
     env["HVD_LIBRARY_PATH"] = lib
     env["LD_LIBRARY_PATH"] = lib + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     env["PYTHONPATH"] = os.path.abspath(pkg) + os.pathsep + env.get("PYTHONPATH", "")
     me = [sys.executable, os.path.abspath(__file__), "--worker", frontend,
           "--tensors", str(a.tensors), "--bytes", str(a.bytes), "--steps", str(a.steps),
-          "--rounds", str(a.rounds)]
+          "--rounds", str(a.rounds), "--gap-us", str(a.gap_us)]
     if ranks > 1:
-        cmd = [os.path.join(a.build, "bin", "hvdrun"), "-np", str(ranks), "-x", "PYTHONPATH",
+        cmd = [os.path.join(build, "bin", "hvdrun"), "-np", str(ranks), "-x", "PYTHONPATH",
                "-x", "HVD_LIBRARY_PATH", "-x", "LD_LIBRARY_PATH"] + me
     else:
         cmd = me
@@ -247,6 +273,12 @@ def main(argv):
     pkgs = a.pkgs or [os.path.join(ROOT, "bindings", "python")]
     if len(pkgs) > 2:
         raise SystemExit("py_op_cost: give one or two package folders")
+    builds = a.build.split(",")
+    if len(builds) == 1:
+        builds = builds * len(pkgs)
+    if len(builds) != len(pkgs):
+        raise SystemExit("py_op_cost: --build: one folder, or one per package folder")
+    build_of = dict(zip(pkgs, builds))
     frontends = [f for f in a.frontends.split(",") if f]
     for f in frontends:
         if f not in FRONTENDS:
@@ -258,13 +290,15 @@ def main(argv):
             for rep in range(a.repeats):
                 order = pkgs if rep % 2 == 0 else pkgs[::-1]
                 for pkg in order:
-                    res.setdefault((ranks, f, pkg), []).append(run_job(a, pkg, f, ranks))
+                    res.setdefault((ranks, f, pkg), []).append(
+                        run_job(a, pkg, build_of[pkg], f, ranks))
                     s, w = res[(ranks, f, pkg)][-1]
                     print(f"# {ranks} ranks {f:9s} {pkg}: submit {s:.2f} wait {w:.2f} µs/tensor",
                           file=sys.stderr, flush=True)
     lines = [f"Per tensor from Python, µs (median of {a.repeats} jobs, each its best of "
-             f"{a.rounds} rounds of {a.steps} steps of {a.tensors} × {a.bytes} B); "
-             f"library {os.path.abspath(a.build)}", ""]
+             f"{a.rounds} rounds of {a.steps} steps of {a.tensors} × {a.bytes} B"
+             + (f", {a.gap_us:g} µs of spinning before each submit" if a.gap_us else "") + "); "
+             + "; ".join(f"{p} with {os.path.abspath(b)}" for p, b in build_of.items()), ""]
     head = "| ranks | path |"
     rule = "|--:|---|"
     for i, pkg in enumerate(pkgs):
@@ -272,8 +306,8 @@ def main(argv):
         head += f" submit{tag} | wait{tag} | total{tag} |"
         rule += "--:|--:|--:|"
     if len(pkgs) == 2:
-        head += " after ÷ before |"
-        rule += "--:|"
+        head += " after ÷ before | paired (quartiles) |"
+        rule += "--:|--:|"
     lines += [head, rule]
     for ranks in ranks_list:
         for f in frontends:
@@ -287,7 +321,13 @@ def main(argv):
                 totals.append(t)
                 row += f" {s:.2f} | {w:.2f} | {t:.2f} |"
             if len(pkgs) == 2:
-                row += f" {totals[1] / totals[0]:.2f} |"
+                # Each repeat ran both back to back: their ratio cancels the machine's
+                # state at the time (it moves whole jobs by ±50 % here).
+                b, f2 = res[(ranks, f, pkgs[0])], res[(ranks, f, pkgs[1])]
+                ratios = sorted((x[0] + x[1]) / (y0[0] + y0[1]) for x, y0 in zip(f2, b))
+                q = (statistics.quantiles(ratios, n=4) if len(ratios) > 1
+                     else [ratios[0]] * 3)
+                row += f" {totals[1] / totals[0]:.2f} | {q[1]:.2f} ({q[0]:.2f}–{q[2]:.2f}) |"
             lines.append(row)
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
