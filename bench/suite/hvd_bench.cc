@@ -20,7 +20,8 @@
 //            is 30-60 characters, past std::string's 15 held in place).
 //   latency  --steps S: one 4-byte allreduce per step, back to back (no
 //            barrier: a training loop's steady state), median step time.
-//            --op broadcast: one 4-byte broadcast from rank 0 instead.
+//            --op broadcast: one 4-byte broadcast from rank 0 instead;
+//            --op allgather: one 4-byte allgather from each rank.
 //   e2e      a synthetic training step with ResNet-50's gradients (torchvision's
 //            resnet50: 161 tensors, 25,557,032 float32 parameters, 102 MB):
 //            --compute-ms C of "compute" per step, slept (not spun, so ranks
@@ -404,7 +405,9 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
 void RunLatency(const Args& a, const std::string& system, bool quick) {
   const int steps = quick ? 5 : std::atoi(a.Get("--steps", "400").c_str());
   const int warmup = quick ? 2 : 50;
-  const bool bcast = a.Get("--op", "allreduce") == "broadcast";
+  const std::string op = a.Get("--op", "allreduce");
+  const bool bcast = op == "broadcast";
+  const bool gather = op == "allgather";
   float x = 1.0f;
   const int64_t shape[1] = {1};
   hvd_tensor_t t = Tensor1D(&x, HVD_FLOAT32, shape);
@@ -413,7 +416,10 @@ void RunLatency(const Args& a, const std::string& system, bool quick) {
   for (int s = 0; s < warmup + steps; ++s) {
     const double t0 = NowUs();
     hvd_handle_t h = nullptr;
-    if (bcast) {
+    if (gather) {
+      x = static_cast<float>(g_rank + s);
+      Check(hvd_allgather_async(g_ctx, "lat", &t, &h), "allgather");
+    } else if (bcast) {
       x = g_rank == 0 ? static_cast<float>(s) : -1.0f;
       Check(hvd_broadcast_async(g_ctx, "lat", &t, &x, 0, &h), "broadcast");
     } else {
@@ -422,6 +428,20 @@ void RunLatency(const Args& a, const std::string& system, bool quick) {
     }
     Check(hvd_handle_wait(h, -1), "wait");
     const double t1 = NowUs();
+    if (gather) {
+      const void* data = nullptr;
+      size_t bytes = 0;
+      Check(hvd_handle_output(h, &data, &bytes), "allgather output");
+      const float* all = static_cast<const float*>(data);
+      for (int q = 0; q < g_size; ++q) {
+        if (bytes != sizeof(float) * static_cast<size_t>(g_size) ||
+            all[q] != static_cast<float>(q + s)) {
+          std::fprintf(stderr, "hvd-bench: latency allgather: rank %d's part wrong\n", q);
+          std::exit(4);
+        }
+      }
+      x = static_cast<float>(g_size);  // checked below like an allreduce's
+    }
     Check(hvd_handle_release(h), "release");
     if (x != static_cast<float>(bcast ? s : g_size)) {
       std::fprintf(stderr, "hvd-bench: latency %s gave %g\n", bcast ? "broadcast" : "allreduce",
@@ -438,7 +458,8 @@ void RunLatency(const Args& a, const std::string& system, bool quick) {
   Check(hvd_allreduce(g_ctx, "lat.median", &m, &med, HVD_MAX), "allreduce(median)");
   if (g_emit) {
     std::vector<double> v(1, med);
-    hvdbench::EmitStep("latency", system, bcast ? "4B broadcast" : "4B", g_size, 1, 4, v,
+    hvdbench::EmitStep("latency", system,
+                       gather ? "4B allgather" : bcast ? "4B broadcast" : "4B", g_size, 1, 4, v,
                        EnvExtra() + ",\"steps\":" + std::to_string(steps));
   }
 }

@@ -14,7 +14,8 @@
 //            in place) and "handfused" (pack, one MPI_Allreduce in place,
 //            unpack; the copies are timed).
 //   latency  one 4-byte MPI_Allreduce in place per step, back to back
-//            (--op broadcast: one 4-byte MPI_Bcast from rank 0 instead).
+//            (--op broadcast: one 4-byte MPI_Bcast from rank 0 instead;
+//            --op allgather: one 4-byte MPI_Allgather from each rank).
 #include <mpi.h>
 
 #include <cstdio>
@@ -140,13 +141,23 @@ void Fusion(const Args& a, const std::string& system, bool quick) {
 void Latency(const Args& a, const std::string& system, bool quick) {
   const int steps = quick ? 5 : std::atoi(a.Get("--steps", "400").c_str());
   const int warmup = quick ? 2 : 50;
-  const bool bcast = a.Get("--op", "allreduce") == "broadcast";
+  const std::string op = a.Get("--op", "allreduce");
+  const bool bcast = op == "broadcast";
+  const bool gather = op == "allgather";
   float x = 1.0f;
+  std::vector<float> all(static_cast<size_t>(g_size));
   std::vector<double> times;
   MPI_Barrier(MPI_COMM_WORLD);
   for (int s = 0; s < warmup + steps; ++s) {
     const double t0 = NowUs();
-    if (bcast) {
+    if (gather) {
+      x = static_cast<float>(g_rank + s);
+      MPI_Allgather(&x, 1, MPI_FLOAT, all.data(), 1, MPI_FLOAT, MPI_COMM_WORLD);
+      for (int q = 0; q < g_size; ++q) {
+        if (all[q] != static_cast<float>(q + s)) Fail("latency allgather wrong");
+      }
+      x = static_cast<float>(g_size);  // checked below like an allreduce's
+    } else if (bcast) {
       x = g_rank == 0 ? static_cast<float>(s) : -1.0f;
       MPI_Bcast(&x, 1, MPI_FLOAT, 0, MPI_COMM_WORLD);
     } else {
@@ -160,7 +171,8 @@ void Latency(const Args& a, const std::string& system, bool quick) {
   std::vector<double> med(1, hvdbench::Median(times));
   med = SlowestRank(med);
   if (g_rank == 0) {
-    hvdbench::EmitStep("latency", system, bcast ? "4B broadcast" : "4B", g_size, 1, 4, med,
+    hvdbench::EmitStep("latency", system,
+                       gather ? "4B allgather" : bcast ? "4B broadcast" : "4B", g_size, 1, 4, med,
                        "\"steps\":" + std::to_string(steps));
   }
 }

@@ -167,7 +167,7 @@ TEST(CallerCycles, AnUnwaitedSubmitStillRunsAfterManyDrivenSteps) {
 TEST(CallerCycles, GradientsSubmittedOneByOneStopWakingTheLoop) {
   for (int n : {2, 3}) {
     RunContexts(n, [n](Context& ctx, int rank) {
-      constexpr int kTensors = 24;
+      constexpr int kTensors = 16;
       auto step = [&](int s) {
         std::vector<int64_t> v(kTensors);
         std::vector<std::shared_ptr<Handle>> hs(kTensors);
@@ -177,7 +177,9 @@ TEST(CallerCycles, GradientsSubmittedOneByOneStopWakingTheLoop) {
           auto h = Allreduce(ctx, "grad." + std::to_string(i), &v[i], 1);
           ASSERT_TRUE(h.ok()) << h.status().message();
           hs[i] = *h;
-          std::this_thread::sleep_for(std::chrono::microseconds(300));  // the backward's work
+          // The backward's work: long enough for the loop to take each
+          // gradient alone even on a loaded host.
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
         for (int i = 0; i < kTensors; ++i) {
           ASSERT_TRUE(hs[i]->Wait(30).ok()) << "rank " << rank << " grad." << i;
@@ -186,9 +188,9 @@ TEST(CallerCycles, GradientsSubmittedOneByOneStopWakingTheLoop) {
       };
       // The loop's takes must find one unwaited request 8 times in a row;
       // on a loaded host it may find two, so step until every rank trickles
-      // (agreed by a MIN allreduce), 20 steps at most.
+      // (agreed by a MIN allreduce), 40 steps at most.
       int64_t all = 0;
-      for (int s = 0; s < 20 && all == 0; ++s) {
+      for (int s = 0; s < 40 && all == 0; ++s) {
         step(s);
         auto t = ctx.Query("trickle");
         ASSERT_TRUE(t.ok());
@@ -197,7 +199,7 @@ TEST(CallerCycles, GradientsSubmittedOneByOneStopWakingTheLoop) {
         ASSERT_TRUE(h.ok());
         ASSERT_TRUE((*h)->Wait(30).ok());
       }
-      EXPECT_EQ(all, 1) << "rank " << rank << ": 20 backward-like steps left submits waking";
+      EXPECT_EQ(all, 1) << "rank " << rank << ": 40 backward-like steps left submits waking";
       step(100);  // taken by the loop's looks, in batches
       // A submit waited for at once runs at once (the wait runs the cycle).
       int64_t w = rank + 1;

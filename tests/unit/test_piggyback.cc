@@ -7,8 +7,8 @@
 // op it takes and for those it does not, with scale factors, joined ranks,
 // shuffled submission next to a big tensor, and that one rank with the
 // switch off, or a process set, turns it off for everyone; that a broadcast
-// gives the root's bits from every root, and leaves an allreduce plan
-// riding.
+// gives the root's bits from every root, an allgather every rank's bits in
+// rank order, and that neither displaces an allreduce plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -395,6 +395,35 @@ std::vector<unsigned char> RootBytes(int root, int s, size_t n) {
   return b;
 }
 
+// Every step after the first served by the negotiation where `bytes` fit
+// in its limit (1 KiB), none where they do not.
+void ExpectServed(int64_t served, size_t bytes, int steps, int rank, const std::string& name) {
+  if (bytes <= 1024) {
+    EXPECT_EQ(served, steps - 1) << "rank " << rank << " " << name;
+  } else {
+    EXPECT_EQ(served, 0) << "rank " << rank << " " << name;
+  }
+}
+
+// A step of a small allreduce, waited for, then `other` (another small
+// operation, waited for): the allreduce keeps riding (the other does not
+// take its plan), so every step after the first is served once.
+void KeepsTheAllreduceRiding(
+    const std::function<void(Context&, int rank, int step, std::atomic<int>*)>& other) {
+  constexpr int n = 3;
+  constexpr int kSteps = 6;
+  std::atomic<int> failures{0};
+  RunContexts(n, [&](Context& ctx, int rank) {
+    const int64_t before = Piggybacked(ctx);
+    for (int s = 0; s < kSteps; ++s) {
+      Step(ctx, rank, n, HVD_INT32, HVD_SUM, 2, "loss", &failures);
+      other(ctx, rank, s, &failures);
+    }
+    EXPECT_EQ(Piggybacked(ctx) - before, kSteps - 1) << "rank " << rank;
+  });
+  EXPECT_EQ(failures.load(), 0);
+}
+
 // A small broadcast from every root, in place on the others and out of
 // place on the root into a poisoned buffer: every rank gets the root's bits
 // exactly, and every step after each root's first is served by the
@@ -424,12 +453,7 @@ TEST(Piggyback, ASmallBroadcastRidesFromEveryRootBitForBit) {
             ++failures;
           }
         }
-        const int64_t served = Piggybacked(ctx) - before;
-        if (bytes <= 1024) {
-          EXPECT_EQ(served, kSteps - 1) << "rank " << rank << " " << name;
-        } else {
-          EXPECT_EQ(served, 0) << "rank " << rank << " " << name;
-        }
+        ExpectServed(Piggybacked(ctx) - before, bytes, kSteps, rank, name);
       }
     }
   });
@@ -440,25 +464,88 @@ TEST(Piggyback, ASmallBroadcastRidesFromEveryRootBitForBit) {
 // for: the allreduce keeps riding (a broadcast does not take its plan), so
 // every step after the first is served once, and both results are exact.
 TEST(Piggyback, ABroadcastLeavesAnAllreducePlanRiding) {
+  KeepsTheAllreduceRiding([](Context& ctx, int rank, int s, std::atomic<int>* failures) {
+    int32_t flag = rank == 0 ? 1000 + s : -1;
+    auto h = Broadcast(ctx, "stop", HVD_INT32, &flag, &flag, 1, 0);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
+    if (flag != 1000 + s) {
+      ADD_FAILURE() << "rank " << rank << " step " << s << ": flag " << flag;
+      ++*failures;
+    }
+  });
+}
+
+// An allgather of `rows` rows of `cols` float32s (rows may differ by rank).
+Result<std::shared_ptr<Handle>> Allgather(Context& ctx, const std::string& name, const void* in,
+                                          int64_t rows, int64_t cols) {
+  OpRequest req = OneTensor(OpType::kAllgather, name, HVD_FLOAT32, in, nullptr,
+                            static_cast<size_t>(rows * cols));
+  req.tensors.front().shape = {rows, cols};
+  return ctx.Enqueue(std::move(req));
+}
+
+// A small allgather every step (each rank's loss, its sample count) rides
+// too: every rank's bits in rank order (0xFF, -0, a NaN payload among
+// them), with the ranks' first dimensions different, the result's shape
+// the sum of them; every step after the first served by the negotiation
+// where all parts together fit in 1 KiB, none where they do not.
+TEST(Piggyback, ASmallAllgatherRidesWithEveryRanksBitsInOrder) {
   constexpr int n = 3;
-  constexpr int kSteps = 6;
+  constexpr int kSteps = 5;
   std::atomic<int> failures{0};
   RunContexts(n, [&](Context& ctx, int rank) {
-    const int64_t before = Piggybacked(ctx);
-    for (int s = 0; s < kSteps; ++s) {
-      Step(ctx, rank, n, HVD_INT32, HVD_SUM, 2, "loss", &failures);
-      int32_t flag = rank == 0 ? 1000 + s : -1;
-      auto h = Broadcast(ctx, "stop", HVD_INT32, &flag, &flag, 1, 0);
-      ASSERT_TRUE(h.ok()) << h.status().message();
-      ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
-      if (flag != 1000 + s) {
-        ADD_FAILURE() << "rank " << rank << " step " << s << ": flag " << flag;
-        ++failures;
+    // cols float32s a row; rank q has q + 1 rows (6 rows in all).
+    for (int64_t cols : {int64_t{1}, int64_t{10}, int64_t{43}, int64_t{44}}) {
+      const size_t row = static_cast<size_t>(cols) * sizeof(float);
+      const size_t total = 6 * row;
+      const std::string name = "g." + std::to_string(cols);
+      const int64_t before = Piggybacked(ctx);
+      for (int s = 0; s < kSteps; ++s) {
+        std::vector<unsigned char> want;
+        for (int q = 0; q < n; ++q) {
+          const std::vector<unsigned char> part = RootBytes(q, s, (q + 1) * row);
+          want.insert(want.end(), part.begin(), part.end());
+        }
+        const std::vector<unsigned char> mine = RootBytes(rank, s, (rank + 1) * row);
+        auto h = Allgather(ctx, name, mine.data(), rank + 1, cols);
+        ASSERT_TRUE(h.ok()) << h.status().message();
+        ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
+        auto out = (*h)->HostOutput();
+        ASSERT_TRUE(out.ok()) << out.status().message();
+        const std::vector<int64_t> shape = (*h)->output_shape;
+        if (shape != std::vector<int64_t>{6, cols} || (*out)->size() != total ||
+            std::memcmp((*out)->data(), want.data(), total) != 0) {
+          ADD_FAILURE() << "rank " << rank << " " << name << " step " << s
+                        << ": not every rank's bytes in order";
+          ++failures;
+        }
       }
+      ExpectServed(Piggybacked(ctx) - before, total, kSteps, rank, name);
     }
-    EXPECT_EQ(Piggybacked(ctx) - before, kSteps - 1) << "rank " << rank;
   });
   EXPECT_EQ(failures.load(), 0);
+}
+
+// A step with a small allreduce and then a small allgather, each waited
+// for: the allreduce keeps riding (an allgather does not take its plan), so
+// every step after the first is served once, and both results are exact.
+TEST(Piggyback, AnAllgatherLeavesAnAllreducePlanRiding) {
+  KeepsTheAllreduceRiding([](Context& ctx, int rank, int s, std::atomic<int>* failures) {
+    const float mine[2] = {static_cast<float>(rank), static_cast<float>(s)};
+    auto h = Allgather(ctx, "seen", mine, 1, 2);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
+    auto out = (*h)->HostOutput();
+    ASSERT_TRUE(out.ok());
+    const float* got = reinterpret_cast<const float*>((*out)->data());
+    for (int q = 0; q < 3; ++q) {
+      if (got[2 * q] != static_cast<float>(q) || got[2 * q + 1] != static_cast<float>(s)) {
+        ADD_FAILURE() << "rank " << rank << " step " << s << ": rank " << q << "'s part";
+        ++*failures;
+      }
+    }
+  });
 }
 
 }  // namespace

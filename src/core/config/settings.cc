@@ -124,7 +124,7 @@ const Setting kSettings[] = {
     {"caller_cycles", HVD_NO_PARAM, "HVD_CALLER_CYCLES", nullptr, kSwitch,
      &Config::caller_cycles, kAny, 0, "a waiting caller runs the cycle itself"},
     {"piggyback", HVD_NO_PARAM, "HVD_PIGGYBACK", nullptr, kSwitch, &Config::piggyback, kAny, 0,
-     "small allreduces and broadcasts ride in the negotiation"},
+     "small allreduces, broadcasts and allgathers ride in the negotiation"},
     {"metrics", HVD_NO_PARAM, "HVD_METRICS", nullptr, kSwitch, &Config::metrics, kAny, 0,
      "record metrics and stragglers (0 = off; docs/metrics.md)"},
     {"straggler_warning_s", HVD_NO_PARAM, "HVD_STRAGGLER_WARNING", nullptr, kNumber,

@@ -53,9 +53,11 @@ class Executor {
   // `reduced` holds the ranks' prescaled tensors reduced under the
   // transport op; writes the output with the postscale (AVERAGE's
   // division included), as an unfused allreduce would. A broadcast's:
-  // `reduced` holds the root's bytes, copied to the output.
-  void FinishPiggybacked(OpRequest& req, const void* reduced,
-                         std::chrono::steady_clock::time_point t0);
+  // `reduced` holds the root's bytes, copied to the output. An
+  // allgather's: `bytes` of every rank's part in rank order, `rows` rows,
+  // copied to the handle's result.
+  Status FinishPiggybacked(OpRequest& req, const void* reduced, size_t bytes, int64_t rows,
+                           std::chrono::steady_clock::time_point t0);
 
   // Stream-ordered completion of CUDA operations (HVD_CUDA_ASYNC_COMPLETION):
   // the host no longer waits for the results' copies and scaling on the

@@ -54,21 +54,33 @@ Status Executor::RunAdasumBatch(std::vector<OpRequest*>& batch) {
   return Status::Ok();
 }
 
-void Executor::FinishPiggybacked(OpRequest& req, const void* reduced, Clock::time_point t0) {
+Status Executor::FinishPiggybacked(OpRequest& req, const void* reduced, size_t bytes,
+                                   int64_t rows, Clock::time_point t0) {
   TensorSpec& t = req.tensors.front();
   const size_t n = static_cast<size_t>(t.NumElements());
-  const bool bcast = req.type == OpType::kBroadcast;
-  if (bcast) {
+  const char* what = "ALLREDUCE";
+  if (req.type == OpType::kBroadcast) {
     // The root's bytes (the root's own too: its output may be elsewhere).
-    std::memcpy(t.output, reduced, n * DtypeSize(t.dtype));
+    bytes = n * DtypeSize(t.dtype);
+    std::memcpy(t.output, reduced, bytes);
+    what = "BROADCAST";
+  } else if (req.type == OpType::kAllgather) {
+    // Every rank's part, in rank order, into the handle's result.
+    Handle& h = *req.handle;
+    HVD_CHECK(TakeOutput(&h, bytes));
+    if (bytes > 0) std::memcpy(h.output.data(), reduced, bytes);
+    h.output_shape = t.shape.vec();
+    h.output_shape[0] = rows;
+    what = "ALLGATHER";
   } else {
     Finalize(t.output, reduced, n, t.dtype, req.reduce_op, req.postscale, size_);
+    bytes = n * DtypeSize(t.dtype);
   }
   if (timeline_->enabled()) {
-    timeline_->Span(t.name, bcast ? "BROADCAST" : "ALLREDUCE", t0, Clock::now(),
-                    "{\"bytes\":" + std::to_string(n * DtypeSize(t.dtype)) +
-                        ",\"in_negotiation\":true}");
+    timeline_->Span(t.name, what, t0, Clock::now(),
+                    "{\"bytes\":" + std::to_string(bytes) + ",\"in_negotiation\":true}");
   }
+  return Status::Ok();
 }
 
 // One batch of host tensors: reduced where it lies when it is one tensor

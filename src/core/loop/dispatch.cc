@@ -93,12 +93,13 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
     recorder_.Started(req->record, now, RequestBytes(*req));
   }
   if (timeline_.enabled()) timeline_.Span(resp.key(), "NEGOTIATE", req->enqueued, now);
-  executor_->FinishPiggybacked(*req, piggy_.result(), now);
-  {
+  const Status s = executor_->FinishPiggybacked(*req, piggy_.result(), piggy_.result_bytes(),
+                                                piggy_.gathered_rows(), now);
+  if (s.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     ++piggybacked_;  // before the handle completes: its waiter may ask
   }
-  Finish(scope, *req, Status::Ok(), now);  // done with the negotiation
+  Finish(scope, *req, s, now);  // done with the negotiation
   return piggy_.result_bytes();
 }
 

@@ -12,9 +12,9 @@ bool Piggyback::Usable(const Controller& rc, size_t root_slots, bool sets_live) 
       !rc.piggyback_agreed() || rc.cache().Get(slot_) != all_) {
     return false;
   }
-  if (type_ == OpType::kBroadcast) {
-    // A joined rank has no bytes to give: the broadcast then runs as it
-    // would without the plan.
+  if (type_ != OpType::kAllreduce) {
+    // A joined rank has no bytes to give: the broadcast or allgather then
+    // runs as it would without the plan.
     for (int q = 0; q < size_; ++q) {
       if (rc.joined(q)) return false;
     }
@@ -36,12 +36,12 @@ Status Piggyback::Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, siz
   uint8_t* mine = b + result_at_;
   const OpRequest* req = rc.Marked(slot_);
   // A marked request matches the cached descriptor: one host tensor of the
-  // plan's dtype and size.
+  // plan's dtype and size (an allgather's: this rank's part).
+  const size_t want = type_ == OpType::kAllgather ? OwnBytes(rank) : count_ * es;
   const bool ready =
       req != nullptr && req->tensors.size() == 1 && req->tensors[0].dtype == tensor_dtype_ &&
       req->tensors[0].device == HVD_DEVICE_CPU &&
-      static_cast<size_t>(req->tensors[0].NumElements()) * DtypeSize(tensor_dtype_) ==
-          count_ * es;
+      static_cast<size_t>(req->tensors[0].NumElements()) * DtypeSize(tensor_dtype_) == want;
   if (type_ == OpType::kBroadcast) {
     // The root's bytes; MIN's identity from everyone else.
     if (ready && rank == root_) {
@@ -49,6 +49,10 @@ Status Piggyback::Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, siz
     } else {
       std::memset(mine, 0xFF, count_);
     }
+  } else if (type_ == OpType::kAllgather) {
+    // This rank's bytes at its place; MIN's identity everywhere else.
+    std::memset(mine, 0xFF, count_);
+    if (ready && want > 0) std::memcpy(mine + offsets_[rank], req->tensors[0].input, want);
   } else if (ready) {
     ScaleCopy(mine, req->tensors[0].input, count_, dtype_, prescale_);
   } else {
@@ -69,8 +73,9 @@ void Piggyback::NoteReady(const uint8_t* ctrl) {
 bool Piggyback::Fits(const Response& r, int size, size_t* count) {
   if (!r.error.ok() || !r.all || r.all->empty() || !r.joined.empty()) return false;
   const RequestDesc& d = r.desc(0);
-  if ((d.type != OpType::kAllreduce && d.type != OpType::kBroadcast) || d.names.size() != 1 ||
-      d.shapes.size() != 1) {
+  if ((d.type != OpType::kAllreduce && d.type != OpType::kBroadcast &&
+       d.type != OpType::kAllgather) ||
+      d.names.size() != 1 || d.shapes.size() != 1) {
     return false;
   }
   if (d.type == OpType::kAllreduce) {
@@ -81,6 +86,20 @@ bool Piggyback::Fits(const Response& r, int size, size_t* count) {
   }
   for (int q = 0; q < size; ++q) {
     if (r.desc(q).device != HVD_DEVICE_CPU) return false;
+  }
+  if (d.type == OpType::kAllgather) {
+    // Every rank's part (their first dimensions may differ), in bytes.
+    size_t total = 0;
+    for (int q = 0; q < size; ++q) {
+      const RequestDesc& dq = r.desc(q);
+      if (dq.shapes.size() != 1 || dq.shapes[0].empty()) return false;
+      size_t e = DtypeSize(dq.dtype);
+      for (int64_t x : dq.shapes[0]) e *= static_cast<size_t>(x);
+      total += e;
+      if (total > kPiggybackMaxBytes) return false;
+    }
+    *count = total;
+    return true;
   }
   size_t n = 1;
   for (int64_t x : d.shapes[0]) n *= static_cast<size_t>(x);
@@ -93,7 +112,7 @@ bool Piggyback::Fits(const Response& r, int size, size_t* count) {
 // holds: where a step has one of each, the allreduce keeps riding (two plans
 // taking turns would leave both to their own collectives).
 bool Piggyback::Replaces(const RequestDesc& d, const Controller& rc) const {
-  return d.type == OpType::kAllreduce || slot_ < 0 || type_ == OpType::kBroadcast ||
+  return d.type == OpType::kAllreduce || slot_ < 0 || type_ != OpType::kAllreduce ||
          rc.cache().Get(slot_) != all_;
 }
 
@@ -111,12 +130,23 @@ void Piggyback::Plan(const std::vector<Response>& rs, const Controller& rc, int 
   size_ = size;
   tensor_dtype_ = d.dtype;
   count_ = count;
-  if (d.type == OpType::kBroadcast) {
+  if (d.type != OpType::kAllreduce) {
     // Bytes under MIN: the negotiation's own form.
     dtype_ = HVD_UINT8;
     op_ = HVD_MIN;
     prescale_ = 1;
     root_ = d.root;
+    offsets_.assign(1, 0);
+    rows_ = 0;
+    if (d.type == OpType::kAllgather) {
+      for (int q = 0; q < size; ++q) {
+        const RequestDesc& dq = r.desc(q);
+        size_t e = DtypeSize(dq.dtype);
+        for (int64_t x : dq.shapes[0]) e *= static_cast<size_t>(x);
+        offsets_.push_back(offsets_.back() + e);
+        rows_ += dq.shapes[0][0];
+      }
+    }
   } else {
     dtype_ = d.dtype;
     op_ = d.reduce_op;

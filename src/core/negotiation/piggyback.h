@@ -1,18 +1,20 @@
-// A small allreduce or broadcast riding in the negotiation (HVD_PIGGYBACK;
-// the encoding is in control_wire.h). The plan is made from the context's
-// responses, alike on every rank: the last small host allreduce that a cycle
-// served alone, else the last such broadcast (a broadcast never takes the
-// place of an allreduce plan the cache still holds: a step with a small
-// allreduce and a small broadcast keeps the allreduce riding). While the
+// A small allreduce, broadcast or allgather riding in the negotiation
+// (HVD_PIGGYBACK; the encoding is in control_wire.h). The plan is made from
+// the context's responses, alike on every rank: the last small host
+// allreduce that a cycle served alone, else the last such broadcast or
+// allgather (neither takes the place of an allreduce plan the cache still
+// holds: a step with a small allreduce and a small broadcast keeps the
+// allreduce riding). While the
 // cache holds it, no process set exists and every rank has the switch on,
 // each negotiation carries this rank's part after the control bytes: an
 // allreduce's prescaled tensor (zeros where it has none ready), a
 // broadcast's bytes from its root (MIN's identity, 0xFF, from every other
 // rank, and from a root with none ready: the negotiation then runs as a MIN
-// over bytes, so the root's bytes come out exactly). Where the control bytes
-// show the slot ready on every rank, that is its result and the cycle runs
-// no second collective for it. A broadcast rides only while no rank has
-// joined. Background thread only.
+// over bytes, so the root's bytes come out exactly), an allgather's bytes of
+// each rank at that rank's place in the gathered whole (0xFF everywhere
+// else). Where the control bytes show the slot ready on every rank, that is
+// its result and the cycle runs no second collective for it. A broadcast or
+// allgather rides only while no rank has joined. Background thread only.
 #pragma once
 
 #include <cstddef>
@@ -48,16 +50,20 @@ class Piggyback {
 
   // This cycle's: the cache slot whose reduced tensor is ready (-1: none).
   int served() const { return served_; }
-  // The planned operation: kAllreduce or kBroadcast.
+  // The planned operation: kAllreduce, kBroadcast or kAllgather.
   OpType type() const { return type_; }
   void clear_served() { served_ = -1; }
   const uint8_t* result() const { return buf_.data() + result_at_; }
   size_t result_bytes() const;
+  // An allgather's rows, all ranks' together (the result's first dimension).
+  int64_t gathered_rows() const { return rows_; }
 
  private:
   // Whether r (a cycle's only response) can be the plan; *count: the
-  // elements it puts on the wire (a broadcast's: its bytes).
+  // elements it puts on the wire (a broadcast's or an allgather's: bytes).
   static bool Fits(const Response& r, int size, size_t* count);
+  // This rank's bytes of an allgather's plan.
+  size_t OwnBytes(int rank) const { return offsets_[rank + 1] - offsets_[rank]; }
   bool Replaces(const RequestDesc& d, const Controller& rc) const;
 
   int slot_ = -1;  // the plan; -1: none
@@ -73,6 +79,8 @@ class Piggyback {
   hvd_reduce_op_t op_ = HVD_SUM;
   size_t count_ = 0;
   double prescale_ = 1;  // the postscale is the request's own (Executor::FinishPiggybacked)
+  std::vector<size_t> offsets_;  // an allgather's: where each rank's bytes go (size + 1)
+  int64_t rows_ = 0;              // an allgather's: its result's rows
   int served_ = -1;      // this cycle's: the slot whose result is in buf_
   size_t result_at_ = 0;  // where in buf_
   std::vector<uint8_t> buf_;
