@@ -115,6 +115,42 @@ def test_a_per_step_broadcast_rides_in_the_negotiation(tmp_path, hvdrun):
         assert bcast["algorithms"]["piggyback"]["count"] == 19, bcast["algorithms"]
 
 
+GATHER_LOOP = """
+import os, json
+import numpy as np
+import hvd
+hvd.init()
+r = hvd.rank()
+got = []
+for step in range(20):
+    # rank r's r + 1 rows of (rank, step): the ranks' first dimensions differ
+    mine = np.array([[r, step]] * (r + 1), np.int32)
+    got.append(hvd.allgather(mine, name="seen").tolist())
+with open(os.path.join(os.environ["HVD_TEST_OUT"], "rank%d.json" % r), "w") as f:
+    json.dump({"got": got, "metrics": hvd.metrics()}, f)
+hvd.shutdown()
+"""
+
+
+def test_a_per_step_allgather_rides_in_the_negotiation(tmp_path, hvdrun):
+    """Each rank's (rank, step) rows gathered every step, as a loop that gathers per-rank
+    sample counts: every rank gets every rank's rows in rank order (1, 2 and 3 rows), and
+    every step after the first is served by the negotiation itself (HVD_PIGGYBACK)."""
+    script = harness.write_script(tmp_path, GATHER_LOOP)
+    job = harness.run_job(3, script, launcher="hvdrun", tmp_path=tmp_path, timeout=120)
+    assert job.ok(), job.describe()
+    want = [[[q, step] for q in range(3) for _ in range(q + 1)] for step in range(20)]
+    for r in range(3):
+        res = job.results[r]
+        assert res["got"] == want, res["got"]
+        m = res["metrics"]
+        assert m["piggybacked"] == 19, m["piggybacked"]
+        (root,) = _scope(m, "all")
+        gather = root["ops"]["allgather"]
+        assert gather["count"] == 20
+        assert gather["algorithms"]["piggyback"]["count"] == 19, gather["algorithms"]
+
+
 def test_metrics_off_counts_nothing(tmp_path, hvdrun):
     """HVD_METRICS=0: the same sequence (piggybacked small allreduces, a mismatch, a process
     set) leaves every count at 0 and says so."""
