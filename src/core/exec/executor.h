@@ -54,8 +54,9 @@ class Executor {
   // transport op; writes the output with the postscale (AVERAGE's
   // division included), as an unfused allreduce would. A broadcast's:
   // `reduced` holds the root's bytes, copied to the output. An
-  // allgather's: `bytes` of every rank's part in rank order, `rows` rows,
-  // copied to the handle's result.
+  // allgather's: every rank's part in rank order, `rows` rows, copied to
+  // the handle's result. `bytes`: the result's (the tensor's, but for an
+  // allgather).
   Status FinishPiggybacked(OpRequest& req, const void* reduced, size_t bytes, int64_t rows,
                            std::chrono::steady_clock::time_point t0);
 

@@ -61,7 +61,6 @@ Status Executor::FinishPiggybacked(OpRequest& req, const void* reduced, size_t b
   const char* what = "ALLREDUCE";
   if (req.type == OpType::kBroadcast) {
     // The root's bytes (the root's own too: its output may be elsewhere).
-    bytes = n * DtypeSize(t.dtype);
     std::memcpy(t.output, reduced, bytes);
     what = "BROADCAST";
   } else if (req.type == OpType::kAllgather) {
@@ -74,7 +73,6 @@ Status Executor::FinishPiggybacked(OpRequest& req, const void* reduced, size_t b
     what = "ALLGATHER";
   } else {
     Finalize(t.output, reduced, n, t.dtype, req.reduce_op, req.postscale, size_);
-    bytes = n * DtypeSize(t.dtype);
   }
   if (timeline_->enabled()) {
     timeline_->Span(t.name, what, t0, Clock::now(),

@@ -58,7 +58,7 @@ struct Pacing {
 
 // Whether a submit wakes the loop thread (under mu_). Waking a sleeping
 // thread costs the submitter a system call and, where the loop sleeps on an
-// idle CPU, the time to wake that CPU (12-35 us a submit on a virtual
+// idle CPU, the time to wake that CPU (12-40 us a submit on a virtual
 // machine here); it buys the loop's taking the request at once. Submits stop
 // waking it ("lazy": the loop looks for work every cycle time instead,
 // HVD_CYCLE_TIME, the longest a request waits to be batched) where the wake

@@ -70,6 +70,13 @@ void Piggyback::NoteReady(const uint8_t* ctrl) {
   if (ctrl[Controller::kHeaderBytes + static_cast<size_t>(slot_)] != 0) served_ = slot_;
 }
 
+// The bytes of a one-tensor request.
+size_t Piggyback::PartBytes(const RequestDesc& d) {
+  size_t e = DtypeSize(d.dtype);
+  for (int64_t x : d.shapes[0]) e *= static_cast<size_t>(x);
+  return e;
+}
+
 bool Piggyback::Fits(const Response& r, int size, size_t* count) {
   if (!r.error.ok() || !r.all || r.all->empty() || !r.joined.empty()) return false;
   const RequestDesc& d = r.desc(0);
@@ -93,18 +100,15 @@ bool Piggyback::Fits(const Response& r, int size, size_t* count) {
     for (int q = 0; q < size; ++q) {
       const RequestDesc& dq = r.desc(q);
       if (dq.shapes.size() != 1 || dq.shapes[0].empty()) return false;
-      size_t e = DtypeSize(dq.dtype);
-      for (int64_t x : dq.shapes[0]) e *= static_cast<size_t>(x);
-      total += e;
+      total += PartBytes(dq);
       if (total > kPiggybackMaxBytes) return false;
     }
     *count = total;
     return true;
   }
-  size_t n = 1;
-  for (int64_t x : d.shapes[0]) n *= static_cast<size_t>(x);
-  if (n * DtypeSize(d.dtype) > kPiggybackMaxBytes) return false;
-  *count = d.type == OpType::kBroadcast ? n * DtypeSize(d.dtype) : n;
+  const size_t bytes = PartBytes(d);
+  if (bytes > kPiggybackMaxBytes) return false;
+  *count = d.type == OpType::kBroadcast ? bytes : bytes / DtypeSize(d.dtype);
   return true;
 }
 
@@ -141,9 +145,7 @@ void Piggyback::Plan(const std::vector<Response>& rs, const Controller& rc, int 
     if (d.type == OpType::kAllgather) {
       for (int q = 0; q < size; ++q) {
         const RequestDesc& dq = r.desc(q);
-        size_t e = DtypeSize(dq.dtype);
-        for (int64_t x : dq.shapes[0]) e *= static_cast<size_t>(x);
-        offsets_.push_back(offsets_.back() + e);
+        offsets_.push_back(offsets_.back() + PartBytes(dq));
         rows_ += dq.shapes[0][0];
       }
     }

@@ -62,6 +62,7 @@ class Piggyback {
   // Whether r (a cycle's only response) can be the plan; *count: the
   // elements it puts on the wire (a broadcast's or an allgather's: bytes).
   static bool Fits(const Response& r, int size, size_t* count);
+  static size_t PartBytes(const RequestDesc& d);
   // This rank's bytes of an allgather's plan.
   size_t OwnBytes(int rank) const { return offsets_[rank + 1] - offsets_[rank]; }
   bool Replaces(const RequestDesc& d, const Controller& rc) const;
