@@ -158,28 +158,32 @@ TEST(CallerCycles, AnUnwaitedSubmitStillRunsAfterManyDrivenSteps) {
   });
 }
 
-// A backward pass: gradients submitted one at a time, a few hundred
-// microseconds apart, none waited for until the step's end. After a few
-// such submits the loop stops being woken by each (WakePolicy's trickle)
-// and takes what a cycle time brought; every result stays exact (each rank
-// submits in its own order), a submit waited for at once still completes
-// promptly, and once the loop idles submits wake it again.
+// A backward pass: gradients submitted one at a time, milliseconds apart,
+// none waited for until the step's end. After a few such submits the loop
+// stops being woken by each (WakePolicy's trickle) and takes what a cycle
+// time brought; every result stays exact, also with each rank submitting in
+// its own order, a submit waited for at once still completes promptly, and
+// once the loop idles submits wake it again.
 TEST(CallerCycles, GradientsSubmittedOneByOneStopWakingTheLoop) {
   for (int n : {2, 3}) {
     RunContexts(n, [n](Context& ctx, int rank) {
       constexpr int kTensors = 16;
-      auto step = [&](int s) {
+      // rotate: each rank its own order (a gradient then waits in the
+      // negotiation for the others' submits, and the loop, busy with those
+      // rounds, may find several queued: the trickle is reached with the
+      // ranks in step, as a backward pass's are, and checked both ways).
+      auto step = [&](int s, bool rotate) {
         std::vector<int64_t> v(kTensors);
         std::vector<std::shared_ptr<Handle>> hs(kTensors);
         for (int k = 0; k < kTensors; ++k) {
-          const int i = (k + 5 * rank) % kTensors;  // each rank its own order
+          const int i = rotate ? (k + 5 * rank) % kTensors : k;
           v[i] = 1000 * (rank + 1) + 10 * i + s;
           auto h = Allreduce(ctx, "grad." + std::to_string(i), &v[i], 1);
           ASSERT_TRUE(h.ok()) << h.status().message();
           hs[i] = *h;
           // The backward's work: long enough for the loop to take each
-          // gradient alone even on a loaded host.
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          // gradient alone on a loaded host.
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
         for (int i = 0; i < kTensors; ++i) {
           ASSERT_TRUE(hs[i]->Wait(30).ok()) << "rank " << rank << " grad." << i;
@@ -187,20 +191,24 @@ TEST(CallerCycles, GradientsSubmittedOneByOneStopWakingTheLoop) {
         }
       };
       // The loop's takes must find one unwaited request 8 times in a row;
-      // on a loaded host it may find two, so step until every rank trickles
-      // (agreed by a MIN allreduce), 40 steps at most.
-      int64_t all = 0;
-      for (int s = 0; s < 40 && all == 0; ++s) {
-        step(s);
+      // on a loaded host (other tests' ranks on the same CPUs) the loop may
+      // not run before the next submit and find two, so step until every
+      // rank trickles, for up to 20 s (both agreed by a MIN allreduce).
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      int64_t all[2] = {0, 1};  // every rank trickles; no rank gave up
+      for (int s = 0; all[0] == 0 && all[1] == 1; ++s) {
+        step(s, false);
         auto t = ctx.Query("trickle");
         ASSERT_TRUE(t.ok());
-        all = *t;
-        auto h = Allreduce(ctx, "all_trickle", &all, 1, HVD_MIN);
+        all[0] = *t;
+        all[1] = std::chrono::steady_clock::now() < give_up ? 1 : 0;
+        auto h = Allreduce(ctx, "all_trickle", all, 2, HVD_MIN);
         ASSERT_TRUE(h.ok());
         ASSERT_TRUE((*h)->Wait(30).ok());
       }
-      EXPECT_EQ(all, 1) << "rank " << rank << ": 40 backward-like steps left submits waking";
-      step(100);  // taken by the loop's looks, in batches
+      EXPECT_EQ(all[0], 1) << "rank " << rank << ": 20 s of backward-like steps left submits waking";
+      step(100, false);  // taken by the loop's looks, in batches
+      step(101, true);
       // A submit waited for at once runs at once (the wait runs the cycle).
       int64_t w = rank + 1;
       const auto t0 = std::chrono::steady_clock::now();
