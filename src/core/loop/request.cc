@@ -110,23 +110,24 @@ Result<const ByteBuffer*> Handle::HostOutput() {
 }
 
 void Handle::Complete(Status status) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    done_ = true;
-    status_ = std::move(status);
-    finished_.store(true, std::memory_order_release);
+  uint8_t expected = 0;
+  if (!claimed_.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
+  status_ = std::move(status);
+  finished_.store(true, std::memory_order_seq_cst);
+  // A waiter registers (waiters_, seq_cst) under mu_ before it reads
+  // finished_ and sleeps: either this load sees it, and the lock below
+  // waits until it sleeps on cv_, or its read of finished_ sees true.
+  if (waiters_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_all();
   }
-  cv_.notify_all();
 }
 
 bool Handle::done() const { return finished_.load(std::memory_order_acquire); }
 
 Status Handle::status() const {
   if (done()) return status_;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!done_) return Status(HVD_IN_PROGRESS, description() + " is in progress");
-  return status_;
+  return Status(HVD_IN_PROGRESS, description() + " is in progress");
 }
 
 Status Handle::Wait(double timeout_s) const {
@@ -153,16 +154,21 @@ Status Handle::Wait(double timeout_s) const {
     if (!drove) signal_->cv.notify_all();
   }
   std::unique_lock<std::mutex> lock(mu_);
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  auto finished = [this] { return finished_.load(std::memory_order_seq_cst); };
+  bool in_time = true;
   if (forever) {
-    cv_.wait(lock, [this] { return done_; });
+    cv_.wait(lock, finished);
   } else {
-    if (!cv_.wait_until(lock, deadline, [this] { return done_; })) {
-      char secs[32];
-      std::snprintf(secs, sizeof(secs), "%g", timeout_s);
-      std::string msg = description() + " did not complete within " + secs + " s";
-      if (!waiting_on_.empty()) msg += ": " + waiting_on_;
-      return Status(HVD_ERR_TIMEOUT, msg);
-    }
+    in_time = cv_.wait_until(lock, deadline, finished);
+  }
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
+  if (!in_time) {
+    char secs[32];
+    std::snprintf(secs, sizeof(secs), "%g", timeout_s);
+    std::string msg = description() + " did not complete within " + secs + " s";
+    if (!waiting_on_.empty()) msg += ": " + waiting_on_;
+    return Status(HVD_ERR_TIMEOUT, msg);
   }
   return status_;
 }

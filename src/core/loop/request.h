@@ -251,8 +251,8 @@ class Handle {
   }
 
   // Results owned by the handle (allgather, alltoall, reducescatter). Written
-  // by the core before Complete(), read by the user after; Complete's mutex
-  // orders the two.
+  // by the core before Complete(), read by the user after; finished_ (set
+  // last by Complete, read first by done() and Wait) orders the two.
   ByteBuffer output;
   std::shared_ptr<BufferPool> output_pool;  // where output goes back on release
   std::vector<int64_t> output_shape;
@@ -287,13 +287,19 @@ class Handle {
   std::string description_;
   uint8_t name_len_ = kNameElsewhere;
   char name_[kInlineName];
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // waiting_on_, and the sleep of a waiter on cv_
   mutable std::condition_variable cv_;
-  bool done_ = false;
-  // done_, readable without mu_: set (release) after status_, which never
-  // changes again, so a waiter that sees it reads status_ without the lock
-  // (a fused step's caller waits on hundreds of completed handles).
+  // Complete's first call claims the handle (0 -> 1), sets status_, then
+  // finished_ (after which status_ never changes: a waiter that sees it
+  // reads status_ without a lock; a fused step's caller waits on hundreds
+  // of completed handles). A completion takes mu_ only where a waiter
+  // sleeps (waiters_ > 0): most complete before anyone waits, and a fused
+  // step completes hundreds. The two are seq_cst, so that a waiter that
+  // registered before the completion is seen, and one that registered
+  // after sees finished_ (see Complete).
+  std::atomic<uint8_t> claimed_{0};
   std::atomic<bool> finished_{false};
+  mutable std::atomic<int> waiters_{0};
   Status status_;
   std::string waiting_on_;
 };
