@@ -12,7 +12,7 @@ namespace hvd {
 namespace {
 constexpr size_t kHeader = Controller::kHeaderBytes;
 constexpr int kMaxStallKeysLogged = 20;
-constexpr size_t kMaxSpareNodes = 4096;
+constexpr size_t kMaxSpareEntries = 4096;
 // A request pending this long makes its rank ask for a stall round (at most
 // this often), so a handle that times out can say which ranks are missing.
 constexpr double kInspectAfterS = 1.0;
@@ -53,23 +53,43 @@ void Controller::Add(OpRequest&& req, Clock::time_point now) {
     int64_t rows = req.tensors.front().shape.empty() ? 1 : req.tensors.front().shape[0];
     req.splits.assign(static_cast<size_t>(size_), rows / size_);
   }
+  std::unique_ptr<Entry> e;
   if (spare_.empty()) {
-    Entry e;
-    std::string key = req.tensors.front().name;
-    e.req = std::move(req);
-    e.enqueued = now;
-    pending_.emplace(std::move(key), std::move(e));
-    return;
+    e = std::make_unique<Entry>();
+  } else {
+    e = std::move(spare_.back());
+    spare_.pop_back();
+    e->state = State::kNew;
+    e->slot = -1;
   }
-  auto node = std::move(spare_.back());
-  spare_.pop_back();
-  node.key() = req.tensors.front().name;  // reuses the key's buffer
-  Entry& e = node.mapped();
-  e.req = std::move(req);
-  e.state = State::kNew;
-  e.slot = -1;
-  e.enqueued = now;
-  pending_.insert(std::move(node));
+  e->req = std::move(req);
+  e->enqueued = now;
+  e->pos = pending_.size();
+  pending_.push_back(std::move(e));
+  by_key_valid_ = false;
+}
+
+// Out of pending_ (the last entry takes its place); its key out of by_key_.
+std::unique_ptr<Controller::Entry> Controller::Remove(Entry* e) {
+  if (by_key_valid_) by_key_.erase(e->key());
+  const size_t pos = e->pos;
+  std::unique_ptr<Entry> out = std::move(pending_[pos]);
+  if (pos + 1 != pending_.size()) {
+    pending_[pos] = std::move(pending_.back());
+    pending_[pos]->pos = pos;
+  }
+  pending_.pop_back();
+  return out;
+}
+
+Controller::Entry* Controller::FindByKey(const std::string& key) {
+  if (!by_key_valid_) {
+    by_key_.clear();
+    for (const auto& e : pending_) by_key_.emplace(e->key(), e.get());
+    by_key_valid_ = true;
+  }
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : it->second;
 }
 
 std::string Controller::RankList(const std::vector<int>& ranks) const {
@@ -172,9 +192,9 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
   std::fill(ctrl, ctrl + control_bytes(slots), 0);
   // Only slots below the high water were ever marked.
   std::fill(slot_has_.begin(), slot_has_.begin() + cache_.high_water(), 0);
-  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    const std::string& key = it->first;
-    Entry& e = it->second;
+  for (const auto& entry : pending_) {
+    Entry& e = *entry;
+    const std::string& key = e.key();
     if (e.state == State::kCached && !cache_.Holds(e.slot, key)) {
       e.state = State::kNew;
       e.slot = -1;
@@ -207,7 +227,7 @@ void Controller::Contribute(bool shutting_down, Clock::time_point now, uint8_t* 
     if (e.state == State::kNew) has_new = true;
     if (e.state == State::kCached && static_cast<size_t>(e.slot) < slots) {
       ctrl[kHeader + e.slot] = 1;
-      slot_entry_[static_cast<size_t>(e.slot)] = it;
+      slot_entry_[static_cast<size_t>(e.slot)] = &e;
       slot_has_[static_cast<size_t>(e.slot)] = 1;
     }
     double age = Seconds(now - e.enqueued);
@@ -277,7 +297,7 @@ void Controller::RespondCached(const uint8_t* ready, size_t slots, std::vector<R
     out->push_back(std::move(r));
     // Leave the entry in pending_ for Take(); mark it so that it is not
     // announced again.
-    if (slot_has_[static_cast<size_t>(s)] != 0) slot_entry_[static_cast<size_t>(s)]->second.state = State::kAnnounced;
+    if (slot_has_[static_cast<size_t>(s)] != 0) slot_entry_[static_cast<size_t>(s)]->state = State::kAnnounced;
   }
 }
 
@@ -296,7 +316,8 @@ Status Controller::FullRound(ControlPlane* cp, bool stall_round, bool want_warni
 // on) and, in a stall round, every pending key and those that expired.
 RankMessage Controller::OwnMessage(bool stall_round, bool want_warning, Clock::time_point now) {
   RankMessage mine;
-  for (auto& [key, e] : pending_) {
+  for (const auto& entry : pending_) {
+    Entry& e = *entry;
     if (e.state == State::kNew) {
       mine.requests.push_back(DescFromRequest(e.req));
       e.state = State::kAnnounced;
@@ -305,10 +326,10 @@ RankMessage Controller::OwnMessage(bool stall_round, bool want_warning, Clock::t
   if (stall_round) {
     mine.stall_report = true;
     mine.stall_warning = want_warning;
-    for (auto& [key, e] : pending_) {
-      mine.pending.push_back(key);
-      if (stall_.shutdown_s > 0 && Seconds(now - e.enqueued) >= stall_.shutdown_s) {
-        mine.expired.push_back(key);
+    for (const auto& e : pending_) {
+      mine.pending.push_back(e->key());
+      if (stall_.shutdown_s > 0 && Seconds(now - e->enqueued) >= stall_.shutdown_s) {
+        mine.expired.push_back(e->key());
       }
     }
     last_inspection_ = now;
@@ -375,15 +396,15 @@ void Controller::NoteWaitingOn(const std::vector<std::string>& touched) {
   for (const std::string& key : touched) {
     auto row = table_.find(key);
     if (row == table_.end() || !row->second.have[rank_]) continue;
-    auto it = pending_.find(key);
-    if (it == pending_.end()) continue;
+    Entry* e = FindByKey(key);
+    if (e == nullptr) continue;
     std::vector<int> missing;
     for (int q = 0; q < size_; ++q) {
       if (!row->second.have[q] && !joined_[q]) missing.push_back(q);
     }
     if (!missing.empty()) {
-      it->second.req.handle->SetWaitingOn("ranks " + RankList(missing) + " have not submitted '" +
-                                          key + "'");
+      e->req.handle->SetWaitingOn("ranks " + RankList(missing) + " have not submitted '" + key +
+                                  "'");
     }
   }
 }
@@ -414,9 +435,8 @@ void Controller::StallReport(const std::vector<RankMessage>& msgs, Clock::time_p
         missing.push_back(r);
       }
     }
-    auto it = pending_.find(key);
-    if (it != pending_.end()) {
-      it->second.req.handle->SetWaitingOn(
+    if (Entry* e = FindByKey(key)) {
+      e->req.handle->SetWaitingOn(
           missing.empty() ? std::string()
                           : "ranks " + RankList(missing) + " have not submitted '" + key + "'");
     }
@@ -503,25 +523,27 @@ bool Controller::TryComplete(const std::string& key, std::vector<Response>* out)
 }
 
 bool Controller::Take(const Response& resp, OpRequest* req) {
-  auto it = pending_.end();
+  Entry* e = nullptr;
   if (resp.slot >= 0 && static_cast<size_t>(resp.slot) < slot_has_.size() &&
       slot_has_[static_cast<size_t>(resp.slot)] != 0) {
-    it = slot_entry_[static_cast<size_t>(resp.slot)];
+    e = slot_entry_[static_cast<size_t>(resp.slot)];
     slot_has_[static_cast<size_t>(resp.slot)] = 0;
   } else {
-    it = pending_.find(resp.key());
+    e = FindByKey(resp.key());
   }
-  if (it == pending_.end()) return false;
-  auto node = pending_.extract(it);
-  *req = std::move(node.mapped().req);
-  if (spare_.size() < kMaxSpareNodes) spare_.push_back(std::move(node));
+  if (e == nullptr) return false;
+  std::unique_ptr<Entry> taken = Remove(e);
+  *req = std::move(taken->req);
+  if (spare_.size() < kMaxSpareEntries) spare_.push_back(std::move(taken));
   return true;
 }
 
 std::vector<OpRequest> Controller::TakeAll() {
   std::vector<OpRequest> v;
-  for (auto& [key, e] : pending_) v.push_back(std::move(e.req));
+  for (auto& e : pending_) v.push_back(std::move(e->req));
   pending_.clear();
+  by_key_.clear();
+  by_key_valid_ = false;
   table_.clear();
   // Only slots below the high water were ever marked.
   std::fill(slot_has_.begin(), slot_has_.begin() + cache_.high_water(), 0);

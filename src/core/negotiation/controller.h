@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -133,7 +134,7 @@ class Controller {
         slot_has_[static_cast<size_t>(slot)] == 0) {
       return nullptr;
     }
-    return &slot_entry_[static_cast<size_t>(slot)]->second.req;
+    return &slot_entry_[static_cast<size_t>(slot)]->req;
   }
   const ResponseCache& cache() const { return cache_; }
   uint64_t full_rounds() const { return full_rounds_; }
@@ -147,6 +148,8 @@ class Controller {
     State state = State::kNew;
     int slot = -1;
     Clock::time_point enqueued;
+    size_t pos = 0;  // its index in pending_
+    const std::string& key() const { return req.tensors.front().name; }
   };
   struct TableRow {
     std::vector<RequestDesc> descs;  // by rank
@@ -176,17 +179,25 @@ class Controller {
   StallConfig stall_;
   Logger* log_;
   ResponseCache cache_;
-  // This rank's own requests: iteration order is local only (announcements are
-  // applied in the allgathered order, the same everywhere).
-  std::unordered_map<std::string, Entry> pending_;
-  // Nodes of taken entries, reused by Add: a fused step of 1,000 tensors
-  // would otherwise allocate and free 1,000 map nodes (and their keys'
-  // buffers, for long names) every step. At most kMaxSpareNodes.
-  std::vector<std::unordered_map<std::string, Entry>::node_type> spare_;
+  // This rank's own requests: iteration order is local only (announcements
+  // are applied in the allgathered order, the same everywhere). A list, not
+  // a map by name: a steady-state step finds each request through its cache
+  // slot (slot_entry_), so only a full round or a stall report looks one up
+  // by name, through by_key_, built then. Adding and taking thus hash no
+  // name and copy no key (a frontend's names are longer than a std::string
+  // holds in place). Entries are kept and reused (spare_): a fused step of
+  // 1,000 tensors would otherwise allocate and free 1,000 every step.
+  std::vector<std::unique_ptr<Entry>> pending_;
+  std::vector<std::unique_ptr<Entry>> spare_;  // at most kMaxSpareEntries
+  // Pending entries by key, valid while by_key_valid_ (Add clears it).
+  std::unordered_map<std::string_view, Entry*> by_key_;
+  bool by_key_valid_ = false;
+  Entry* FindByKey(const std::string& key);
+  std::unique_ptr<Entry> Remove(Entry* e);
   // This cycle's pending entry for each cache slot this rank marked ready
   // (Contribute -> Conclude -> Take; nothing is added to pending_ between
-  // them, so the iterators stay valid); slot_has_[s] == 0: none.
-  std::vector<std::unordered_map<std::string, Entry>::iterator> slot_entry_;
+  // them, so the pointers stay valid); slot_has_[s] == 0: none.
+  std::vector<Entry*> slot_entry_;
   std::vector<uint8_t> slot_has_;
   // By name id (TensorSpec::name_id): the cache slot the name was last
   // found in. Checked before use (ids are reused for other names).
