@@ -189,7 +189,7 @@ hvd_status_t hvd_allgather_async(hvd_context_t ctx, const char* name, const hvd_
   *handle = nullptr;
   Prepared p;
   hvd::Status s = PrepareSingle(__func__, ctx, name, input, hvd::OpType::kAllgather, &p);
-  if (s.ok()) s = RequireRows(__func__, TensorTag(name), p.request.tensors[0]);
+  if (s.ok()) s = RequireRows(__func__, TensorTag(name), p.one);
   if (!s.ok()) return Report(s);
   return Submit(&p, handle);
   HVD_API_END();
@@ -216,10 +216,10 @@ hvd_status_t hvd_alltoall_async(hvd_context_t ctx, const char* name, const hvd_t
   *handle = nullptr;
   Prepared p;
   hvd::Status s = PrepareSingle(fn, ctx, name, input, hvd::OpType::kAlltoall, &p);
-  if (s.ok()) s = RequireRows(fn, tag, p.request.tensors[0]);
+  if (s.ok()) s = RequireRows(fn, tag, p.one);
   if (!s.ok()) return Report(s);
   const int size = p.ctx->impl->size();
-  const int64_t rows = p.request.tensors[0].shape[0];
+  const int64_t rows = p.one.shape[0];
   if (splits == nullptr) {
     if (rows % size != 0) {
       return Report(Invalid(fn, Cat("splits is NULL (even split) but input->shape[0] = ", rows,
@@ -257,9 +257,9 @@ hvd_status_t hvd_reducescatter_async(hvd_context_t ctx, const char* name,
   *handle = nullptr;
   Prepared p;
   hvd::Status s = PrepareSingle(fn, ctx, name, input, hvd::OpType::kReducescatter, &p);
-  if (s.ok()) s = RequireRows(fn, tag, p.request.tensors[0]);
+  if (s.ok()) s = RequireRows(fn, tag, p.one);
   if (s.ok()) {
-    s = ValidateReduceOp(fn, tag, RawEnum(op), static_cast<int>(p.request.tensors[0].dtype),
+    s = ValidateReduceOp(fn, tag, RawEnum(op), static_cast<int>(p.one.dtype),
                          prescale, postscale, /*allreduce=*/false);
   }
   if (!s.ok()) return Report(s);

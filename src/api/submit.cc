@@ -22,11 +22,11 @@ hvd::Status PrepareSingle(const char* fn, hvd_context_t ctx, const char* name,
   HVD_CHECK(ValidateName(fn, "name", name));
   const TensorTag tag(name);
   HVD_CHECK(ResolveContext(fn, ctx, &p->ctx));
-  // Filled in place (a failed call discards p).
-  hvd::TensorSpec& spec = p->request.tensors.emplace_back();
+  // Filled in place (a failed call discards p); its name is given apart.
+  hvd::TensorSpec& spec = p->one;
   HVD_CHECK(ValidateTensor(fn, "input", tag, input, &spec));
   HVD_CHECK(CheckDeviceSupported(fn, "input", tag, input->device, p->ctx, input->data));
-  spec.name = name;
+  p->single = true;
   p->request.type = type;
   p->op = hvd::OpTypeName(type);
   p->name = name;
@@ -38,7 +38,7 @@ hvd::Status PrepareAllreduce(const char* fn, hvd_context_t ctx, const char* name
                              double prescale, double postscale, Prepared* p) {
   HVD_CHECK(PrepareSingle(fn, ctx, name, input, hvd::OpType::kAllreduce, p));
   const TensorTag tag(name);
-  hvd::TensorSpec& spec = p->request.tensors[0];
+  hvd::TensorSpec& spec = p->one;
   HVD_CHECK(ValidateReduceOp(fn, tag, RawEnum(op), static_cast<int>(spec.dtype), prescale,
                              postscale));
   HVD_CHECK(ValidateOutput(fn, "output", tag, output, &spec));
@@ -56,7 +56,7 @@ hvd::Status PrepareBroadcast(const char* fn, hvd_context_t ctx, const char* name
                              Prepared* p) {
   HVD_CHECK(PrepareSingle(fn, ctx, name, input, hvd::OpType::kBroadcast, p));
   const TensorTag tag(name);
-  hvd::TensorSpec& spec = p->request.tensors[0];
+  hvd::TensorSpec& spec = p->one;
   HVD_CHECK(ValidateOutput(fn, "output", tag, output, &spec));
   if (output != input->data) {
     HVD_CHECK(CheckDeviceSupported(fn, "output", tag, spec.device, p->ctx, output));
@@ -90,7 +90,8 @@ hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
   std::shared_ptr<hvd::Handle> handle(box, &box->core);
   const hvd::OpType type = p->request.type;
   p->request.handle = handle;
-  auto r = p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
+  auto r = p->single ? p->ctx->impl->EnqueueOne(std::move(p->request), p->one, p->name)
+                     : p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
   if (!r.ok()) return Report(r.status());
   hvd_handle_s* wrapper = &box->wrapper;
   wrapper->impl = std::move(handle);  // the wrapper now keeps its own box
@@ -105,7 +106,8 @@ hvd_status_t SubmitAndWait(Prepared* p) {
   auto handle = p->op != nullptr ? std::allocate_shared<hvd::Handle>(alloc, p->op, p->name)
                                  : std::allocate_shared<hvd::Handle>(alloc, std::move(p->description));
   p->request.handle = handle;
-  auto r = p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
+  auto r = p->single ? p->ctx->impl->EnqueueOne(std::move(p->request), p->one, p->name)
+                     : p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
   if (!r.ok()) return Report(r.status());
   const hvd::Status s = handle->Wait(-1.0);
   return Report(OpError(*handle, s));

@@ -15,6 +15,11 @@ namespace hvd::api {
 struct Prepared {
   hvd_context_s* ctx = nullptr;
   hvd::OpRequest request;
+  // A single-tensor op's tensor (PrepareSingle), queued apart from request
+  // (Context::EnqueueOne: no allocation for it in a steady state); its
+  // name is `name`.
+  bool single = false;
+  hvd::TensorSpec one;
   std::string description;    // set: the handle's whole description
   const char* op = nullptr;   // else: "<op> '<name>'" from these two
   const char* name = nullptr;

@@ -291,6 +291,13 @@ Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest&& request) {
   return impl_->Enqueue(scope_.get(), std::move(request));
 }
 
+Result<std::shared_ptr<Handle>> Context::EnqueueOne(OpRequest&& request, const TensorSpec& tensor,
+                                                    std::string_view name) {
+  if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");
+  if (!request.tensors.empty()) return Error(HVD_ERR_INTERNAL, "a single tensor given twice");
+  return impl_->Enqueue(scope_.get(), std::move(request), &tensor, name);
+}
+
 Result<std::unique_ptr<Context>> Context::Split(int color, int key) {
   if (is_process_set()) {
     return Error(HVD_ERR_UNSUPPORTED,

@@ -63,7 +63,10 @@ class ContextImpl final : public CycleDriver {
   }
 
   Status Start();
-  Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest&& req);
+  // `one`: the request's single tensor, given apart (see Context::EnqueueOne).
+  Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest&& req,
+                                          const TensorSpec* one = nullptr,
+                                          std::string_view one_name = {});
   // Stops the loop; pending operations complete with `why`.
   void Shutdown(const Status& why = Error(HVD_ERR_ABORTED, "the context has been shut down"));
   // After Shutdown: closes the transport and the store connection now
@@ -278,6 +281,13 @@ class ContextImpl final : public CycleDriver {
   std::unique_ptr<MetricsPublisher> publisher_;  // to the store (HVD_METRICS_PUBLISH)
   // Execute's scratch (background thread only), kept between cycles.
   std::vector<OpRequest> exec_reqs_;
+  // Tensor lists of one tensor from finished requests, for the next
+  // single-tensor submits (see Context::EnqueueOne); under mu_. The cycle
+  // gathers them in recycled_ (background thread) and hands them over
+  // under one lock.
+  std::vector<std::vector<TensorSpec>> spare_tensors_;
+  std::vector<std::vector<TensorSpec>> recycled_;
+  void Recycle(std::vector<OpRequest>& reqs);
   FusionPlanner planner_;
 };
 

@@ -23,11 +23,13 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   std::vector<OpRequest>& reqs = exec_reqs_;
   reqs.clear();
   reqs.resize(responses.size());
-  // The requests (and their handles) go once the cycle has run them.
+  // The requests (and their handles) go once the cycle has run them; their
+  // tensor lists are kept for the next submits.
   struct ClearRequests {
+    ContextImpl* ctx;
     std::vector<OpRequest>& r;
-    ~ClearRequests() { r.clear(); }
-  } clear_requests{reqs};
+    ~ClearRequests() { ctx->Recycle(r); }
+  } clear_requests{this, reqs};
   std::deque<std::vector<uint8_t>> zeros;  // buffers of a joined rank's stand-in tensors
   planner_.Begin(static_cast<size_t>(fusion_threshold_), scope.size);
   auto now = Clock::now();

@@ -5,7 +5,14 @@
 
 namespace hvd {
 
-Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& req) {
+namespace {
+// Spare tensor lists kept for single-tensor submits: a step's worth.
+constexpr size_t kMaxSpareTensorLists = 4096;
+}  // namespace
+
+Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& req,
+                                                     const TensorSpec* one,
+                                                     std::string_view one_name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || shutdown_requested_) {
     return stopped_ && !stop_reason_.ok()
@@ -13,6 +20,22 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& r
                : Error(HVD_ERR_ABORTED, "the context has been shut down");
   }
   if (scope->closed) return scope->closed_reason;
+  if (one != nullptr) {
+    if (!spare_tensors_.empty()) {
+      req.tensors = std::move(spare_tensors_.back());
+      spare_tensors_.pop_back();
+    }
+    if (req.tensors.empty()) req.tensors.emplace_back();
+    TensorSpec& t = req.tensors.front();
+    t.name.assign(one_name.data(), one_name.size());  // into the string's own capacity
+    t.name_id = kNoNameId;
+    t.dtype = one->dtype;
+    t.shape = one->shape;
+    t.device = one->device;
+    t.stream = one->stream;
+    t.input = one->input;
+    t.output = one->output;
+  }
   if (req.type == OpType::kBarrier) {
     req.tensors.front().name = "barrier#" + std::to_string(scope->barrier_count++);
   } else if (req.type == OpType::kJoin) {
@@ -56,6 +79,24 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& r
   // burst need no wake-up (it sees submits_ move when it settles).
   if (was_empty && !wake_.lazy()) cv_.notify_all();
   return h;
+}
+
+// After a cycle ran `reqs`: their one-tensor lists go back for the next
+// submits (see Context::EnqueueOne), under one lock; the rest is cleared.
+void ContextImpl::Recycle(std::vector<OpRequest>& reqs) {
+  for (OpRequest& r : reqs) {
+    if (r.tensors.size() == 1 && r.tensors.capacity() == 1) recycled_.push_back(std::move(r.tensors));
+  }
+  reqs.clear();
+  if (recycled_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& v : recycled_) {
+      if (spare_tensors_.size() >= kMaxSpareTensorLists) break;
+      spare_tensors_.push_back(std::move(v));
+    }
+  }
+  recycled_.clear();
 }
 
 void ContextImpl::Finish(Scope& scope, OpRequest& req, Status status, Clock::time_point done) {
