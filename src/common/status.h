@@ -16,6 +16,23 @@ class [[nodiscard]] Status {
   Status() = default;
   Status(hvd_status_t code, std::string msg) : code_(code), msg_(std::move(msg)) {}
   static Status Ok() { return Status(); }
+  // Copies of a status without a message (every success) copy no string:
+  // std::string's copy is out of line even when empty, and each completed
+  // operation's status is copied three times on its way to the caller.
+  Status(const Status& o) : code_(o.code_) {
+    if (!o.msg_.empty()) msg_ = o.msg_;
+  }
+  Status& operator=(const Status& o) {
+    code_ = o.code_;
+    if (o.msg_.empty()) {
+      msg_.clear();
+    } else {
+      msg_ = o.msg_;
+    }
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
 
   bool ok() const { return code_ == HVD_OK; }
   hvd_status_t code() const { return code_; }
