@@ -277,6 +277,7 @@ Status Controller::Conclude(ControlPlane* cp, const uint8_t* ctrl, size_t slots,
 // scan runs every cycle of every rank.
 void Controller::RespondCached(const uint8_t* ready, size_t slots, std::vector<Response>* out) {
   const int capacity = static_cast<int>(std::min(slots, static_cast<size_t>(cache_.capacity())));
+  const bool any_joined = std::find(joined_.begin(), joined_.end(), true) != joined_.end();
   for (int s = 0; s < capacity; ++s) {
     if ((s & 7) == 0 && s + 8 <= capacity) {
       uint64_t word;
@@ -288,13 +289,14 @@ void Controller::RespondCached(const uint8_t* ready, size_t slots, std::vector<R
     }
     if (ready[s] == 0) continue;
     cache_.Touch(s, tick_);
-    Response r;
+    Response& r = out->emplace_back();  // built in place: hundreds a step
     r.all = cache_.Get(s);
     r.slot = s;
-    for (int q = 0; q < size_; ++q) {
-      if (joined_[q]) r.joined.push_back(q);
+    if (any_joined) {
+      for (int q = 0; q < size_; ++q) {
+        if (joined_[q]) r.joined.push_back(q);
+      }
     }
-    out->push_back(std::move(r));
     // Leave the entry in pending_ for Take(); mark it so that it is not
     // announced again.
     if (slot_has_[static_cast<size_t>(s)] != 0) slot_entry_[static_cast<size_t>(s)]->state = State::kAnnounced;
