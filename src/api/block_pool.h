@@ -6,7 +6,7 @@
 // a block on the caller's thread, the last owner of a handle (the user's
 // release, or the loop) gives it back. Shared by every handle made from it,
 // through the allocator each holds, so it outlives its context while
-// handles live.
+// handles live. Its lock is a SpinMutex: held for a pop or a push.
 #pragma once
 
 #include <array>
@@ -15,6 +15,8 @@
 #include <mutex>
 #include <new>
 #include <vector>
+
+#include "common/spin_mutex.h"
 
 namespace hvd::api {
 
@@ -31,7 +33,7 @@ class BlockPool {
 
   void* Take(size_t bytes) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<SpinMutex> lock(mu_);
       Bin* b = Find(bytes);
       if (b != nullptr && !b->free.empty()) {
         void* p = b->free.back();
@@ -44,7 +46,7 @@ class BlockPool {
 
   void Give(void* p, size_t bytes) noexcept {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<SpinMutex> lock(mu_);
       Bin* b = Find(bytes);
       if (b != nullptr && b->free.size() < kKeep) {
         try {
@@ -74,7 +76,7 @@ class BlockPool {
     }
     return nullptr;
   }
-  std::mutex mu_;
+  SpinMutex mu_;  // held for a few instructions
   std::array<Bin, 4> bins_;
 };
 
