@@ -138,12 +138,20 @@ void ContextImpl::SettleBurst(std::unique_lock<std::mutex>& lock, SettleState* s
     // A caller blocking on a handle ends the burst at once (and may
     // run the cycle itself).
     auto done = [this] { return shutdown_requested_ || signal_->caller_waits || cycle_held_; };
+    // Where callers run the cycle (lazy: their waits took the last bursts),
+    // the burst's own caller is expected to wait and run it: this thread
+    // takes the requests only once they have waited a cycle time, the
+    // bound on batching. A pause of a settle time there is a caller
+    // preempted mid-burst (ranks share CPUs), not the burst's end: taken
+    // then, the step ran as two batches, each a negotiation and a
+    // transfer, and the loop competed with its caller for a CPU.
+    const bool callers = wake_.callers();
     // Submits after the first do not read the clock: where some came
     // since the last look, the burst is taken to go on from now.
     uint64_t seen = submits_;
     Clock::time_point mark = last_enqueue_;
     for (;;) {
-      const auto until = std::min(mark + pace_.settle, limit);
+      const auto until = callers ? limit : std::min(mark + pace_.settle, limit);
       if (Clock::now() >= until) break;
       if (cv_.wait_until(lock, until, done)) break;
       if (submits_ != seen) {

@@ -90,6 +90,9 @@ class WakePolicy {
   }
   static constexpr int kMinPollUs = 50;
   bool trickle() const { return trickle_; }
+  // Lazy because callers run the cycle: a burst's caller is expected to
+  // wait and run it (see ContextImpl::SettleBurst).
+  bool callers() const { return can_poll_ && callers_; }
 
   // A caller's cycle took requests from the queue.
   void CallerTook() {
