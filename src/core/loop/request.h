@@ -101,7 +101,8 @@ inline bool operator!=(const Shape& a, const std::vector<int64_t>& b) { return !
 inline bool operator!=(const std::vector<int64_t>& b, const Shape& a) { return !(a == b); }
 
 // One tensor of a request. Pointers are the user's; they must stay valid until
-// the handle completes.
+// the handle completes. A field added here is also copied where a
+// single-tensor submit fills a recycled one (ContextImpl::Enqueue).
 struct TensorSpec {
   std::string name;
   uint32_t name_id = kNoNameId;  // the scope's NameTable id while in flight (set by the core)
