@@ -81,6 +81,14 @@ hvd::Status PrepareBarrier(const char* fn, hvd_context_t ctx, Prepared* p) {
   return hvd::Status::Ok();
 }
 
+namespace {
+// Queues p's request (its single tensor apart, where it has one).
+hvd::Result<std::shared_ptr<hvd::Handle>> Enqueue(Prepared* p) {
+  return p->single ? p->ctx->impl->EnqueueOne(std::move(p->request), p->one, p->name)
+                   : p->ctx->impl->Enqueue(std::move(p->request));
+}
+}  // namespace
+
 hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
   // Allocate everything that can fail before the op is queued, so that no
   // queued op is left without a handle.
@@ -90,8 +98,7 @@ hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
   std::shared_ptr<hvd::Handle> handle(box, &box->core);
   const hvd::OpType type = p->request.type;
   p->request.handle = handle;
-  auto r = p->single ? p->ctx->impl->EnqueueOne(std::move(p->request), p->one, p->name)
-                     : p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
+  auto r = Enqueue(p);  // queues `handle` itself
   if (!r.ok()) return Report(r.status());
   hvd_handle_s* wrapper = &box->wrapper;
   wrapper->impl = std::move(handle);  // the wrapper now keeps its own box
@@ -106,8 +113,7 @@ hvd_status_t SubmitAndWait(Prepared* p) {
   auto handle = p->op != nullptr ? std::allocate_shared<hvd::Handle>(alloc, p->op, p->name)
                                  : std::allocate_shared<hvd::Handle>(alloc, std::move(p->description));
   p->request.handle = handle;
-  auto r = p->single ? p->ctx->impl->EnqueueOne(std::move(p->request), p->one, p->name)
-                     : p->ctx->impl->Enqueue(std::move(p->request));  // queues `handle` itself
+  auto r = Enqueue(p);  // queues `handle` itself
   if (!r.ok()) return Report(r.status());
   const hvd::Status s = handle->Wait(-1.0);
   return Report(OpError(*handle, s));
