@@ -86,9 +86,10 @@ hvd_status_t hvd_handle_release(hvd_handle_t handle) {
   hvd::Status s = CheckHandle(__func__, handle);
   if (!s.ok()) return Report(s);
   handle->magic = kDeadMagic;
-  // The wrapper lives in the box impl owns: move impl out before dropping it
-  // (a pending op keeps its own reference to the shared state).
-  std::shared_ptr<hvd::Handle> last = std::move(handle->impl);
+  // The wrapper is part of the handle impl references: move impl out before
+  // dropping it (a pending op keeps its own reference). The last reference
+  // gives the handle back to its context's pool.
+  hvd::HandleRef last = std::move(handle->impl);
   last.reset();
   return HVD_OK;
   HVD_API_END();

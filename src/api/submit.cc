@@ -82,26 +82,39 @@ hvd::Status PrepareBarrier(const char* fn, hvd_context_t ctx, Prepared* p) {
 }
 
 namespace {
-// Queues p's request (its single tensor apart, where it has one).
-hvd::Result<std::shared_ptr<hvd::Handle>> Enqueue(Prepared* p) {
+// A handle from the context's pool, named for p's op.
+HandleBox* TakeHandle(Prepared* p) {
+  HandleBox* box = p->ctx->handles->Take();
+  if (p->op != nullptr) {
+    box->Rename(p->op, p->name);
+  } else {
+    box->Rename(std::move(p->description));
+  }
+  return box;
+}
+
+// Queues p's request (its single tensor apart, where it has one); the
+// request holds a reference to its handle, the caller another.
+hvd::Status Enqueue(Prepared* p) {
   return p->single ? p->ctx->impl->EnqueueOne(std::move(p->request), p->one, p->name)
-                   : p->ctx->impl->Enqueue(std::move(p->request));
+                   : p->ctx->impl->Enqueue(std::move(p->request)).status();
 }
 }  // namespace
 
 hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
-  // Allocate everything that can fail before the op is queued, so that no
+  // Everything that can fail is done before the op is queued, so that no
   // queued op is left without a handle.
-  const PoolAllocator<HandleBox> alloc(p->ctx->handles);
-  auto box = p->op != nullptr ? std::allocate_shared<HandleBox>(alloc, p->op, p->name)
-                              : std::allocate_shared<HandleBox>(alloc, std::move(p->description));
-  std::shared_ptr<hvd::Handle> handle(box, &box->core);
-  const hvd::OpType type = p->request.type;
-  p->request.handle = handle;
-  auto r = Enqueue(p);  // queues `handle` itself
-  if (!r.ok()) return Report(r.status());
+  HandleBox* box = TakeHandle(p);
   hvd_handle_s* wrapper = &box->wrapper;
-  wrapper->impl = std::move(handle);  // the wrapper now keeps its own box
+  wrapper->impl = hvd::HandleRef(box);  // the user's reference
+  const hvd::OpType type = p->request.type;
+  p->request.handle = wrapper->impl;    // the core's
+  const hvd::Status s = Enqueue(p);
+  if (!s.ok()) {
+    wrapper->impl.reset();  // the box goes back with the request's reference
+    return Report(s);
+  }
+  wrapper->magic = kHandleMagic;
   wrapper->type = type;
   wrapper->size = static_cast<int32_t>(p->ctx->impl->size());
   *out = wrapper;
@@ -109,14 +122,11 @@ hvd_status_t Submit(Prepared* p, hvd_handle_t* out) {
 }
 
 hvd_status_t SubmitAndWait(Prepared* p) {
-  const PoolAllocator<hvd::Handle> alloc(p->ctx->handles);
-  auto handle = p->op != nullptr ? std::allocate_shared<hvd::Handle>(alloc, p->op, p->name)
-                                 : std::allocate_shared<hvd::Handle>(alloc, std::move(p->description));
+  const hvd::HandleRef handle(TakeHandle(p));
   p->request.handle = handle;
-  auto r = Enqueue(p);  // queues `handle` itself
-  if (!r.ok()) return Report(r.status());
-  const hvd::Status s = handle->Wait(-1.0);
-  return Report(OpError(*handle, s));
+  const hvd::Status s = Enqueue(p);
+  if (!s.ok()) return Report(s);
+  return Report(OpError(*handle, handle->Wait(-1.0)));
 }
 
 }  // namespace hvd::api

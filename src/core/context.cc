@@ -285,14 +285,15 @@ Status Context::CheckDevice(int device, const std::string& name, const void* dat
   return impl_->CheckDevice(device, name, data);
 }
 
-Result<std::shared_ptr<Handle>> Context::Enqueue(OpRequest&& request) {
+Result<HandleRef> Context::Enqueue(OpRequest&& request) {
   if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");
   if (request.tensors.empty()) return Error(HVD_ERR_INTERNAL, "request without tensors");
-  return impl_->Enqueue(scope_.get(), std::move(request));
+  HandleRef h = request.handle;
+  HVD_CHECK(impl_->Enqueue(scope_.get(), std::move(request)));
+  return h;
 }
 
-Result<std::shared_ptr<Handle>> Context::EnqueueOne(OpRequest&& request, const TensorSpec& tensor,
-                                                    std::string_view name) {
+Status Context::EnqueueOne(OpRequest&& request, const TensorSpec& tensor, std::string_view name) {
   if (!request.handle) return Error(HVD_ERR_INTERNAL, "request without a handle");
   if (!request.tensors.empty()) return Error(HVD_ERR_INTERNAL, "a single tensor given twice");
   return impl_->Enqueue(scope_.get(), std::move(request), &tensor, name);

@@ -94,15 +94,16 @@ class Context {
   // their names here (callers leave them empty). Fails immediately (no handle) if the
   // context is shut down or broken, or a tensor name is already in flight.
   // On success the handle is request.handle itself.
-  Result<std::shared_ptr<Handle>> Enqueue(OpRequest&& request);
+  Result<HandleRef> Enqueue(OpRequest&& request);
   // The same for a request of one tensor, given apart (request.tensors
   // empty; `tensor` without its name, given as `name`): it is placed in a
   // tensor list a finished request gave back, its name assigned into that
   // list's string, so that a steady state of single-tensor submits
   // allocates neither (a step of 1,000 tensors made and freed 1,000 lists,
   // and as many strings for names past 15 characters, a frontend's).
-  Result<std::shared_ptr<Handle>> EnqueueOne(OpRequest&& request, const TensorSpec& tensor,
-                                             std::string_view name);
+  // The caller keeps its own reference to request.handle (no copy here:
+  // a reference is an atomic count).
+  Status EnqueueOne(OpRequest&& request, const TensorSpec& tensor, std::string_view name);
 
   // Stops the background thread; pending handles complete with
   // HVD_ERR_ABORTED; peers are told; process sets made from it stop too

@@ -64,9 +64,9 @@ class ContextImpl final : public CycleDriver {
 
   Status Start();
   // `one`: the request's single tensor, given apart (see Context::EnqueueOne).
-  Result<std::shared_ptr<Handle>> Enqueue(Scope* scope, OpRequest&& req,
-                                          const TensorSpec* one = nullptr,
-                                          std::string_view one_name = {});
+  // The caller keeps its own reference to req.handle.
+  Status Enqueue(Scope* scope, OpRequest&& req, const TensorSpec* one = nullptr,
+                 std::string_view one_name = {});
   // Stops the loop; pending operations complete with `why`.
   void Shutdown(const Status& why = Error(HVD_ERR_ABORTED, "the context has been shut down"));
   // After Shutdown: closes the transport and the store connection now

@@ -27,7 +27,7 @@ using test::RunContexts;
 using test::ScopedEnv;
 
 // An in-place int64 allreduce (SUM unless `op`) of `v` named `name`.
-Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name, int64_t* v,
+Result<HandleRef> Allreduce(Context& ctx, const std::string& name, int64_t* v,
                                           int64_t count, hvd_reduce_op_t op = HVD_SUM) {
   OpRequest req;
   req.type = OpType::kAllreduce;
@@ -39,7 +39,7 @@ Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name,
   t.input = v;
   t.output = v;
   req.tensors.push_back(std::move(t));
-  req.handle = std::make_shared<Handle>("allreduce", name);
+  req.handle = MakeHandle("allreduce", name);
   return ctx.Enqueue(std::move(req));
 }
 
@@ -181,7 +181,7 @@ TEST(CallerCycles, GradientsSubmittedOneByOneStopWakingTheLoop) {
       // ranks in step, as a backward pass's are, and checked both ways).
       auto step = [&](int s, bool rotate) {
         std::vector<int64_t> v(kTensors);
-        std::vector<std::shared_ptr<Handle>> hs(kTensors);
+        std::vector<HandleRef> hs(kTensors);
         for (int k = 0; k < kTensors; ++k) {
           const int i = rotate ? (k + 5 * rank) % kTensors : k;
           v[i] = 1000 * (rank + 1) + 10 * i + s;

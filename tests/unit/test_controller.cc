@@ -25,7 +25,7 @@ OpRequest MakeAllreduce(const std::string& name, std::vector<int64_t> shape,
   t.dtype = dtype;
   t.shape = std::move(shape);
   r.tensors.push_back(t);
-  r.handle = std::make_shared<Handle>("allreduce '" + name + "'");
+  r.handle = MakeHandle("allreduce '" + name + "'");
   return r;
 }
 
@@ -156,7 +156,7 @@ TEST(Controller, DtypeMismatchNamesBothRanks) {
   std::vector<std::vector<std::vector<OpRequest>>> subs(2);
   subs[0] = {{MakeAllreduce("x", {2}, HVD_FLOAT32)}};
   subs[1] = {{MakeAllreduce("x", {2}, HVD_INT32)}};
-  std::vector<std::shared_ptr<Handle>> handles = {subs[0][0][0].handle, subs[1][0][0].handle};
+  std::vector<HandleRef> handles = {subs[0][0][0].handle, subs[1][0][0].handle};
   h.Run(2, subs);
   for (auto& hd : handles) {
     Status s = hd->status();
@@ -184,7 +184,7 @@ std::vector<Status> NegotiateOnce(std::vector<OpRequest> per_rank) {
   const int n = static_cast<int>(per_rank.size());
   Harness h(n, 4);
   std::vector<std::vector<std::vector<OpRequest>>> subs(n);
-  std::vector<std::shared_ptr<Handle>> handles;
+  std::vector<HandleRef> handles;
   for (int r = 0; r < n; ++r) {
     handles.push_back(per_rank[r].handle);
     subs[r] = {{per_rank[r]}};
@@ -344,7 +344,7 @@ OpRequest MakeJoin() {
   TensorSpec t;
   t.name = "join";
   r.tensors.push_back(t);
-  r.handle = std::make_shared<Handle>("join");
+  r.handle = MakeHandle("join");
   return r;
 }
 
@@ -359,7 +359,7 @@ TEST(Controller, JoinedRankStandsInForAllreduceUntilEveryoneJoins) {
   OpRequest bcast = MakeAllreduce("c", {2});
   bcast.type = OpType::kBroadcast;
   OpRequest bcast1 = bcast;
-  bcast1.handle = std::make_shared<Handle>("c");
+  bcast1.handle = MakeHandle("c");
   OpRequest join2 = MakeJoin();
   subs[0] = {{}, {MakeAllreduce("a", {2}), MakeAllreduce("b", {3})}, {bcast}};
   subs[1] = {{}, {MakeAllreduce("b", {3}), MakeAllreduce("a", {2})}, {bcast1}};

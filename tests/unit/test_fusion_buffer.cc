@@ -105,7 +105,7 @@ void Reducescatter(Context& ctx, const std::string& name, int64_t rows, int64_t 
   t.shape = {rows, cols};
   t.input = in.data();
   req.tensors.push_back(t);
-  req.handle = std::make_shared<Handle>("reducescatter", name);
+  req.handle = MakeHandle("reducescatter", name);
   auto h = ctx.Enqueue(std::move(req));
   ASSERT_TRUE(h.ok()) << h.status().message();
   Status s = (*h)->Wait(60.0);

@@ -1,77 +1,168 @@
-// The blocks a context's handles are made in (src/api/block_pool.h): a
-// block given back is the next one taken of its size, other sizes keep
-// their own, what is beyond the keep goes back to the heap, and handles made
-// through the allocator outlive the pool's other owners.
+// A context's handles (src/api/handle_pool.h) and the counted reference
+// they are held by (HandleRef, src/core/loop/request.h): the last reference
+// dropped gives a handle to its home exactly once; a released handle is the
+// next one taken, cleared as new, its results given back at release; what is
+// beyond the keep is deleted; and the pool outlives its context while
+// handles live.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <set>
+#include <thread>
+#include <utility>
 #include <vector>
 
-#include "api/block_pool.h"
+#include "api/handle_pool.h"
 
 namespace hvd::api {
 namespace {
 
-TEST(BlockPool, AGivenBlockIsTheNextTakenOfItsSize) {
-  BlockPool pool;
-  void* a = pool.Take(512);
-  void* b = pool.Take(96);
-  pool.Give(a, 512);
-  pool.Give(b, 96);
-  EXPECT_EQ(pool.Take(96), b);
-  EXPECT_EQ(pool.Take(512), a);
-  void* c = pool.Take(512);  // none kept: a fresh one
-  EXPECT_NE(c, a);
-  pool.Give(a, 512);
-  pool.Give(b, 96);
-  pool.Give(c, 512);
-}
-
-TEST(BlockPool, ABurstComesBackWhole) {
-  BlockPool pool;
-  std::vector<void*> step;
-  for (int i = 0; i < 1000; ++i) step.push_back(pool.Take(640));
-  const std::set<void*> first(step.begin(), step.end());
-  for (void* p : step) pool.Give(p, 640);
-  step.clear();
-  for (int i = 0; i < 1000; ++i) step.push_back(pool.Take(640));
-  EXPECT_EQ(std::set<void*>(step.begin(), step.end()), first);
-  for (void* p : step) pool.Give(p, 640);
-}
-
-TEST(BlockPool, MoreSizesThanBinsAndMoreBlocksThanItKeepsGoToTheHeap) {
-  BlockPool pool;
-  std::vector<std::pair<void*, size_t>> blocks;
-  for (size_t size = 16; size <= 16 * 8; size += 16) blocks.emplace_back(pool.Take(size), size);
-  for (int i = 0; i < static_cast<int>(BlockPool::kKeep) + 10; ++i) {
-    blocks.emplace_back(pool.Take(32), 32);
-  }
-  for (auto& [p, size] : blocks) pool.Give(p, size);  // no leak under ASan/valgrind
-}
-
-struct Tracked {
-  explicit Tracked(int* alive) : alive_(alive) { ++*alive_; }
-  ~Tracked() { --*alive_; }
-  int* alive_;
-  char payload[200];
+struct CountingHome : hvd::HandleHome {
+  void Recycle(hvd::Handle*) noexcept override { ++recycled; }
+  int recycled = 0;
 };
 
-TEST(PoolAllocator, SharedObjectsOutliveThePoolsOtherOwners) {
-  int alive = 0;
-  std::vector<std::shared_ptr<Tracked>> kept;
+TEST(HandleRef, TheLastReferenceDroppedGivesTheHandleHomeOnce) {
+  CountingHome home;
+  auto owned = std::make_unique<hvd::Handle>("allreduce", "x");  // deleted here, not by a reference
+  hvd::Handle& h = *owned;
+  h.set_home(&home);
   {
-    auto pool = std::make_shared<BlockPool>();
-    const PoolAllocator<Tracked> alloc(pool);
-    for (int i = 0; i < 3; ++i) kept.push_back(std::allocate_shared<Tracked>(alloc, &alive));
-    auto first = kept.front().get();
-    kept.front().reset();
-    kept.front() = std::allocate_shared<Tracked>(alloc, &alive);
-    EXPECT_EQ(kept.front().get(), first);  // the block came back
-  }  // the context's reference is gone; the objects hold the pool
-  EXPECT_EQ(alive, 3);
-  kept.clear();
-  EXPECT_EQ(alive, 0);
+    hvd::HandleRef a(&h);
+    hvd::HandleRef b = a;             // copy: two
+    hvd::HandleRef c = std::move(b);  // move: still two
+    EXPECT_FALSE(b);
+    EXPECT_EQ(c.get(), &h);
+    hvd::HandleRef d;
+    d = c;  // three
+    d = d;  // self-assignment keeps it
+    a.reset();
+    c.reset();
+    EXPECT_EQ(home.recycled, 0);
+    EXPECT_EQ(d->description(), "allreduce 'x'");
+  }
+  EXPECT_EQ(home.recycled, 1);
+}
+
+TEST(HandleRef, ReferencesDroppedOnManyThreadsRecycleOnce) {
+  CountingHome home;
+  auto owned = std::make_unique<hvd::Handle>("allreduce", "x");
+  hvd::Handle& h = *owned;
+  h.set_home(&home);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<hvd::HandleRef> refs(8, hvd::HandleRef(&h));
+    std::vector<std::thread> threads;
+    for (auto& r : refs) threads.emplace_back([r = std::move(r)]() mutable { r.reset(); });
+    for (auto& t : threads) t.join();
+  }
+  EXPECT_EQ(home.recycled, 50);
+}
+
+// A handle with a result from `buffers`, completed, as an allgather's.
+void GiveResult(HandleBox* b, const std::shared_ptr<hvd::BufferPool>& buffers) {
+  b->output = buffers->Take(4096);
+  b->output_pool = buffers;
+  b->output_shape = {2, 3};
+  b->recv_splits = {1, 1};
+  b->SetWaitingOn("rank 1 has not submitted");
+  b->Complete(hvd::Status::Ok());
+}
+
+TEST(HandlePool, AReleasedHandleIsTheNextTakenClearedAsNew) {
+  std::unique_ptr<HandlePool, HandlePool::Dropper> pool(new HandlePool());
+  auto buffers = std::make_shared<hvd::BufferPool>(1 << 20);
+  HandleBox* b = pool->Take();
+  b->Rename("allgather", "weights");
+  {
+    hvd::HandleRef user(b), core(b);
+    GiveResult(b, buffers);
+    EXPECT_TRUE(user->done());
+    core.reset();
+    EXPECT_EQ(pool->kept(), 0u);  // the user still holds it
+  }
+  EXPECT_EQ(pool->out(), 0u);
+  EXPECT_EQ(pool->kept(), 1u);
+  EXPECT_EQ(buffers->spare_bytes(), 4096u);  // the result went back at release
+  EXPECT_EQ(b->wrapper.magic, kDeadMagic);
+
+  HandleBox* again = pool->Take();
+  ASSERT_EQ(again, b);
+  again->Rename("allreduce", "bias");
+  const hvd::HandleRef r(again);
+  EXPECT_FALSE(r->done());
+  EXPECT_EQ(r->status().code(), HVD_IN_PROGRESS);
+  EXPECT_EQ(r->description(), "allreduce 'bias'");
+  EXPECT_EQ(r->output.size(), 0u);
+  EXPECT_TRUE(r->output_shape.empty());
+  EXPECT_TRUE(r->recv_splits.empty());
+  EXPECT_FALSE(r->output_pool);
+  // Not done: a bounded wait says so, without the old waiting text.
+  const hvd::Status s = r->Wait(0.001);
+  EXPECT_EQ(s.code(), HVD_ERR_TIMEOUT);
+  EXPECT_EQ(s.message().find("rank 1"), std::string::npos) << s.message();
+  r->Complete(hvd::Error(HVD_ERR_ABORTED, "stopped"));
+  EXPECT_EQ(r->Wait(-1).code(), HVD_ERR_ABORTED);
+}
+
+TEST(HandlePool, LongNamesAndDescriptionsSurviveReuse) {
+  std::unique_ptr<HandlePool, HandlePool::Dropper> pool(new HandlePool());
+  const std::string long_name(300, 'n');
+  HandleBox* b = pool->Take();
+  b->Rename("allreduce", long_name);
+  hvd::HandleRef(b).reset();  // back to the pool
+  HandleBox* c = pool->Take();
+  ASSERT_EQ(c, b);
+  c->Rename("broadcast", "short");
+  hvd::HandleRef r(c);
+  EXPECT_EQ(r->description(), "broadcast 'short'");
+  r.reset();
+  HandleBox* d = pool->Take();
+  d->Rename(std::string("barrier"));
+  r = hvd::HandleRef(d);
+  EXPECT_EQ(r->description(), "barrier");
+  r.reset();
+  HandleBox* e = pool->Take();
+  e->Rename("allreduce", long_name);
+  r = hvd::HandleRef(e);
+  EXPECT_EQ(r->description(), "allreduce '" + long_name + "'");
+}
+
+TEST(HandlePool, ABurstComesBackWholeAndWhatIsBeyondTheKeepIsDeleted) {
+  std::unique_ptr<HandlePool, HandlePool::Dropper> pool(new HandlePool());
+  std::vector<hvd::HandleRef> step;
+  for (int i = 0; i < 1000; ++i) step.emplace_back(pool->Take());
+  std::set<hvd::Handle*> first;
+  for (auto& r : step) first.insert(r.get());
+  step.clear();
+  EXPECT_EQ(pool->kept(), 1000u);
+  for (int i = 0; i < 1000; ++i) step.emplace_back(pool->Take());
+  std::set<hvd::Handle*> second;
+  for (auto& r : step) second.insert(r.get());
+  EXPECT_EQ(second, first);
+  for (size_t i = 1000; i < HandlePool::kKeep + 10; ++i) step.emplace_back(pool->Take());
+  EXPECT_EQ(pool->out(), HandlePool::kKeep + 10);
+  step.clear();  // no leak under ASan/valgrind
+  EXPECT_EQ(pool->kept(), HandlePool::kKeep);
+  EXPECT_EQ(pool->out(), 0u);
+}
+
+TEST(HandlePool, HandlesOutliveTheContextsPool) {
+  auto buffers = std::make_shared<hvd::BufferPool>(1 << 20);
+  std::vector<hvd::HandleRef> live;
+  {
+    std::unique_ptr<HandlePool, HandlePool::Dropper> pool(new HandlePool());
+    hvd::HandleRef(pool->Take()).reset();  // one kept: deleted with the drop
+    for (int i = 0; i < 3; ++i) {
+      HandleBox* b = pool->Take();
+      b->Rename("allgather", "t" + std::to_string(i));
+      live.emplace_back(b);
+    }
+  }  // the context is gone
+  for (auto& r : live) GiveResult(static_cast<HandleBox*>(r.get()), buffers);
+  EXPECT_TRUE(live[2]->Wait(-1).ok());
+  EXPECT_EQ(live[1]->description(), "allgather 't1'");
+  live.clear();  // the last one deletes the pool (no leak under ASan/valgrind)
+  EXPECT_EQ(buffers->spare_bytes(), 3u * 4096u);
 }
 
 }  // namespace

@@ -48,11 +48,11 @@ OpRequest OneTensor(OpType type, const std::string& name, hvd_dtype_t d, const v
   t.input = const_cast<void*>(in);
   t.output = out;
   req.tensors.push_back(std::move(t));
-  req.handle = std::make_shared<Handle>(OpTypeName(type), name);
+  req.handle = MakeHandle(OpTypeName(type), name);
   return req;
 }
 
-Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name, hvd_dtype_t d,
+Result<HandleRef> Allreduce(Context& ctx, const std::string& name, hvd_dtype_t d,
                                           const void* in, void* out, size_t count,
                                           hvd_reduce_op_t op, double pre = 1, double post = 1) {
   OpRequest req = OneTensor(OpType::kAllreduce, name, d, in, out, count);
@@ -62,21 +62,21 @@ Result<std::shared_ptr<Handle>> Allreduce(Context& ctx, const std::string& name,
   return ctx.Enqueue(std::move(req));
 }
 
-Result<std::shared_ptr<Handle>> Broadcast(Context& ctx, const std::string& name, hvd_dtype_t d,
+Result<HandleRef> Broadcast(Context& ctx, const std::string& name, hvd_dtype_t d,
                                           const void* in, void* out, size_t count, int root) {
   OpRequest req = OneTensor(OpType::kBroadcast, name, d, in, out, count);
   req.root = root;
   return ctx.Enqueue(std::move(req));
 }
 
-Result<std::shared_ptr<Handle>> Join(Context& ctx) {
+Result<HandleRef> Join(Context& ctx) {
   OpRequest req;
   req.type = OpType::kJoin;
   TensorSpec t;
   t.dtype = HVD_UINT8;
   t.shape = {0};
   req.tensors.push_back(std::move(t));
-  req.handle = std::make_shared<Handle>("join");
+  req.handle = MakeHandle("join");
   return ctx.Enqueue(std::move(req));
 }
 
@@ -259,7 +259,7 @@ TEST(Piggyback, BesideABigTensorInShuffledOrder) {
     for (int s = 0; s < kSteps; ++s) {
       float loss = static_cast<float>(rank + s), loss_out = -1;
       for (size_t i = 0; i < kBig; i += 4096) big[i] = static_cast<float>(rank * (i % 7) + s);
-      std::shared_ptr<Handle> hl, hb;
+      HandleRef hl, hb;
       auto submit_loss = [&] {
         auto h = Allreduce(ctx, "loss", HVD_FLOAT32, &loss, &loss_out, 1, HVD_SUM);
         ASSERT_TRUE(h.ok()) << h.status().message();
@@ -336,7 +336,7 @@ TEST(Piggyback, ANameCachedAnewEndsThePlan) {
       b.output = wo;
       req.tensors.push_back(std::move(a));
       req.tensors.push_back(std::move(b));
-      req.handle = std::make_shared<Handle>("grouped allreduce", "x");
+      req.handle = MakeHandle("grouped allreduce", "x");
       auto h = ctx.Enqueue(std::move(req));
       ASSERT_TRUE(h.ok()) << h.status().message();
       ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
@@ -477,7 +477,7 @@ TEST(Piggyback, ABroadcastLeavesAnAllreducePlanRiding) {
 }
 
 // An allgather of `rows` rows of `cols` float32s (rows may differ by rank).
-Result<std::shared_ptr<Handle>> Allgather(Context& ctx, const std::string& name, const void* in,
+Result<HandleRef> Allgather(Context& ctx, const std::string& name, const void* in,
                                           int64_t rows, int64_t cols) {
   OpRequest req = OneTensor(OpType::kAllgather, name, HVD_FLOAT32, in, nullptr,
                             static_cast<size_t>(rows * cols));

@@ -102,7 +102,7 @@ bool MakeJoinedZeros(const Response& resp, int rank, Clock::time_point now,
     t.input = t.output = zeros->back().data();
     ph.tensors.push_back(std::move(t));
   }
-  ph.handle = std::make_shared<Handle>("zeros for allreduce '" + resp.key() + "' (joined)");
+  ph.handle = MakeHandle("zeros for allreduce '" + resp.key() + "' (joined)");
   ph.enqueued = now;
   return true;
 }

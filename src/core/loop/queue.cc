@@ -10,9 +10,8 @@ namespace {
 constexpr size_t kMaxSpareTensorLists = 4096;
 }  // namespace
 
-Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& req,
-                                                     const TensorSpec* one,
-                                                     std::string_view one_name) {
+Status ContextImpl::Enqueue(Scope* scope, OpRequest&& req, const TensorSpec* one,
+                            std::string_view one_name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || shutdown_requested_) {
     return stopped_ && !stop_reason_.ok()
@@ -61,7 +60,6 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& r
     }
     req.tensors[i].name_id = id;
   }
-  std::shared_ptr<Handle> h = req.handle;
   const bool was_empty = queued_ == 0;
   // The clock is read for a burst's first submit only (a clock read costs
   // about a tenth of a submit here); the loop's settle counts the later
@@ -78,7 +76,7 @@ Result<std::shared_ptr<Handle>> ContextImpl::Enqueue(Scope* scope, OpRequest&& r
   // The loop waits for the queues to become non-empty; later submits of a
   // burst need no wake-up (it sees submits_ move when it settles).
   if (was_empty && !wake_.lazy()) cv_.notify_all();
-  return h;
+  return Status::Ok();
 }
 
 // After a cycle ran `reqs`: their one-tensor lists go back for the next

@@ -68,7 +68,9 @@ size_t BufferPool::spare_bytes() const {
   return spare_bytes_;
 }
 
-Handle::~Handle() {
+Handle::~Handle() { ReleaseResults(); }
+
+void Handle::ReleaseResults() noexcept {
   if (output_pool) output_pool->Give(std::move(output));
   if (device_pool) {
     if (cuda_fence && device_output.data != nullptr) {
@@ -85,6 +87,25 @@ Handle::~Handle() {
     }
     device_pool->Give(device_output);
   }
+}
+
+// Under no lock: the last reference is gone, so no other thread sees it.
+void Handle::Clear() noexcept {
+  ReleaseResults();
+  output = ByteBuffer();
+  output_pool.reset();
+  output_shape.clear();
+  recv_splits.clear();
+  output_device = HVD_DEVICE_CPU;
+  device_output = DeviceBlock();
+  device_bytes = 0;
+  device_pool.reset();
+  cuda_fence.reset();
+  host_copied_ = false;
+  waiting_on_.clear();
+  status_ = Status();
+  claimed_.store(0, std::memory_order_relaxed);
+  finished_.store(false, std::memory_order_relaxed);
 }
 
 Result<const ByteBuffer*> Handle::HostOutput() {

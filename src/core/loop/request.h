@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -122,6 +124,51 @@ struct TensorSpec {
 
 class Handle;
 
+// A counted reference to a Handle (the count is the handle's own): the
+// user's wrapper and the core's request each hold one. The last one dropped
+// gives the handle to its home (HandleHome: the C API keeps it for the next
+// submit) or deletes it. A submitted tensor makes and drops several: one
+// atomic each, no control block.
+class HandleRef {
+ public:
+  HandleRef() = default;
+  HandleRef(std::nullptr_t) {}  // NOLINT: as a null pointer converts
+  explicit HandleRef(Handle* h) noexcept;  // takes a reference of its own
+  HandleRef(const HandleRef& o) noexcept : HandleRef(o.p_) {}
+  HandleRef(HandleRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  HandleRef& operator=(const HandleRef& o) noexcept {
+    HandleRef copy(o);
+    std::swap(p_, copy.p_);
+    return *this;
+  }
+  HandleRef& operator=(HandleRef&& o) noexcept {
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~HandleRef() { reset(); }
+  inline void reset() noexcept;
+  Handle* get() const { return p_; }
+  Handle& operator*() const { return *p_; }
+  Handle* operator->() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  bool operator==(const HandleRef& o) const { return p_ == o.p_; }
+  bool operator!=(const HandleRef& o) const { return p_ != o.p_; }
+
+ private:
+  Handle* p_ = nullptr;
+};
+
+// Where a handle goes when its last reference is dropped, instead of being
+// deleted: the C API's pool (api/handle_pool.h) keeps it, reset, for the
+// next submit.
+class HandleHome {
+ public:
+  virtual void Recycle(Handle* h) noexcept = 0;
+
+ protected:
+  ~HandleHome() = default;
+};
+
 // One user call: a single tensor, or a group (grouped allreduce) that is
 // negotiated and fused as a unit. Arguments are validated by the C shim
 // before they get here (dtype, op, shapes, pointers, root in range).
@@ -133,7 +180,7 @@ struct OpRequest {
   int32_t root = 0;
   std::vector<int64_t> splits;    // alltoall: rows to each rank; empty = even
   std::vector<TensorSpec> tensors;  // >= 1; barrier: one tensor of 0 elements
-  std::shared_ptr<Handle> handle;
+  HandleRef handle;
   std::chrono::steady_clock::time_point enqueued;  // set by the core
   uint64_t record = 0;  // its flight-recorder entry (0: none), set by the core
   // A joined rank's stand-in allreduce (host zeros): the device the other
@@ -218,17 +265,24 @@ class Handle {
   // A name of up to kInlineName characters is held in place: a frontend's
   // ("DistributedOptimizer.<parameter>") are longer than the 15 a
   // std::string holds without allocating, and a step submits hundreds.
-  Handle(const char* op, std::string_view name) : op_(op) {
-    if (name.size() <= kInlineName) {
-      std::memcpy(name_, name.data(), name.size());
-      name_len_ = static_cast<uint8_t>(name.size());
-    } else {
-      description_.assign(name.data(), name.size());
-    }
-  }
+  Handle(const char* op, std::string_view name) { SetName(op, name); }
   ~Handle();
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
+
+  // For a home that keeps handles (HandleHome): Clear makes a released one
+  // as new (its results given back, not done, no waiting text), keeping the
+  // locks, strings and vectors it has; Rename names it for the next
+  // operation, as the constructors do.
+  void Clear() noexcept;
+  void Rename(const char* op, std::string_view name) { SetName(op, name); }
+  void Rename(std::string description) {
+    op_ = nullptr;
+    name_len_ = kNameElsewhere;
+    description_ = std::move(description);
+  }
+  // Where it goes when its last reference is dropped (null: deleted).
+  void set_home(HandleHome* home) { home_ = home; }
 
   // First call wins; later calls are ignored.
   void Complete(Status status);
@@ -238,8 +292,11 @@ class Handle {
   Status Wait(double timeout_s) const;
   Status status() const;  // HVD_IN_PROGRESS status while pending
 
-  // Set by the core when the request is queued (see LoopSignal).
-  void set_signal(std::shared_ptr<LoopSignal> s) { signal_ = std::move(s); }
+  // Set by the core when the request is queued (see LoopSignal); a
+  // recycled handle has its context's already.
+  void set_signal(const std::shared_ptr<LoopSignal>& s) {
+    if (signal_ != s) signal_ = s;
+  }
 
   // What the core knows about who has not submitted yet (for timeout messages).
   void SetWaitingOn(std::string text);
@@ -279,6 +336,31 @@ class Handle {
   Result<const ByteBuffer*> HostOutput();
 
  private:
+  friend class HandleRef;
+  void Unref() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (home_ != nullptr) {
+      home_->Recycle(this);
+    } else {
+      delete this;
+    }
+  }
+  // What ~Handle and Clear give back: pooled buffers, device blocks.
+  void ReleaseResults() noexcept;
+  void SetName(const char* op, std::string_view name) {
+    op_ = op;
+    if (name.size() <= kInlineName) {
+      std::memcpy(name_, name.data(), name.size());
+      name_len_ = static_cast<uint8_t>(name.size());
+      description_.clear();
+    } else {
+      name_len_ = kNameElsewhere;
+      description_.assign(name.data(), name.size());
+    }
+  }
+
+  std::atomic<int32_t> refs_{0};
+  HandleHome* home_ = nullptr;
   std::mutex host_mu_;
   bool host_copied_ = false;
   static constexpr size_t kInlineName = 95;
@@ -304,5 +386,22 @@ class Handle {
   Status status_;
   std::string waiting_on_;
 };
+
+inline HandleRef::HandleRef(Handle* h) noexcept : p_(h) {
+  if (p_ != nullptr) p_->refs_.fetch_add(1, std::memory_order_relaxed);
+}
+
+inline void HandleRef::reset() noexcept {
+  Handle* h = p_;
+  p_ = nullptr;
+  if (h != nullptr) h->Unref();
+}
+
+// A handle of its own (deleted with its last reference): the core's
+// internal operations and tests; the C API's come from its pool.
+template <typename... A>
+HandleRef MakeHandle(A&&... a) {
+  return HandleRef(new Handle(std::forward<A>(a)...));
+}
 
 }  // namespace hvd

@@ -78,8 +78,9 @@ Result<std::shared_ptr<Scope>> ContextImpl::MakeSet(std::vector<int32_t> spec) {
   t.shape = {static_cast<int64_t>(spec.size())};
   t.input = spec.data();
   req.tensors.push_back(std::move(t));
-  req.handle = std::make_shared<Handle>("process set creation");
-  HVD_ASSIGN_OR_RETURN(std::shared_ptr<Handle> h, Enqueue(root_.get(), std::move(req)));
+  req.handle = MakeHandle("process set creation");
+  const HandleRef h = req.handle;
+  HVD_CHECK(Enqueue(root_.get(), std::move(req)));
   // Bounded: every rank of the context takes part, or the stall inspector
   // (or the context stopping) ends it.
   const Status st = h->Wait(-1);
@@ -101,13 +102,13 @@ Status ContextImpl::CloseSet(Scope* set) {
   t.dtype = HVD_UINT8;
   t.shape = {0};
   req.tensors.push_back(std::move(t));
-  req.handle = std::make_shared<Handle>("process set destruction");
-  auto h = Enqueue(set, std::move(req));
-  if (!h.ok()) {
+  req.handle = MakeHandle("process set destruction");
+  const HandleRef h = req.handle;
+  if (!Enqueue(set, std::move(req)).ok()) {
     // Already closed, or the context stopped: nothing left to agree on.
     return Status::Ok();
   }
-  Status st = (*h)->Wait(-1);
+  Status st = h->Wait(-1);
   // The parent stopped (here or on another rank) before the members agreed:
   // the set is gone with it, which is what destroying it asked for.
   if (st.code() == HVD_ERR_ABORTED) return Status::Ok();
