@@ -91,6 +91,17 @@ void Handle::ReleaseResults() noexcept {
 
 // Under no lock: the last reference is gone, so no other thread sees it.
 void Handle::Clear() noexcept {
+  claimed_.store(0, std::memory_order_relaxed);
+  finished_.store(false, std::memory_order_relaxed);
+  if (!status_.ok() || !status_.message().empty()) status_ = Status();
+  if (!waiting_on_.empty()) waiting_on_.clear();
+  // Most handles (an allreduce's, a broadcast's) had no result of their own.
+  if (output.capacity() == 0 && !output_pool && output_shape.empty() && recv_splits.empty() &&
+      output_device == HVD_DEVICE_CPU && !device_pool && !cuda_fence && device_bytes == 0 &&
+      device_output.data == nullptr &&
+      !host_copied_) {
+    return;
+  }
   ReleaseResults();
   output = ByteBuffer();
   output_pool.reset();
@@ -102,10 +113,6 @@ void Handle::Clear() noexcept {
   device_pool.reset();
   cuda_fence.reset();
   host_copied_ = false;
-  waiting_on_.clear();
-  status_ = Status();
-  claimed_.store(0, std::memory_order_relaxed);
-  finished_.store(false, std::memory_order_relaxed);
 }
 
 Result<const ByteBuffer*> Handle::HostOutput() {

@@ -87,8 +87,18 @@ class Shape {
   int64_t operator[](size_t i) const { return data()[i]; }
   int64_t& operator[](size_t i) { return data()[i]; }
   std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
-  bool operator==(const Shape& o) const { return std::equal(begin(), end(), o.begin(), o.end()); }
+  bool operator==(const Shape& o) const { return Equal(begin(), size_, o.begin(), o.size_); }
   bool operator!=(const Shape& o) const { return !(*this == o); }
+
+  // An element loop, not std::equal: that calls memcmp, which costs more
+  // than the compare for the few dimensions a tensor has.
+  static bool Equal(const int64_t* a, size_t na, const int64_t* b, size_t nb) {
+    if (na != nb) return false;
+    for (size_t i = 0; i < na; ++i) {
+      if (a[i] != b[i]) return false;
+    }
+    return true;
+  }
 
  private:
   int64_t inline_[kInline] = {};
@@ -96,7 +106,7 @@ class Shape {
   size_t size_ = 0;
 };
 inline bool operator==(const Shape& a, const std::vector<int64_t>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  return Shape::Equal(a.begin(), a.size(), b.data(), b.size());
 }
 inline bool operator==(const std::vector<int64_t>& b, const Shape& a) { return a == b; }
 inline bool operator!=(const Shape& a, const std::vector<int64_t>& b) { return !(a == b); }
@@ -287,6 +297,8 @@ class Handle {
   // First call wins; later calls are ignored.
   void Complete(Status status);
   bool done() const;
+  // Done, with success: a waiter's fast path (no status copied).
+  bool succeeded() const { return done() && status_.ok(); }
   // The operation's status once done; HVD_ERR_TIMEOUT (naming what it waits
   // for) if timeout_s (>= 0) passes first.
   Status Wait(double timeout_s) const;
