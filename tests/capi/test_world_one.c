@@ -4,6 +4,7 @@
  * counted, and every collective gives exact results (with one rank, a
  * reduction is the scaled input, a gather the input, and so on).
  */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -209,6 +210,62 @@ static void test_allreduce_float32(void **state) {
             if (x[k] != in[k] * 2.0f)
                 fail_msg("%s in place, pre 0.5 post 4: x[%zu] = %g, expected %g", name, k,
                          (double)x[k], (double)(in[k] * 2.0f));
+        }
+    }
+}
+
+/* Many tensors in flight at once (fused into one batch): each is its own
+ * input scaled, whatever the op, dtype, scaling or placement, and a
+ * negative zero stays negative (no reduction with a zero runs). */
+static void test_fused_batch_is_identity(void **state) {
+    enum { N = 96, L = 5 };
+    static const hvd_reduce_op_t ops[] = {HVD_SUM, HVD_AVERAGE, HVD_MIN, HVD_MAX, HVD_PRODUCT};
+    float fin[N][L], fout[N][L];
+    int32_t iin[N][L], iout[N][L];
+    hvd_handle_t h[N];
+    int64_t shape[1] = {L};
+    int i, k;
+    (void)state;
+    for (i = 0; i < N; ++i) {
+        hvd_tensor_t t;
+        char name[32];
+        const hvd_reduce_op_t op = ops[i % 5];
+        const int in_place = (i / 5) % 2;
+        for (k = 0; k < L; ++k) {
+            fin[i][k] = k == 0 ? -0.0f : (float)(i * L + k) * (k % 2 ? -0.75f : 1.5f);
+            iin[i][k] = (i * L + k) * (k % 2 ? -3 : 7);
+        }
+        snprintf(name, sizeof(name), "fused.%d", i);
+        if (i % 2 == 0) {
+            t = capi_tensor_1d(fin[i], HVD_FLOAT32, shape);
+            EXPECT_OK(hvd_allreduce_async(NULL, name, &t, in_place ? (void *)fin[i] : fout[i], op,
+                                          0.5, 4.0, &h[i]));
+        } else {
+            t = capi_tensor_1d(iin[i], HVD_INT32, shape);
+            EXPECT_OK(hvd_allreduce_async(NULL, name, &t, in_place ? (void *)iin[i] : iout[i], op,
+                                          i % 3 ? 1.0 : 2.0, i % 3 ? 1.0 : 3.0, &h[i]));
+        }
+    }
+    for (i = N - 1; i >= 0; --i) { /* waited in the other order */
+        EXPECT_OK(hvd_handle_wait(h[i], 60.0));
+        EXPECT_OK(hvd_handle_release(h[i]));
+    }
+    for (i = 0; i < N; ++i) {
+        const int in_place = (i / 5) % 2;
+        for (k = 0; k < L; ++k) {
+            if (i % 2 == 0) {
+                const float want = k == 0 ? -0.0f : (float)(i * L + k) * (k % 2 ? -0.75f : 1.5f) * 2.0f;
+                const float got = in_place ? fin[i][k] : fout[i][k];
+                if (got != want || signbit(got) != signbit(want))
+                    fail_msg("fused.%d[%d] (float32, op %d): %g, expected %g", i, k, (int)ops[i % 5],
+                             (double)got, (double)want);
+            } else {
+                const int32_t want = (i * L + k) * (k % 2 ? -3 : 7) * (i % 3 ? 1 : 6);
+                const int32_t got = in_place ? iin[i][k] : iout[i][k];
+                if (got != want)
+                    fail_msg("fused.%d[%d] (int32, op %d): %d, expected %d", i, k, (int)ops[i % 5],
+                             (int)got, (int)want);
+            }
         }
     }
 }
@@ -429,6 +486,7 @@ int main(void) {
         cmocka_unit_test(test_allreduce_int32),
         cmocka_unit_test(test_allreduce_float32),
         cmocka_unit_test(test_allreduce_other_dtypes),
+        cmocka_unit_test(test_fused_batch_is_identity),
         cmocka_unit_test(test_allgather),
         cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_alltoall),

@@ -98,6 +98,7 @@ class Executor {
   Status RunAdasumBatch(std::vector<OpRequest*>& batch);
   Status RunHostAllreduceBatch(std::vector<OpRequest*>& batch);
   Status HostAllreduceOne(std::vector<OpRequest*>& batch, Clock::time_point t0);
+  void HostAllreduceAlone(std::vector<OpRequest*>& batch, Clock::time_point t0);
   Status HostAllreduceSpans(std::vector<OpRequest*>& batch, BatchSize size, Clock::time_point t0);
   Status HostAllreduceFused(std::vector<OpRequest*>& batch, BatchSize size, Clock::time_point t0);
   Status RunHostOne(OpRequest& req, const Response& resp);

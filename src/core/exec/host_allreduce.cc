@@ -86,6 +86,10 @@ Status Executor::FinishPiggybacked(OpRequest& req, const void* reduced, size_t b
 Status Executor::RunHostAllreduceBatch(std::vector<OpRequest*>& batch) {
   if (batch.front()->reduce_op == HVD_ADASUM) return RunAdasumBatch(batch);
   const auto t0 = Clock::now();
+  if (size_ == 1) {
+    HostAllreduceAlone(batch, t0);
+    return Status::Ok();
+  }
   const BatchSize size = SizeOf(batch);
   if (size.tensors == 1) return HostAllreduceOne(batch, t0);
   const size_t esize = DtypeSize(batch.front()->tensors.front().dtype);
@@ -110,6 +114,31 @@ Status Executor::HostAllreduceOne(std::vector<OpRequest*>& batch, Clock::time_po
                     "{\"bytes\":" + std::to_string(n * DtypeSize(dtype)) + "}");
   }
   return Status::Ok();
+}
+
+// One rank: a reduction of one contribution is that contribution (any op,
+// AVERAGE divides by 1), so each tensor is only scaled into its output: no
+// transport, no fusion buffer (two copies of every byte through it, where a
+// single-process run of a training script spent most of its step).
+void Executor::HostAllreduceAlone(std::vector<OpRequest*>& batch, Clock::time_point t0) {
+  for (OpRequest* r : batch) {
+    for (TensorSpec& t : r->tensors) {
+      const size_t n = static_cast<size_t>(t.NumElements());
+      Prepare(t.output, t.input, n, t.dtype, r->prescale);
+      Finalize(t.output, t.output, n, t.dtype, r->reduce_op, r->postscale, 1);
+    }
+  }
+  if (timeline_->enabled()) {
+    const auto t1 = Clock::now();
+    for (OpRequest* r : batch) {
+      for (const TensorSpec& t : r->tensors) {
+        timeline_->Span(t.name, "ALLREDUCE", t0, t1,
+                        "{\"bytes\":" +
+                            std::to_string(static_cast<size_t>(t.NumElements()) * DtypeSize(t.dtype)) +
+                            ",\"alone\":true}");
+      }
+    }
+  }
 }
 
 // The transport reads and writes the outputs where they lie (shared
