@@ -293,8 +293,11 @@ Status ReducePhase(Links& l, Scratch& s, hvd_reduce_kernel_fn reduce, const View
     if (len == 0) return Status::Ok();
     uint8_t* own = v.Direct(off, len);
     uint8_t* acc = r == 0 && own != nullptr ? own : slot_of(k, 0);
-    if (r == 0 && own == nullptr) {
-      v.Pieces(off, len, [&](uint8_t* p, size_t n, size_t done) { std::memcpy(acc + done * es, p, n * es); });
+    if constexpr (View::kStaged) {  // a flat view's segment is always in place
+      if (r == 0 && own == nullptr) {
+        v.Pieces(off, len,
+                 [&](uint8_t* p, size_t n, size_t done) { std::memcpy(acc + done * es, p, n * es); });
+      }
     }
     for (size_t j = 0; j < P; ++j) {
       if (j != r) HVD_CHECK(l.Wait(recv[(k % 2) * P + j]));

@@ -474,8 +474,6 @@ void DivideInPlace(void* buf, size_t count, hvd_dtype_t dtype, int64_t divisor) 
 // ---------------------------------------------------------------------------
 // Dtype helpers.
 
-size_t DtypeSize(int dtype) { return dtypes::Bytes(dtype); }
-
 bool IsValidDtype(int dtype) { return DtypeSize(dtype) != 0; }
 
 bool IsFloatingDtype(hvd_dtype_t dtype) { return dtypes::IsFloating(dtype); }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/dtypes.h"
 #include "hvd.h"
 
 namespace hvd {
@@ -36,7 +37,8 @@ void ScaleCopy(void* dst, const void* src, size_t count, hvd_dtype_t dtype, doub
 void DivideInPlace(void* buf, size_t count, hvd_dtype_t dtype, int64_t divisor);
 
 // Size in bytes of one element; 0 for an unknown dtype.
-size_t DtypeSize(int dtype);
+// Inline: the hot paths ask it several times a tensor.
+inline size_t DtypeSize(int dtype) { return dtypes::Bytes(dtype); }
 bool IsValidDtype(int dtype);
 bool IsFloatingDtype(hvd_dtype_t dtype);
 const char* DtypeName(int dtype);

@@ -43,6 +43,12 @@ class [[nodiscard]] Status {
     if (ok()) return *this;
     return Status(code_, context + ": " + msg_);
   }
+  // The same for a literal: no string is made where the status is OK (a
+  // cycle wraps a few).
+  Status Wrap(const char* context) const {
+    if (ok()) return *this;
+    return Status(code_, std::string(context) + ": " + msg_);
+  }
 
  private:
   hvd_status_t code_ = HVD_OK;

@@ -25,12 +25,15 @@ uint64_t ContextImpl::Execute(Scope& scope) {
   reqs.resize(responses.size());
   // The requests (and their handles) go once the cycle has run them; their
   // tensor lists are kept for the next submits.
+  std::deque<std::vector<uint8_t>>& zeros = exec_zeros_;  // a joined rank's stand-ins
   struct ClearRequests {
     ContextImpl* ctx;
     std::vector<OpRequest>& r;
-    ~ClearRequests() { ctx->Recycle(r); }
+    ~ClearRequests() {
+      ctx->Recycle(r);
+      ctx->exec_zeros_.clear();
+    }
   } clear_requests{this, reqs};
-  std::deque<std::vector<uint8_t>> zeros;  // buffers of a joined rank's stand-in tensors
   planner_.Begin(static_cast<size_t>(fusion_threshold_), scope.size);
   auto now = Clock::now();
   const bool root = &scope == root_.get();
