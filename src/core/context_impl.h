@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -89,7 +90,7 @@ class ContextImpl final : public CycleDriver {
     if (key == "caller_cycles" || key == "lazy_wake" || key == "trickle" ||
         key == "piggybacked") {
       std::lock_guard<std::mutex> lock(mu_);
-      if (key == "piggybacked") return static_cast<int64_t>(piggybacked_);
+      if (key == "piggybacked") return static_cast<int64_t>(piggybacked_.load());
       if (key == "lazy_wake") return static_cast<int64_t>(wake_.lazy());
       if (key == "trickle") return static_cast<int64_t>(wake_.trickle());
       return static_cast<int64_t>(caller_cycles_run_);
@@ -220,7 +221,9 @@ class ContextImpl final : public CycleDriver {
   bool exact_enqueue_ = false;       // read the clock for every submit (timeline open)
   bool shutdown_requested_ = false;
   Status shutdown_reason_;  // what pending operations complete with (set with the flag)
-  bool stopped_ = false;  // the loop has exited; enqueue fails with stop_reason_
+  // The loop has exited; enqueue fails with stop_reason_. Set under mu_;
+  // atomic so that the cycle can check it without the lock.
+  std::atomic<bool> stopped_{false};
   Status stop_reason_;
   std::thread thread_;
   bool loop_exited_ = false;  // under mu_
@@ -246,7 +249,9 @@ class ContextImpl final : public CycleDriver {
   bool caller_cycles_ = false;     // callers may run it (HVD_CALLER_CYCLES, the transport)
   uint64_t caller_cycles_run_ = 0;  // cycles run by callers (Query "caller_cycles")
   // Allreduces and broadcasts served by the negotiation (Query "piggybacked").
-  uint64_t piggybacked_ = 0;
+  // Atomic: counted by the cycle without the lock, before the handle
+  // completes (its waiter may ask).
+  std::atomic<uint64_t> piggybacked_{0};
   int drive_waiters_ = 0;           // callers waiting in Drive for the cycle's end
   bool mark_cycles_ = false;  // background thread only
   Pacing pace_;  // when the loop negotiates (background thread only; set in Start)
@@ -288,11 +293,12 @@ class ContextImpl final : public CycleDriver {
   std::deque<std::vector<uint8_t>> exec_zeros_;
   // Tensor lists of one tensor from finished requests, for the next
   // single-tensor submits (see Context::EnqueueOne); under mu_. The cycle
-  // gathers them in recycled_ (background thread) and hands them over
-  // under one lock.
+  // gathers them in recycled_ (the thread running the cycle) and hands them
+  // over where the next cycle takes the queues.
   std::vector<std::vector<TensorSpec>> spare_tensors_;
   std::vector<std::vector<TensorSpec>> recycled_;
   void Recycle(std::vector<OpRequest>& reqs);
+  void SpareRecycled();  // under mu_
   FusionPlanner planner_;
 };
 

@@ -124,10 +124,7 @@ bool ContextImpl::RunScopes(Clock::time_point now) {
     timeline_.set_scope(&sc->label);
     bytes += Execute(*sc);
     timeline_.set_scope(nullptr);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopped_) return false;
-    }
+    if (stopped_.load(std::memory_order_acquire)) return false;
     if (sc->close_agreed) CloseAgreed(*sc);
   }
   if (ran) tuner_->Observe(bytes, now, Clock::now());

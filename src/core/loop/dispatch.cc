@@ -100,10 +100,8 @@ uint64_t ContextImpl::ServePiggybacked(Scope& scope, Response& resp, OpRequest* 
   if (timeline_.enabled()) timeline_.Span(resp.key(), "NEGOTIATE", req->enqueued, now);
   const Status s = executor_->FinishPiggybacked(*req, piggy_.result(), piggy_.result_bytes(),
                                                 piggy_.gathered_rows(), now);
-  if (s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++piggybacked_;  // before the handle completes: its waiter may ask
-  }
+  // Before the handle completes (its waiter may ask; the completion orders it).
+  if (s.ok()) piggybacked_.fetch_add(1, std::memory_order_relaxed);
   Finish(scope, *req, s, now);  // done with the negotiation
   return piggy_.result_bytes();
 }

@@ -247,6 +247,7 @@ bool ContextImpl::RunCycle(std::unique_lock<std::mutex>& lock) {
     tl_pending_ = false;
   }
   root_->batch.swap(root_->queue);
+  if (!recycled_.empty()) SpareRecycled();
   for (auto& set : sets_) {
     if (!set) continue;
     set->batch.swap(set->queue);

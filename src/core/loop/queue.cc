@@ -79,20 +79,25 @@ Status ContextImpl::Enqueue(Scope* scope, OpRequest&& req, const TensorSpec* one
   return Status::Ok();
 }
 
-// After a cycle ran `reqs`: their one-tensor lists go back for the next
-// submits (see Context::EnqueueOne), under one lock; the rest is cleared.
+// After a cycle ran `reqs`: their one-tensor lists are kept for the next
+// submits (see Context::EnqueueOne); the rest is cleared. They are handed
+// over where the next cycle takes the queues (SpareRecycled), under the lock
+// it takes anyway.
 void ContextImpl::Recycle(std::vector<OpRequest>& reqs) {
   for (OpRequest& r : reqs) {
-    if (r.tensors.size() == 1 && r.tensors.capacity() == 1) recycled_.push_back(std::move(r.tensors));
+    if (r.tensors.size() == 1 && r.tensors.capacity() == 1 &&
+        recycled_.size() < kMaxSpareTensorLists) {
+      recycled_.push_back(std::move(r.tensors));
+    }
   }
   reqs.clear();
-  if (recycled_.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& v : recycled_) {
-      if (spare_tensors_.size() >= kMaxSpareTensorLists) break;
-      spare_tensors_.push_back(std::move(v));
-    }
+}
+
+// Under mu_: the lists the last cycles gave back, for the submits.
+void ContextImpl::SpareRecycled() {
+  for (auto& v : recycled_) {
+    if (spare_tensors_.size() >= kMaxSpareTensorLists) break;
+    spare_tensors_.push_back(std::move(v));
   }
   recycled_.clear();
 }

@@ -180,6 +180,7 @@ Status Handle::Wait(double timeout_s) const {
       }
     }
     if (!drove) signal_->cv.notify_all();
+    if (done()) return status_;  // the cycle this thread ran completed it
   }
   std::unique_lock<std::mutex> lock(mu_);
   waiters_.fetch_add(1, std::memory_order_seq_cst);

@@ -125,7 +125,7 @@ std::string ContextImpl::MetricsText(int format) const {
   std::vector<std::shared_ptr<Scope>> scopes{root_};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    r.piggybacked = piggybacked_;
+    r.piggybacked = piggybacked_.load(std::memory_order_relaxed);
     for (const auto& w : all_sets_) {
       if (auto s = w.lock()) scopes.push_back(std::move(s));
     }
