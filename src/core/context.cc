@@ -48,6 +48,7 @@ Status ContextImpl::Start() {
       cfg_.rank, cfg_.size, cfg_.cache_capacity,
       StallConfig{cfg_.stall_warning_s, cfg_.stall_shutdown_s}, &log_);
   root.controller->set_piggyback(cfg_.piggyback != 0);
+  root.controller->set_extent_step(Controller::kRootExtentStep);
 
   if (!cfg_.timeline_path.empty() && cfg_.rank == 0) {
     HVD_CHECK(timeline_.Open(cfg_.timeline_path));

@@ -176,7 +176,7 @@ Status Controller::Cycle(ControlPlane* cp, bool shutting_down, Clock::time_point
 
 size_t Controller::slot_extent() const {
   const size_t used = static_cast<size_t>(cache_.high_water());
-  const size_t rounded = (used + kExtentStep - 1) / kExtentStep * kExtentStep;
+  const size_t rounded = (used + extent_step_ - 1) / extent_step_ * extent_step_;
   return std::min(rounded, static_cast<size_t>(cache_.capacity()));
 }
 
