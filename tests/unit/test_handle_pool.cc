@@ -44,6 +44,24 @@ TEST(HandleRef, TheLastReferenceDroppedGivesTheHandleHomeOnce) {
   EXPECT_EQ(home.recycled, 1);
 }
 
+TEST(HandleRef, AMoveAssignmentDropsTheReferenceItReplacesAtOnce) {
+  CountingHome first_home, second_home;
+  auto first = std::make_unique<hvd::Handle>("allreduce", "a");
+  auto second = std::make_unique<hvd::Handle>("allreduce", "b");
+  first->set_home(&first_home);
+  second->set_home(&second_home);
+  hvd::HandleRef held(first.get());
+  hvd::HandleRef incoming(second.get());
+  held = std::move(incoming);
+  EXPECT_EQ(first_home.recycled, 1);  // not kept alive by the moved-from reference
+  EXPECT_FALSE(incoming);
+  EXPECT_EQ(held.get(), second.get());
+  held = std::move(held);  // self-move keeps it
+  EXPECT_EQ(held.get(), second.get());
+  held.reset();
+  EXPECT_EQ(second_home.recycled, 1);
+}
+
 TEST(HandleRef, ReferencesDroppedOnManyThreadsRecycleOnce) {
   CountingHome home;
   auto owned = std::make_unique<hvd::Handle>("allreduce", "x");

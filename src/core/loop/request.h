@@ -152,7 +152,11 @@ class HandleRef {
     return *this;
   }
   HandleRef& operator=(HandleRef&& o) noexcept {
-    std::swap(p_, o.p_);
+    if (this != &o) {
+      reset();  // the reference held before goes now, not with o
+      p_ = o.p_;
+      o.p_ = nullptr;
+    }
     return *this;
   }
   ~HandleRef() { reset(); }
