@@ -97,9 +97,8 @@ void Handle::Clear() noexcept {
   if (!waiting_on_.empty()) waiting_on_.clear();
   // Most handles (an allreduce's, a broadcast's) had no result of their own.
   if (output.capacity() == 0 && !output_pool && output_shape.empty() && recv_splits.empty() &&
-      output_device == HVD_DEVICE_CPU && !device_pool && !cuda_fence && device_bytes == 0 &&
-      device_output.data == nullptr &&
-      !host_copied_) {
+      output_device == HVD_DEVICE_CPU && device_output.data == nullptr && device_bytes == 0 &&
+      !device_pool && !cuda_fence && !host_copied_) {
     return;
   }
   ReleaseResults();
