@@ -11,10 +11,13 @@
 // The victim prints "rank V: fault at T" (T: CLOCK_REALTIME seconds) right
 // before the signal; every survivor prints
 //   rank R: failed at T after S steps with <status>: <error>
-// (T taken as the failed call returns) and exits 4, so that the launcher
-// ends the job. Survivors ignore SIGTERM: what they report is the library's
-// own error, not the launcher's. MARK is ignored (tests find their
-// processes by it).
+// (T taken as the failed call returns), stays 10 s and exits 4, so that the
+// launcher ends the job. The stay is for launchers that end the whole job at
+// the first non-zero exit (Open MPI's mpirun kills the others at once): a
+// survivor that reported first must not take a slower one with it before
+// that one reports (the test ends the job as soon as every survivor has).
+// Survivors ignore SIGTERM: what they report is the library's own error, not
+// the launcher's. MARK is ignored (tests find their processes by it).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,5 +125,6 @@ int main(int argc, char** argv) {
   std::printf("rank %d: failed at %.6f after %ld steps with %s: %s\n", j.rank, at, steps,
               hvd_status_string(s), s == HVD_OK ? "" : hvd_last_error());
   std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::seconds(10));
   return 4;
 }
