@@ -360,10 +360,14 @@ Status Segment::Wait(const Need& g, const char* what) {
   };
   if (all_here()) return Status::Ok();
   const auto t0 = Clock::now();
-  for (uint32_t i = 1;; ++i) {
-    CpuRelax();
-    if (all_here()) return Status::Ok();
-    if ((i & 63) == 0 && NsSince(t0) > spin_ns_) break;
+  // Oversubscribed (spin_ns_ 0), a peer that has not arrived needs this CPU:
+  // no pause loop before the first yield.
+  if (spin_ns_ > 0) {
+    for (uint32_t i = 1;; ++i) {
+      CpuRelax();
+      if (all_here()) return Status::Ok();
+      if ((i & 63) == 0 && NsSince(t0) > spin_ns_) break;
+    }
   }
   while (NsSince(t0) < yield_ns_) {
     sched_yield();
