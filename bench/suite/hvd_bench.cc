@@ -18,6 +18,9 @@
 //            --name-prefix P: tensor i is named "P.N.i" (default "fuse"; a
 //            frontend's names are longer: "DistributedOptimizer.<parameter>"
 //            is 30-60 characters, past std::string's 15 held in place).
+//            Besides the step: "submit_us" (the N submits, this rank),
+//            "data_us" and "batches_per_step" (the executor's time and fused
+//            batches a step, from hvd_metrics; absent with metrics off).
 //   latency  --steps S: one 4-byte allreduce per step, back to back (no
 //            barrier: a training loop's steady state), median step time.
 //            --op broadcast: one 4-byte broadcast from rank 0 instead;
@@ -328,6 +331,21 @@ void RunBroadcast(const std::string& system, size_t bytes, const hvdbench::Sched
   }
 }
 
+// The job context's executor time and fused batches so far (hvd_metrics'
+// JSON: the first "data_seconds" and "batches" are the job scope's,
+// docs/metrics.md); false where metrics are off or unreadable.
+bool ExecutorTotals(double* data_s, double* batches) {
+  size_t need = 0;
+  if (hvd_metrics(g_ctx, HVD_METRICS_JSON, nullptr, 0, &need) != HVD_OK || need == 0) return false;
+  std::string json(need, '\0');
+  if (hvd_metrics(g_ctx, HVD_METRICS_JSON, &json[0], need, &need) != HVD_OK) return false;
+  auto number = [&json](const char* key, double* v) {
+    const size_t at = json.find(key);
+    return at != std::string::npos && std::sscanf(json.c_str() + at + std::strlen(key), "%lf", v) == 1;
+  };
+  return number("\"data_seconds\":", data_s) && number("\"batches\":", batches);
+}
+
 void RunFusion(const Args& a, const std::string& system, bool quick) {
   const int n = std::atoi(a.Get("--tensors", "200").c_str());
   const size_t tb = hvdbench::ParseBytes(a.Get("--tensor-bytes", "16K"));
@@ -356,10 +374,15 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
     outs[i] = bufs[i].p;
   }
   const int nh = grouped ? 1 : n;
+  // Executor time and batches over the timed steps (rank 0's): where a
+  // step's time goes, beside the submit time.
+  double data0 = 0, batches0 = 0, data1 = 0, batches1 = 0;
+  bool totals = false;
   for (int s = 0; s < warmup + steps; ++s) {
     if (s == 0) {
       for (auto& b : bufs) hvdbench::FillPattern(b.p, count, g_rank);
     }
+    if (s == warmup) totals = ExecutorTotals(&data0, &batches0);
     Check(hvd_barrier(g_ctx), "barrier");
     const double t0 = NowUs();
     if (grouped) {
@@ -392,10 +415,18 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
       submit_times.push_back(t_sub - t0);
     }
   }
+  totals = totals && ExecutorTotals(&data1, &batches1);
   times = SlowestRank(times, "fusion." + std::to_string(n));
-  // How long the caller spent in the n hvd_allreduce_async calls (this rank).
-  char extra[96];
-  std::snprintf(extra, sizeof(extra), ",\"submit_us\":%.1f", hvdbench::Median(submit_times));
+  // How long the caller spent in the n hvd_allreduce_async calls (this
+  // rank), and the executor's mean time and fused batches a step (the
+  // step's barrier among the executor's ops; it is no batch).
+  char extra[160];
+  int len = std::snprintf(extra, sizeof(extra), ",\"submit_us\":%.1f", hvdbench::Median(submit_times));
+  if (totals && steps > 0 && batches1 > batches0) {  // no batch: metrics off
+    std::snprintf(extra + len, sizeof(extra) - static_cast<size_t>(len),
+                  ",\"data_us\":%.1f,\"batches_per_step\":%.2f", (data1 - data0) * 1e6 / steps,
+                  (batches1 - batches0) / steps);
+  }
   if (g_rank == 0) {
     hvdbench::EmitStep("fusion", system, grouped ? "grouped" : "fused", g_size, n, tb, times,
                        EnvExtra() + extra);

@@ -62,6 +62,7 @@ UCX_PERFTEST = ("ucx_perftest-tcp", "ucx_perftest-shm")
 
 
 MEASURED = {"time_us", "min_us", "iters", "rep", "submit_us", "samples_per_s", "step_ms",
+            "data_us", "batches_per_step",  # fusion: the executor's time and batches a step
             "algbw_gbs", "busbw_gbs", "best_gbs", "median_gbs",
             "overall_us",  # ucx_perftest's mean over all iterations
             # many hosts (cluster_bench.py): bytes on the links, images/s, job records
