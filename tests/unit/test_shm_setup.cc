@@ -3,6 +3,7 @@
 // the plugin reads its settings once, in its init. And a wait's verdict on
 // a peer that left: a peer that arrived and then left is not missing. Two
 // ranks as threads with an in-memory exchange.
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,15 +37,23 @@ struct RankResult {
 
 // Runs Setup on two ranks; enabled[r] is rank r's switch. Waits go
 // straight to the checked sleep (no spinning) where `segs` is given; it
-// receives the segments.
+// receives the segments. pin: rank r's thread runs on CPU pin[r] alone,
+// and the waits keep Options' spin (the setup may take it away).
 std::vector<RankResult> SetupTwoRanks(const bool enabled[2],
-                                      std::vector<std::unique_ptr<shm::Segment>>* segs = nullptr) {
+                                      std::vector<std::unique_ptr<shm::Segment>>* segs = nullptr,
+                                      const int* pin = nullptr) {
   ThreadExchange::Board board(2);
   std::vector<RankResult> out(2);
   std::vector<std::unique_ptr<shm::Segment>> made(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
+      if (pin != nullptr) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(pin[r], &one);
+        if (sched_setaffinity(0, sizeof(one), &one) != 0) out[r].log.push_back("pin failed");
+      }
       shm::Options o;
       o.transport = "test";
       o.enabled = enabled[r];
@@ -54,7 +63,7 @@ std::vector<RankResult> SetupTwoRanks(const bool enabled[2],
       o.size = 2;
       o.timeout_s = 20;
       o.slot_bytes = 4096;
-      if (segs != nullptr) o.spin_ns = o.yield_ns = 0;
+      if (segs != nullptr && pin == nullptr) o.spin_ns = o.yield_ns = 0;
       o.log = [&out, r](int, const std::string& msg) { out[r].log.push_back(msg); };
       ThreadExchange ex(&board, r);
       const Status st = shm::Setup(ex, o, &made[r]);
@@ -200,6 +209,79 @@ TEST(ShmPeers, APeerThatLeftWithoutArrivingFailsTheWait) {
       EXPECT_EQ(st.message(), want);
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+}
+
+// The CPUs this thread may run on (sched_getaffinity), in CpuList's order.
+std::vector<int> MyCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+TEST(ShmSetup, CpuListIsTheThreadsAffinity) {
+  const std::vector<int> cpus = MyCpus();
+  ASSERT_FALSE(cpus.empty());
+  std::string want;
+  for (int c : cpus) want += (want.empty() ? "" : ",") + std::to_string(c);
+  EXPECT_EQ(shm::CpuList(), want);
+  std::string pinned;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus.back(), &one);
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) pinned = shm::CpuList();
+  }).join();
+  EXPECT_EQ(pinned, std::to_string(cpus.back()));
+}
+
+TEST(ShmSetup, DistinctCpusCountsTheUnion) {
+  EXPECT_EQ(shm::DistinctCpus({}), 0u);
+  EXPECT_EQ(shm::DistinctCpus({"0", "0"}), 1u);
+  EXPECT_EQ(shm::DistinctCpus({"0", "1"}), 2u);
+  EXPECT_EQ(shm::DistinctCpus({"0,1,2,3", "2,3,4", "7"}), 6u);
+  EXPECT_EQ(shm::DistinctCpus({"", "x,-1,1a,,3"}), 1u);  // only "3" is a CPU
+  EXPECT_EQ(shm::DistinctCpus({"1023,0"}), 2u);
+}
+
+// Two ranks on one CPU: a wait yields at once (spin 0), and the log says so;
+// on two CPUs they keep the configured spin.
+TEST(ShmSetup, RanksThatShareTheirCpusDoNotSpin) {
+  if (shm::HostIdentity().empty()) GTEST_SKIP() << "this host cannot tell its identity";
+  const std::vector<int> cpus = MyCpus();
+  ASSERT_FALSE(cpus.empty());
+  const bool on[2] = {true, true};
+  const int shared[2] = {cpus[0], cpus[0]};
+  std::vector<std::unique_ptr<shm::Segment>> segs;
+  std::vector<RankResult> res = SetupTwoRanks(on, &segs, shared);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    ASSERT_TRUE(res[r].mapped) << res[r].err;
+    EXPECT_EQ(segs[r]->spin(), 0);
+    bool said = false;
+    for (const std::string& l : res[r].log) {
+      EXPECT_NE(l, "pin failed");
+      said = said || l.find("1 CPUs: waits yield at once") != std::string::npos;
+    }
+    EXPECT_TRUE(said) << "no log line says the ranks share a CPU";
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "one usable CPU: two ranks cannot have one each";
+  const int apart[2] = {cpus[0], cpus[1]};
+  segs.clear();
+  res = SetupTwoRanks(on, &segs, apart);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(r);
+    ASSERT_TRUE(res[r].mapped) << res[r].err;
+    EXPECT_EQ(segs[r]->spin(), shm::Options().spin_ns);
+    EXPECT_GT(segs[r]->spin(), 0);
+    for (const std::string& l : res[r].log) {
+      EXPECT_EQ(l.find("waits yield at once"), std::string::npos) << l;
+    }
   }
 }
 

@@ -99,24 +99,10 @@ std::string JoinRanks(const std::vector<int>& ranks) {
 // ---------------------------------------------------------------------------
 // Segment.
 
-namespace {
-// The CPUs this process may run on.
-int UsableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
-}  // namespace
-
-// More ranks on the host than CPUs to run them: a waiting rank spinning
-// holds a CPU that a peer it waits for needs, so it yields at once (what
-// Open MPI's mpi_yield_when_idle does when oversubscribed).
 Segment::Segment(void* base, size_t bytes, const Options& o, size_t slot)
     : base_(static_cast<uint8_t*>(base)), bytes_(bytes), rank_(o.rank), size_(o.size),
       slot_(slot), timeout_s_(o.timeout_s), small_fanout_(o.small_fanout_bytes),
-      spin_ns_(o.size > UsableCpus() ? 0 : o.spin_ns), yield_ns_(o.yield_ns) {}
+      spin_ns_(o.spin_ns), yield_ns_(o.yield_ns) {}
 
 Segment::~Segment() {
   if (base_ != nullptr) munmap(base_, bytes_);
@@ -360,8 +346,8 @@ Status Segment::Wait(const Need& g, const char* what) {
   };
   if (all_here()) return Status::Ok();
   const auto t0 = Clock::now();
-  // Oversubscribed (spin_ns_ 0), a peer that has not arrived needs this CPU:
-  // no pause loop before the first yield.
+  // Crowded (spin_ns_ 0: set_spin), a peer that has not arrived may need
+  // this CPU: no spin before the first yield.
   if (spin_ns_ > 0) {
     for (uint32_t i = 1;; ++i) {
       CpuRelax();

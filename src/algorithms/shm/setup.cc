@@ -1,5 +1,6 @@
 // Agreeing on the shared-memory path and mapping its segment (shm.h: Setup).
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -9,9 +10,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <set>
 
 #include "algorithms/shm/layout.h"
 #include "algorithms/shm/shm.h"
@@ -39,6 +42,38 @@ std::string HostIdentity() {
   if (stat("/proc/self/ns/ipc", &ipc) != 0 || stat("/proc/self/ns/pid", &pid) != 0) return "";
   return "boot=" + boot + " host=" + host + " ipc=" + std::to_string(ipc.st_ino) +
          " pid=" + std::to_string(pid.st_ino);
+}
+
+std::string CpuList() {
+  std::string out;
+  auto add = [&out](long cpu) { out += (out.empty() ? "" : ",") + std::to_string(cpu); };
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) add(c);
+    }
+  }
+  if (out.empty()) {
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < std::max(n, 1L); ++c) add(c);
+  }
+  return out;
+}
+
+size_t DistinctCpus(const std::vector<std::string>& lists) {
+  std::set<unsigned long> cpus;
+  for (const std::string& l : lists) {
+    for (size_t at = 0; at < l.size();) {
+      const size_t end = std::min(l.find(',', at), l.size());
+      const std::string item = l.substr(at, end - at);
+      if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos) {
+        cpus.insert(std::strtoul(item.c_str(), nullptr, 10));
+      }
+      at = end + 1;
+    }
+  }
+  return cpus.size();
 }
 
 namespace {
@@ -199,10 +234,18 @@ Status Setup(Exchange& ex, const Options& o, std::unique_ptr<Segment>* out) {
         std::string("shared-memory setup failed, using ") + o.fallback + ": " + first_fail);
     return Status::Ok();
   }
+  // Ranks bound one to a CPU each spin; more ranks than the CPUs they may
+  // run on together yield at once (Segment::set_spin).
+  HVD_CHECK(ex.Allgather("cpus", CpuList(), &all));
+  const size_t cpus = DistinctCpus(all);
+  const bool crowded = cpus < static_cast<size_t>(n);
+  if (crowded) seg->set_spin(0);
   log(HVD_LOG_INFO, "shared-memory path active (" + std::to_string(n) + " ranks, " +
                         (bytes >= (size_t{1} << 20) ? std::to_string(bytes >> 20) + " MiB"
                                                     : std::to_string(bytes >> 10) + " KiB") +
-                        " segment, " + std::to_string(slot >> 10) + " KiB slots)");
+                        " segment, " + std::to_string(slot >> 10) + " KiB slots" +
+                        (crowded ? ", " + std::to_string(cpus) + " CPUs: waits yield at once" : "") +
+                        ")");
   *out = std::move(seg);
   return Status::Ok();
 }

@@ -43,8 +43,9 @@ class Exchange {
   // Fills *all with every rank's `mine`, in rank order. `round` names the
   // step: "host" (host identities), "name" (the segment's name: only rank 0's
   // string counts, the others pass "", so an implementation may send rank 0's
-  // alone and leave the others empty), "ok" (ok or a failure reason). Every
-  // rank calls the same rounds in the same order. A failure ends Setup with it.
+  // alone and leave the others empty), "ok" (ok or a failure reason), and
+  // where every rank said ok, "cpus" (CpuList). Every rank calls the same
+  // rounds in the same order. A failure ends Setup with it.
   virtual Status Allgather(const char* round, const std::string& mine,
                            std::vector<std::string>* all) = 0;
 };
@@ -68,8 +69,11 @@ struct Options {
   size_t slot_bytes = size_t{1} << 20;
   // The one-barrier allreduce is used while bytes x (size - 1) stays within this.
   size_t small_fanout_bytes = size_t{256} << 10;
-  int64_t spin_ns = 20 * 1000;   // waiting: spin this long,
-  int64_t yield_ns = 50 * 1000;  // then sched_yield until this, then futex sleeps
+  // Waiting: spin this long (none where the ranks outnumber the CPUs they
+  // may run on together: Setup's "cpus" round), then sched_yield until
+  // yield_ns, then futex sleeps.
+  int64_t spin_ns = 20 * 1000;
+  int64_t yield_ns = 50 * 1000;
   std::function<void(int level, const std::string& msg)> log;
 };
 
@@ -142,6 +146,12 @@ class Segment {
   void Abort(int code, const std::string& msg);
   // This rank has finalized: peers still waiting for it fail at once.
   void Depart();
+  // How long a wait spins before it yields (ns; 0: it yields at once).
+  // Setup sets 0 where the ranks outnumber the CPUs they may run on
+  // together: a spinning rank would hold a CPU that a peer it waits for
+  // needs (what Open MPI's mpi_yield_when_idle does when oversubscribed).
+  void set_spin(int64_t ns) { spin_ns_ = ns; }
+  int64_t spin() const { return spin_ns_; }
   // The limit of every wait from now on (seconds; <= 0: no limit).
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
@@ -219,6 +229,13 @@ bool SwitchOn(const char* value);
 // Which kernel, /dev/shm and pid space this process lives in: boot id, host
 // name, IPC and PID namespace inodes. Empty if unknown.
 std::string HostIdentity();
+
+// The CPUs the calling thread may run on, as indices: "0,1,5" (all online
+// CPUs where the affinity cannot be read).
+std::string CpuList();
+// How many distinct CPUs the lists (CpuList's form) name together; entries
+// that are not numbers are skipped.
+size_t DistinctCpus(const std::vector<std::string>& lists);
 
 // Agrees with every peer on whether the path is used and maps the segment if
 // so (*out; null when not used, the reason logged). OK, or the exchange's
