@@ -98,12 +98,8 @@ hvd::Status ValidateTensor(const char* fn, const char* arg, const TensorTag& tag
   if (t->ndim > 0 && t->shape == nullptr) {
     return Invalid(fn, Cat(arg, "->shape is NULL but ndim is ", t->ndim, tag));
   }
-  const int64_t elem_size = static_cast<int64_t>(hvd::DtypeSize(dtype));
-  const int64_t max_elements = std::numeric_limits<int64_t>::max() / elem_size;
-  // Written straight into the spec (in place for up to Shape::kInline
-  // dimensions: no allocation).
-  hvd::Shape& shape = spec->shape;
-  shape.resize(static_cast<size_t>(t->ndim));
+  // The element count without a division (a submit's hot path): a product
+  // that overflows is an error only where no dimension is 0.
   int64_t elements = 1;
   bool overflow = false;
   for (int32_t i = 0; i < t->ndim; ++i) {
@@ -111,21 +107,24 @@ hvd::Status ValidateTensor(const char* fn, const char* arg, const TensorTag& tag
     if (d < 0) {
       return Invalid(fn, Cat(arg, "->shape[", i, "] is ", d, ", must be >= 0", tag));
     }
-    shape[static_cast<size_t>(i)] = d;
     if (d == 0) {
       elements = 0;
-    } else if (elements != 0) {
-      if (elements > max_elements / d) overflow = true;
-      else elements *= d;
+    } else if (elements != 0 && !overflow) {
+      int64_t product = 0;
+      overflow = __builtin_mul_overflow(elements, d, &product);
+      if (!overflow) elements = product;  // else it stays as it was: not 0
     }
   }
-  if (overflow && elements != 0) {
+  const int64_t elem_size = static_cast<int64_t>(hvd::DtypeSize(dtype));
+  int64_t bytes = 0;
+  if (elements != 0 && (overflow || __builtin_mul_overflow(elements, elem_size, &bytes))) {
     return Invalid(fn, Cat(arg, "->shape describes more bytes than fit in 64 bits", tag));
   }
-  if (static_cast<uint64_t>(elements) * static_cast<uint64_t>(elem_size) >
-      static_cast<uint64_t>(std::numeric_limits<size_t>::max())) {
+  if (static_cast<uint64_t>(bytes) > static_cast<uint64_t>(std::numeric_limits<size_t>::max())) {
     return Invalid(fn, Cat(arg, "->shape describes more bytes than this machine can address", tag));
   }
+  // Into the spec in place (up to Shape::kInline dimensions: no allocation).
+  spec->shape.assign(t->shape, t->shape + t->ndim);
   if (t->device < HVD_DEVICE_CPU) {
     return CheckDeviceSupported(fn, arg, tag, t->device);
   }

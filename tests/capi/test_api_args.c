@@ -785,6 +785,29 @@ static void test_allreduce_bad_arguments(void **state) {
     bad.shape = neg;
     EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_SUM, 1.0, 1.0, &h),
                     HVD_ERR_INVALID_ARGUMENT, "shape[1]", "-2");
+    /* Shapes whose element or byte count passes 64 bits: refused, naming the
+     * tensor, also where the product of the elements wraps to exactly 0
+     * (2^32 x 2^32); a 0 dimension anywhere makes an empty tensor instead. */
+    {
+        int64_t huge[3] = {(int64_t)1 << 32, (int64_t)1 << 32, 3};
+        int64_t bytes[2] = {(int64_t)1 << 31, (int64_t)1 << 31}; /* 2^62 x 4 bytes */
+        int64_t empty[3] = {(int64_t)1 << 32, (int64_t)1 << 32, 0};
+        bad = t;
+        bad.ndim = 2;
+        bad.shape = huge;
+        EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_SUM, 1.0, 1.0, &h),
+                        HVD_ERR_INVALID_ARGUMENT, "64 bits", "w1");
+        bad.ndim = 3;
+        EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_SUM, 1.0, 1.0, &h),
+                        HVD_ERR_INVALID_ARGUMENT, "64 bits", "w1");
+        bad.ndim = 2;
+        bad.shape = bytes;
+        EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_SUM, 1.0, 1.0, &h),
+                        HVD_ERR_INVALID_ARGUMENT, "64 bits", "w1");
+        bad.ndim = 3;
+        bad.shape = empty;
+        EXPECT_OK(hvd_allreduce(g_ctx, "w1", &bad, y, HVD_SUM));
+    }
     bad = t;
     bad.data = NULL;
     EXPECT_FAIL_MSG(hvd_allreduce_async(g_ctx, "w1", &bad, y, HVD_SUM, 1.0, 1.0, &h),

@@ -48,6 +48,16 @@ class Shape {
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims) { assign(dims.begin(), dims.end()); }
   Shape(const std::vector<int64_t>& dims) { assign(dims.data(), dims.data() + dims.size()); }  // NOLINT
+  // Copies only the dimensions in use (the implicit copy would copy every
+  // in-place slot and assign the heap vector even when both are in place: a
+  // submit copies a shape twice).
+  Shape(const Shape& o) { assign(o.begin(), o.end()); }
+  Shape& operator=(const Shape& o) {
+    if (this != &o) assign(o.begin(), o.end());
+    return *this;
+  }
+  Shape(Shape&&) noexcept = default;
+  Shape& operator=(Shape&&) noexcept = default;
   Shape& operator=(std::initializer_list<int64_t> dims) {
     assign(dims.begin(), dims.end());
     return *this;
