@@ -15,6 +15,8 @@
 //   fusion   --tensors N --tensor-bytes B: one step submits N named in-place
 //            allreduces at once (async), then waits for all of them.
 //            --grouped: the N as one grouped allreduce (one call, one handle).
+//            --contiguous: the N tensors are adjacent slices of one allocation
+//            (a flat gradient buffer) instead of one allocation each.
 //            --name-prefix P: tensor i is named "P.N.i" (default "fuse"; a
 //            frontend's names are longer: "DistributedOptimizer.<parameter>"
 //            is 30-60 characters, past std::string's 15 held in place).
@@ -353,10 +355,20 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
   const int warmup = quick ? 1 : 3;
   const std::string prefix = a.Get("--name-prefix", "fuse");
   const size_t count = tb / sizeof(float);
-  std::vector<Buffer> bufs(static_cast<size_t>(n));
+  // --contiguous: the tensors are adjacent slices of one allocation (a
+  // framework's flat gradient buffer); otherwise one allocation each.
+  const bool contiguous = a.Has("--contiguous");
+  std::vector<Buffer> bufs(contiguous ? 1 : static_cast<size_t>(n));
+  std::vector<float*> ptr(static_cast<size_t>(n));
   std::vector<std::string> names(static_cast<size_t>(n));
+  if (contiguous) bufs[0].Reset(static_cast<size_t>(n) * count * sizeof(float));
   for (int i = 0; i < n; ++i) {
-    bufs[i].Reset(count * sizeof(float));
+    if (contiguous) {
+      ptr[i] = bufs[0].p + static_cast<size_t>(i) * count;
+    } else {
+      bufs[i].Reset(count * sizeof(float));
+      ptr[i] = bufs[i].p;
+    }
     names[i] = prefix + "." + std::to_string(n) + "." + std::to_string(i);
   }
   const int64_t shape[1] = {static_cast<int64_t>(count)};
@@ -370,8 +382,8 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
   std::vector<void*> outs(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     cnames[i] = names[i].c_str();
-    tensors[i] = Tensor1D(bufs[i].p, HVD_FLOAT32, shape);
-    outs[i] = bufs[i].p;
+    tensors[i] = Tensor1D(ptr[i], HVD_FLOAT32, shape);
+    outs[i] = ptr[i];
   }
   const int nh = grouped ? 1 : n;
   // Executor time and batches over the timed steps (rank 0's): where a
@@ -380,7 +392,7 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
   bool totals = false;
   for (int s = 0; s < warmup + steps; ++s) {
     if (s == 0) {
-      for (auto& b : bufs) hvdbench::FillPattern(b.p, count, g_rank);
+      for (float* p : ptr) hvdbench::FillPattern(p, count, g_rank);
     }
     if (s == warmup) totals = ExecutorTotals(&data0, &batches0);
     Check(hvd_barrier(g_ctx), "barrier");
@@ -391,8 +403,8 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
             "grouped allreduce");
     } else {
       for (int i = 0; i < n; ++i) {
-        hvd_tensor_t t = Tensor1D(bufs[i].p, HVD_FLOAT32, shape);
-        Check(hvd_allreduce_async(nullptr, names[i].c_str(), &t, bufs[i].p, HVD_SUM, 1.0, 1.0,
+        hvd_tensor_t t = Tensor1D(ptr[i], HVD_FLOAT32, shape);
+        Check(hvd_allreduce_async(nullptr, names[i].c_str(), &t, ptr[i], HVD_SUM, 1.0, 1.0,
                                   &hs[i]),
               "allreduce");
       }
@@ -404,7 +416,7 @@ void RunFusion(const Args& a, const std::string& system, bool quick) {
     if (s == 0) {
       std::string why;
       for (int i = 0; i < n; ++i) {
-        if (!hvdbench::CheckSum(bufs[i].p, count, g_size, &why)) {
+        if (!hvdbench::CheckSum(ptr[i], count, g_size, &why)) {
           std::fprintf(stderr, "hvd-bench: fused tensor %d is wrong: %s\n", i, why.c_str());
           std::exit(4);
         }
