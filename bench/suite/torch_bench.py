@@ -1,14 +1,17 @@
 """Peers from Python: torch.distributed (gloo backend) and Horovod, measured
-with the same sizes, schedule and metrics as the native programs.
+with the same sizes, schedule and metrics as the native programs, and hvd's
+own torch frontend through the same Horovod calls (--system hvd-torch).
 
     hvdrun --start-timeout 0 -np 2 python torch_bench.py coll,fusion,latency --system torch --store DIR
     mpirun -np 2 python torch_bench.py coll --system horovod
+    hvdrun -np 2 python torch_bench.py fusion --system hvd-torch
     hvdrun --start-timeout 0 -H a,b python torch_bench.py e2e --store DIR --netdev eth0
 
 Modes (a comma list, run in order in one job): coll (allreduce SUM in place, allgather, broadcast from rank 0; a
 barrier before every iteration, the slowest rank's time counts), fusion (N
-tensors: torch.distributed one blocking all_reduce at a time; Horovod submits
-them all with allreduce_async_ and synchronizes, i.e. its Tensor Fusion),
+tensors: torch.distributed one blocking all_reduce at a time; Horovod and
+hvd-torch submit them all with allreduce_async_ and synchronize, i.e. Tensor
+Fusion),
 latency (one 4-byte allreduce per step, back to back), e2e (torch.distributed
 only: hvd-bench e2e's synthetic ResNet-50 step, its gradients averaged in
 DistributedDataParallel's buckets; see run_e2e).
@@ -112,6 +115,17 @@ class Horovod:
         self.h.shutdown()
 
 
+class HvdTorch(Horovod):
+    """hvd's Horovod-compatible torch frontend (hvd.torch), the same calls as Horovod's."""
+    system = "hvd-torch"
+
+    def __init__(self, store):
+        import hvd.torch as hh
+        self.h = hh
+        hh.init()
+        self.rank, self.size = hh.rank(), hh.size()
+
+
 def slowest(b, times):
     t = torch.tensor(times, dtype=torch.float64)
     b.max_(t)
@@ -204,7 +218,7 @@ def fusion_one(b, args, ntens, tbytes):
             times.append(t1 - t0)
     times = slowest(b, times)
     if b.rank == 0:
-        variant = "fused" if b.system == "horovod" else "separate"
+        variant = "separate" if b.system == "torch" else "fused"
         pc.emit_step("fusion", b.system, variant, b.size, ntens, count * 4, times,
                      **_cycle_extra(b))
 
@@ -374,7 +388,7 @@ def run_e2e(b, args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("modes", help="comma list of coll, fusion, latency")
-    ap.add_argument("--system", choices=["torch", "horovod"], default="torch")
+    ap.add_argument("--system", choices=["torch", "horovod", "hvd-torch"], default="torch")
     ap.add_argument("--store", default=None, help="empty directory (torch rendezvous file)")
     ap.add_argument("--ops", default="allreduce,allgather,broadcast")
     ap.add_argument("--sizes", default="4:256M")
@@ -394,6 +408,8 @@ def main():
         if not args.store:
             raise SystemExit("torch_bench: --store DIR is required for torch.distributed")
         b = TorchDist(args.store)
+    elif args.system == "hvd-torch":
+        b = HvdTorch(args.store)
     else:
         b = Horovod(args.store)
     runs = {"coll": run_coll, "fusion": run_fusion, "latency": run_latency}
