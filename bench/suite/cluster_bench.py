@@ -18,8 +18,10 @@ host's link, each direction, via cluster.sh up --rate). On each:
          sent per operation (hvd_bench.cc, NetCounter). Beside them, in the
          same layouts: raw Gloo (gloo-bench --iface eth0) and torch.distributed
          (torch_bench.py, gloo backend, GLOO_SOCKET_IFNAME=eth0), both started
-         by hvdrun and meeting in a FileStore on the shared /tmp, and raw Open
-         MPI (mpi-bench under mpirun over the cluster's ssh), where built.
+         by hvdrun and meeting in a FileStore on the shared /tmp, raw Open
+         MPI (mpi-bench under mpirun over the cluster's ssh), where built, and
+         from Python through Horovod's torch API: Horovod (under mpirun, where
+         `import horovod.torch` works) and hvd's torch frontend (hvdrun).
   e2e    hvd-bench e2e (ResNet-50's 161 gradients, compute slept, see
          hvd_bench.cc) on 1, 2 and 4 hosts with one rank each; the same step
          for torch.distributed (torch_bench.py e2e: DDP's 25 MiB buckets).
@@ -39,7 +41,8 @@ HVD_BENCH_CLUSTER_TRANSPORTS (comma list of hvd's transports; "default" is
 hvd with no --transport, what a user gets without choosing, system
 hvd-default), HVD_BENCH_CLUSTER_HIER (comma list of HVD_HIERARCHICAL values,
 "auto" leaves it unset; default "1,0"), HVD_BENCH_CLUSTER_PEERS (comma list of
-gloo, torch, mpi; default all built) and HVD_BENCH_CLUSTER_E2E=0 (no e2e).
+gloo, torch, mpi, horovod, hvd-torch; default all built) and HVD_BENCH_CLUSTER_E2E=0
+(no e2e).
 
 Clean-up: the cluster is torn down (cluster.sh down: its processes,
 namespaces, veths, bridge and state) on every path: normal end, a failure,
@@ -241,7 +244,9 @@ class Part:
     def peers(self):
         have = [p for p, ok in (("gloo", "gloo-bench" in self.r.bins),
                                 ("mpi", "mpi-bench" in self.r.bins and bool(self.r.mpirun)),
-                                ("torch", self.r.have_torch))
+                                ("torch", self.r.have_torch),
+                                ("horovod", self.r.have_horovod and bool(self.r.mpirun)),
+                                ("hvd-torch", self.r.have_torch))
                 if ok]
         return self._pick("HVD_BENCH_CLUSTER_PEERS", have)
 
@@ -396,13 +401,31 @@ class Part:
                 argv = [sys.executable, TORCH_BENCH, "coll", "--system", "torch"] + self.coll_args()
                 self.store_job(f"cluster {shape} {layout} torch", hosts, argv, dict(base, hier=-1),
                                xenv=TORCH_ENV)
+            mpirun = [self.r.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                      "-np", str(nh * per), "-H", hosts,
+                      "--mca", "btl_tcp_if_include", IFACE, "--mca", "oob_tcp_if_include", IFACE]
             if "mpi" in peers:
-                cmd = [self.r.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                       "-np", str(nh * per), "-H", hosts,
-                       "--mca", "btl_tcp_if_include", IFACE, "--mca", "oob_tcp_if_include", IFACE]
                 argv = [self.r.bins["mpi-bench"], "coll", "--system", "mpi"] + self.coll_args()
-                self.job(f"cluster {shape} {layout} raw mpi", self.c.exec_cmd(1, cmd + argv),
+                self.job(f"cluster {shape} {layout} raw mpi", self.c.exec_cmd(1, mpirun + argv),
                          self.c.job_env(MPI_ENV), dict(base, hier=-1), timeout=300, mpi=True)
+            # The Python peers through Horovod's torch API: Horovod itself (its MPI
+            # controller and collectives under mpirun) and hvd's torch frontend (hvdrun, the
+            # transport a user gets without choosing one): one negotiation per collective
+            # in both, and the same Python per call.
+            # Horovod at its default cycle time (1 ms, which bounds a small op) and at 0.1 ms.
+            for cycle in ("1", "0.1") if "horovod" in peers else ():
+                argv = [sys.executable, TORCH_BENCH, "coll", "--system", "horovod"] + self.coll_args()
+                fwd = ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "HOROVOD_CYCLE_TIME"]
+                name = "horovod" if cycle == "1" else f"horovod@{cycle}ms"
+                self.job(f"cluster {shape} {layout} {name}", self.c.exec_cmd(1, mpirun + fwd + argv),
+                         self.c.job_env(dict(MPI_ENV, OMP_NUM_THREADS="1", HOROVOD_CYCLE_TIME=cycle)),
+                         dict(base, hier=-1, cycle_time_ms=float(cycle)), timeout=300, mpi=True)
+            if "hvd-torch" in peers:
+                xenv, env_extra = self.hvd_env("default")
+                argv = [sys.executable, TORCH_BENCH, "coll", "--system", "hvd-torch"] + self.coll_args()
+                self.job(f"cluster {shape} {layout} hvd-torch",
+                         self.hvdrun(hosts, argv, transport="default", xenv=xenv),
+                         self.c.job_env(env_extra), dict(base, hier=-2), timeout=300)
 
         layout, nh, per = CLIFF_LAYOUT
         hosts = self.hosts_arg(nh, per)

@@ -28,6 +28,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pybench_common as pc  # noqa: E402
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 class TorchDist:
     system = "torch"
@@ -120,6 +122,7 @@ class HvdTorch(Horovod):
     system = "hvd-torch"
 
     def __init__(self, store):
+        sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(HERE)), "bindings", "python"))
         import hvd.torch as hh
         self.h = hh
         hh.init()
