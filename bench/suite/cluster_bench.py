@@ -409,10 +409,10 @@ class Part:
                 self.job(f"cluster {shape} {layout} raw mpi", self.c.exec_cmd(1, mpirun + argv),
                          self.c.job_env(MPI_ENV), dict(base, hier=-1), timeout=300, mpi=True)
             # The Python peers through Horovod's torch API: Horovod itself (its MPI
-            # controller and collectives under mpirun) and hvd's torch frontend (hvdrun, the
+            # controller and collectives under mpirun, at its default cycle time of 1 ms,
+            # which bounds a small op, and at 0.1 ms) and hvd's torch frontend (hvdrun, the
             # transport a user gets without choosing one): one negotiation per collective
             # in both, and the same Python per call.
-            # Horovod at its default cycle time (1 ms, which bounds a small op) and at 0.1 ms.
             for cycle in ("1", "0.1") if "horovod" in peers else ():
                 argv = [sys.executable, TORCH_BENCH, "coll", "--system", "horovod"] + self.coll_args()
                 fwd = ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "HOROVOD_CYCLE_TIME"]
