@@ -652,7 +652,9 @@ def world():
         hvdt.shutdown()
 
 
-def test_optimizer_pending_reductions_dropped_by_the_reset_hook(world):
+def test_optimizer_pending_reductions_dropped_by_the_reset_hook(world, fake):
+    # An elastic job of one rank (the fake backend says elastic): the
+    # optimizer reduces, since ranks may join.
     model, _ = make_model()
     opt = hvdt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                     named_parameters=model.named_parameters())

@@ -71,6 +71,43 @@ def test_optimizer_world_of_one_equals_plain():
         hvd.shutdown()
 
 
+def test_optimizer_world_of_one_reduces_nothing(world, monkeypatch):
+    # As Horovod's: no hooks in a world of one that is not elastic, so no
+    # allreduce a gradient, and a compressed optimizer's gradients are
+    # autograd's own, not rounded through float16.
+    from hvd import _ops
+    submits = []
+    real = _ops._submit
+    monkeypatch.setattr(_ops, "_submit", lambda fn, *a: submits.append(fn) or real(fn, *a))
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
+    b.load_state_dict(a.state_dict())
+    oa = torch.optim.SGD(a.parameters(), lr=0.1)
+    ob = hvd.DistributedOptimizer(torch.optim.SGD(b.parameters(), lr=0.1),
+                                  named_parameters=b.named_parameters(),
+                                  compression=hvd.Compression.fp16, backward_passes_per_step=2)
+    x = torch.randn(8, 4) * 1e-3
+    for _ in range(2):
+        for m, o in ((a, oa), (b, ob)):
+            o.zero_grad()
+            for _ in range(2):
+                m(x).pow(2).mean().backward()
+            o.step()
+    assert submits == [] and not ob._handles
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+    # An elastic world of one reduces (ranks may join): the hooks are there.
+    from hvd import elastic
+    monkeypatch.setattr(elastic, "membership", lambda: elastic.Membership(True, False, 0))
+    oc = hvd.DistributedOptimizer(torch.optim.SGD(b.parameters(), lr=0.1),
+                                  named_parameters=b.named_parameters())
+    oc.zero_grad()
+    b(x).pow(2).mean().backward()
+    assert len(oc._handles) == 2 and submits.count("hvd_allreduce_async") == 2
+    oc.step()
+    assert not oc._handles
+
+
 def test_optimizer_argument_checks(world):
     m = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)

@@ -14,8 +14,9 @@ import weakref
 
 import torch
 
+from .. import _c_api as C
 from .. import _ops
-from .. import Adasum, Average, global_process_set
+from .. import Adasum, Average, global_process_set, size
 from ._collectives import _t, _set_size, broadcast_object, sparse_allreduce_async
 from ._compression import Compression
 
@@ -117,7 +118,6 @@ class _DistributedOptimizer:
             return  # no hooks, no groups: step() is the wrapped optimizer's own
         if groups is not None:
             self._form_groups(_check_groups(groups))
-        # Also in a world of one: the same code path everywhere.
         self._register_hooks()
 
     # -- groups -----------------------------------------------------------------------
@@ -523,18 +523,29 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     the wrapped optimizer's own, with this rank's gradients (its weights then
     differ from the members').
 
+    In a world of one (hvd.size() == 1) that is not elastic, as in Horovod,
+    it registers no hooks either: step() is the wrapped optimizer's own, so
+    a single-process run pays nothing per gradient and its gradients are
+    exactly autograd's (no compression round trip). An elastic job of one
+    rank reduces, since ranks may join.
+
     The result is an instance of a subclass of optimizer's class built from
     its param_groups (wrap before training: existing state is carried over)."""
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError("hvd.torch.DistributedOptimizer: expected a torch.optim.Optimizer, got "
                         f"{type(optimizer).__name__}")
     member = _is_member(process_set)
+    # As Horovod's: in a world of one that is not elastic (one that is may
+    # grow) there is nothing to reduce, and the optimizer is the wrapped one's
+    # own: no hooks, no allreduce a gradient (their Python cost, and the
+    # rounding of a compression, would buy nothing).
+    alone = member and _world_of_one()
     if num_groups != 0:
         warnings.warn("hvd.torch.DistributedOptimizer: num_groups has been replaced by groups",
                       DeprecationWarning, stacklevel=2)
         if groups is None:
             groups = num_groups
-    if _ops.check_op(op) == Adasum and member:
+    if _ops.check_op(op) == Adasum and member and not alone:
         if gradient_predivide_factor != 1.0:
             raise ValueError("hvd.torch.DistributedOptimizer: gradient_predivide_factor needs "
                              "op=Average")
@@ -547,7 +558,18 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         _check_groups(groups)
     return _wrap(_DistributedOptimizer, optimizer, named_parameters, compression,
                  backward_passes_per_step, op, gradient_predivide_factor, sparse_as_dense, groups,
-                 process_set, member)
+                 process_set, member and not alone)
+
+
+def _world_of_one():
+    """Whether the default context has one rank and is not elastic."""
+    if size() != 1:
+        return False
+    from .. import elastic
+    try:
+        return not elastic.membership().elastic
+    except C.UnsupportedError:  # a libhvd without elastic jobs
+        return True
 
 
 def _is_member(process_set):
