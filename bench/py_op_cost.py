@@ -7,7 +7,7 @@ caller cannot go under without a compiled extension).
     python3 bench/py_op_cost.py [PKG [PKG2]] [--build DIR] [--ranks 1,2] [--tensors 200]
                                 [--bytes 4096] [--steps 10] [--rounds 7] [--repeats 3]
                                 [--frontends raw,numpy,torch,optimizer] [--gap-us G]
-                                [--out FILE]
+                                [--horovod-cycle-ms MS] [--out FILE]
 
 PKG is a folder holding the `hvd` package (default: bindings/python of this tree); with two,
 the table has PKG2 ÷ PKG per row (the same library under both, or `--build BUILD,BUILD2`: each
@@ -26,11 +26,19 @@ wait loop.
              parameter's allreduce) and step() (waits for them), on `--tensors` parameters
              of `--bytes` bytes; the submit column is less the same backward and step with
              plain torch.optim.SGD (the best of as many), so it holds hvd's part
+  horovod-torch, horovod-optimizer
+             the torch and optimizer paths through Horovod itself (`import horovod.torch`
+             must work: bench/suite/build_horovod.sh, then PYTHONPATH), run under `mpirun`
+             (its MPI controller) at R > 1, at the cycle time `--horovod-cycle-ms` (1, its
+             default); the peer of the two rows above, the same calls in the same job order.
+             With two PKGs it runs in both columns alike (PKG is not on its path): the ratio
+             of its two columns is the machine's drift
 """
 
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -38,7 +46,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-FRONTENDS = ("raw", "numpy", "torch", "optimizer")
+FRONTENDS = ("raw", "numpy", "torch", "optimizer", "horovod-torch", "horovod-optimizer")
 
 
 def parse_args(argv):
@@ -57,6 +65,8 @@ def parse_args(argv):
     ap.add_argument("--gap-us", type=float, default=0,
                     help="raw, numpy, torch: spin this long before each submit (a backward "
                          "pass's compute between two gradients; not counted in submit)")
+    ap.add_argument("--horovod-cycle-ms", default="1",
+                    help="HOROVOD_CYCLE_TIME of the horovod-* rows (1)")
     ap.add_argument("--out", help="also write the table (markdown) to this file")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
@@ -144,6 +154,11 @@ def _frontend_step(a, names, which):
 
         import hvd as h
         xs = [np.ones(a.bytes // 4, np.float32) for _ in range(a.tensors)]
+    elif which == "horovod-torch":
+        import torch
+
+        import horovod.torch as h
+        xs = [torch.ones(a.bytes // 4) for _ in range(a.tensors)]
     else:
         import torch
 
@@ -169,10 +184,8 @@ def _frontend_step(a, names, which):
     return step_submit, step_wait
 
 
-def _optimizer_step(a):
+def _optimizer_step(a, h):
     import torch
-
-    import hvd.torch as h
 
     n = a.bytes // 4
 
@@ -214,20 +227,23 @@ def worker(a):
         hvd.init()
         rank, size, shutdown = hvd.rank(), hvd.size(), hvd.shutdown
     else:
-        import hvd.torch as ht
+        if which.startswith("horovod-"):
+            import horovod.torch as ht
+        else:
+            import hvd.torch as ht
         ht.init()
         rank, size, shutdown = ht.rank(), ht.size(), ht.shutdown
     names = _names(a.tensors)
     backward_s = 0.0
     if which == "raw":
         step_submit, step_wait = _raw_step(a, names)
-    elif which == "optimizer":
-        step_submit, step_wait, plain_step = _optimizer_step(a)
+    elif which in ("optimizer", "horovod-optimizer"):
+        step_submit, step_wait, plain_step = _optimizer_step(a, ht)
         backward_s = min(plain_step() for _ in range(a.rounds * a.steps + 1))
     else:
         step_submit, step_wait = _frontend_step(a, names, which)
     submit_us, wait_us = _timed(step_submit, step_wait, a)
-    if which == "optimizer":  # less the same step without hvd, per tensor
+    if which.endswith("optimizer"):  # less the same step without hvd, per tensor
         submit_us = max(0.0, submit_us - backward_s * 1e6 / a.tensors)
     elif a.gap_us:  # less the spinning
         submit_us = max(0.0, submit_us - a.gap_us)
@@ -250,13 +266,25 @@ def run_job(a, pkg, build, frontend, ranks):
     me = [sys.executable, os.path.abspath(__file__), "--worker", frontend,
           "--tensors", str(a.tensors), "--bytes", str(a.bytes), "--steps", str(a.steps),
           "--rounds", str(a.rounds), "--gap-us", str(a.gap_us)]
-    if ranks > 1:
+    if frontend.startswith("horovod-"):
+        # Horovod's own package from the caller's PYTHONPATH, not PKG's hvd.
+        env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+        env["HOROVOD_CYCLE_TIME"] = a.horovod_cycle_ms
+        env["OMP_NUM_THREADS"] = env.get("OMP_NUM_THREADS", "1")
+        cmd = me
+        if ranks > 1:
+            cmd = (["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+                   + ["--oversubscribe", "--bind-to", "none", "-np", str(ranks)]
+                   + [x for k in ("PYTHONPATH", "HOROVOD_CYCLE_TIME", "OMP_NUM_THREADS")
+                      for x in ("-x", k)] + me)
+    elif ranks > 1:
         cmd = [os.path.join(build, "bin", "hvdrun"), "-np", str(ranks), "-x", "PYTHONPATH",
                "-x", "HVD_LIBRARY_PATH", "-x", "LD_LIBRARY_PATH"] + me
     else:
         cmd = me
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    rows = [json.loads(line[5:]) for line in p.stdout.splitlines() if line.startswith("PYOP ")]
+    # mpirun may join two ranks' lines: each record is one JSON object after "PYOP ".
+    rows = [json.loads(m) for m in re.findall(r"PYOP (\{[^}]*\})", p.stdout)]
     if p.returncode != 0 or len(rows) != ranks:
         sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
         raise SystemExit(f"py_op_cost: {frontend} at {ranks} ranks with {pkg} failed "
