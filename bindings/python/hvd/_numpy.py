@@ -95,7 +95,8 @@ class NumpyAdapter:
         dt = buf.contig.dtype
         if mem is None:
             return np.empty(shape, dtype=dt)
-        return np.asarray(mem).view(dt).reshape(shape)
+        a = np.asarray(mem)
+        return a if mem.shaped else a.view(dt).reshape(shape)
 
     def writeback(self, buf, result):
         buf.orig[...] = result

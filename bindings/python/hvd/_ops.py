@@ -122,19 +122,43 @@ def warn_copy(what, reason):
         PerformanceWarning, stacklevel=level)
 
 
+_E = "<" if sys.byteorder == "little" else ">"
+# The numpy type string of each dtype whose result numpy and torch view as
+# it is (bfloat16 has none in numpy, uint16 none in every torch: those are
+# viewed as bytes and cast by the frontend).
+_TYPESTR = {C.HVD_UINT8: "|u1", C.HVD_INT8: "|i1", C.HVD_INT16: _E + "i2",
+            C.HVD_INT32: _E + "i4", C.HVD_INT64: _E + "i8", C.HVD_FLOAT16: _E + "f2",
+            C.HVD_FLOAT32: _E + "f4", C.HVD_FLOAT64: _E + "f8", C.HVD_BOOL: "|b1"}
+_ITEMSIZE = {C.HVD_UINT8: 1, C.HVD_INT8: 1, C.HVD_UINT16: 2, C.HVD_INT16: 2, C.HVD_INT32: 4,
+             C.HVD_INT64: 8, C.HVD_FLOAT16: 2, C.HVD_BFLOAT16: 2, C.HVD_FLOAT32: 4,
+             C.HVD_FLOAT64: 8, C.HVD_BOOL: 1}
+
+
 class HandleMemory:
     """Memory owned by a completed hvd handle; releases the handle when
-    collected. Exposes the bytes through the numpy array interface."""
+    collected. Exposes it through the numpy array interface: as the
+    result's dtype and shape where those are given (``shaped``), else as
+    its bytes."""
 
-    __slots__ = ("_raw", "_ptr", "_nbytes", "__weakref__")
+    __slots__ = ("_raw", "_ptr", "_nbytes", "_typestr", "_shape", "__weakref__")
 
-    def __init__(self, raw, ptr, nbytes):
+    def __init__(self, raw, ptr, nbytes, typestr=None, shape=None):
         self._raw = raw
         self._ptr = ptr
         self._nbytes = nbytes
+        self._typestr = typestr
+        self._shape = shape
+
+    @property
+    def shaped(self):
+        """Whether the array interface has the result's dtype and shape."""
+        return self._typestr is not None
 
     @property
     def __array_interface__(self):
+        if self._typestr is not None:
+            return {"shape": self._shape, "typestr": self._typestr, "data": (self._ptr, False),
+                    "version": 3}
         return {"shape": (self._nbytes,), "typestr": "|u1", "data": (self._ptr, False),
                 "version": 3}
 
@@ -539,13 +563,25 @@ def broadcast_async(ctx, ad, x, root, name, inplace):
                   "broadcast")
 
 
+def _result_shape(raw, buf, nbytes):
+    """The shape of the result of an op along the first dimension (allgather,
+    reducescatter, alltoall): its other dimensions are the input's, so its
+    rows follow from its bytes; asked of the handle where a row has none."""
+    trailing = buf.shape[1:]
+    row = _ITEMSIZE[buf.dtype]
+    for d in trailing:
+        row *= d
+    if row > 0 and nbytes % row == 0:
+        return (nbytes // row,) + tuple(trailing)
+    ndim = c_int32(0)
+    dims = (c_int64 * C.HVD_MAX_NDIM)()
+    C.check_call(C.lib().hvd_handle_output_shape(raw, dims, C.HVD_MAX_NDIM, byref(ndim)))
+    return tuple(dims[i] for i in range(ndim.value))
+
+
 def _owned_result(raw, ad, buf):
     """(result object, transferred) for ops whose result the handle owns."""
     lib = C.lib()
-    ndim = c_int32(0)
-    dims = (c_int64 * C.HVD_MAX_NDIM)()
-    C.check_call(lib.hvd_handle_output_shape(raw, dims, C.HVD_MAX_NDIM, byref(ndim)))
-    shape = tuple(dims[i] for i in range(ndim.value))
     data = c_void_p()
     nbytes = c_size_t(0)
     if (buf.device != C.HVD_DEVICE_CPU and hasattr(ad, "owned_device")
@@ -555,14 +591,19 @@ def _owned_result(raw, ad, buf):
         device = c_int32(C.HVD_DEVICE_CPU)
         C.check_call(lib.hvd_handle_output_device(raw, byref(data), byref(nbytes), byref(device)))
         if device.value != C.HVD_DEVICE_CPU:
+            shape = _result_shape(raw, buf, nbytes.value)
             if not data.value or nbytes.value == 0:
                 return ad.owned(None, buf, shape), False
             mem = HandleDeviceMemory(raw, data.value, nbytes.value)
             return ad.owned_device(mem, buf, shape), True
     C.check_call(lib.hvd_handle_output(raw, byref(data), byref(nbytes)))
-    if not data.value or nbytes.value == 0:
+    n = nbytes.value
+    shape = _result_shape(raw, buf, n)
+    if not data.value or n == 0:
         return ad.owned(None, buf, shape), False
-    mem = HandleMemory(raw, data.value, nbytes.value)
+    # Viewed as the result's dtype and shape at once where numpy has the
+    # dtype (no byte view, cast and reshape after it).
+    mem = HandleMemory(raw, data.value, n, _TYPESTR.get(buf.dtype), shape)
     return ad.owned(mem, buf, shape), True
 
 

@@ -104,7 +104,7 @@ class TorchAdapter:
         if mem is None:
             return torch.empty(shape, dtype=dt, device=dev)
         raw = torch.from_numpy(np.asarray(mem))  # shares the handle's memory
-        out = raw.view(dt).reshape(shape)
+        out = raw if mem.shaped else raw.view(dt).reshape(shape)
         if dev.type == "cuda":
             out = out.to(dev)
         return out
