@@ -8,8 +8,7 @@
 // shuffled submission next to a big tensor, and that one rank with the
 // switch off, or a process set, turns it off for everyone; that a broadcast
 // gives the root's bits from every root, an allgather every rank's bits in
-// rank order, and that neither displaces an allreduce plan that still rides
-// (one that stopped gives its plan up).
+// rank order, and that neither displaces an allreduce plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -547,77 +546,6 @@ TEST(Piggyback, AnAllgatherLeavesAnAllreducePlanRiding) {
       }
     }
   });
-}
-
-// A step with a small allreduce, then a broadcast and an allgather (two
-// rivals, each waited for): the allreduce still keeps riding.
-TEST(Piggyback, TwoRivalsAStepLeaveAnAllreducePlanRiding) {
-  KeepsTheAllreduceRiding([](Context& ctx, int rank, int s, std::atomic<int>* failures) {
-    int32_t flag = rank == 0 ? 2000 + s : -1;
-    auto b = Broadcast(ctx, "stop", HVD_INT32, &flag, &flag, 1, 0);
-    ASSERT_TRUE(b.ok()) << b.status().message();
-    ASSERT_TRUE((*b)->Wait(60).ok()) << (*b)->status().message();
-    const float mine[1] = {static_cast<float>(rank * 10 + s)};
-    auto g = Allgather(ctx, "seen", mine, 1, 1);
-    ASSERT_TRUE(g.ok()) << g.status().message();
-    ASSERT_TRUE((*g)->Wait(60).ok()) << (*g)->status().message();
-    auto out = (*g)->HostOutput();
-    ASSERT_TRUE(out.ok());
-    const float* got = reinterpret_cast<const float*>((*out)->data());
-    bool ok = flag == 2000 + s;
-    for (int q = 0; q < 3; ++q) ok = ok && got[q] == static_cast<float>(q * 10 + s);
-    if (!ok) {
-      ADD_FAILURE() << "rank " << rank << " step " << s << ": flag " << flag;
-      ++*failures;
-    }
-  });
-}
-
-// An allreduce that rode and then stopped (a job's first steps) does not
-// keep the plan from the broadcasts or allgathers that follow: after three
-// of them served alone with no ride of the allreduce between them, the
-// next one takes the plan, and every later step is served by the
-// negotiation, with exact results.
-TEST(Piggyback, AnAllreduceThatStoppedGivesUpItsPlan) {
-  constexpr int n = 3;
-  constexpr int kSteps = 8;
-  constexpr int kRivalTurns = 3;
-  std::atomic<int> failures{0};
-  RunContexts(n, [&](Context& ctx, int rank) {
-    for (OpType other : {OpType::kBroadcast, OpType::kAllgather}) {
-      for (int s = 0; s < 3; ++s) Step(ctx, rank, n, HVD_INT32, HVD_SUM, 2, "warm-up", &failures);
-      const int64_t before = Piggybacked(ctx);
-      for (int s = 0; s < kSteps; ++s) {
-        const std::string name = other == OpType::kBroadcast ? "bcast" : "gather";
-        if (other == OpType::kBroadcast) {
-          int32_t v[2] = {rank == 1 ? 7 * s : -1, rank == 1 ? -s : -1};
-          auto h = Broadcast(ctx, name, HVD_INT32, v, v, 2, 1);
-          ASSERT_TRUE(h.ok()) << h.status().message();
-          ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
-          if (v[0] != 7 * s || v[1] != -s) {
-            ADD_FAILURE() << "rank " << rank << " " << name << " step " << s;
-            ++failures;
-          }
-        } else {
-          const float mine[2] = {static_cast<float>(rank), static_cast<float>(-s)};
-          auto h = Allgather(ctx, name, mine, 1, 2);
-          ASSERT_TRUE(h.ok()) << h.status().message();
-          ASSERT_TRUE((*h)->Wait(60).ok()) << (*h)->status().message();
-          auto out = (*h)->HostOutput();
-          ASSERT_TRUE(out.ok());
-          const float* got = reinterpret_cast<const float*>((*out)->data());
-          for (int q = 0; q < n; ++q) {
-            if (got[2 * q] != static_cast<float>(q) || got[2 * q + 1] != static_cast<float>(-s)) {
-              ADD_FAILURE() << "rank " << rank << " " << name << " step " << s << ": rank " << q;
-              ++failures;
-            }
-          }
-        }
-      }
-      EXPECT_EQ(Piggybacked(ctx) - before, kSteps - kRivalTurns) << "rank " << rank;
-    }
-  });
-  EXPECT_EQ(failures.load(), 0);
 }
 
 }  // namespace

@@ -67,10 +67,7 @@ Status Piggyback::Allreduce(Comm& comm, const Controller& rc, uint8_t* ctrl, siz
 }
 
 void Piggyback::NoteReady(const uint8_t* ctrl) {
-  if (ctrl[Controller::kHeaderBytes + static_cast<size_t>(slot_)] != 0) {
-    served_ = slot_;
-    rivals_ = 0;
-  }
+  if (ctrl[Controller::kHeaderBytes + static_cast<size_t>(slot_)] != 0) served_ = slot_;
 }
 
 // The bytes of a one-tensor request.
@@ -116,9 +113,8 @@ bool Piggyback::Fits(const Response& r, int size, size_t* count) {
 }
 
 // A broadcast does not take the place of an allreduce plan the cache still
-// holds at once: where a step has one of each, the allreduce keeps riding
-// (two plans taking turns would leave both to their own collectives); Plan
-// counts the rivals.
+// holds: where a step has one of each, the allreduce keeps riding (two plans
+// taking turns would leave both to their own collectives).
 bool Piggyback::Replaces(const RequestDesc& d, const Controller& rc) const {
   return d.type == OpType::kAllreduce || slot_ < 0 || type_ != OpType::kAllreduce ||
          rc.cache().Get(slot_) != all_;
@@ -128,15 +124,10 @@ void Piggyback::Plan(const std::vector<Response>& rs, const Controller& rc, int 
   if (rs.size() != 1) return;
   const Response& r = rs.front();
   size_t count = 0;
-  if (!Fits(r, size, &count)) return;
+  if (!Fits(r, size, &count) || !Replaces(r.desc(0), rc)) return;
+  const RequestDesc& d = r.desc(0);
   const int slot = rc.cache().SlotOf(r.key());
   if (slot < 0 || rc.cache().Get(slot) != r.all) return;
-  // A rival of a riding allreduce takes its plan after kRivalTurns of them
-  // (every rank counts the same cycles: the responses and the ready bytes
-  // are alike everywhere).
-  if (!Replaces(r.desc(0), rc) && ++rivals_ < kRivalTurns) return;
-  const RequestDesc& d = r.desc(0);
-  rivals_ = 0;
   slot_ = slot;
   all_ = r.all;
   type_ = d.type;

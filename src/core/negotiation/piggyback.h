@@ -3,9 +3,8 @@
 // the context's responses, alike on every rank: the last small host
 // allreduce that a cycle served alone, else the last such broadcast or
 // allgather (neither takes the place of an allreduce plan the cache still
-// holds while that allreduce still rides: a step with a small allreduce and
-// a small broadcast keeps the allreduce riding; kRivalTurns of them served
-// alone with no ride of the allreduce between them end its plan). While the
+// holds: a step with a small allreduce and a small broadcast keeps the
+// allreduce riding). While the
 // cache holds it, no process set exists and every rank has the switch on,
 // each negotiation carries this rank's part after the control bytes: an
 // allreduce's prescaled tensor (zeros where it has none ready), a
@@ -46,9 +45,7 @@ class Piggyback {
   // The plan for the next negotiations, from this one's responses (the same
   // on every rank): a cycle that served one request alone, a small
   // allreduce of one host tensor in the cache, makes it the plan; any other
-  // cycle keeps it. A small broadcast or allgather served alone makes it the
-  // plan too, unless an allreduce holds it and rode within the last
-  // kRivalTurns such cycles.
+  // cycle keeps it.
   void Plan(const std::vector<Response>& rs, const Controller& rc, int size);
 
   // This cycle's: the cache slot whose reduced tensor is ready (-1: none).
@@ -70,12 +67,6 @@ class Piggyback {
   size_t OwnBytes(int rank) const { return offsets_[rank + 1] - offsets_[rank]; }
   bool Replaces(const RequestDesc& d, const Controller& rc) const;
 
-  // Broadcasts or allgathers served alone, with no ride of the allreduce
-  // plan between them, that end its plan: a step may have two such besides
-  // its allreduce and keep the allreduce riding; a job whose allreduce
-  // stopped (one at the start, then broadcasts) lets the broadcast ride.
-  static constexpr int kRivalTurns = 3;
-
   int slot_ = -1;  // the plan; -1: none
   OpType type_ = OpType::kAllreduce;
   int32_t root_ = 0;                   // a broadcast's
@@ -92,7 +83,6 @@ class Piggyback {
   std::vector<size_t> offsets_;  // an allgather's: where each rank's bytes go (size + 1)
   int64_t rows_ = 0;              // an allgather's: its result's rows
   int served_ = -1;      // this cycle's: the slot whose result is in buf_
-  int rivals_ = 0;       // rival cycles since the allreduce plan last rode (kRivalTurns)
   size_t result_at_ = 0;  // where in buf_
   std::vector<uint8_t> buf_;
 };
